@@ -1,0 +1,284 @@
+"""Decoding MLIR attributes into numpy / Python values, once, at compile time.
+
+The plan that runs never touches MLIR objects: every attribute an op needs is
+turned here into ints, tuples, strings, dicts or numpy arrays.
+"""
+
+import re
+
+import numpy as np
+
+from . import dtypes
+from .types import from_mlir, TensorType
+
+# Element types numpy can take straight from the attribute's buffer.
+_BUFFER_OK = {np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64,
+                                    np.uint8, np.uint16, np.uint32, np.uint64,
+                                    np.float16, np.float32, np.float64,
+                                    np.complex64, np.complex128)}
+
+_UINT_OF_WIDTH = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+
+
+def dense_to_numpy(attr, ttype=None):
+    """Value of a DenseElementsAttr as a numpy array of the spec's dtype.
+
+    ``ttype`` is the TensorType of the attribute (decoded from the attribute's
+    own type when omitted). Quantized tensors decode to their storage type.
+    """
+    from jaxlib.mlir import ir
+    if ttype is None:
+        ttype = from_mlir(attr.type)
+    shape = tuple(ttype.shape)
+    dtype = ttype.dtype
+    if isinstance(attr, ir.DenseResourceElementsAttr):
+        raise TypeError("dense_resource constants are not supported "
+                        "(the blob is not reachable from the Python bindings)")
+    dense = ir.DenseElementsAttr(attr)
+    if dtype in _BUFFER_OK and ttype.quant is None:
+        try:
+            if dense.is_splat:
+                arr = np.array(dense.get_splat_value().value if dtype != np.bool_
+                               else dense.get_splat_value().value, dtype=dtype)
+                return np.full(shape, arr, dtype=dtype)
+            arr = np.array(dense, copy=True)
+            if arr.dtype == dtype and arr.size == int(np.prod(shape, dtype=np.int64)):
+                return arr.reshape(shape)
+        except Exception:  # fall back to the textual form below
+            pass
+    return _parse_dense_text(str(attr), shape, dtype)
+
+
+def _float_bits_dtype(dtype):
+    bw = dtypes.bit_width(dtype)
+    return _UINT_OF_WIDTH.get(max(8, 1 << (bw - 1).bit_length()), np.uint8)
+
+
+_TOKEN_SPLIT = re.compile(r"[\s\[\]\(\),]+")
+
+
+def _parse_dense_text(text, shape, dtype):
+    """Parse the printed form `dense<...> : tensor<...>` of an elements attribute.
+
+    Used for element types numpy cannot take from the buffer (bf16, f8, int4,
+    ...). MLIR prints non-finite floats as hex bit patterns and finite ones
+    with enough digits to round-trip, so this is exact.
+    """
+    if not text.startswith("dense<"):
+        raise TypeError(f"cannot decode elements attribute {text[:80]}")
+    end = text.rfind("> : ")
+    body = text[len("dense<"):end].strip()
+    count = int(np.prod(shape, dtype=np.int64))
+    if body.startswith('"0x'):
+        raw = bytes.fromhex(body[3:-1])
+        storage = np.dtype(dtype)
+        if dtype in dtypes.SUB_BYTE_INTS:
+            storage = np.dtype(np.int8 if not dtypes.is_unsigned(dtype) else np.uint8)
+        arr = np.frombuffer(raw, dtype=storage)
+        if storage != dtype:
+            arr = arr.astype(dtype)
+        arr = arr.copy()
+        if arr.size == 1 and count != 1:
+            return np.full(shape, arr[0], dtype=dtype)
+        return arr.reshape(shape)
+    tokens = [t for t in _TOKEN_SPLIT.split(body) if t]
+    if dtype == np.bool_:
+        vals = np.array([t == "true" or (t not in ("false", "0") and t != "") for t in tokens],
+                        dtype=np.bool_)
+    elif dtypes.is_integer(dtype):
+        vals = np.array([int(t, 0) for t in tokens], dtype=object)
+        lo, hi = dtypes.int_info(dtype)
+        # Printed values may use the unsigned spelling of a signed type.
+        width = dtypes.bit_width(dtype)
+        vals = np.array([(v - (1 << width)) if v > hi else v for v in vals], dtype=np.int64)
+        vals = vals.astype(dtype)
+    elif dtypes.is_complex(dtype):
+        part = np.float32 if dtype == np.complex64 else np.float64
+        parts = np.array([_float_token(t, part) for t in tokens], dtype=part)
+        # Assign parts separately: re + 1j*im would turn (3, nan) into (nan, nan).
+        vals = np.empty(parts.size // 2, dtype=dtype)
+        vals.real = parts[0::2]
+        vals.imag = parts[1::2]
+    else:
+        vals = np.array([_float_token(t, dtype) for t in tokens], dtype=dtype)
+    if vals.size == 1 and count != 1:
+        return np.full(shape, vals[0], dtype=dtype)
+    if vals.size != count:
+        raise TypeError(f"elements attribute has {vals.size} values, its type needs {count}")
+    return vals.reshape(shape)
+
+
+def _float_token(tok, dtype):
+    if tok.startswith("0x") or tok.startswith("0X"):
+        bits = int(tok, 16)
+        bdt = _float_bits_dtype(dtype)
+        return np.array(bits, dtype=bdt).view(dtype) if np.dtype(bdt).itemsize == np.dtype(dtype).itemsize \
+            else np.array(bits, dtype=np.uint8).view(dtype)
+    return np.array(float(tok)).astype(dtype)
+
+
+def decode(attr):
+    """Decode any attribute into a plain Python / numpy value.
+
+    Known StableHLO attributes become strings (enums) or dicts (dimension
+    numbers); unknown ones fall back to their printed text so that a kernel
+    that does not need them never fails on them.
+    """
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo as shlo
+
+    if isinstance(attr, ir.BoolAttr):
+        return bool(attr.value)
+    if isinstance(attr, ir.IntegerAttr):
+        return int(ir.IntegerAttr(attr).value)
+    if isinstance(attr, ir.FloatAttr):
+        return float(ir.FloatAttr(attr).value)
+    if isinstance(attr, ir.StringAttr):
+        return ir.StringAttr(attr).value
+    if isinstance(attr, ir.DenseI64ArrayAttr):
+        return tuple(int(x) for x in ir.DenseI64ArrayAttr(attr))
+    if isinstance(attr, ir.DenseI32ArrayAttr):
+        return tuple(int(x) for x in ir.DenseI32ArrayAttr(attr))
+    if isinstance(attr, ir.DenseBoolArrayAttr):
+        return tuple(bool(x) for x in ir.DenseBoolArrayAttr(attr))
+    if isinstance(attr, ir.DenseF32ArrayAttr):
+        return tuple(float(x) for x in ir.DenseF32ArrayAttr(attr))
+    if isinstance(attr, ir.DenseF64ArrayAttr):
+        return tuple(float(x) for x in ir.DenseF64ArrayAttr(attr))
+    if isinstance(attr, ir.DenseElementsAttr):
+        return dense_to_numpy(attr)
+    if isinstance(attr, ir.ArrayAttr):
+        return [decode(a) for a in ir.ArrayAttr(attr)]
+    if isinstance(attr, ir.DictAttr):
+        d = ir.DictAttr(attr)
+        return {d[i].name: decode(d[i].attr) for i in range(len(d))}
+    if isinstance(attr, ir.UnitAttr):
+        return True
+    if isinstance(attr, ir.FlatSymbolRefAttr):
+        return ir.FlatSymbolRefAttr(attr).value
+    if isinstance(attr, ir.TypeAttr):
+        return from_mlir(ir.TypeAttr(attr).value)
+    for enum_cls in (shlo.ComparisonDirectionAttr, shlo.ComparisonTypeAttr,
+                     shlo.PrecisionAttr, shlo.FftTypeAttr, shlo.RngAlgorithmAttr,
+                     shlo.RngDistributionAttr, shlo.TransposeAttr):
+        if enum_cls.isinstance(attr):
+            return enum_cls(attr).value
+    if shlo.DotDimensionNumbers.isinstance(attr):
+        a = shlo.DotDimensionNumbers(attr)
+        return {
+            "lhs_batching_dimensions": tuple(a.lhs_batching_dimensions),
+            "rhs_batching_dimensions": tuple(a.rhs_batching_dimensions),
+            "lhs_contracting_dimensions": tuple(a.lhs_contracting_dimensions),
+            "rhs_contracting_dimensions": tuple(a.rhs_contracting_dimensions),
+        }
+    if shlo.GatherDimensionNumbers.isinstance(attr):
+        a = shlo.GatherDimensionNumbers(attr)
+        return {
+            "offset_dims": tuple(a.offset_dims),
+            "collapsed_slice_dims": tuple(a.collapsed_slice_dims),
+            "operand_batching_dims": tuple(a.operand_batching_dims),
+            "start_indices_batching_dims": tuple(a.start_indices_batching_dims),
+            "start_index_map": tuple(a.start_index_map),
+            "index_vector_dim": int(a.index_vector_dim),
+        }
+    if shlo.ScatterDimensionNumbers.isinstance(attr):
+        a = shlo.ScatterDimensionNumbers(attr)
+        return {
+            "update_window_dims": tuple(a.update_window_dims),
+            "inserted_window_dims": tuple(a.inserted_window_dims),
+            "input_batching_dims": tuple(a.input_batching_dims),
+            "scatter_indices_batching_dims": tuple(a.scatter_indices_batching_dims),
+            "scattered_dims_to_operand_dims": tuple(a.scattered_dims_to_operand_dims),
+            "index_vector_dim": int(a.index_vector_dim),
+        }
+    if shlo.ConvDimensionNumbers.isinstance(attr):
+        a = shlo.ConvDimensionNumbers(attr)
+        return {
+            "input_batch_dimension": int(a.input_batch_dimension),
+            "input_feature_dimension": int(a.input_feature_dimension),
+            "input_spatial_dimensions": tuple(a.input_spatial_dimensions),
+            "kernel_input_feature_dimension": int(a.kernel_input_feature_dimension),
+            "kernel_output_feature_dimension": int(a.kernel_output_feature_dimension),
+            "kernel_spatial_dimensions": tuple(a.kernel_spatial_dimensions),
+            "output_batch_dimension": int(a.output_batch_dimension),
+            "output_feature_dimension": int(a.output_feature_dimension),
+            "output_spatial_dimensions": tuple(a.output_spatial_dimensions),
+        }
+    if shlo.ChannelHandle.isinstance(attr):
+        a = shlo.ChannelHandle(attr)
+        return {"handle": int(a.handle), "type": int(a.channel_type)}
+    if shlo.OutputOperandAlias.isinstance(attr):
+        a = shlo.OutputOperandAlias(attr)
+        return {"output_tuple_indices": tuple(a.output_tuple_indices),
+                "operand_index": int(a.operand_index),
+                "operand_tuple_indices": tuple(a.operand_tuple_indices)}
+    if shlo.ResultAccuracyAttr.isinstance(attr):
+        a = shlo.ResultAccuracyAttr(attr)
+        return {"atol": float(a.atol), "rtol": float(a.rtol), "ulps": int(a.ulps),
+                "mode": str(a.mode)}
+    return RawAttr(str(attr))
+
+
+class RawAttr(str):
+    """An attribute the decoder does not model, kept as its printed text."""
+
+
+def decode_attribute(owner, name):
+    """Decoded value of attribute ``name`` of op ``owner`` (an ir.Operation).
+
+    The Python bindings cannot hand out some attributes as objects (dense
+    complex tensors raise "Can't cast unknown element type", and printing the
+    NamedAttribute, or reading its ``.attr``, aborts the process); those are
+    decoded from the owner's generic printed form instead.
+    """
+    from jaxlib.mlir import ir
+    try:
+        attr = owner.attributes[name]
+    except Exception:
+        text = _attr_text_from_asm(owner.get_asm(print_generic_op_form=True,
+                                                 large_elements_limit=None), name)
+        if text is not None and text.startswith("dense<"):
+            type_text = text[text.rfind("> : ") + 4:]
+            ttype = from_mlir(ir.Type.parse(type_text))
+            return _parse_dense_text(text, ttype.shape, ttype.dtype)
+        return RawAttr(text or "<undecodable>")
+    try:
+        return decode(attr)
+    except Exception:
+        return RawAttr(str(attr))
+
+
+def _attr_text_from_asm(asm, name):
+    """Text of attribute ``name`` in an op's generic assembly, or None."""
+    key = f"{name} = "
+    pos = 0
+    while True:
+        i = asm.find(key, pos)
+        if i < 0:
+            return None
+        if i > 0 and asm[i - 1] in "{ ,":
+            break
+        pos = i + 1
+    start = i + len(key)
+    depth = 0
+    j = start
+    in_str = False
+    while j < len(asm):
+        c = asm[j]
+        if in_str:
+            if c == "\\":
+                j += 1
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+        elif c in "<[({":
+            depth += 1
+        elif c in ">])}":
+            if depth == 0:
+                break
+            depth -= 1
+        elif c == "," and depth == 0:
+            break
+        j += 1
+    return asm[start:j].strip()

@@ -1,0 +1,523 @@
+"""Compile a parsed module into a plan of Python callables, once.
+
+Each function body and each region becomes a :class:`Block`: a flat list of
+steps ``(fn, input_slots, output_slot(s), dead_slots, op)`` over a frame (a
+Python list). Attributes are decoded into numpy/Python values here, so running
+a plan never touches an MLIR object.
+
+Slot 0 of every frame holds the execution context; special kernels (ops with
+regions, ops that need the context) take it as their first input. Values a
+region uses from an enclosing scope become the region's captures: the op that
+owns the region passes them in, so every block runs in a frame of its own.
+"""
+
+import os
+import re
+
+import numpy as np
+
+from . import attrs as _attrs
+from .errors import (CompileError, ExecutionError, InterpreterError,
+                     UnsupportedOpsError)
+from .loader import MLIR_LOCK, Module, load
+from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported
+from .types import TOKEN, TensorType, TokenType, TupleType, conforms, describe, from_mlir
+
+_DEBUG_VALIDATE = os.environ.get("STABLEHLO_REF_VALIDATE", "") not in ("", "0")
+
+
+def format_location(loc):
+    """Compact text of an MLIR location: `file:line:col` or the name JAX gave."""
+    s = str(loc)
+    if s.startswith("loc(") and s.endswith(")"):
+        s = s[4:-1]
+    return s
+
+
+class Op:
+    """Everything a builder may know about one op occurrence (compile time)."""
+
+    __slots__ = ("name", "location", "attrs", "operand_types", "result_types",
+                 "regions", "module", "raw", "num_results", "index", "callee_name")
+
+    def __init__(self, name, location, attrs, operand_types, result_types, regions,
+                 module, raw):
+        self.name = name
+        self.location = location
+        self.attrs = attrs
+        self.operand_types = operand_types
+        self.result_types = result_types
+        self.regions = regions
+        self.module = module
+        self.raw = raw
+        self.num_results = len(result_types)
+
+    def where(self):
+        return f"{self.name} at {self.location}"
+
+    def __repr__(self):
+        return f"<Op {self.where()}>"
+
+
+class Context:
+    """Per-execution state handed to special kernels.
+
+    ``process`` is ``(replica_id, partition_id)``; ``grid`` is the process
+    grid of a parallel run (None for a single process); ``tracer`` receives
+    op events when tracing is on.
+    """
+
+    __slots__ = ("program", "tracer", "process", "grid", "depth", "state")
+
+    def __init__(self, program, tracer=None, process=(0, 0), grid=None):
+        self.program = program
+        self.tracer = tracer
+        self.process = process
+        self.grid = grid
+        self.depth = 0
+        self.state = {}
+
+
+class Block:
+    """A compiled function body or region."""
+
+    __slots__ = ("name", "steps", "template", "arg_slots", "capture_values",
+                 "capture_slots", "result_slots", "arg_types", "result_types",
+                 "nslots", "location")
+
+    def __init__(self, name):
+        self.name = name
+        self.steps = []
+        self.template = None
+        self.arg_slots = ()
+        self.capture_values = []
+        self.capture_slots = []
+        self.result_slots = ()
+        self.arg_types = []
+        self.result_types = []
+        self.location = ""
+
+    def run(self, ctx, captures, args):
+        """Run the block; returns the list of its results."""
+        env = self.template[:]
+        env[0] = ctx
+        for slot, v in zip(self.capture_slots, captures):
+            env[slot] = v
+        for slot, v in zip(self.arg_slots, args):
+            env[slot] = v
+        if ctx.tracer is not None or _DEBUG_VALIDATE:
+            return self._run_observed(ctx, env)
+        step = None
+        try:
+            for step in self.steps:
+                fn, ins, out, dead = step[0], step[1], step[2], step[3]
+                if out.__class__ is int:
+                    env[out] = fn(*[env[i] for i in ins])
+                else:
+                    res = fn(*[env[i] for i in ins])
+                    for o, v in zip(out, res):
+                        env[o] = v
+                for d in dead:
+                    env[d] = None
+        except InterpreterError:
+            raise
+        except RecursionError:
+            raise ExecutionError(f"{step[4].where()}: recursion too deep",
+                                 step[4].name, step[4].location) from None
+        except Exception as e:
+            raise _wrap(e, step) from e
+        return [env[i] for i in self.result_slots]
+
+    def _run_observed(self, ctx, env):
+        tracer = ctx.tracer
+        step = None
+        try:
+            for step in self.steps:
+                fn, ins, out, dead, op = step
+                inputs = [env[i] for i in ins]
+                if tracer is not None:
+                    tracer.before(op, inputs[1:] if op.name in SPECIAL_NAMES_CACHE
+                                  else inputs, ctx.depth)
+                    ctx.depth += 1
+                try:
+                    res = fn(*inputs)
+                finally:
+                    if tracer is not None:
+                        ctx.depth -= 1
+                results = [res] if out.__class__ is int else list(res)
+                if _DEBUG_VALIDATE:
+                    _validate(op, results)
+                if tracer is not None:
+                    tracer.after(op, results, ctx.depth)
+                if out.__class__ is int:
+                    env[out] = res
+                else:
+                    for o, v in zip(out, results):
+                        env[o] = v
+                for d in dead:
+                    env[d] = None
+        except InterpreterError:
+            raise
+        except Exception as e:
+            raise _wrap(e, step) from e
+        return [env[i] for i in self.result_slots]
+
+    def bind(self, ctx, captures):
+        """A callable running this block as a region in ``ctx``."""
+        def region(*args):
+            return self.run(ctx, captures, args)
+        region.block = self
+        return region
+
+
+# Names of special ops, consulted only by the observed loop to hide the
+# context argument from tracers.
+SPECIAL_NAMES_CACHE = set()
+
+
+def _validate(op, results):
+    if len(results) != len(op.result_types):
+        raise ExecutionError(
+            f"{op.where()}: kernel returned {len(results)} results, op has "
+            f"{len(op.result_types)}", op.name, op.location)
+    for i, (v, t) in enumerate(zip(results, op.result_types)):
+        if not conforms(v, t) and not (isinstance(t, TensorType) and t.quant is not None
+                                        and isinstance(v, np.ndarray)):
+            raise ExecutionError(
+                f"{op.where()}: internal error: result #{i} is {describe(v)}, "
+                f"expected {t!r}", op.name, op.location)
+
+
+def _wrap(e, step):
+    if step is None:
+        return ExecutionError(f"{type(e).__name__}: {e}")
+    op = step[4]
+    return ExecutionError(f"{op.where()}: {type(e).__name__}: {e}", op.name, op.location)
+
+
+class Function:
+    """A compiled `func.func`."""
+
+    def __init__(self, name, block, visibility, arg_types, result_types, arg_attrs,
+                 result_attrs):
+        self.name = name
+        self.block = block
+        self.visibility = visibility
+        self.input_types = arg_types
+        self.output_types = result_types
+        self.arg_attrs = arg_attrs
+        self.result_attrs = result_attrs
+
+    def __call__(self, ctx, args):
+        return self.block.run(ctx, (), args)
+
+
+class Program:
+    """A compiled module: functions by name, ready to run many times."""
+
+    def __init__(self, functions, module_attrs, text, main):
+        self.functions = functions
+        self.module_attrs = module_attrs
+        self.text = text
+        self.main = main
+        self.num_replicas = int(module_attrs.get("mhlo.num_replicas", 1) or 1)
+        self.num_partitions = int(module_attrs.get("mhlo.num_partitions", 1) or 1)
+
+    @property
+    def input_types(self):
+        return self.functions[self.main].input_types
+
+    @property
+    def output_types(self):
+        return self.functions[self.main].output_types
+
+    def function(self, name=None):
+        name = name or self.main
+        try:
+            return self.functions[name]
+        except KeyError:
+            raise InterpreterError(
+                f"no function @{name} in module (has: "
+                f"{', '.join('@' + n for n in self.functions)})") from None
+
+    def run(self, *args, func=None, tracer=None, process=(0, 0), grid=None):
+        """Run ``func`` (default: the entry function) on ``args``; returns a list."""
+        f = self.function(func)
+        if len(args) != len(f.input_types):
+            raise ExecutionError(
+                f"@{f.name} takes {len(f.input_types)} argument(s), got {len(args)}")
+        args = [_coerce_arg(a, t, i, f.name) for i, (a, t) in
+                enumerate(zip(args, f.input_types))]
+        ctx = Context(self, tracer=tracer, process=process, grid=grid)
+        with np.errstate(all="ignore"):
+            return f(ctx, args)
+
+
+def _coerce_arg(a, t, i, fname):
+    if isinstance(t, TensorType):
+        if not isinstance(a, np.ndarray):
+            a = np.asarray(a)
+            if a.dtype != t.dtype:
+                a = a.astype(t.dtype)
+        if not conforms(a, t) and not (t.quant is not None and a.dtype == t.dtype):
+            raise ExecutionError(
+                f"argument #{i} of @{fname}: expected {t!r}, got {describe(a)}")
+        return a
+    if isinstance(t, TokenType):
+        return TOKEN
+    if isinstance(t, TupleType):
+        if not isinstance(a, tuple) or len(a) != len(t.types):
+            raise ExecutionError(f"argument #{i} of @{fname}: expected {t!r}, "
+                                 f"got {describe(a)}")
+        return tuple(_coerce_arg(x, tt, i, fname) for x, tt in zip(a, t.types))
+    return a
+
+
+# --------------------------------------------------------------------------
+# Compilation
+
+
+class _Compiler:
+    def __init__(self, module):
+        self.module = module
+        self.unsupported = []
+        self.functions = {}
+
+    def compile(self):
+        from jaxlib.mlir import ir
+        mod = self.module.mlir
+        module_attrs = {}
+        mattrs = mod.operation.attributes
+        for key in list(mattrs):
+            module_attrs[key] = _attrs.decode_attribute(mod.operation, key)
+        funcs = []
+        for op in mod.body.operations:
+            o = op.operation
+            if o.name == "func.func":
+                funcs.append(o)
+            # Other top-level ops (sdy.mesh, ...) carry no computation.
+        if not funcs:
+            raise CompileError("module has no func.func")
+        for fo in funcs:
+            self._compile_function(fo)
+        if self.unsupported:
+            raise UnsupportedOpsError(self.unsupported)
+        names = list(self.functions)
+        main = "main" if "main" in self.functions else None
+        if main is None:
+            public = [n for n, f in self.functions.items() if f.visibility != "private"]
+            main = public[0] if public else names[0]
+        return Program(self.functions, module_attrs, None, main)
+
+    def _compile_function(self, fo):
+        from jaxlib.mlir import ir
+        name = ir.StringAttr(fo.attributes["sym_name"]).value
+        vis = (ir.StringAttr(fo.attributes["sym_visibility"]).value
+               if "sym_visibility" in fo.attributes else "public")
+        ftype = ir.FunctionType(ir.TypeAttr(fo.attributes["function_type"]).value)
+        arg_types = [from_mlir(t) for t in ftype.inputs]
+        res_types = [from_mlir(t) for t in ftype.results]
+        arg_attrs = self._decode_attr_list(fo, "arg_attrs", len(arg_types))
+        res_attrs = self._decode_attr_list(fo, "res_attrs", len(res_types))
+        if len(fo.regions[0].blocks) == 0:
+            self.unsupported.append(("func.func", format_location(fo.location),
+                                     f"@{name} is a declaration without a body"))
+            return
+        block = self._compile_region(fo.regions[0], f"@{name}", top=True)
+        block.arg_types = arg_types
+        block.result_types = res_types
+        self.functions[name] = Function(name, block, vis, arg_types, res_types,
+                                        arg_attrs, res_attrs)
+
+    @staticmethod
+    def _decode_attr_list(fo, key, n):
+        from jaxlib.mlir import ir
+        if key not in fo.attributes:
+            return [{} for _ in range(n)]
+        out = []
+        for a in ir.ArrayAttr(fo.attributes[key]):
+            try:
+                out.append(_attrs.decode(a))
+            except Exception:
+                out.append({})
+        return out
+
+    def _compile_region(self, region, name, top=False):
+        """Compile a single-block region into a Block (with its captures)."""
+        blocks = list(region.blocks)
+        blk = Block(name)
+        if len(blocks) != 1:
+            loc = format_location(region.owner.location)
+            self.unsupported.append((region.owner.name, loc,
+                                     f"region with {len(blocks)} blocks "
+                                     "(only single-block regions are supported)"))
+            blk.template = [None]
+            return blk
+        b = blocks[0]
+        slots = {}
+        nslots = [1]  # slot 0: the execution context
+        constants = {}
+        last_use = {}
+
+        def new_slot():
+            nslots[0] += 1
+            return nslots[0] - 1
+
+        blk.arg_slots = tuple(slots.setdefault(a, new_slot()) for a in b.arguments)
+
+        def lookup(v):
+            s = slots.get(v)
+            if s is None:
+                # Defined outside this region: capture it.
+                s = new_slot()
+                slots[v] = s
+                blk.capture_values.append(v)
+                blk.capture_slots.append(s)
+            return s
+
+        ops = list(b.operations)
+        steps = []
+        for idx, op in enumerate(ops):
+            o = op.operation
+            if idx == len(ops) - 1 and o.name in ("func.return", "stablehlo.return",
+                                                  "stablehlo.return_", "chlo.return"):
+                blk.result_slots = tuple(lookup(v) for v in o.operands)
+                for s in blk.result_slots:
+                    last_use[s] = len(steps)  # never freed before the end
+                continue
+            step = self._compile_op(o, lookup, new_slot, slots, constants)
+            if step is None:
+                continue
+            steps.append(step)
+            for s in step[1]:
+                last_use[s] = len(steps) - 1
+        # Results and captures/args are never freed early; everything else is
+        # dropped right after its last use so peak memory stays low.
+        keep = set(blk.result_slots) | {0}
+        dead_at = {}
+        for s, i in last_use.items():
+            if s not in keep and s not in constants:
+                dead_at.setdefault(i, []).append(s)
+        blk.steps = [(fn, ins, out, tuple(dead_at.get(i, ())), opd)
+                     for i, (fn, ins, out, _, opd) in enumerate(steps)]
+        blk.nslots = nslots[0]
+        template = [None] * nslots[0]
+        for s, v in constants.items():
+            template[s] = v
+        blk.template = template
+        return blk
+
+    def _compile_op(self, o, lookup, new_slot, slots, constants):
+        from jaxlib.mlir import ir
+        name = o.name
+        loc = format_location(o.location)
+        # Decode attributes. A failure to decode one is reported only if the
+        # kernel needs it (RawAttr keeps the text).
+        attrs = {}
+        oattrs = o.attributes
+        for key in list(oattrs):
+            attrs[key] = _attrs.decode_attribute(o, key)
+        try:
+            operand_types = [from_mlir(v.type) for v in o.operands]
+            result_types = [from_mlir(r.type) for r in o.results]
+        except Exception as e:
+            self.unsupported.append((name, loc, str(e)))
+            for r in o.results:
+                slots[r] = new_slot()
+            return None
+        # Regions compile first: their captures become extra inputs.
+        regions = [self._compile_region(r, f"{name}#{i}") for i, r in enumerate(o.regions)]
+        op = Op(name, loc, attrs, operand_types, result_types, regions, self, o)
+        builder, special = self._find_builder(op)
+        out_slots = [new_slot() for _ in o.results]
+        for r, s in zip(o.results, out_slots):
+            slots[r] = s
+        if builder is None:
+            return None
+        try:
+            fn = builder(op)
+        except Unsupported as e:
+            self.unsupported.append((name, loc, str(e) or "unsupported form"))
+            return None
+        except InterpreterError as e:
+            self.unsupported.append((name, loc, str(e)))
+            return None
+        except Exception as e:
+            self.unsupported.append((name, loc, f"cannot compile: {type(e).__name__}: {e}"))
+            return None
+        op.raw = None  # nothing MLIR survives into the plan
+        in_slots = [lookup(v) for v in o.operands]
+        if name == "stablehlo.constant" and not special and len(out_slots) == 1:
+            # Constants are materialised once, into the frame template.
+            try:
+                constants[out_slots[0]] = fn()
+            except Exception as e:
+                self.unsupported.append((name, loc, f"bad constant: {e}"))
+            return None
+        if special or regions:
+            cap_ranges = []
+            cap_slots = []
+            for rb in regions:
+                start = len(cap_slots)
+                cap_slots.extend(lookup(v) for v in rb.capture_values)
+                cap_ranges.append((start, len(cap_slots)))
+            fn = _special_step(fn, regions, cap_ranges, len(in_slots))
+            ins = (0,) + tuple(in_slots) + tuple(cap_slots)
+            SPECIAL_NAMES_CACHE.add(name)
+        else:
+            ins = tuple(in_slots)
+        out = out_slots[0] if len(out_slots) == 1 else tuple(out_slots)
+        return (fn, ins, out, (), op)
+
+    def _find_builder(self, op):
+        name = op.name
+        if name == "stablehlo.custom_call":
+            target = op.attrs.get("call_target_name")
+            entry = CUSTOM_CALLS.get(target)
+            if entry is None:
+                self.unsupported.append((name, op.location,
+                                         f"unknown custom_call target @{target}"))
+                return None, False
+            return entry
+        builder = KERNELS.get(name)
+        if builder is None:
+            self.unsupported.append((name, op.location, "no kernel for this op"))
+            return None, False
+        return builder, name in SPECIAL
+
+
+def _special_step(fn, regions, cap_ranges, n_operands):
+    """Adapt ``fn(ctx, regions, *operands)`` to the frame calling convention."""
+    if not regions:
+        def step(ctx, *vals):
+            return fn(ctx, (), *vals)
+        return step
+
+    def step(ctx, *vals):
+        ops = vals[:n_operands]
+        caps = vals[n_operands:]
+        bound = [rb.bind(ctx, caps[a:b]) for rb, (a, b) in zip(regions, cap_ranges)]
+        return fn(ctx, bound, *ops)
+    return step
+
+
+def compile(module_or_data, *, name="<input>"):  # noqa: A001 - the natural name
+    """Compile a module (or MLIR text/bytes) into a :class:`Program`.
+
+    Raises :class:`UnsupportedOpsError` listing every op that cannot run.
+    """
+    module = load(module_or_data, name=name)
+    from . import ops  # noqa: F401  (registers every kernel)
+    with MLIR_LOCK, module.context:
+        program = _Compiler(module).compile()
+        program.text = None
+        program._module = module
+    return program
+
+
+def _program_text(self):
+    with MLIR_LOCK, self._module.context:
+        return str(self._module.mlir)
+
+
+Program.text = property(_program_text, lambda self, v: None)

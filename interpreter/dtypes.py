@@ -1,0 +1,137 @@
+"""Mapping between MLIR element types and numpy dtypes.
+
+bf16, the float8/6/4 families and the 1/2/4-bit integers come from
+``ml_dtypes``; everything else is a builtin numpy dtype. ``i1`` is the spec's
+boolean type and maps to ``np.bool_``.
+"""
+
+import ml_dtypes
+import numpy as np
+
+_ELEMENT_TO_DTYPE = {
+    "i1": np.dtype(np.bool_),
+    "i2": np.dtype(ml_dtypes.int2),
+    "i4": np.dtype(ml_dtypes.int4),
+    "i8": np.dtype(np.int8),
+    "i16": np.dtype(np.int16),
+    "i32": np.dtype(np.int32),
+    "i64": np.dtype(np.int64),
+    "ui1": np.dtype(ml_dtypes.uint1) if hasattr(ml_dtypes, "uint1") else None,
+    "ui2": np.dtype(ml_dtypes.uint2),
+    "ui4": np.dtype(ml_dtypes.uint4),
+    "ui8": np.dtype(np.uint8),
+    "ui16": np.dtype(np.uint16),
+    "ui32": np.dtype(np.uint32),
+    "ui64": np.dtype(np.uint64),
+    "f16": np.dtype(np.float16),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "f32": np.dtype(np.float32),
+    "f64": np.dtype(np.float64),
+    "f8E4M3FN": np.dtype(ml_dtypes.float8_e4m3fn),
+    "f8E5M2": np.dtype(ml_dtypes.float8_e5m2),
+    "f8E4M3FNUZ": np.dtype(ml_dtypes.float8_e4m3fnuz),
+    "f8E5M2FNUZ": np.dtype(ml_dtypes.float8_e5m2fnuz),
+    "f8E4M3B11FNUZ": np.dtype(ml_dtypes.float8_e4m3b11fnuz),
+    "f8E4M3": np.dtype(ml_dtypes.float8_e4m3),
+    "f8E3M4": np.dtype(ml_dtypes.float8_e3m4),
+    "f8E8M0FNU": np.dtype(ml_dtypes.float8_e8m0fnu),
+    "f4E2M1FN": np.dtype(ml_dtypes.float4_e2m1fn),
+    "f6E2M3FN": np.dtype(ml_dtypes.float6_e2m3fn),
+    "f6E3M2FN": np.dtype(ml_dtypes.float6_e3m2fn),
+    "complex<f32>": np.dtype(np.complex64),
+    "complex<f64>": np.dtype(np.complex128),
+    # `index` only appears in shape computations of dynamic programs.
+    "index": np.dtype(np.int64),
+}
+_ELEMENT_TO_DTYPE = {k: v for k, v in _ELEMENT_TO_DTYPE.items() if v is not None}
+_DTYPE_TO_ELEMENT = {}
+for _k, _v in _ELEMENT_TO_DTYPE.items():
+    if _k != "index":
+        _DTYPE_TO_ELEMENT.setdefault(_v, _k)
+
+# Sub-byte integers: ml_dtypes stores one element per byte.
+SUB_BYTE_INTS = {np.dtype(ml_dtypes.int2), np.dtype(ml_dtypes.int4),
+                 np.dtype(ml_dtypes.uint2), np.dtype(ml_dtypes.uint4)}
+if hasattr(ml_dtypes, "uint1"):
+    SUB_BYTE_INTS.add(np.dtype(ml_dtypes.uint1))
+
+ML_FLOATS = {v for k, v in _ELEMENT_TO_DTYPE.items()
+             if k.startswith(("f8", "f6", "f4", "bf16"))}
+
+
+def from_element_type(name):
+    """numpy dtype for an MLIR element type spelled as in the IR (``'bf16'``)."""
+    try:
+        return _ELEMENT_TO_DTYPE[name]
+    except KeyError:
+        raise TypeError(f"unsupported element type {name!r}") from None
+
+
+def to_element_type(dtype):
+    """MLIR spelling of a numpy dtype (inverse of :func:`from_element_type`)."""
+    dtype = np.dtype(dtype)
+    try:
+        return _DTYPE_TO_ELEMENT[dtype]
+    except KeyError:
+        raise TypeError(f"numpy dtype {dtype} has no StableHLO element type") from None
+
+
+def is_bool(dtype):
+    return np.dtype(dtype) == np.bool_
+
+
+def is_complex(dtype):
+    return np.dtype(dtype).kind == "c"
+
+
+def is_float(dtype):
+    """True for every real floating-point type, including the ml_dtypes ones."""
+    dtype = np.dtype(dtype)
+    return dtype.kind == "f" or dtype in ML_FLOATS
+
+
+def is_integer(dtype):
+    """True for signed and unsigned integers (not bool), incl. int2/int4."""
+    dtype = np.dtype(dtype)
+    return dtype.kind in "iu" or dtype in SUB_BYTE_INTS
+
+
+def is_unsigned(dtype):
+    dtype = np.dtype(dtype)
+    if dtype in SUB_BYTE_INTS:
+        return dtype.name.startswith("uint")
+    return dtype.kind == "u"
+
+
+def bit_width(dtype):
+    """Bit width of an element type as the spec counts it (i4 -> 4, bf16 -> 16)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return 1
+    if dtype in SUB_BYTE_INTS or dtype in ML_FLOATS:
+        name = to_element_type(dtype)
+        if name.startswith("ui"):
+            return int(name[2:])
+        if name.startswith("i"):
+            return int(name[1:])
+        if name == "bf16":
+            return 16
+        return int(name[1])
+    return dtype.itemsize * 8
+
+
+def int_info(dtype):
+    """(min, max) of an integer type, including the sub-byte ones."""
+    dtype = np.dtype(dtype)
+    if dtype in SUB_BYTE_INTS:
+        info = ml_dtypes.iinfo(dtype)
+        return int(info.min), int(info.max)
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def finfo(dtype):
+    dtype = np.dtype(dtype)
+    if dtype in ML_FLOATS:
+        return ml_dtypes.finfo(dtype)
+    return np.finfo(dtype)

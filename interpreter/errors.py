@@ -1,0 +1,47 @@
+"""Exceptions raised by the interpreter.
+
+Every failure the interpreter can detect surfaces as a subclass of
+:class:`InterpreterError`, with a message that names the op, its source
+location and what is wrong. Nothing here ever aborts the host process.
+"""
+
+
+class InterpreterError(Exception):
+    """Base class of every error the interpreter raises."""
+
+
+class LoadError(InterpreterError):
+    """The input could not be parsed as a StableHLO module."""
+
+
+class CompileError(InterpreterError):
+    """The module parsed but cannot be turned into an executable plan."""
+
+
+class UnsupportedOpsError(CompileError):
+    """The module uses ops the interpreter cannot run.
+
+    ``unsupported`` is a list of ``(op_name, location, reason)`` tuples, one
+    per offending op occurrence, in program order.
+    """
+
+    def __init__(self, unsupported):
+        self.unsupported = list(unsupported)
+        lines = [f"  {name} at {loc}: {why}" for name, loc, why in self.unsupported]
+        names = sorted({u[0] for u in self.unsupported})
+        super().__init__(
+            f"module uses {len(self.unsupported)} op(s) the interpreter cannot run "
+            f"({', '.join(names)}):\n" + "\n".join(lines))
+
+
+class ExecutionError(InterpreterError):
+    """An op failed while the plan was running."""
+
+    def __init__(self, message, op_name=None, location=None):
+        self.op_name = op_name
+        self.location = location
+        super().__init__(message)
+
+
+class CheckFailure(ExecutionError):
+    """A ``check.*`` op (the conformance suites' assertions) did not hold."""

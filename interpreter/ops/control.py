@@ -1,0 +1,118 @@
+"""Control flow, calls, tuples and constants."""
+
+import numpy as np
+
+from ..registry import kernel
+
+
+def _one_or_many(op):
+    """Runtime adapter: a block returns a list; single-result ops return a value."""
+    if op.num_results == 1:
+        return lambda vals: vals[0]
+    return lambda vals: vals
+
+
+@kernel("stablehlo.constant")
+def constant(op):
+    """spec: constant. Materialised once at compile time."""
+    value = op.attrs["value"]
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"constant value is {value!r}, expected dense elements")
+    value = np.ascontiguousarray(value)
+    value.flags.writeable = False  # shared by every run; kernels never mutate inputs
+    return lambda: value
+
+
+@kernel("func.call", special=True)
+def call(op):
+    """func.call: run another function of the module (recursion allowed)."""
+    callee = op.attrs["callee"]
+    if callee not in _function_names(op):
+        raise TypeError(f"call to unknown function @{callee}")
+    wrap = _one_or_many(op)
+
+    def run(ctx, regions, *args):
+        return wrap(ctx.program.functions[callee].block.run(ctx, (), args))
+    return run
+
+
+def _function_names(op):
+    from jaxlib.mlir import ir
+    mod = op.module.module.mlir
+    names = set()
+    for o in mod.body.operations:
+        if o.operation.name == "func.func":
+            names.add(ir.StringAttr(o.operation.attributes["sym_name"]).value)
+    return names
+
+
+@kernel("stablehlo.composite", special=True)
+def composite(op):
+    """spec: composite. Runs the decomposition function, as the spec defines."""
+    callee = op.attrs["decomposition"]
+    if callee not in _function_names(op):
+        raise TypeError(f"composite {op.attrs.get('name')!r}: unknown decomposition @{callee}")
+    wrap = _one_or_many(op)
+
+    def run(ctx, regions, *args):
+        return wrap(ctx.program.functions[callee].block.run(ctx, (), args))
+    return run
+
+
+@kernel("stablehlo.while", special=True)
+def while_(op):
+    """spec: while. Runs `body` while `cond` yields true."""
+    wrap = _one_or_many(op)
+
+    def run(ctx, regions, *operands):
+        cond, body = regions
+        vals = list(operands)
+        while cond(*vals)[0]:
+            vals = body(*vals)
+        return wrap(vals)
+    return run
+
+
+@kernel("stablehlo.if", special=True)
+def if_(op):
+    """spec: if. Runs `true_branch` or `false_branch` depending on `pred`."""
+    wrap = _one_or_many(op)
+
+    def run(ctx, regions, pred):
+        return wrap(regions[0]() if pred else regions[1]())
+    return run
+
+
+@kernel("stablehlo.case", special=True)
+def case(op):
+    """spec: case. An out-of-range index selects the last branch."""
+    wrap = _one_or_many(op)
+    n = len(op.regions)
+
+    def run(ctx, regions, index):
+        i = int(index)
+        if i < 0 or i >= n:
+            i = n - 1
+        return wrap(regions[i]())
+    return run
+
+
+@kernel("stablehlo.tuple")
+def tuple_(op):
+    """spec: tuple."""
+    return lambda *vals: tuple(vals)
+
+
+@kernel("stablehlo.get_tuple_element")
+def get_tuple_element(op):
+    """spec: get_tuple_element."""
+    index = op.attrs["index"]
+    return lambda t: t[index]
+
+
+@kernel("stablehlo.optimization_barrier")
+def optimization_barrier(op):
+    """spec: optimization_barrier. Identity on its operands."""
+    if op.num_results == 1:
+        return lambda x: x
+    return lambda *xs: xs

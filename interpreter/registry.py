@@ -1,0 +1,65 @@
+"""The one registry that maps StableHLO op names to kernels.
+
+A *builder* is called once per op occurrence at compile time with an
+:class:`~stablehlo_interpreter.compiler.Op` (decoded attributes, types,
+compiled regions) and returns the runtime callable.
+
+* Plain kernels (the default) return ``fn(*operands)``.
+* Special kernels (``special=True``: ops with regions, or ops that need the
+  execution context such as replica_id or rng) return
+  ``fn(ctx, regions, *operands)`` where ``regions`` are callables
+  ``region(*args) -> list`` bound to this execution.
+
+The runtime callable returns the op's single result, or a sequence of results
+when the op has zero or several results. Builders raise :class:`Unsupported`
+for attribute combinations they cannot run; the compiler collects those with
+the missing kernels into one :class:`UnsupportedOpsError`.
+"""
+
+KERNELS = {}
+SPECIAL = set()
+CUSTOM_CALLS = {}
+
+
+class Unsupported(Exception):
+    """Raised by a builder at compile time: this op occurrence cannot run."""
+
+
+def kernel(*names, special=False):
+    """Register ``builder`` under one or more op names."""
+    def deco(builder):
+        for name in names:
+            if name in KERNELS and KERNELS[name] is not builder:
+                raise RuntimeError(f"kernel for {name} registered twice")
+            KERNELS[name] = builder
+            if special:
+                SPECIAL.add(name)
+            else:
+                SPECIAL.discard(name)
+        return builder
+    return deco
+
+
+def simple(*names):
+    """Register a kernel that needs nothing from the op: ``fn`` is the kernel."""
+    def deco(fn):
+        def builder(op, _fn=fn):
+            return _fn
+        builder.__doc__ = fn.__doc__
+        builder.__name__ = fn.__name__
+        kernel(*names)(builder)
+        return fn
+    return deco
+
+
+def custom_call(*targets, special=False):
+    """Register a builder for ``stablehlo.custom_call @target``.
+
+    Builders have the same contract as op builders; ``special`` ones get
+    ``fn(ctx, regions, *operands)``.
+    """
+    def deco(builder):
+        for t in targets:
+            CUSTOM_CALLS[t] = (builder, special)
+        return builder
+    return deco

@@ -1,0 +1,874 @@
+/*
+ * C trampolines for the stablehlo_pjrt PJRT plugin.
+ *
+ * The PJRT C API table itself is described and filled from Python (see
+ * _capi.py and api.py).  This extension exists because plain ctypes callbacks
+ * are not robust enough when jaxlib is the caller:
+ *
+ *   - jaxlib sometimes calls PJRT_Buffer_Destroy while a Python exception is
+ *     pending on the calling thread (a failed Execute freeing a temporary
+ *     argument).  Running Python code in that state corrupts the exception.
+ *   - An exception escaping a ctypes callback makes it return garbage, which
+ *     jaxlib then treats as a PJRT_Error* and aborts on.
+ *   - At interpreter exit jaxlib destroys executables and buffers from its
+ *     thread pool after Python is finalized; touching Python then crashes.
+ *
+ * Every PJRT entry point has the shape `PJRT_Error* f(Args*)`, so one generic
+ * trampoline per table slot suffices: it takes the GIL, parks any pending
+ * exception, calls the Python handler registered for the slot with the
+ * address of the args struct, turns an escaping exception into a PJRT_Error,
+ * restores the parked exception and returns.  After (or during) finalization
+ * it returns without touching Python.
+ *
+ * Errors, events and the PJRT_Memory vtable are implemented here in C: they
+ * are called from jaxlib threads at any time (including after finalization),
+ * their semantics are tiny, and event callbacks must run without the GIL so
+ * that jaxlib continuations cannot deadlock against Python threads.
+ *
+ * The same shared object exports GetPjrtApi so hosts that load PJRT plugins
+ * by path (PJRT_NAMES_AND_LIBRARY_PATHS, PyTorch/XLA) can use it too.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* Types from pjrt_c_api.h that the C part implements.  Layouts must match  */
+/* the header version mirrored in _capi.py (0.110).                         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct PJRT_Error PJRT_Error;
+typedef struct PJRT_Memory PJRT_Memory;
+
+typedef void (*PayloadVisitor)(const char *key, size_t key_size,
+                               const char *value, size_t value_size,
+                               void *user_arg);
+
+typedef struct {
+  size_t struct_size;
+  size_t instance_size;
+  void *extension_start;
+  void (*destroy)(PJRT_Error *error);
+  void (*message)(const PJRT_Error *error, const char **message,
+                  size_t *message_size);
+  int (*get_code)(const PJRT_Error *error);
+  void (*for_each_payload)(const PJRT_Error *error, PayloadVisitor visitor,
+                           void *user_arg);
+} ErrorFunctionTable;
+
+struct PJRT_Error {
+  const ErrorFunctionTable *vtable; /* public part (PJRT_Error_STRUCT_SIZE) */
+  int code;
+  size_t message_size;
+  char *message; /* NUL terminated, owned */
+};
+
+typedef struct {
+  size_t struct_size;
+  void *extension_start;
+  size_t instance_struct_size;
+  void *(*get_user_data)(PJRT_Memory *memory, const void *key);
+  void (*set_user_data)(PJRT_Memory *memory, const void *key, void *data,
+                        void (*dtor)(void *));
+} MemoryFunctionTable;
+
+typedef struct UserData {
+  const void *key;
+  void *data;
+  void (*dtor)(void *);
+  struct UserData *next;
+} UserData;
+
+struct PJRT_Memory {
+  const MemoryFunctionTable *vtable; /* public part (PJRT_Memory_STRUCT_SIZE) */
+  pthread_mutex_t mu;
+  UserData *user_data;
+};
+
+enum { CODE_OK = 0, CODE_INVALID_ARGUMENT = 3, CODE_FAILED_PRECONDITION = 9,
+       CODE_UNIMPLEMENTED = 12, CODE_INTERNAL = 13, CODE_UNAVAILABLE = 14 };
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void error_vt_destroy(PJRT_Error *e);
+static void error_vt_message(const PJRT_Error *e, const char **m, size_t *n);
+static int error_vt_get_code(const PJRT_Error *e);
+static void error_vt_for_each_payload(const PJRT_Error *e, PayloadVisitor v,
+                                      void *user_arg);
+
+static const ErrorFunctionTable kErrorVtable = {
+    sizeof(ErrorFunctionTable), sizeof(void *), NULL, error_vt_destroy,
+    error_vt_message, error_vt_get_code, error_vt_for_each_payload};
+
+/* Never returns NULL for a non-OK code: if allocation fails we hand out a
+ * static error so jaxlib still sees a failure (destroy ignores it). */
+static char kOutOfMemoryText[] = "stablehlo_pjrt: out of host memory";
+static PJRT_Error kOutOfMemoryError = {&kErrorVtable, 8 /*RESOURCE_EXHAUSTED*/,
+                                       sizeof(kOutOfMemoryText) - 1,
+                                       kOutOfMemoryText};
+
+static PJRT_Error *error_new(int code, const char *msg, size_t len) {
+  PJRT_Error *e = (PJRT_Error *)malloc(sizeof(PJRT_Error));
+  char *copy = (char *)malloc(len + 1);
+  if (e == NULL || copy == NULL) {
+    free(e);
+    free(copy);
+    return &kOutOfMemoryError;
+  }
+  if (len) memcpy(copy, msg, len);
+  copy[len] = '\0';
+  e->vtable = &kErrorVtable;
+  e->code = code;
+  e->message = copy;
+  e->message_size = len;
+  return e;
+}
+
+static PJRT_Error *error_new_cstr(int code, const char *msg) {
+  return error_new(code, msg, strlen(msg));
+}
+
+static void error_free(PJRT_Error *e) {
+  if (e == NULL || e == &kOutOfMemoryError) return;
+  free(e->message);
+  free(e);
+}
+
+static void error_vt_destroy(PJRT_Error *e) { error_free(e); }
+static void error_vt_message(const PJRT_Error *e, const char **m, size_t *n) {
+  *m = e->message;
+  *n = e->message_size;
+}
+static int error_vt_get_code(const PJRT_Error *e) { return e->code; }
+static void error_vt_for_each_payload(const PJRT_Error *e, PayloadVisitor v,
+                                      void *user_arg) {
+  (void)e; (void)v; (void)user_arg; /* we never attach payloads */
+}
+
+typedef struct { size_t struct_size; void *ext; PJRT_Error *error; } ErrorDestroyArgs;
+typedef struct {
+  size_t struct_size; void *ext; const PJRT_Error *error;
+  const char *message; size_t message_size;
+} ErrorMessageArgs;
+typedef struct { size_t struct_size; void *ext; const PJRT_Error *error; int code; } ErrorGetCodeArgs;
+typedef struct {
+  size_t struct_size; void *ext; const PJRT_Error *error;
+  PayloadVisitor visitor; void *user_arg;
+} ErrorForEachPayloadArgs;
+
+static void api_error_destroy(ErrorDestroyArgs *a) { error_free(a->error); }
+static void api_error_message(ErrorMessageArgs *a) {
+  a->message = a->error->message;
+  a->message_size = a->error->message_size;
+}
+static PJRT_Error *api_error_get_code(ErrorGetCodeArgs *a) {
+  a->code = a->error->code;
+  return NULL;
+}
+static PJRT_Error *api_error_for_each_payload(ErrorForEachPayloadArgs *a) {
+  (void)a;
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Events                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef void (*OnReadyCallback)(PJRT_Error *error, void *user_arg);
+
+typedef struct Callback {
+  OnReadyCallback fn;
+  void *user_arg;
+  struct Callback *next;
+} Callback;
+
+typedef struct PJRT_Event {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int refs;  /* the caller's reference plus one per pending plugin setter */
+  int ready;
+  int code;
+  char *message;
+  size_t message_size;
+  Callback *callbacks;
+} PJRT_Event;
+
+static PJRT_Event *event_new(int ready, int code, const char *msg, size_t len,
+                             int refs) {
+  PJRT_Event *ev = (PJRT_Event *)calloc(1, sizeof(PJRT_Event));
+  if (ev == NULL) return NULL;
+  pthread_mutex_init(&ev->mu, NULL);
+  pthread_cond_init(&ev->cv, NULL);
+  ev->refs = refs;
+  ev->ready = ready;
+  ev->code = code;
+  if (code != CODE_OK && msg != NULL) {
+    ev->message = (char *)malloc(len + 1);
+    if (ev->message) {
+      memcpy(ev->message, msg, len);
+      ev->message[len] = '\0';
+      ev->message_size = len;
+    }
+  }
+  return ev;
+}
+
+static void event_unref(PJRT_Event *ev) {
+  int last;
+  pthread_mutex_lock(&ev->mu);
+  last = (--ev->refs == 0);
+  pthread_mutex_unlock(&ev->mu);
+  if (!last) return;
+  /* Callbacks still registered on a never-set event are dropped: nothing
+   * will ever complete them, and calling them with a fake status would lie. */
+  while (ev->callbacks) {
+    Callback *c = ev->callbacks;
+    ev->callbacks = c->next;
+    free(c);
+  }
+  free(ev->message);
+  pthread_cond_destroy(&ev->cv);
+  pthread_mutex_destroy(&ev->mu);
+  free(ev);
+}
+
+/* Status of a ready event as a fresh PJRT_Error (NULL when OK). */
+static PJRT_Error *event_status(PJRT_Event *ev) {
+  if (ev->code == CODE_OK) return NULL;
+  return error_new(ev->code, ev->message ? ev->message : "",
+                   ev->message ? ev->message_size : 0);
+}
+
+/* Marks the event ready and runs its callbacks on this thread, outside the
+ * event lock (callbacks may destroy the event or register new work). */
+static int event_set(PJRT_Event *ev, int code, const char *msg, size_t len) {
+  Callback *cbs;
+  pthread_mutex_lock(&ev->mu);
+  if (ev->ready) {
+    pthread_mutex_unlock(&ev->mu);
+    return -1;
+  }
+  ev->ready = 1;
+  ev->code = code;
+  if (code != CODE_OK && msg != NULL) {
+    ev->message = (char *)malloc(len + 1);
+    if (ev->message) {
+      memcpy(ev->message, msg, len);
+      ev->message[len] = '\0';
+      ev->message_size = len;
+    }
+  }
+  cbs = ev->callbacks;
+  ev->callbacks = NULL;
+  pthread_cond_broadcast(&ev->cv);
+  ev->refs++; /* keep ev alive while callbacks read its status */
+  pthread_mutex_unlock(&ev->mu);
+  /* Registration prepends; run callbacks in registration order. */
+  {
+    Callback *rev = NULL;
+    while (cbs) {
+      Callback *n = cbs->next;
+      cbs->next = rev;
+      rev = cbs;
+      cbs = n;
+    }
+    cbs = rev;
+  }
+  while (cbs) {
+    Callback *c = cbs;
+    cbs = c->next;
+    c->fn(event_status(ev), c->user_arg);
+    free(c);
+  }
+  event_unref(ev);
+  return 0;
+}
+
+typedef struct { size_t struct_size; void *ext; PJRT_Event *event; } EventArgs;
+typedef struct { size_t struct_size; void *ext; PJRT_Event *event; bool is_ready; } EventIsReadyArgs;
+typedef struct {
+  size_t struct_size; void *ext; PJRT_Event *event;
+  OnReadyCallback callback; void *user_arg;
+} EventOnReadyArgs;
+typedef struct { size_t struct_size; void *ext; PJRT_Event *event; } EventCreateArgs;
+typedef struct {
+  size_t struct_size; void *ext; PJRT_Event *event; int error_code;
+  const char *error_message; size_t error_message_size;
+} EventSetArgs;
+
+static void trace_c_call(const char *name, void *obj);
+
+static PJRT_Error *api_event_destroy(EventArgs *a) {
+  if (a->event == NULL) return NULL;
+  trace_c_call("PJRT_Event_Destroy", a->event);
+  event_unref(a->event);
+  return NULL;
+}
+
+static PJRT_Error *api_event_is_ready(EventIsReadyArgs *a) {
+  if (a->event == NULL) return error_new_cstr(CODE_INVALID_ARGUMENT, "PJRT_Event_IsReady: event is NULL");
+  pthread_mutex_lock(&a->event->mu);
+  a->is_ready = a->event->ready != 0;
+  pthread_mutex_unlock(&a->event->mu);
+  return NULL;
+}
+
+static PJRT_Error *api_event_error(EventArgs *a) {
+  PJRT_Error *status;
+  if (a->event == NULL) return error_new_cstr(CODE_INVALID_ARGUMENT, "PJRT_Event_Error: event is NULL");
+  pthread_mutex_lock(&a->event->mu);
+  if (!a->event->ready) {
+    pthread_mutex_unlock(&a->event->mu);
+    return error_new_cstr(CODE_FAILED_PRECONDITION,
+                          "PJRT_Event_Error called on an event that is not ready");
+  }
+  status = event_status(a->event);
+  pthread_mutex_unlock(&a->event->mu);
+  return status;
+}
+
+static PJRT_Error *api_event_await(EventArgs *a) {
+  PJRT_Error *status;
+  if (a->event == NULL) return error_new_cstr(CODE_INVALID_ARGUMENT, "PJRT_Event_Await: event is NULL");
+  trace_c_call("PJRT_Event_Await", a->event);
+  pthread_mutex_lock(&a->event->mu);
+  while (!a->event->ready) pthread_cond_wait(&a->event->cv, &a->event->mu);
+  status = event_status(a->event);
+  pthread_mutex_unlock(&a->event->mu);
+  return status;
+}
+
+static PJRT_Error *api_event_on_ready(EventOnReadyArgs *a) {
+  PJRT_Event *ev = a->event;
+  if (ev == NULL || a->callback == NULL)
+    return error_new_cstr(CODE_INVALID_ARGUMENT, "PJRT_Event_OnReady: event or callback is NULL");
+  trace_c_call("PJRT_Event_OnReady", ev);
+  pthread_mutex_lock(&ev->mu);
+  if (!ev->ready) {
+    Callback *c = (Callback *)malloc(sizeof(Callback));
+    if (c == NULL) {
+      pthread_mutex_unlock(&ev->mu);
+      return &kOutOfMemoryError;
+    }
+    c->fn = a->callback;
+    c->user_arg = a->user_arg;
+    c->next = ev->callbacks;
+    ev->callbacks = c;
+    pthread_mutex_unlock(&ev->mu);
+    return NULL;
+  }
+  pthread_mutex_unlock(&ev->mu);
+  /* Ready already: run the callback right here, without holding the GIL or
+   * the event lock. */
+  a->callback(event_status(ev), a->user_arg);
+  return NULL;
+}
+
+static PJRT_Error *api_event_create(EventCreateArgs *a) {
+  a->event = event_new(0, CODE_OK, NULL, 0, 1);
+  return a->event ? NULL : &kOutOfMemoryError;
+}
+
+static PJRT_Error *api_event_set(EventSetArgs *a) {
+  if (a->event == NULL) return error_new_cstr(CODE_INVALID_ARGUMENT, "PJRT_Event_Set: event is NULL");
+  if (event_set(a->event, a->error_code, a->error_message, a->error_message_size) != 0)
+    return error_new_cstr(CODE_FAILED_PRECONDITION, "PJRT_Event_Set: event is already set");
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* PJRT_Memory objects (vtable with user data)                              */
+/* ------------------------------------------------------------------------ */
+
+static void *memory_get_user_data(PJRT_Memory *m, const void *key) {
+  void *found = NULL;
+  UserData *u;
+  pthread_mutex_lock(&m->mu);
+  for (u = m->user_data; u; u = u->next)
+    if (u->key == key) { found = u->data; break; }
+  pthread_mutex_unlock(&m->mu);
+  return found;
+}
+
+static void memory_set_user_data(PJRT_Memory *m, const void *key, void *data,
+                                 void (*dtor)(void *)) {
+  void *old = NULL;
+  void (*old_dtor)(void *) = NULL;
+  UserData *u;
+  pthread_mutex_lock(&m->mu);
+  for (u = m->user_data; u; u = u->next)
+    if (u->key == key) break;
+  if (u) {
+    old = u->data;
+    old_dtor = u->dtor;
+    u->data = data;
+    u->dtor = dtor;
+  } else {
+    u = (UserData *)malloc(sizeof(UserData));
+    if (u) {
+      u->key = key; u->data = data; u->dtor = dtor;
+      u->next = m->user_data;
+      m->user_data = u;
+    }
+  }
+  pthread_mutex_unlock(&m->mu);
+  /* Replacing a value releases the previous one, like PjRtMemorySpace's
+   * user-data map does; done outside the lock in case dtor re-enters. */
+  if (old_dtor && old != data) old_dtor(old);
+}
+
+static const MemoryFunctionTable kMemoryVtable = {
+    sizeof(MemoryFunctionTable), NULL, sizeof(void *), memory_get_user_data,
+    memory_set_user_data};
+
+/* ------------------------------------------------------------------------ */
+/* The API table, slots and trampolines                                     */
+/* ------------------------------------------------------------------------ */
+
+#define MAX_SLOTS 192
+#define API_STORAGE_BYTES 4096
+
+/* The PJRT_Api struct lives in static storage so that it outlives Python
+ * finalization (jaxlib reads it until process exit).  Python fills it. */
+static _Alignas(16) unsigned char g_api[API_STORAGE_BYTES];
+static int g_api_ready = 0;
+
+typedef struct {
+  PyObject *handler; /* strong ref; NULL -> UNIMPLEMENTED */
+  char *name;
+  int quiet;         /* return NULL instead of an error once Python is gone */
+} Slot;
+
+static Slot g_slots[MAX_SLOTS];
+static PyObject *g_trace_hook = NULL;
+static volatile int g_shutting_down = 0;
+
+static int python_gone(void) {
+  if (g_shutting_down || !Py_IsInitialized()) return 1;
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+/* Builds a PJRT_Error from the exception currently set (and clears it).
+ * Exceptions carrying a `pjrt_code` attribute (stablehlo_pjrt.error.PjrtError)
+ * keep their code and message; anything else is INTERNAL with its type name. */
+static PJRT_Error *error_from_exception(const char *slot_name) {
+  PyObject *type, *value, *tb, *code_obj, *text;
+  int code = CODE_INTERNAL;
+  int has_code = 0;
+  PJRT_Error *err;
+  const char *msg;
+  Py_ssize_t len;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (value == NULL) {
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return error_new_cstr(CODE_INTERNAL, "stablehlo_pjrt: unknown failure");
+  }
+  code_obj = PyObject_GetAttrString(value, "pjrt_code");
+  if (code_obj != NULL) {
+    long c = PyLong_AsLong(code_obj);
+    if (!(c == -1 && PyErr_Occurred()) && c > 0 && c <= 16) {
+      code = (int)c;
+      has_code = 1;
+    }
+    Py_DECREF(code_obj);
+  }
+  PyErr_Clear();
+  if (has_code) {
+    text = PyObject_Str(value);
+  } else {
+    text = PyUnicode_FromFormat("%s: internal error in the plugin: %s: %S",
+                                slot_name ? slot_name : "PJRT call",
+                                Py_TYPE(value)->tp_name, value);
+  }
+  if (text == NULL) {
+    PyErr_Clear();
+    err = error_new_cstr(code, "stablehlo_pjrt: error message could not be formatted");
+  } else {
+    msg = PyUnicode_AsUTF8AndSize(text, &len);
+    if (msg == NULL) {
+      PyErr_Clear();
+      err = error_new_cstr(code, "stablehlo_pjrt: error message could not be encoded");
+    } else {
+      err = error_new(code, msg, (size_t)len);
+    }
+    Py_DECREF(text);
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  return err;
+}
+
+static PJRT_Error *dispatch(int slot, void *args) {
+  Slot *s = &g_slots[slot];
+  PJRT_Error *err = NULL;
+  PyGILState_STATE gstate;
+  PyObject *ptype, *pvalue, *ptb, *arg, *res;
+
+  if (python_gone()) {
+    /* Destroy-like calls at exit: leaking is the right thing to do. */
+    if (s->quiet) return NULL;
+    return error_new_cstr(CODE_UNAVAILABLE,
+                          "stablehlo_pjrt: the Python interpreter hosting the "
+                          "plugin is shutting down");
+  }
+  gstate = PyGILState_Ensure();
+  /* The caller may hold the GIL with an exception pending; park it so the
+   * handler runs in a clean state, and put it back afterwards. */
+  PyErr_Fetch(&ptype, &pvalue, &ptb);
+  if (s->handler == NULL) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s is not implemented by the stablehlo_ref plugin",
+             s->name ? s->name : "this PJRT function");
+    err = error_new_cstr(CODE_UNIMPLEMENTED, buf);
+  } else {
+    arg = PyLong_FromVoidPtr(args);
+    res = arg ? PyObject_CallOneArg(s->handler, arg) : NULL;
+    Py_XDECREF(arg);
+    if (res == NULL) {
+      err = error_from_exception(s->name);
+    } else {
+      if (res != Py_None) {
+        /* A handler may also return a PJRT_Error* it built itself. */
+        err = (PJRT_Error *)PyLong_AsVoidPtr(res);
+        if (err == NULL && PyErr_Occurred()) err = error_from_exception(s->name);
+      }
+      Py_DECREF(res);
+    }
+  }
+  PyErr_Restore(ptype, pvalue, ptb);
+  PyGILState_Release(gstate);
+  return err;
+}
+
+/* Trace records for the C-implemented functions (events).  Only when a trace
+ * hook is installed; failures of the hook are swallowed (tracing must never
+ * change behaviour). */
+static void trace_c_call(const char *name, void *obj) {
+  PyGILState_STATE gstate;
+  PyObject *ptype, *pvalue, *ptb, *res;
+  if (g_trace_hook == NULL || python_gone()) return;
+  gstate = PyGILState_Ensure();
+  if (g_trace_hook != NULL) {
+    PyErr_Fetch(&ptype, &pvalue, &ptb);
+    res = PyObject_CallFunction(g_trace_hook, "sN", name, PyLong_FromVoidPtr(obj));
+    if (res == NULL) PyErr_Clear();
+    Py_XDECREF(res);
+    PyErr_Restore(ptype, pvalue, ptb);
+  }
+  PyGILState_Release(gstate);
+}
+
+#define T1(i) static PJRT_Error *tramp_##i(void *a) { return dispatch(i, a); }
+/* Slots 0..191 as tramp_0 .. tramp_191: R10(p) spells p0 .. p9. */
+#define R10(p) T1(p##0) T1(p##1) T1(p##2) T1(p##3) T1(p##4) T1(p##5) T1(p##6) T1(p##7) T1(p##8) T1(p##9)
+T1(0) T1(1) T1(2) T1(3) T1(4) T1(5) T1(6) T1(7) T1(8) T1(9)
+R10(1) R10(2) R10(3) R10(4) R10(5) R10(6) R10(7) R10(8) R10(9)
+R10(10) R10(11) R10(12) R10(13) R10(14) R10(15) R10(16) R10(17) R10(18)
+T1(190) T1(191)
+
+#define A1(i) (void *)tramp_##i,
+#define A10(p) A1(p##0) A1(p##1) A1(p##2) A1(p##3) A1(p##4) A1(p##5) A1(p##6) A1(p##7) A1(p##8) A1(p##9)
+static void *const g_trampolines[MAX_SLOTS] = {
+    A1(0) A1(1) A1(2) A1(3) A1(4) A1(5) A1(6) A1(7) A1(8) A1(9)
+    A10(1) A10(2) A10(3) A10(4) A10(5) A10(6) A10(7) A10(8) A10(9)
+    A10(10) A10(11) A10(12) A10(13) A10(14) A10(15) A10(16) A10(17) A10(18)
+    A1(190) A1(191)};
+
+/* ------------------------------------------------------------------------ */
+/* Python module functions                                                  */
+/* ------------------------------------------------------------------------ */
+
+static PyObject *py_set_slot(PyObject *self, PyObject *args) {
+  int slot, quiet;
+  const char *name;
+  PyObject *handler;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "isOp", &slot, &name, &handler, &quiet)) return NULL;
+  if (slot < 0 || slot >= MAX_SLOTS) {
+    PyErr_Format(PyExc_IndexError, "slot %d out of range (max %d)", slot, MAX_SLOTS);
+    return NULL;
+  }
+  if (handler != Py_None && !PyCallable_Check(handler)) {
+    PyErr_SetString(PyExc_TypeError, "handler must be callable or None");
+    return NULL;
+  }
+  {
+    char *copy = strdup(name);
+    PyObject *old = g_slots[slot].handler;
+    if (copy == NULL) return PyErr_NoMemory();
+    free(g_slots[slot].name);
+    g_slots[slot].name = copy;
+    g_slots[slot].quiet = quiet;
+    if (handler == Py_None) {
+      g_slots[slot].handler = NULL;
+    } else {
+      Py_INCREF(handler);
+      g_slots[slot].handler = handler;
+    }
+    Py_XDECREF(old);
+  }
+  return PyLong_FromVoidPtr(g_trampolines[slot]);
+}
+
+static PyObject *py_c_functions(PyObject *self, PyObject *noargs) {
+  (void)self; (void)noargs;
+  return Py_BuildValue(
+      "{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N}",
+      "PJRT_Error_Destroy", PyLong_FromVoidPtr((void *)api_error_destroy),
+      "PJRT_Error_Message", PyLong_FromVoidPtr((void *)api_error_message),
+      "PJRT_Error_GetCode", PyLong_FromVoidPtr((void *)api_error_get_code),
+      "PJRT_Error_ForEachPayload", PyLong_FromVoidPtr((void *)api_error_for_each_payload),
+      "PJRT_Event_Destroy", PyLong_FromVoidPtr((void *)api_event_destroy),
+      "PJRT_Event_IsReady", PyLong_FromVoidPtr((void *)api_event_is_ready),
+      "PJRT_Event_Error", PyLong_FromVoidPtr((void *)api_event_error),
+      "PJRT_Event_Await", PyLong_FromVoidPtr((void *)api_event_await),
+      "PJRT_Event_OnReady", PyLong_FromVoidPtr((void *)api_event_on_ready),
+      "PJRT_Event_Create", PyLong_FromVoidPtr((void *)api_event_create),
+      "PJRT_Event_Set", PyLong_FromVoidPtr((void *)api_event_set));
+}
+
+static PyObject *py_api_address(PyObject *self, PyObject *noargs) {
+  (void)self; (void)noargs;
+  return Py_BuildValue("(Nn)", PyLong_FromVoidPtr(g_api), (Py_ssize_t)API_STORAGE_BYTES);
+}
+
+static PyObject *py_mark_api_ready(PyObject *self, PyObject *noargs) {
+  (void)self; (void)noargs;
+  g_api_ready = 1;
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_api_capsule(PyObject *self, PyObject *noargs) {
+  (void)self; (void)noargs;
+  if (!g_api_ready) {
+    PyErr_SetString(PyExc_RuntimeError, "the PJRT API table has not been built yet");
+    return NULL;
+  }
+  return PyCapsule_New((void *)g_api, "pjrt_c_api", NULL);
+}
+
+static PyObject *py_error_new(PyObject *self, PyObject *args) {
+  int code;
+  const char *msg;
+  Py_ssize_t len;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "is#", &code, &msg, &len)) return NULL;
+  return PyLong_FromVoidPtr(error_new(code, msg, (size_t)len));
+}
+
+static PyObject *py_error_info(PyObject *self, PyObject *arg) {
+  PJRT_Error *e = (PJRT_Error *)PyLong_AsVoidPtr(arg);
+  (void)self;
+  if (e == NULL) {
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+  }
+  return Py_BuildValue("(is#)", e->code, e->message, (Py_ssize_t)e->message_size);
+}
+
+static PyObject *py_error_destroy(PyObject *self, PyObject *arg) {
+  PJRT_Error *e = (PJRT_Error *)PyLong_AsVoidPtr(arg);
+  (void)self;
+  if (e == NULL && PyErr_Occurred()) return NULL;
+  error_free(e);
+  Py_RETURN_NONE;
+}
+
+/* event_new(ready, code=0, message="") -> address.  A ready event belongs to
+ * the caller.  A pending one (ready=False) carries an extra reference owned
+ * by the plugin, dropped by event_set(). */
+static PyObject *py_event_new(PyObject *self, PyObject *args) {
+  int ready = 1, code = 0;
+  const char *msg = NULL;
+  Py_ssize_t len = 0;
+  PJRT_Event *ev;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "|pis#", &ready, &code, &msg, &len)) return NULL;
+  ev = event_new(ready, ready ? code : 0, msg, (size_t)len, ready ? 1 : 2);
+  if (ev == NULL) return PyErr_NoMemory();
+  return PyLong_FromVoidPtr(ev);
+}
+
+static PyObject *py_event_set(PyObject *self, PyObject *args) {
+  PyObject *addr;
+  int code = 0;
+  const char *msg = NULL;
+  Py_ssize_t len = 0;
+  PJRT_Event *ev;
+  int rc;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "O|is#", &addr, &code, &msg, &len)) return NULL;
+  ev = (PJRT_Event *)PyLong_AsVoidPtr(addr);
+  if (ev == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NULL event");
+    return NULL;
+  }
+  /* Callbacks are jaxlib code; run them without the GIL. */
+  Py_BEGIN_ALLOW_THREADS
+  rc = event_set(ev, code, msg, (size_t)len);
+  Py_END_ALLOW_THREADS
+  event_unref(ev); /* the plugin's reference */
+  if (rc != 0) {
+    PyErr_SetString(PyExc_RuntimeError, "event was already set");
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_event_state(PyObject *self, PyObject *arg) {
+  PJRT_Event *ev = (PJRT_Event *)PyLong_AsVoidPtr(arg);
+  PyObject *r;
+  (void)self;
+  if (ev == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NULL event");
+    return NULL;
+  }
+  pthread_mutex_lock(&ev->mu);
+  r = Py_BuildValue("(iis)", ev->ready, ev->code, ev->message ? ev->message : "");
+  pthread_mutex_unlock(&ev->mu);
+  return r;
+}
+
+static PyObject *py_memory_new(PyObject *self, PyObject *noargs) {
+  PJRT_Memory *m;
+  (void)self; (void)noargs;
+  m = (PJRT_Memory *)calloc(1, sizeof(PJRT_Memory));
+  if (m == NULL) return PyErr_NoMemory();
+  m->vtable = &kMemoryVtable;
+  pthread_mutex_init(&m->mu, NULL);
+  /* Memories live as long as the process: jaxlib caches wrappers in their
+   * user data and may look them up until exit. */
+  return PyLong_FromVoidPtr(m);
+}
+
+static PyObject *py_set_trace_hook(PyObject *self, PyObject *hook) {
+  PyObject *old = g_trace_hook;
+  (void)self;
+  if (hook == Py_None) {
+    g_trace_hook = NULL;
+  } else {
+    if (!PyCallable_Check(hook)) {
+      PyErr_SetString(PyExc_TypeError, "trace hook must be callable or None");
+      return NULL;
+    }
+    Py_INCREF(hook);
+    g_trace_hook = hook;
+  }
+  Py_XDECREF(old);
+  Py_RETURN_NONE;
+}
+
+/* Called from an atexit handler registered by api.py, which runs after
+ * JAX's own atexit cleanup.  From then on the trampolines stop calling into
+ * Python; jaxlib's pool threads may still destroy objects during and after
+ * finalization. */
+static PyObject *py_shutdown(PyObject *self, PyObject *noargs) {
+  (void)self; (void)noargs;
+  g_shutting_down = 1;
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_call_slot(PyObject *self, PyObject *args) {
+  /* Calls table slot `slot` through its C function pointer, as jaxlib would.
+   * Used by tests to exercise the trampolines without JAX. */
+  int slot;
+  PyObject *addr;
+  void *p;
+  PJRT_Error *err;
+  PJRT_Error *(*fn)(void *);
+  (void)self;
+  if (!PyArg_ParseTuple(args, "iO", &slot, &addr)) return NULL;
+  if (slot < 0 || slot >= MAX_SLOTS) {
+    PyErr_SetString(PyExc_IndexError, "slot out of range");
+    return NULL;
+  }
+  p = PyLong_AsVoidPtr(addr);
+  if (p == NULL && PyErr_Occurred()) return NULL;
+  fn = (PJRT_Error * (*)(void *)) g_trampolines[slot];
+  err = fn(p);
+  return PyLong_FromVoidPtr(err);
+}
+
+static PyMethodDef kMethods[] = {
+    {"set_slot", py_set_slot, METH_VARARGS,
+     "set_slot(index, name, handler, quiet) -> trampoline address"},
+    {"c_functions", py_c_functions, METH_NOARGS,
+     "Addresses of the PJRT functions implemented in C."},
+    {"api_address", py_api_address, METH_NOARGS,
+     "(address, size) of the static PJRT_Api storage."},
+    {"mark_api_ready", py_mark_api_ready, METH_NOARGS, "Marks the table filled."},
+    {"api_capsule", py_api_capsule, METH_NOARGS,
+     "PyCapsule named 'pjrt_c_api' wrapping the PJRT_Api table."},
+    {"error_new", py_error_new, METH_VARARGS, "error_new(code, message) -> PJRT_Error*"},
+    {"error_info", py_error_info, METH_O, "error_info(ptr) -> (code, message) or None"},
+    {"error_destroy", py_error_destroy, METH_O, "Frees a PJRT_Error*."},
+    {"event_new", py_event_new, METH_VARARGS,
+     "event_new(ready=True, code=0, message='') -> PJRT_Event*"},
+    {"event_set", py_event_set, METH_VARARGS,
+     "event_set(ptr, code=0, message='') completes a pending event."},
+    {"event_state", py_event_state, METH_O, "event_state(ptr) -> (ready, code, message)"},
+    {"memory_new", py_memory_new, METH_NOARGS, "Allocates a PJRT_Memory with its vtable."},
+    {"set_trace_hook", py_set_trace_hook, METH_O, "Hook called as hook(name, ptr)."},
+    {"shutdown", py_shutdown, METH_NOARGS, "Stop calling into Python."},
+    {"call_slot", py_call_slot, METH_VARARGS, "call_slot(index, args_ptr) -> PJRT_Error*"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_shim",
+                                     "C trampolines for the stablehlo_ref PJRT plugin",
+                                     -1, kMethods};
+
+PyMODINIT_FUNC PyInit__shim(void) {
+  PyObject *m = PyModule_Create(&kModule);
+  if (m == NULL) return NULL;
+  PyModule_AddIntConstant(m, "MAX_SLOTS", MAX_SLOTS);
+  PyModule_AddIntConstant(m, "ERROR_STRUCT_SIZE", (long)sizeof(PJRT_Error));
+  return m;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Loading by path                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* Entry point for hosts that dlopen the plugin.  In a Python process (JAX,
+ * PyTorch/XLA) Python is already running and we just import the package; in
+ * a process that embeds Python without having started it, we start it.
+ * Returns NULL (the PJRT convention for "no API") if anything fails, after
+ * printing the Python error. */
+__attribute__((visibility("default"))) const void *GetPjrtApi(void) {
+  int started_here = 0;
+  PyGILState_STATE gstate;
+  PyObject *mod, *res;
+  if (g_api_ready) return g_api;
+  if (!Py_IsInitialized()) {
+    Py_InitializeEx(0);
+    started_here = 1;
+  }
+  gstate = PyGILState_Ensure();
+  mod = PyImport_ImportModule("stablehlo_pjrt.api");
+  res = mod ? PyObject_CallMethod(mod, "build_api", NULL) : NULL;
+  if (res == NULL) PyErr_Print();
+  Py_XDECREF(res);
+  Py_XDECREF(mod);
+  PyGILState_Release(gstate);
+  if (started_here) {
+    /* Py_InitializeEx left this thread holding the GIL; release it so the
+     * host's other threads can enter the plugin. */
+    PyEval_SaveThread();
+  }
+  return g_api_ready ? (const void *)g_api : NULL;
+}
