@@ -24,6 +24,7 @@ from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported
 from .types import TOKEN, TensorType, TokenType, TupleType, conforms, describe, from_mlir
 
 _DEBUG_VALIDATE = os.environ.get("STABLEHLO_REF_VALIDATE", "") not in ("", "0")
+_TRACE_ENV = "STABLEHLO_REF_TRACE_OPS"
 
 
 def format_location(loc):
@@ -248,6 +249,9 @@ class Program:
                 f"@{f.name} takes {len(f.input_types)} argument(s), got {len(args)}")
         args = [_coerce_arg(a, t, i, f.name) for i, (a, t) in
                 enumerate(zip(args, f.input_types))]
+        if tracer is None and _TRACE_ENV in os.environ:
+            from .trace import tracer_from_env
+            tracer = tracer_from_env()
         ctx = Context(self, tracer=tracer, process=process, grid=grid)
         with np.errstate(all="ignore"):
             return f(ctx, args)

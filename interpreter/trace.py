@@ -1,0 +1,166 @@
+"""Op-level observation of a running plan: tracing, NaN finding, recording.
+
+A tracer is any object with ``before(op, inputs, depth)`` and
+``after(op, results, depth)``; pass it as ``program.run(..., tracer=t)``.
+Setting ``STABLEHLO_REF_TRACE_OPS=1`` traces every run to stderr
+(``=nan`` additionally stops at the first op that produces a NaN or inf).
+The fast path of the plan is untouched when no tracer is given.
+"""
+
+import os
+import sys
+
+import numpy as np
+
+from . import dtypes
+from .errors import ExecutionError
+from .types import TOKEN, describe
+
+
+def summarize(value, max_elems_exact=8):
+    """One-line summary of a runtime value: type, and for tensors min/max/mean
+    and NaN/inf counts (small tensors are shown in full)."""
+    if isinstance(value, tuple):
+        return "(" + ", ".join(summarize(v) for v in value) + ")"
+    if value is TOKEN:
+        return "token"
+    if not isinstance(value, np.ndarray):
+        return repr(value)
+    head = describe(value)
+    if value.size == 0:
+        return f"{head} (empty)"
+    if value.size <= max_elems_exact:
+        return f"{head} {np.array2string(np.asarray(value).reshape(-1), separator=', ')}"
+    stats = _stats(value)
+    return f"{head} " + " ".join(f"{k}={v}" for k, v in stats.items())
+
+
+def _as_float(value):
+    if dtypes.is_complex(value.dtype):
+        return np.abs(value.astype(np.complex128))
+    if value.dtype == np.bool_:
+        return value.astype(np.float64)
+    return value.astype(np.float64)
+
+
+def _stats(value):
+    x = _as_float(value)
+    finite = np.isfinite(x)
+    out = {}
+    nan = int(np.isnan(x).sum())
+    inf = int(np.isinf(x).sum())
+    if finite.any():
+        xf = x[finite]
+        out["min"] = f"{xf.min():.6g}"
+        out["max"] = f"{xf.max():.6g}"
+        out["mean"] = f"{xf.mean():.6g}"
+    if nan:
+        out["nan"] = nan
+    if inf:
+        out["inf"] = inf
+    return out
+
+
+def nonfinite_count(value):
+    """Number of NaN/inf elements in a tensor (0 for non-float values)."""
+    if isinstance(value, tuple):
+        return sum(nonfinite_count(v) for v in value)
+    if not isinstance(value, np.ndarray) or value.size == 0:
+        return 0
+    if not (dtypes.is_float(value.dtype) or dtypes.is_complex(value.dtype)):
+        return 0
+    x = value
+    if dtypes.is_complex(x.dtype):
+        return int((~np.isfinite(x.real) | ~np.isfinite(x.imag)).sum())
+    return int((~np.isfinite(x.astype(np.float64) if x.dtype in dtypes.ML_FLOATS else x)).sum())
+
+
+class OpTracer:
+    """Prints each op as it runs, with its inputs and results, nested by region."""
+
+    def __init__(self, stream=None, show_inputs=True):
+        self.stream = stream or sys.stderr
+        self.show_inputs = show_inputs
+
+    def before(self, op, inputs, depth):
+        pad = "  " * depth
+        self.stream.write(f"{pad}{op.name} @ {op.location}\n")
+        if self.show_inputs:
+            for i, v in enumerate(inputs):
+                self.stream.write(f"{pad}  in{i}: {summarize(v)}\n")
+
+    def after(self, op, results, depth):
+        pad = "  " * depth
+        for i, v in enumerate(results):
+            self.stream.write(f"{pad}  out{i}: {summarize(v)}\n")
+
+
+class NonFiniteError(ExecutionError):
+    """Raised by :class:`NanFinder` at the first op that produced a NaN or inf."""
+
+
+class NanFinder:
+    """Stops at the first op whose results hold a NaN/inf that its inputs did not."""
+
+    def __init__(self, inner=None):
+        self.inner = inner
+        self._stack = []
+
+    def before(self, op, inputs, depth):
+        self._stack.append(inputs)
+        if self.inner is not None:
+            self.inner.before(op, inputs, depth)
+
+    def after(self, op, results, depth):
+        inputs = self._stack.pop()
+        if self.inner is not None:
+            self.inner.after(op, results, depth)
+        bad = [i for i, r in enumerate(results) if nonfinite_count(r)]
+        if bad and not any(nonfinite_count(v) for v in inputs):
+            lines = [f"{op.where()} produced a non-finite value"]
+            for i, v in enumerate(inputs):
+                lines.append(f"  input #{i}: {summarize(v)}")
+            for i in bad:
+                lines.append(f"  result #{i}: {summarize(results[i])}")
+            raise NonFiniteError("\n".join(lines), op.name, op.location)
+
+
+class Recorder:
+    """Records every op's inputs and results in program order.
+
+    ``events`` is a list of ``(op, inputs, results, depth)``. ``probes`` maps
+    an op location substring (or op name) to a directory: matching results are
+    also saved there as ``<n>_<op>_<i>.npy``.
+    """
+
+    def __init__(self, keep_values=True, probes=None):
+        self.keep_values = keep_values
+        self.events = []
+        self.probes = probes or {}
+        self._stack = []
+        self._n = 0
+
+    def before(self, op, inputs, depth):
+        self._stack.append(list(inputs) if self.keep_values else None)
+
+    def after(self, op, results, depth):
+        inputs = self._stack.pop()
+        self.events.append((op, inputs, list(results) if self.keep_values else None, depth))
+        for key, directory in self.probes.items():
+            if key in op.location or key == op.name:
+                os.makedirs(directory, exist_ok=True)
+                for i, r in enumerate(results):
+                    if isinstance(r, np.ndarray):
+                        safe = op.name.replace(".", "_")
+                        np.save(os.path.join(directory, f"{self._n:05d}_{safe}_{i}.npy"), r)
+        self._n += 1
+
+
+def tracer_from_env():
+    """The tracer STABLEHLO_REF_TRACE_OPS asks for, or None."""
+    mode = os.environ.get("STABLEHLO_REF_TRACE_OPS", "")
+    if mode in ("", "0"):
+        return None
+    if mode == "nan":
+        return NanFinder(OpTracer())
+    return OpTracer()
