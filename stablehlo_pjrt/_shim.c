@@ -449,10 +449,9 @@ typedef struct {
 
 static Slot g_slots[MAX_SLOTS];
 static PyObject *g_trace_hook = NULL;
-static volatile int g_shutting_down = 0;
 
 static int python_gone(void) {
-  if (g_shutting_down || !Py_IsInitialized()) return 1;
+  if (!Py_IsInitialized()) return 1;
 #if PY_VERSION_HEX >= 0x030D0000
   return Py_IsFinalizing();
 #else
@@ -773,14 +772,45 @@ static PyObject *py_set_trace_hook(PyObject *self, PyObject *hook) {
   Py_RETURN_NONE;
 }
 
-/* Called from an atexit handler registered by api.py, which runs after
- * JAX's own atexit cleanup.  From then on the trampolines stop calling into
- * Python; jaxlib's pool threads may still destroy objects during and after
- * finalization. */
-static PyObject *py_shutdown(PyObject *self, PyObject *noargs) {
+/* Byte blobs handed to the caller together with a deleter (serialized
+ * executables, device assignments, topologies, compile options). */
+typedef struct { size_t size; char data[]; } Blob;
+
+static void blob_free(void *blob) { free(blob); }
+static void noop_deleter(void *p) { (void)p; }
+
+static PyObject *py_blob_new(PyObject *self, PyObject *arg) {
+  Py_buffer view;
+  Blob *b;
+  (void)self;
+  if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) != 0) return NULL;
+  b = (Blob *)malloc(sizeof(Blob) + (size_t)view.len + 1);
+  if (b == NULL) {
+    PyBuffer_Release(&view);
+    return PyErr_NoMemory();
+  }
+  b->size = (size_t)view.len;
+  memcpy(b->data, view.buf, (size_t)view.len);
+  b->data[view.len] = '\0';
+  PyBuffer_Release(&view);
+  return PyLong_FromVoidPtr(b);
+}
+
+static PyObject *py_blob_data(PyObject *self, PyObject *arg) {
+  Blob *b = (Blob *)PyLong_AsVoidPtr(arg);
+  (void)self;
+  if (b == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NULL blob");
+    return NULL;
+  }
+  return PyLong_FromVoidPtr(b->data);
+}
+
+static PyObject *py_c_helpers(PyObject *self, PyObject *noargs) {
   (void)self; (void)noargs;
-  g_shutting_down = 1;
-  Py_RETURN_NONE;
+  return Py_BuildValue("{s:N,s:N}",
+                       "blob_free", PyLong_FromVoidPtr((void *)blob_free),
+                       "noop_deleter", PyLong_FromVoidPtr((void *)noop_deleter));
 }
 
 static PyObject *py_call_slot(PyObject *self, PyObject *args) {
@@ -824,7 +854,9 @@ static PyMethodDef kMethods[] = {
     {"event_state", py_event_state, METH_O, "event_state(ptr) -> (ready, code, message)"},
     {"memory_new", py_memory_new, METH_NOARGS, "Allocates a PJRT_Memory with its vtable."},
     {"set_trace_hook", py_set_trace_hook, METH_O, "Hook called as hook(name, ptr)."},
-    {"shutdown", py_shutdown, METH_NOARGS, "Stop calling into Python."},
+    {"blob_new", py_blob_new, METH_O, "Copies bytes into C memory freed by blob_free."},
+    {"blob_data", py_blob_data, METH_O, "Address of a blob's bytes."},
+    {"c_helpers", py_c_helpers, METH_NOARGS, "Addresses of C deleters."},
     {"call_slot", py_call_slot, METH_VARARGS, "call_slot(index, args_ptr) -> PJRT_Error*"},
     {NULL, NULL, 0, NULL}};
 

@@ -1,0 +1,27 @@
+"""A PJRT plugin, written in Python, that runs JAX programs on the numpy
+StableHLO interpreter (`stablehlo_interpreter`).
+
+    pip install .
+    JAX_PLATFORMS=stablehlo_ref python script.py
+
+Layout: `_capi` mirrors the PJRT C API structs with ctypes, `_shim` (C) holds
+the API table, the per-slot trampolines, errors and events, `api` wires one
+Python handler per PJRT function, and `client`, `device`, `buffer`,
+`executable`, `error` implement the PJRT objects.  `trace` logs PJRT calls
+(`STABLEHLO_PJRT_TRACE=1`).  `jax_plugin` is JAX's entry point.
+"""
+
+PLATFORM_NAME = "stablehlo_ref"
+
+
+def pjrt_api_capsule():
+    """The PJRT_Api table as a PyCapsule named "pjrt_c_api"."""
+    from . import api
+    return api.capsule()
+
+
+def shim_path() -> str:
+    """Path of the shared library exporting GetPjrtApi, for frameworks that
+    load PJRT plugins by path (e.g. PJRT_NAMES_AND_LIBRARY_PATHS)."""
+    from . import _shim
+    return _shim.__file__

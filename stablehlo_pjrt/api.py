@@ -1,0 +1,1274 @@
+"""The PJRT_Api table: one Python handler per C API function.
+
+`build_api()` fills the static PJRT_Api struct owned by _shim with
+trampoline addresses (one per slot), and registers the handler each
+trampoline calls.  Errors, events and the memory vtable are implemented in C
+(_shim.c) and wired here directly.  Functions the plugin does not provide
+get a trampoline without handler, which reports a clear UNIMPLEMENTED error
+(never a NULL pointer that jaxlib would call).
+
+Handlers take the address of the PJRT args struct, read it through the
+ctypes mirror in _capi and raise `PjrtError` for failures.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+
+from . import _capi as C
+from . import _shim, trace
+from .buffer import Buffer, buffer_from_host, dtype_of, short_type, to_host
+from .client import Client, Topology, stablehlo_versions
+from .device import Device, DeviceDescription, Memory
+from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
+from .executable import (CompileOptions, Executable, LoadedExecutable,
+                         compile_program, parse_serialized)
+from .handles import CString, NamedValues, lookup, maybe_lookup, read_named_values, register, release
+
+_HANDLERS: dict = {}
+
+
+def handler(fn):
+    _HANDLERS["PJRT_" + fn.__name__] = fn
+    return fn
+
+
+def _ready_event(error: PjrtError | None = None) -> int:
+    if error is None:
+        return _shim.event_new(True)
+    return _shim.event_new(True, error.pjrt_code, str(error))
+
+
+# ----------------------------------------------------------------------------
+# Plugin
+# ----------------------------------------------------------------------------
+
+_plugin_attributes = None
+
+
+@handler
+def Plugin_Initialize(ptr):
+    pass  # everything is set up lazily by Client_Create
+
+
+@handler
+def Plugin_Attributes(ptr):
+    global _plugin_attributes
+    a = C.Plugin_Attributes_Args.from_address(ptr)
+    if _plugin_attributes is None:
+        current, minimum = stablehlo_versions()
+        attrs = {"xla_version": 2}
+        if current:
+            attrs["stablehlo_current_version"] = current
+        if minimum:
+            attrs["stablehlo_minimum_version"] = minimum
+        _plugin_attributes = NamedValues(attrs)
+    a.attributes = _plugin_attributes.address
+    a.num_attributes = _plugin_attributes.count
+    if trace.ENABLED:
+        trace.note(attributes=_plugin_attributes.values)
+
+
+# ----------------------------------------------------------------------------
+# Client
+# ----------------------------------------------------------------------------
+
+
+@handler
+def Client_Create(ptr):
+    a = C.Client_Create_Args.from_address(ptr)
+    options = read_named_values(a.create_options, a.num_options)
+    try:
+        import stablehlo_interpreter  # noqa: F401  (fail here, not at first compile)
+    except Exception as e:
+        raise PjrtError(C.ErrorCode.FAILED_PRECONDITION,
+                        f"the stablehlo_interpreter package cannot be imported: "
+                        f"{type(e).__name__}: {e}") from None
+    client = Client(options)
+    a.client = client.handle
+    if trace.ENABLED:
+        trace.note(obj=client, options=options)
+
+
+def _client(h) -> Client:
+    return lookup(h, Client, "PJRT_Client")
+
+
+@handler
+def Client_Destroy(ptr):
+    a = C.Client_Destroy_Args.from_address(ptr)
+    if not a.client:
+        return
+    client = _client(a.client)
+    client.destroyed = True
+    release(a.client)
+    if trace.ENABLED:
+        trace.note(obj=client)
+
+
+@handler
+def Client_PlatformName(ptr):
+    a = C.Client_PlatformName_Args.from_address(ptr)
+    c = _client(a.client)
+    a.platform_name = c._name_c.address
+    a.platform_name_size = c._name_c.size
+
+
+@handler
+def Client_ProcessIndex(ptr):
+    a = C.Client_ProcessIndex_Args.from_address(ptr)
+    a.process_index = _client(a.client).process_index
+
+
+@handler
+def Client_PlatformVersion(ptr):
+    a = C.Client_PlatformVersion_Args.from_address(ptr)
+    c = _client(a.client)
+    a.platform_version = c._version_c.address
+    a.platform_version_size = c._version_c.size
+
+
+@handler
+def Client_TopologyDescription(ptr):
+    a = C.Client_TopologyDescription_Args.from_address(ptr)
+    a.topology = _client(a.client).topology.handle
+
+
+@handler
+def Client_Devices(ptr):
+    a = C.Client_Devices_Args.from_address(ptr)
+    c = _client(a.client)
+    a.devices = c._devices_c[1]
+    a.num_devices = len(c.devices)
+    if trace.ENABLED:
+        trace.note(obj=c, devices=[str(d) for d in c.devices])
+
+
+@handler
+def Client_AddressableDevices(ptr):
+    a = C.Client_AddressableDevices_Args.from_address(ptr)
+    c = _client(a.client)
+    a.addressable_devices = c._devices_c[1]
+    a.num_addressable_devices = len(c.devices)
+    if trace.ENABLED:
+        trace.note(obj=c, devices=[str(d) for d in c.devices])
+
+
+@handler
+def Client_LookupDevice(ptr):
+    a = C.Client_LookupDevice_Args.from_address(ptr)
+    a.device = _client(a.client).device_by_id(a.id).handle
+
+
+@handler
+def Client_LookupAddressableDevice(ptr):
+    a = C.Client_LookupAddressableDevice_Args.from_address(ptr)
+    a.addressable_device = _client(a.client).device_by_hardware_id(a.local_hardware_id).handle
+
+
+@handler
+def Client_AddressableMemories(ptr):
+    a = C.Client_AddressableMemories_Args.from_address(ptr)
+    c = _client(a.client)
+    a.addressable_memories = c._memories_c[1]
+    a.num_addressable_memories = len(c.memories)
+
+
+@handler
+def Client_UpdateGlobalProcessInfo(ptr):
+    a = C.Client_UpdateGlobalProcessInfo_Args.from_address(ptr)
+    _client(a.client)  # single process: nothing depends on other processes
+
+
+@handler
+def Client_DmaMap(ptr):
+    a = C.Client_DmaMap_Args.from_address(ptr)
+    _client(a.client)  # device memory is host memory: nothing to map
+
+
+@handler
+def Client_DmaUnmap(ptr):
+    a = C.Client_DmaUnmap_Args.from_address(ptr)
+    _client(a.client)
+
+
+@handler
+def Client_DefaultDeviceAssignment(ptr):
+    a = C.Client_DefaultDeviceAssignment_Args.from_address(ptr)
+    c = _client(a.client)
+    r, p = a.num_replicas, a.num_partitions
+    if r < 1 or p < 1:
+        raise invalid_argument(f"invalid replica/partition counts {r}x{p}")
+    if a.default_assignment_size < r * p:
+        raise invalid_argument(
+            f"default_assignment has room for {a.default_assignment_size} ids, "
+            f"{r * p} needed")
+    flat = [d for row in c.default_assignment(r, p) for d in row]
+    (ctypes.c_int * len(flat)).from_address(a.default_assignment)[:] = flat
+
+
+def _device_and_memory(client: Client, device_h, memory_h):
+    memory = maybe_lookup(memory_h, Memory)
+    if memory is not None:
+        if not memory.devices:
+            raise invalid_argument(f"{memory} is attached to no device")
+        device = memory.devices[0]
+    else:
+        device = maybe_lookup(device_h, Device) or client.devices[0]
+        memory = device.default_memory
+    return device, memory
+
+
+@handler
+def Client_BufferFromHostBuffer(ptr):
+    a = C.Client_BufferFromHostBuffer_Args.from_address(ptr)
+    client = _client(a.client)
+    device, memory = _device_and_memory(client, a.device, a.memory)
+    dims = C.read_int64s(a.dims, a.num_dims)
+    strides = C.read_int64s(a.byte_strides, a.num_byte_strides) if a.num_byte_strides else None
+    # A device layout other than dense major-to-minor only changes how an
+    # accelerator would store the data; numpy storage is always logical.
+    buf, done = buffer_from_host(client, a.data, a.type, dims, strides,
+                                 a.host_buffer_semantics, device, memory)
+    a.buffer = buf.handle
+    a.done_with_host_buffer = done
+    if trace.ENABLED:
+        trace.note(obj=client, result=str(buf), semantics=a.host_buffer_semantics,
+                   value=_preview(buf))
+
+
+@handler
+def Client_CreateUninitializedBuffer(ptr):
+    a = C.Client_CreateUninitializedBuffer_Args.from_address(ptr)
+    client = _client(a.client)
+    device, memory = _device_and_memory(client, a.device, a.memory)
+    dims = C.read_int64s(a.shape_dims, a.shape_num_dims)
+    array = np.zeros(dims, dtype_of(a.shape_element_type))
+    buf = Buffer(array, a.shape_element_type, device, memory)
+    a.buffer = buf.handle
+
+
+@handler
+def Client_CreateErrorBuffer(ptr):
+    a = C.Client_CreateErrorBuffer_Args.from_address(ptr)
+    client = _client(a.client)
+    device, memory = _device_and_memory(client, None, a.memory)
+    dims = tuple(C.read_int64s(a.shape_dims, a.shape_num_dims))
+    message = C.read_str(a.error_message, a.error_message_size)
+    if a.error_code == C.ErrorCode.OK:
+        raise invalid_argument("an error buffer needs a non-OK error code")
+    buf = Buffer(None, a.shape_element_type, device, memory,
+                 error=(a.error_code, message), shape=dims)
+    a.buffer = buf.handle
+
+
+@handler
+def Client_CreateViewOfDeviceBuffer(ptr):
+    a = C.Client_CreateViewOfDeviceBuffer_Args.from_address(ptr)
+    client = _client(a.client)
+    memory_h = a.memory if a.struct_size >= C.struct_size(C.Client_CreateViewOfDeviceBuffer_Args) else None
+    device, memory = _device_and_memory(client, a.device, memory_h)
+    if a.layout:
+        raise unimplemented("views with an explicit layout are not supported by stablehlo_ref")
+    from .buffer import host_view
+    dims = tuple(C.read_int64s(a.dims, a.num_dims))
+    view = host_view(a.device_buffer_ptr, dtype_of(a.element_type), dims, None)
+    callback = a.on_delete_callback
+    user_arg = a.on_delete_callback_arg
+    device_ptr = a.device_buffer_ptr
+    on_free = None
+    if callback:
+        fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(callback)
+
+        def on_free(fn=fn):
+            fn(device_ptr, user_arg)
+    buf = Buffer(view, a.element_type, device, memory, on_free=on_free)
+    buf.borrowed = True
+    a.buffer = buf.handle
+
+
+
+@handler
+def Client_Compile(ptr):
+    a = C.Client_Compile_Args.from_address(ptr)
+    client = _client(a.client)
+    meta = _compile(a.program, a.compile_options, a.compile_options_size)
+    exe = LoadedExecutable(client, meta)
+    a.executable = exe.handle
+    if trace.ENABLED:
+        trace.note(obj=client, result=str(exe), module=meta.program.text)
+
+
+def _compile(program_ptr, options_ptr, options_size):
+    if not program_ptr:
+        raise invalid_argument("program is NULL")
+    program = C.PJRT_Program.from_address(program_ptr)
+    code = C.read_bytes(program.code, program.code_size)
+    fmt = C.read_str(program.format, program.format_size)
+    options = CompileOptions(C.read_bytes(options_ptr, options_size))
+    return compile_program(code, fmt, options)
+
+
+@handler
+def Client_Load(ptr):
+    a = C.Client_Load_Args.from_address(ptr)
+    client = _client(a.client)
+    exe = lookup(a.executable, Executable, "PJRT_Executable")
+    meta = exe.meta
+    if a.compile_options_size:
+        options = CompileOptions(C.read_bytes(a.compile_options, a.compile_options_size))
+        if options.serialized != meta.options.serialized:
+            meta = compile_program(meta.code, meta.format, options)
+    loaded = LoadedExecutable(client, meta)
+    a.loaded_executable = loaded.handle
+
+
+# ----------------------------------------------------------------------------
+# Device descriptions, devices, memories
+# ----------------------------------------------------------------------------
+
+
+def _description(h) -> DeviceDescription:
+    return lookup(h, DeviceDescription, "PJRT_DeviceDescription")
+
+
+@handler
+def DeviceDescription_Id(ptr):
+    a = C.DeviceDescription_Id_Args.from_address(ptr)
+    a.id = _description(a.device_description).id
+
+
+@handler
+def DeviceDescription_ProcessIndex(ptr):
+    a = C.DeviceDescription_ProcessIndex_Args.from_address(ptr)
+    a.process_index = _description(a.device_description).process_index
+
+
+@handler
+def DeviceDescription_Attributes(ptr):
+    a = C.DeviceDescription_Attributes_Args.from_address(ptr)
+    d = _description(a.device_description)
+    a.attributes = d._attrs_c.address
+    a.num_attributes = d._attrs_c.count
+
+
+@handler
+def DeviceDescription_Kind(ptr):
+    a = C.DeviceDescription_Kind_Args.from_address(ptr)
+    d = _description(a.device_description)
+    a.device_kind = d._kind_c.address
+    a.device_kind_size = d._kind_c.size
+
+
+@handler
+def DeviceDescription_DebugString(ptr):
+    a = C.DeviceDescription_DebugString_Args.from_address(ptr)
+    d = _description(a.device_description)
+    a.debug_string = d._debug_string_c.address
+    a.debug_string_size = d._debug_string_c.size
+
+
+@handler
+def DeviceDescription_ToString(ptr):
+    a = C.DeviceDescription_ToString_Args.from_address(ptr)
+    d = _description(a.device_description)
+    a.to_string = d._to_string_c.address
+    a.to_string_size = d._to_string_c.size
+
+
+def _device(h) -> Device:
+    return lookup(h, Device, "PJRT_Device")
+
+
+@handler
+def Device_GetDescription(ptr):
+    a = C.Device_GetDescription_Args.from_address(ptr)
+    a.device_description = _device(a.device).description.handle
+
+
+@handler
+def Device_IsAddressable(ptr):
+    a = C.Device_IsAddressable_Args.from_address(ptr)
+    _device(a.device)
+    a.is_addressable = True
+
+
+@handler
+def Device_LocalHardwareId(ptr):
+    a = C.Device_LocalHardwareId_Args.from_address(ptr)
+    a.local_hardware_id = _device(a.device).local_hardware_id
+
+
+@handler
+def Device_AddressableMemories(ptr):
+    a = C.Device_AddressableMemories_Args.from_address(ptr)
+    d = _device(a.device)
+    a.memories = d._memories_c[1]
+    a.num_memories = len(d.memories)
+
+
+@handler
+def Device_DefaultMemory(ptr):
+    a = C.Device_DefaultMemory_Args.from_address(ptr)
+    a.memory = _device(a.device).default_memory.handle
+
+
+@handler
+def Device_MemoryStats(ptr):
+    a = C.Device_MemoryStats_Args.from_address(ptr)
+    d = _device(a.device)
+    with d._lock:
+        a.bytes_in_use = d.bytes_in_use
+        a.peak_bytes_in_use = d.peak_bytes_in_use
+        a.peak_bytes_in_use_is_set = True
+        a.num_allocs = d.num_allocs
+        a.num_allocs_is_set = True
+        a.largest_alloc_size = d.largest_alloc_size
+        a.largest_alloc_size_is_set = True
+    for flag in ("bytes_limit_is_set", "bytes_reserved_is_set",
+                 "peak_bytes_reserved_is_set", "bytes_reservable_limit_is_set",
+                 "largest_free_block_bytes_is_set", "pool_bytes_is_set",
+                 "peak_pool_bytes_is_set"):
+        setattr(a, flag, False)
+
+
+@handler
+def Device_ClearMemoryStats(ptr):
+    a = C.Device_ClearMemoryStats_Args.from_address(ptr)
+    d = _device(a.device)
+    with d._lock:
+        d.peak_bytes_in_use = d.bytes_in_use
+        d.num_allocs = 0
+        d.largest_alloc_size = 0
+
+
+@handler
+def Device_GetAttributes(ptr):
+    a = C.Device_GetAttributes_Args.from_address(ptr)
+    d = _device(a.device)
+    # The attributes are owned by the device; the caller's deleter has
+    # nothing to free.
+    a.attributes = d.description._attrs_c.address
+    a.num_attributes = d.description._attrs_c.count
+    a.device_attributes = None
+    a.attributes_deleter = _C_HELPERS["noop_deleter"]
+
+
+@handler
+def Device_PoisonExecution(ptr):
+    a = C.Device_PoisonExecution_Args.from_address(ptr)
+    _device(a.device)
+    # Executions finish before Execute returns, so none is ever pending.
+    a.poisoned = False
+
+
+class AsyncTrackingEvent:
+    __slots__ = ("handle", "device", "description")
+
+    def __init__(self, device, description):
+        self.device = device
+        self.description = description
+        register(self)
+
+
+@handler
+def Device_CreateAsyncTrackingEvent(ptr):
+    a = C.Device_CreateAsyncTrackingEvent_Args.from_address(ptr)
+    d = _device(a.device)
+    ev = AsyncTrackingEvent(d, C.read_str(a.description, a.description_size))
+    a.event = ev.handle
+
+
+@handler
+def AsyncTrackingEvent_Destroy(ptr):
+    args = _SimpleArgs.from_address(ptr)
+    if args.obj:
+        lookup(args.obj, AsyncTrackingEvent)
+        release(args.obj)
+
+
+class _SimpleArgs(ctypes.Structure):
+    """Head of the many args structs whose only field is one object."""
+    _fields_ = [("struct_size", C.SIZE), ("extension_start", C.P), ("obj", C.P)]
+
+
+def _memory(h) -> Memory:
+    return lookup(h, Memory, "PJRT_Memory")
+
+
+@handler
+def Memory_Id(ptr):
+    a = C.Memory_Id_Args.from_address(ptr)
+    a.id = _memory(a.memory).id
+
+
+@handler
+def Memory_Kind(ptr):
+    a = C.Memory_Kind_Args.from_address(ptr)
+    m = _memory(a.memory)
+    a.kind = m._kind_c.address
+    a.kind_size = m._kind_c.size
+
+
+@handler
+def Memory_Kind_Id(ptr):
+    a = C.Memory_Kind_Id_Args.from_address(ptr)
+    a.kind_id = _memory(a.memory).kind_id
+
+
+@handler
+def Memory_DebugString(ptr):
+    a = C.Memory_DebugString_Args.from_address(ptr)
+    m = _memory(a.memory)
+    a.debug_string = m._debug_string_c.address
+    a.debug_string_size = m._debug_string_c.size
+
+
+@handler
+def Memory_ToString(ptr):
+    a = C.Memory_ToString_Args.from_address(ptr)
+    m = _memory(a.memory)
+    a.to_string = m._to_string_c.address
+    a.to_string_size = m._to_string_c.size
+
+
+@handler
+def Memory_AddressableByDevices(ptr):
+    a = C.Memory_AddressableByDevices_Args.from_address(ptr)
+    m = _memory(a.memory)
+    a.devices = m.devices_array()[1]
+    a.num_devices = len(m.devices)
+
+
+# ----------------------------------------------------------------------------
+# Execute contexts
+# ----------------------------------------------------------------------------
+
+
+class ExecuteContext:
+    __slots__ = ("handle",)
+
+    def __init__(self):
+        register(self)
+
+
+@handler
+def ExecuteContext_Create(ptr):
+    a = C.ExecuteContext_Create_Args.from_address(ptr)
+    a.context = ExecuteContext().handle
+
+
+@handler
+def ExecuteContext_Destroy(ptr):
+    a = C.ExecuteContext_Destroy_Args.from_address(ptr)
+    if a.context:
+        lookup(a.context, ExecuteContext)
+        release(a.context)
+
+
+# ----------------------------------------------------------------------------
+# Executables
+# ----------------------------------------------------------------------------
+
+
+def _executable(h):
+    return lookup(h, Executable, "PJRT_Executable").meta
+
+
+def _loaded(h) -> LoadedExecutable:
+    return lookup(h, LoadedExecutable, "PJRT_LoadedExecutable")
+
+
+@handler
+def Executable_Destroy(ptr):
+    a = C.Executable_Destroy_Args.from_address(ptr)
+    if a.executable:
+        lookup(a.executable, Executable, "PJRT_Executable")
+        release(a.executable)
+
+
+@handler
+def Executable_Name(ptr):
+    a = C.Executable_Name_Args.from_address(ptr)
+    name = _executable(a.executable).name_c()
+    a.executable_name = name.address
+    a.executable_name_size = name.size
+
+
+@handler
+def Executable_NumReplicas(ptr):
+    a = C.Executable_NumReplicas_Args.from_address(ptr)
+    a.num_replicas = _executable(a.executable).num_replicas
+
+
+@handler
+def Executable_NumPartitions(ptr):
+    a = C.Executable_NumPartitions_Args.from_address(ptr)
+    a.num_partitions = _executable(a.executable).num_partitions
+
+
+@handler
+def Executable_NumOutputs(ptr):
+    a = C.Executable_NumOutputs_Args.from_address(ptr)
+    a.num_outputs = _executable(a.executable).num_outputs
+
+
+@handler
+def Executable_SizeOfGeneratedCodeInBytes(ptr):
+    a = C.Executable_SizeOfGeneratedCodeInBytes_Args.from_address(ptr)
+    a.size_in_bytes = len(_executable(a.executable).code)
+
+
+@handler
+def Executable_GetCostAnalysis(ptr):
+    a = C.Executable_GetCostAnalysis_Args.from_address(ptr)
+    _executable(a.executable)
+    # The interpreter has no cost model: an empty property list is the
+    # truthful answer.
+    a.num_properties = 0
+    a.properties = None
+
+
+@handler
+def Executable_GetCompiledMemoryStats(ptr):
+    a = C.Executable_GetCompiledMemoryStats_Args.from_address(ptr)
+    meta = _executable(a.executable)
+    for name, _ in a._fields_[3:]:
+        setattr(a, name, 0)
+    a.generated_code_size_in_bytes = len(meta.code)
+    a.argument_size_in_bytes = meta.argument_bytes()
+    a.output_size_in_bytes = meta.output_bytes()
+    a.total_size_in_bytes = meta.argument_bytes() + meta.output_bytes()
+
+
+@handler
+def Executable_OutputElementTypes(ptr):
+    a = C.Executable_OutputElementTypes_Args.from_address(ptr)
+    meta = _executable(a.executable)
+    a.output_types = meta.output_types_address()
+    a.num_output_types = meta.num_outputs
+
+
+@handler
+def Executable_OutputDimensions(ptr):
+    a = C.Executable_OutputDimensions_Args.from_address(ptr)
+    meta = _executable(a.executable)
+    a.num_outputs = meta.num_outputs
+    a.dims, a.dim_sizes = meta.output_dims_addresses()
+
+
+@handler
+def Executable_OutputMemoryKinds(ptr):
+    a = C.Executable_OutputMemoryKinds_Args.from_address(ptr)
+    meta = _executable(a.executable)
+    a.num_outputs = meta.num_outputs
+    a.memory_kinds, a.memory_kind_sizes = meta.memory_kinds_addresses()
+
+
+@handler
+def Executable_ParameterMemoryKinds(ptr):
+    a = C.Executable_ParameterMemoryKinds_Args.from_address(ptr)
+    meta = _executable(a.executable)
+    a.num_parameters = len(meta.input_types)
+    a.memory_kinds, a.memory_kind_sizes = meta.memory_kinds_addresses()
+
+
+@handler
+def Executable_Fingerprint(ptr):
+    a = C.Executable_Fingerprint_Args.from_address(ptr)
+    meta = _executable(a.executable)
+    a.executable_fingerprint = meta._fingerprint_c.address
+    a.executable_fingerprint_size = meta._fingerprint_c.size
+
+
+@handler
+def LoadedExecutable_Fingerprint(ptr):
+    a = C.LoadedExecutable_Fingerprint_Args.from_address(ptr)
+    meta = _loaded(a.executable).meta
+    a.executable_fingerprint = meta._fingerprint_c.address
+    a.executable_fingerprint_size = meta._fingerprint_c.size
+
+
+@handler
+def Executable_OptimizedProgram(ptr):
+    a = C.Executable_OptimizedProgram_Args.from_address(ptr)
+    meta = _executable(a.executable)
+    if not a.program:
+        raise invalid_argument("program is NULL")
+    program = C.PJRT_Program.from_address(a.program)
+    # The interpreter runs the StableHLO it was given, unoptimized; that
+    # module (as MLIR bytecode / portable artifact) is the "optimized" program.
+    if not hasattr(meta, "_format_c"):
+        meta._format_c = CString(meta.format)
+    program.format = meta._format_c.address
+    program.format_size = meta._format_c.size
+    if not program.code:
+        program.code_size = len(meta.code)
+        return
+    if program.code_size < len(meta.code):
+        raise invalid_argument(
+            f"program buffer has {program.code_size} bytes, {len(meta.code)} needed")
+    ctypes.memmove(program.code, meta.code, len(meta.code))
+    program.code_size = len(meta.code)
+
+
+def _blob(data: bytes) -> tuple[int, int]:
+    """Copies `data` into C memory freed by the `blob_free` deleter; returns
+    (blob, data address)."""
+    blob = _shim.blob_new(data)
+    return blob, _shim.blob_data(blob)
+
+
+@handler
+def Executable_Serialize(ptr):
+    a = C.Executable_Serialize_Args.from_address(ptr)
+    meta = _executable(a.executable)
+    data = meta.serialize()
+    blob, addr = _blob(data)
+    a.serialized_bytes = addr
+    a.serialized_bytes_size = len(data)
+    a.serialized_executable = blob
+    a.serialized_executable_deleter = _C_HELPERS["blob_free"]
+
+
+@handler
+def Executable_GetCompileOptions(ptr):
+    a = C.Executable_GetCompileOptions_Args.from_address(ptr)
+    meta = _executable(a.executable)
+    data = meta.options.serialized
+    blob, addr = _blob(data)
+    a.serialized_bytes = addr
+    a.serialized_bytes_size = len(data)
+    a.serialized_compile_options = blob
+    a.serialized_compile_options_deleter = _C_HELPERS["blob_free"]
+
+
+@handler
+def Executable_DeserializeAndLoad(ptr):
+    a = C.Executable_DeserializeAndLoad_Args.from_address(ptr)
+    client = _client(a.client)
+    fmt, options_bytes, code = parse_serialized(
+        C.read_bytes(a.serialized_executable, a.serialized_executable_size))
+    if a.struct_size >= C.struct_size(C.Executable_DeserializeAndLoad_Args) and \
+            a.overridden_serialized_compile_options:
+        options_bytes = C.read_bytes(a.overridden_serialized_compile_options,
+                                     a.overridden_serialized_compile_options_size)
+    # The serialized form is the program itself: "loading" recompiles it.
+    meta = compile_program(code, fmt, CompileOptions(options_bytes))
+    a.loaded_executable = LoadedExecutable(client, meta).handle
+
+
+@handler
+def LoadedExecutable_Destroy(ptr):
+    a = C.LoadedExecutable_Destroy_Args.from_address(ptr)
+    if a.executable:
+        exe = _loaded(a.executable)
+        exe.deleted = True
+        release(a.executable)
+        if trace.ENABLED:
+            trace.note(obj=exe)
+
+
+@handler
+def LoadedExecutable_GetExecutable(ptr):
+    a = C.LoadedExecutable_GetExecutable_Args.from_address(ptr)
+    a.executable = Executable(_loaded(a.loaded_executable).meta).handle
+
+
+@handler
+def LoadedExecutable_AddressableDevices(ptr):
+    a = C.LoadedExecutable_AddressableDevices_Args.from_address(ptr)
+    exe = _loaded(a.executable)
+    a.addressable_devices = exe._devices_c[1]
+    a.num_addressable_devices = len(exe.devices)
+
+
+@handler
+def LoadedExecutable_AddressableDeviceLogicalIds(ptr):
+    a = C.LoadedExecutable_AddressableDeviceLogicalIds_Args.from_address(ptr)
+    exe = _loaded(a.executable)
+    a.addressable_device_logical_ids = ctypes.addressof(exe._logical_ids_c)
+    a.num_addressable_device_logical_ids = len(exe.logical_ids)
+
+
+@handler
+def LoadedExecutable_GetDeviceAssignment(ptr):
+    a = C.LoadedExecutable_GetDeviceAssignment_Args.from_address(ptr)
+    exe = _loaded(a.executable)
+    blob, addr = _blob(exe._assignment_bytes)
+    a.serialized_bytes = addr
+    a.serialized_bytes_size = len(exe._assignment_bytes)
+    a.serialized_device_assignment = blob
+    a.serialized_device_assignment_deleter = _C_HELPERS["blob_free"]
+
+
+@handler
+def LoadedExecutable_Delete(ptr):
+    a = C.LoadedExecutable_Delete_Args.from_address(ptr)
+    _loaded(a.executable).deleted = True
+
+
+@handler
+def LoadedExecutable_IsDeleted(ptr):
+    a = C.LoadedExecutable_IsDeleted_Args.from_address(ptr)
+    a.is_deleted = _loaded(a.executable).deleted
+
+
+_P = ctypes.c_void_p
+
+
+@handler
+def LoadedExecutable_Execute(ptr):
+    a = C.LoadedExecutable_Execute_Args.from_address(ptr)
+    exe = _loaded(a.executable)
+    num_devices = a.num_devices
+    num_args = a.num_args
+    if a.options:
+        opts = C.PJRT_ExecuteOptions.from_address(a.options)
+        if opts.num_send_ops or opts.num_recv_ops:
+            raise unimplemented("send/recv callbacks are not supported by stablehlo_ref")
+    execute_device = maybe_lookup(a.execute_device, Device) if a.execute_device else None
+    arg_list_ptrs = (_P * num_devices).from_address(a.argument_lists) if num_devices else ()
+    argument_lists = []
+    for lp in arg_list_ptrs:
+        handles = (_P * num_args).from_address(lp)[:] if num_args else []
+        argument_lists.append([lookup(h, Buffer, "PJRT_Buffer") for h in handles])
+    outputs = exe.execute(argument_lists, execute_device)
+    out_list_ptrs = (_P * num_devices).from_address(a.output_lists)
+    for lp, outs in zip(out_list_ptrs, outputs):
+        if outs:
+            (_P * len(outs)).from_address(lp)[:] = [b.handle for b in outs]
+    if a.device_complete_events:
+        (_P * num_devices).from_address(a.device_complete_events)[:] = [
+            _shim.event_new(True) for _ in range(num_devices)]
+    if trace.ENABLED:
+        trace.note(obj=exe,
+                   inputs=[[_describe(b) for b in args] for args in argument_lists],
+                   outputs=[[_describe(b) for b in outs] for outs in outputs])
+
+
+def _preview(buf: Buffer) -> str:
+    try:
+        arr = buf.array
+        if buf.error is not None or arr is None or not hasattr(arr, "size"):
+            return "-"
+        if arr.size > 16:
+            return np.array2string(arr.reshape(-1)[:16], separator=",") + "..."
+        return np.array2string(arr, separator=",").replace("\n", "")
+    except Exception:
+        return "?"
+
+
+def _describe(buf: Buffer) -> str:
+    return f"{buf} = {_preview(buf)}"
+
+
+# ----------------------------------------------------------------------------
+# Buffers
+# ----------------------------------------------------------------------------
+
+
+def _buffer(h) -> Buffer:
+    return lookup(h, Buffer, "PJRT_Buffer")
+
+
+@handler
+def Buffer_Destroy(ptr):
+    a = C.Buffer_Destroy_Args.from_address(ptr)
+    if not a.buffer:
+        return
+    buf = _buffer(a.buffer)
+    buf.delete()
+    release(a.buffer)
+    if trace.ENABLED:
+        trace.note(obj=buf)
+
+
+@handler
+def Buffer_ElementType(ptr):
+    a = C.Buffer_ElementType_Args.from_address(ptr)
+    a.type = _buffer(a.buffer).type
+
+
+@handler
+def Buffer_Dimensions(ptr):
+    a = C.Buffer_Dimensions_Args.from_address(ptr)
+    buf = _buffer(a.buffer)
+    a.dims = buf.dims_array()
+    a.num_dims = len(buf.shape)
+
+
+@handler
+def Buffer_UnpaddedDimensions(ptr):
+    a = C.Buffer_UnpaddedDimensions_Args.from_address(ptr)
+    buf = _buffer(a.buffer)
+    a.unpadded_dims = buf.dims_array()
+    a.num_dims = len(buf.shape)
+
+
+@handler
+def Buffer_DynamicDimensionIndices(ptr):
+    a = C.Buffer_DynamicDimensionIndices_Args.from_address(ptr)
+    _buffer(a.buffer)
+    a.dynamic_dim_indices = None
+    a.num_dynamic_dims = 0
+
+
+@handler
+def Buffer_GetMemoryLayout(ptr):
+    a = C.Buffer_GetMemoryLayout_Args.from_address(ptr)
+    layout = _buffer(a.buffer).layout()
+    ctypes.memmove(ctypes.addressof(a.layout), ctypes.addressof(layout),
+                   ctypes.sizeof(layout))
+
+
+@handler
+def Buffer_OnDeviceSizeInBytes(ptr):
+    a = C.Buffer_OnDeviceSizeInBytes_Args.from_address(ptr)
+    buf = _buffer(a.buffer)
+    buf.live_array()
+    a.on_device_size_in_bytes = buf.nbytes
+
+
+@handler
+def Buffer_Device(ptr):
+    a = C.Buffer_Device_Args.from_address(ptr)
+    a.device = _buffer(a.buffer).device.handle
+
+
+@handler
+def Buffer_Memory(ptr):
+    a = C.Buffer_Memory_Args.from_address(ptr)
+    a.memory = _buffer(a.buffer).memory.handle
+
+
+@handler
+def Buffer_Delete(ptr):
+    a = C.Buffer_Delete_Args.from_address(ptr)
+    buf = _buffer(a.buffer)
+    buf.delete()
+    if trace.ENABLED:
+        trace.note(obj=buf)
+
+
+@handler
+def Buffer_IsDeleted(ptr):
+    a = C.Buffer_IsDeleted_Args.from_address(ptr)
+    a.is_deleted = _buffer(a.buffer).deleted
+
+
+@handler
+def Buffer_IsOnCpu(ptr):
+    a = C.Buffer_IsOnCpu_Args.from_address(ptr)
+    _buffer(a.buffer)
+    # The data is in host memory, but it is only reachable through the PJRT
+    # calls: saying "on CPU" would invite jaxlib to alias it directly.
+    a.is_on_cpu = False
+
+
+def _copy_buffer(buf: Buffer, device, memory) -> Buffer:
+    array = buf.live_array()
+    if buf.borrowed and hasattr(array, "copy"):
+        array = array.copy()  # the source may hand its memory back to the caller
+        array.flags.writeable = False
+    return Buffer(array, buf.type, device, memory, shape=buf.shape)
+
+
+@handler
+def Buffer_CopyToDevice(ptr):
+    a = C.Buffer_CopyToDevice_Args.from_address(ptr)
+    buf = _buffer(a.buffer)
+    device = _device(a.dst_device)
+    if device is buf.device:
+        raise invalid_argument(f"{buf} is already on {device}")
+    new = _copy_buffer(buf, device, device.default_memory)
+    a.dst_buffer = new.handle
+    if trace.ENABLED:
+        trace.note(obj=buf, result=str(new))
+
+
+@handler
+def Buffer_CopyToMemory(ptr):
+    a = C.Buffer_CopyToMemory_Args.from_address(ptr)
+    buf = _buffer(a.buffer)
+    memory = _memory(a.dst_memory)
+    if memory is buf.memory:
+        raise invalid_argument(f"{buf} is already in {memory}")
+    new = _copy_buffer(buf, memory.devices[0], memory)
+    a.dst_buffer = new.handle
+    if trace.ENABLED:
+        trace.note(obj=buf, result=str(new))
+
+
+@handler
+def Buffer_ToHostBuffer(ptr):
+    a = C.Buffer_ToHostBuffer_Args.from_address(ptr)
+    buf = _buffer(a.src)
+    needed = to_host(buf, a.dst, a.dst_size, a.host_layout)
+    if not a.dst:
+        a.dst_size = needed
+        a.event = None
+    else:
+        a.event = _shim.event_new(True)
+    if trace.ENABLED:
+        trace.note(obj=buf, dst=f"{a.dst or 0:#x}", dst_size=a.dst_size,
+                   value=_preview(buf) if a.dst else "(size query)")
+
+
+@handler
+def Buffer_CopyRawToHost(ptr):
+    a = C.Buffer_CopyRawToHost_Args.from_address(ptr)
+    buf = _buffer(a.buffer)
+    array = buf.live_array()
+    raw = memoryview(np.ascontiguousarray(array)).cast("B") if buf.nbytes else memoryview(b"")
+    if a.offset < 0 or a.transfer_size < 0 or a.offset + a.transfer_size > len(raw):
+        raise invalid_argument(
+            f"raw copy of [{a.offset}, {a.offset + a.transfer_size}) is outside the "
+            f"{len(raw)} bytes of {buf}")
+    if a.transfer_size:
+        ctypes.memmove(a.dst, bytes(raw[a.offset:a.offset + a.transfer_size]), a.transfer_size)
+    a.event = _shim.event_new(True)
+
+
+@handler
+def Buffer_ReadyEvent(ptr):
+    a = C.Buffer_ReadyEvent_Args.from_address(ptr)
+    buf = _buffer(a.buffer)
+    # Data is complete as soon as a buffer exists (execution is synchronous);
+    # deleted and error buffers report their error, as the header asks.
+    try:
+        buf.live_array()
+        a.event = _ready_event()
+    except PjrtError as e:
+        a.event = _ready_event(e)
+    if trace.ENABLED:
+        trace.note(obj=buf)
+
+
+@handler
+def Buffer_UnsafePointer(ptr):
+    a = C.Buffer_UnsafePointer_Args.from_address(ptr)
+    buf = _buffer(a.buffer)
+    array = buf.live_array()
+    a.buffer_pointer = array.ctypes.data if buf.nbytes else 0
+
+
+@handler
+def Buffer_OpaqueDeviceMemoryDataPointer(ptr):
+    a = C.Buffer_OpaqueDeviceMemoryDataPointer_Args.from_address(ptr)
+    buf = _buffer(a.buffer)
+    array = buf.live_array()
+    a.device_memory_ptr = array.ctypes.data if buf.nbytes else None
+
+
+@handler
+def Buffer_IncreaseExternalReferenceCount(ptr):
+    a = C.Buffer_IncreaseExternalReferenceCount_Args.from_address(ptr)
+    buf = _buffer(a.buffer)
+    buf.live_array()
+    buf.external_refs += 1
+
+
+@handler
+def Buffer_DecreaseExternalReferenceCount(ptr):
+    a = C.Buffer_DecreaseExternalReferenceCount_Args.from_address(ptr)
+    buf = _buffer(a.buffer)
+    if buf.external_refs <= 0:
+        raise failed_precondition(f"{buf} has no external references to release")
+    buf.external_refs -= 1
+
+
+@handler
+def Buffer_Bitcast(ptr):
+    a = C.Buffer_Bitcast_Args.from_address(ptr)
+    buf = _buffer(a.buffer)
+    array = buf.live_array()
+    dims = tuple(C.read_int64s(a.dims, a.num_dims))
+    new_dtype = dtype_of(a.element_type)
+    nbytes = int(np.prod(dims, dtype=np.int64)) * new_dtype.itemsize
+    if nbytes != buf.nbytes:
+        raise invalid_argument(
+            f"cannot bitcast {buf.describe()} ({buf.nbytes} bytes) to "
+            f"{short_type(a.element_type)}{list(dims)} ({nbytes} bytes)")
+    if buf.borrowed:
+        array = array.copy()
+    out = np.ascontiguousarray(array).reshape(-1).view(np.uint8).view(new_dtype).reshape(dims)
+    new = Buffer(out, a.element_type, buf.device, buf.memory)
+    a.out_buffer = new.handle
+
+
+# ----------------------------------------------------------------------------
+# Topology and compile-without-client
+# ----------------------------------------------------------------------------
+
+
+def _topology(h) -> Topology:
+    return lookup(h, Topology, "PJRT_TopologyDescription")
+
+
+@handler
+def TopologyDescription_Create(ptr):
+    from .client import configured_num_devices
+    a = C.TopologyDescription_Create_Args.from_address(ptr)
+    options = read_named_values(a.create_options, a.num_options)
+    a.topology = Topology(configured_num_devices(options)).handle
+
+
+@handler
+def TopologyDescription_Destroy(ptr):
+    a = C.TopologyDescription_Destroy_Args.from_address(ptr)
+    if not a.topology:
+        return
+    topo = _topology(a.topology)
+    if not topo.owned_by_client:  # the client's own topology lives with it
+        release(a.topology)
+
+
+@handler
+def TopologyDescription_PlatformName(ptr):
+    a = C.TopologyDescription_PlatformName_Args.from_address(ptr)
+    t = _topology(a.topology)
+    a.platform_name = t._name_c.address
+    a.platform_name_size = t._name_c.size
+
+
+@handler
+def TopologyDescription_PlatformVersion(ptr):
+    a = C.TopologyDescription_PlatformVersion_Args.from_address(ptr)
+    t = _topology(a.topology)
+    a.platform_version = t._version_c.address
+    a.platform_version_size = t._version_c.size
+
+
+@handler
+def TopologyDescription_GetDeviceDescriptions(ptr):
+    a = C.TopologyDescription_GetDeviceDescriptions_Args.from_address(ptr)
+    t = _topology(a.topology)
+    a.descriptions = t._descriptions_c[1]
+    a.num_descriptions = len(t.descriptions)
+
+
+@handler
+def TopologyDescription_Attributes(ptr):
+    a = C.TopologyDescription_Attributes_Args.from_address(ptr)
+    t = _topology(a.topology)
+    a.attributes = t._attrs_c.address
+    a.num_attributes = t._attrs_c.count
+
+
+@handler
+def TopologyDescription_Serialize(ptr):
+    a = C.TopologyDescription_Serialize_Args.from_address(ptr)
+    t = _topology(a.topology)
+    blob, addr = _blob(t.serialized)
+    a.serialized_bytes = addr
+    a.serialized_bytes_size = len(t.serialized)
+    a.serialized_topology = blob
+    a.serialized_topology_deleter = _C_HELPERS["blob_free"]
+
+
+@handler
+def TopologyDescription_Deserialize(ptr):
+    a = C.TopologyDescription_Deserialize_Args.from_address(ptr)
+    data = C.read_bytes(a.serialized_topology, a.serialized_topology_size)
+    a.topology = Topology.deserialize(data).handle
+
+
+@handler
+def TopologyDescription_Fingerprint(ptr):
+    a = C.TopologyDescription_Fingerprint_Args.from_address(ptr)
+    a.fingerprint = _topology(a.topology).fingerprint
+
+
+@handler
+def Compile(ptr):
+    a = C.Compile_Args.from_address(ptr)
+    _topology(a.topology)
+    meta = _compile(a.program, a.compile_options, a.compile_options_size)
+    a.executable = Executable(meta).handle
+    if trace.ENABLED:
+        trace.note(module=meta.program.text)
+
+
+# ----------------------------------------------------------------------------
+# Building the table
+# ----------------------------------------------------------------------------
+
+_C_HELPERS: dict = {}
+_built = False
+_build_lock = threading.Lock()
+_traced_installed = None
+
+
+def _is_quiet(name: str) -> bool:
+    """Slots that, once Python is gone, should succeed silently (leaking)
+    rather than report an error: jaxlib calls them from destructors."""
+    return name.endswith("_Destroy") or name.endswith("_Delete")
+
+
+def set_tracing(on: bool) -> None:
+    """(Re)wires every Python slot, with or without the trace wrapper."""
+    global _traced_installed
+    if not _built or _traced_installed == on:
+        return
+    for index, name in enumerate(C.API_FUNCTIONS):
+        if name in _C_HELPERS["c_functions"]:
+            continue
+        fn = _HANDLERS.get(name)
+        if fn is not None and on:
+            fn = trace.traced(name, fn)
+        _shim.set_slot(index, name, fn, _is_quiet(name))
+    _shim.set_trace_hook(trace.c_event_hook if on else None)
+    _traced_installed = on
+
+
+def build_api() -> None:
+    """Fills the PJRT_Api table (idempotent)."""
+    global _built
+    with _build_lock:
+        if _built:
+            return
+        if len(C.API_FUNCTIONS) > _shim.MAX_SLOTS:
+            raise RuntimeError("the shim has fewer trampolines than the API has slots")
+        _C_HELPERS.update(_shim.c_helpers())
+        c_functions = _shim.c_functions()
+        _C_HELPERS["c_functions"] = c_functions
+        address, size = _shim.api_address()
+        if ctypes.sizeof(C.PJRT_Api) > size:
+            raise RuntimeError("PJRT_Api does not fit the shim's static storage")
+        api = C.PJRT_Api.from_address(address)
+        ctypes.memset(address, 0, ctypes.sizeof(C.PJRT_Api))
+        api.struct_size = C.struct_size(C.PJRT_Api)
+        api.extension_start = None
+        api.pjrt_api_version.struct_size = C.struct_size(C.PJRT_Api_Version)
+        api.pjrt_api_version.extension_start = None
+        api.pjrt_api_version.major_version = C.API_MAJOR
+        api.pjrt_api_version.minor_version = C.API_MINOR
+        for index, name in enumerate(C.API_FUNCTIONS):
+            if name in c_functions:
+                setattr(api, name, c_functions[name])
+            else:
+                setattr(api, name, _shim.set_slot(index, name, _HANDLERS.get(name),
+                                                  _is_quiet(name)))
+        _built = True
+        trace.init_from_env()
+        set_tracing(trace.ENABLED)
+        if not trace.ENABLED:
+            global _traced_installed
+            _traced_installed = False
+        _shim.mark_api_ready()
+
+
+def capsule():
+    """The PJRT_Api table as the PyCapsule JAX's register_plugin expects."""
+    build_api()
+    return _shim.api_capsule()
+
+
+def implemented_functions() -> list[str]:
+    c_functions = _shim.c_functions()
+    return [n for n in C.API_FUNCTIONS if n in _HANDLERS or n in c_functions]
+

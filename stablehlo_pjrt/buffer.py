@@ -1,0 +1,349 @@
+"""Buffers: numpy arrays on a stablehlo_ref device.
+
+A PJRT_Buffer is a C-contiguous numpy array (never an MLIR attribute) plus
+the device/memory it lives on.  Arrays are treated as immutable once they are
+in a buffer, which is what lets copies between devices and zero-copy host
+buffers share memory safely.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import ml_dtypes
+import numpy as np
+
+from . import _shim
+from ._capi import BufferType, ErrorCode, HostBufferSemantics, MemoryLayoutType
+from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
+from .handles import int64_array, register
+
+# ----------------------------------------------------------------------------
+# Element types
+# ----------------------------------------------------------------------------
+
+# PJRT_Buffer_Type -> (numpy dtype, MLIR element type).  Sub-byte integer and
+# float types are stored unpacked, one element per byte (ml_dtypes), which is
+# also how XLA exchanges them with the host.
+_TYPES = {
+    BufferType.PRED: (np.dtype(np.bool_), "i1"),
+    BufferType.S8: (np.dtype(np.int8), "i8"),
+    BufferType.S16: (np.dtype(np.int16), "i16"),
+    BufferType.S32: (np.dtype(np.int32), "i32"),
+    BufferType.S64: (np.dtype(np.int64), "i64"),
+    BufferType.U8: (np.dtype(np.uint8), "ui8"),
+    BufferType.U16: (np.dtype(np.uint16), "ui16"),
+    BufferType.U32: (np.dtype(np.uint32), "ui32"),
+    BufferType.U64: (np.dtype(np.uint64), "ui64"),
+    BufferType.F16: (np.dtype(np.float16), "f16"),
+    BufferType.F32: (np.dtype(np.float32), "f32"),
+    BufferType.F64: (np.dtype(np.float64), "f64"),
+    BufferType.BF16: (np.dtype(ml_dtypes.bfloat16), "bf16"),
+    BufferType.C64: (np.dtype(np.complex64), "complex<f32>"),
+    BufferType.C128: (np.dtype(np.complex128), "complex<f64>"),
+    BufferType.F8E5M2: (np.dtype(ml_dtypes.float8_e5m2), "f8E5M2"),
+    BufferType.F8E4M3FN: (np.dtype(ml_dtypes.float8_e4m3fn), "f8E4M3FN"),
+    BufferType.F8E4M3B11FNUZ: (np.dtype(ml_dtypes.float8_e4m3b11fnuz), "f8E4M3B11FNUZ"),
+    BufferType.F8E5M2FNUZ: (np.dtype(ml_dtypes.float8_e5m2fnuz), "f8E5M2FNUZ"),
+    BufferType.F8E4M3FNUZ: (np.dtype(ml_dtypes.float8_e4m3fnuz), "f8E4M3FNUZ"),
+    BufferType.S4: (np.dtype(ml_dtypes.int4), "i4"),
+    BufferType.U4: (np.dtype(ml_dtypes.uint4), "ui4"),
+    BufferType.S2: (np.dtype(ml_dtypes.int2), "i2"),
+    BufferType.U2: (np.dtype(ml_dtypes.uint2), "ui2"),
+    BufferType.F8E4M3: (np.dtype(ml_dtypes.float8_e4m3), "f8E4M3"),
+    BufferType.F8E3M4: (np.dtype(ml_dtypes.float8_e3m4), "f8E3M4"),
+    BufferType.F8E8M0FNU: (np.dtype(ml_dtypes.float8_e8m0fnu), "f8E8M0FNU"),
+    BufferType.F4E2M1FN: (np.dtype(ml_dtypes.float4_e2m1fn), "f4E2M1FN"),
+    BufferType.S1: (np.dtype(ml_dtypes.int1), None),
+    BufferType.U1: (np.dtype(ml_dtypes.uint1), None),
+}
+_TYPE_NAMES = {v: k for k, v in vars(BufferType).items() if not k.startswith("_")}
+_DTYPE_TO_TYPE = {dt: t for t, (dt, _) in _TYPES.items()}
+_ELEMENT_TO_TYPE = {et: t for t, (_, et) in _TYPES.items() if et}
+_ELEMENT_TO_TYPE["!stablehlo.token"] = BufferType.TOKEN
+
+
+def type_name(t: int) -> str:
+    return _TYPE_NAMES.get(t, f"type#{t}")
+
+
+def dtype_of(t: int) -> np.dtype:
+    entry = _TYPES.get(t)
+    if entry is None:
+        if t == BufferType.TOKEN:
+            raise invalid_argument("token buffers carry no host data")
+        raise invalid_argument(f"unsupported PJRT buffer element type {type_name(t)}")
+    return entry[0]
+
+
+def type_of_dtype(dtype) -> int:
+    t = _DTYPE_TO_TYPE.get(np.dtype(dtype))
+    if t is None:
+        raise unimplemented(f"numpy dtype {np.dtype(dtype)} has no PJRT buffer type")
+    return t
+
+
+def type_of_element(element_type: str) -> int:
+    t = _ELEMENT_TO_TYPE.get(element_type)
+    if t is None:
+        raise unimplemented(f"element type {element_type} has no PJRT buffer type")
+    return t
+
+
+def short_type(t: int) -> str:
+    """XLA-style short name (f32, s32, pred, ...) for traces."""
+    return type_name(t).lower()
+
+
+def c_strides(shape, itemsize: int) -> tuple[int, ...]:
+    strides = []
+    acc = itemsize
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
+class Token:
+    """Value of a token buffer (tokens have no data)."""
+
+    def __repr__(self):
+        return "token"
+
+
+def _interpreter_token():
+    try:
+        import stablehlo_interpreter as shi
+        return shi.TOKEN
+    except Exception:  # interpreter unavailable: the plugin's own marker
+        return TOKEN
+
+
+TOKEN = Token()
+
+# ----------------------------------------------------------------------------
+# Buffers
+# ----------------------------------------------------------------------------
+
+
+class Buffer:
+    """PJRT_Buffer.
+
+    `array` is a C-contiguous numpy array (or the token marker for TOKEN
+    buffers), None after deletion.  `error` is set for error buffers
+    (PJRT_Client_CreateErrorBuffer): using them reports that error.
+    """
+
+    __slots__ = ("handle", "array", "type", "shape", "device", "memory",
+                 "deleted", "nbytes", "error", "on_free", "borrowed", "external_refs",
+                 "_dims_c", "_layout_c", "__weakref__")
+
+    def __init__(self, array, buffer_type: int, device, memory=None,
+                 on_free=None, error: tuple[int, str] | None = None,
+                 shape: tuple[int, ...] | None = None):
+        self.array = array
+        self.type = buffer_type
+        self.shape = tuple(array.shape) if shape is None else shape
+        self.device = device
+        self.memory = memory if memory is not None else device.default_memory
+        self.deleted = False
+        self.error = error
+        self.nbytes = 0 if (error or buffer_type == BufferType.TOKEN) else int(array.nbytes)
+        # Called once when the data is released (zero-copy host buffers
+        # signal their done event, views run their on-delete callback).
+        self.on_free = on_free
+        # Borrowed arrays alias memory the caller owns and frees after
+        # on_free; anything derived from them that outlives this buffer
+        # (copies to other devices, execution results) must be copied.
+        self.borrowed = on_free is not None
+        self.external_refs = 0
+        self._dims_c = None
+        self._layout_c = None
+        device.allocated(self.nbytes)
+        register(self)
+
+    # -- state ---------------------------------------------------------------
+
+    def live_array(self):
+        """The data, or a PjrtError if the buffer cannot be read."""
+        if self.deleted:
+            raise failed_precondition(
+                f"buffer {self.describe()} has been deleted or donated")
+        if self.error is not None:
+            raise PjrtError(*self.error)
+        return self.array
+
+    def delete(self) -> None:
+        if self.deleted:
+            return
+        self.deleted = True
+        self.array = None
+        self.device.freed(self.nbytes)
+        callback, self.on_free = self.on_free, None
+        if callback is not None:
+            callback()
+
+    def describe(self) -> str:
+        dims = ",".join(str(d) for d in self.shape)
+        return f"{short_type(self.type)}[{dims}]"
+
+    def __str__(self):
+        state = " deleted" if self.deleted else ""
+        return f"Buffer({self.describe()} on {self.device}{state}, {self.handle:#x})"
+
+    # -- C views kept alive by the buffer ------------------------------------
+
+    def dims_array(self) -> int:
+        if self._dims_c is None:
+            self._dims_c = int64_array(self.shape)
+        return self._dims_c[1]
+
+    def layout(self):
+        """Dense major-to-minor layout as a PJRT_Buffer_MemoryLayout."""
+        from ._capi import PJRT_Buffer_MemoryLayout, PJRT_Buffer_MemoryLayout_Tiled, struct_size
+        if self._layout_c is None:
+            rank = len(self.shape)
+            m2m, m2m_addr = int64_array(range(rank - 1, -1, -1))
+            layout = PJRT_Buffer_MemoryLayout()
+            layout.struct_size = struct_size(PJRT_Buffer_MemoryLayout)
+            layout.type = MemoryLayoutType.Tiled
+            layout.tiled.struct_size = struct_size(PJRT_Buffer_MemoryLayout_Tiled)
+            layout.tiled.minor_to_major = m2m_addr
+            layout.tiled.minor_to_major_size = rank
+            layout.tiled.tile_dims = None
+            layout.tiled.tile_dim_sizes = None
+            layout.tiled.num_tiles = 0
+            self._layout_c = (layout, m2m)
+        return self._layout_c[0]
+
+
+# ----------------------------------------------------------------------------
+# Host <-> buffer transfers
+# ----------------------------------------------------------------------------
+
+
+def host_view(data: int, dtype: np.dtype, dims: tuple[int, ...],
+              byte_strides: tuple[int, ...] | None) -> np.ndarray:
+    """A numpy view of caller memory described by PJRT (strides may be
+    negative, with `data` pointing inside the buffer)."""
+    itemsize = dtype.itemsize
+    if any(d < 0 for d in dims):
+        raise invalid_argument(f"negative dimension in {dims}")
+    if byte_strides is None:
+        byte_strides = c_strides(dims, itemsize)
+    elif len(byte_strides) != len(dims):
+        raise invalid_argument(
+            f"{len(byte_strides)} byte strides given for {len(dims)} dimensions")
+    if 0 in dims:
+        return np.empty(dims, dtype)
+    if not data:
+        raise invalid_argument("host data pointer is NULL")
+    lo = sum(min(0, (d - 1) * s) for d, s in zip(dims, byte_strides))
+    hi = sum(max(0, (d - 1) * s) for d, s in zip(dims, byte_strides)) + itemsize
+    raw = (ctypes.c_char * (hi - lo)).from_address(data + lo)
+    return np.ndarray(dims, dtype=dtype, buffer=raw, offset=-lo, strides=byte_strides)
+
+
+def buffer_from_host(client, data: int, buffer_type: int, dims, byte_strides,
+                     semantics: int, device, memory):
+    """Implements PJRT_Client_BufferFromHostBuffer's data handling.
+
+    Returns (buffer, done_event_address).
+    """
+    if buffer_type == BufferType.TOKEN:
+        buf = Buffer(_interpreter_token(), BufferType.TOKEN, device, memory, shape=())
+        return buf, _shim.event_new(True)
+    dtype = dtype_of(buffer_type)
+    dims = tuple(int(d) for d in dims)
+    view = host_view(data, dtype, dims, byte_strides)
+    dense = view.flags.c_contiguous
+    if semantics in (HostBufferSemantics.kImmutableZeroCopy,
+                     HostBufferSemantics.kMutableZeroCopy) and dense and view.size:
+        # Alias the caller's memory for the life of the buffer.  The caller
+        # may free it once done_with_host_buffer fires, i.e. when the buffer
+        # is deleted, so the event stays pending until then.
+        view.flags.writeable = False
+        done = _shim.event_new(False)
+        fired = []
+
+        def release_host_memory(done=done, fired=fired):
+            if not fired:
+                fired.append(True)
+                _shim.event_set(done)
+
+        buf = Buffer(view, buffer_type, device, memory, on_free=release_host_memory)
+        return buf, done
+    if semantics not in (HostBufferSemantics.kImmutableOnlyDuringCall,
+                         HostBufferSemantics.kImmutableUntilTransferCompletes,
+                         HostBufferSemantics.kImmutableZeroCopy,
+                         HostBufferSemantics.kMutableZeroCopy):
+        raise invalid_argument(f"unknown host buffer semantics {semantics}")
+    # Copy now; the caller may reuse its memory as soon as we return.
+    array = np.array(view, dtype=dtype, order="C", copy=True)
+    array.flags.writeable = False
+    return Buffer(array, buffer_type, device, memory), _shim.event_new(True)
+
+
+def host_layout_strides(layout_ptr: int | None, shape, itemsize: int):
+    """Byte strides requested by a PJRT_Buffer_MemoryLayout (None = dense)."""
+    from ._capi import PJRT_Buffer_MemoryLayout, read_int64s
+    if not layout_ptr:
+        return None
+    layout = PJRT_Buffer_MemoryLayout.from_address(layout_ptr)
+    rank = len(shape)
+    if layout.type == MemoryLayoutType.Strides:
+        strides = read_int64s(layout.strides.byte_strides, layout.strides.num_byte_strides)
+        if len(strides) != rank:
+            raise invalid_argument(
+                f"host layout has {len(strides)} strides for a rank-{rank} buffer")
+        return strides
+    if layout.type == MemoryLayoutType.Tiled:
+        if layout.tiled.num_tiles:
+            raise unimplemented("tiled host layouts are not supported by stablehlo_ref")
+        m2m = read_int64s(layout.tiled.minor_to_major, layout.tiled.minor_to_major_size)
+        if sorted(m2m) != list(range(rank)):
+            raise invalid_argument(f"minor_to_major {m2m} is not a permutation of rank {rank}")
+        strides = [0] * rank
+        acc = itemsize
+        for dim in m2m:
+            strides[dim] = acc
+            acc *= max(int(shape[dim]), 1)
+        return tuple(strides)
+    raise invalid_argument(f"unknown memory layout type {layout.type}")
+
+
+def extent_bytes(shape, strides, itemsize: int) -> int:
+    if any(d == 0 for d in shape):
+        return 0
+    hi = sum(max(0, (d - 1) * s) for d, s in zip(shape, strides)) + itemsize
+    return hi
+
+
+def to_host(buf: Buffer, dst: int | None, dst_size: int, layout_ptr: int | None):
+    """Implements PJRT_Buffer_ToHostBuffer.  Returns the required size when
+    dst is NULL, else copies and returns None."""
+    array = buf.live_array()
+    if buf.type == BufferType.TOKEN:
+        return 0 if not dst else None
+    strides = host_layout_strides(layout_ptr, array.shape, array.itemsize)
+    if strides is not None and any(s < 0 for s in strides):
+        raise invalid_argument("negative strides are not supported for host destinations")
+    needed = array.nbytes if strides is None else extent_bytes(array.shape, strides, array.itemsize)
+    if not dst:
+        return needed
+    if dst_size < needed:
+        raise invalid_argument(
+            f"destination has {dst_size} bytes but {buf.describe()} needs {needed}")
+    if needed == 0:
+        return None
+    raw = (ctypes.c_char * needed).from_address(dst)
+    if strides is None:
+        ctypes.memmove(dst, array.ctypes.data, needed)
+    else:
+        out = np.ndarray(array.shape, dtype=array.dtype, buffer=raw, strides=strides)
+        np.copyto(out, array)
+    return None
+
+
+def code_of(exc: BaseException) -> int:
+    return getattr(exc, "pjrt_code", ErrorCode.INTERNAL)

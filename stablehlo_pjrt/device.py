@@ -1,0 +1,118 @@
+"""Devices, device descriptions and memory spaces.
+
+Every device of the stablehlo_ref platform is the numpy interpreter running in
+this process; devices differ only by id, which lets multi-device programs be
+laid out later (STABLEHLO_REF_NUM_DEVICES).  Each device has one memory
+space, of kind "device", which is where its buffers (numpy arrays) live.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from . import _shim
+from .handles import CString, NamedValues, pointer_array, register
+
+DEVICE_KIND = "StableHLO reference interpreter"
+MEMORY_KIND = "device"
+MEMORY_KIND_ID = 0
+
+
+class DeviceDescription:
+    """PJRT_DeviceDescription: the static facts about a device."""
+
+    __slots__ = ("handle", "id", "process_index", "kind", "attributes",
+                 "_kind_c", "_to_string_c", "_debug_string_c", "_attrs_c")
+
+    def __init__(self, device_id: int, process_index: int = 0,
+                 attributes: dict | None = None):
+        self.id = device_id
+        self.process_index = process_index
+        self.kind = DEVICE_KIND
+        self.attributes = dict(attributes or {})
+        self._kind_c = CString(self.kind)
+        self._to_string_c = CString(f"StablehloRefDevice(id={device_id})")
+        self._debug_string_c = CString(
+            f"stablehlo_ref:{device_id} (process {process_index}, {self.kind})")
+        self._attrs_c = NamedValues(self.attributes)
+        register(self)
+
+    def __str__(self):
+        return self._to_string_c.text
+
+
+class Memory:
+    """PJRT_Memory: the memory space of one (or more) devices.
+
+    The handle is a C struct from _shim (jaxlib reads a vtable through it).
+    """
+
+    __slots__ = ("handle", "id", "kind", "kind_id", "devices", "_kind_c",
+                 "_to_string_c", "_debug_string_c", "_devices_c")
+
+    def __init__(self, memory_id: int, kind: str = MEMORY_KIND,
+                 kind_id: int = MEMORY_KIND_ID):
+        self.id = memory_id
+        self.kind = kind
+        self.kind_id = kind_id
+        self.devices: list[Device] = []
+        self._kind_c = CString(kind)
+        self._to_string_c = CString(f"StablehloRefMemory(id={memory_id}, kind={kind})")
+        self._debug_string_c = CString(
+            f"stablehlo_ref memory {memory_id} of kind {kind!r}")
+        self._devices_c = None
+        register(self, _shim.memory_new())
+
+    def devices_array(self):
+        if self._devices_c is None:
+            self._devices_c = pointer_array(d.handle for d in self.devices)
+        return self._devices_c
+
+    def __str__(self):
+        return self._to_string_c.text
+
+
+class Device:
+    """PJRT_Device: an addressable interpreter device."""
+
+    __slots__ = ("handle", "client", "id", "local_hardware_id", "description",
+                 "memories", "default_memory", "_memories_c", "_lock",
+                 "bytes_in_use", "peak_bytes_in_use", "num_allocs",
+                 "largest_alloc_size")
+
+    def __init__(self, client, device_id: int, local_hardware_id: int):
+        self.client = client
+        self.id = device_id
+        self.local_hardware_id = local_hardware_id
+        self.description = DeviceDescription(
+            device_id, client.process_index,
+            {"interpreter": client.interpreter_name,
+             "local_hardware_id": local_hardware_id})
+        memory = Memory(device_id)
+        memory.devices.append(self)
+        self.memories = [memory]
+        self.default_memory = memory
+        self._memories_c = pointer_array(m.handle for m in self.memories)
+        # Allocation statistics for PJRT_Device_MemoryStats.
+        self._lock = threading.Lock()
+        self.bytes_in_use = 0
+        self.peak_bytes_in_use = 0
+        self.num_allocs = 0
+        self.largest_alloc_size = 0
+        register(self)
+
+    def allocated(self, nbytes: int) -> None:
+        with self._lock:
+            self.bytes_in_use += nbytes
+            self.num_allocs += 1
+            if self.bytes_in_use > self.peak_bytes_in_use:
+                self.peak_bytes_in_use = self.bytes_in_use
+            if nbytes > self.largest_alloc_size:
+                self.largest_alloc_size = nbytes
+
+    def freed(self, nbytes: int) -> None:
+        with self._lock:
+            self.bytes_in_use -= nbytes
+
+    def __str__(self):
+        return str(self.description)

@@ -1,0 +1,422 @@
+"""Compilation and execution.
+
+PJRT_Client_Compile receives the program (format "mlir": MLIR bytecode or a
+StableHLO portable artifact serialized for the version we advertise) and a
+serialized CompileOptionsProto.  All parsing and planning happens here, once;
+the per-executable metadata jaxlib asks for (output types, dimensions, memory
+kinds, fingerprint, device assignment) is computed once and cached, so
+Execute only looks up the argument arrays, runs the plan and wraps results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import struct
+import threading
+
+import numpy as np
+
+from . import _shim, trace
+from ._capi import BufferType, ErrorCode
+from .buffer import Buffer, dtype_of, type_of_dtype, type_of_element, short_type
+from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
+from .handles import CString, int64_array, pointer_array, register
+
+SERIALIZED_MAGIC = b"STABLEHLO_REF_EXECUTABLE\x00v1\x00"
+
+# ----------------------------------------------------------------------------
+# Small protobuf helpers (DeviceAssignmentProto and our serialized format)
+# ----------------------------------------------------------------------------
+
+
+def _varint(value: int) -> bytes:
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data):
+            raise invalid_argument("truncated protobuf varint")
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+
+
+def encode_device_assignment(assignment: list[list[int]]) -> bytes:
+    """DeviceAssignmentProto{replica_count=1, computation_count=2,
+    computation_devices=3{replica_device_ids=1 (packed)}}, indexed
+    assignment[replica][partition]."""
+    replicas = len(assignment)
+    partitions = len(assignment[0]) if replicas else 0
+    out = bytearray()
+    out += b"\x08" + _varint(replicas)
+    out += b"\x10" + _varint(partitions)
+    for p in range(partitions):
+        ids = b"".join(_varint(assignment[r][p]) for r in range(replicas))
+        inner = b"\x0a" + _varint(len(ids)) + ids
+        out += b"\x1a" + _varint(len(inner)) + inner
+    return bytes(out)
+
+
+def decode_device_assignment(data: bytes) -> list[list[int]]:
+    replicas = partitions = 0
+    columns: list[list[int]] = []
+    pos = 0
+    while pos < len(data):
+        key, pos = _read_varint(data, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _read_varint(data, pos)
+            if field == 1:
+                replicas = value
+            elif field == 2:
+                partitions = value
+        elif wire == 2:
+            length, pos = _read_varint(data, pos)
+            chunk = data[pos:pos + length]
+            pos += length
+            if field == 3:
+                ids: list[int] = []
+                ipos = 0
+                while ipos < len(chunk):
+                    ikey, ipos = _read_varint(chunk, ipos)
+                    if ikey == 0x0A:  # packed
+                        n, ipos = _read_varint(chunk, ipos)
+                        end = ipos + n
+                        while ipos < end:
+                            v, ipos = _read_varint(chunk, ipos)
+                            ids.append(v)
+                    elif ikey == 0x08:  # unpacked
+                        v, ipos = _read_varint(chunk, ipos)
+                        ids.append(v)
+                    else:
+                        raise invalid_argument("unexpected field in ComputationDevice")
+                columns.append(ids)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise invalid_argument("malformed DeviceAssignmentProto")
+    if len(columns) != partitions or any(len(c) != replicas for c in columns):
+        raise invalid_argument(
+            f"DeviceAssignmentProto is inconsistent: {replicas}x{partitions} "
+            f"with columns {columns}")
+    return [[columns[p][r] for p in range(partitions)] for r in range(replicas)]
+
+
+class CompileOptions:
+    """What the plugin needs from a serialized CompileOptionsProto."""
+
+    def __init__(self, serialized: bytes):
+        self.serialized = serialized
+        self.num_replicas = 1
+        self.num_partitions = 1
+        self.device_assignment: list[list[int]] | None = None
+        if serialized:
+            try:
+                from jax._src.lib import xla_client
+            except Exception as e:  # pragma: no cover - jaxlib is a dependency
+                raise unimplemented(
+                    f"cannot read CompileOptionsProto without jaxlib: {e}") from None
+            try:
+                opts = xla_client.CompileOptions.ParseFromString(serialized)
+            except Exception as e:
+                raise invalid_argument(f"cannot parse compile options: {e}") from None
+            build = opts.executable_build_options
+            self.num_replicas = max(1, int(build.num_replicas))
+            self.num_partitions = max(1, int(build.num_partitions))
+            if build.device_assignment is not None:
+                self.device_assignment = decode_device_assignment(
+                    build.device_assignment.serialize())
+
+
+# ----------------------------------------------------------------------------
+# Executables
+# ----------------------------------------------------------------------------
+
+
+class ExecutableMeta:
+    """Everything about a compiled program that does not depend on devices."""
+
+    def __init__(self, program, code: bytes, code_format: str,
+                 options: CompileOptions, name: str | None = None):
+        self.program = program
+        self.code = code
+        self.format = code_format
+        self.options = options
+        self.num_replicas = max(options.num_replicas, int(getattr(program, "num_replicas", 1)))
+        self.num_partitions = max(options.num_partitions, int(getattr(program, "num_partitions", 1)))
+        self._name = name
+        self._name_c = None
+        self.input_types = list(program.input_types)
+        self.output_types = list(program.output_types)
+        self.output_buffer_types: list[int] = []
+        self.output_shapes: list[tuple[int, ...]] = []
+        for i, t in enumerate(self.output_types):
+            bt, shape = _describe_output(t, i)
+            self.output_buffer_types.append(bt)
+            self.output_shapes.append(shape)
+        self.num_outputs = len(self.output_types)
+        self.output_dtypes = [None if bt == BufferType.TOKEN else dtype_of(bt)
+                              for bt in self.output_buffer_types]
+        # C arrays handed out by the metadata queries, built once.
+        self._types_c = (np.array(self.output_buffer_types or [0], dtype=np.int32), None)
+        dims = [d for s in self.output_shapes for d in s]
+        self._dims_c = int64_array(dims)
+        self._dim_sizes_c = (np.array([len(s) for s in self.output_shapes] or [0],
+                                      dtype=np.uint64),)
+        kinds = [CString("device") for _ in range(max(self.num_outputs, len(self.input_types), 1))]
+        self._kinds = kinds
+        self._kind_ptrs = pointer_array(k.address for k in kinds)
+        self._kind_sizes = (np.array([k.size for k in kinds], dtype=np.uint64),)
+        h = hashlib.sha256()
+        h.update(SERIALIZED_MAGIC)
+        h.update(code)
+        h.update(options.serialized)
+        self.fingerprint = h.hexdigest()
+        self._fingerprint_c = CString(self.fingerprint)
+
+    @property
+    def name(self) -> str:
+        if self._name is None:
+            match = None
+            try:
+                text = self.program.text or ""
+                match = re.search(r"module\s+@\"?([\w.$-]+)", text[:4000])
+            except Exception:
+                pass
+            self._name = match.group(1) if match else "main"
+        return self._name
+
+    def name_c(self) -> CString:
+        if self._name_c is None:
+            self._name_c = CString(self.name)
+        return self._name_c
+
+    def output_types_address(self) -> int:
+        return self._types_c[0].ctypes.data
+
+    def output_dims_addresses(self) -> tuple[int, int]:
+        return self._dims_c[1], self._dim_sizes_c[0].ctypes.data
+
+    def memory_kinds_addresses(self) -> tuple[int, int]:
+        return self._kind_ptrs[1], self._kind_sizes[0].ctypes.data
+
+    def serialize(self) -> bytes:
+        fmt = self.format.encode()
+        return (SERIALIZED_MAGIC
+                + struct.pack("<QQQ", len(fmt), len(self.options.serialized), len(self.code))
+                + fmt + self.options.serialized + self.code)
+
+    def argument_bytes(self) -> int:
+        return sum(_nbytes(t) for t in self.input_types)
+
+    def output_bytes(self) -> int:
+        return sum(_nbytes(t) for t in self.output_types)
+
+
+def _nbytes(t) -> int:
+    shape = getattr(t, "shape", None)
+    dtype = getattr(t, "dtype", None)
+    if shape is None or dtype is None or any(d is None for d in shape):
+        return 0
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def _describe_output(t, index: int) -> tuple[int, tuple[int, ...]]:
+    kind = type(t).__name__
+    if kind == "TokenType":
+        return BufferType.TOKEN, ()
+    if kind == "TensorType":
+        if any(d is None for d in t.shape):
+            raise unimplemented(
+                f"output #{index} has a dynamic shape {t!r}; stablehlo_ref needs "
+                "static output shapes")
+        try:
+            bt = type_of_dtype(t.dtype)
+        except PjrtError:
+            bt = type_of_element(t.element_type)
+        if getattr(t, "quant", None) is not None:
+            raise unimplemented(f"output #{index} has quantized type {t!r}")
+        return bt, tuple(int(d) for d in t.shape)
+    raise unimplemented(
+        f"output #{index} has type {t!r}; stablehlo_ref returns only tensors and tokens "
+        "(tuples are not supported as results)")
+
+
+def parse_serialized(data: bytes) -> tuple[str, bytes, bytes]:
+    """Inverse of ExecutableMeta.serialize: (format, options, code)."""
+    if not data.startswith(SERIALIZED_MAGIC):
+        raise invalid_argument("not a serialized stablehlo_ref executable")
+    pos = len(SERIALIZED_MAGIC)
+    try:
+        nf, no, nc = struct.unpack_from("<QQQ", data, pos)
+    except struct.error:
+        raise invalid_argument("truncated serialized stablehlo_ref executable") from None
+    pos += 24
+    if len(data) != pos + nf + no + nc:
+        raise invalid_argument("corrupt serialized stablehlo_ref executable")
+    fmt = data[pos:pos + nf].decode()
+    pos += nf
+    options = data[pos:pos + no]
+    pos += no
+    return fmt, options, data[pos:pos + nc]
+
+
+def compile_program(code: bytes, code_format: str, options: CompileOptions) -> ExecutableMeta:
+    if code_format != "mlir":
+        raise unimplemented(
+            f"program format {code_format!r} is not supported by stablehlo_ref "
+            "(only 'mlir': StableHLO bytecode, portable artifact or text)")
+    import stablehlo_interpreter as shi
+    try:
+        program = shi.compile(code)
+    except shi.UnsupportedOpsError as e:
+        raise PjrtError(ErrorCode.UNIMPLEMENTED,
+                        f"stablehlo_ref cannot compile this program: {e}") from None
+    except shi.LoadError as e:
+        raise invalid_argument(f"stablehlo_ref could not load the program: {e}") from None
+    except shi.InterpreterError as e:
+        raise invalid_argument(f"stablehlo_ref could not compile the program: {e}") from None
+    meta = ExecutableMeta(program, code, code_format, options)
+    n = meta.num_replicas * meta.num_partitions
+    if n > 1 and not hasattr(program, "run_parallel"):
+        raise unimplemented(
+            f"the program needs {meta.num_replicas} replica(s) x {meta.num_partitions} "
+            "partition(s); stablehlo_ref runs single-device programs only for now")
+    return meta
+
+
+class Executable:
+    """PJRT_Executable: a compiled program not bound to devices.  Handles are
+    cheap views of a shared ExecutableMeta (GetExecutable makes a new one per
+    call, each destroyed separately by the caller)."""
+
+    __slots__ = ("handle", "meta", "_compile_options_c")
+
+    def __init__(self, meta: ExecutableMeta):
+        self.meta = meta
+        self._compile_options_c = None
+        register(self)
+
+    def __str__(self):
+        return f"Executable({self.meta.name}, {self.handle:#x})"
+
+
+class LoadedExecutable:
+    """PJRT_LoadedExecutable: a compiled program bound to devices."""
+
+    __slots__ = ("handle", "meta", "client", "devices", "logical_ids",
+                 "deleted", "_devices_c", "_logical_ids_c", "_assignment_bytes",
+                 "_lock")
+
+    def __init__(self, client, meta: ExecutableMeta):
+        from ._capi import PJRT_LogicalDeviceIds
+        self.client = client
+        self.meta = meta
+        self.deleted = False
+        replicas, partitions = meta.num_replicas, meta.num_partitions
+        assignment = meta.options.device_assignment
+        if assignment is None:
+            assignment = client.default_assignment(replicas, partitions)
+        if len(assignment) != replicas or any(len(row) != partitions for row in assignment):
+            raise invalid_argument(
+                f"device assignment {assignment} does not match {replicas} replica(s) x "
+                f"{partitions} partition(s)")
+        self.devices = []
+        self.logical_ids = []
+        for r, row in enumerate(assignment):
+            for p, device_id in enumerate(row):
+                self.devices.append(client.device_by_id(device_id))
+                self.logical_ids.append((r, p))
+        self._devices_c = pointer_array(d.handle for d in self.devices)
+        ids = (PJRT_LogicalDeviceIds * len(self.logical_ids))()
+        for i, (r, p) in enumerate(self.logical_ids):
+            ids[i].replica = r
+            ids[i].partition = p
+        self._logical_ids_c = ids
+        self._assignment_bytes = encode_device_assignment(assignment)
+        self._lock = threading.Lock()
+        register(self)
+
+    def __str__(self):
+        return f"LoadedExecutable({self.meta.name}, {self.handle:#x})"
+
+    def execute(self, argument_lists: list[list[Buffer]], execute_device=None) -> list[list[Buffer]]:
+        if self.deleted:
+            raise failed_precondition(f"{self} has been deleted")
+        meta = self.meta
+        if execute_device is not None:
+            devices = [execute_device]
+        else:
+            devices = self.devices
+        if len(argument_lists) != len(devices):
+            raise invalid_argument(
+                f"{self} runs on {len(devices)} device(s) but {len(argument_lists)} "
+                "argument list(s) were given")
+        n_in = len(meta.input_types)
+        inputs = []
+        borrowed = []
+        for dev, args in zip(devices, argument_lists):
+            if len(args) != n_in:
+                raise invalid_argument(
+                    f"{meta.name} takes {n_in} argument(s), got {len(args)}")
+            inputs.append([b.live_array() for b in args])
+            borrowed.extend(b.array for b in args if b.borrowed)
+        import stablehlo_interpreter as shi
+        try:
+            if len(devices) == 1:
+                results = [meta.program.run(*inputs[0])]
+            else:
+                results = meta.program.run_parallel(inputs)
+        except shi.InterpreterError as e:
+            raise PjrtError(ErrorCode.INTERNAL,
+                            f"stablehlo_ref execution of {meta.name} failed: {e}") from None
+        outputs = []
+        for dev, res in zip(devices, results):
+            outputs.append(self._wrap_outputs(dev, res, borrowed))
+        return outputs
+
+    def _wrap_outputs(self, device, results, borrowed) -> list[Buffer]:
+        meta = self.meta
+        if len(results) != meta.num_outputs:
+            raise PjrtError(ErrorCode.INTERNAL,
+                            f"{meta.name} produced {len(results)} result(s), "
+                            f"expected {meta.num_outputs}")
+        out = []
+        for i, value in enumerate(results):
+            bt = meta.output_buffer_types[i]
+            if bt == BufferType.TOKEN:
+                out.append(Buffer(value, bt, device, shape=()))
+                continue
+            dtype = meta.output_dtypes[i]
+            array = value if isinstance(value, np.ndarray) else np.asarray(value)
+            if array.dtype != dtype or array.shape != meta.output_shapes[i]:
+                raise PjrtError(
+                    ErrorCode.INTERNAL,
+                    f"{meta.name}: result #{i} is {array.dtype}{list(array.shape)}, "
+                    f"expected {short_type(bt)}{list(meta.output_shapes[i])} "
+                    "(interpreter bug)")
+            if not array.flags.c_contiguous:
+                array = np.ascontiguousarray(array)
+            if borrowed and any(np.may_share_memory(array, b) for b in borrowed):
+                # A result aliasing caller-owned input memory (e.g. identity)
+                # would dangle once that input buffer is freed.
+                array = array.copy()
+            out.append(Buffer(array, bt, device))
+        return out

@@ -1,0 +1,37 @@
+"""JAX entry point (group `jax_plugins`, see pyproject.toml).
+
+JAX imports this module during backend discovery and calls `initialize()`,
+which registers the `stablehlo_ref` platform with the PJRT C API table built
+by this package.  Then `JAX_PLATFORMS=stablehlo_ref` or
+`jax.devices("stablehlo_ref")` use the interpreter.
+
+The platform is registered with a priority below JAX's CPU backend so that
+installing the package never changes the default device of programs that do
+not ask for it, and its registration fails quietly (a broken interpreter
+must not break `import jax` for other platforms: JAX initializes every
+registered backend when JAX_PLATFORMS is unset).
+"""
+
+from __future__ import annotations
+
+import logging
+
+PLATFORM_NAME = "stablehlo_ref"
+# JAX's CPU backend registers with priority 0; the default backend is the
+# registered one with the highest priority.
+PRIORITY = -100
+
+logger = logging.getLogger(__name__)
+
+
+def initialize() -> None:
+    from jax._src import xla_bridge
+
+    from . import api
+
+    xla_bridge.register_plugin(PLATFORM_NAME, priority=PRIORITY, c_api=api.capsule())
+    registration = xla_bridge._backend_factories.get(PLATFORM_NAME)
+    if registration is not None and hasattr(registration, "fail_quietly"):
+        # Only matters when the user did not name platforms explicitly: with
+        # JAX_PLATFORMS=stablehlo_ref JAX always fails loudly.
+        registration.fail_quietly = True

@@ -1,0 +1,154 @@
+"""PJRT call tracing.
+
+`STABLEHLO_PJRT_TRACE=1` logs every PJRT call the plugin serves to stderr,
+one line per call, in the spirit of the PJRT documentation's example log:
+
+    [stablehlo_pjrt] PJRT_Client_Create -> StablehloRefClient(devices=1)
+    [stablehlo_pjrt] PJRT_Client_BufferFromHostBuffer Client(...) -> Buffer(s32[], ...)
+    [stablehlo_pjrt] PJRT_Client_Compile ... module=...
+    ...
+
+The trace is a structured hook: every call produces one record
+`hook(call, obj, details)` where `call` is the PJRT function name, `obj` the
+plugin object the call is about (client, device, buffer, executable, event
+address, ...) and `details` a dict with at least `ts_ns`, `dur_ns`,
+`thread` and, when the call failed, `error`; handlers add call-specific keys
+(inputs, outputs, module text, ...).  The stderr printer is just the default
+hook; a Chrome-trace writer can be added with `add_hook`.
+
+Tracing costs nothing when off: the table is then wired to the bare
+handlers, and handlers guard their detail collection with `trace.ENABLED`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Callable
+
+Hook = Callable[[str, object, dict], None]
+
+ENABLED = False
+_hooks: list[Hook] = []
+_local = threading.local()
+_lock = threading.Lock()
+
+
+def _env_enabled() -> bool:
+    return os.environ.get("STABLEHLO_PJRT_TRACE", "").strip().lower() not in (
+        "", "0", "false", "no", "off")
+
+
+def _short(value, limit: int = 2000) -> str:
+    text = str(value)
+    if len(text) > limit:
+        text = text[:limit] + f"... <{len(text) - limit} more chars>"
+    return text
+
+
+def stderr_hook(call: str, obj: object, details: dict) -> None:
+    """Default hook: one human-readable line (plus indented multi-line
+    details such as the module text) on stderr."""
+    parts = [f"[stablehlo_pjrt] {call}"]
+    if obj is not None:
+        parts.append(str(obj))
+    extra = []
+    block = []
+    for key, value in details.items():
+        if key in ("ts_ns", "dur_ns", "thread"):
+            continue
+        text = _short(value, 20000 if key == "module" else 2000)
+        if "\n" in text:
+            block.append(f"  {key}:\n" + "\n".join("    " + ln for ln in text.splitlines()))
+        else:
+            extra.append(f"{key}={text}")
+    line = " ".join(parts)
+    if extra:
+        line += " " + " ".join(extra)
+    dur = details.get("dur_ns")
+    if dur is not None:
+        line += f" [{dur / 1000:.0f}us]"
+    out = line + ("\n" + "\n".join(block) if block else "")
+    with _lock:
+        try:
+            sys.stderr.write(out + "\n")
+            sys.stderr.flush()
+        except Exception:
+            pass  # tracing must never break the traced call
+
+
+def add_hook(hook: Hook) -> None:
+    """Adds a hook and turns tracing on (see api.set_tracing)."""
+    if hook not in _hooks:
+        _hooks.append(hook)
+    _set_enabled(True)
+
+
+def remove_hook(hook: Hook) -> None:
+    if hook in _hooks:
+        _hooks.remove(hook)
+    _set_enabled(bool(_hooks))
+
+
+def _set_enabled(on: bool) -> None:
+    global ENABLED
+    if on == ENABLED:
+        return
+    ENABLED = on
+    from . import api
+    api.set_tracing(on)
+
+
+def emit(call: str, obj: object, details: dict) -> None:
+    for hook in list(_hooks):
+        try:
+            hook(call, obj, details)
+        except Exception:
+            pass  # a broken hook must not change PJRT behaviour
+
+
+def note(**details) -> None:
+    """Adds details to the record of the PJRT call running on this thread."""
+    current = getattr(_local, "details", None)
+    if current is not None:
+        current.update(details)
+
+
+def traced(call: str, handler: Callable[[int], object]) -> Callable[[int], object]:
+    """Wraps a slot handler so that each call emits one record."""
+
+    def run(args_ptr: int):
+        details: dict = {}
+        outer = getattr(_local, "details", None)
+        _local.details = details
+        t0 = time.perf_counter_ns()
+        try:
+            return handler(args_ptr)
+        except BaseException as e:
+            details["error"] = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            _local.details = outer
+            obj = details.pop("obj", None)
+            record = {"ts_ns": t0, "dur_ns": time.perf_counter_ns() - t0,
+                      "thread": threading.get_ident()}
+            record.update(details)
+            emit(call, obj, record)
+
+    run.__name__ = f"traced_{call}"
+    return run
+
+
+def c_event_hook(call: str, address: int) -> None:
+    """Receives the calls implemented in C (events) when tracing is on."""
+    emit(call, f"Event({address:#x})", {"ts_ns": time.perf_counter_ns(),
+                                        "thread": threading.get_ident()})
+
+
+def init_from_env() -> None:
+    if _env_enabled() and stderr_hook not in _hooks:
+        _hooks.append(stderr_hook)
+    global ENABLED
+    ENABLED = bool(_hooks)
