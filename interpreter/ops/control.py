@@ -18,7 +18,8 @@ def constant(op):
     value = op.attrs["value"]
     if not isinstance(value, np.ndarray):
         raise TypeError(f"constant value is {value!r}, expected dense elements")
-    value = np.ascontiguousarray(value)
+    # np.array, not np.ascontiguousarray: the latter turns 0-d values into 1-d.
+    value = np.array(value, order="C", copy=True)
     value.flags.writeable = False  # shared by every run; kernels never mutate inputs
     return lambda: value
 
