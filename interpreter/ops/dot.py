@@ -1,0 +1,132 @@
+"""dot_general (spec: dot_general) and the legacy stablehlo.dot.
+
+Both operands are transposed into (batch, free, contracting) order, reshaped
+to 3-d and multiplied with ``np.matmul`` so floats go through BLAS; the
+result is reshaped to ``batch + lhs_free + rhs_free``. Permutations are fixed
+at compile time; sizes come from the runtime shapes (dynamic shapes work).
+
+Element types: operands are converted to the result element type first (the
+spec's reading of mixed-type dot_general). Then
+
+* f32/f64/complex: native matmul;
+* f16, bf16 and the 8/6/4-bit floats: matmul in f32, one rounding at the end
+  (what XLA does, within the suite's ULP tolerances);
+* integers: exact modular arithmetic. i8/i16/ui8/ui16 (and sub-byte ints) go
+  through float64 matmul, exact as long as the sums stay below 2**53
+  (checked from the contracting size), else int64; wider types use int64 /
+  uint64 matmul, whose wrap-around agrees with the result type's modulo;
+* i1: `or` of `and`s, i.e. a count > 0.
+
+precision_config and algorithm are hints the spec lets implementations ignore.
+"""
+
+import numpy as np
+
+from .. import dtypes
+from ..registry import Unsupported, kernel
+
+
+def _matmul_plan(dtype):
+    """(compute dtype, finish(result) -> dtype array) for a result dtype."""
+    dtype = np.dtype(dtype)
+    if dtypes.is_bool(dtype):
+        return np.dtype(np.float64), lambda r: r > 0
+    if dtypes.is_integer(dtype):
+        bits = dtypes.bit_width(dtype)
+        if bits <= 16:
+            return "small-int", None
+        wide = np.dtype(np.uint64 if dtypes.is_unsigned(dtype) else np.int64)
+        return wide, (lambda r: r if r.dtype == dtype else r.astype(dtype))
+    if dtypes.is_complex(dtype) or dtype in (np.float32, np.float64):
+        return dtype, None
+    if dtypes.is_float(dtype):
+        return np.dtype(np.float32), lambda r: r.astype(dtype)
+    raise Unsupported(f"dot_general on element type {dtype}")
+
+
+def make_dot_general(lb, rb, lc, rc, lhs_rank, rhs_rank, out_dtype):
+    """The runtime function computing dot_general for fixed dimension numbers."""
+    lf = [d for d in range(lhs_rank) if d not in lb and d not in lc]
+    rf = [d for d in range(rhs_rank) if d not in rb and d not in rc]
+    lperm = list(lb) + lf + list(lc)
+    rperm = list(rb) + list(rc) + rf
+    l_ident = lperm == list(range(lhs_rank))
+    r_ident = rperm == list(range(rhs_rank))
+    compute, finish = _matmul_plan(out_dtype)
+    out_dtype = np.dtype(out_dtype)
+
+    def run(lhs, rhs):
+        ls, rs = lhs.shape, rhs.shape
+        bshape = tuple(ls[d] for d in lb)
+        if bshape != tuple(rs[d] for d in rb):
+            raise ValueError(f"batching dims differ: lhs {ls} rhs {rs}")
+        cshape = tuple(ls[d] for d in lc)
+        if cshape != tuple(rs[d] for d in rc):
+            raise ValueError(f"contracting dims differ: lhs {ls} rhs {rs}")
+        lfs = tuple(ls[d] for d in lf)
+        rfs = tuple(rs[d] for d in rf)
+        B = int(np.prod(bshape, dtype=np.int64))
+        K = int(np.prod(cshape, dtype=np.int64))
+        M = int(np.prod(lfs, dtype=np.int64))
+        N = int(np.prod(rfs, dtype=np.int64))
+        a = lhs if l_ident else np.transpose(lhs, lperm)
+        b = rhs if r_ident else np.transpose(rhs, rperm)
+        # Convert to the result type first (exact when types agree).
+        if a.dtype != out_dtype:
+            a = a.astype(out_dtype)
+        if b.dtype != out_dtype:
+            b = b.astype(out_dtype)
+        cd, fin = compute, finish
+        if cd == "small-int":
+            # |products| < 2**32 for <= 16-bit ints: float64 sums are exact
+            # while K * 2**32 < 2**53.
+            if K < (1 << 20):
+                cd = np.dtype(np.float64)
+                fin = _wrap_from_float(out_dtype)
+            else:
+                cd = np.dtype(np.uint64 if dtypes.is_unsigned(out_dtype) else np.int64)
+                fin = lambda r: r.astype(out_dtype)  # noqa: E731
+        if a.dtype != cd:
+            a = a.astype(cd)
+        if b.dtype != cd:
+            b = b.astype(cd)
+        r = np.matmul(a.reshape(B, M, K), b.reshape(B, K, N))
+        if fin is not None:
+            r = fin(r)
+        return r.reshape(bshape + lfs + rfs)
+    return run
+
+
+def _wrap_from_float(dtype):
+    """Exact integer float64 values -> ``dtype`` with modular wrap-around."""
+    def fin(r):
+        return r.astype(np.int64).astype(dtype)
+    return fin
+
+
+@kernel("stablehlo.dot_general")
+def dot_general(op):
+    """spec: dot_general. Batching/contracting dims may be in any position."""
+    dn = op.attrs["dot_dimension_numbers"]
+    if not isinstance(dn, dict):
+        raise Unsupported(f"undecodable dot_dimension_numbers {dn!r}")
+    lt, rt = op.operand_types
+    if any(t.quant is not None for t in (lt, rt, op.result_types[0])):
+        raise Unsupported("dot_general on quantized element types")
+    return make_dot_general(dn["lhs_batching_dimensions"], dn["rhs_batching_dimensions"],
+                            dn["lhs_contracting_dimensions"],
+                            dn["rhs_contracting_dimensions"], lt.rank, rt.rank,
+                            op.result_types[0].dtype)
+
+
+@kernel("stablehlo.dot")
+def dot(op):
+    """stablehlo.dot (legacy; the spec defines it through dot_general):
+    contracts the last lhs dim with the first rhs dim, ranks 1 or 2."""
+    lt, rt = op.operand_types
+    if lt.rank not in (1, 2) or rt.rank not in (1, 2):
+        raise Unsupported(f"dot with operand ranks {lt.rank}, {rt.rank}")
+    if any(t.quant is not None for t in (lt, rt, op.result_types[0])):
+        raise Unsupported("dot on quantized element types")
+    return make_dot_general((), (), (lt.rank - 1,), (0,), lt.rank, rt.rank,
+                            op.result_types[0].dtype)

@@ -1,0 +1,163 @@
+"""stablehlo.reduce (spec: reduce).
+
+Three strategies, chosen at compile time:
+
+* the body is one known commutative binary op (``regions.reducer_kind``) on a
+  single operand: a numpy ufunc reduction;
+* the body is batchable (elementwise ops on 0-d tensors, e.g. the variadic
+  (value, index) bodies JAX emits for argmax): a pairwise tree reduction of
+  adjacent elements, calling the body ``ceil(log2(n))`` times on whole arrays;
+* otherwise: a sequential per-element loop (correct, slow).
+
+The spec leaves the schedule implementation-defined as long as it is a binary
+tree whose in-order traversal keeps the input order (with the init values
+inserted anywhere); both the tree and the loop keep the order, with the init
+values combined first.
+"""
+
+import numpy as np
+
+from .. import dtypes
+from ..regions import broadcast_results, is_batchable, reducer_kind
+from ..registry import Unsupported, kernel
+
+# Ufuncs by reducer kind, per value class.
+_BOOL_UFUNCS = {"add": np.logical_or, "maximum": np.logical_or, "or": np.logical_or,
+                "multiply": np.logical_and, "minimum": np.logical_and,
+                "and": np.logical_and, "xor": np.logical_xor}
+_UFUNCS = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum,
+           "minimum": np.minimum, "and": np.bitwise_and, "or": np.bitwise_or,
+           "xor": np.bitwise_xor}
+
+
+def _fast_reducer(kind, dtype):
+    """(ufunc, accumulation dtype) for a reducer kind on ``dtype``, or None.
+
+    * bool: add/max are `or`, multiply/min are `and` (the i1 semantics).
+    * builtin integers reduce in their own type: numpy wraps like the spec.
+    * sub-byte integers go through int64/uint64 and wrap on the way back.
+    * f16, bf16 and the 8/6/4-bit floats accumulate in f32 and round once
+      (max/min are exact either way); f32/f64/complex reduce natively.
+    """
+    dtype = np.dtype(dtype)
+    if dtypes.is_bool(dtype):
+        return _BOOL_UFUNCS[kind], dtype
+    ufunc = _UFUNCS[kind]
+    if dtypes.is_integer(dtype):
+        if dtype in dtypes.SUB_BYTE_INTS:
+            return ufunc, np.dtype(np.uint64 if dtypes.is_unsigned(dtype) else np.int64)
+        return ufunc, dtype
+    if kind in ("and", "or", "xor"):
+        return None
+    if dtypes.is_complex(dtype) or dtype in (np.float32, np.float64):
+        return ufunc, dtype
+    if dtypes.is_float(dtype):
+        return ufunc, np.dtype(np.float32)
+    return None
+
+
+def reduce_fast(ufunc, acc, dims, out_dtype):
+    """A reduction ``fn(x, init)`` through a numpy ufunc in dtype ``acc``."""
+    def run(x, init):
+        if x.dtype != acc:
+            x = x.astype(acc)
+        r = ufunc.reduce(x, axis=dims, dtype=acc, initial=init.astype(acc)[()])
+        r = np.asarray(r)
+        return r if r.dtype == out_dtype else r.astype(out_dtype)
+    return run
+
+
+def tree_reduce(body, xs, inits, dims):
+    """Reduce arrays ``xs`` over ``dims`` with a batchable variadic ``body``.
+
+    The reduced dims are moved last and flattened; each round combines
+    adjacent pairs (2i, 2i+1) in one body call on whole arrays, an odd last
+    element is carried over. Finally the init values are combined on the left.
+    """
+    n_ops = len(xs)
+    rank = xs[0].ndim
+    keep = [d for d in range(rank) if d not in dims]
+    out_shape = tuple(xs[0].shape[d] for d in keep)
+    n = 1
+    for d in dims:
+        n *= xs[0].shape[d]
+    perm = keep + list(dims)
+    vals = [np.transpose(x, perm).reshape(out_shape + (n,)) for x in xs]
+    while n > 1:
+        m = n // 2
+        left = [v[..., 0:2 * m:2] for v in vals]
+        right = [v[..., 1:2 * m:2] for v in vals]
+        res = broadcast_results(body(*left, *right), out_shape + (m,))
+        if n % 2:
+            res = [np.concatenate([r, v[..., n - 1:]], axis=-1) for r, v in zip(res, vals)]
+        vals = res
+        n = m + n % 2
+    if n == 0:
+        return [np.broadcast_to(i, out_shape) for i in inits]
+    last = [v[..., 0] for v in vals]
+    res = broadcast_results(body(*inits, *last), out_shape)
+    assert len(res) == n_ops
+    return res
+
+
+def loop_reduce(body, xs, inits, dims):
+    """The sequential schedule, one body call per element (any body)."""
+    rank = xs[0].ndim
+    keep = [d for d in range(rank) if d not in dims]
+    out_shape = tuple(xs[0].shape[d] for d in keep)
+    n = 1
+    for d in dims:
+        n *= xs[0].shape[d]
+    perm = keep + list(dims)
+    vals = [np.transpose(x, perm).reshape(out_shape + (n,)) for x in xs]
+    outs = [np.empty(out_shape, dtype=i.dtype) for i in inits]
+    for idx in np.ndindex(*out_shape):
+        acc = list(inits)
+        for k in range(n):
+            acc = body(*acc, *[np.asarray(v[idx + (k,)]) for v in vals])
+        for o, a in zip(outs, acc):
+            o[idx] = a
+    return outs
+
+
+@kernel("stablehlo.reduce", special=True)
+def reduce(op):
+    """spec: reduce. N inputs and N init values, reduced over `dimensions`."""
+    n = len(op.operand_types) // 2
+    dims = tuple(sorted(op.attrs["dimensions"]))
+    if len(set(dims)) != len(dims):
+        raise Unsupported(f"reduce: repeated dimensions {dims}")
+    if any(t.quant is not None for t in list(op.operand_types) + list(op.result_types)):
+        raise Unsupported("reduce on quantized element types")
+    body = op.regions[0]
+    out_dtypes = [t.dtype for t in op.result_types]
+    # Inputs may have a narrower element type than the body (promotion):
+    # convert them to the body/result type first.
+    in_dtypes = [t.dtype for t in op.operand_types[:n]]
+    convert = [o if o != i else None for i, o in zip(in_dtypes, out_dtypes)]
+
+    def prepare(xs):
+        return [x if c is None or x.dtype == c else x.astype(c) for x, c in zip(xs, convert)]
+
+    kind = reducer_kind(body) if n == 1 else None
+    fast = _fast_reducer(kind, out_dtypes[0]) if kind is not None else None
+    if fast is not None:
+        fn = reduce_fast(fast[0], fast[1], dims, out_dtypes[0])
+
+        def run_fast(ctx, regions, x, init):
+            return fn(prepare([x])[0], init)
+        return run_fast
+
+    strategy = tree_reduce if is_batchable(body) else loop_reduce
+
+    def run(ctx, regions, *operands):
+        xs = prepare(list(operands[:n]))
+        inits = list(operands[n:])
+        shape = xs[0].shape
+        for x in xs[1:]:
+            if x.shape != shape:
+                raise ValueError(f"reduce: inputs have different shapes {shape} and {x.shape}")
+        res = strategy(regions[0], xs, inits, dims)
+        res = [r if r.dtype == d else r.astype(d) for r, d in zip(res, out_dtypes)]
+        return res[0] if n == 1 else res
+    return run

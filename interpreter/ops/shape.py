@@ -1,0 +1,274 @@
+"""Shape and data-movement ops: iota, broadcasts, reshape, transpose, slices,
+concatenate, pad, reverse, get_dimension_size.
+
+Every kernel works from the runtime shapes of its operands, never from `?`
+dims of the result types, so the same kernels serve dynamically shaped
+programs. Results may be read-only views of operands (nothing mutates
+values), which keeps broadcasts, transposes, slices and reverses copy-free.
+"""
+
+import numpy as np
+
+from .. import dtypes
+from ..registry import Unsupported, kernel
+
+# --------------------------------------------------------------------------
+# Helpers shared with ops/dynamic.py
+
+
+def static_shape(ttype, what):
+    """The static shape of a result type, or Unsupported if it has `?` dims."""
+    if not ttype.is_static:
+        raise Unsupported(f"{what} with a dynamic result type {ttype!r}")
+    return ttype.shape
+
+
+def make_iota(shape, dim, dtype):
+    """spec: iota. ``result[i0, ..., iN] = convert(i_dim)`` in ``dtype``.
+
+    Integers wrap (as a conversion of the index would), booleans take the
+    lowest bit; floats and complex get the exactly converted index.
+    """
+    shape = tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise ValueError(f"iota: negative dimension in shape {shape}")
+    if not 0 <= dim < len(shape):
+        raise ValueError(f"iota: iota_dimension {dim} out of range for rank {len(shape)}")
+    idx = np.arange(shape[dim], dtype=np.int64)
+    dtype = np.dtype(dtype)
+    if dtypes.is_bool(dtype):
+        vals = (idx & 1).astype(np.bool_)
+    elif dtypes.is_integer(dtype):
+        vals = idx.astype(dtype)  # numpy/ml_dtypes integer casts wrap
+    else:
+        vals = idx.astype(np.float64).astype(dtype)
+    view = [1] * len(shape)
+    view[dim] = shape[dim]
+    return np.array(np.broadcast_to(vals.reshape(view), shape), order="C")
+
+
+def do_broadcast_in_dim(x, bdims, shape):
+    """spec: broadcast_in_dim. Operand dim ``i`` becomes result dim ``bdims[i]``.
+
+    ``bdims`` need not be increasing, so the operand is first transposed into
+    increasing result-dim order, then given size-1 dims elsewhere and
+    broadcast (a read-only view).
+    """
+    shape = tuple(int(d) for d in shape)
+    if len(bdims) != x.ndim:
+        raise ValueError(f"broadcast_dimensions {bdims} do not match operand rank {x.ndim}")
+    for i, d in enumerate(bdims):
+        if x.shape[i] != 1 and x.shape[i] != shape[d]:
+            raise ValueError(f"cannot broadcast operand dim {i} of size {x.shape[i]} "
+                             f"to result dim {d} of size {shape[d]}")
+    order = sorted(range(x.ndim), key=lambda i: bdims[i])
+    if order != list(range(x.ndim)):
+        x = np.transpose(x, order)
+    view = [1] * len(shape)
+    for i in order:
+        view[bdims[i]] = x.shape[order.index(i)]
+    return np.broadcast_to(x.reshape(view), shape)
+
+
+def do_pad(x, value, low, high, interior):
+    """spec: pad. Negative low/high crop; interior inserts between elements.
+
+    The operand is placed into an array of the un-cropped size
+    (``max(low, 0) + d + (d - 1) * interior + max(high, 0)`` per dim), then
+    negative edge padding is cut away.
+    """
+    rank = x.ndim
+    if not (len(low) == len(high) == len(interior) == rank):
+        raise ValueError(f"pad: padding sizes {low}, {high}, {interior} do not match rank {rank}")
+    if any(i < 0 for i in interior):
+        raise ValueError(f"pad: negative interior padding {interior}")
+    full = []
+    place = []
+    crop = []
+    for d, lo, hi, it in zip(x.shape, low, high, interior):
+        core = d + max(d - 1, 0) * it
+        lo_p, hi_p = max(lo, 0), max(hi, 0)
+        n = lo_p + core + hi_p
+        full.append(n)
+        place.append(slice(lo_p, lo_p + core, it + 1))
+        stop = n - max(-hi, 0)
+        start = max(-lo, 0)
+        if stop < start:
+            raise ValueError(f"pad: negative result dimension (operand dim {d}, "
+                             f"low {lo}, high {hi}, interior {it})")
+        crop.append(slice(start, stop))
+    out = np.full(full, value, dtype=x.dtype)
+    out[tuple(place)] = x
+    return out[tuple(crop)]
+
+
+def clamp_starts(starts, operand_shape, sizes):
+    """spec (dynamic_slice / dynamic_update_slice): each start index is clamped
+    to ``[0, operand_dim - size]``."""
+    out = []
+    for s, d, n in zip(starts, operand_shape, sizes):
+        s = int(s)
+        out.append(min(max(s, 0), d - n))
+    return out
+
+
+def int_list(t, what):
+    """A 1-d integer tensor operand as a list of Python ints."""
+    t = np.asarray(t)
+    if t.ndim != 1:
+        raise ValueError(f"{what} must be a 1-d tensor, got shape {t.shape}")
+    return [int(v) for v in t.astype(np.int64)]
+
+
+def check_result_dims(shape, rtype, what):
+    """A runtime shape must agree with the static dims of the result type."""
+    if len(shape) != len(rtype.shape) or any(
+            s is not None and s != d for s, d in zip(rtype.shape, shape)):
+        raise ValueError(f"{what}: runtime shape {tuple(shape)} does not match result "
+                         f"type {rtype!r}")
+
+
+# --------------------------------------------------------------------------
+# Kernels
+
+
+@kernel("stablehlo.iota")
+def iota(op):
+    """spec: iota. Static result shape: computed once at compile time."""
+    rtype = op.result_types[0]
+    shape = static_shape(rtype, "iota")
+    value = make_iota(shape, op.attrs["iota_dimension"], rtype.dtype)
+    value.flags.writeable = False  # shared by every run
+    return lambda: value
+
+
+@kernel("stablehlo.broadcast_in_dim")
+def broadcast_in_dim(op):
+    """spec: broadcast_in_dim. A read-only broadcast view of the operand."""
+    bdims = tuple(op.attrs["broadcast_dimensions"])
+    rshape = op.result_types[0].shape
+    if all(d is not None for d in rshape):
+        return lambda x: do_broadcast_in_dim(x, bdims, rshape)
+    # A `?` result dim can only come from an operand dim mapped onto it.
+    src = {d: i for i, d in enumerate(bdims)}
+    if any(d is None and k not in src for k, d in enumerate(rshape)):
+        raise Unsupported("broadcast_in_dim: `?` result dim not mapped from the operand")
+
+    def run(x):
+        shape = [x.shape[src[k]] if d is None else d for k, d in enumerate(rshape)]
+        return do_broadcast_in_dim(x, bdims, shape)
+    return run
+
+
+@kernel("stablehlo.broadcast")
+def broadcast(op):
+    """stablehlo.broadcast (the pre-broadcast_in_dim form, not in the spec):
+    result shape is ``broadcast_sizes + operand.shape``."""
+    sizes = tuple(op.attrs["broadcast_sizes"])
+    return lambda x: np.broadcast_to(x, sizes + x.shape)
+
+
+@kernel("stablehlo.reshape")
+def reshape(op):
+    """spec: reshape. Row-major order is kept (numpy's C order)."""
+    rshape = op.result_types[0].shape
+    unknown = sum(d is None for d in rshape)
+    if unknown > 1:
+        raise Unsupported(f"reshape to {op.result_types[0]!r}: more than one `?` dim")
+    target = tuple(-1 if d is None else d for d in rshape)
+
+    def run(x):
+        return np.reshape(x, target)
+    return run
+
+
+@kernel("stablehlo.transpose")
+def transpose(op):
+    """spec: transpose. ``result.shape[i] = operand.shape[permutation[i]]`` (a view)."""
+    perm = tuple(op.attrs["permutation"])
+    return lambda x: np.transpose(x, perm)
+
+
+@kernel("stablehlo.slice")
+def slice_(op):
+    """spec: slice. Static start/limit/strides: a strided view."""
+    index = tuple(slice(s, l, st) for s, l, st in zip(
+        op.attrs["start_indices"], op.attrs["limit_indices"], op.attrs["strides"]))
+
+    def run(x):
+        for sl, d in zip(index, x.shape):
+            if not 0 <= sl.start <= sl.stop <= d:
+                raise ValueError(f"slice [{sl.start}, {sl.stop}) out of bounds for dim {d}")
+        return x[index]
+    return run
+
+
+@kernel("stablehlo.dynamic_slice")
+def dynamic_slice(op):
+    """spec: dynamic_slice. Start indices are clamped to ``[0, dim - size]``."""
+    sizes = tuple(op.attrs["slice_sizes"])
+
+    def run(x, *starts):
+        if len(starts) != x.ndim:
+            raise ValueError(f"dynamic_slice: {len(starts)} start indices for rank {x.ndim}")
+        if any(n > d for n, d in zip(sizes, x.shape)):
+            raise ValueError(f"dynamic_slice: slice_sizes {sizes} exceed operand shape {x.shape}")
+        st = clamp_starts(starts, x.shape, sizes)
+        return x[tuple(slice(s, s + n) for s, n in zip(st, sizes))]
+    return run
+
+
+@kernel("stablehlo.dynamic_update_slice")
+def dynamic_update_slice(op):
+    """spec: dynamic_update_slice. Start indices are clamped to
+    ``[0, dim - update_dim]``; the operand itself is never modified."""
+    def run(x, update, *starts):
+        if len(starts) != x.ndim or update.ndim != x.ndim:
+            raise ValueError("dynamic_update_slice: rank mismatch")
+        if any(n > d for n, d in zip(update.shape, x.shape)):
+            raise ValueError(f"dynamic_update_slice: update shape {update.shape} exceeds "
+                             f"operand shape {x.shape}")
+        st = clamp_starts(starts, x.shape, update.shape)
+        out = x.copy()
+        out[tuple(slice(s, s + n) for s, n in zip(st, update.shape))] = update
+        return out
+    return run
+
+
+@kernel("stablehlo.concatenate")
+def concatenate(op):
+    """spec: concatenate along `dimension`."""
+    dim = op.attrs["dimension"]
+    dtype = op.result_types[0].dtype
+
+    def run(*xs):
+        return np.concatenate(xs, axis=dim).astype(dtype, copy=False)
+    return run
+
+
+@kernel("stablehlo.pad")
+def pad(op):
+    """spec: pad (edge padding may be negative, interior padding >= 0)."""
+    low = tuple(op.attrs["edge_padding_low"])
+    high = tuple(op.attrs["edge_padding_high"])
+    interior = tuple(op.attrs["interior_padding"])
+    if any(i < 0 for i in interior):
+        raise Unsupported(f"pad: negative interior padding {interior}")
+    return lambda x, v: do_pad(x, v, low, high, interior)
+
+
+@kernel("stablehlo.reverse")
+def reverse(op):
+    """spec: reverse along `dimensions` (a view)."""
+    dims = tuple(op.attrs["dimensions"])
+    if not dims:
+        return lambda x: x
+    return lambda x: np.flip(x, axis=dims)
+
+
+@kernel("stablehlo.get_dimension_size")
+def get_dimension_size(op):
+    """spec: get_dimension_size. The runtime size of `dimension` as a 0-d i32."""
+    dim = op.attrs["dimension"]
+    dtype = op.result_types[0].dtype
+    return lambda x: np.array(x.shape[dim], dtype=dtype)
