@@ -56,7 +56,7 @@ if hasattr(ml_dtypes, "uint1"):
     SUB_BYTE_INTS.add(np.dtype(ml_dtypes.uint1))
 
 ML_FLOATS = {v for k, v in _ELEMENT_TO_DTYPE.items()
-             if k.startswith(("f8", "f6", "f4", "bf16"))}
+             if k.startswith(("f8", "f6", "f4", "bf16")) and k != "f64"}  # "f64" starts with "f6"
 
 
 def from_element_type(name):
