@@ -256,6 +256,12 @@ class Program:
         with np.errstate(all="ignore"):
             return f(ctx, args)
 
+    def run_parallel(self, args_per_process=None, num_replicas=None, num_partitions=None,
+                     **kwargs):
+        """Run on a process grid, one thread per process; see parallel.run_parallel."""
+        from .parallel import run_parallel
+        return run_parallel(self, args_per_process, num_replicas, num_partitions, **kwargs)
+
 
 def _coerce_arg(a, t, i, fname):
     if isinstance(t, TensorType):
