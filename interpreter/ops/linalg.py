@@ -1,0 +1,134 @@
+"""Linear algebra ops: cholesky and triangular_solve.
+
+Both run in float64/complex128 and round once to the result type.
+"""
+
+import numpy as np
+
+from .. import dtypes
+from ..registry import Unsupported, kernel
+
+
+def compute_dtype(dtype):
+    """float64 or complex128: the precision the kernels compute in."""
+    return np.complex128 if dtypes.is_complex(dtype) else np.float64
+
+
+def _static(t):
+    return t.shape is not None and None not in t.shape
+
+
+def _cholesky_lower(h):
+    """Lower Cholesky factors of the Hermitian batch ``h``; NaN where not PD."""
+    try:
+        return np.linalg.cholesky(h)
+    except np.linalg.LinAlgError:
+        pass
+    flat = h.reshape((-1,) + h.shape[-2:])
+    out = np.empty_like(flat)
+    for i, m in enumerate(flat):
+        try:
+            out[i] = np.linalg.cholesky(m)
+        except np.linalg.LinAlgError:
+            out[i] = np.nan
+    return out.reshape(h.shape)
+
+
+@kernel("stablehlo.cholesky")
+def cholesky(op):
+    """spec: cholesky (docs/spec.md#cholesky).
+
+    Reads only the triangle `lower` names (the input is taken as Hermitian).
+    The other triangle of the result, implementation-defined by the spec, is
+    zero, and a matrix that is not positive definite gives all NaNs: both as
+    XLA CPU does.
+    """
+    lower = bool(op.attrs.get("lower", False))
+    t = op.result_types[0]
+    if not _static(t):
+        raise Unsupported("dynamic shapes")
+    out_dtype = t.dtype
+    cdt = compute_dtype(out_dtype)
+    if t.shape[-1] == 0 or 0 in t.shape:
+        return lambda a: np.zeros(t.shape, dtype=out_dtype)
+
+    def run(a):
+        a = a.astype(cdt)
+        if lower:
+            tri = np.tril(a)
+            h = tri + np.conj(np.swapaxes(np.tril(a, -1), -1, -2))
+        else:
+            tri = np.triu(a)
+            h = tri + np.conj(np.swapaxes(np.triu(a, 1), -1, -2))
+        if dtypes.is_complex(cdt):
+            # The diagonal of a Hermitian matrix is real.
+            idx = np.arange(h.shape[-1])
+            h[..., idx, idx] = h[..., idx, idx].real
+        ll = _cholesky_lower(h)
+        res = ll if lower else np.conj(np.swapaxes(ll, -1, -2))
+        return np.ascontiguousarray(res).astype(out_dtype)
+    return run
+
+
+def _substitute(m, b, lower, unit):
+    """Solve m @ x = b for triangular m (batched), by forward/back substitution.
+
+    Substitution (rather than a general solver) gives IEEE inf/NaN results for
+    singular matrices instead of raising, like XLA.
+    """
+    n = m.shape[-1]
+    x = np.zeros(np.broadcast_shapes(b.shape), dtype=np.result_type(m, b))
+    order = range(n) if lower else range(n - 1, -1, -1)
+    for i in order:
+        rhs = b[..., i, :]
+        if lower and i > 0:
+            rhs = rhs - (m[..., i:i + 1, :i] @ x[..., :i, :])[..., 0, :]
+        elif not lower and i < n - 1:
+            rhs = rhs - (m[..., i:i + 1, i + 1:] @ x[..., i + 1:, :])[..., 0, :]
+        if not unit:
+            rhs = rhs / m[..., i, i][..., None]
+        x[..., i, :] = rhs
+    return x
+
+
+@kernel("stablehlo.triangular_solve")
+def triangular_solve(op):
+    """spec: triangular_solve (docs/spec.md#triangular_solve).
+
+    left_side: solves op(a) @ x = b, else x @ op(a) = b, where op is
+    identity, transpose or adjoint (transpose_a), a is the lower or upper
+    triangle of `a` (lower) with an implicit unit diagonal when
+    unit_diagonal. The other triangle of `a` is ignored.
+    """
+    left = bool(op.attrs.get("left_side", False))
+    lower = bool(op.attrs.get("lower", False))
+    unit = bool(op.attrs.get("unit_diagonal", False))
+    trans = op.attrs.get("transpose_a", "NO_TRANSPOSE")
+    if trans not in ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"):
+        raise Unsupported(f"transpose_a {trans}")
+    t = op.result_types[0]
+    if not _static(t):
+        raise Unsupported("dynamic shapes")
+    out_dtype = t.dtype
+    cdt = compute_dtype(out_dtype)
+    if 0 in t.shape:
+        return lambda a, b: np.zeros(t.shape, dtype=out_dtype)
+
+    def run(a, b):
+        a = a.astype(cdt)
+        b = b.astype(cdt)
+        m = np.tril(a) if lower else np.triu(a)
+        eff_lower = lower
+        if trans != "NO_TRANSPOSE":
+            m = np.swapaxes(m, -1, -2)
+            if trans == "ADJOINT":
+                m = np.conj(m)
+            eff_lower = not eff_lower
+        if left:
+            x = _substitute(m, b, eff_lower, unit)
+        else:
+            # x @ m = b  <=>  m^T @ x^T = b^T
+            x = np.swapaxes(_substitute(np.swapaxes(m, -1, -2), np.swapaxes(b, -1, -2),
+                                        not eff_lower, unit), -1, -2)
+        return np.ascontiguousarray(x).astype(out_dtype)
+    return run
