@@ -17,6 +17,7 @@ import re
 import numpy as np
 
 from . import attrs as _attrs
+from . import quant as _quant
 from .errors import (CompileError, ExecutionError, InterpreterError,
                      UnsupportedOpsError)
 from .loader import MLIR_LOCK, Module, load
@@ -419,7 +420,7 @@ class _Compiler:
 
     def _compile_op(self, o, lookup, new_slot, slots, constants):
         from jaxlib.mlir import ir
-        name = o.name
+        name = _quant.OP_ALIASES.get(o.name, o.name)
         loc = format_location(o.location)
         # Decode attributes. A failure to decode one is reported only if the
         # kernel needs it (RawAttr keeps the text).
@@ -445,7 +446,12 @@ class _Compiler:
         if builder is None:
             return None
         try:
-            fn = builder(op)
+            if _quant.involves_quant(op):
+                # Quantized operands/results: run the float kernel between
+                # dequantize and quantize, or on storage values (quant.py).
+                fn = _quant.build(builder, op, special)
+            else:
+                fn = builder(op)
         except Unsupported as e:
             self.unsupported.append((name, loc, str(e) or "unsupported form"))
             return None

@@ -102,6 +102,11 @@ def load(data, *, name="<input>"):
                         f"{name}: expected MLIR text, MLIR bytecode or a StableHLO "
                         "portable artifact; the bytes are neither UTF-8 text nor "
                         "start with the MLIR bytecode magic 'ML\\xefR'") from None
+            if "!quant.uniform<" in data:
+                # jaxlib's StableHLO verifier rejects quantized types as they
+                # are; quant.py rewrites them into a form it accepts.
+                from .quant import rewrite_quantized_text
+                data = rewrite_quantized_text(data)
             try:
                 module = ir.Module.parse(data)
             except Exception as e:

@@ -141,7 +141,7 @@ class OtherType:
 
 
 _QUANT_RE = re.compile(
-    r"!quant\.uniform<(?P<storage>[a-z0-9]+)(?::(?P<smin>-?\d+):(?P<smax>-?\d+))?"
+    r"!quant\.uniform<(?P<storage>[a-z0-9]+)(?:<(?P<smin>-?\d+):(?P<smax>-?\d+)>)?"
     r":(?P<expressed>[a-z0-9A-Z]+)(?::(?P<axis>\d+))?,\s*(?P<params>.*)>$")
 _SCALE_ZP_RE = re.compile(r"([-+0-9.eE]+|0x[0-9A-Fa-f]+)(?::(-?\d+))?")
 
@@ -193,6 +193,11 @@ def from_mlir(t):
         et = str(rt.element_type)
         bounds = None
         enc = rt.encoding
+        if enc is not None and str(enc).startswith('"!quant.'):
+            # A quantized type the loader rewrote for jaxlib's verifier
+            # (quant.rewrite_quantized_text): the encoding holds its text.
+            q = parse_quant(str(enc)[1:-1])
+            return TensorType(shape, q.storage_dtype, q.text, quant=q)
         if enc is not None:
             m = re.search(r"bounds<([^>]*)>", str(enc))
             if m:
