@@ -831,7 +831,43 @@ static PyObject *py_call_slot(PyObject *self, PyObject *args) {
   if (p == NULL && PyErr_Occurred()) return NULL;
   fn = (PJRT_Error * (*)(void *)) g_trampolines[slot];
   err = fn(p);
+  if (err == NULL) Py_RETURN_NONE;
   return PyLong_FromVoidPtr(err);
+}
+
+static PyObject *py_call_slot_with_pending_error(PyObject *self, PyObject *args) {
+  /* Like call_slot, but with a Python exception pending during the call, as
+   * jaxlib does when it frees a temporary after a failed Execute.  Returns
+   * (error address or None, whether the pending exception survived). */
+  int slot, survived;
+  PyObject *addr, *type, *value, *tb;
+  void *p;
+  PJRT_Error *err;
+  PJRT_Error *(*fn)(void *);
+  (void)self;
+  if (!PyArg_ParseTuple(args, "iO", &slot, &addr)) return NULL;
+  if (slot < 0 || slot >= MAX_SLOTS) {
+    PyErr_SetString(PyExc_IndexError, "slot out of range");
+    return NULL;
+  }
+  p = PyLong_AsVoidPtr(addr);
+  if (p == NULL && PyErr_Occurred()) return NULL;
+  fn = (PJRT_Error * (*)(void *)) g_trampolines[slot];
+  PyErr_SetString(PyExc_KeyError, "pending-marker");
+  err = fn(p);
+  PyErr_Fetch(&type, &value, &tb);
+  survived = type == PyExc_KeyError && value != NULL;
+  if (survived) {
+    PyObject *text = PyObject_Str(value);
+    survived = text != NULL && PyUnicode_CompareWithASCIIString(text, "pending-marker") == 0;
+    Py_XDECREF(text);
+    PyErr_Clear();
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  if (err == NULL) return Py_BuildValue("(OO)", Py_None, survived ? Py_True : Py_False);
+  return Py_BuildValue("(NO)", PyLong_FromVoidPtr(err), survived ? Py_True : Py_False);
 }
 
 static PyMethodDef kMethods[] = {
@@ -858,6 +894,8 @@ static PyMethodDef kMethods[] = {
     {"blob_data", py_blob_data, METH_O, "Address of a blob's bytes."},
     {"c_helpers", py_c_helpers, METH_NOARGS, "Addresses of C deleters."},
     {"call_slot", py_call_slot, METH_VARARGS, "call_slot(index, args_ptr) -> PJRT_Error*"},
+    {"call_slot_with_pending_error", py_call_slot_with_pending_error, METH_VARARGS,
+     "call_slot with a KeyError pending -> (PJRT_Error*, survived)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_shim",

@@ -132,6 +132,8 @@ def traced(call: str, handler: Callable[[int], object]) -> Callable[[int], objec
         finally:
             _local.details = outer
             obj = details.pop("obj", None)
+            if obj is None:
+                obj = _primary_object(args_ptr)
             record = {"ts_ns": t0, "dur_ns": time.perf_counter_ns() - t0,
                       "thread": threading.get_ident()}
             record.update(details)
@@ -139,6 +141,20 @@ def traced(call: str, handler: Callable[[int], object]) -> Callable[[int], objec
 
     run.__name__ = f"traced_{call}"
     return run
+
+
+def _primary_object(args_ptr: int):
+    """The object a call is about when its handler did not say: the first
+    field after struct_size/extension_start is, for almost every PJRT args
+    struct, the client/device/buffer/executable/... pointer."""
+    try:
+        import ctypes
+
+        from .handles import _objects
+        first = ctypes.c_void_p.from_address(args_ptr + 16).value
+        return _objects.get(first) if first else None
+    except Exception:
+        return None
 
 
 def c_event_hook(call: str, address: int) -> None:

@@ -1,0 +1,619 @@
+"""The PJRT C API of stablehlo_pjrt, called directly through the table's
+function pointers (no JAX runtime): the C shim (trampolines, errors, events,
+memory vtable), the ctypes mirror, and the client/buffer/executable handlers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from stablehlo_pjrt import _capi as C
+from stablehlo_pjrt import _shim, api
+from stablehlo_pjrt.error import PjrtError
+
+api.build_api()
+API = C.PJRT_Api.from_address(_shim.api_address()[0])
+FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+
+IDENTITY = """
+module @identity {
+  func.func public @main(%a: tensor<2x3xf32>, %b: tensor<i32>) -> (tensor<i32>, tensor<2x3xf32>) {
+    return %b, %a : tensor<i32>, tensor<2x3xf32>
+  }
+}
+"""
+
+
+def call(name: str, args) -> tuple[int, str] | None:
+    """Calls PJRT function `name` like jaxlib would; returns (code, message)
+    of the error (destroying it), or None on success."""
+    args.struct_size = C.struct_size(type(args))
+    fn = FN(getattr(API, name))
+    err = fn(ctypes.addressof(args))
+    if not err:
+        return None
+    info = _shim.error_info(err)
+    destroy = C._args("D", [("error", C.P)])()
+    destroy.struct_size = C.struct_size(type(destroy))
+    destroy.error = err
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(API.PJRT_Error_Destroy)(ctypes.addressof(destroy))
+    return info
+
+
+def ok(name: str, args):
+    err = call(name, args)
+    assert err is None, f"{name} failed: {err}"
+    return args
+
+
+def event_destroy(ev):
+    if ev:
+        ok("PJRT_Event_Destroy", C._args("E", [("event", C.P)])(event=ev))
+
+
+@pytest.fixture(scope="module")
+def client():
+    a = ok("PJRT_Client_Create", C.Client_Create_Args())
+    yield a.client
+    ok("PJRT_Client_Destroy", C.Client_Destroy_Args(client=a.client))
+
+
+def devices_of(client):
+    a = ok("PJRT_Client_Devices", C.Client_Devices_Args(client=client))
+    return C.read_pointers(a.devices, a.num_devices)
+
+
+def from_host(client, array: np.ndarray, btype: int, semantics=0, strides=None):
+    dims = (ctypes.c_int64 * max(1, array.ndim))(*array.shape)
+    a = C.Client_BufferFromHostBuffer_Args(
+        client=client, data=array.ctypes.data if array.size else None, type=btype,
+        dims=ctypes.addressof(dims), num_dims=array.ndim,
+        host_buffer_semantics=semantics)
+    if strides is not None:
+        st = (ctypes.c_int64 * len(strides))(*strides)
+        a.byte_strides = ctypes.addressof(st)
+        a.num_byte_strides = len(strides)
+    ok("PJRT_Client_BufferFromHostBuffer", a)
+    return a.buffer, a.done_with_host_buffer
+
+
+def to_host(buf, dtype, shape):
+    q = ok("PJRT_Buffer_ToHostBuffer", C.Buffer_ToHostBuffer_Args(src=buf))
+    out = np.zeros(shape, dtype)
+    assert q.dst_size == out.nbytes
+    a = ok("PJRT_Buffer_ToHostBuffer", C.Buffer_ToHostBuffer_Args(
+        src=buf, dst=out.ctypes.data if out.size else None, dst_size=out.nbytes))
+    if out.size:
+        event_destroy(a.event)
+    return out
+
+
+def destroy_buffer(buf):
+    ok("PJRT_Buffer_Destroy", C.Buffer_Destroy_Args(buffer=buf))
+
+
+# ---------------------------------------------------------------------------
+# Table
+# ---------------------------------------------------------------------------
+
+
+def test_table_has_version_and_no_null_slots():
+    assert API.struct_size == C.struct_size(C.PJRT_Api)
+    assert (API.pjrt_api_version.major_version, API.pjrt_api_version.minor_version) == (0, 110)
+    missing = [n for n in C.API_FUNCTIONS if not getattr(API, n)]
+    assert missing == []
+
+
+def test_unimplemented_slot_reports_clear_error():
+    err = call("PJRT_CopyToDeviceStream_TotalBytes", C._args("X", [("stream", C.P)])())
+    assert err is not None
+    code, message = err
+    assert code == C.ErrorCode.UNIMPLEMENTED
+    assert "PJRT_CopyToDeviceStream_TotalBytes" in message and "stablehlo_ref" in message
+
+
+def test_capsule_name():
+    cap = api.capsule()
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype = ctypes.c_char_p
+    get_name.argtypes = [ctypes.py_object]
+    assert get_name(cap) == b"pjrt_c_api"
+
+
+# ---------------------------------------------------------------------------
+# Trampolines (a spare slot beyond the API's)
+# ---------------------------------------------------------------------------
+
+SPARE = _shim.MAX_SLOTS - 1
+
+
+def test_trampoline_maps_pjrt_error_code_and_message():
+    def handler(ptr):
+        raise PjrtError(C.ErrorCode.NOT_FOUND, f"nothing at {ptr:#x}")
+
+    _shim.set_slot(SPARE, "Test_Slot", handler, False)
+    err = _shim.call_slot(SPARE, 0x1234)
+    assert _shim.error_info(err) == (C.ErrorCode.NOT_FOUND, "nothing at 0x1234")
+    _shim.error_destroy(err)
+
+
+def test_trampoline_turns_stray_exception_into_internal_error():
+    def handler(ptr):
+        return {}["missing"]
+
+    _shim.set_slot(SPARE, "Test_Slot", handler, False)
+    err = _shim.call_slot(SPARE, 8)
+    code, message = _shim.error_info(err)
+    _shim.error_destroy(err)
+    assert code == C.ErrorCode.INTERNAL
+    assert "Test_Slot" in message and "KeyError" in message and "missing" in message
+
+
+def test_trampoline_success_and_returned_error_pointer():
+    _shim.set_slot(SPARE, "Test_Slot", lambda ptr: None, False)
+    assert _shim.call_slot(SPARE, 8) is None
+    made = _shim.error_new(C.ErrorCode.ABORTED, "made by handler")
+    _shim.set_slot(SPARE, "Test_Slot", lambda ptr: made, False)
+    err = _shim.call_slot(SPARE, 8)
+    assert err == made
+    assert _shim.error_info(err) == (C.ErrorCode.ABORTED, "made by handler")
+    _shim.error_destroy(err)
+
+
+def test_trampoline_parks_pending_exception():
+    """jaxlib calls PJRT_Buffer_Destroy with a Python exception pending; the
+    handler must run cleanly and the exception must survive the call."""
+    seen = []
+
+    def handler(ptr):
+        # Would raise SystemError if the pending exception leaked in here.
+        seen.append(int(ptr))
+        return None
+
+    _shim.set_slot(SPARE, "Test_Slot", handler, False)
+    err, survived = _shim.call_slot_with_pending_error(SPARE, 77)
+    assert err is None and survived and seen == [77]
+
+    def failing(ptr):
+        raise PjrtError(C.ErrorCode.ABORTED, "handler failed too")
+
+    _shim.set_slot(SPARE, "Test_Slot", failing, False)
+    err, survived = _shim.call_slot_with_pending_error(SPARE, 78)
+    assert survived
+    assert _shim.error_info(err) == (C.ErrorCode.ABORTED, "handler failed too")
+    _shim.error_destroy(err)
+
+
+def test_unset_handler_is_unimplemented():
+    _shim.set_slot(SPARE, "Test_Slot", None, False)
+    err = _shim.call_slot(SPARE, 8)
+    assert _shim.error_info(err)[0] == C.ErrorCode.UNIMPLEMENTED
+    _shim.error_destroy(err)
+
+
+def test_trampolines_under_threads():
+    counter = []
+    lock = threading.Lock()
+
+    def handler(ptr):
+        with lock:
+            counter.append(ptr)
+
+    _shim.set_slot(SPARE, "Test_Slot", handler, False)
+    fn = FN(_shim.set_slot(SPARE, "Test_Slot", handler, False))
+
+    def work(i):
+        for j in range(200):
+            assert fn(i * 1000 + j + 1) is None
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(counter) == 1600
+
+
+# ---------------------------------------------------------------------------
+# Errors, events, memory vtable (C implementations)
+# ---------------------------------------------------------------------------
+
+
+def test_error_functions_and_vtable():
+    err = _shim.error_new(C.ErrorCode.INVALID_ARGUMENT, "bad thing")
+    msg = C._args("M", [("error", C.P), ("message", C.P), ("message_size", C.SIZE)])()
+    msg.struct_size = C.struct_size(type(msg))
+    msg.error = err
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(API.PJRT_Error_Message)(ctypes.addressof(msg))
+    assert C.read_str(msg.message, msg.message_size) == "bad thing"
+    code = ok("PJRT_Error_GetCode", C._args("G", [("error", C.P), ("code", C.ENUM)])(error=err))
+    assert code.code == C.ErrorCode.INVALID_ARGUMENT
+    # The PJRT_Error struct starts with its function table.
+    vtable = ctypes.c_void_p.from_address(err).value
+    get_code = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(
+        ctypes.c_void_p.from_address(vtable + 40).value)
+    assert get_code(err) == C.ErrorCode.INVALID_ARGUMENT
+    _shim.error_destroy(err)
+
+
+CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def test_ready_event_callbacks_and_await():
+    ev = _shim.event_new(True)
+    got = []
+    cb = CALLBACK(lambda err, arg: got.append((err, arg)))
+    ok("PJRT_Event_OnReady", C._args("O", [("event", C.P), ("callback", C.P), ("user_arg", C.P)])(
+        event=ev, callback=ctypes.cast(cb, ctypes.c_void_p).value, user_arg=42))
+    assert got == [(None, 42)]
+    r = ok("PJRT_Event_IsReady", C._args("R", [("event", C.P), ("is_ready", ctypes.c_bool)])(event=ev))
+    assert r.is_ready
+    assert call("PJRT_Event_Await", C._args("A", [("event", C.P)])(event=ev)) is None
+    event_destroy(ev)
+
+
+def test_pending_event_set_from_plugin_runs_callbacks_with_error():
+    ev = _shim.event_new(False)
+    got = []
+
+    def on_ready(err, arg):
+        got.append(_shim.error_info(err))
+        _shim.error_destroy(err)
+
+    cb = CALLBACK(on_ready)
+    ok("PJRT_Event_OnReady", C._args("O", [("event", C.P), ("callback", C.P), ("user_arg", C.P)])(
+        event=ev, callback=ctypes.cast(cb, ctypes.c_void_p).value))
+    assert got == []
+    event_destroy(ev)  # the caller lets go first; the plugin still holds it
+    _shim.event_set(ev, C.ErrorCode.CANCELLED, "stopped")
+    assert got == [(C.ErrorCode.CANCELLED, "stopped")]
+
+
+def test_event_create_set_await_across_threads():
+    a = ok("PJRT_Event_Create", C._args("C", [("event", C.P)])())
+    ev = a.event
+    result = []
+
+    def waiter():
+        result.append(call("PJRT_Event_Await", C._args("A", [("event", C.P)])(event=ev)))
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    msg = b"late failure"
+    ok("PJRT_Event_Set", C._args("S", [("event", C.P), ("error_code", C.ENUM),
+                                       ("error_message", ctypes.c_char_p),
+                                       ("error_message_size", C.SIZE)])(
+        event=ev, error_code=C.ErrorCode.DATA_LOSS, error_message=msg,
+        error_message_size=len(msg)))
+    t.join(10)
+    assert result == [(C.ErrorCode.DATA_LOSS, "late failure")]
+    err = call("PJRT_Event_Error", C._args("E", [("event", C.P)])(event=ev))
+    assert err == (C.ErrorCode.DATA_LOSS, "late failure")
+    again = call("PJRT_Event_Set", C._args("S", [("event", C.P), ("error_code", C.ENUM)])(event=ev))
+    assert again[0] == C.ErrorCode.FAILED_PRECONDITION
+    event_destroy(ev)
+
+
+def test_memory_vtable_user_data(client):
+    dev = devices_of(client)[0]
+    mem = ok("PJRT_Device_DefaultMemory", C.Device_DefaultMemory_Args(device=dev)).memory
+    vtable = ctypes.c_void_p.from_address(mem).value
+    # struct_size, extension_start, instance_struct_size, get, set
+    assert ctypes.c_size_t.from_address(vtable).value == 40
+    get = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+        ctypes.c_void_p.from_address(vtable + 24).value)
+    DTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    set_ = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, DTOR)(
+        ctypes.c_void_p.from_address(vtable + 32).value)
+    freed = []
+    dtor = DTOR(lambda p: freed.append(p))
+    key = 0xABC0
+    assert get(mem, key) is None
+    set_(mem, key, 0x1111, dtor)
+    assert get(mem, key) == 0x1111
+    set_(mem, key, 0x2222, dtor)
+    assert get(mem, key) == 0x2222 and freed == [0x1111]
+    kind = ok("PJRT_Memory_Kind", C.Memory_Kind_Args(memory=mem))
+    assert C.read_str(kind.kind, kind.kind_size) == "device"
+
+
+# ---------------------------------------------------------------------------
+# Client, devices, buffers
+# ---------------------------------------------------------------------------
+
+
+def test_client_identity(client):
+    name = ok("PJRT_Client_PlatformName", C.Client_PlatformName_Args(client=client))
+    assert C.read_str(name.platform_name, name.platform_name_size) == "stablehlo_ref"
+    ver = ok("PJRT_Client_PlatformVersion", C.Client_PlatformVersion_Args(client=client))
+    text = C.read_str(ver.platform_version, ver.platform_version_size)
+    assert "stablehlo_interpreter" in text and "StableHLO" in text
+    devs = devices_of(client)
+    assert len(devs) == 1
+    desc = ok("PJRT_Device_GetDescription", C.Device_GetDescription_Args(device=devs[0]))
+    d = desc.device_description
+    assert ok("PJRT_DeviceDescription_Id", C.DeviceDescription_Id_Args(device_description=d)).id == 0
+    kind = ok("PJRT_DeviceDescription_Kind", C.DeviceDescription_Kind_Args(device_description=d))
+    assert "interpreter" in C.read_str(kind.device_kind, kind.device_kind_size)
+    look = ok("PJRT_Client_LookupDevice", C.Client_LookupDevice_Args(client=client, id=0))
+    assert look.device == devs[0]
+    missing = call("PJRT_Client_LookupDevice", C.Client_LookupDevice_Args(client=client, id=5))
+    assert missing[0] == C.ErrorCode.NOT_FOUND and "STABLEHLO_REF_NUM_DEVICES" in missing[1]
+
+
+def test_plugin_attributes_carry_stablehlo_versions():
+    from stablehlo_pjrt.handles import read_named_values
+    a = ok("PJRT_Plugin_Attributes", C.Plugin_Attributes_Args())
+    attrs = read_named_values(a.attributes, a.num_attributes)
+    from jaxlib.mlir.dialects import stablehlo
+    assert ".".join(map(str, attrs["stablehlo_current_version"])) == stablehlo.get_current_version()
+    assert ".".join(map(str, attrs["stablehlo_minimum_version"])) == stablehlo.get_minimum_version()
+
+
+def test_stale_handles_are_rejected(client):
+    err = call("PJRT_Buffer_ElementType", C.Buffer_ElementType_Args(buffer=0xDEAD0))
+    assert err[0] == C.ErrorCode.INVALID_ARGUMENT and "PJRT_Buffer" in err[1]
+    err = call("PJRT_Buffer_ElementType", C.Buffer_ElementType_Args(buffer=client))
+    assert err[0] == C.ErrorCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("dtype,btype", [
+    (np.float32, C.BufferType.F32), (np.int64, C.BufferType.S64),
+    (np.bool_, C.BufferType.PRED), (ml_dtypes.bfloat16, C.BufferType.BF16),
+    (np.complex128, C.BufferType.C128), (ml_dtypes.int4, C.BufferType.S4),
+    (ml_dtypes.float8_e4m3fn, C.BufferType.F8E4M3FN), (np.uint16, C.BufferType.U16),
+])
+@pytest.mark.parametrize("semantics", [0, 1, 2, 3])
+def test_host_round_trip(client, dtype, btype, semantics):
+    host = (np.arange(12) % 7 - 3).astype(dtype).reshape(3, 4)
+    buf, done = from_host(client, host, btype, semantics)
+    t = ok("PJRT_Buffer_ElementType", C.Buffer_ElementType_Args(buffer=buf))
+    assert t.type == btype
+    d = ok("PJRT_Buffer_Dimensions", C.Buffer_Dimensions_Args(buffer=buf))
+    assert C.read_int64s(d.dims, d.num_dims) == (3, 4)
+    state = _shim.event_state(done)
+    # Zero-copy semantics keep the host memory until the buffer goes away.
+    assert state[0] == (0 if semantics in (2, 3) else 1)
+    np.testing.assert_array_equal(to_host(buf, dtype, (3, 4)), host)
+    destroy_buffer(buf)
+    assert _shim.event_state(done)[0] == 1
+    event_destroy(done)
+
+
+def test_host_strides_negative_and_empty(client):
+    base = np.arange(24, dtype=np.int32).reshape(4, 6)
+    view = base[::-1, ::2]
+    buf, done = from_host(client, np.asarray(base), C.BufferType.S32, 0, strides=None)
+    destroy_buffer(buf)
+    event_destroy(done)
+    # Pass the strided view's own pointer and (negative) strides.
+    dims = (ctypes.c_int64 * 2)(*view.shape)
+    st = (ctypes.c_int64 * 2)(*view.strides)
+    a = ok("PJRT_Client_BufferFromHostBuffer", C.Client_BufferFromHostBuffer_Args(
+        client=client, data=view.ctypes.data, type=C.BufferType.S32,
+        dims=ctypes.addressof(dims), num_dims=2, byte_strides=ctypes.addressof(st),
+        num_byte_strides=2, host_buffer_semantics=2))
+    np.testing.assert_array_equal(to_host(a.buffer, np.int32, view.shape), view)
+    destroy_buffer(a.buffer)
+    event_destroy(a.done_with_host_buffer)
+    empty = np.zeros((0, 5), np.float32)
+    buf, done = from_host(client, empty, C.BufferType.F32)
+    assert to_host(buf, np.float32, (0, 5)).shape == (0, 5)
+    destroy_buffer(buf)
+    event_destroy(done)
+
+
+def test_to_host_with_layouts(client):
+    host = np.arange(6, dtype=np.float32).reshape(2, 3)
+    buf, done = from_host(client, host, C.BufferType.F32)
+    event_destroy(done)
+    # Column-major via minor_to_major = (0, 1).
+    m2m = (ctypes.c_int64 * 2)(0, 1)
+    layout = C.PJRT_Buffer_MemoryLayout(type=C.MemoryLayoutType.Tiled)
+    layout.struct_size = C.struct_size(C.PJRT_Buffer_MemoryLayout)
+    layout.tiled.minor_to_major = ctypes.addressof(m2m)
+    layout.tiled.minor_to_major_size = 2
+    out = np.zeros(6, np.float32)
+    ok("PJRT_Buffer_ToHostBuffer", C.Buffer_ToHostBuffer_Args(
+        src=buf, host_layout=ctypes.addressof(layout), dst=out.ctypes.data, dst_size=24))
+    np.testing.assert_array_equal(out, host.T.reshape(-1))
+    # Explicit padded strides.
+    strides = (ctypes.c_int64 * 2)(16, 4)
+    layout2 = C.PJRT_Buffer_MemoryLayout(type=C.MemoryLayoutType.Strides)
+    layout2.struct_size = C.struct_size(C.PJRT_Buffer_MemoryLayout)
+    layout2.strides.byte_strides = ctypes.addressof(strides)
+    layout2.strides.num_byte_strides = 2
+    q = ok("PJRT_Buffer_ToHostBuffer", C.Buffer_ToHostBuffer_Args(
+        src=buf, host_layout=ctypes.addressof(layout2)))
+    assert q.dst_size == 28
+    padded = np.full(8, -1, np.float32)
+    ok("PJRT_Buffer_ToHostBuffer", C.Buffer_ToHostBuffer_Args(
+        src=buf, host_layout=ctypes.addressof(layout2), dst=padded.ctypes.data, dst_size=32))
+    np.testing.assert_array_equal(padded.reshape(2, 4)[:, :3], host)
+    small = np.zeros(2, np.float32)
+    err = call("PJRT_Buffer_ToHostBuffer", C.Buffer_ToHostBuffer_Args(
+        src=buf, dst=small.ctypes.data, dst_size=8))
+    assert err[0] == C.ErrorCode.INVALID_ARGUMENT
+    destroy_buffer(buf)
+
+
+def test_delete_then_use(client):
+    buf, done = from_host(client, np.ones(3, np.float32), C.BufferType.F32)
+    event_destroy(done)
+    ok("PJRT_Buffer_Delete", C.Buffer_Delete_Args(buffer=buf))
+    assert ok("PJRT_Buffer_IsDeleted", C.Buffer_IsDeleted_Args(buffer=buf)).is_deleted
+    err = call("PJRT_Buffer_ToHostBuffer", C.Buffer_ToHostBuffer_Args(src=buf))
+    assert err[0] == C.ErrorCode.FAILED_PRECONDITION and "deleted" in err[1]
+    ready = ok("PJRT_Buffer_ReadyEvent", C.Buffer_ReadyEvent_Args(buffer=buf)).event
+    assert _shim.event_state(ready)[:2] == (1, C.ErrorCode.FAILED_PRECONDITION)
+    event_destroy(ready)
+    destroy_buffer(buf)
+
+
+def test_memory_stats_track_allocations(client):
+    dev = devices_of(client)[0]
+    before = ok("PJRT_Device_MemoryStats", C.Device_MemoryStats_Args(device=dev)).bytes_in_use
+    buf, done = from_host(client, np.ones(1000, np.float64), C.BufferType.F64)
+    event_destroy(done)
+    during = ok("PJRT_Device_MemoryStats", C.Device_MemoryStats_Args(device=dev)).bytes_in_use
+    destroy_buffer(buf)
+    after = ok("PJRT_Device_MemoryStats", C.Device_MemoryStats_Args(device=dev)).bytes_in_use
+    assert during - before == 8000 and after == before
+
+
+# ---------------------------------------------------------------------------
+# Compile and execute (text MLIR, no JAX)
+# ---------------------------------------------------------------------------
+
+
+def compile_text(client, text: str, options: bytes = b""):
+    code = text.encode()
+    fmt = b"mlir"
+    code_buf = ctypes.create_string_buffer(code, len(code))
+    fmt_buf = ctypes.create_string_buffer(fmt, len(fmt))
+    prog = C.PJRT_Program(code=ctypes.addressof(code_buf), code_size=len(code),
+                          format=ctypes.addressof(fmt_buf), format_size=len(fmt))
+    prog.struct_size = C.struct_size(C.PJRT_Program)
+    opts = ctypes.create_string_buffer(options, max(1, len(options)))
+    a = C.Client_Compile_Args(client=client, program=ctypes.addressof(prog),
+                              compile_options=ctypes.addressof(opts),
+                              compile_options_size=len(options))
+    err = call("PJRT_Client_Compile", a)
+    return a.executable, err
+
+
+def execute(exe, buffers, n_out):
+    args = (ctypes.c_void_p * max(1, len(buffers)))(*buffers)
+    arg_lists = (ctypes.c_void_p * 1)(ctypes.addressof(args))
+    outs = (ctypes.c_void_p * max(1, n_out))()
+    out_lists = (ctypes.c_void_p * 1)(ctypes.addressof(outs))
+    events = (ctypes.c_void_p * 1)()
+    a = C.LoadedExecutable_Execute_Args(
+        executable=exe, argument_lists=ctypes.addressof(arg_lists), num_devices=1,
+        num_args=len(buffers), output_lists=ctypes.addressof(out_lists),
+        device_complete_events=ctypes.addressof(events))
+    err = call("PJRT_LoadedExecutable_Execute", a)
+    if err is None:
+        event_destroy(events[0])
+    return list(outs[:n_out]), err
+
+
+def test_compile_execute_identity_and_metadata(client):
+    exe, err = compile_text(client, IDENTITY)
+    assert err is None, err
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    bx, d1 = from_host(client, x, C.BufferType.F32)
+    by, d2 = from_host(client, np.array(7, np.int32), C.BufferType.S32)
+    (o1, o2), err = execute(exe, [bx, by], 2)
+    assert err is None, err
+    assert to_host(o1, np.int32, ()) == 7
+    np.testing.assert_array_equal(to_host(o2, np.float32, (2, 3)), x)
+    e = ok("PJRT_LoadedExecutable_GetExecutable",
+           C.LoadedExecutable_GetExecutable_Args(loaded_executable=exe)).executable
+    assert ok("PJRT_Executable_NumOutputs", C.Executable_NumOutputs_Args(executable=e)).num_outputs == 2
+    t = ok("PJRT_Executable_OutputElementTypes", C.Executable_OutputElementTypes_Args(executable=e))
+    assert list((ctypes.c_int * 2).from_address(t.output_types)) == [C.BufferType.S32, C.BufferType.F32]
+    dims = ok("PJRT_Executable_OutputDimensions", C.Executable_OutputDimensions_Args(executable=e))
+    sizes = list((ctypes.c_size_t * 2).from_address(dims.dim_sizes))
+    assert sizes == [0, 2] and C.read_int64s(dims.dims, 2) == (2, 3)
+    kinds = ok("PJRT_Executable_OutputMemoryKinds", C.Executable_OutputMemoryKinds_Args(executable=e))
+    first = ctypes.c_void_p.from_address(kinds.memory_kinds).value
+    assert ctypes.string_at(first) == b"device"
+    fp = ok("PJRT_Executable_Fingerprint", C.Executable_Fingerprint_Args(executable=e))
+    assert len(C.read_str(fp.executable_fingerprint, fp.executable_fingerprint_size)) == 64
+    name = ok("PJRT_Executable_Name", C.Executable_Name_Args(executable=e))
+    assert C.read_str(name.executable_name, name.executable_name_size) == "identity"
+    da = ok("PJRT_LoadedExecutable_GetDeviceAssignment",
+            C.LoadedExecutable_GetDeviceAssignment_Args(executable=exe))
+    from jax._src.lib import xla_client
+    assert C.read_bytes(da.serialized_bytes, da.serialized_bytes_size) == \
+        xla_client.DeviceAssignment.create(np.array([[0]])).serialize()
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(da.serialized_device_assignment_deleter)(
+        da.serialized_device_assignment)
+    ser = ok("PJRT_Executable_Serialize", C.Executable_Serialize_Args(executable=e))
+    blob = C.read_bytes(ser.serialized_bytes, ser.serialized_bytes_size)
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(ser.serialized_executable_deleter)(
+        ser.serialized_executable)
+    blob_buf = ctypes.create_string_buffer(blob, len(blob))
+    re = ok("PJRT_Executable_DeserializeAndLoad", C.Executable_DeserializeAndLoad_Args(
+        client=client, serialized_executable=ctypes.addressof(blob_buf),
+        serialized_executable_size=len(blob)))
+    (r1, r2), err = execute(re.loaded_executable, [bx, by], 2)
+    assert err is None and to_host(r1, np.int32, ()) == 7
+    for b in (bx, by, o1, o2, r1, r2):
+        destroy_buffer(b)
+    for d in (d1, d2):
+        event_destroy(d)
+    ok("PJRT_Executable_Destroy", C.Executable_Destroy_Args(executable=e))
+    ok("PJRT_LoadedExecutable_Destroy", C.LoadedExecutable_Destroy_Args(executable=exe))
+    ok("PJRT_LoadedExecutable_Destroy", C.LoadedExecutable_Destroy_Args(
+        executable=re.loaded_executable))
+
+
+def test_execute_errors_are_reported_and_recoverable(client, monkeypatch):
+    import stablehlo_interpreter as shi
+    from stablehlo_pjrt.executable import LoadedExecutable
+    from stablehlo_pjrt.handles import lookup
+
+    exe, err = compile_text(client, IDENTITY)
+    assert err is None
+    bx, d1 = from_host(client, np.zeros((2, 3), np.float32), C.BufferType.F32)
+    by, d2 = from_host(client, np.array(1, np.int32), C.BufferType.S32)
+    meta = lookup(exe, LoadedExecutable).meta
+
+    def failing_run(*args):
+        raise shi.ExecutionError("stablehlo.divide at loc(\"f.py\":3): division exploded",
+                                 op_name="stablehlo.divide")
+
+    monkeypatch.setattr(meta.program, "run", failing_run)
+    _, err = execute(exe, [bx, by], 2)
+    assert err is not None
+    assert err[0] == C.ErrorCode.INTERNAL
+    assert "stablehlo.divide" in err[1] and "division exploded" in err[1]
+    monkeypatch.undo()
+    (o1, o2), err = execute(exe, [bx, by], 2)
+    assert err is None
+    # Wrong argument count is an argument error, not a crash.
+    _, err = execute(exe, [bx], 2)
+    assert err[0] == C.ErrorCode.INVALID_ARGUMENT
+    for b in (bx, by, o1, o2):
+        destroy_buffer(b)
+    event_destroy(d1)
+    event_destroy(d2)
+    ok("PJRT_LoadedExecutable_Destroy", C.LoadedExecutable_Destroy_Args(executable=exe))
+
+
+def test_compile_errors(client):
+    _, err = compile_text(client, "this is not MLIR")
+    assert err[0] == C.ErrorCode.INVALID_ARGUMENT
+    bad_format = C.PJRT_Program(code=None, code_size=0)
+    fmt = ctypes.create_string_buffer(b"hlo")
+    bad_format.format = ctypes.addressof(fmt)
+    bad_format.format_size = 3
+    bad_format.struct_size = C.struct_size(C.PJRT_Program)
+    err = call("PJRT_Client_Compile", C.Client_Compile_Args(
+        client=client, program=ctypes.addressof(bad_format)))
+    assert err[0] == C.ErrorCode.UNIMPLEMENTED and "'hlo'" in err[1]
+
+
+def test_compile_options_and_device_assignment_codec():
+    from jax._src.lib import xla_client
+
+    from stablehlo_pjrt.executable import (CompileOptions, decode_device_assignment,
+                                           encode_device_assignment)
+    for assignment in ([[0]], [[0, 1]], [[3], [1]], [[0, 1, 2], [3, 4, 5]]):
+        ref = xla_client.DeviceAssignment.create(np.array(assignment)).serialize()
+        assert encode_device_assignment(assignment) == ref
+        assert decode_device_assignment(ref) == assignment
+    opts = xla_client.CompileOptions()
+    opts.executable_build_options.num_replicas = 2
+    opts.executable_build_options.num_partitions = 1
+    opts.device_assignment = xla_client.DeviceAssignment.create(np.array([[1], [0]]))
+    parsed = CompileOptions(opts.SerializeAsString())
+    assert (parsed.num_replicas, parsed.num_partitions) == (2, 1)
+    assert parsed.device_assignment == [[1], [0]]
