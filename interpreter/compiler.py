@@ -148,7 +148,7 @@ class Block:
                         ctx.depth -= 1
                 results = [res] if out.__class__ is int else list(res)
                 if _DEBUG_VALIDATE:
-                    _validate(op, results)
+                    _validate(op, results, ctx.state.get("batched", 0))
                 if tracer is not None:
                     tracer.after(op, results, ctx.depth)
                 if out.__class__ is int:
@@ -177,12 +177,15 @@ class Block:
 SPECIAL_NAMES_CACHE = set()
 
 
-def _validate(op, results):
+def _validate(op, results, batched=0):
     if len(results) != len(op.result_types):
         raise ExecutionError(
             f"{op.where()}: kernel returned {len(results)} results, op has "
             f"{len(op.result_types)}", op.name, op.location)
     for i, (v, t) in enumerate(zip(results, op.result_types)):
+        if batched and isinstance(t, TensorType) and t.shape == () \
+                and isinstance(v, np.ndarray) and v.dtype == t.dtype:
+            continue  # a batched region call (regions.batched): any shape
         if not conforms(v, t) and not (isinstance(t, TensorType) and t.quant is not None
                                         and isinstance(v, np.ndarray)):
             raise ExecutionError(

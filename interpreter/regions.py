@@ -69,3 +69,22 @@ def is_batchable(block):
 def broadcast_results(results, shape):
     """Broadcast each result of a batched body call to ``shape`` (a copy-free view)."""
     return [r if r.shape == shape else np.broadcast_to(r, shape) for r in results]
+
+
+def batched(ctx, region):
+    """Wrap a bound region for batched calls (whole arrays for its 0-d args).
+
+    While it runs, ``ctx.state["batched"]`` is non-zero so that the
+    ``STABLEHLO_REF_VALIDATE`` result checks accept any shape for 0-d
+    results of the body's ops.
+    """
+    state = ctx.state
+
+    def call(*args):
+        state["batched"] = state.get("batched", 0) + 1
+        try:
+            return region(*args)
+        finally:
+            state["batched"] -= 1
+    call.block = getattr(region, "block", None)
+    return call
