@@ -44,16 +44,17 @@ _U64_MAX = np.iinfo(np.uint64).max
 
 
 def _properties(op):
-    """Decoded `<{...}>` properties of an unregistered op (parsed from its text)."""
+    """Decoded `<{...}>` properties of an unregistered op (parsed from its text).
+
+    Decoded from text, entry by entry: the bindings abort the process when
+    handing out some attributes (dense complex tensors) as objects."""
     if op.raw is None:
         return {}
-    text = str(op.raw)
+    text = op.raw.get_asm(print_generic_op_form=True, large_elements_limit=None)
     start = text.find("<{")
     if start < 0:
         return {}
-    depth = 0
-    i = start + 1
-    in_str = False
+    depth, i, in_str = 0, start + 1, False
     while i < len(text):
         c = text[i]
         if in_str:
@@ -70,14 +71,45 @@ def _properties(op):
             if depth == 0:
                 break
         i += 1
-    body = text[start + 1:i + 1]  # "{...}"
+    body = text[start + 2:i]
     from jaxlib.mlir import ir
     from .. import attrs as _attrs
-    try:
-        d = ir.DictAttr(ir.Attribute.parse(body))
-    except Exception as e:  # pragma: no cover - malformed input
-        raise Unsupported(f"cannot parse properties {body[:80]}: {e}") from None
-    return {d[i].name: _attrs.decode(d[i].attr) for i in range(len(d))}
+    from ..types import from_mlir
+    out = {}
+    for entry in _split_top(body):
+        key, _, value = entry.partition("=")
+        key, value = key.strip(), value.strip()
+        if not key:
+            continue
+        try:
+            if value.startswith("dense<"):
+                ttype = from_mlir(ir.Type.parse(value[value.rfind("> : ") + 4:]))
+                out[key] = _attrs._parse_dense_text(value, ttype.shape, ttype.dtype)
+            else:
+                out[key] = _attrs.decode(ir.Attribute.parse(value))
+        except Exception as e:
+            raise Unsupported(f"cannot decode property {key} = {value[:80]}: {e}") from None
+    return out
+
+
+def _split_top(s):
+    parts, depth, cur, in_str = [], 0, [], False
+    for c in s:
+        if in_str:
+            in_str = c != '"'
+        elif c == '"':
+            in_str = True
+        elif c in "{[(<":
+            depth += 1
+        elif c in "}])>":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+            continue
+        cur.append(c)
+    parts.append("".join(cur))
+    return parts
 
 
 def _attrs_of(op):

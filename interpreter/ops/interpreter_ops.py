@@ -189,7 +189,7 @@ def format_dense(value, ttype):
     else:
         flat = value.reshape(-1)
         first = flat[0]
-        if np.all(_same(flat, first)):
+        if np.all(_same(flat, flat[:1])):
             body = format_element(first, et, dense=True)
         else:
             def rec(v):
@@ -201,13 +201,12 @@ def format_dense(value, ttype):
 
 
 def _same(flat, first):
+    """Elements of `flat` equal to `first` (a 1-element array), bitwise for floats
+    so that NaNs and signed zeros count as they print."""
     if flat.dtype in dtypes.ML_FLOATS or flat.dtype.kind in "fc":
-        # Compare bit patterns so that NaNs and signed zeros count as they print.
-        u = _UINT.get(flat.dtype.itemsize)
-        if u is not None:
-            return flat.view(u) == np.asarray(first).view(u)
-        return flat.view(np.uint64).reshape(flat.size, -1) == \
-            np.asarray(first).view(np.uint64).reshape(1, -1)
+        u = _UINT.get(flat.dtype.itemsize, np.uint64)
+        a = flat.view(u).reshape(flat.size, -1)
+        return np.all(a == first.view(u).reshape(1, -1), axis=1)
     return flat == first
 
 
