@@ -90,7 +90,9 @@ def _parse_dense_text(text, shape, dtype):
         lo, hi = dtypes.int_info(dtype)
         # Printed values may use the unsigned spelling of a signed type.
         width = dtypes.bit_width(dtype)
-        vals = np.array([(v - (1 << width)) if v > hi else v for v in vals], dtype=np.int64)
+        vals = [(v - (1 << width)) if v > hi else v for v in vals]
+        # Unsigned values up to 2**64-1 do not fit int64: build them as uint64.
+        vals = np.array(vals, dtype=np.uint64 if dtypes.is_unsigned(dtype) else np.int64)
         vals = vals.astype(dtype)
     elif dtypes.is_complex(dtype):
         part = np.float32 if dtype == np.complex64 else np.float64
