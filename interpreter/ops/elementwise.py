@@ -1,0 +1,824 @@
+"""Elementwise ops: arithmetic, logic, bit ops, comparison, select, clamp, map.
+
+Transcendental and rounding ops live in :mod:`.elementwise_math`; convert,
+bitcast_convert and reduce_precision in :mod:`.elementwise_convert`. This
+module also holds the numeric helpers they share.
+
+Numerics, following the spec and its reference interpreter
+(openxla/stablehlo ``stablehlo/reference/Element.cpp``):
+
+* Integers wrap around (two's complement). numpy's native integer ufuncs
+  already wrap; the sub-byte types (i2/i4/ui2/ui4, whose ml_dtypes
+  arithmetic does not wrap) are computed in int64 and wrapped explicitly.
+* Integer division by zero and ``INT_MIN / -1`` are undefined in the
+  reference (APInt asserts); we use XLA's definition, which is what JAX
+  programs observe: ``x / 0 = -1`` (all ones), ``INT_MIN / -1 = INT_MIN``,
+  ``x % 0 = x``, ``INT_MIN % -1 = 0``.
+* Floats: +, -, *, / of f16/bf16/f8/f6/f4 run in float32 and are rounded
+  once to the result type (float32 has more than twice their precision plus
+  two bits, so the double rounding is innocuous). Transcendental functions
+  run in float64 and are rounded once, as the reference does
+  (``mapWithUpcastToDouble``). complex64 functions run in complex128.
+
+Every kernel accepts broadcastable operands (region bodies are evaluated
+batched, with 0-d constants mixed with arrays) and returns an np.ndarray of
+exactly the result dtype.
+"""
+
+import numpy as np
+
+from .. import dtypes
+from ..registry import Unsupported, kernel
+from ..regions import batched, broadcast_results, is_batchable
+
+F16 = np.dtype(np.float16)
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+C64 = np.dtype(np.complex64)
+C128 = np.dtype(np.complex128)
+BOOL = np.dtype(np.bool_)
+I64 = np.dtype(np.int64)
+U64 = np.dtype(np.uint64)
+
+_UNSIGNED_OF = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32),
+                8: np.dtype(np.uint64)}
+_SIGNED_OF = {1: np.dtype(np.int8), 2: np.dtype(np.int16), 4: np.dtype(np.int32),
+              8: np.dtype(np.int64)}
+
+
+# --------------------------------------------------------------------------
+# Shared helpers
+
+
+def operand_dtype(op, i=0):
+    return op.operand_types[i].dtype
+
+
+def result_dtype(op, i=0):
+    return op.result_types[i].dtype
+
+
+def kind(dtype):
+    """'bool', 'int', 'float' or 'complex' (the spec's element type classes)."""
+    if dtypes.is_bool(dtype):
+        return "bool"
+    if dtypes.is_integer(dtype):
+        return "int"
+    if dtypes.is_complex(dtype):
+        return "complex"
+    if dtypes.is_float(dtype):
+        return "float"
+    raise Unsupported(f"unsupported element type {dtype}")
+
+
+def as_result(fn, dtype):
+    """Wrap ``fn`` so it always returns an ndarray of ``dtype``.
+
+    numpy returns scalars for 0-d inputs; this turns them back into 0-d
+    arrays. Kernels compute in the right dtype already, so the cast is a
+    safety net that costs nothing when unused.
+    """
+    def run(*args):
+        r = fn(*args)
+        if r.__class__ is not np.ndarray:
+            r = np.asarray(r)
+        if r.dtype != dtype:
+            r = r.astype(dtype)
+        return r
+    run.__name__ = getattr(fn, "__name__", "kernel")
+    run.__doc__ = fn.__doc__
+    return run
+
+
+def exact_carrier(dtype):
+    """A numpy float type holding every value of ``dtype`` exactly, with ufuncs.
+
+    f16/f32/f64 are their own carriers; the ml_dtypes floats use float32
+    (ufunc support for them is partial and slow).
+    """
+    dtype = np.dtype(dtype)
+    if dtype in (F16, F32, F64):
+        return dtype
+    return F32
+
+
+def arith_carrier(dtype):
+    """Where to compute +, -, *, /: float32 for every type narrower than it."""
+    dtype = np.dtype(dtype)
+    return F64 if dtype == F64 else F32
+
+
+def round_f64(x, dtype):
+    """Round a float64 array once (to nearest, ties to even) to float ``dtype``.
+
+    numpy's float64 -> float32/float16 casts round once. ml_dtypes casts
+    float64 through float32 (a double rounding that is wrong at ties), so for
+    those types we first round to float32 *to odd* (a sticky last bit), which
+    makes the final rounding exact: float32 has at least two more bits of
+    precision and exponent range than all of them.
+    """
+    dtype = np.dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    if dtype in (F64, F32, F16):
+        return x.astype(dtype)
+    return round_to_odd_f32(x).astype(dtype)
+
+
+def round_to_odd_f32(x):
+    """float64 -> float32 rounding to odd (exact values stay, inexact get an odd last bit)."""
+    y = np.asarray(x.astype(F32))
+    yb = y.view(np.uint32)
+    inexact = (y.astype(F64) != x) & np.isfinite(y)
+    fix = inexact & ((yb & 1) == 0)
+    if fix.any():
+        up = np.abs(y.astype(F64)) < np.abs(x)   # step the magnitude toward x
+        yb = np.where(fix, np.where(up, yb + np.uint32(1), yb - np.uint32(1)), yb)
+        y = yb.astype(np.uint32).view(F32)
+    return y
+
+
+def to_f64(x):
+    """Exact float64 copy of a real float array (a no-op for float64)."""
+    return x if x.dtype == F64 else x.astype(F64)
+
+
+def unsigned_like(dtype):
+    return _UNSIGNED_OF[np.dtype(dtype).itemsize]
+
+
+def signed_like(dtype):
+    return _SIGNED_OF[np.dtype(dtype).itemsize]
+
+
+class IntInfo:
+    """How integers of one element type are computed.
+
+    ``car`` is the carrier dtype values are computed in (the type itself for
+    the native numpy integers, int64 for the sub-byte types);
+    ``to_car``/``from_car`` convert (``from_car`` wraps to ``bits`` bits);
+    ``upat`` gives the unsigned ``bits``-bit pattern and ``spat`` the signed
+    interpretation of that pattern (both in carrier-like containers).
+    """
+
+    def __init__(self, dtype):
+        dtype = np.dtype(dtype)
+        self.dtype = dtype
+        self.bits = dtypes.bit_width(dtype)
+        self.signed = not dtypes.is_unsigned(dtype)
+        self.min, self.max = dtypes.int_info(dtype)
+        self.sub_byte = dtype in dtypes.SUB_BYTE_INTS
+        self.mask = (1 << self.bits) - 1
+        if self.sub_byte:
+            self.car = I64
+            self.ucar = I64   # patterns are small non-negative int64 values
+        else:
+            self.car = dtype
+            self.ucar = unsigned_like(dtype)
+
+    def to_car(self, x):
+        if self.sub_byte:
+            return x.astype(I64)
+        return x
+
+    def from_car(self, r):
+        """Carrier values (any integer dtype) -> the element type, wrapping."""
+        if self.sub_byte:
+            return wrap_bits(np.asarray(r).astype(I64), self.bits, self.signed).astype(self.dtype)
+        r = np.asarray(r)
+        return r if r.dtype == self.dtype else r.astype(self.dtype)
+
+    def upat(self, c):
+        """Unsigned bit pattern of carrier values ``c``."""
+        c = np.asarray(c)
+        if self.sub_byte:
+            return c & self.mask
+        return c.view(self.ucar) if c.dtype != self.ucar else c
+
+    def spat(self, c):
+        """Signed interpretation of the bit pattern of carrier values ``c``."""
+        c = np.asarray(c)
+        if self.sub_byte:
+            return wrap_bits(c, self.bits, True)
+        sdt = signed_like(self.dtype)
+        return c.view(sdt) if c.dtype != sdt else c
+
+
+def wrap_bits(v, bits, signed):
+    """Reduce int64 values modulo 2**bits (two's complement if ``signed``)."""
+    mask = (1 << bits) - 1
+    u = v & mask
+    if signed:
+        half = 1 << (bits - 1)
+        u = np.where(u >= half, u - (1 << bits), u)
+    return u
+
+
+def _int_unary(info, fn):
+    """Unary integer kernel computed in the carrier and wrapped back."""
+    if not info.sub_byte:
+        return fn
+    return lambda x: info.from_car(fn(info.to_car(x)))
+
+
+def _int_binary(info, fn):
+    if not info.sub_byte:
+        return fn
+    return lambda a, b: info.from_car(fn(info.to_car(a), info.to_car(b)))
+
+
+def _via(carrier, fn, out):
+    """Float kernel: compute ``fn`` on operands cast to ``carrier``, cast to ``out``."""
+    carrier = np.dtype(carrier)
+
+    def run(*xs):
+        xs = [x if x.dtype == carrier else x.astype(carrier) for x in xs]
+        r = np.asarray(fn(*xs))
+        if r.dtype == out:
+            return r
+        if r.dtype == F64:
+            return round_f64(r, out)
+        return r.astype(out)
+    return run
+
+
+def unsupported_type(op, dtype):
+    raise Unsupported(f"{op.name} does not support element type {dtype}")
+
+
+# --------------------------------------------------------------------------
+# Arithmetic
+
+
+def _binary_arith(op, *, bool_fn=None, int_fn=None, float_fn=None, complex_fn=None,
+                  float_carrier=arith_carrier, complex_wide=False):
+    """Builder body shared by binary arithmetic ops.
+
+    ``int_fn(info)`` returns a carrier-level kernel; the other ``*_fn`` are
+    plain ufunc-like functions.
+    """
+    dt = operand_dtype(op)
+    rt = result_dtype(op)
+    k = kind(dt)
+    if k == "bool" and bool_fn is not None:
+        fn = bool_fn
+    elif k == "int" and int_fn is not None:
+        info = IntInfo(dt)
+        fn = _int_binary(info, int_fn(info))
+    elif k == "float" and float_fn is not None:
+        car = float_carrier(dt)
+        fn = float_fn if car == dt else _via(car, float_fn, rt)
+    elif k == "complex" and complex_fn is not None:
+        fn = _via(C128, complex_fn, rt) if complex_wide and dt != C128 else complex_fn
+    else:
+        unsupported_type(op, dt)
+    return as_result(fn, rt)
+
+
+@kernel("stablehlo.add")
+def add(op):
+    """spec: add. Booleans: logical OR; integers wrap; floats/complex: IEEE addition."""
+    return _binary_arith(op, bool_fn=np.logical_or, int_fn=lambda i: np.add,
+                         float_fn=np.add, complex_fn=np.add)
+
+
+@kernel("stablehlo.subtract")
+def subtract(op):
+    """spec: subtract. Integers wrap; floats/complex: IEEE subtraction."""
+    return _binary_arith(op, int_fn=lambda i: np.subtract, float_fn=np.subtract,
+                         complex_fn=np.subtract)
+
+
+@kernel("stablehlo.multiply")
+def multiply(op):
+    """spec: multiply. Booleans: logical AND; integers wrap; floats/complex: IEEE."""
+    return _binary_arith(op, bool_fn=np.logical_and, int_fn=lambda i: np.multiply,
+                         float_fn=np.multiply, complex_fn=np.multiply)
+
+
+def _int_divide(info):
+    """Truncating integer division with XLA's results for the undefined cases."""
+    all_ones = -1 if info.signed else info.max
+
+    def divide(a, b):
+        zero = b == 0
+        bad = zero
+        if info.signed:
+            # INT_MIN / -1 overflows: divide by 1 instead, giving INT_MIN.
+            bad = zero | ((a == info.min) & (b == -1))
+        bs = np.where(bad, np.ones_like(b), b)
+        r = np.fmod(a, bs)                  # C remainder: sign of the dividend
+        q = (a - r) // bs                   # exact division
+        return np.where(zero, np.asarray(all_ones).astype(q.dtype), q)
+    return divide
+
+
+def _int_remainder(info):
+    """C remainder (sign of the dividend); x % 0 = x and INT_MIN % -1 = 0 (XLA)."""
+    def remainder(a, b):
+        zero = b == 0
+        bad = zero
+        if info.signed:
+            bad = zero | ((a == info.min) & (b == -1))
+        bs = np.where(bad, np.ones_like(b), b)
+        r = np.fmod(a, bs)
+        return np.where(zero, a, r)
+    return remainder
+
+
+@kernel("stablehlo.divide")
+def divide(op):
+    """spec: divide. Integers truncate toward zero; complex division in complex128."""
+    return _binary_arith(op, int_fn=_int_divide, float_fn=np.divide,
+                         complex_fn=np.divide, complex_wide=True)
+
+
+@kernel("stablehlo.remainder")
+def remainder(op):
+    """spec: remainder. Sign of the dividend (C fmod), exact for floats.
+
+    Complex remainder is TBD in the spec (#997) and unsupported upstream.
+    """
+    return _binary_arith(op, int_fn=_int_remainder, float_fn=np.fmod,
+                         float_carrier=exact_carrier)
+
+
+def _int_power(info):
+    """Integer power by repeated squaring, wrapping (reference: Element.cpp power).
+
+    A negative exponent gives 0 unless |base| = 1, where it uses |exponent|.
+    """
+    ucar = info.ucar if not info.sub_byte else U64
+
+    def power(a, b):
+        a, b = np.broadcast_arrays(a, b)
+        zero_out = None
+        if info.signed:
+            neg = b < 0
+            one = np.abs(a) == 1
+            e = np.where(neg & one, -b, b)
+            zero_out = neg & ~one
+            e = np.where(zero_out, np.zeros_like(e), e)
+        else:
+            e = b
+        e = np.asarray(e).astype(ucar)
+        base = np.asarray(a).astype(ucar)
+        result = np.ones(base.shape, ucar)
+        while True:
+            odd = (e & 1) != 0
+            if odd.any():
+                result = np.where(odd, result * base, result)
+            e = e >> 1
+            if not e.any():
+                break
+            base = base * base
+        r = result.astype(info.car)
+        if zero_out is not None:
+            r = np.where(zero_out, np.zeros_like(r), r)
+        return r
+    return power
+
+
+def _float_power(x, y):
+    return np.power(x, y)
+
+
+@kernel("stablehlo.power")
+def power(op):
+    """spec: power. Floats: C pow in float64, rounded once; complex: complex128 pow."""
+    return _binary_arith(op, int_fn=_int_power, float_fn=_float_power,
+                         complex_fn=np.power, float_carrier=lambda d: F64,
+                         complex_wide=True)
+
+
+def _float_max(a, b):
+    # IEEE-754 maximum: NaN propagates (np.maximum), and -0 < +0.
+    r = np.maximum(a, b)
+    return np.where((a == b) & np.signbit(a), b, r)
+
+
+def _float_min(a, b):
+    r = np.minimum(a, b)
+    return np.where((a == b) & ~np.signbit(a), b, r)
+
+
+def _complex_max(a, b):
+    # Lexicographic on (real, imag); when a comparison involves NaN the
+    # reference picks rhs.
+    a, b = np.broadcast_arrays(a, b)
+    take_a = np.where(a.real == b.real, a.imag > b.imag, a.real > b.real)
+    return np.where(take_a, a, b)
+
+
+def _complex_min(a, b):
+    a, b = np.broadcast_arrays(a, b)
+    take_a = np.where(a.real == b.real, a.imag < b.imag, a.real < b.real)
+    return np.where(take_a, a, b)
+
+
+@kernel("stablehlo.maximum")
+def maximum(op):
+    """spec: maximum. Bool: OR; floats: IEEE maximum (NaN wins, +0 > -0); complex: lexicographic."""
+    return _binary_arith(op, bool_fn=np.logical_or, int_fn=lambda i: np.maximum,
+                         float_fn=_float_max, complex_fn=_complex_max,
+                         float_carrier=exact_carrier)
+
+
+@kernel("stablehlo.minimum")
+def minimum(op):
+    """spec: minimum. Bool: AND; floats: IEEE minimum (NaN wins, -0 < +0); complex: lexicographic."""
+    return _binary_arith(op, bool_fn=np.logical_and, int_fn=lambda i: np.minimum,
+                         float_fn=_float_min, complex_fn=_complex_min,
+                         float_carrier=exact_carrier)
+
+
+def _unary_simple(op, *, int_fn=None, float_fn=None, complex_fn=None, bool_fn=None,
+                  float_carrier=exact_carrier, complex_wide=False):
+    dt = operand_dtype(op)
+    rt = result_dtype(op)
+    k = kind(dt)
+    if k == "bool" and bool_fn is not None:
+        fn = bool_fn
+    elif k == "int" and int_fn is not None:
+        info = IntInfo(dt)
+        fn = _int_unary(info, int_fn(info))
+    elif k == "float" and float_fn is not None:
+        car = float_carrier(dt)
+        fn = float_fn if car == dt else _via(car, float_fn, rt)
+    elif k == "complex" and complex_fn is not None:
+        fn = _via(C128, complex_fn, rt) if complex_wide and dt != C128 else complex_fn
+    else:
+        unsupported_type(op, dt)
+    return as_result(fn, rt)
+
+
+@kernel("stablehlo.negate")
+def negate(op):
+    """spec: negate. Integers wrap (-INT_MIN = INT_MIN; unsigned: 2**n - x)."""
+    return _unary_simple(op, int_fn=lambda i: np.negative, float_fn=np.negative,
+                         complex_fn=np.negative)
+
+
+@kernel("stablehlo.abs")
+def abs_(op):
+    """spec: abs. Integers: |INT_MIN| = INT_MIN; complex: modulus (a real result)."""
+    return _unary_simple(op, int_fn=lambda i: np.abs if i.signed else (lambda x: x),
+                         float_fn=np.abs, complex_fn=np.abs, complex_wide=True)
+
+
+def _float_sign(x):
+    # NaN -> NaN, +-0 -> +-0, else +-1 (np.sign keeps NaN but turns -0 into 0).
+    return np.where((x == 0) | np.isnan(x), x, np.sign(x))
+
+
+def _complex_sign(x):
+    # Reference: NaN in either part -> (NaN, NaN); 0 -> (0, 0); else x / |x|
+    # with |x| first rounded to the element type.
+    comp = np.float32 if x.dtype == C64 else np.float64
+    mag = np.abs(x).astype(comp).astype(C128)
+    with np.errstate(all="ignore"):
+        r = x.astype(C128) / np.where(mag == 0, 1, mag)
+    r = np.where(x == 0, 0, r)
+    return np.where(np.isnan(x.real) | np.isnan(x.imag), complex(np.nan, np.nan), r).astype(x.dtype)
+
+
+@kernel("stablehlo.sign")
+def sign(op):
+    """spec: sign. -1/0/1; floats keep NaN and the sign of zero; complex x/|x|."""
+    return _unary_simple(op, int_fn=lambda i: np.sign, float_fn=_float_sign,
+                         complex_fn=_complex_sign)
+
+
+# --------------------------------------------------------------------------
+# Logic and bits
+
+
+def _bitwise(op, np_fn):
+    dt = operand_dtype(op)
+    k = kind(dt)
+    if k not in ("bool", "int"):
+        unsupported_type(op, dt)
+    if k == "int":
+        info = IntInfo(dt)
+        return as_result(_int_binary(info, np_fn), dt)
+    return as_result(np_fn, dt)
+
+
+@kernel("stablehlo.and")
+def and_(op):
+    """spec: and. Bitwise AND (logical for booleans)."""
+    return _bitwise(op, np.bitwise_and)
+
+
+@kernel("stablehlo.or")
+def or_(op):
+    """spec: or. Bitwise OR (logical for booleans)."""
+    return _bitwise(op, np.bitwise_or)
+
+
+@kernel("stablehlo.xor")
+def xor(op):
+    """spec: xor. Bitwise XOR (logical for booleans)."""
+    return _bitwise(op, np.bitwise_xor)
+
+
+@kernel("stablehlo.not")
+def not_(op):
+    """spec: not. Bitwise NOT (logical for booleans)."""
+    dt = operand_dtype(op)
+    k = kind(dt)
+    if k == "bool":
+        return as_result(np.logical_not, dt)
+    if k != "int":
+        unsupported_type(op, dt)
+    return as_result(_int_unary(IntInfo(dt), np.invert), dt)
+
+
+def _shift_amount(info, b):
+    """Shift amounts as unsigned patterns (negative amounts are huge) and the
+    mask of amounts >= the bit width."""
+    ub = info.upat(info.to_car(b) if info.sub_byte else b)
+    big = ub >= info.bits
+    return np.where(big, np.zeros_like(ub), ub), big
+
+
+def _shift_builder(op, which):
+    dt = operand_dtype(op)
+    if kind(dt) != "int":
+        unsupported_type(op, dt)
+    info = IntInfo(dt)
+
+    if which == "left":
+        def shift_left(a, b):
+            amt, big = _shift_amount(info, b)
+            ua = info.upat(info.to_car(a))
+            r = np.left_shift(ua, amt.astype(ua.dtype))
+            r = np.where(big, np.zeros_like(r), r)
+            return info.from_car(r if info.sub_byte else r.astype(dt))
+        return as_result(shift_left, dt)
+    if which == "logical":
+        def shift_right_logical(a, b):
+            amt, big = _shift_amount(info, b)
+            ua = info.upat(info.to_car(a))
+            r = np.right_shift(ua, amt.astype(ua.dtype))
+            r = np.where(big, np.zeros_like(r), r)
+            return info.from_car(r if info.sub_byte else r.astype(dt))
+        return as_result(shift_right_logical, dt)
+
+    def shift_right_arithmetic(a, b):
+        amt, big = _shift_amount(info, b)
+        sa = info.spat(info.to_car(a))
+        r = np.right_shift(sa, amt.astype(sa.dtype))
+        fill = np.where(sa < 0, -np.ones_like(sa), np.zeros_like(sa))
+        r = np.where(big, fill, r)
+        return info.from_car(r if info.sub_byte else r.astype(dt))
+    return as_result(shift_right_arithmetic, dt)
+
+
+@kernel("stablehlo.shift_left")
+def shift_left(op):
+    """spec: shift_left. Amounts are unsigned; >= bit width gives 0 (APInt shl)."""
+    return _shift_builder(op, "left")
+
+
+@kernel("stablehlo.shift_right_logical")
+def shift_right_logical(op):
+    """spec: shift_right_logical. Amounts are unsigned; >= bit width gives 0."""
+    return _shift_builder(op, "logical")
+
+
+@kernel("stablehlo.shift_right_arithmetic")
+def shift_right_arithmetic(op):
+    """spec: shift_right_arithmetic. Amounts >= bit width fill with the sign bit."""
+    return _shift_builder(op, "arithmetic")
+
+
+def _bit_length(u):
+    """Number of significant bits of non-negative integer patterns ``u``."""
+    u = np.asarray(u).astype(U64)
+    n = np.zeros(u.shape, np.int64)
+    for s in (32, 16, 8, 4, 2, 1):
+        hi = (u >> np.uint64(s)) != 0
+        n += np.where(hi, s, 0)
+        u = np.where(hi, u >> np.uint64(s), u)
+    return n + (u != 0)
+
+
+@kernel("stablehlo.count_leading_zeros")
+def count_leading_zeros(op):
+    """spec: count_leading_zeros. Zero bits above the highest set bit (n for 0)."""
+    dt = operand_dtype(op)
+    if kind(dt) != "int":
+        unsupported_type(op, dt)
+    info = IntInfo(dt)
+
+    def count_leading_zeros(x):
+        return info.from_car((info.bits - _bit_length(info.upat(info.to_car(x)))).astype(I64))
+    return as_result(count_leading_zeros, dt)
+
+
+@kernel("stablehlo.popcnt")
+def popcnt(op):
+    """spec: popcnt. Number of set bits of the two's complement pattern."""
+    dt = operand_dtype(op)
+    if kind(dt) != "int":
+        unsupported_type(op, dt)
+    info = IntInfo(dt)
+
+    def popcnt(x):
+        return info.from_car(np.bitwise_count(info.upat(info.to_car(x))).astype(I64))
+    return as_result(popcnt, dt)
+
+
+# --------------------------------------------------------------------------
+# Comparison, selection
+
+
+_CMP = {"EQ": np.equal, "NE": np.not_equal, "GE": np.greater_equal,
+        "GT": np.greater, "LE": np.less_equal, "LT": np.less}
+
+
+def _total_order_key(x):
+    """Signed integers ordered like IEEE totalOrder of floats ``x`` (XLA's TOTALORDER).
+
+    Negative floats have their magnitude bits flipped so that more negative
+    values (and -NaN) sort lower; -0 sorts below +0.
+    """
+    x = np.asarray(x)
+    bits = x.view(signed_like(x.dtype))
+    flip = np.asarray(np.iinfo(bits.dtype).max, bits.dtype)
+    return np.where(bits < 0, bits ^ flip, bits)
+
+
+def _complex_compare(direction):
+    if direction in ("EQ", "NE"):
+        return _CMP[direction]
+    strict = direction in ("GT", "LT")
+    less = direction in ("LT", "LE")
+
+    def compare_complex(a, b):
+        # Lexicographic on (real, imag), as the spec says.
+        if not less:
+            a, b = b, a
+        lt = (a.real < b.real) | ((a.real == b.real) & (a.imag < b.imag))
+        if strict:
+            return lt
+        return lt | ((a.real == b.real) & (a.imag == b.imag))
+    return compare_complex
+
+
+@kernel("stablehlo.compare")
+def compare(op):
+    """spec: compare. FLOAT uses IEEE quiet comparisons; TOTALORDER orders
+    -NaN < -inf < ... < -0 < +0 < ... < inf < NaN (bitwise, like XLA);
+    SIGNED/UNSIGNED pick the integer interpretation; complex is lexicographic."""
+    direction = op.attrs["comparison_direction"]
+    ctype = op.attrs.get("compare_type")
+    if ctype is not None and not isinstance(ctype, str):
+        raise Unsupported(f"compare: cannot decode compare_type {ctype!r}")
+    fn = _CMP.get(direction)
+    if fn is None:
+        raise Unsupported(f"compare: unknown direction {direction!r}")
+    dt = operand_dtype(op)
+    k = kind(dt)
+    if k == "complex":
+        return as_result(_complex_compare(direction), BOOL)
+    if k == "float":
+        car = exact_carrier(dt)
+        if ctype == "TOTALORDER":
+            def compare_totalorder(a, b):
+                return fn(_total_order_key(a.astype(car, copy=False)),
+                          _total_order_key(b.astype(car, copy=False)))
+            return as_result(compare_totalorder, BOOL)
+        return as_result(fn if car == dt else _via(car, fn, BOOL), BOOL)
+    if k == "int":
+        info = IntInfo(dt)
+        if ctype == "UNSIGNED" and info.signed or ctype == "SIGNED" and not info.signed:
+            # The comparison type reinterprets the bit pattern.
+            conv = info.upat if ctype == "UNSIGNED" else info.spat
+
+            def compare_reinterpreted(a, b):
+                return fn(conv(info.to_car(a)), conv(info.to_car(b)))
+            return as_result(compare_reinterpreted, BOOL)
+        if info.sub_byte:
+            return as_result(lambda a, b: fn(a.astype(I64), b.astype(I64)), BOOL)
+        return as_result(fn, BOOL)
+    return as_result(fn, BOOL)  # bool: false < true
+
+
+@kernel("stablehlo.select")
+def select(op):
+    """spec: select. ``pred`` is 0-d (chooses a whole operand) or elementwise."""
+    rt = result_dtype(op)
+
+    def select(pred, on_true, on_false):
+        if pred.ndim == 0 and on_true.shape == on_false.shape:
+            return on_true if pred else on_false
+        return np.where(pred, on_true, on_false)
+    return as_result(select, rt)
+
+
+@kernel("stablehlo.clamp")
+def clamp(op):
+    """spec: clamp. ``min(max(operand, min), max)`` with the maximum/minimum
+    semantics of the element type (NaN propagates); min/max may be 0-d."""
+    dt = operand_dtype(op, 1)
+    rt = result_dtype(op)
+    k = kind(dt)
+    if k == "bool":
+        mx, mn = np.logical_or, np.logical_and
+    elif k == "int":
+        info = IntInfo(dt)
+        mx, mn = np.maximum, np.minimum
+        if info.sub_byte:
+            return as_result(lambda lo, x, hi: info.from_car(
+                np.minimum(np.maximum(x.astype(I64), lo.astype(I64)), hi.astype(I64))), rt)
+    elif k == "float":
+        car = exact_carrier(dt)
+
+        def clamp_float(lo, x, hi):
+            return _float_min(_float_max(x, lo), hi)
+        return as_result(clamp_float if car == dt else _via(car, clamp_float, rt), rt)
+    else:
+        mx, mn = _complex_max, _complex_min
+
+    def clamp(lo, x, hi):
+        return mn(mx(x, lo), hi)
+    return as_result(clamp, rt)
+
+
+# --------------------------------------------------------------------------
+# Complex parts
+
+
+@kernel("stablehlo.complex")
+def complex_(op):
+    """spec: complex. ``lhs + i * rhs`` built part by part (no inf * i NaNs)."""
+    rt = result_dtype(op)
+
+    def complex_(re, im):
+        out = np.empty(np.broadcast_shapes(re.shape, im.shape), rt)
+        out.real = re
+        out.imag = im
+        return out
+    return as_result(complex_, rt)
+
+
+@kernel("stablehlo.real")
+def real(op):
+    """spec: real. Real part; identity on floats."""
+    rt = result_dtype(op)
+    if kind(operand_dtype(op)) == "complex":
+        return as_result(lambda x: np.real(x).copy(), rt)
+    return as_result(lambda x: x, rt)
+
+
+@kernel("stablehlo.imag")
+def imag(op):
+    """spec: imag. Imaginary part; zeros for floats."""
+    rt = result_dtype(op)
+    if kind(operand_dtype(op)) == "complex":
+        return as_result(lambda x: np.imag(x).copy(), rt)
+    return as_result(lambda x: np.zeros(x.shape, rt), rt)
+
+
+@kernel("stablehlo.is_finite")
+def is_finite(op):
+    """spec: is_finite. False for +-inf and NaN."""
+    dt = operand_dtype(op)
+    if kind(dt) != "float":
+        unsupported_type(op, dt)
+    car = exact_carrier(dt)
+    return as_result(np.isfinite if car == dt else _via(car, np.isfinite, BOOL), BOOL)
+
+
+# --------------------------------------------------------------------------
+# map
+
+
+@kernel("stablehlo.map", special=True)
+def map_(op):
+    """spec: map. ``result[i] = computation(inputs...[i])`` over all dimensions.
+
+    A body made only of elementwise ops on 0-d tensors is evaluated once on
+    the whole arrays; any other body runs once per element.
+    """
+    dims = tuple(op.attrs.get("dimensions", ()))
+    rank = len(op.operand_types[0].shape) if op.operand_types else 0
+    if dims != tuple(range(rank)):
+        raise Unsupported(f"map: dimensions {dims} must be all of range({rank}) (C3)")
+    rt = result_dtype(op)
+    body = op.regions[0]
+    vectorized = is_batchable(body)
+
+    def map_(ctx, regions, *inputs):
+        region = regions[0]
+        shape = inputs[0].shape
+        if vectorized:
+            (res,) = broadcast_results(batched(ctx, region)(*inputs)[:1], shape)
+            return np.array(res, dtype=rt)  # materialise a broadcast constant
+        out = np.empty(shape, rt)
+        for idx in np.ndindex(*shape):
+            out[idx] = region(*[np.array(x[idx], dtype=x.dtype) for x in inputs])[0]
+        return out
+    return map_

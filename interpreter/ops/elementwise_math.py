@@ -1,0 +1,205 @@
+"""Elementwise transcendental and rounding ops on floats and complex numbers.
+
+Like the reference interpreter (``mapWithUpcastToDouble`` in
+openxla/stablehlo ``stablehlo/reference/Element.cpp``), real functions are
+evaluated in float64 and rounded once to the result type; complex64 ones in
+complex128. numpy's float64 functions are accurate to about 1 ULP, so f32
+and narrower results are (nearly always) correctly rounded.
+"""
+
+import numpy as np
+
+from ..registry import kernel
+from .elementwise import (C128, F64, as_result, exact_carrier, kind, operand_dtype,
+                          result_dtype, round_f64, unsupported_type, _via)
+
+
+def _transcendental(op, f64_fn, c128_fn=None):
+    """Builder body: ``f64_fn`` on float64 / ``c128_fn`` on complex128."""
+    dt = operand_dtype(op)
+    rt = result_dtype(op)
+    k = kind(dt)
+    if k == "float":
+        if dt == F64:
+            return as_result(f64_fn, rt)
+
+        def run(*xs):
+            return round_f64(np.asarray(f64_fn(*[x.astype(F64) for x in xs])), rt)
+        run.__name__ = op.name.split(".")[-1]
+        return as_result(run, rt)
+    if k == "complex" and c128_fn is not None:
+        if dt == C128:
+            return as_result(c128_fn, rt)
+
+        def run_c(*xs):
+            return np.asarray(c128_fn(*[x.astype(C128) for x in xs])).astype(rt)
+        return as_result(run_c, rt)
+    unsupported_type(op, dt)
+
+
+def _exact(op, fn):
+    """Builder body for ops whose result is exactly representable (rounding)."""
+    dt = operand_dtype(op)
+    if kind(dt) != "float":
+        unsupported_type(op, dt)
+    car = exact_carrier(dt)
+    return as_result(fn if car == dt else _via(car, fn, dt), dt)
+
+
+@kernel("stablehlo.exponential")
+def exponential(op):
+    """spec: exponential."""
+    return _transcendental(op, np.exp, np.exp)
+
+
+def _expm1_complex(z):
+    # exp(z) - 1 without cancellation: re = expm1(x) cos(y) - 2 sin^2(y/2),
+    # im = exp(x) sin(y).
+    x, y = z.real, z.imag
+    s = np.sin(0.5 * y)
+    re = np.expm1(x) * np.cos(y) - 2.0 * s * s
+    im = np.exp(x) * np.sin(y)
+    out = np.empty(np.shape(z), C128)
+    out.real = re
+    out.imag = im
+    # The formula is exact in the limit; outside of finite inputs use exp - 1.
+    return np.where(np.isfinite(z), out, np.exp(z) - 1)
+
+
+@kernel("stablehlo.exponential_minus_one")
+def exponential_minus_one(op):
+    """spec: exponential_minus_one. ``exp(x) - 1`` accurate near 0."""
+    return _transcendental(op, np.expm1, _expm1_complex)
+
+
+@kernel("stablehlo.log")
+def log(op):
+    """spec: log. Natural logarithm (principal branch for complex)."""
+    return _transcendental(op, np.log, np.log)
+
+
+def _log1p_complex(z):
+    # log(1 + z): re = 0.5 * log1p(2x + x^2 + y^2) keeps precision for small
+    # |z|; im = atan2(y, 1 + x). Large |z| uses log directly (no overflow).
+    x, y = z.real, z.imag
+    small = (np.abs(x) < 0.5) & (np.abs(y) < 0.5)
+    re_small = 0.5 * np.log1p(x * (2.0 + x) + y * y)
+    direct = np.log(z + 1)
+    out = np.empty(np.shape(z), C128)
+    out.real = np.where(small, re_small, direct.real)
+    out.imag = np.where(small, np.arctan2(y, 1.0 + x), direct.imag)
+    return out
+
+
+@kernel("stablehlo.log_plus_one")
+def log_plus_one(op):
+    """spec: log_plus_one. ``log(1 + x)`` accurate near 0."""
+    return _transcendental(op, np.log1p, _log1p_complex)
+
+
+def _logistic(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+@kernel("stablehlo.logistic")
+def logistic(op):
+    """spec: logistic. ``1 / (1 + exp(-x))``."""
+    return _transcendental(op, _logistic, _logistic)
+
+
+@kernel("stablehlo.sine")
+def sine(op):
+    """spec: sine."""
+    return _transcendental(op, np.sin, np.sin)
+
+
+@kernel("stablehlo.cosine")
+def cosine(op):
+    """spec: cosine."""
+    return _transcendental(op, np.cos, np.cos)
+
+
+@kernel("stablehlo.tan")
+def tan(op):
+    """spec: tan."""
+    return _transcendental(op, np.tan, np.tan)
+
+
+@kernel("stablehlo.tanh")
+def tanh(op):
+    """spec: tanh."""
+    return _transcendental(op, np.tanh, np.tanh)
+
+
+@kernel("stablehlo.sqrt")
+def sqrt(op):
+    """spec: sqrt. Correctly rounded (sqrt in float64 then one rounding is exact)."""
+    return _transcendental(op, np.sqrt, np.sqrt)
+
+
+def _rsqrt(x):
+    return 1.0 / np.sqrt(x)
+
+
+@kernel("stablehlo.rsqrt")
+def rsqrt(op):
+    """spec: rsqrt. ``1 / sqrt(x)`` in float64 (complex128), rounded once."""
+    return _transcendental(op, _rsqrt, _rsqrt)
+
+
+def _cbrt_complex(z):
+    # Reference formula: |z|^(1/3) * (cos(arg/3) + i sin(arg/3)).
+    theta = np.arctan2(z.imag, z.real) / 3.0
+    r = np.power(z.real * z.real + z.imag * z.imag, 1.0 / 6.0)
+    out = np.empty(np.shape(z), C128)
+    out.real = r * np.cos(theta)
+    out.imag = r * np.sin(theta)
+    return out
+
+
+@kernel("stablehlo.cbrt")
+def cbrt(op):
+    """spec: cbrt. Real cube root (negative for negative x); complex principal root."""
+    return _transcendental(op, np.cbrt, _cbrt_complex)
+
+
+def _atan2_complex(y, x):
+    # Reference: atan2(y, x) = -i * log((x + i*y) / sqrt(x^2 + y^2)).
+    return -1j * np.log((x + 1j * y) / np.sqrt(x * x + y * y))
+
+
+@kernel("stablehlo.atan2")
+def atan2(op):
+    """spec: atan2. ``atan2(lhs, rhs)`` with the IEEE special cases (C atan2)."""
+    return _transcendental(op, np.arctan2, _atan2_complex)
+
+
+@kernel("stablehlo.floor")
+def floor(op):
+    """spec: floor. roundToIntegralTowardNegative."""
+    return _exact(op, np.floor)
+
+
+@kernel("stablehlo.ceil")
+def ceil(op):
+    """spec: ceil. roundToIntegralTowardPositive."""
+    return _exact(op, np.ceil)
+
+
+def _round_afz(x):
+    # roundToIntegralTiesToAway. trunc keeps the sign of zero; x - trunc(x)
+    # is exact, so the 0.5 test is exact too (floor(|x| + 0.5) is not).
+    t = np.trunc(x)
+    return np.where(np.abs(x - t) >= 0.5, t + np.sign(x), t)
+
+
+@kernel("stablehlo.round_nearest_afz")
+def round_nearest_afz(op):
+    """spec: round_nearest_afz. Nearest integer, ties away from zero."""
+    return _exact(op, _round_afz)
+
+
+@kernel("stablehlo.round_nearest_even")
+def round_nearest_even(op):
+    """spec: round_nearest_even. Nearest integer, ties to even (np.rint)."""
+    return _exact(op, np.rint)
