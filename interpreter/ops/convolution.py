@@ -15,6 +15,8 @@ from ..registry import Unsupported, kernel
 
 # im2col is materialised when it has at most this many elements.
 _IM2COL_LIMIT = 1 << 24
+# Dot products up to this length are summed term by term (see conv()).
+_SEQUENTIAL_DOT = 32
 
 
 def pad_spatial(x, lo, hi, interior, axes):
@@ -110,7 +112,23 @@ def make_convolution(attrs, result_dtype):
             L = lhs.reshape((B, Nb, G, Cg) + tuple(P)).swapaxes(1, 2)
             # kernel (B, G, Og, Cg, K...) -> (B, G, Cg*K, Og) matching im2col.
             R = rhs.reshape((B, G, Og, Cg) + tuple(K))
-            if Nb * nout * Cg * ksize <= _IM2COL_LIMIT or ksize == 1:
+            if Cg * ksize <= _SEQUENTIAL_DOT:
+                # Short dot products: accumulate term by term (kernel position
+                # outer, input feature inner), each product rounded, as XLA's
+                # CPU loops do; a BLAS dot would fuse and reorder them.
+                acc = np.zeros((B, G, Nb) + tuple(out_sp) + (Og,), dtype=work)
+                for kpos in np.ndindex(*K):
+                    sl = (slice(None),) * 4 + tuple(
+                        slice(k * d, k * d + (n - 1) * s + 1, s)
+                        for k, d, n, s in zip(kpos, rhs_dil, out_sp, strides))
+                    part = L[sl]  # (B, G, Nb, Cg, out...)
+                    wk = R[(Ellipsis,) + kpos]  # (B, G, Og, Cg)
+                    for c in range(Cg):
+                        x = part[:, :, :, c][..., None]
+                        w = wk[:, :, :, c].reshape((B, G, 1) + (1,) * ns + (Og,))
+                        acc += x * w
+                acc = acc.reshape(B, G, Nb * nout, Og)
+            elif Nb * nout * Cg * ksize <= _IM2COL_LIMIT or ksize == 1:
                 win = np.lib.stride_tricks.sliding_window_view(
                     L, dwin, axis=tuple(range(4, 4 + ns)))
                 sel = (slice(None),) * 4 + tuple(slice(None, None, s) for s in strides) \

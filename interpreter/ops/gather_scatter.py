@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import dtypes
 from ..registry import Unsupported, kernel
-from ..regions import broadcast_results, is_batchable, reducer_kind
+from ..regions import batched, broadcast_results, is_batchable, reducer_kind
 
 _I64_MAX = np.iinfo(np.int64).max
 
@@ -371,7 +371,8 @@ def scatter(op):
         results = [np.array(x, dtype=dt, copy=True).reshape(-1)
                    for x, dt in zip(inputs, res_dtypes)]
         values = [np.asarray(u).reshape(-1)[pos] for u in updates]
-        apply_updates(results, lin, values, body, batchable, fast, regions[0])
+        region = batched(ctx, regions[0]) if batchable else regions[0]
+        apply_updates(results, lin, values, body, batchable, fast, region)
         out = [r.reshape(inputs[0].shape) for r in results]
         return out[0] if n == 1 else out
     return run

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import dtypes
 from ..registry import kernel
-from ..regions import ELEMENTWISE_OPS, is_batchable
+from ..regions import ELEMENTWISE_OPS, batched, is_batchable
 
 # --------------------------------------------------------------------------
 # Comparator analysis
@@ -349,7 +349,7 @@ def sort(op):
         if perm is None:
             shape = moved[0].shape
             flat = [x.reshape(-1, shape[-1]) for x in moved]
-            p2 = _merge_sort_perm(regions[0], flat) if batchable else None
+            p2 = _merge_sort_perm(batched(ctx, regions[0]), flat) if batchable else None
             if p2 is None:
                 p2 = _python_sort_perm(regions[0], flat)
             perm = p2.reshape(shape)
