@@ -18,7 +18,7 @@ values combined first.
 import numpy as np
 
 from .. import dtypes
-from ..regions import broadcast_results, is_batchable, reducer_kind
+from ..regions import batched, broadcast_results, is_batchable, reducer_kind
 from ..registry import Unsupported, kernel
 
 # Ufuncs by reducer kind, per value class.
@@ -148,7 +148,8 @@ def reduce(op):
             return fn(prepare([x])[0], init)
         return run_fast
 
-    strategy = tree_reduce if is_batchable(body) else loop_reduce
+    is_batched = is_batchable(body)
+    strategy = tree_reduce if is_batched else loop_reduce
 
     def run(ctx, regions, *operands):
         xs = prepare(list(operands[:n]))
@@ -157,7 +158,8 @@ def reduce(op):
         for x in xs[1:]:
             if x.shape != shape:
                 raise ValueError(f"reduce: inputs have different shapes {shape} and {x.shape}")
-        res = strategy(regions[0], xs, inits, dims)
+        region = batched(ctx, regions[0]) if is_batched else regions[0]
+        res = strategy(region, xs, inits, dims)
         res = [r if r.dtype == d else r.astype(d) for r, d in zip(res, out_dtypes)]
         return res[0] if n == 1 else res
     return run
