@@ -296,8 +296,8 @@ def _pretty_to_generic(line, m):
     """
     head = line[:m.start()] + f'"{_ALIAS_DIALECT}.{m.group(1)}"({m.group(2) or ""})'
     rest = line[m.end():]
-    colon = rest.find(" : ")
-    if colon < 0:
+    colon = _top_level_colon(rest)
+    if m.group(2) is None or colon < 0:
         return head + rest
     sig = rest[colon + 3:]
     if not sig.lstrip().startswith("("):
@@ -306,6 +306,19 @@ def _pretty_to_generic(line, m):
         ty = ty.strip()
         sig = f"({ty}) -> {ty}{tail}"
     return head + rest[:colon + 3] + sig
+
+
+def _top_level_colon(s):
+    """Index of the first ` : ` outside brackets (attribute dicts hold some)."""
+    depth = 0
+    for i, c in enumerate(s):
+        if c in "{[(<":
+            depth += 1
+        elif c in "}])" or (c == ">" and s[i - 1] != "-"):
+            depth -= 1
+        elif depth == 0 and s.startswith(" : ", i):
+            return i
+    return -1
 
 
 def _matching_angle(text, open_pos):
