@@ -646,3 +646,22 @@ func.func @main(%d0: tensor<1x2xi64>, %d1: tensor<1x2xi64>, %root: tensor<2xi32>
     for a, b in outs:
         np.testing.assert_array_equal(a, i64([[1, 2]]))   # data0 from process 0
         np.testing.assert_array_equal(b, i64([[7, 8]]))   # data1 from process 1
+
+
+def test_all_reduce_quantized_runs_the_body_on_storage_values():
+    q = "!quant.uniform<i8:f32, 0.5:-1>"
+    text = f"""
+func.func @main(%x: tensor<3x{q}>) -> tensor<3x{q}> {{
+  %r = "stablehlo.all_reduce"(%x) ({{
+    ^bb0(%a: tensor<{q}>, %b: tensor<{q}>):
+      %s = stablehlo.add %a, %b : tensor<{q}>
+      stablehlo.return %s : tensor<{q}>
+  }}) {{replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>}} : (tensor<3x{q}>) -> tensor<3x{q}>
+  return %r : tensor<3x{q}>
+}}
+"""
+    xs = [[np.array([1, 3, 5], np.int8)], [np.array([-1, 7, 9], np.int8)]]
+    outs = run_parallel(shi.compile(text), xs, 2, 1)
+    # dequantized (s - (-1)) * 0.5: [1, 2, 3] + [0, 4, 5] = [1, 6, 8] -> 2v - 1
+    for (o,) in outs:
+        np.testing.assert_array_equal(o, np.array([1, 11, 15], np.int8))

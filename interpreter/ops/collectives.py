@@ -131,9 +131,15 @@ def _one_or_many(op):
 
 
 def _no_quant_reduction(op):
-    for t in list(op.operand_types) + list(op.result_types):
-        if getattr(t, "quant", None) is not None:
-            raise Unsupported(f"{op.name} on quantized tensors")
+    """Quantized reductions run the body per element on storage values (the
+    body's own kernels dequantize and quantize); that needs every operand
+    and result to share one quantized type."""
+    types = list(op.operand_types) + list(op.result_types)
+    quant = {getattr(t, "element_type", None) for t in types
+             if getattr(t, "quant", None) is not None}
+    if quant and (len(quant) > 1 or any(getattr(t, "quant", None) is None for t in types)):
+        raise Unsupported(f"{op.name} mixing quantized types {sorted(quant)} "
+                          "with other element types")
 
 
 # Ufuncs for bodies that are one known binary op (regions.reducer_kind).
