@@ -665,3 +665,58 @@ func.func @main(%x: tensor<3x{q}>) -> tensor<3x{q}> {{
     # dequantized (s - (-1)) * 0.5: [1, 2, 3] + [0, 4, 5] = [1, 6, 8] -> 2v - 1
     for (o,) in outs:
         np.testing.assert_array_equal(o, np.array([1, 11, 15], np.int8))
+
+
+# The per-device body JAX 0.10.2 lowers for a shard_map over a 4-device
+# mesh axis "x" (psum, all_gather, ppermute, all_to_all, pmax, axis_index,
+# psum_scatter): channel type 1, use_global_device_ids, a 1x4 grid of
+# partitions. Outputs were also checked against JAX's own CPU results.
+JAX_SHARD_MAP = """
+module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @main(%arg1: tensor<2xf32>) -> (tensor<2xf32>, tensor<8xf32>, tensor<2xf32>,
+      tensor<8xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) {
+    %1 = "stablehlo.all_reduce"(%arg1) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %13 = stablehlo.add %arg2, %arg3 : tensor<f32>
+      stablehlo.return %13 : tensor<f32>
+    }) : (tensor<2xf32>) -> tensor<2xf32>
+    %2 = "stablehlo.all_gather"(%arg1) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2xf32>) -> tensor<8xf32>
+    %3 = "stablehlo.collective_permute"(%arg1) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, source_target_pairs = dense<[[0, 1], [1, 2], [2, 3], [3, 0]]> : tensor<4x2xi64>}> : (tensor<2xf32>) -> tensor<2xf32>
+    %4 = "stablehlo.all_to_all"(%2) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, concat_dimension = 0 : i64, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, split_count = 4 : i64, split_dimension = 0 : i64}> : (tensor<8xf32>) -> tensor<8xf32>
+    %5 = "stablehlo.all_reduce"(%arg1) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %13 = stablehlo.maximum %arg2, %arg3 : tensor<f32>
+      stablehlo.return %13 : tensor<f32>
+    }) : (tensor<2xf32>) -> tensor<2xf32>
+    %c = stablehlo.constant dense<1> : tensor<ui32>
+    %c_0 = stablehlo.constant dense<4> : tensor<ui32>
+    %6 = stablehlo.partition_id : tensor<ui32>
+    %7 = stablehlo.divide %6, %c : tensor<ui32>
+    %8 = stablehlo.remainder %7, %c_0 : tensor<ui32>
+    %9 = stablehlo.convert %8 : (tensor<ui32>) -> tensor<i32>
+    %10 = "stablehlo.reduce_scatter"(%2) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %13 = stablehlo.add %arg2, %arg3 : tensor<f32>
+      stablehlo.return %13 : tensor<f32>
+    }) : (tensor<8xf32>) -> tensor<2xf32>
+    %11 = stablehlo.broadcast_in_dim %9, dims = [] : (tensor<i32>) -> tensor<2xi32>
+    %12 = stablehlo.convert %11 : (tensor<2xi32>) -> tensor<2xf32>
+    return %1, %2, %3, %4, %5, %12, %10 : tensor<2xf32>, tensor<8xf32>, tensor<2xf32>, tensor<8xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>
+  }
+}
+"""
+
+
+def test_jax_shard_map_collectives_on_1x4_grid():
+    prog = shi.compile(JAX_SHARD_MAP)
+    x = np.arange(8, dtype=np.float32)
+    outs = prog.run_parallel([[x[2 * k:2 * k + 2]] for k in range(4)])
+    f32 = np.float32
+    for k, (psum, gathered, perm, a2a, pmax, idx, scattered) in enumerate(outs):
+        np.testing.assert_array_equal(psum, np.array([12, 16], f32))
+        np.testing.assert_array_equal(gathered, x)
+        np.testing.assert_array_equal(perm, x[2 * ((k - 1) % 4):][:2])
+        np.testing.assert_array_equal(a2a, np.tile(x[2 * k:2 * k + 2], 4))
+        np.testing.assert_array_equal(pmax, np.array([6, 7], f32))
+        np.testing.assert_array_equal(idx, np.array([k, k], f32))
+        np.testing.assert_array_equal(scattered, 4 * x[2 * k:2 * k + 2])
