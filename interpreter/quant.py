@@ -142,9 +142,10 @@ def _to_storage(rounded, q):
     lo, hi = dtypes.int_info(q.storage_dtype)
     r = np.clip(r, float(lo), float(hi))
     if dtypes.bit_width(q.storage_dtype) < 64:
-        return r.astype(np.int64).astype(q.storage_dtype)
+        # asarray: ufuncs turn 0-d arrays into numpy scalars.
+        return np.asarray(r.astype(np.int64).astype(q.storage_dtype))
     # 64-bit storage: float(hi) is 2**63 (or 2**64), one past the range.
-    out = np.where(r >= float(hi), 0.0, r).astype(q.storage_dtype)
+    out = np.asarray(np.where(r >= float(hi), 0.0, r).astype(q.storage_dtype))
     out[r >= float(hi)] = hi
     return out
 

@@ -290,3 +290,30 @@ def test_quantize_helper_per_axis_broadcasts_along_quantized_dimension():
     np.testing.assert_array_equal(quant.quantize(x, p), [[20, 30], [2, 3]])
     with pytest.raises(AssertionError):
         np.testing.assert_array_equal(quant.quantize(x.T, p), [[20, 30], [2, 3]])
+
+
+def test_map_body_adds_scalar_quantized_values():
+    t = q("i8:f32, 0.5:-1")
+    src = f"""
+func.func @main(%x: tensor<3x{t}>) -> tensor<3x{t}> {{
+  %0 = "stablehlo.map"(%x, %x) ({{
+  ^bb0(%a: tensor<{t}>, %b: tensor<{t}>):
+    %p = stablehlo.add %a, %b : tensor<{t}>
+    stablehlo.return %p : tensor<{t}>
+  }}) {{dimensions = array<i64: 0>}} : (tensor<3x{t}>, tensor<3x{t}>) -> tensor<3x{t}>
+  return %0 : tensor<3x{t}>
+}}"""
+    # x = (s + 1) * 0.5 = [1, 4, 2]; doubled [2, 8, 4] -> s = v / 0.5 - 1
+    (out,) = run(src, np.array([1, 7, 3], np.int8))
+    np.testing.assert_array_equal(out, [3, 15, 7])
+
+
+def test_iota_quantizes_indices():
+    t = f"tensor<3x{q('i8:f32, 0.5:-1')}>"
+    src = f"""
+func.func @main() -> {t} {{
+  %0 = stablehlo.iota dim = 0 : {t}
+  return %0 : {t}
+}}"""
+    (out,) = run(src)
+    np.testing.assert_array_equal(out, [-1, 1, 3])
