@@ -720,3 +720,12 @@ def test_jax_shard_map_collectives_on_1x4_grid():
         np.testing.assert_array_equal(pmax, np.array([6, 7], f32))
         np.testing.assert_array_equal(idx, np.array([k, k], f32))
         np.testing.assert_array_equal(scattered, 4 * x[2 * k:2 * k + 2])
+
+
+def test_all_reduce_empty_replica_groups_means_all_replicas():
+    text = _all_reduce(ADD, "dense<> : tensor<0x0xi64>")
+    (o,) = shi.compile(text).run(i64([4, 5, 6]))
+    np.testing.assert_array_equal(o, i64([4, 5, 6]))
+    outs = run_parallel(shi.compile(text), [[i64([1, 2, 3])], [i64([10, 20, 30])]], 2, 1)
+    for (o,) in outs:
+        np.testing.assert_array_equal(o, i64([11, 22, 33]))

@@ -50,7 +50,8 @@ def _id_groups(op, key="replica_groups"):
                           "are supported)")
     if value.ndim != 2:
         raise Unsupported(f"{key} must be 2-dimensional, got shape {value.shape}")
-    return [[int(i) for i in row if i >= 0] for row in value.tolist()]
+    groups = [[int(i) for i in row if i >= 0] for row in value.tolist()]
+    return [g for g in groups if g]
 
 
 def _groups_all_reduce_style(op):
