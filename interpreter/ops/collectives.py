@@ -426,7 +426,11 @@ def interpreter_run_parallel(op):
             if name not in functions:
                 raise ValueError(f"no infeed function @{name}")
         per_process = run_parallel(ctx.program, args, programs=programs, infeed=feed)
-        return wrap([v for outs in per_process for v in outs])
+        results = [v for outs in per_process for v in outs]
+        if len(results) != op.num_results:
+            raise ValueError(f"the programs return {len(results)} values, the op "
+                             f"has {op.num_results} results")
+        return wrap(results)
     return run
 
 
