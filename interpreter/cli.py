@@ -1,0 +1,181 @@
+"""Command line: ``stablehlo-ref``.
+
+    stablehlo-ref run MODULE [--args inputs.npz] [--out outputs.npz] [--func NAME]
+    stablehlo-ref check MODULE
+
+MODULE is MLIR text, MLIR bytecode or a StableHLO portable artifact.
+
+``run`` runs the entry function (``@main`` unless ``--func``) on the arrays of
+``--args`` (an ``.npz`` whose arrays are taken in stored order, or a single
+``.npy``) and prints the results, or saves them to ``--out`` as ``.npz``
+(``result_0``, ``result_1``, ...; tuple elements as ``result_0_1``; bf16/f8
+values widened to float32, int2/int4 to int8, since ``.npz`` cannot describe
+those types). ``check`` lists the ops the interpreter cannot run: exit status 1
+if there are any, 0 otherwise. Errors print one clear message and exit with
+status 2.
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+
+class UserError(Exception):
+    """A problem with the user's input: reported without a traceback."""
+
+
+def _read_module(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise UserError(f"cannot read module {path}: {e.strerror or e}") from None
+
+
+def _compile(path):
+    import stablehlo_interpreter as shi
+    return shi.compile(_read_module(path), name=path)
+
+
+def _load_args(path, func):
+    from . import dtypes
+    if path is None:
+        arrays = []
+    else:
+        try:
+            loaded = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot read arguments from {path}: {e}") from None
+        if isinstance(loaded, np.ndarray):
+            arrays = [loaded]
+        else:
+            with loaded:
+                arrays = [loaded[k] for k in loaded.files]
+    types = func.input_types
+    if len(arrays) != len(types):
+        raise UserError(f"@{func.name} takes {len(types)} argument(s), "
+                        f"{path or 'no --args'} gives {len(arrays)}")
+    out = []
+    for i, (a, t) in enumerate(zip(arrays, types)):
+        dt = getattr(t, "dtype", None)
+        if dt is None:
+            raise UserError(f"argument #{i} of @{func.name} has type {t!r}, which "
+                            "cannot be given from a file")
+        if a.dtype != dt:
+            if a.dtype.kind == "V" and a.dtype.itemsize == dt.itemsize:
+                a = a.view(dt)  # ml_dtypes arrays round-trip through .npy as raw bytes
+            elif (np.can_cast(a.dtype, dt, "same_kind") or dtypes.is_float(dt)
+                  and a.dtype.kind in "fiu" or dtypes.is_integer(dt) and a.dtype.kind in "iu"):
+                a = a.astype(dt)
+            else:
+                raise UserError(f"argument #{i} of @{func.name}: expected {t!r}, "
+                                f"got an array of {a.dtype}")
+        if t.shape != a.shape and all(d is not None for d in t.shape):
+            raise UserError(f"argument #{i} of @{func.name}: expected {t!r}, "
+                            f"got shape {a.shape}")
+        out.append(a)
+    return out
+
+
+def _portable(a):
+    """A numpy array .npz can store (widen ml_dtypes types losslessly)."""
+    from . import dtypes
+    if a.dtype in dtypes.ML_FLOATS:
+        return a.astype(np.float32)
+    if a.dtype in dtypes.SUB_BYTE_INTS:
+        return a.astype(np.int8 if not dtypes.is_unsigned(a.dtype) else np.uint8)
+    return a
+
+
+def _flatten(prefix, value, out):
+    if isinstance(value, tuple):
+        for j, v in enumerate(value):
+            _flatten(f"{prefix}_{j}", v, out)
+    elif isinstance(value, np.ndarray):
+        out[prefix] = _portable(value)
+
+
+def _describe(value, ttype):
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_describe(v, t) for v, t in zip(value, ttype.types)) + ")"
+    if not isinstance(value, np.ndarray):
+        return repr(ttype)
+    body = np.array2string(_portable(value) if value.dtype.kind not in "fcb?iu"
+                           else value, separator=", ", threshold=1000)
+    if value.ndim == 0:
+        return f"{ttype!r} {body}"
+    return f"{ttype!r}\n{body}"
+
+
+def cmd_run(a):
+    program = _compile(a.module)
+    try:
+        func = program.function(a.func)
+    except Exception as e:
+        raise UserError(str(e)) from None
+    args = _load_args(a.args, func)
+    results = program.run(*args, func=func.name)
+    if a.out:
+        arrays = {}
+        for i, r in enumerate(results):
+            _flatten(f"result_{i}", r, arrays)
+        try:
+            np.savez(a.out, **arrays)
+        except OSError as e:
+            raise UserError(f"cannot write {a.out}: {e.strerror or e}") from None
+        print(f"wrote {len(arrays)} array(s) to {a.out}")
+    else:
+        for i, (r, t) in enumerate(zip(results, func.output_types)):
+            print(f"result #{i}: {_describe(r, t)}")
+    return 0
+
+
+def cmd_check(a):
+    import stablehlo_interpreter as shi
+    try:
+        program = _compile(a.module)
+    except shi.UnsupportedOpsError as e:
+        names = sorted({u[0] for u in e.unsupported})
+        print(f"{a.module}: {len(e.unsupported)} op occurrence(s) cannot run "
+              f"({len(names)} distinct: {', '.join(names)}):")
+        for name, loc, why in e.unsupported:
+            print(f"  {name} at {loc}: {why}")
+        return 1
+    nf = len(program.functions)
+    print(f"{a.module}: all ops supported ({nf} function{'s' if nf != 1 else ''})")
+    return 0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        prog="stablehlo-ref",
+        description="Run StableHLO modules on the numpy reference interpreter.")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run a module's entry function")
+    r.add_argument("module", help="MLIR text, bytecode or portable artifact file")
+    r.add_argument("--args", help=".npz (arrays in stored order) or .npy with the inputs")
+    r.add_argument("--out", help="save the results to this .npz instead of printing them")
+    r.add_argument("--func", help="function to run (default: main)")
+    c = sub.add_parser("check", help="list the ops the interpreter cannot run")
+    c.add_argument("module", help="MLIR text, bytecode or portable artifact file")
+    a = p.parse_args(argv)
+
+    import stablehlo_interpreter as shi
+    try:
+        if a.command == "run":
+            return cmd_run(a)
+        return cmd_check(a)
+    except UserError as e:
+        print(f"stablehlo-ref: error: {e}", file=sys.stderr)
+        return 2
+    except shi.InterpreterError as e:
+        print(f"stablehlo-ref: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
