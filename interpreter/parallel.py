@@ -27,7 +27,6 @@ import os
 import threading
 import time
 
-import numpy as np
 
 from .errors import ExecutionError, InterpreterError
 
