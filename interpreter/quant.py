@@ -211,6 +211,10 @@ def dequantize_op_quantize(builder, op):
     inner_op = copy.copy(op)
     inner_op.operand_types = [expressed_type(t) for t in op.operand_types]
     inner_op.result_types = [expressed_type(t) for t in op.result_types]
+    if op.name == "stablehlo.compare":
+        # spec: dequantize_compare compares the floats with type FLOAT,
+        # whatever compare_type the quantized op carries.
+        inner_op.attrs = dict(op.attrs, compare_type="FLOAT")
     inner = builder(inner_op)
     in_q = [t.quant if isinstance(t, TensorType) else None for t in op.operand_types]
     out_q = [t.quant if isinstance(t, TensorType) else None for t in op.result_types]

@@ -317,3 +317,4 @@ func.func @main() -> {t} {{
 }}"""
     (out,) = run(src)
     np.testing.assert_array_equal(out, [-1, 1, 3])
+
