@@ -205,12 +205,14 @@ def _ulp_real(a, b):
 
 def ulp_difference(actual, expected):
     """ULP distance per element; complex: the max over real and imaginary parts."""
+    shape = actual.shape
+    flat = lambda x: np.ascontiguousarray(x).reshape(-1)  # noqa: E731  (view needs contiguity)
     if dtypes.is_complex(actual.dtype):
-        return np.maximum(_ulp_real(np.ascontiguousarray(actual.real),
-                                    np.ascontiguousarray(expected.real)),
-                          _ulp_real(np.ascontiguousarray(actual.imag),
-                                    np.ascontiguousarray(expected.imag)))
-    return _ulp_real(np.ascontiguousarray(actual), np.ascontiguousarray(expected))
+        d = np.maximum(_ulp_real(flat(actual.real), flat(expected.real)),
+                       _ulp_real(flat(actual.imag), flat(expected.imag)))
+    else:
+        d = _ulp_real(flat(actual), flat(expected))
+    return d.reshape(shape)
 
 
 # --------------------------------------------------------------------------
