@@ -68,10 +68,12 @@ def make_convolution(attrs, result_dtype):
     ob, of = dn["output_batch_dimension"], dn["output_feature_dimension"]
     osp = tuple(dn["output_spatial_dimensions"])
     ns = len(isp)
-    strides = tuple(attrs.get("window_strides") or (1,) * ns)
-    lhs_dil = tuple(attrs.get("lhs_dilation") or (1,) * ns)
-    rhs_dil = tuple(attrs.get("rhs_dilation") or (1,) * ns)
-    reversal = tuple(attrs.get("window_reversal") or (False,) * ns)
+    # (Exported dynamic programs may carry longer window attributes than
+    # there are spatial dims; only the first `ns` entries mean anything.)
+    strides = tuple(attrs.get("window_strides") or (1,) * ns)[:ns]
+    lhs_dil = tuple(attrs.get("lhs_dilation") or (1,) * ns)[:ns]
+    rhs_dil = tuple(attrs.get("rhs_dilation") or (1,) * ns)[:ns]
+    reversal = tuple(attrs.get("window_reversal") or (False,) * ns)[:ns]
     G = int(attrs.get("feature_group_count", 1))
     B = int(attrs.get("batch_group_count", 1))
     work = _work_dtype(np.dtype(result_dtype))

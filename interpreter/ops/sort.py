@@ -345,11 +345,19 @@ def sort(op):
             out = [np.array(x, copy=True) for x in operands]
             return out[0] if nops == 1 else out
         moved = [np.moveaxis(x, dim, -1) for x in operands]
-        perm = key_perm(moved) if key_perm is not None else None
+        perm = p2 = None
+        shape = moved[0].shape
+        flat = [x.reshape(-1, shape[-1]) for x in moved]
+        try:
+            # Whole-array evaluation relies on the body's kernels broadcasting;
+            # if one of them does not, sorting element by element still works.
+            if key_perm is not None:
+                perm = key_perm(moved)
+            if perm is None and batchable:
+                p2 = _merge_sort_perm(batched(ctx, regions[0]), flat)
+        except Exception:
+            perm = p2 = None
         if perm is None:
-            shape = moved[0].shape
-            flat = [x.reshape(-1, shape[-1]) for x in moved]
-            p2 = _merge_sort_perm(batched(ctx, regions[0]), flat) if batchable else None
             if p2 is None:
                 p2 = _python_sort_perm(regions[0], flat)
             perm = p2.reshape(shape)
