@@ -32,8 +32,7 @@ class DeviceDescription:
         self.attributes = dict(attributes or {})
         self._kind_c = CString(self.kind)
         self._to_string_c = CString(f"StablehloRefDevice(id={device_id})")
-        self._debug_string_c = CString(
-            f"stablehlo_ref:{device_id} (process {process_index}, {self.kind})")
+        self._debug_string_c = CString(f"stablehlo_ref:{device_id}")
         self._attrs_c = NamedValues(self.attributes)
         register(self)
 

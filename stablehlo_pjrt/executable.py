@@ -127,6 +127,7 @@ class CompileOptions:
         self.num_replicas = 1
         self.num_partitions = 1
         self.device_assignment: list[list[int]] | None = None
+        self.use_spmd_partitioning = False
         if serialized:
             try:
                 from jax._src.lib import xla_client
@@ -140,6 +141,7 @@ class CompileOptions:
             build = opts.executable_build_options
             self.num_replicas = max(1, int(build.num_replicas))
             self.num_partitions = max(1, int(build.num_partitions))
+            self.use_spmd_partitioning = bool(build.use_spmd_partitioning)
             if build.device_assignment is not None:
                 self.device_assignment = decode_device_assignment(
                     build.device_assignment.serialize())
@@ -284,6 +286,14 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
             f"program format {code_format!r} is not supported by stablehlo_ref "
             "(only 'mlir': StableHLO bytecode, portable artifact or text)")
     import stablehlo_interpreter as shi
+    # Say "multi-device" before listing ops: multi-device programs also use
+    # sharding ops the single-device interpreter never sees otherwise.
+    if options.num_partitions > 1 and options.use_spmd_partitioning:
+        raise unimplemented(
+            f"the program is SPMD-partitioned over {options.num_partitions} partitions "
+            "(jit with shardings, shard_map or pmap across devices); stablehlo_ref "
+            "does not partition global-view programs yet, run it on one device")
+    _check_parallel_support(options.num_replicas, options.num_partitions, shi.Program)
     try:
         program = shi.compile(code)
     except shi.UnsupportedOpsError as e:
@@ -294,12 +304,16 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
     except shi.InterpreterError as e:
         raise invalid_argument(f"stablehlo_ref could not compile the program: {e}") from None
     meta = ExecutableMeta(program, code, code_format, options)
-    n = meta.num_replicas * meta.num_partitions
-    if n > 1 and not hasattr(program, "run_parallel"):
-        raise unimplemented(
-            f"the program needs {meta.num_replicas} replica(s) x {meta.num_partitions} "
-            "partition(s); stablehlo_ref runs single-device programs only for now")
+    _check_parallel_support(meta.num_replicas, meta.num_partitions, program)
     return meta
+
+
+def _check_parallel_support(replicas: int, partitions: int, program) -> None:
+    if replicas * partitions > 1 and not hasattr(program, "run_parallel"):
+        raise unimplemented(
+            f"the program needs {replicas} replica(s) x {partitions} partition(s); "
+            "stablehlo_ref runs single-device programs only for now (the "
+            "interpreter has no run_parallel)")
 
 
 class Executable:
@@ -379,11 +393,19 @@ class LoadedExecutable:
             inputs.append([b.live_array() for b in args])
             borrowed.extend(b.array for b in args if b.borrowed)
         import stablehlo_interpreter as shi
+        if execute_device is not None and len(self.devices) > 1:
+            raise unimplemented(
+                f"{self} spans {len(self.devices)} devices; launching it on a single "
+                "device is not supported by stablehlo_ref")
         try:
             if len(devices) == 1:
                 results = [meta.program.run(*inputs[0])]
             else:
-                results = meta.program.run_parallel(inputs)
+                # One interpreter process per (replica, partition), in the
+                # replica-major order of self.devices / self.logical_ids.
+                results = meta.program.run_parallel(
+                    inputs, num_replicas=meta.num_replicas,
+                    num_partitions=meta.num_partitions)
         except shi.InterpreterError as e:
             raise PjrtError(ErrorCode.INTERNAL,
                             f"stablehlo_ref execution of {meta.name} failed: {e}") from None

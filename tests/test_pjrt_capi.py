@@ -617,3 +617,62 @@ def test_compile_options_and_device_assignment_codec():
     parsed = CompileOptions(opts.SerializeAsString())
     assert (parsed.num_replicas, parsed.num_partitions) == (2, 1)
     assert parsed.device_assignment == [[1], [0]]
+
+
+REPLICATED = """
+module @replicated attributes {mhlo.num_replicas = 2 : i32, mhlo.num_partitions = 1 : i32} {
+  func.func public @main(%x: tensor<3xui32>) -> tensor<3xui32> {
+    %r = stablehlo.replica_id : tensor<ui32>
+    %b = stablehlo.broadcast_in_dim %r, dims = [] : (tensor<ui32>) -> tensor<3xui32>
+    %y = stablehlo.add %x, %b : tensor<3xui32>
+    return %y : tensor<3xui32>
+  }
+}
+"""
+
+
+def test_replicated_program_runs_on_two_devices():
+    from jax._src.lib import xla_client
+
+    from stablehlo_pjrt.handles import NamedValues
+    opts_nv = NamedValues({"num_devices": 2})
+    c = ok("PJRT_Client_Create", C.Client_Create_Args(
+        create_options=opts_nv.address, num_options=opts_nv.count)).client
+    try:
+        devs = devices_of(c)
+        assert len(devs) == 2
+        opts = xla_client.CompileOptions()
+        opts.executable_build_options.num_replicas = 2
+        opts.executable_build_options.num_partitions = 1
+        opts.device_assignment = xla_client.DeviceAssignment.create(np.array([[1], [0]]))
+        exe, err = compile_text(c, REPLICATED, opts.SerializeAsString())
+        assert err is None, err
+        addr = ok("PJRT_LoadedExecutable_AddressableDevices",
+                  C.LoadedExecutable_AddressableDevices_Args(executable=exe))
+        assert C.read_pointers(addr.addressable_devices, 2) == [devs[1], devs[0]]
+        ids = ok("PJRT_LoadedExecutable_AddressableDeviceLogicalIds",
+                 C.LoadedExecutable_AddressableDeviceLogicalIds_Args(executable=exe))
+        logical = (C.PJRT_LogicalDeviceIds * 2).from_address(ids.addressable_device_logical_ids)
+        assert [(x.replica, x.partition) for x in logical] == [(0, 0), (1, 0)]
+        x0, d0 = from_host(c, np.array([10, 20, 30], np.uint32), C.BufferType.U32)
+        x1, d1 = from_host(c, np.array([1, 2, 3], np.uint32), C.BufferType.U32)
+        a0 = (ctypes.c_void_p * 1)(x0)
+        a1 = (ctypes.c_void_p * 1)(x1)
+        arg_lists = (ctypes.c_void_p * 2)(ctypes.addressof(a0), ctypes.addressof(a1))
+        o0 = (ctypes.c_void_p * 1)()
+        o1 = (ctypes.c_void_p * 1)()
+        out_lists = (ctypes.c_void_p * 2)(ctypes.addressof(o0), ctypes.addressof(o1))
+        ok("PJRT_LoadedExecutable_Execute", C.LoadedExecutable_Execute_Args(
+            executable=exe, argument_lists=ctypes.addressof(arg_lists), num_devices=2,
+            num_args=1, output_lists=ctypes.addressof(out_lists)))
+        np.testing.assert_array_equal(to_host(o0[0], np.uint32, (3,)), [10, 20, 30])
+        np.testing.assert_array_equal(to_host(o1[0], np.uint32, (3,)), [2, 3, 4])
+        dev = ok("PJRT_Buffer_Device", C.Buffer_Device_Args(buffer=o1[0])).device
+        assert dev == devs[0]
+        for b in (x0, x1, o0[0], o1[0]):
+            destroy_buffer(b)
+        event_destroy(d0)
+        event_destroy(d1)
+        ok("PJRT_LoadedExecutable_Destroy", C.LoadedExecutable_Destroy_Args(executable=exe))
+    finally:
+        ok("PJRT_Client_Destroy", C.Client_Destroy_Args(client=c))
