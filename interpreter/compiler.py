@@ -20,7 +20,7 @@ from . import attrs as _attrs
 from . import quant as _quant
 from .errors import (CompileError, ExecutionError, InterpreterError,
                      UnsupportedOpsError)
-from .loader import MLIR_LOCK, Module, load
+from .loader import MLIR_LOCK, NEWER_OP_PREFIX, Module, load
 from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported
 from .types import TOKEN, TensorType, TokenType, TupleType, conforms, describe, from_mlir
 
@@ -424,6 +424,8 @@ class _Compiler:
     def _compile_op(self, o, lookup, new_slot, slots, constants):
         from jaxlib.mlir import ir
         name = _quant.OP_ALIASES.get(o.name, o.name)
+        if name.startswith(NEWER_OP_PREFIX):
+            name = "stablehlo." + name[len(NEWER_OP_PREFIX):]
         loc = format_location(o.location)
         # Decode attributes. A failure to decode one is reported only if the
         # kernel needs it (RawAttr keeps the text).

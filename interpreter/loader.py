@@ -110,12 +110,36 @@ def load(data, *, name="<input>"):
             try:
                 module = ir.Module.parse(data)
             except Exception as e:
-                raise LoadError(f"{name}: expected a StableHLO module in MLIR text form; "
-                                f"parsing failed:\n{e}") from None
+                module = _parse_with_newer_ops(data)
+                if module is None:
+                    raise LoadError(f"{name}: expected a StableHLO module in MLIR text form; "
+                                    f"parsing failed:\n{e}") from None
             if "vhlo." in data[:4096] and _has_vhlo(module):
                 raise LoadError(f"{name}: textual VHLO is not supported; pass the portable "
                                 "artifact bytes instead")
             return Module(ctx, module, "text")
+
+
+# Ops (or op forms) of StableHLO newer than the dialect jaxlib 0.10.2 ships:
+# jaxlib's verifier rejects them (collective_reduce does not exist there;
+# collective_broadcast takes one operand). Written in generic form they parse
+# as unregistered ops once renamed into this dialect, and the compiler maps
+# the name back (NEWER_OP_PREFIX).
+NEWER_OP_PREFIX = "stablehlo_next."
+_NEWER_OPS = ("collective_reduce", "collective_broadcast")
+
+
+def _parse_with_newer_ops(text):
+    from jaxlib.mlir import ir
+    renamed = text
+    for n in _NEWER_OPS:
+        renamed = renamed.replace(f'"stablehlo.{n}"', f'"{NEWER_OP_PREFIX}{n}"')
+    if renamed == text:
+        return None
+    try:
+        return ir.Module.parse(renamed)
+    except Exception:
+        return None
 
 
 def _has_vhlo(module):
