@@ -127,8 +127,9 @@ def reduce(op):
     dims = tuple(sorted(op.attrs["dimensions"]))
     if len(set(dims)) != len(dims):
         raise Unsupported(f"reduce: repeated dimensions {dims}")
-    if any(t.quant is not None for t in list(op.operand_types) + list(op.result_types)):
-        raise Unsupported("reduce on quantized element types")
+    # Quantized values arrive as storage arrays; regions.reducer_kind and
+    # is_batchable reject quantized bodies, so those run element by element
+    # with the body's own (quantization-aware) ops.
     body = op.regions[0]
     out_dtypes = [t.dtype for t in op.result_types]
     # Inputs may have a narrower element type than the body (promotion):
