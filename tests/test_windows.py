@@ -1,0 +1,198 @@
+"""reduce_window and select_and_scatter against loop references of the spec."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+import stablehlo_interpreter as shi
+
+
+def tt(shape, et):
+    return "tensor<" + "".join(f"{n}x" for n in shape) + et + ">"
+
+
+def arr(a):
+    return ", ".join(str(int(x)) for x in a)
+
+
+def pad_ref(x, value, lo, hi, interior):
+    """spec pad by explicit index arithmetic (independent of the kernel's)."""
+    shape = [lo_ + hi_ + (n - 1) * (i + 1) + 1 if n else lo_ + hi_
+             for n, lo_, hi_, i in zip(x.shape, lo, hi, interior)]
+    out = np.full(shape, value, dtype=x.dtype)
+    for idx in itertools.product(*map(range, x.shape)):
+        t = tuple(lo_ + k * (i + 1) for k, lo_, i in zip(idx, lo, interior))
+        if all(0 <= a < n for a, n in zip(t, shape)):
+            out[t] = x[idx]
+    return out
+
+
+def reduce_window_ref(xs, inits, wd, ws, bd, wdil, pad, fold):
+    padded = [pad_ref(x, i, pad[:, 0], pad[:, 1], [b - 1 for b in bd])
+              for x, i in zip(xs, inits)]
+    shape = padded[0].shape
+    out_shape = [max(0, (p - ((w - 1) * d + 1)) // s + 1) for p, w, d, s in
+                 zip(shape, wd, wdil, ws)]
+    outs = [np.zeros(out_shape, dtype=x.dtype) for x in xs]
+    for oi in itertools.product(*map(range, out_shape)):
+        acc = list(inits)
+        for wi in itertools.product(*map(range, wd)):
+            t = tuple(o * s + w * d for o, s, w, d in zip(oi, ws, wi, wdil))
+            acc = fold(*acc, *[p[t] for p in padded])
+        for o, a in zip(outs, acc):
+            o[oi] = a
+    return outs
+
+
+def rw_prog(shape, et, out_shape, wd, ws, bd, wdil, pad, body, n=1):
+    t, ot = tt(shape, et), tt(out_shape, et)
+    params = ", ".join([f"%x{i}: {t}" for i in range(n)] +
+                       [f"%i{i}: tensor<{et}>" for i in range(n)])
+    args = ", ".join(f"%a{i}: tensor<{et}>" for i in range(2 * n))
+    rtypes = ", ".join([ot] * n)
+    res = ", ".join(f"%r#{i}" for i in range(n)) if n > 1 else "%r"
+    return shi.compile(f"""
+func.func @main({params}) -> ({rtypes}) {{
+  %r{':' + str(n) if n > 1 else ''} = "stablehlo.reduce_window"({", ".join(f"%x{i}" for i in range(n))}, {", ".join(f"%i{i}" for i in range(n))}) ({{
+  ^bb0({args}):
+{body}
+  }}) {{window_dimensions = array<i64: {arr(wd)}>, window_strides = array<i64: {arr(ws)}>,
+      base_dilations = array<i64: {arr(bd)}>, window_dilations = array<i64: {arr(wdil)}>,
+      padding = dense<[{", ".join(f"[{a}, {b}]" for a, b in pad)}]> : tensor<{len(pad)}x2xi64>}}
+      : ({", ".join([t] * n + [f"tensor<{et}>"] * n)}) -> ({rtypes})
+  return {res} : {rtypes}
+}}""")
+
+
+def binop(op, et):
+    return f"""    %s = stablehlo.{op} %a0, %a1 : tensor<{et}>
+    stablehlo.return %s : tensor<{et}>"""
+
+
+CONFIGS = [
+    # window, strides, base dilations, window dilations, padding
+    ((2, 3), (1, 2), (1, 1), (1, 1), [[0, 0], [1, 2]]),
+    ((3, 2), (2, 1), (2, 1), (1, 2), [[2, 1], [0, 0]]),
+    ((2, 2), (3, 3), (2, 2), (2, 1), [[1, -1], [-1, 2]]),
+    ((1, 5), (1, 1), (1, 1), (1, 1), [[0, 0], [4, 0]]),   # cumsum-like
+]
+
+
+@pytest.mark.parametrize("cfg", range(len(CONFIGS)))
+@pytest.mark.parametrize("op,fold,init", [
+    ("maximum", max, -100), ("add", lambda a, b: a + b, 1),
+    ("multiply", lambda a, b: a * b, 1), ("minimum", min, 100)])
+def test_reduce_window_int_reducers(cfg, op, fold, init):
+    wd, ws, bd, wdil, pad = CONFIGS[cfg]
+    pad = np.array(pad)
+    x = np.random.default_rng(cfg).integers(-3, 4, (4, 5)).astype(np.int32)
+    exp = reduce_window_ref([x], [np.int32(init)], wd, ws, bd, wdil, pad,
+                            lambda a, b: (np.int32(fold(a, b)),))[0]
+    prog = rw_prog((4, 5), "i32", exp.shape, wd, ws, bd, wdil, pad, binop(op, "i32"))
+    got = prog.run(x, np.array(init, np.int32))[0]
+    np.testing.assert_array_equal(got, exp)
+
+
+def test_reduce_window_float_add_folds_in_row_major_order():
+    # 1e8 + 1 + ... loses the ones when added one by one in f32: the order is
+    # the spec/XLA fold, init first.
+    x = np.array([[1e8, 1, 1, 1, -1e8, 1]], np.float32)
+    prog = rw_prog((1, 6), "f32", (1, 1), (1, 6), (1, 1), (1, 1), (1, 1),
+                   np.zeros((2, 2), int), binop("add", "f32"))
+    got = prog.run(x, np.array(0.5, np.float32))[0]
+    acc = np.float32(0.5)
+    for v in x[0]:
+        acc = np.float32(acc + v)
+    assert got[0, 0] == acc
+
+
+def test_reduce_window_variadic_argmax_body():
+    # (value, index) pairs: keep the larger value, the smaller index on ties.
+    body = """    %gt = stablehlo.compare GT, %a0, %a1 : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    %eq = stablehlo.compare EQ, %a0, %a1 : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    %lt = stablehlo.compare LT, %a2, %a3 : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    %tie = stablehlo.and %eq, %lt : tensor<i1>
+    %keep = stablehlo.or %gt, %tie : tensor<i1>
+    %v = stablehlo.select %keep, %a0, %a1 : tensor<i1>, tensor<f32>
+    %i = stablehlo.select %keep, %a2, %a3 : tensor<i1>, tensor<f32>
+    stablehlo.return %v, %i : tensor<f32>, tensor<f32>"""
+    x = np.array([[1, 5, 5, 2], [7, 0, 7, 3], [2, 2, 9, 9]], np.float32)
+    ix = np.arange(12, dtype=np.float32).reshape(3, 4)
+
+    def fold(a, b, c, d):
+        keep = a > b or (a == b and c < d)
+        return (a, c) if keep else (b, d)
+    pad = np.array([[0, 1], [1, 0]])
+    exp = reduce_window_ref([x, ix], [np.float32(-np.inf), np.float32(99)], (2, 2), (1, 2),
+                            (1, 1), (1, 1), pad, fold)
+    prog = rw_prog((3, 4), "f32", exp[0].shape, (2, 2), (1, 2), (1, 1), (1, 1), pad, body, n=2)
+    v, i = prog.run(x, ix, np.array(-np.inf, np.float32), np.array(99, np.float32))
+    np.testing.assert_array_equal(v, exp[0])
+    np.testing.assert_array_equal(i, exp[1])
+
+
+def test_reduce_window_bool_and_empty_output():
+    x = np.array([[True, False, False], [False, False, True]])
+    prog = rw_prog((2, 3), "i1", (1, 2), (2, 2), (1, 1), (1, 1), (1, 1),
+                   np.zeros((2, 2), int), binop("or", "i1"))
+    np.testing.assert_array_equal(prog.run(x, np.array(False))[0], [[True, True]])
+    prog = rw_prog((2, 3), "i1", (0, 2), (3, 2), (1, 1), (1, 1), (1, 1),
+                   np.zeros((2, 2), int), binop("or", "i1"))
+    assert prog.run(x, np.array(False))[0].shape == (0, 2)
+
+
+# --------------------------------------------------------------------------
+# select_and_scatter
+
+
+def sas_ref(operand, source, init, wd, ws, lo, select, scatter):
+    result = np.full(operand.shape, init, dtype=operand.dtype)
+    for si in itertools.product(*map(range, source.shape)):
+        best = None
+        for wi in itertools.product(*map(range, wd)):
+            oi = tuple(s * st + w - l for s, st, w, l in zip(si, ws, wi, lo))
+            if not all(0 <= a < n for a, n in zip(oi, operand.shape)):
+                continue
+            if best is None or not select(operand[best], operand[oi]):
+                best = oi
+        if best is not None:
+            result[best] = scatter(result[best], source[si])
+    return result
+
+
+def sas_prog(oshape, sshape, et, wd, ws, pad, cmp):
+    o, s = tt(oshape, et), tt(sshape, et)
+    return shi.compile(f"""
+func.func @main(%x: {o}, %src: {s}, %init: tensor<{et}>) -> {o} {{
+  %r = "stablehlo.select_and_scatter"(%x, %src, %init) ({{
+  ^bb0(%a0: tensor<{et}>, %a1: tensor<{et}>):
+    %c = stablehlo.compare {cmp}, %a0, %a1 : (tensor<{et}>, tensor<{et}>) -> tensor<i1>
+    stablehlo.return %c : tensor<i1>
+  }}, {{
+  ^bb0(%a0: tensor<{et}>, %a1: tensor<{et}>):
+    %s = stablehlo.add %a0, %a1 : tensor<{et}>
+    stablehlo.return %s : tensor<{et}>
+  }}) {{window_dimensions = array<i64: {arr(wd)}>, window_strides = array<i64: {arr(ws)}>,
+      padding = dense<[{", ".join(f"[{a}, {b}]" for a, b in pad)}]> : tensor<{len(pad)}x2xi64>}}
+      : ({o}, {s}, tensor<{et}>) -> {o}
+  return %r : {o}
+}}""")
+
+
+@pytest.mark.parametrize("cmp,sel", [("GE", lambda a, b: a >= b), ("GT", lambda a, b: a > b),
+                                     ("LE", lambda a, b: a <= b)])
+@pytest.mark.parametrize("wd,ws,pad", [((2, 2), (2, 2), [[0, 0], [0, 0]]),
+                                       ((3, 3), (1, 2), [[1, 1], [1, 1]]),
+                                       ((2, 3), (2, 1), [[1, 0], [0, 2]])])
+def test_select_and_scatter_matches_reference(cmp, sel, wd, ws, pad):
+    rng = np.random.default_rng(len(wd) + ws[0])
+    x = rng.integers(0, 3, (4, 5)).astype(np.int32)  # many ties
+    pad = np.array(pad)
+    padded = [n + a + b for n, (a, b) in zip(x.shape, pad)]
+    sshape = tuple((p - w) // s + 1 for p, w, s in zip(padded, wd, ws))
+    src = rng.integers(1, 9, sshape).astype(np.int32)
+    exp = sas_ref(x, src, 10, wd, ws, pad[:, 0], sel, lambda a, b: a + b)
+    got = sas_prog(x.shape, sshape, "i32", wd, ws, pad, cmp).run(
+        x, src, np.array(10, np.int32))
+    np.testing.assert_array_equal(got[0], exp)
