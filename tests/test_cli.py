@@ -1,0 +1,114 @@
+"""The `stablehlo-ref` command line, run as a subprocess."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+MODULE = """
+func.func @main(%a: tensor<2xf32>, %b: tensor<2xf32>) -> (tensor<2xf32>, tensor<i32>) {
+  %0 = stablehlo.add %a, %b : tensor<2xf32>
+  %c = stablehlo.constant dense<7> : tensor<i32>
+  return %0, %c : tensor<2xf32>, tensor<i32>
+}
+func.func @half() -> tensor<2xbf16> {
+  %0 = stablehlo.constant dense<[0.5, -1.5]> : tensor<2xbf16>
+  return %0 : tensor<2xbf16>
+}
+"""
+
+UNSUPPORTED = """
+func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = stablehlo.custom_call @no_such_target(%a) : (tensor<2xf32>) -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+"""
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "stablehlo_interpreter.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def files(tmp_path):
+    m = tmp_path / "m.mlir"
+    m.write_text(MODULE)
+    u = tmp_path / "u.mlir"
+    u.write_text(UNSUPPORTED)
+    args = tmp_path / "in.npz"
+    np.savez(args, np.array([1, 2], np.float32), np.array([3, 4.5], np.float32))
+    return tmp_path, m, u, args
+
+
+def test_run_prints_results(files):
+    _, m, _, args = files
+    p = cli("run", m, "--args", args)
+    assert p.returncode == 0, p.stderr
+    assert "result #0: tensor<2xf32>" in p.stdout and "[4. , 6.5]" in p.stdout
+    assert "result #1: tensor<i32> 7" in p.stdout
+
+
+def test_run_saves_npz(files):
+    tmp, m, _, args = files
+    out = tmp / "out.npz"
+    p = cli("run", m, "--args", args, "--out", out)
+    assert p.returncode == 0, p.stderr
+    with np.load(out) as z:
+        assert z["result_0"].tolist() == [4.0, 6.5]
+        assert z["result_1"].dtype == np.int32 and int(z["result_1"]) == 7
+
+
+def test_run_other_function_bf16_and_portable_artifact(files):
+    tmp, m, _, _ = files
+    from jaxlib.mlir.dialects import stablehlo
+    blob = stablehlo.serialize_portable_artifact_str(MODULE, stablehlo.get_current_version())
+    art = tmp / "m.vhlo"
+    art.write_bytes(blob)
+    out = tmp / "half.npz"
+    p = cli("run", art, "--func", "half", "--out", out)
+    assert p.returncode == 0, p.stderr
+    with np.load(out) as z:
+        assert z["result_0"].dtype == np.float32  # bf16 widened losslessly
+        assert z["result_0"].tolist() == [0.5, -1.5]
+    p = cli("run", m, "--func", "half")
+    assert "tensor<2xbf16>" in p.stdout and "0.5" in p.stdout
+
+
+def test_check_exit_codes(files):
+    _, m, u, _ = files
+    ok = cli("check", m)
+    assert ok.returncode == 0 and "all ops supported" in ok.stdout
+    bad = cli("check", u)
+    assert bad.returncode == 1
+    assert "stablehlo.custom_call" in bad.stdout and "no_such_target" in bad.stdout
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["run", "{tmp}/missing.mlir"], "cannot read module"),
+    (["run", "{m}"], "takes 2 argument(s)"),
+    (["run", "{m}", "--func", "nope"], "no function @nope"),
+    (["check", "{tmp}/garbage.mlir"], "parsing failed"),
+])
+def test_user_errors_exit_2_without_traceback(files, argv, needle):
+    tmp, m, _, _ = files
+    (tmp / "garbage.mlir").write_text("this is not mlir")
+    p = cli(*[a.format(tmp=tmp, m=m) for a in argv])
+    assert p.returncode == 2
+    assert needle in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_run_wrong_argument_dtype(files):
+    tmp, m, _, _ = files
+    bad = tmp / "bad.npz"
+    np.savez(bad, np.array([1 + 1j, 2]), np.array([3, 4], np.float32))
+    p = cli("run", m, "--args", bad)
+    assert p.returncode == 2 and "argument #0" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_console_script_declared():
+    from importlib.metadata import entry_points
+    eps = [e for e in entry_points(group="console_scripts") if e.name == "stablehlo-ref"]
+    assert eps and eps[0].value == "stablehlo_interpreter.cli:main"
