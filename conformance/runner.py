@@ -126,7 +126,9 @@ def testdata_tasks(folder, rel, text):
     if not runs:
         raise ValueError("no function to run (no @main, no public function "
                          "without arguments)")
-    return [{"suite": "testdata", "file": rel, "chunks": chunks,
+    m = re.search(r"//\s*RUN-DISABLED(\([^)]*\))?", text)
+    note = f"[disabled upstream{': ' + m.group(1)[1:-1] if m.group(1) else ''}]" if m else None
+    return [{"suite": "testdata", "file": rel, "chunks": chunks, "note": note,
              "cases": [{"kind": "testdata", "case": None, "runs": runs}]}]
 
 
@@ -173,15 +175,16 @@ def _mp_context():
     return multiprocessing.get_context("fork")
 
 
-def _worker_entry(conn):
+def _worker_entry(conn, memory_limit_mb):
     from .worker import serve
-    serve(conn)
+    serve(conn, memory_limit_mb)
 
 
 class _Worker:
-    def __init__(self, ctx):
+    def __init__(self, ctx, memory_limit_mb=0):
         self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=_worker_entry, args=(child,), daemon=True)
+        self.proc = ctx.Process(target=_worker_entry, args=(child, memory_limit_mb),
+                                daemon=True)
         self.proc.start()
         child.close()
         self.task = None
@@ -209,14 +212,18 @@ class _Worker:
             pass
 
 
-def run_tasks(tasks, jobs, timeout, on_result):
+def run_tasks(tasks, jobs, timeout, on_result, memory_limit_mb=0):
     """Run ``tasks`` on ``jobs`` workers; calls ``on_result(result_dict)``."""
-    ctx = _mp_context()
+    mp = _mp_context()
+
+    def new_worker():
+        return _Worker(mp, memory_limit_mb)
+
     pending = collections.deque(tasks)
     workers = []
     n = max(1, min(jobs, len(tasks)))
     try:
-        workers = [_Worker(ctx) for _ in range(n)]
+        workers = [new_worker() for _ in range(n)]
         while pending or any(w.task is not None for w in workers):
             for i, w in enumerate(workers):
                 if w.task is None and pending:
@@ -225,7 +232,7 @@ def run_tasks(tasks, jobs, timeout, on_result):
                     except (OSError, BrokenPipeError):
                         pending.appendleft(w.task)
                         w.kill()
-                        workers[i] = _Worker(ctx)
+                        workers[i] = new_worker()
             busy = [w for w in workers if w.task is not None]
             if not busy:
                 continue
@@ -239,11 +246,11 @@ def run_tasks(tasks, jobs, timeout, on_result):
                 if w.conn in ready:
                     if not _drain(w, timeout, on_result):
                         _lost(w, "error", _death_message(w), timeout, pending, on_result)
-                        workers[i] = _Worker(ctx)
+                        workers[i] = new_worker()
                 elif time.monotonic() > w.deadline:
                     _lost(w, "timeout", f"timed out after {timeout:g} s", timeout,
                           pending, on_result)
-                    workers[i] = _Worker(ctx)
+                    workers[i] = new_worker()
     finally:
         for w in workers:
             try:
@@ -370,6 +377,8 @@ def main(argv=None):
                    help="worker processes (default: number of cores)")
     p.add_argument("--timeout", type=float, default=10.0,
                    help="seconds per case (default 10)")
+    p.add_argument("--memory-limit", type=int, default=4096, metavar="MB",
+                   help="address-space limit per worker in MB (0: none; default 4096)")
     p.add_argument("--json", metavar="FILE", help="write one object per case to FILE")
     p.add_argument("--failures", action="store_true",
                    help="print every case that did not pass, with its message")
@@ -388,7 +397,7 @@ def main(argv=None):
             name = r["file"] + (f" @{r['case']}" if r["case"] else "")
             print(f"{r['status']:>11}  {name}  ({r['seconds']:.2f} s)", flush=True)
 
-    run_tasks(tasks, a.jobs, a.timeout, on_result)
+    run_tasks(tasks, a.jobs, a.timeout, on_result, a.memory_limit)
     wall = time.monotonic() - t0
     order = {(t["suite"], t["file"]): i for i, t in enumerate(tasks)}
     results.sort(key=lambda r: (r["suite"] != "interpret", order.get((r["suite"], r["file"]), -1),

@@ -146,8 +146,16 @@ def run_case(case, compiled, outputs):
     return status, message
 
 
-def serve(conn):
+def serve(conn, memory_limit_mb=0):
     """Worker main loop: run tasks until the parent closes the connection."""
+    if memory_limit_mb:
+        # A runaway case fails with MemoryError instead of exhausting the host.
+        import resource
+        limit = int(memory_limit_mb) << 20
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        except (ValueError, OSError):
+            pass
     # Keep the parent's terminal clean: kernels that print (interpreter.print)
     # go to the case's captured buffer or nowhere.
     try:
@@ -174,5 +182,9 @@ def serve(conn):
             conn.send(("start", i))
             t0 = time.perf_counter()
             status, message = run_case(case, compiled, outputs)
+            # MLIR names text input "-": point locations at the suite file.
+            message = message.replace('"-":', f'{task["file"]}:')
+            if status != "passed" and task.get("note"):
+                message = f'{task["note"]} {message}'
             conn.send(("result", i, status, time.perf_counter() - t0, message))
         conn.send(("done",))
