@@ -9,9 +9,9 @@ jax/_src/lax/ann.py, jax/_src/interpreters/mlir.py):
   ``jnp.linalg.qr`` lowers to;
 * ``ApproxTopK`` (``jax.lax.approx_max_k`` / ``approx_min_k``; the default
   rule marks it ``is_fallback``: an exact top-k);
-* ``Sharding``, ``SPMDFullToShardShape``, ``SPMDShardToFullShape``,
-  ``LayoutConstraint``, ``annotate_device_placement`` and the ``xla.sdy.*``
-  sharding markers: annotations, the identity on one device;
+* ``LayoutConstraint``, ``MoveToHost``/``MoveToDevice`` and the ``xla.sdy.*``
+  markers: annotations, the identity on one device (``Sharding`` and the
+  ``SPMD*`` shape markers live in sharding.py);
 * ``Eigh`` and ``LuDecomposition``: the TPU rules, in case a plugin reuses
   them for eigh / lu (JAX's default rules have none for eigh).
 
@@ -46,13 +46,15 @@ def _identity_builder(op):
     return lambda *xs: xs
 
 
-@custom_call("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape",
-             "LayoutConstraint", "annotate_device_placement", "MoveToHost",
-             "MoveToDevice", "xla.sdy.FuncResultSharding", "xla.sdy.GlobalToLocalShape",
+@custom_call("LayoutConstraint", "MoveToHost", "MoveToDevice",
+             "xla.sdy.FuncResultSharding", "xla.sdy.GlobalToLocalShape",
              "xla.sdy.LocalToGlobalShape", "xla.sdy.ShardingGroup",
              "xla.sdy.PropagationBarrier")
 def sharding_annotation(op):
-    """Sharding / layout / memory-placement annotations: the identity on one device.
+    """Layout / memory-placement / Shardy-export annotations: the identity on one device.
+
+    (`Sharding`, `SPMDFullToShardShape`, `SPMDShardToFullShape` and
+    `annotate_device_placement` are registered with the sdy ops in sharding.py.)
 
     Shape-changing uses (full <-> shard shape of a multi-partition program)
     need the SPMD partitioner and are reported as unsupported.
