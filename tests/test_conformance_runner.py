@@ -265,3 +265,44 @@ def test_filecheck_directives():
     with pytest.raises(FileCheckError):
         filecheck(out, [("CHECK", False, "[1, 2]"), ("NOT", False, "}"),
                         ("CHECK", False, "other")])
+
+
+def test_killed_worker_is_replaced(tmp_path, monkeypatch):
+    # A worker killed from outside (as the OOM killer would) reports its
+    # current case as an error; the rest of the task runs on a fresh worker.
+    import os
+    import signal
+    import threading
+    import time
+
+    text = syntax.rewrite(FILES["interpret/bad.mlir"])
+    chunk = syntax.split_chunks(text)[2][1]
+    assert syntax.entry_cases(chunk) == ["hang", "after_hang"]
+    task = {"suite": "interpret", "file": "bad.mlir", "chunks": [chunk], "cases": [
+        {"kind": "interpret", "case": n, "runs": [(0, n)]} for n in ("hang", "after_hang")]}
+    started = []
+    real_init = runner._Worker.__init__
+
+    def init(self, *a, **k):
+        real_init(self, *a, **k)
+        started.append(self)
+    monkeypatch.setattr(runner._Worker, "__init__", init)
+
+    def killer():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if started and started[0].case == 0:   # the hang is running
+                time.sleep(0.3)
+                os.kill(started[0].proc.pid, signal.SIGKILL)
+                return
+            time.sleep(0.05)
+    t = threading.Thread(target=killer)
+    t.start()
+    results = []
+    runner.run_tasks([task], 1, 30.0, results.append)
+    t.join()
+    by = {r["case"]: r for r in results}
+    assert by["hang"]["status"] == "error"
+    assert "SIGKILL" in by["hang"]["message"]
+    assert by["after_hang"]["status"] == "passed"
+    assert len(started) == 2
