@@ -925,7 +925,29 @@ __attribute__((visibility("default"))) const void *GetPjrtApi(void) {
   PyObject *mod, *res;
   if (g_api_ready) return g_api;
   if (!Py_IsInitialized()) {
-    Py_InitializeEx(0);
+    /* STABLEHLO_PJRT_PYTHON names the python executable whose environment
+     * (e.g. a venv with stablehlo-pjrt installed) the embedded interpreter
+     * should use; Python derives sys.prefix and site-packages from it. */
+    PyConfig config;
+    PyStatus status;
+    const char *exe = getenv("STABLEHLO_PJRT_PYTHON");
+    PyConfig_InitPythonConfig(&config);
+    config.install_signal_handlers = 0; /* the host owns signals */
+    if (exe != NULL && exe[0] != '\0') {
+      status = PyConfig_SetBytesString(&config, &config.program_name, exe);
+      if (PyStatus_Exception(status)) {
+        PyConfig_Clear(&config);
+        fprintf(stderr, "stablehlo_pjrt: bad STABLEHLO_PJRT_PYTHON\n");
+        return NULL;
+      }
+    }
+    status = Py_InitializeFromConfig(&config);
+    PyConfig_Clear(&config);
+    if (PyStatus_Exception(status)) {
+      fprintf(stderr, "stablehlo_pjrt: could not start Python: %s\n",
+              status.err_msg ? status.err_msg : "unknown error");
+      return NULL;
+    }
     started_here = 1;
   }
   gstate = PyGILState_Ensure();
