@@ -394,12 +394,12 @@ def power(op):
 def _float_max(a, b):
     # IEEE-754 maximum: NaN propagates (np.maximum), and -0 < +0.
     r = np.maximum(a, b)
-    return np.where((a == b) & np.signbit(a), b, r)
+    return np.where(a == b, np.where(np.signbit(a), b, a), r)
 
 
 def _float_min(a, b):
     r = np.minimum(a, b)
-    return np.where((a == b) & ~np.signbit(a), b, r)
+    return np.where(a == b, np.where(np.signbit(a), a, b), r)
 
 
 def _complex_max(a, b):
@@ -473,13 +473,17 @@ def _float_sign(x):
 
 def _complex_sign(x):
     # Reference: NaN in either part -> (NaN, NaN); 0 -> (0, 0); else x / |x|
-    # with |x| first rounded to the element type.
+    # with |x| first rounded to the element type. Dividing each part by the
+    # real modulus is what the complex division by (|x|, 0) computes exactly.
     comp = np.float32 if x.dtype == C64 else np.float64
-    mag = np.abs(x).astype(comp).astype(C128)
-    with np.errstate(all="ignore"):
-        r = x.astype(C128) / np.where(mag == 0, 1, mag)
-    r = np.where(x == 0, 0, r)
-    return np.where(np.isnan(x.real) | np.isnan(x.imag), complex(np.nan, np.nan), r).astype(x.dtype)
+    mag = np.abs(x).astype(comp).astype(F64)
+    mag = np.where(mag == 0, 1.0, mag)
+    out = np.empty(x.shape, C128)
+    out.real = x.real / mag
+    out.imag = x.imag / mag
+    out = np.where(x == 0, 0, out)
+    nan = np.isnan(x.real) | np.isnan(x.imag)
+    return np.where(nan, complex(np.nan, np.nan), out).astype(x.dtype)
 
 
 @kernel("stablehlo.sign")
