@@ -196,3 +196,43 @@ def test_select_and_scatter_matches_reference(cmp, sel, wd, ws, pad):
     got = sas_prog(x.shape, sshape, "i32", wd, ws, pad, cmp).run(
         x, src, np.array(10, np.int32))
     np.testing.assert_array_equal(got[0], exp)
+
+
+# max through a reshape: not batchable, evaluated window element by element.
+MAX_RESHAPE = """    %m = stablehlo.maximum %a0, %a1 : tensor<i32>
+    %v = stablehlo.reshape %m : (tensor<i32>) -> tensor<1xi32>
+    %w = stablehlo.reshape %v : (tensor<1xi32>) -> tensor<i32>
+    stablehlo.return %w : tensor<i32>"""
+
+
+def test_reduce_window_non_batchable_body():
+    wd, ws, bd, wdil, pad = CONFIGS[1]
+    pad = np.array(pad)
+    x = np.random.default_rng(5).integers(-9, 9, (4, 5)).astype(np.int32)
+    exp = reduce_window_ref([x], [np.int32(-50)], wd, ws, bd, wdil, pad,
+                            lambda a, b: (max(a, b),))[0]
+    prog = rw_prog((4, 5), "i32", exp.shape, wd, ws, bd, wdil, pad, MAX_RESHAPE)
+    np.testing.assert_array_equal(prog.run(x, np.array(-50, np.int32))[0], exp)
+
+
+def test_select_and_scatter_non_batchable_regions():
+    o, s = "tensor<4x4xi32>", "tensor<2x2xi32>"
+    prog = shi.compile(f"""
+func.func @main(%x: {o}, %src: {s}, %init: tensor<i32>) -> {o} {{
+  %r = "stablehlo.select_and_scatter"(%x, %src, %init) ({{
+  ^bb0(%a0: tensor<i32>, %a1: tensor<i32>):
+    %v = stablehlo.reshape %a0 : (tensor<i32>) -> tensor<1xi32>
+    %w = stablehlo.reshape %v : (tensor<1xi32>) -> tensor<i32>
+    %c = stablehlo.compare GE, %w, %a1 : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %c : tensor<i1>
+  }}, {{
+  ^bb0(%a0: tensor<i32>, %a1: tensor<i32>):
+{MAX_RESHAPE}
+  }}) {{window_dimensions = array<i64: 3, 3>, window_strides = array<i64: 1, 1>}}
+      : ({o}, {s}, tensor<i32>) -> {o}
+  return %r : {o}
+}}""")
+    x = np.array([[1, 2, 3, 0], [4, 9, 1, 2], [0, 1, 2, 8], [3, 3, 3, 3]], np.int32)
+    src = np.array([[5, 6], [7, 8]], np.int32)
+    exp = sas_ref(x, src, 0, (3, 3), (1, 1), (0, 0), lambda a, b: a >= b, max)
+    np.testing.assert_array_equal(prog.run(x, src, np.array(0, np.int32))[0], exp)
