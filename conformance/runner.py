@@ -57,21 +57,33 @@ _DTYPE_TOKEN = re.compile(
     r"shape|dtypes|lhs|rhs|dynamic|chlo|\d+)$")
 
 
-def family(suite, rel):
-    """The op family a file belongs to, for the summary table."""
+def family(suite, rel, known=None):
+    """The op family a file belongs to, for the summary table.
+
+    interpret: the file's path without `.mlir`. testdata: the op prefix of
+    the name (dtype and shape suffixes dropped); files in subfolders
+    (dynamic/, quantized/) are named `folder/op`, using the longest op of
+    ``known`` (families of top-level files) that prefixes their name."""
     rel = rel.replace(os.sep, "/")
     if suite == "interpret":
         return rel[:-len(".mlir")]
     folder, _, name = rel.rpartition("/")
     stem = name[:-len(".mlir")]
     stem = re.sub(r"-?\d{6,}.*$", "", stem)  # hashes of long generated names
+    if folder:
+        stem = re.sub(r"^vmap_", "", stem)
+        if known:
+            best = max((f for f in known if stem == f or stem.startswith(f + "_")),
+                       key=len, default=None)
+            if best:
+                return f"{folder}/{best}"
     toks = stem.split("_")
     keep = []
     for t in toks:
         if keep and _DTYPE_TOKEN.match(t):
             break
         keep.append(t)
-    fam = "_".join(keep) or stem
+    fam = "_".join(keep).strip("_") or stem
     return f"{folder}/{fam}" if folder else fam
 
 
@@ -322,8 +334,10 @@ def _lost(w, status, message, timeout, pending, on_result):
 def summarize(results):
     """{suite: {family: Counter(status)}}"""
     table = {}
+    known = {family("testdata", r["file"]) for r in results
+             if r["suite"] == "testdata" and "/" not in r["file"]}
     for r in results:
-        fam = family(r["suite"], r["file"])
+        fam = family(r["suite"], r["file"], known)
         table.setdefault(r["suite"], {}).setdefault(fam, collections.Counter())[r["status"]] += 1
     return table
 

@@ -228,6 +228,11 @@ def test_family_names():
     assert runner.family("testdata", "dynamic/add_dynamic.mlir") == "dynamic/add"
     assert runner.family("testdata", "quantized/ceil_shape_float32_20_20_qi8.mlir") == \
         "quantized/ceil"
+    known = {"scatter", "scatter_add", "reduce_window_add"}
+    assert runner.family("testdata", "dynamic/vmap_scatter_add_modes_in_bounds.mlir",
+                         known) == "dynamic/scatter_add"
+    assert runner.family("testdata", "dynamic/reduce_window_add_1_dynamic.mlir",
+                         known) == "dynamic/reduce_window_add"
 
 
 def test_rewrite_custom_syntax():
