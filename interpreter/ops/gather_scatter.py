@@ -11,7 +11,7 @@ static shapes are cached per shape combination.
 import numpy as np
 
 from .. import dtypes
-from ..registry import Unsupported, kernel
+from ..registry import kernel
 from ..regions import batched, broadcast_results, is_batchable, reducer_kind
 
 _I64_MAX = np.iinfo(np.int64).max
