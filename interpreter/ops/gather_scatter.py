@@ -113,7 +113,8 @@ class _GatherPlan:
         idx = list(self.static)
         for k, d in enumerate(self.start_index_map):
             idx[d] = idx[d] + starts[..., k].reshape(self.start_shape)
-        return operand[tuple(idx)]
+        # A 0-d result of advanced indexing is a numpy scalar: keep it an array.
+        return np.asarray(operand[tuple(idx)])
 
 
 def _gather_runner(dn, static_slice_sizes=None):
