@@ -1,0 +1,326 @@
+"""fft, cholesky, triangular_solve, batch_norm_* and the linalg custom calls.
+
+Results are compared with XLA CPU running the same StableHLO text (through
+the jax CPU client) or with numpy / scipy.
+"""
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+import scipy.linalg as sl
+
+import stablehlo_interpreter as shi
+
+jax.config.update("jax_enable_x64", True)
+
+CPU = jax.devices("cpu")[0]
+RS = np.random.default_rng(0)
+
+
+def run_xla_cpu(text, *args):
+    """Compile StableHLO text with XLA on the jax CPU client and run it."""
+    from jax._src.interpreters import mlir
+    from jax._src.lib import xla_client as xc
+    from jax._src.lib.mlir import ir
+    with mlir.make_ir_context():
+        module = ir.Module.parse(text)
+        exe = CPU.client.compile_and_load(mlir.module_to_bytecode(module),
+                                          xc.DeviceList((CPU,)), xc.CompileOptions())
+    return [np.asarray(o) for o in exe.execute([jax.device_put(a, CPU) for a in args])]
+
+
+def lower_default(f, *args):
+    """StableHLO of f as JAX lowers it for a platform without its own rules."""
+    return jax.jit(f).trace(*args).lower(lowering_platforms=("stablehlo_ref",)).as_text()
+
+
+def assert_close(got, want, rtol, atol=0.0):
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype,
+                                                                  got.shape, want.shape)
+    np.testing.assert_allclose(got.astype(np.complex128), want.astype(np.complex128),
+                               rtol=rtol, atol=atol)
+
+
+def rand(shape, dtype):
+    x = RS.normal(size=shape)
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * RS.normal(size=shape)
+    return x.astype(dtype)
+
+
+# --------------------------------------------------------------------------
+# fft
+
+FFT_CASES = [
+    ("FFT", "3x4x5xcomplex<f32>", "3x4x5xcomplex<f32>", [4, 5], np.complex64),
+    ("IFFT", "3x4x5xcomplex<f64>", "3x4x5xcomplex<f64>", [3, 4, 5], np.complex128),
+    ("RFFT", "3x4x6xf32", "3x4x4xcomplex<f32>", [4, 6], np.float32),
+    ("IRFFT", "3x4x4xcomplex<f32>", "3x4x6xf32", [4, 6], np.complex64),
+    ("IRFFT", "3x4x4xcomplex<f64>", "3x4x7xf64", [7], np.complex128),
+    ("RFFT", "2x7xf64", "2x4xcomplex<f64>", [7], np.float64),
+]
+
+
+@pytest.mark.parametrize("kind,tin,tout,length,dtype", FFT_CASES)
+def test_fft_matches_xla_cpu(kind, tin, tout, length, dtype):
+    text = f"""func.func @main(%a: tensor<{tin}>) -> tensor<{tout}> {{
+      %r = stablehlo.fft %a, type = {kind}, length = {length} : (tensor<{tin}>) -> tensor<{tout}>
+      return %r : tensor<{tout}>
+    }}"""
+    shape = tuple(int(d) for d in tin.split("x")[:-1] if d.isdigit())
+    a = rand(shape, dtype)
+    got = shi.compile(text).run(a)[0]
+    want = run_xla_cpu(text, a)[0]
+    eps = 1e-5 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-12
+    assert_close(got, want, rtol=0, atol=eps * np.abs(want).max())
+
+
+def test_fft_definitions_against_numpy():
+    text = """func.func @main(%a: tensor<8xcomplex<f64>>, %r: tensor<8xf64>) -> (tensor<8xcomplex<f64>>, tensor<8xcomplex<f64>>, tensor<5xcomplex<f64>>, tensor<8xf64>) {
+      %f = stablehlo.fft %a, type = FFT, length = [8] : (tensor<8xcomplex<f64>>) -> tensor<8xcomplex<f64>>
+      %i = stablehlo.fft %a, type = IFFT, length = [8] : (tensor<8xcomplex<f64>>) -> tensor<8xcomplex<f64>>
+      %rf = stablehlo.fft %r, type = RFFT, length = [8] : (tensor<8xf64>) -> tensor<5xcomplex<f64>>
+      %ir = stablehlo.fft %rf, type = IRFFT, length = [8] : (tensor<5xcomplex<f64>>) -> tensor<8xf64>
+      return %f, %i, %rf, %ir : tensor<8xcomplex<f64>>, tensor<8xcomplex<f64>>, tensor<5xcomplex<f64>>, tensor<8xf64>
+    }"""
+    a = rand((8,), np.complex128)
+    r = rand((8,), np.float64)
+    f, i, rf, ir = shi.compile(text).run(a, r)
+    np.testing.assert_allclose(f, np.fft.fft(a), atol=1e-12)
+    np.testing.assert_allclose(i, np.fft.ifft(a), atol=1e-12)
+    np.testing.assert_allclose(rf, np.fft.rfft(r), atol=1e-12)
+    np.testing.assert_allclose(ir, r, atol=1e-12)  # IRFFT inverts RFFT
+
+
+def test_fft_empty_batch():
+    text = """func.func @main(%a: tensor<0x4xcomplex<f32>>) -> tensor<0x4xcomplex<f32>> {
+      %r = stablehlo.fft %a, type = FFT, length = [4] : (tensor<0x4xcomplex<f32>>) -> tensor<0x4xcomplex<f32>>
+      return %r : tensor<0x4xcomplex<f32>>
+    }"""
+    out = shi.compile(text).run(np.zeros((0, 4), np.complex64))[0]
+    assert out.shape == (0, 4) and out.dtype == np.complex64
+
+
+# --------------------------------------------------------------------------
+# cholesky
+
+CHOL_TEXT = """func.func @main(%m: tensor<{s}>) -> (tensor<{s}>, tensor<{s}>) {{
+  %l = "stablehlo.cholesky"(%m) {{lower = true}} : (tensor<{s}>) -> tensor<{s}>
+  %u = "stablehlo.cholesky"(%m) {{lower = false}} : (tensor<{s}>) -> tensor<{s}>
+  return %l, %u : tensor<{s}>, tensor<{s}>
+}}"""
+
+
+@pytest.mark.parametrize("et,dtype,rtol", [("f32", np.float32, 1e-5), ("f64", np.float64, 1e-12),
+                                           ("complex<f64>", np.complex128, 1e-12)])
+def test_cholesky_matches_xla_cpu(et, dtype, rtol):
+    b = rand((3, 4, 4), dtype)
+    spd = b @ np.conj(np.swapaxes(b, -1, -2)) + 4 * np.eye(4)
+    # Batch element 1 is not positive definite: all NaN, as XLA.
+    spd[1] = -spd[1]
+    spd = spd.astype(dtype)
+    text = CHOL_TEXT.format(s=f"3x4x4x{et}")
+    got = shi.compile(text).run(spd)
+    want = run_xla_cpu(text, spd)
+    for g, w in zip(got, want):
+        assert np.isnan(g[1]).all() and np.isnan(w[1]).all()
+        assert_close(g[[0, 2]], w[[0, 2]], rtol=rtol, atol=rtol)
+    lower, upper = got
+    np.testing.assert_allclose(lower[2] @ np.conj(lower[2].T), spd[2], rtol=rtol * 10)
+    assert (np.triu(lower[2], 1) == 0).all() and (np.tril(upper[2], -1) == 0).all()
+
+
+def test_cholesky_reads_only_its_triangle():
+    a = np.array([[4.0, 100.0], [2.0, 5.0]])
+    text = CHOL_TEXT.format(s="2x2xf64")
+    lower, upper = shi.compile(text).run(a)
+    np.testing.assert_allclose(lower, [[2.0, 0.0], [1.0, 2.0]])
+    # Upper reads [[4, 100], [., 5]]: not positive definite.
+    assert np.isnan(upper).all()
+
+
+# --------------------------------------------------------------------------
+# triangular_solve
+
+
+def _trsm_module(et):
+    lines, rets, types, cases = [], [], [], []
+    for left in ("true", "false"):
+        for lower in ("true", "false"):
+            for unit in ("true", "false"):
+                for trans in ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"):
+                    i = len(cases)
+                    bt = f"tensor<2x4x3x{et}>" if left == "true" else f"tensor<2x3x4x{et}>"
+                    b = "%bl" if left == "true" else "%br"
+                    lines.append(
+                        f'  %r{i} = "stablehlo.triangular_solve"(%a, {b}) {{left_side = {left}, '
+                        f"lower = {lower}, unit_diagonal = {unit}, transpose_a = "
+                        f"#stablehlo<transpose {trans}>}} : (tensor<2x4x4x{et}>, {bt}) -> {bt}")
+                    rets.append(f"%r{i}")
+                    types.append(bt)
+                    cases.append((left, lower, unit, trans))
+    text = (f"func.func @main(%a: tensor<2x4x4x{et}>, %bl: tensor<2x4x3x{et}>, "
+            f"%br: tensor<2x3x4x{et}>) -> ({', '.join(types)}) {{\n" + "\n".join(lines)
+            + f"\n  return {', '.join(rets)} : {', '.join(types)}\n}}")
+    return text, cases
+
+
+@pytest.mark.parametrize("et,dtype,rtol", [("f32", np.float32, 2e-5),
+                                           ("complex<f64>", np.complex128, 1e-12)])
+def test_triangular_solve_matches_xla_cpu(et, dtype, rtol):
+    text, cases = _trsm_module(et)
+    a = (rand((2, 4, 4), dtype) + 4 * np.eye(4)).astype(dtype)
+    bl = rand((2, 4, 3), dtype)
+    br = rand((2, 3, 4), dtype)
+    got = shi.compile(text).run(a, bl, br)
+    want = run_xla_cpu(text, a, bl, br)
+    for g, w, case in zip(got, want, cases):
+        assert g.dtype == w.dtype, case
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol, err_msg=str(case))
+
+
+def test_triangular_solve_spec_semantics():
+    # Left, lower, ADJOINT: solves conj(tril(a)).T @ x = b; the upper triangle
+    # of `a` is ignored, the unit diagonal is implicit when asked for.
+    a = np.array([[2 + 1j, 99], [1 - 1j, 3]], dtype=np.complex128)
+    b = np.array([[1 + 2j], [3 - 1j]], dtype=np.complex128)
+    text = """func.func @main(%a: tensor<2x2xcomplex<f64>>, %b: tensor<2x1xcomplex<f64>>) -> (tensor<2x1xcomplex<f64>>, tensor<2x1xcomplex<f64>>) {
+      %x = "stablehlo.triangular_solve"(%a, %b) {left_side = true, lower = true, unit_diagonal = false, transpose_a = #stablehlo<transpose ADJOINT>} : (tensor<2x2xcomplex<f64>>, tensor<2x1xcomplex<f64>>) -> tensor<2x1xcomplex<f64>>
+      %y = "stablehlo.triangular_solve"(%a, %b) {left_side = true, lower = true, unit_diagonal = true, transpose_a = #stablehlo<transpose NO_TRANSPOSE>} : (tensor<2x2xcomplex<f64>>, tensor<2x1xcomplex<f64>>) -> tensor<2x1xcomplex<f64>>
+      return %x, %y : tensor<2x1xcomplex<f64>>, tensor<2x1xcomplex<f64>>
+    }"""
+    x, y = shi.compile(text).run(a, b)
+    np.testing.assert_allclose(np.conj(np.tril(a)).T @ x, b, atol=1e-12)
+    unit = np.tril(a, -1) + np.eye(2)
+    np.testing.assert_allclose(unit @ y, b, atol=1e-12)
+
+
+def test_triangular_solve_singular_gives_inf_not_error():
+    text = """func.func @main(%a: tensor<2x2xf32>, %b: tensor<2x1xf32>) -> tensor<2x1xf32> {
+      %x = "stablehlo.triangular_solve"(%a, %b) {left_side = true, lower = true, unit_diagonal = false, transpose_a = #stablehlo<transpose NO_TRANSPOSE>} : (tensor<2x2xf32>, tensor<2x1xf32>) -> tensor<2x1xf32>
+      return %x : tensor<2x1xf32>
+    }"""
+    a = np.array([[0, 0], [1, 1]], np.float32)
+    b = np.array([[1], [1]], np.float32)
+    x = shi.compile(text).run(a, b)[0]
+    assert np.isinf(x[0, 0]) and not np.isfinite(x[1, 0])
+
+
+def test_triangular_solve_bf16_rounds_once():
+    text = """func.func @main(%a: tensor<2x2xbf16>, %b: tensor<2x1xbf16>) -> tensor<2x1xbf16> {
+      %x = "stablehlo.triangular_solve"(%a, %b) {left_side = true, lower = false, unit_diagonal = false, transpose_a = #stablehlo<transpose NO_TRANSPOSE>} : (tensor<2x2xbf16>, tensor<2x1xbf16>) -> tensor<2x1xbf16>
+      return %x : tensor<2x1xbf16>
+    }"""
+    a = np.array([[3, 1], [0, 7]], ml_dtypes.bfloat16)
+    b = np.array([[1], [2]], ml_dtypes.bfloat16)
+    x = shi.compile(text).run(a, b)[0]
+    exact = np.linalg.solve(a.astype(np.float64), b.astype(np.float64))
+    assert x.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(x, exact.astype(ml_dtypes.bfloat16))
+
+
+# --------------------------------------------------------------------------
+# batch norm
+
+BN_TEXT = """func.func @main(%x: tensor<2x3x4xf32>, %s: tensor<3xf32>, %o: tensor<3xf32>, %dy: tensor<2x3x4xf32>) -> (tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<2x3x4xf32>) {
+  %out, %m, %v = "stablehlo.batch_norm_training"(%x, %s, %o) {epsilon = 0.001 : f32, feature_index = 1 : i64} : (tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>)
+  %g:3 = "stablehlo.batch_norm_grad"(%x, %s, %m, %v, %dy) {epsilon = 0.001 : f32, feature_index = 1 : i64} : (tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<2x3x4xf32>) -> (tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>)
+  %i = "stablehlo.batch_norm_inference"(%x, %s, %o, %m, %v) {epsilon = 0.001 : f32, feature_index = 1 : i64} : (tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> tensor<2x3x4xf32>
+  return %out, %m, %v, %g#0, %g#1, %g#2, %i : tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<2x3x4xf32>
+}"""
+
+
+def test_batch_norm_matches_xla_cpu_and_formulas():
+    x = rand((2, 3, 4), np.float32)
+    s, o = rand((3,), np.float32), rand((3,), np.float32)
+    dy = rand((2, 3, 4), np.float32)
+    got = shi.compile(BN_TEXT).run(x, s, o, dy)
+    want = run_xla_cpu(BN_TEXT, x, s, o, dy)
+    for g, w in zip(got, want):
+        assert_close(g, w, rtol=1e-5, atol=1e-5)
+    out, mean, var = got[:3]
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(mean, x64.mean(axis=(0, 2)), rtol=1e-6)
+    np.testing.assert_allclose(var, x64.var(axis=(0, 2)), rtol=1e-5)
+    norm = (x64 - mean[None, :, None]) / np.sqrt(var[None, :, None] + 0.001)
+    np.testing.assert_allclose(out, norm * s[None, :, None] + o[None, :, None], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[6], out, rtol=1e-5, atol=1e-6)  # inference with batch stats
+    np.testing.assert_allclose(got[5], dy.sum(axis=(0, 2)), rtol=1e-5)  # grad_offset
+
+
+# --------------------------------------------------------------------------
+# custom calls from JAX's default (platform-independent) lowerings
+
+
+@pytest.mark.parametrize("mode", ["reduced", "complete"])
+@pytest.mark.parametrize("shape,dtype", [((2, 5, 3), np.float32), ((3, 5), np.complex64),
+                                         ((4, 4), np.float64)])
+def test_jnp_qr_default_lowering(shape, dtype, mode):
+    a = rand(shape, dtype)
+    text = lower_default(lambda x: jnp.linalg.qr(x, mode=mode), a)
+    assert "@Qr" in text and "@ProductOfElementaryHouseholderReflectors" in text
+    q, r = shi.compile(text).run(a)
+    qx, rx = (np.asarray(v) for v in jax.jit(lambda x: jnp.linalg.qr(x, mode=mode))(
+        jax.device_put(a, CPU)))
+    tol = 1e-5 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-12
+    assert_close(q, qx, rtol=0, atol=tol * 10)
+    assert_close(r, rx, rtol=0, atol=tol * 10)
+    np.testing.assert_allclose(q @ r, a, atol=tol * 10)
+
+
+def test_qr_custom_call_is_lapack_geqrf():
+    a = rand((5, 3), np.float64)
+    text = """func.func @main(%a: tensor<5x3xf64>) -> (tensor<5x3xf64>, tensor<3xf64>) {
+      %0:2 = stablehlo.custom_call @Qr(%a) {backend_config = ""} : (tensor<5x3xf64>) -> (tensor<5x3xf64>, tensor<3xf64>)
+      return %0#0, %0#1 : tensor<5x3xf64>, tensor<3xf64>
+    }"""
+    h, tau = shi.compile(text).run(a)
+    (h_ref, tau_ref), _ = sl.qr(a, mode="raw")
+    np.testing.assert_allclose(h, h_ref, atol=1e-12)
+    np.testing.assert_allclose(tau, tau_ref, atol=1e-12)
+
+
+@pytest.mark.parametrize("f,k", [(lambda a: jax.lax.approx_max_k(a, 3), 3),
+                                 (lambda a: jax.lax.approx_min_k(a, 2, reduction_dimension=0), 2)])
+def test_approx_top_k_default_lowering_is_exact(f, k):
+    x = rand((4, 7), np.float32)
+    x[1, 2] = x[1, 5]  # a tie keeps index order
+    text = lower_default(f, x)
+    assert "@ApproxTopK" in text
+    got = shi.compile(text).run(x)
+    want = [np.asarray(v) for v in jax.jit(f)(jax.device_put(x, CPU))]
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+def test_eigh_and_lu_custom_calls():
+    b = rand((2, 4, 4), np.float64)
+    sym = b + np.swapaxes(b, -1, -2)
+    text = """func.func @main(%a: tensor<2x4x4xf64>) -> (tensor<2x4x4xf64>, tensor<2x4xf64>, tensor<2x4x4xf64>, tensor<2x4xi32>, tensor<2x4xi32>) {
+      %0:2 = stablehlo.custom_call @Eigh(%a) {backend_config = "1,1,100,1e-6"} : (tensor<2x4x4xf64>) -> (tensor<2x4x4xf64>, tensor<2x4xf64>)
+      %1:3 = stablehlo.custom_call @LuDecomposition(%a) : (tensor<2x4x4xf64>) -> (tensor<2x4x4xf64>, tensor<2x4xi32>, tensor<2x4xi32>)
+      return %0#0, %0#1, %1#0, %1#1, %1#2 : tensor<2x4x4xf64>, tensor<2x4xf64>, tensor<2x4x4xf64>, tensor<2x4xi32>, tensor<2x4xi32>
+    }"""
+    v, w, lu, piv, perm = shi.compile(text).run(sym)
+    np.testing.assert_allclose(w, np.linalg.eigvalsh(sym), atol=1e-12)
+    np.testing.assert_allclose(sym @ v, v * w[:, None, :], atol=1e-10)
+    for i in range(2):
+        lu_ref, piv_ref = sl.lu_factor(sym[i])
+        np.testing.assert_allclose(lu[i], lu_ref, atol=1e-12)
+        np.testing.assert_array_equal(piv[i], piv_ref)
+        l_mat = np.tril(lu[i], -1) + np.eye(4)
+        np.testing.assert_allclose(sym[i][perm[i]], l_mat @ np.triu(lu[i]), atol=1e-12)
+
+
+def test_layout_constraint_identity_and_unknown_target_reported():
+    text = """func.func @main(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {
+      %0 = stablehlo.custom_call @LayoutConstraint(%a) {api_version = 1 : i32} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+      return %0 : tensor<2x3xf32>
+    }"""
+    a = rand((2, 3), np.float32)
+    np.testing.assert_array_equal(shi.compile(text).run(a)[0], a)
+    with pytest.raises(shi.UnsupportedOpsError, match="no_such_target"):
+        shi.compile(text.replace("LayoutConstraint", "no_such_target"))
