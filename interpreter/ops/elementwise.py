@@ -289,11 +289,23 @@ def subtract(op):
                          complex_fn=np.subtract)
 
 
+def _complex_multiply(a, b):
+    # The textbook formula with each product and sum rounded to the element
+    # type, as the reference (Element.cpp operator*) and XLA compute it;
+    # numpy's complex multiply rounds differently (it keeps more precision).
+    a, b = np.broadcast_arrays(a, b)
+    ar, ai, br, bi = a.real, a.imag, b.real, b.imag
+    out = np.empty(a.shape, a.dtype)
+    out.real = ar * br - ai * bi
+    out.imag = ar * bi + ai * br
+    return out
+
+
 @kernel("stablehlo.multiply")
 def multiply(op):
     """spec: multiply. Booleans: logical AND; integers wrap; floats/complex: IEEE."""
     return _binary_arith(op, bool_fn=np.logical_and, int_fn=lambda i: np.multiply,
-                         float_fn=np.multiply, complex_fn=np.multiply)
+                         float_fn=np.multiply, complex_fn=_complex_multiply)
 
 
 def _int_divide(info):
