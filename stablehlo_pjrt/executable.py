@@ -280,6 +280,18 @@ def parse_serialized(data: bytes) -> tuple[str, bytes, bytes]:
     return fmt, options, data[pos:pos + nc]
 
 
+_shi = None
+
+
+def _interpreter():
+    """The interpreter package, imported once (Execute is a hot path)."""
+    global _shi
+    if _shi is None:
+        import stablehlo_interpreter
+        _shi = stablehlo_interpreter
+    return _shi
+
+
 def compile_program(code: bytes, code_format: str, options: CompileOptions) -> ExecutableMeta:
     if code_format != "mlir":
         raise unimplemented(
@@ -392,7 +404,7 @@ class LoadedExecutable:
                     f"{meta.name} takes {n_in} argument(s), got {len(args)}")
             inputs.append([b.live_array() for b in args])
             borrowed.extend(b.array for b in args if b.borrowed)
-        import stablehlo_interpreter as shi
+        shi = _interpreter()
         if execute_device is not None and len(self.devices) > 1:
             raise unimplemented(
                 f"{self} spans {len(self.devices)} devices; launching it on a single "

@@ -30,8 +30,10 @@ def release(handle: int | None) -> object | None:
 
 
 def lookup(handle: int | None, kind: type, what: str | None = None):
-    obj = _objects.get(handle) if handle else None
-    if obj is None or not isinstance(obj, kind):
+    obj = _objects.get(handle)
+    if type(obj) is kind:  # the hot path: every PJRT call looks one up
+        return obj
+    if obj is None or not handle or not isinstance(obj, kind):
         name = what or kind.__name__
         if not handle:
             raise invalid_argument(f"{name} pointer is NULL")
