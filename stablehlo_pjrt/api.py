@@ -82,7 +82,8 @@ def Client_Create(ptr):
     a = C.Client_Create_Args.from_address(ptr)
     options = read_named_values(a.create_options, a.num_options)
     try:
-        import stablehlo_interpreter  # noqa: F401  (fail here, not at first compile)
+        import stablehlo_interpreter
+        del stablehlo_interpreter  # imported to fail here, not at first compile
     except Exception as e:
         raise PjrtError(C.ErrorCode.FAILED_PRECONDITION,
                         f"the stablehlo_interpreter package cannot be imported: "
@@ -283,8 +284,9 @@ def Client_CreateViewOfDeviceBuffer(ptr):
     if callback:
         fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(callback)
 
-        def on_free(fn=fn):
+        def run_on_delete(fn=fn):
             fn(device_ptr, user_arg)
+        on_free = run_on_delete
     buf = Buffer(view, a.element_type, device, memory, on_free=on_free)
     buf.borrowed = True
     a.buffer = buf.handle

@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 
 from . import _shim
-from ._capi import BufferType, ErrorCode, HostBufferSemantics, MemoryLayoutType
+from ._capi import BufferType, HostBufferSemantics, MemoryLayoutType
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
 from .handles import int64_array, register
 
@@ -344,6 +344,3 @@ def to_host(buf: Buffer, dst: int | None, dst_size: int, layout_ptr: int | None)
         np.copyto(out, array)
     return None
 
-
-def code_of(exc: BaseException) -> int:
-    return getattr(exc, "pjrt_code", ErrorCode.INTERNAL)

@@ -13,11 +13,9 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
-import threading
 
 import numpy as np
 
-from . import _shim, trace
 from ._capi import BufferType, ErrorCode
 from .buffer import Buffer, dtype_of, type_of_dtype, type_of_element, short_type
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
@@ -348,8 +346,7 @@ class LoadedExecutable:
     """PJRT_LoadedExecutable: a compiled program bound to devices."""
 
     __slots__ = ("handle", "meta", "client", "devices", "logical_ids",
-                 "deleted", "_devices_c", "_logical_ids_c", "_assignment_bytes",
-                 "_lock")
+                 "deleted", "_devices_c", "_logical_ids_c", "_assignment_bytes")
 
     def __init__(self, client, meta: ExecutableMeta):
         from ._capi import PJRT_LogicalDeviceIds
@@ -377,7 +374,6 @@ class LoadedExecutable:
             ids[i].partition = p
         self._logical_ids_c = ids
         self._assignment_bytes = encode_device_assignment(assignment)
-        self._lock = threading.Lock()
         register(self)
 
     def __str__(self):

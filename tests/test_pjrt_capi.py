@@ -676,3 +676,32 @@ def test_replicated_program_runs_on_two_devices():
         ok("PJRT_LoadedExecutable_Destroy", C.LoadedExecutable_Destroy_Args(executable=exe))
     finally:
         ok("PJRT_Client_Destroy", C.Client_Destroy_Args(client=c))
+
+
+def test_view_of_host_memory_and_error_buffer(client):
+    data = np.arange(4, dtype=np.float32)
+    dims = (ctypes.c_int64 * 1)(4)
+    deleted = []
+    on_delete = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(
+        lambda ptr, arg: deleted.append((ptr, arg)))
+    v = ok("PJRT_Client_CreateViewOfDeviceBuffer", C.Client_CreateViewOfDeviceBuffer_Args(
+        client=client, device_buffer_ptr=data.ctypes.data, dims=ctypes.addressof(dims),
+        num_dims=1, element_type=C.BufferType.F32, device=devices_of(client)[0],
+        on_delete_callback=ctypes.cast(on_delete, ctypes.c_void_p).value,
+        on_delete_callback_arg=99))
+    np.testing.assert_array_equal(to_host(v.buffer, np.float32, (4,)), data)
+    destroy_buffer(v.buffer)
+    assert deleted == [(data.ctypes.data, 99)]
+
+    msg = b"upstream failed"
+    e = ok("PJRT_Client_CreateErrorBuffer", C.Client_CreateErrorBuffer_Args(
+        client=client, error_code=C.ErrorCode.ABORTED, error_message=ctypes.cast(
+            ctypes.c_char_p(msg), ctypes.c_void_p).value,
+        error_message_size=len(msg), shape_dims=ctypes.addressof(dims), shape_num_dims=1,
+        shape_element_type=C.BufferType.F32))
+    err = call("PJRT_Buffer_ToHostBuffer", C.Buffer_ToHostBuffer_Args(src=e.buffer))
+    assert err == (C.ErrorCode.ABORTED, "upstream failed")
+    ready = ok("PJRT_Buffer_ReadyEvent", C.Buffer_ReadyEvent_Args(buffer=e.buffer)).event
+    assert _shim.event_state(ready) == (1, C.ErrorCode.ABORTED, "upstream failed")
+    event_destroy(ready)
+    destroy_buffer(e.buffer)
