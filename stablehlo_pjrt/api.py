@@ -418,23 +418,29 @@ def Device_DefaultMemory(ptr):
     a.memory = _device(a.device).default_memory.handle
 
 
+def _set_known_fields(args, values: dict) -> None:
+    """Sets out-fields, skipping any beyond the caller's struct_size: an
+    older caller's struct ends before fields added in later API versions."""
+    cls = type(args)
+    limit = args.struct_size
+    for name, value in values.items():
+        field = getattr(cls, name)
+        if field.offset + field.size <= limit:
+            setattr(args, name, value)
+
+
 @handler
 def Device_MemoryStats(ptr):
     a = C.Device_MemoryStats_Args.from_address(ptr)
     d = _device(a.device)
+    values = {name: False for name, _ in a._fields_ if name.endswith("_is_set")}
     with d._lock:
-        a.bytes_in_use = d.bytes_in_use
-        a.peak_bytes_in_use = d.peak_bytes_in_use
-        a.peak_bytes_in_use_is_set = True
-        a.num_allocs = d.num_allocs
-        a.num_allocs_is_set = True
-        a.largest_alloc_size = d.largest_alloc_size
-        a.largest_alloc_size_is_set = True
-    for flag in ("bytes_limit_is_set", "bytes_reserved_is_set",
-                 "peak_bytes_reserved_is_set", "bytes_reservable_limit_is_set",
-                 "largest_free_block_bytes_is_set", "pool_bytes_is_set",
-                 "peak_pool_bytes_is_set"):
-        setattr(a, flag, False)
+        values.update(bytes_in_use=d.bytes_in_use,
+                      peak_bytes_in_use=d.peak_bytes_in_use, peak_bytes_in_use_is_set=True,
+                      num_allocs=d.num_allocs, num_allocs_is_set=True,
+                      largest_alloc_size=d.largest_alloc_size,
+                      largest_alloc_size_is_set=True)
+    _set_known_fields(a, values)
 
 
 @handler
@@ -638,12 +644,12 @@ def Executable_GetCostAnalysis(ptr):
 def Executable_GetCompiledMemoryStats(ptr):
     a = C.Executable_GetCompiledMemoryStats_Args.from_address(ptr)
     meta = _executable(a.executable)
-    for name, _ in a._fields_[3:]:
-        setattr(a, name, 0)
-    a.generated_code_size_in_bytes = len(meta.code)
-    a.argument_size_in_bytes = meta.argument_bytes()
-    a.output_size_in_bytes = meta.output_bytes()
-    a.total_size_in_bytes = meta.argument_bytes() + meta.output_bytes()
+    values = {name: 0 for name, _ in a._fields_[3:]}
+    values.update(generated_code_size_in_bytes=len(meta.code),
+                  argument_size_in_bytes=meta.argument_bytes(),
+                  output_size_in_bytes=meta.output_bytes(),
+                  total_size_in_bytes=meta.argument_bytes() + meta.output_bytes())
+    _set_known_fields(a, values)
 
 
 @handler

@@ -705,3 +705,20 @@ def test_view_of_host_memory_and_error_buffer(client):
     assert _shim.event_state(ready) == (1, C.ErrorCode.ABORTED, "upstream failed")
     event_destroy(ready)
     destroy_buffer(e.buffer)
+
+
+def test_older_callers_struct_size_is_respected(client):
+    """A caller built against an older header passes a shorter args struct;
+    fields it does not have must not be written."""
+    dev = devices_of(client)[0]
+    raw = (ctypes.c_char * ctypes.sizeof(C.Device_MemoryStats_Args))()
+    ctypes.memset(raw, 0x5A, ctypes.sizeof(raw))
+    a = C.Device_MemoryStats_Args.from_buffer(raw)
+    short = C.Device_MemoryStats_Args.bytes_reserved.offset  # as before bytes_reserved existed
+    a.struct_size = short
+    a.extension_start = None
+    a.device = dev
+    fn = FN(API.PJRT_Device_MemoryStats)
+    assert fn(ctypes.addressof(a)) is None
+    assert a.num_allocs_is_set
+    assert bytes(raw)[short:] == b"\x5a" * (ctypes.sizeof(raw) - short)
