@@ -193,12 +193,9 @@ def bitcast_convert(op):
         raise Unsupported("bitcast_convert between complex and non-complex types (C2)")
     if ns % nd and nd % ns:
         raise Unsupported(f"bitcast_convert from {ns}-bit to {nd}-bit elements")
-    out_shape = op.result_types[0].shape
-    static = None not in out_shape
-
+    # Shapes come from the operand, not the result type, so the kernel also
+    # works when a region body is evaluated on whole arrays (regions.batched).
     def shape_of(x):
-        if static:
-            return out_shape
         if nd < ns:
             return x.shape + (ns // nd,)
         if nd > ns:
