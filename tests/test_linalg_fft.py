@@ -324,3 +324,22 @@ def test_layout_constraint_identity_and_unknown_target_reported():
     np.testing.assert_array_equal(shi.compile(text).run(a)[0], a)
     with pytest.raises(shi.UnsupportedOpsError, match="no_such_target"):
         shi.compile(text.replace("LayoutConstraint", "no_such_target"))
+
+
+def test_exported_shape_polymorphic_top_k_and_shape_assertion():
+    from jax import export
+    spec = export.symbolic_shape("b, 2*b")
+
+    def f(a):
+        return jax.lax.top_k(a, a.shape[0])
+    text = export.export(jax.jit(f), platforms=["cpu"])(
+        jax.ShapeDtypeStruct(spec, np.float32)).mlir_module()
+    assert "@stablehlo.dynamic_top_k" in text and "@shape_assertion" in text
+    prog = shi.compile(text)
+    a = rand((3, 6), np.float32)
+    got = prog.run(a)
+    want = jax.jit(f)(jax.device_put(a, CPU))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, np.asarray(w))
+    with pytest.raises(shi.ExecutionError, match="polymorphic shapes"):
+        prog.run(rand((3, 5), np.float32))  # 5 != 2*3

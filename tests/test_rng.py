@@ -187,3 +187,22 @@ def test_rng_two_ops_in_one_run_differ():
     }"""
     r1, r2 = shi.compile(text).run(np.float32(0), np.float32(1))
     assert not np.array_equal(r1, r2)
+
+
+def test_exported_shape_polymorphic_rng_bit_generator():
+    from jax import export
+
+    def g(k, a):
+        return jax.lax.rng_bit_generator(k, a.shape, dtype=np.uint32,
+                                         algorithm=ALG.RNG_PHILOX)
+    text = export.export(jax.jit(g), platforms=["cpu"])(
+        jax.ShapeDtypeStruct((2,), np.uint64),
+        jax.ShapeDtypeStruct(export.symbolic_shape("b, 3"), np.float32)).mlir_module()
+    assert "@stablehlo.dynamic_rng_bit_generator" in text
+    key = np.array([1, 2], np.uint64)
+    a = np.zeros((5, 3), np.float32)
+    got = shi.compile(text).run(key, a)
+    want = jax.jit(g)(jax.device_put(key, CPU), jax.device_put(a, CPU))
+    for x, y in zip(got, want):
+        np.testing.assert_array_equal(x, np.asarray(y))
+    assert got[1].shape == (5, 3)

@@ -313,3 +313,61 @@ def approx_top_k(op):
         indices = np.take_along_axis(iota, order, axis=dim).astype(out_i)
         return [values, indices]
     return run
+
+
+# --------------------------------------------------------------------------
+# Dynamic-shape forms JAX emits under shape polymorphism.
+
+
+@custom_call("stablehlo.dynamic_rng_bit_generator")
+def dynamic_rng_bit_generator(op):
+    """@stablehlo.dynamic_rng_bit_generator(state, output_shape): rng_bit_generator
+    with the output shape given at run time (attribute rng_algorithm)."""
+    from .rng import make_bit_generator
+    if len(op.operand_types) != 2 or op.num_results != 2:
+        raise Unsupported("@stablehlo.dynamic_rng_bit_generator of an unexpected form")
+    algorithm = op.attrs.get("rng_algorithm", "DEFAULT")
+    algorithm = re.sub(r".*\b(DEFAULT|THREE_FRY|PHILOX)\b.*", r"\1", str(algorithm))
+    gen = make_bit_generator(algorithm, op.operand_types[0], op.result_types[1])
+
+    def run(state, shape):
+        return gen(state, tuple(int(d) for d in np.asarray(shape).reshape(-1)))
+    return run
+
+
+@custom_call("stablehlo.dynamic_top_k")
+def dynamic_top_k(op):
+    """@stablehlo.dynamic_top_k(operand, k): chlo.top_k with k given at run time."""
+    from .chlo import _total_order_key
+    if len(op.operand_types) != 2 or op.num_results != 2:
+        raise Unsupported("@stablehlo.dynamic_top_k of an unexpected form")
+    if dtypes.is_complex(op.operand_types[0].dtype):
+        raise Unsupported("top_k of complex values")
+    idx_dtype = op.result_types[1].dtype
+    full = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+    def run(x, k):
+        k = int(k)
+        order = np.argsort(full - _total_order_key(x), axis=-1, kind="stable")[..., :k]
+        return [np.ascontiguousarray(np.take_along_axis(x, order, axis=-1)),
+                order.astype(idx_dtype)]
+    return run
+
+
+@custom_call("shape_assertion")
+def shape_assertion(op):
+    """@shape_assertion(assert_what, *inputs) {error_message}: JAX's check of
+    the shape constraints of an exported shape-polymorphic module; fails the
+    run with error_message.format(*inputs) when assert_what is false."""
+    message = str(op.attrs.get("error_message", "shape assertion failed"))
+
+    def run(ok, *inputs):
+        if not bool(ok):
+            vals = [int(v) if np.ndim(v) == 0 else v for v in inputs]
+            try:
+                text = message.format(*vals)
+            except (IndexError, KeyError, ValueError):
+                text = f"{message} {vals}"
+            raise AssertionError(text)
+        return ()
+    return run

@@ -186,16 +186,27 @@ def rng_bit_generator(op):
     XLA CPU and GPU. Outputs narrower than 32 bits keep the low bits of 32-bit
     words; non-unsigned types get the generated bits bitcast.
     """
-    algorithm = op.attrs.get("rng_algorithm", "DEFAULT")
-    if algorithm == "DEFAULT":
-        algorithm = "PHILOX"
     state_t = op.operand_types[0]
     out_t = op.result_types[1]
+    if out_t.shape is None or None in out_t.shape:
+        raise Unsupported("dynamic output shape")
+    shape = tuple(out_t.shape)
+    gen = make_bit_generator(op.attrs.get("rng_algorithm", "DEFAULT"), state_t, out_t)
+    return lambda state: gen(state, shape)
+
+
+def make_bit_generator(algorithm, state_t, out_t):
+    """``fn(state, shape) -> [new_state, bits]`` for rng_bit_generator.
+
+    Also used by the `@stablehlo.dynamic_rng_bit_generator` custom call,
+    whose output shape is only known at run time.
+    """
+    if algorithm == "DEFAULT":
+        algorithm = "PHILOX"
     if state_t.dtype != np.uint64:
         raise Unsupported(f"initial_state of type {state_t!r} (only ui64 is supported)")
-    if state_t.shape[0] is None or out_t.shape is None or None in out_t.shape:
-        raise Unsupported("dynamic shapes")
-    shape = tuple(out_t.shape)
+    if state_t.shape[0] is None:
+        raise Unsupported("dynamic state shape")
     width = _bits_for(out_t.dtype)
     if width is None:
         raise Unsupported(f"rng_bit_generator output element type {out_t.element_type}")
@@ -215,7 +226,7 @@ def rng_bit_generator(op):
             raise Unsupported("THREE_FRY needs a state of 2 ui64")
         gen = _threefry_bits64 if gen_width == 64 else _threefry_bits32
 
-        def run_threefry(state):
+        def run_threefry(state, shape):
             key, ctr = state[0], state[1]
             bits, new_ctr = gen(key, ctr, shape)
             new_state = state.copy()
@@ -228,7 +239,7 @@ def rng_bit_generator(op):
             raise Unsupported("PHILOX needs a state of 2 or 3 ui64")
         gen = _philox_bits64 if gen_width == 64 else _philox_bits32
 
-        def run_philox(state):
+        def run_philox(state, shape):
             key = state[0]
             lo, hi = (state[1], state[2]) if nstate >= 3 else (state[1], state[0])
             bits, new_lo, new_hi = gen(key, lo, hi, shape)
