@@ -2,6 +2,7 @@
 
     stablehlo-ref run MODULE [--args inputs.npz] [--out outputs.npz] [--func NAME]
     stablehlo-ref check MODULE
+    stablehlo-ref compare MODULE --args inputs.npz --against outputs.npz
 
 MODULE is MLIR text, MLIR bytecode or a StableHLO portable artifact.
 
@@ -11,8 +12,12 @@ MODULE is MLIR text, MLIR bytecode or a StableHLO portable artifact.
 (``result_0``, ``result_1``, ...; tuple elements as ``result_0_1``; bf16/f8
 values widened to float32, int2/int4 to int8, since ``.npz`` cannot describe
 those types). ``check`` lists the ops the interpreter cannot run: exit status 1
-if there are any, 0 otherwise. Errors print one clear message and exit with
-status 2.
+if there are any, 0 otherwise. ``compare`` runs the module on the reference
+and diffs the results against ``--against`` (the outputs another backend
+produced, as ``.npz``: named like ``run --out`` writes them, or in stored
+order); exit status 0 when every output agrees within tolerance, 1 otherwise
+(see ``compare.py`` for the tolerances). Errors print one clear message and
+exit with status 2.
 """
 
 import argparse
@@ -148,6 +153,30 @@ def cmd_check(a):
     return 0
 
 
+def cmd_compare(a):
+    from .compare import compare_with_files
+    program = _compile(a.module)
+    try:
+        func = program.function(a.func)
+    except Exception as e:
+        raise UserError(str(e)) from None
+    args = _load_args(a.args, func)
+    try:
+        loaded = np.load(a.against, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read expected outputs from {a.against}: {e}") from None
+    if isinstance(loaded, np.ndarray):
+        against = {"result_0": loaded}
+    else:
+        with loaded:
+            against = {k: loaded[k] for k in loaded.files}
+    report = compare_with_files(program, args, against, func=func.name, rtol=a.rtol,
+                                atol=a.atol, ulp=a.ulp, against_name=a.against)
+    report.reference_name = "stablehlo-ref"
+    print(report)
+    return 0 if report.ok else 1
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="stablehlo-ref",
@@ -160,12 +189,24 @@ def main(argv=None):
     r.add_argument("--func", help="function to run (default: main)")
     c = sub.add_parser("check", help="list the ops the interpreter cannot run")
     c.add_argument("module", help="MLIR text, bytecode or portable artifact file")
+    k = sub.add_parser("compare", help="diff a module's reference results against "
+                       "another backend's outputs (exit 1 if they differ)")
+    k.add_argument("module", help="MLIR text, bytecode or portable artifact file")
+    k.add_argument("--args", help=".npz (arrays in stored order) or .npy with the inputs")
+    k.add_argument("--against", required=True,
+                   help=".npz (or .npy) with the other backend's outputs")
+    k.add_argument("--func", help="function to run (default: main)")
+    k.add_argument("--rtol", type=float, help="relative tolerance for floats")
+    k.add_argument("--atol", type=float, help="absolute tolerance for floats")
+    k.add_argument("--ulp", type=int, help="compare floats by ULP distance instead")
     a = p.parse_args(argv)
 
     import stablehlo_interpreter as shi
     try:
         if a.command == "run":
             return cmd_run(a)
+        if a.command == "compare":
+            return cmd_compare(a)
         return cmd_check(a)
     except UserError as e:
         print(f"stablehlo-ref: error: {e}", file=sys.stderr)

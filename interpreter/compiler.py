@@ -132,6 +132,8 @@ class Block:
 
     def _run_observed(self, ctx, env):
         tracer = ctx.tracer
+        if tracer is not None and hasattr(tracer, "enter_block"):
+            tracer.enter_block(self.name, ctx.depth)  # marks loop iterations
         step = None
         try:
             for step in self.steps:
@@ -253,9 +255,11 @@ class Program:
                 f"@{f.name} takes {len(f.input_types)} argument(s), got {len(args)}")
         args = [_coerce_arg(a, t, i, f.name) for i, (a, t) in
                 enumerate(zip(args, f.input_types))]
-        if tracer is None and _TRACE_ENV in os.environ:
-            from .trace import tracer_from_env
-            tracer = tracer_from_env()
+        if tracer is None:
+            from . import trace as _trace  # cheap after the first run
+            tracer = _trace.ACTIVE
+            if tracer is None and _TRACE_ENV in os.environ:
+                tracer = _trace.tracer_from_env()
         ctx = Context(self, tracer=tracer, process=process, grid=grid)
         with np.errstate(all="ignore"):
             return f(ctx, args)

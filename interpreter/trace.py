@@ -1,12 +1,26 @@
 """Op-level observation of a running plan: tracing, NaN finding, recording.
 
 A tracer is any object with ``before(op, inputs, depth)`` and
-``after(op, results, depth)``; pass it as ``program.run(..., tracer=t)``.
-Setting ``STABLEHLO_REF_TRACE_OPS=1`` traces every run to stderr
-(``=nan`` additionally stops at the first op that produces a NaN or inf).
-The fast path of the plan is untouched when no tracer is given.
+``after(op, results, depth)`` (and optionally ``enter_block(name, depth)``,
+called when a function body or region starts running, which is how loop
+iterations become visible); pass it as ``program.run(..., tracer=t)``.
+
+Runs that are not given a tracer (such as the ones the PJRT plugin makes for
+JAX) use, in this order:
+
+* the tracer installed with :func:`use_tracer` (a context manager)::
+
+      with use_tracer(NanFinder()):
+          jax.jit(f)(x)          # raises at the first op producing NaN/inf
+
+* ``STABLEHLO_REF_TRACE_OPS=1``: trace every op to stderr; ``=nan``
+  additionally stops at the first op that produces a NaN or inf. The
+  variable is read at each run, so it can be set after the program compiled.
+
+The fast path of the plan is untouched when no tracer is in effect.
 """
 
+import contextlib
 import os
 import sys
 
@@ -76,14 +90,35 @@ def nonfinite_count(value):
 
 
 class OpTracer:
-    """Prints each op as it runs, with its inputs and results, nested by region."""
+    """Prints each op as it runs, with its inputs and results, nested by region.
+
+    Loop iterations and branches are marked: each time the body (or
+    condition) of a ``while`` or a branch of ``case``/``if`` starts, a line
+    ``-- while body, iteration 3`` is printed at the region's depth.
+    """
 
     def __init__(self, stream=None, show_inputs=True):
         self.stream = stream or sys.stderr
         self.show_inputs = show_inputs
+        self._iterations = {}  # depth -> while-body entries since the while began
+
+    def enter_block(self, name, depth):
+        op, _, index = name.rpartition("#")
+        if op == "stablehlo.while":
+            if index == "1":
+                n = self._iterations.get(depth, 0) + 1
+                self._iterations[depth] = n
+                self.stream.write(f"{'  ' * depth}-- while body, iteration {n}\n")
+            else:
+                n = self._iterations.get(depth, 0)
+                self.stream.write(f"{'  ' * depth}-- while condition, before iteration {n + 1}\n")
+        elif op in ("stablehlo.case", "stablehlo.if"):
+            self.stream.write(f"{'  ' * depth}-- {op.split('.')[1]} branch {index}\n")
 
     def before(self, op, inputs, depth):
         pad = "  " * depth
+        if op.name == "stablehlo.while":
+            self._iterations[depth + 1] = 0
         self.stream.write(f"{pad}{op.name} @ {op.location}\n")
         if self.show_inputs:
             for i, v in enumerate(inputs):
@@ -105,6 +140,10 @@ class NanFinder:
     def __init__(self, inner=None):
         self.inner = inner
         self._stack = []
+
+    def enter_block(self, name, depth):
+        if self.inner is not None and hasattr(self.inner, "enter_block"):
+            self.inner.enter_block(name, depth)
 
     def before(self, op, inputs, depth):
         self._stack.append(inputs)
@@ -154,6 +193,25 @@ class Recorder:
                         safe = op.name.replace(".", "_")
                         np.save(os.path.join(directory, f"{self._n:05d}_{safe}_{i}.npy"), r)
         self._n += 1
+
+
+# The tracer of runs that are given none (see use_tracer).
+ACTIVE = None
+
+
+@contextlib.contextmanager
+def use_tracer(tracer):
+    """Makes ``tracer`` observe every run that is not given one explicitly,
+    including the runs the PJRT plugin makes for JAX, until the block ends.
+    Process-wide (not per thread): the plugin may run programs on threads
+    other than the caller's."""
+    global ACTIVE
+    previous = ACTIVE
+    ACTIVE = tracer
+    try:
+        yield tracer
+    finally:
+        ACTIVE = previous
 
 
 def tracer_from_env():

@@ -166,5 +166,9 @@ def c_event_hook(call: str, address: int) -> None:
 def init_from_env() -> None:
     if _env_enabled() and stderr_hook not in _hooks:
         _hooks.append(stderr_hook)
+    if os.environ.get("STABLEHLO_PJRT_TRACE_JSON", "").strip():
+        # Chrome trace-event JSON of the calls, written at exit.
+        from .oracle import chrome_trace
+        chrome_trace.install_from_env()
     global ENABLED
     ENABLED = bool(_hooks)

@@ -1,0 +1,41 @@
+"""Golden-output oracle: check another backend against the reference.
+
+    from stablehlo_pjrt import oracle
+
+    report = oracle.compare(f, x, y, against="cpu")     # every output leaf
+    print(report)                                       # readable diff; report.ok
+
+    d = oracle.first_divergence(f, x, y, against="cpu") # bisect to the first op
+    print(d)                                            # op, Python line, values
+
+    oracle.find_nan(f, x)          # the first op producing NaN/inf, or None
+    oracle.trace_ops(f, x)         # every op with input/result summaries
+    oracle.probe(f, x, {"jit(f)/sin": "probes/"})      # dump values to .npy
+
+`compare` and `first_divergence` need both platforms in one process: leave
+JAX_PLATFORMS unset or set it to e.g. "cpu,stablehlo_ref".  The PJRT call
+trace as Chrome trace-event JSON is in `chrome_trace`
+(STABLEHLO_PJRT_TRACE_JSON=path).  The file-based comparison for backends
+that are not JAX is `stablehlo-ref compare` (stablehlo_interpreter.compare).
+"""
+
+import importlib
+
+# Imported on first use: the plugin imports `chrome_trace` while it builds
+# its API table and must not pay for the rest (or for JAX) then.
+_EXPORTS = {
+    "compare": "compare", "first_divergence": "bisect", "Divergence": "bisect",
+    "ModuleVariants": "bisect", "jax_backend_runner": "bisect",
+    "find_nan": "probe", "trace_ops": "probe", "probe": "probe",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

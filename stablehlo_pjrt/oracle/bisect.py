@@ -1,0 +1,412 @@
+"""Find the first op where another backend diverges from the reference.
+
+The reference interpreter runs a variant of the module whose @main also
+returns every intermediate value (so all of them are recorded, in program
+order). The other backend runs variants that return chosen intermediates:
+the candidate ops are the top-level ops of @main in program order; an op
+with regions, or a call, counts as one op (what happens inside it is part of
+its result).
+
+Search: the inputs agree and (we check) the outputs do not, so a binary
+search over "does op k's result diverge" finds an op k whose result diverges
+while op k-1's does not, in about log2(N) runs of the other backend. Because
+a divergence need not propagate to every later op, the candidate is then
+verified: the values op k reads (operands and values its regions capture)
+are fetched from the other backend; if one of them already diverges, its
+producer is earlier than k and the search continues before it. The op
+reported therefore always has inputs that agree with the reference and a
+result that does not: the place where the other backend goes wrong.
+``strategy="linear"`` instead runs one variant returning every intermediate
+and reports the earliest divergent op in program order.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+import stablehlo_interpreter as shi
+from stablehlo_interpreter.compare import LeafDiff, compare_arrays
+from stablehlo_interpreter.loader import MLIR_LOCK
+from stablehlo_interpreter.trace import summarize
+
+# run(module_text, args) -> list of numpy arrays, one per result of @main.
+Runner = Callable[[str, Sequence[np.ndarray]], Sequence[np.ndarray]]
+
+_SOURCE_RE = re.compile(r'"([^"]+)":(\d+):(\d+)')
+
+
+def source_line(location: str) -> str | None:
+    """The innermost ``file:line`` of an op location JAX recorded, e.g.
+    ``"jit(f)/sin"(callsite("f"("x.py":4:20 to :30) at ...))`` -> ``x.py:4``."""
+    m = _SOURCE_RE.search(location or "")
+    return f"{m.group(1)}:{m.group(2)}" if m else None
+
+
+@dataclass
+class Candidate:
+    """One top-level op of @main."""
+
+    index: int                 # position among the top-level ops of @main
+    name: str
+    location: str
+    text: str                  # the op as MLIR (regions elided)
+    result_numbers: list       # which results are tensors (returnable)
+    reads: list                # ("arg", k) or ("op", candidate index, result number)
+
+
+class ModuleVariants:
+    """A module and the variants of it whose @main also returns intermediates."""
+
+    def __init__(self, module, name: str = "<module>"):
+        from jaxlib.mlir import ir
+        self._module = shi.load(module, name=name)
+        with MLIR_LOCK, self._module.context:
+            self.text = self._module.mlir.operation.get_asm(enable_debug_info=True)
+            main = self._main(self._module.mlir)
+            self.main_name = ir.StringAttr(main.attributes["sym_name"]).value
+            self.ops: list[Candidate] = []
+            self.num_outputs = len(ir.FunctionType(
+                ir.TypeAttr(main.attributes["function_type"]).value).results)
+            self.num_args = len(main.regions[0].blocks[0].arguments)
+            where = {}  # MLIR value -> ("arg", k) | ("op", i, r)
+            for k, a in enumerate(main.regions[0].blocks[0].arguments):
+                where[a] = ("arg", k)
+            body = list(main.regions[0].blocks[0].operations)
+            for i, op in enumerate(body[:-1]):  # the last op is the return
+                op = op.operation
+                for r, v in enumerate(op.results):
+                    where[v] = ("op", i, r)
+                reads = []
+                for v in self._values_read(op):
+                    src = where.get(v)
+                    if src is not None and src not in reads:
+                        reads.append(src)
+                tensor_results = [r for r, v in enumerate(op.results)
+                                  if _static_tensor(v.type)]
+                self.ops.append(Candidate(
+                    index=i, name=op.name,
+                    location=shi.compiler.format_location(op.location),
+                    text=_op_text(op), result_numbers=tensor_results, reads=reads))
+
+    @staticmethod
+    def _main(module):
+        from jaxlib.mlir import ir
+        funcs = [op.operation for op in module.body.operations
+                 if op.operation.name == "func.func"]
+        for f in funcs:
+            if ir.StringAttr(f.attributes["sym_name"]).value == "main":
+                return f
+        public = [f for f in funcs if "sym_visibility" not in f.attributes or
+                  ir.StringAttr(f.attributes["sym_visibility"]).value != "private"]
+        if not public:
+            raise ValueError("module has no @main and no public function")
+        return public[0]
+
+    @staticmethod
+    def _values_read(op):
+        """Operands of ``op`` and values its regions use from outside them."""
+        out = list(op.operands)
+        inner_defined = set()
+
+        def walk(o):
+            for region in o.regions:
+                for block in region.blocks:
+                    inner_defined.update(block.arguments)
+                    for inner in block.operations:
+                        inner = inner.operation
+                        inner_defined.update(inner.results)
+                        out.extend(inner.operands)
+                        walk(inner)
+
+        walk(op)
+        return [v for v in out if v not in inner_defined]
+
+    def returnable(self, i: int) -> bool:
+        return bool(self.ops[i].result_numbers)
+
+    def variant(self, indices: Sequence[int]) -> str:
+        """Module text whose @main returns its outputs followed by the tensor
+        results of the ops ``indices`` (in that order)."""
+        from jaxlib.mlir import ir
+        from jaxlib.mlir.dialects import func
+        with MLIR_LOCK, self._module.context, ir.Location.unknown():
+            module = ir.Module.parse(self.text)
+            main = self._main(module)
+            body = list(main.regions[0].blocks[0].operations)
+            ret = body[-1].operation
+            extra = []
+            for i in indices:
+                op = body[i].operation
+                extra.extend(op.results[r] for r in self.ops[i].result_numbers)
+            values = list(ret.operands) + extra
+            with ir.InsertionPoint(ret), ret.location:
+                func.ReturnOp(values)
+            ret.erase()
+            ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+            main.attributes["function_type"] = ir.TypeAttr.get(
+                ir.FunctionType.get(list(ftype.inputs), [v.type for v in values]))
+            if "res_attrs" in main.attributes:
+                # One dictionary per result: the new results carry none.
+                old = list(ir.ArrayAttr(main.attributes["res_attrs"]))
+                main.attributes["res_attrs"] = ir.ArrayAttr.get(
+                    old + [ir.DictAttr.get({}) for _ in extra])
+            if not module.operation.verify():
+                raise RuntimeError("internal error: the rewritten module does not verify")
+            return module.operation.get_asm(enable_debug_info=True)
+
+    def split(self, indices: Sequence[int], outputs: Sequence) -> tuple[list, dict]:
+        """(original outputs, {op index: [tensor results]}) of a variant's outputs."""
+        outputs = list(outputs)
+        expected = self.num_outputs + sum(len(self.ops[i].result_numbers) for i in indices)
+        if len(outputs) != expected:
+            raise RuntimeError(f"the variant returned {len(outputs)} value(s), "
+                               f"expected {expected}")
+        pos = self.num_outputs
+        values = {}
+        for i in indices:
+            n = len(self.ops[i].result_numbers)
+            values[i] = outputs[pos:pos + n]
+            pos += n
+        return outputs[:self.num_outputs], values
+
+
+def _static_tensor(t) -> bool:
+    """A ranked, statically shaped tensor type (one every backend can return)."""
+    from jaxlib.mlir import ir
+    t = t.maybe_downcast() if hasattr(t, "maybe_downcast") else t
+    return isinstance(t, ir.RankedTensorType) and t.has_static_shape
+
+
+def _op_text(op) -> str:
+    """One line of MLIR for an op: its own text, without its regions' bodies
+    or large constants."""
+    try:
+        text = op.get_asm(large_elements_limit=8)
+    except TypeError:
+        text = str(op)
+    first = text.strip().splitlines()[0] if text.strip() else op.name
+    if op.regions and len(text.strip().splitlines()) > 1:
+        first += " ... }"
+    return first if len(first) <= 300 else first[:300] + " ..."
+
+
+def reference_runner(module_text: str, args: Sequence[np.ndarray]) -> list:
+    """Runs a module on the interpreter directly (not through PJRT)."""
+    return list(shi.compile(module_text, name="<variant>").run(*args))
+
+
+def jax_backend_runner(platform: str = "cpu") -> Runner:
+    """A Runner that compiles module text on a JAX backend's PJRT client
+    (``client.compile_and_load``, as jax._src.compiler does) and runs it on
+    that backend's first device."""
+    from jax._src import xla_bridge
+    from jax._src.lib import xla_client as xc
+    try:
+        backend = xla_bridge.get_backend(platform)
+    except RuntimeError as e:
+        raise RuntimeError(
+            f"backend {platform!r} is not available in this process ({e}); leave "
+            "JAX_PLATFORMS unset or list it, e.g. 'cpu,stablehlo_ref'") from None
+    device = backend.local_devices()[0]
+
+    def run(module_text: str, args: Sequence[np.ndarray]) -> list:
+        exe = backend.compile_and_load(
+            module_text, executable_devices=xc.DeviceList((device,)),
+            compile_options=xc.CompileOptions())
+        # Under enable_x64, device_put keeps the arrays' exact dtypes (it
+        # would otherwise turn 64-bit inputs into 32-bit ones).
+        import jax
+        with jax.enable_x64(True):
+            buffers = [jax.device_put(np.asarray(a), device) for a in args]
+        results = exe.execute_sharded(buffers).disassemble_into_single_device_arrays()
+        return [np.asarray(r[0]) for r in results]
+
+    run.__name__ = f"run_on_{platform}"
+    return run
+
+
+def _one_line(value) -> str:
+    return " ".join(summarize(value).split())
+
+
+@dataclass
+class Divergence:
+    """Where the other backend first disagrees with the reference."""
+
+    op: Candidate | None          # None: only the final outputs differ
+    num_ops: int
+    inputs: list                  # [(label, reference value)] of what the op reads
+    reference: list               # the op's tensor results on the reference
+    other: list                   # ... and on the other backend
+    diffs: list                   # LeafDiff per result
+    output_diffs: list            # LeafDiff per output of @main
+    runs: int                     # runs of the other backend it took
+    other_name: str = "other"
+    notes: list = field(default_factory=list)
+
+    @property
+    def source(self) -> str | None:
+        return source_line(self.op.location) if self.op else None
+
+    def __str__(self):
+        if self.op is None:
+            lines = [f"the outputs of @main differ on {self.other_name}, but every "
+                     "intermediate top-level result agrees with the reference"]
+        else:
+            op = self.op
+            lines = [f"first divergent op: {op.name} (top-level op #{op.index} of "
+                     f"{self.num_ops} in @main)",
+                     f"  source: {self.source or '(no Python location recorded)'}",
+                     f"  location: {op.location}",
+                     f"  op: {op.text}"]
+            if self.inputs:
+                lines.append(f"  inputs (the reference and {self.other_name} agree on these):")
+                for label, v in self.inputs:
+                    lines.append(f"    {label}: {_one_line(v)}")
+            for k, (r, o, d) in enumerate(zip(self.reference, self.other, self.diffs)):
+                lines.append(f"  result #{k} on the reference: {_one_line(r)}")
+                lines.append(f"  result #{k} on {self.other_name}: {_one_line(o)}")
+                lines.extend("    " + ln for ln in str(d).splitlines())
+        lines.extend(f"  note: {n}" for n in self.notes)
+        lines.append(f"  ({self.runs} run(s) of {self.other_name})")
+        return "\n".join(lines)
+
+
+class _Search:
+    def __init__(self, variants: ModuleVariants, args, run_other: Runner, tol: dict,
+                 other_name: str):
+        self.v = variants
+        self.args = [np.asarray(a) for a in args]
+        self.run_other = run_other
+        self.tol = tol
+        self.other_name = other_name
+        self.runs = 0
+        self.other_values: dict = {}
+        self.verdicts: dict = {}
+        every = [i for i in range(len(variants.ops)) if variants.returnable(i)]
+        outs = reference_runner(variants.variant(every), self.args)
+        self.ref_outputs, self.ref_values = variants.split(every, outs)
+
+    def fetch(self, indices):
+        need = [i for i in indices if i not in self.other_values]
+        if not need and indices:
+            return
+        outs = self.run_other(self.v.variant(need), self.args)
+        self.runs += 1
+        self.other_outputs, values = self.v.split(need, outs)
+        self.other_values.update(values)
+
+    def diffs(self, i):
+        return [compare_arrays(f"result #{k}", r, o, **self.tol) for k, (r, o) in
+                enumerate(zip(self.ref_values[i], self.other_values[i]))]
+
+    def diverges(self, i) -> bool:
+        if i not in self.verdicts:
+            self.fetch([i])
+            self.verdicts[i] = not all(d.ok for d in self.diffs(i))
+        return self.verdicts[i]
+
+    def producers(self, i):
+        return sorted({src[1] for src in self.v.ops[i].reads
+                       if src[0] == "op" and self.v.returnable(src[1])})
+
+
+def first_divergence(fn_or_module, *args, against="cpu", strategy: str = "bisect",
+                     rtol=None, atol=None, ulp=None) -> Divergence | None:
+    """Locates the first op whose result differs between the reference and
+    ``against``.
+
+    ``fn_or_module`` is a JAX function (lowered with ``jax.jit`` on ``args``)
+    or a module (MLIR text, bytecode or portable artifact) with ``args`` the
+    arrays @main takes. ``against`` is a JAX platform name, or a Runner
+    ``run(module_text, args) -> outputs`` for any other backend. Returns None
+    when the outputs agree (within the tolerances, see
+    stablehlo_interpreter.compare); otherwise a :class:`Divergence` whose
+    ``str()`` names the op, the Python line JAX recorded for it, its inputs
+    and both results.
+    """
+    if isinstance(fn_or_module, (str, bytes, bytearray, memoryview)):
+        module, flat_args = fn_or_module, list(args)
+    else:
+        from ._lowering import lower
+        module, flat_args = lower(fn_or_module, *args)
+    if isinstance(against, str):
+        other_name, run_other = against, jax_backend_runner(against)
+    else:
+        other_name, run_other = getattr(against, "__name__", "other"), against
+    if strategy not in ("bisect", "linear"):
+        raise ValueError(f"strategy must be 'bisect' or 'linear', not {strategy!r}")
+    variants = ModuleVariants(module)
+    if len(flat_args) != variants.num_args:
+        raise ValueError(f"@{variants.main_name} takes {variants.num_args} argument(s), "
+                         f"got {len(flat_args)}")
+    tol = {"rtol": rtol, "atol": atol, "ulp": ulp}
+    s = _Search(variants, flat_args, run_other, tol, other_name)
+    candidates = [i for i in range(len(variants.ops)) if variants.returnable(i)]
+
+    if strategy == "linear":
+        s.fetch(candidates)
+    else:
+        s.fetch([])
+    output_diffs = [compare_arrays(f"output #{k}", r, o, **tol)
+                    for k, (r, o) in enumerate(zip(s.ref_outputs, s.other_outputs))]
+    outputs_differ = not all(d.ok for d in output_diffs)
+
+    found = None
+    notes = []
+    if strategy == "linear":
+        found = next((i for i in candidates if s.diverges(i)), None)
+        if found is None and not outputs_differ:
+            return None
+    else:
+        if not outputs_differ:
+            return None
+        # Invariant: candidates[lo] agrees (or lo == -1: the arguments),
+        # candidates[hi] diverges (or hi == len: the outputs).
+        lo, hi = -1, len(candidates)
+        while True:
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if s.diverges(candidates[mid]):
+                    hi = mid
+                else:
+                    lo = mid
+            if hi == len(candidates):
+                break
+            op = candidates[hi]
+            producers = s.producers(op)
+            s.fetch(producers)
+            bad = [p for p in producers if s.diverges(p)]
+            if not bad:
+                found = op
+                break
+            # A value op reads diverged already although the op just before
+            # it agrees: the divergence did not propagate in between. Search
+            # again before the earliest diverging producer.
+            notes.append(f"{variants.ops[op].name} (op #{op}) reads diverged values; "
+                         "searched again before them")
+            lo, hi = -1, candidates.index(min(bad))
+
+    if found is None:
+        return Divergence(None, len(variants.ops), [], [], [], [], output_diffs, s.runs,
+                          other_name, notes)
+    op = variants.ops[found]
+    inputs = []
+    for src in op.reads:
+        if src[0] == "arg":
+            inputs.append((f"%arg{src[1]}", s.args[src[1]]))
+        else:
+            j, r = src[1], src[2]
+            cand = variants.ops[j]
+            if r in cand.result_numbers:
+                value = s.ref_values[j][cand.result_numbers.index(r)]
+                inputs.append((f"result #{r} of op #{j} ({cand.name})", value))
+    if strategy == "linear" and inputs:
+        notes.append("linear search: the earliest divergent op in program order")
+    return Divergence(op, len(variants.ops), inputs, s.ref_values[found],
+                      s.other_values[found], s.diffs(found), output_diffs, s.runs,
+                      other_name, notes)
