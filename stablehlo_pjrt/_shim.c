@@ -449,6 +449,12 @@ typedef struct {
 
 static Slot g_slots[MAX_SLOTS];
 static PyObject *g_trace_hook = NULL;
+/* Set by an atexit handler (api.py): from then on, threads that do not
+ * already hold the GIL (jaxlib's pool threads destroying objects) no longer
+ * wait for it.  A thread blocked in PyGILState_Ensure when finalization
+ * starts is killed with pthread_exit, which aborts the process when it
+ * unwinds through jaxlib's C++ frames. */
+static volatile int g_exiting = 0;
 
 static int python_gone(void) {
   if (!Py_IsInitialized()) return 1;
@@ -518,7 +524,7 @@ static PJRT_Error *dispatch(int slot, void *args) {
   PyGILState_STATE gstate;
   PyObject *ptype, *pvalue, *ptb, *arg, *res;
 
-  if (python_gone()) {
+  if (python_gone() || (g_exiting && !PyGILState_Check())) {
     /* Destroy-like calls at exit: leaking is the right thing to do. */
     if (s->quiet) return NULL;
     return error_new_cstr(CODE_UNAVAILABLE,
@@ -560,7 +566,7 @@ static PJRT_Error *dispatch(int slot, void *args) {
 static void trace_c_call(const char *name, void *obj) {
   PyGILState_STATE gstate;
   PyObject *ptype, *pvalue, *ptb, *res;
-  if (g_trace_hook == NULL || python_gone()) return;
+  if (g_trace_hook == NULL || python_gone() || (g_exiting && !PyGILState_Check())) return;
   gstate = PyGILState_Ensure();
   if (g_trace_hook != NULL) {
     PyErr_Fetch(&ptype, &pvalue, &ptb);
@@ -813,6 +819,12 @@ static PyObject *py_c_helpers(PyObject *self, PyObject *noargs) {
                        "noop_deleter", PyLong_FromVoidPtr((void *)noop_deleter));
 }
 
+static PyObject *py_begin_exit(PyObject *self, PyObject *noargs) {
+  (void)self; (void)noargs;
+  g_exiting = 1;
+  Py_RETURN_NONE;
+}
+
 static PyObject *py_call_slot(PyObject *self, PyObject *args) {
   /* Calls table slot `slot` through its C function pointer, as jaxlib would.
    * Used by tests to exercise the trampolines without JAX. */
@@ -890,6 +902,8 @@ static PyMethodDef kMethods[] = {
     {"event_state", py_event_state, METH_O, "event_state(ptr) -> (ready, code, message)"},
     {"memory_new", py_memory_new, METH_NOARGS, "Allocates a PJRT_Memory with its vtable."},
     {"set_trace_hook", py_set_trace_hook, METH_O, "Hook called as hook(name, ptr)."},
+    {"begin_exit", py_begin_exit, METH_NOARGS,
+     "Interpreter exit has begun: only GIL holders may still enter Python."},
     {"blob_new", py_blob_new, METH_O, "Copies bytes into C memory freed by blob_free."},
     {"blob_data", py_blob_data, METH_O, "Address of a blob's bytes."},
     {"c_helpers", py_c_helpers, METH_NOARGS, "Addresses of C deleters."},

@@ -13,6 +13,7 @@ ctypes mirror in _capi and raise `PjrtError` for failures.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import threading
 
@@ -1268,6 +1269,10 @@ def build_api() -> None:
             global _traced_installed
             _traced_installed = False
         _shim.mark_api_ready()
+        # At exit, stop pool threads (which do not hold the GIL) from waiting
+        # for it; JAX's own atexit cleanup runs on the main thread, which
+        # holds the GIL, and is still served (see _shim.c).
+        atexit.register(_shim.begin_exit)
 
 
 def capsule():
