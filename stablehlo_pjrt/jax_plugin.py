@@ -35,3 +35,9 @@ def initialize() -> None:
         # Only matters when the user did not name platforms explicitly: with
         # JAX_PLATFORMS=stablehlo_ref JAX always fails loudly.
         registration.fail_quietly = True
+    try:
+        # Lowerings for eigh/svd/eig/schur/... (JAX has only CPU/GPU rules).
+        from .lowerings import register_lowerings
+        register_lowerings(PLATFORM_NAME)
+    except Exception:  # noqa: BLE001 - must never break plugin initialization
+        logger.warning("stablehlo_ref: could not register linalg lowerings", exc_info=True)

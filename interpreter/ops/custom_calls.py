@@ -233,7 +233,25 @@ def eigh(op):
         a = a.astype(cdt)
         if a.size == 0:
             return [a.astype(out_v), np.zeros(a.shape[:-1], dtype=out_w)]
-        w, v = np.linalg.eigh(a, UPLO="L" if lower else "U")
+        uplo = "L" if lower else "U"
+        try:
+            w, v = np.linalg.eigh(a, UPLO=uplo)
+        except np.linalg.LinAlgError:
+            w, v = None, None
+        bad = ~np.all(np.isfinite(a), axis=(-2, -1))
+        if w is None or bad.any():
+            # Like JAX's CPU rule (syevd info != 0): NaN for the matrices that
+            # cannot be decomposed, the others as usual.
+            w = np.full(a.shape[:-1], np.nan)
+            v = np.full(a.shape, complex(np.nan, np.nan) if np.iscomplexobj(a) else np.nan,
+                        dtype=a.dtype)
+            for idx in np.ndindex(*a.shape[:-2]):
+                if bad[idx]:
+                    continue
+                try:
+                    w[idx], v[idx] = np.linalg.eigh(a[idx], UPLO=uplo)
+                except np.linalg.LinAlgError:
+                    pass
         return [v.astype(out_v), w.astype(out_w)]
     return run
 

@@ -1,0 +1,392 @@
+"""LAPACK-equivalent custom calls that stablehlo_pjrt/lowerings.py emits.
+
+JAX has no platform-independent lowering for several linear-algebra
+primitives (on CPU they call LAPACK through typed-FFI custom calls whose
+operands are column-major and which report an ``info`` status). For the
+``stablehlo_ref`` platform the plugin lowers them to the custom calls below
+instead. Their operands and results are plain row-major arrays with the
+primitive's own shapes (no ``info`` result: a batch element LAPACK cannot
+factor comes back as NaN, which is what JAX's CPU rules turn a nonzero
+``info`` into). Attributes arrive in ``mhlo.backend_config`` (a
+dictionary: custom-call API version 4).
+
+=================================  ==========================================
+custom call                        numpy / scipy routine (LAPACK driver)
+=================================  ==========================================
+``stablehlo_ref.svd``              ``scipy.linalg.svd`` (``gesdd``; ``gesvd``
+                                   when ``driver = "gesvd"``)
+``stablehlo_ref.eig``              ``scipy.linalg.eig`` / ``eigvals``
+                                   (``geev``)
+``stablehlo_ref.schur``            ``scipy.linalg.schur`` (``gees``, no
+                                   sorting; real Schur form for real input)
+``stablehlo_ref.hessenberg``       ``scipy.linalg.lapack.?gehrd``
+``stablehlo_ref.tridiagonal``      ``scipy.linalg.lapack.?sytrd`` / ``?hetrd``
+``stablehlo_ref.geqp3``            ``scipy.linalg.lapack.?geqp3`` (with
+                                   ``?geqrf`` + ``?ormqr``/``?unmqr`` for
+                                   columns that ``jpvt`` fixes in front)
+=================================  ==========================================
+
+(``eigh`` reuses the TPU rule's ``@Eigh`` custom call, implemented in
+custom_calls.py with ``numpy.linalg.eigh``.)
+
+As everywhere in this interpreter, the arithmetic runs in float64 /
+complex128 and rounds once to the result type; batch dimensions are the
+leading ones, one LAPACK call per matrix.
+"""
+
+import numpy as np
+
+from .. import dtypes
+from ..registry import Unsupported, custom_call
+from .linalg import compute_dtype
+
+
+def _config(op):
+    cfg = op.attrs.get("backend_config")
+    if cfg is None or cfg == "":
+        cfg = op.attrs.get("mhlo.backend_config")
+    if cfg is None or cfg == "":
+        return {}
+    if not isinstance(cfg, dict):
+        raise Unsupported(f"@{op.attrs.get('call_target_name')}: backend_config "
+                          f"must be a dictionary, got {cfg!r}")
+    return cfg
+
+
+def _check_float(op, t):
+    if not (dtypes.is_float(t.dtype) or dtypes.is_complex(t.dtype)):
+        raise Unsupported(f"@{op.attrs.get('call_target_name')} of {t.element_type}")
+
+
+def _lapack(name, a):
+    """scipy's LAPACK routine ``name`` for the dtype of ``a`` (d or z prefix)."""
+    from scipy.linalg import lapack
+    fn, = lapack.get_lapack_funcs((name,), (a,))
+    return fn
+
+
+def _nan_like(shape, dtype):
+    return np.full(shape, np.nan, dtype=dtype)
+
+
+def _results(outs, out_dtypes):
+    """The kernel's return value: one array, or a list for several results."""
+    res = [np.ascontiguousarray(o.astype(d)) for o, d in zip(outs, out_dtypes)]
+    return res[0] if len(res) == 1 else res
+
+
+def _each_matrix(batch, fn, outs):
+    """Call ``fn(idx) -> tuple`` for every batch index and store into ``outs``.
+
+    A matrix for which ``fn`` raises LinAlgError / ValueError (LAPACK's
+    ``info != 0``) or whose results are requested for a non-finite input gets
+    NaN results, like JAX's CPU lowering does.
+    """
+    for idx in np.ndindex(*batch):
+        try:
+            vals = fn(idx)
+        except (np.linalg.LinAlgError, ValueError):
+            vals = None
+        for k, out in enumerate(outs):
+            if vals is None or vals[k] is None:
+                if out.dtype.kind == "c":
+                    out[idx] = complex(np.nan, np.nan)
+                elif out.dtype.kind == "f":
+                    out[idx] = np.nan
+            else:
+                out[idx] = vals[k]
+
+
+# --------------------------------------------------------------------------
+# Singular value decomposition.
+
+
+@custom_call("stablehlo_ref.svd")
+def svd(op):
+    """@stablehlo_ref.svd (a) -> (s) or (s, u, vt).
+
+    backend_config: full_matrices, compute_uv (bool), driver ("gesdd" or
+    "gesvd"). Singular values descending (LAPACK); u is m x m (full) or
+    m x k, vt is n x n or k x n, k = min(m, n).
+    """
+    import scipy.linalg
+    t = op.operand_types[0]
+    _check_float(op, t)
+    cfg = _config(op)
+    full = bool(cfg.get("full_matrices", True))
+    compute_uv = bool(cfg.get("compute_uv", True))
+    driver = str(cfg.get("driver", "gesdd"))
+    if driver not in ("gesdd", "gesvd"):
+        raise Unsupported(f"@stablehlo_ref.svd driver {driver!r}")
+    if op.num_results != (3 if compute_uv else 1):
+        raise Unsupported("@stablehlo_ref.svd: result count does not match compute_uv")
+    out_dtypes = [r.dtype for r in op.result_types]
+    cdt = compute_dtype(t.dtype)
+
+    def run(a):
+        a = np.asarray(a).astype(cdt)
+        batch = a.shape[:-2]
+        m, n = a.shape[-2:]
+        k = min(m, n)
+        s = np.empty(batch + (k,), dtype=np.float64)
+        outs = [s]
+        if compute_uv:
+            outs.append(np.empty(batch + (m, m if full else k), dtype=cdt))
+            outs.append(np.empty(batch + (n if full else k, n), dtype=cdt))
+
+        def one(idx):
+            x = a[idx]
+            if not np.all(np.isfinite(x)):
+                return None
+            r = scipy.linalg.svd(x, full_matrices=full, compute_uv=compute_uv,
+                                 check_finite=False, lapack_driver=driver)
+            return (r,) if not compute_uv else (r[1], r[0], r[2])
+
+        _each_matrix(batch, one, outs)
+        return _results(outs, out_dtypes)
+    return run
+
+
+# --------------------------------------------------------------------------
+# Non-symmetric eigendecomposition.
+
+
+@custom_call("stablehlo_ref.eig")
+def eig(op):
+    """@stablehlo_ref.eig (a) -> (w[, vl][, vr]), all complex.
+
+    backend_config: compute_left, compute_right (bool). geev's eigenvalue
+    order; eigenvectors are columns with unit 2-norm and real largest
+    component; vl are left eigenvectors, vl[:, j]^H a = w[j] vl[:, j]^H.
+    """
+    import scipy.linalg
+    t = op.operand_types[0]
+    _check_float(op, t)
+    cfg = _config(op)
+    left = bool(cfg.get("compute_left", False))
+    right = bool(cfg.get("compute_right", False))
+    if op.num_results != 1 + left + right:
+        raise Unsupported("@stablehlo_ref.eig: result count does not match "
+                          "compute_left / compute_right")
+    out_dtypes = [r.dtype for r in op.result_types]
+    cdt = compute_dtype(t.dtype)
+
+    def run(a):
+        a = np.asarray(a).astype(cdt)
+        batch = a.shape[:-2]
+        n = a.shape[-1]
+        outs = [np.empty(batch + (n,), dtype=np.complex128)]
+        outs += [np.empty(batch + (n, n), dtype=np.complex128) for _ in range(left + right)]
+
+        def one(idx):
+            x = a[idx]
+            if not np.all(np.isfinite(x)):
+                return None
+            if not (left or right):
+                return (scipy.linalg.eigvals(x, check_finite=False),)
+            r = scipy.linalg.eig(x, left=left, right=right, check_finite=False)
+            return tuple(r)
+
+        _each_matrix(batch, one, outs)
+        return _results(outs, out_dtypes)
+    return run
+
+
+# --------------------------------------------------------------------------
+# Schur decomposition.
+
+
+@custom_call("stablehlo_ref.schur")
+def schur(op):
+    """@stablehlo_ref.schur (a) -> (t[, z]): a = z t z^H, gees without sorting.
+
+    backend_config: compute_schur_vectors (bool). Real input gives the real
+    (quasi-triangular, 2x2 blocks for complex pairs) Schur form.
+    """
+    import scipy.linalg
+    t = op.operand_types[0]
+    _check_float(op, t)
+    cfg = _config(op)
+    vectors = bool(cfg.get("compute_schur_vectors", True))
+    if op.num_results != 1 + vectors:
+        raise Unsupported("@stablehlo_ref.schur: result count does not match "
+                          "compute_schur_vectors")
+    out_dtypes = [r.dtype for r in op.result_types]
+    cdt = compute_dtype(t.dtype)
+    output = "complex" if dtypes.is_complex(t.dtype) else "real"
+
+    def run(a):
+        a = np.asarray(a).astype(cdt)
+        batch = a.shape[:-2]
+        outs = [np.empty(a.shape, dtype=cdt) for _ in range(1 + vectors)]
+
+        def one(idx):
+            x = a[idx]
+            if not np.all(np.isfinite(x)):
+                return None
+            if x.shape[-1] == 0:
+                return (x, x)
+            tt, z = scipy.linalg.schur(x, output=output, check_finite=False)
+            return (tt, z)
+
+        _each_matrix(batch, one, outs)
+        return _results(outs, out_dtypes)
+    return run
+
+
+# --------------------------------------------------------------------------
+# Hessenberg and tridiagonal reductions (LAPACK compact forms).
+
+
+@custom_call("stablehlo_ref.hessenberg")
+def hessenberg(op):
+    """@stablehlo_ref.hessenberg (a) -> (a', taus): gehrd with ilo=1, ihi=n.
+
+    a' holds the upper Hessenberg matrix on and above the first subdiagonal
+    and the Householder vectors (implicit leading 1) below it; taus has n-1
+    entries.
+    """
+    t = op.operand_types[0]
+    _check_float(op, t)
+    if op.num_results != 2:
+        raise Unsupported("@stablehlo_ref.hessenberg with other than 2 results")
+    out_dtypes = [r.dtype for r in op.result_types]
+    cdt = compute_dtype(t.dtype)
+
+    def run(a):
+        a = np.asarray(a).astype(cdt)
+        batch = a.shape[:-2]
+        n = a.shape[-1]
+        outs = [np.empty(a.shape, dtype=cdt), np.empty(batch + (max(n - 1, 0),), dtype=cdt)]
+
+        def one(idx):
+            x = a[idx]
+            if n <= 1:
+                return (x, np.zeros((max(n - 1, 0),), cdt))
+            ht, tau, info = _lapack("gehrd", x)(x, lo=0, hi=n - 1)
+            if info != 0:
+                return None
+            return (ht, tau)
+
+        _each_matrix(batch, one, outs)
+        return _results(outs, out_dtypes)
+    return run
+
+
+@custom_call("stablehlo_ref.tridiagonal")
+def tridiagonal(op):
+    """@stablehlo_ref.tridiagonal (a) -> (a', d, e, taus): sytrd / hetrd.
+
+    backend_config: lower (bool), the triangle of a that is read and
+    overwritten with the Householder vectors. d (n, real) is the diagonal,
+    e (n-1, real) the off-diagonal, taus (n-1) the reflector scalars.
+    """
+    t = op.operand_types[0]
+    _check_float(op, t)
+    if op.num_results != 4:
+        raise Unsupported("@stablehlo_ref.tridiagonal with other than 4 results")
+    lower = bool(_config(op).get("lower", True))
+    out_dtypes = [r.dtype for r in op.result_types]
+    cdt = compute_dtype(t.dtype)
+    name = "hetrd" if dtypes.is_complex(t.dtype) else "sytrd"
+
+    def run(a):
+        a = np.asarray(a).astype(cdt)
+        batch = a.shape[:-2]
+        n = a.shape[-1]
+        outs = [np.empty(a.shape, dtype=cdt), np.empty(batch + (n,), np.float64),
+                np.empty(batch + (n - 1,), np.float64), np.empty(batch + (n - 1,), cdt)]
+
+        def one(idx):
+            x = a[idx]
+            c, d, e, tau, info = _lapack(name, x)(x, lower=int(lower))
+            if info != 0:
+                return None
+            return (c, d, e, tau)
+
+        _each_matrix(batch, one, outs)
+        return _results(outs, out_dtypes)
+    return run
+
+
+# --------------------------------------------------------------------------
+# QR with column pivoting.
+
+
+def geqp3(a, jpvt):
+    """LAPACK ?geqp3 on one matrix: returns (qr, jpvt (1-based), tau).
+
+    Columns j with jpvt[j] != 0 on entry are swapped to the front (in LAPACK's
+    order) and factored without pivoting; the rest are pivoted by column norm.
+    """
+    m, n = a.shape
+    k = min(m, n)
+    a = np.array(a, copy=True)
+    jp = np.zeros(n, dtype=np.int64)
+    nf = 0
+    for j in range(n):   # dgeqp3's "move initial columns up front" loop
+        if jpvt[j] != 0:
+            if j != nf:
+                a[:, [j, nf]] = a[:, [nf, j]]
+                jp[j] = jp[nf]
+                jp[nf] = j + 1
+            else:
+                jp[j] = j + 1
+            nf += 1
+        else:
+            jp[j] = j + 1
+    tau = np.zeros(k, dtype=a.dtype)
+    if nf > 0 and m > 0:
+        na = min(m, nf)
+        qr, tf, _, info = _lapack("geqrf", a)(a[:, :nf])
+        if info != 0:
+            raise np.linalg.LinAlgError("geqrf failed")
+        a[:, :nf] = qr
+        tau[:na] = tf[:na]
+        if nf < n:
+            ormqr = _lapack("unmqr" if np.iscomplexobj(a) else "ormqr", a)
+            trans = "C" if np.iscomplexobj(a) else "T"
+            c, _, info = ormqr("L", trans, qr[:, :na], tf[:na], a[:, nf:], lwork=max(1, n - nf) * 64)
+            if info != 0:
+                raise np.linalg.LinAlgError("ormqr failed")
+            a[:, nf:] = c
+    if nf < k:
+        sub = a[nf:, nf:]
+        qr, jsub, ts, _, info = _lapack("geqp3", sub)(sub)
+        if info != 0:
+            raise np.linalg.LinAlgError("geqp3 failed")
+        order = np.asarray(jsub, dtype=np.int64) - 1
+        a[:nf, nf:] = a[:nf, nf:][:, order]
+        a[nf:, nf:] = qr
+        jp[nf:] = jp[nf:][order]
+        tau[nf:] = ts
+    return a, jp, tau
+
+
+@custom_call("stablehlo_ref.geqp3")
+def geqp3_call(op):
+    """@stablehlo_ref.geqp3 (a, jpvt) -> (a', jpvt', taus): QR with column pivoting.
+
+    jpvt is 1-based as in LAPACK (nonzero on entry: a column fixed in front);
+    a' holds R above and the Householder vectors below the diagonal.
+    """
+    t = op.operand_types[0]
+    _check_float(op, t)
+    if op.num_results != 3:
+        raise Unsupported("@stablehlo_ref.geqp3 with other than 3 results")
+    out_dtypes = [r.dtype for r in op.result_types]
+    cdt = compute_dtype(t.dtype)
+
+    def run(a, jpvt):
+        a = np.asarray(a).astype(cdt)
+        jpvt = np.asarray(jpvt)
+        batch = a.shape[:-2]
+        m, n = a.shape[-2:]
+        outs = [np.empty(a.shape, cdt), np.empty(batch + (n,), np.int64),
+                np.empty(batch + (min(m, n),), cdt)]
+        for idx in np.ndindex(*batch):
+            r = geqp3(a[idx], jpvt[idx])
+            for o, v in zip(outs, r):
+                o[idx] = v
+        return _results(outs, out_dtypes)
+    return run

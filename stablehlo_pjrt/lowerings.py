@@ -1,0 +1,326 @@
+"""JAX lowering rules for primitives that have none for the stablehlo_ref platform.
+
+JAX's linear-algebra primitives that call LAPACK on CPU (and cuSOLVER on GPU)
+have only platform-specific lowering rules, so tracing them for a PJRT
+plugin platform fails with "MLIR translation rule for primitive 'eigh' not
+found for platform stablehlo_ref" before any StableHLO exists.
+:func:`register_lowerings` (called from ``jax_plugin.initialize()``) registers
+a ``platform="stablehlo_ref"`` rule for each of them:
+
+* ``eigh`` -> ``@Eigh`` (the custom call of JAX's TPU Jacobi rule, config
+  "lower,sort_eigenvalues,100,1e-6") -> ``numpy.linalg.eigh`` (syevd/heevd:
+  eigenvalues ascending); ``subset_by_index=(lo, hi)`` is a
+  ``stablehlo.slice`` of the full result. ``implementation=QDWH`` uses JAX's
+  TPU rule itself (platform-independent JAX code ending in ``@Eigh``).
+* ``svd`` -> ``@stablehlo_ref.svd`` {full_matrices, compute_uv, driver} ->
+  ``scipy.linalg.svd`` with gesdd (algorithm DEFAULT / DIVIDE_AND_CONQUER) or
+  gesvd (QR); ``subset_by_index`` is a slice (singular values descending);
+  POLAR keeps JAX's platform-independent (TPU) rule.
+* ``eig`` -> ``@stablehlo_ref.eig`` {compute_left, compute_right} ->
+  ``scipy.linalg.eig`` / ``eigvals`` (geev: complex w, vl, vr; unit-norm
+  vectors with real largest component).
+* ``schur`` -> ``@stablehlo_ref.schur`` {compute_schur_vectors} ->
+  ``scipy.linalg.schur`` (gees, no sorting; real Schur form for real input).
+* ``hessenberg`` -> ``@stablehlo_ref.hessenberg`` ->
+  ``scipy.linalg.lapack.?gehrd`` (compact form + taus).
+* ``tridiagonal`` -> ``@stablehlo_ref.tridiagonal`` {lower} ->
+  ``scipy.linalg.lapack.?sytrd`` / ``?hetrd`` (compact form, d, e, taus).
+* ``geqp3`` -> ``@stablehlo_ref.geqp3`` -> ``scipy.linalg.lapack.?geqp3``
+  (plus ``?geqrf`` / ``?ormqr`` for columns that a nonzero ``jpvt`` fixes in
+  front, as LAPACK does); used by ``jax.scipy.linalg.qr(pivoting=True)``.
+
+The ``stablehlo_ref.*`` custom calls use API version 4 with their attributes
+in ``mhlo.backend_config`` (a dictionary).
+
+The kernels live in interpreter/ops/linalg_custom_calls.py (``@Eigh`` in
+interpreter/ops/custom_calls.py). The custom calls take and return row-major
+arrays with exactly the primitive's result shapes and types (unlike the CPU
+FFI targets: no column-major layouts, no ``info`` output; a matrix LAPACK
+cannot factor gives NaN results, as JAX's CPU rules produce from ``info``).
+
+Which rules are needed is computed, not listed: a primitive of
+``jax._src.lax.linalg`` is handled here only when JAX has neither a
+platform-independent rule nor one for this platform. Every other linalg
+primitive (cholesky, lu, qr, geqrf, householder_product, ormqr,
+triangular_solve, tridiagonal_solve, ...) keeps JAX's own platform-independent
+rule; ``svd`` has one too (the TPU QDWH/polar algorithm, a long StableHLO
+program whose results differ from LAPACK's), which is replaced here by the
+direct custom call, except for ``algorithm=SvdAlgorithm.POLAR`` which still
+uses it.
+
+Parameter combinations that XLA CPU rejects are rejected the same way, with
+an error naming them (``sort_eig_vals`` for schur, svd ``algorithm=JACOBI``,
+eig implementations other than LAPACK); symbolic (shape-polymorphic)
+dimensions are rejected too. A linalg primitive without a default rule that
+this module does not know (from a newer JAX) gets a rule raising
+NotImplementedError that names it. Outside linalg, ``debug_callback`` /
+``debug_print`` also lack a default rule: they need host callbacks, which
+the plugin does not offer, and are not handled here.
+"""
+
+from __future__ import annotations
+
+import logging
+
+PLATFORM_NAME = "stablehlo_ref"
+
+logger = logging.getLogger(__name__)
+
+# Primitive name -> rule factory; filled by @_rule.
+_RULES = {}
+
+
+def _rule(name):
+    def deco(fn):
+        _RULES[name] = fn
+        return fn
+    return deco
+
+
+# --------------------------------------------------------------------------
+# Helpers.
+
+
+def _custom_call(ctx, target, operands, avals_out, **attrs):
+    """stablehlo.custom_call @target, API version 4, attrs in backend_config.
+
+    Operands and results use the default (row-major) layout.
+    """
+    from jax._src import ffi
+    rule = ffi.ffi_lowering(target)
+    sub = ctx.replace(avals_out=list(avals_out))
+    op = rule(sub, *operands, **attrs)
+    return list(op) if not hasattr(op, "results") else list(op.results)
+
+
+def _slice_last(ctx, x, aval_in, aval_out, axis, lo, hi):
+    """x[..., lo:hi] along ``axis`` (negative, counted from the end)."""
+    from jax._src.interpreters import mlir
+    rank = len(aval_in.shape)
+    axis = axis + rank
+    start = [0] * rank
+    limit = list(aval_in.shape)
+    start[axis] = lo
+    limit[axis] = hi
+    return mlir.slice_op(ctx, x, aval_out, start_indices=start,
+                         limit_indices=limit, strides=[1] * rank)
+
+
+def _require_static(name, avals):
+    from jax._src import core
+    for a in avals:
+        if not core.is_constant_shape(a.shape):
+            raise NotImplementedError(
+                f"{name} on platform {PLATFORM_NAME}: shape-polymorphic "
+                f"(symbolic) dimensions are not supported, got {a.shape}")
+
+
+# --------------------------------------------------------------------------
+# Rules.
+
+
+@_rule("eigh")
+def _eigh_rule(ctx, operand, *, lower, sort_eigenvalues, subset_by_index,
+               algorithm):
+    from jax._src.core import ShapedArray
+    from jax._src.lax import linalg
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir.dialects import hlo
+
+    if algorithm == linalg.EighImplementation.QDWH:
+        from jax._src.tpu.linalg import eigh as tpu_eigh
+        return tpu_eigh._eigh_tpu_lowering(
+            ctx, operand, lower=lower, sort_eigenvalues=sort_eigenvalues,
+            subset_by_index=subset_by_index, algorithm=algorithm)
+    operand_aval, = ctx.avals_in
+    v_aval, w_aval = ctx.avals_out
+    _require_static("eigh", [operand_aval])
+    batch = operand_aval.shape[:-2]
+    n = operand_aval.shape[-1]
+    if n == 0:
+        w = hlo.real(mlir.reshape(ctx, operand, operand_aval.update(shape=batch + (0,))))
+        return [operand, w]
+    full_v = ShapedArray(batch + (n, n), operand_aval.dtype)
+    full_w = ShapedArray(batch + (n,), w_aval.dtype)
+    # The TPU rule's custom call (its Jacobi path), which the interpreter
+    # implements with LAPACK's syevd semantics: eigenvalues always ascending.
+    v, w = mlir.custom_call(
+        "Eigh",
+        result_types=[mlir.aval_to_ir_type(ctx.module_context, full_v),
+                      mlir.aval_to_ir_type(ctx.module_context, full_w)],
+        operands=[operand],
+        backend_config=f"{int(lower)},{int(sort_eigenvalues)},100,1e-6",
+        api_version=1,
+    ).results
+    if subset_by_index is not None and tuple(subset_by_index) != (0, n):
+        lo, hi = (int(i) for i in subset_by_index)
+        v = _slice_last(ctx, v, full_v, v_aval, -1, lo, hi)
+        w = _slice_last(ctx, w, full_w, w_aval, -1, lo, hi)
+    return [v, w]
+
+
+_DEFAULT_SVD_RULE = None
+
+
+@_rule("svd")
+def _svd_rule(ctx, operand, *, full_matrices, compute_uv, subset_by_index,
+              algorithm=None):
+    from jax._src.core import ShapedArray
+    from jax._src.lax import linalg
+    from jax._src.interpreters import mlir
+
+    operand_aval, = ctx.avals_in
+    _require_static("svd", [operand_aval])
+    batch = operand_aval.shape[:-2]
+    m, n = operand_aval.shape[-2:]
+    k = min(m, n)
+    if full_matrices is None:
+        full_matrices = True
+    if algorithm == linalg.SvdAlgorithm.POLAR and _DEFAULT_SVD_RULE is not None:
+        # JAX's platform-independent (TPU) polar-decomposition SVD.
+        return _DEFAULT_SVD_RULE(ctx, operand, full_matrices=full_matrices,
+                                 compute_uv=compute_uv,
+                                 subset_by_index=subset_by_index,
+                                 algorithm=algorithm)
+    if algorithm is None or algorithm in (linalg.SvdAlgorithm.DEFAULT,
+                                          linalg.SvdAlgorithm.DIVIDE_AND_CONQUER):
+        driver = "gesdd"
+    elif algorithm == linalg.SvdAlgorithm.QR:
+        driver = "gesvd"
+    else:
+        raise NotImplementedError(
+            f"svd with algorithm={algorithm} is not supported on platform "
+            f"{PLATFORM_NAME} (nor on XLA CPU); use DEFAULT, QR, "
+            "DIVIDE_AND_CONQUER or POLAR")
+    if m == 0 or n == 0:
+        return mlir.lower_fun(linalg._empty_svd, multiple_results=True)(
+            ctx, operand, full_matrices=full_matrices, compute_uv=compute_uv)
+
+    s_full = ShapedArray(batch + (k,), ctx.avals_out[0].dtype)
+    avals = [s_full]
+    if compute_uv:
+        avals += [ShapedArray(batch + (m, m if full_matrices else k), operand_aval.dtype),
+                  ShapedArray(batch + (n if full_matrices else k, n), operand_aval.dtype)]
+    outs = _custom_call(ctx, "stablehlo_ref.svd", [operand], avals,
+                        full_matrices=bool(full_matrices),
+                        compute_uv=bool(compute_uv), driver=driver)
+    if subset_by_index is not None and tuple(subset_by_index) != (0, k):
+        lo, hi = (int(i) for i in subset_by_index)
+        # Singular values are descending: the subset is s[lo:hi].
+        res = [_slice_last(ctx, outs[0], avals[0], ctx.avals_out[0], -1, lo, hi)]
+        if compute_uv:
+            res.append(_slice_last(ctx, outs[1], avals[1], ctx.avals_out[1], -1, lo, hi))
+            res.append(_slice_last(ctx, outs[2], avals[2], ctx.avals_out[2], -2, lo, hi))
+        outs = res
+    return outs
+
+
+@_rule("eig")
+def _eig_rule(ctx, operand, *, compute_left_eigenvectors,
+              compute_right_eigenvectors, enable_eigvec_derivs=False,
+              implementation=None):
+    from jax._src.lax import linalg
+    del enable_eigvec_derivs
+    if implementation and implementation != linalg.EigImplementation.LAPACK:
+        raise ValueError(
+            f"eig implementation {implementation} is not supported on platform "
+            f"{PLATFORM_NAME}; only the LAPACK implementation is (as on CPU).")
+    _require_static("eig", ctx.avals_in)
+    return _custom_call(ctx, "stablehlo_ref.eig", [operand], ctx.avals_out,
+                        compute_left=bool(compute_left_eigenvectors),
+                        compute_right=bool(compute_right_eigenvectors))
+
+
+@_rule("schur")
+def _schur_rule(ctx, operand, *, compute_schur_vectors, sort_eig_vals,
+                select_callable=None):
+    del select_callable
+    if sort_eig_vals:
+        raise NotImplementedError(
+            f"schur with sort_eig_vals=True is not supported on platform "
+            f"{PLATFORM_NAME} (nor on XLA CPU: LAPACK gees sorting is not "
+            "implemented).")
+    _require_static("schur", ctx.avals_in)
+    return _custom_call(ctx, "stablehlo_ref.schur", [operand], ctx.avals_out,
+                        compute_schur_vectors=bool(compute_schur_vectors))
+
+
+@_rule("hessenberg")
+def _hessenberg_rule(ctx, operand):
+    _require_static("hessenberg", ctx.avals_in)
+    return _custom_call(ctx, "stablehlo_ref.hessenberg", [operand], ctx.avals_out)
+
+
+@_rule("tridiagonal")
+def _tridiagonal_rule(ctx, operand, *, lower):
+    _require_static("tridiagonal", ctx.avals_in)
+    return _custom_call(ctx, "stablehlo_ref.tridiagonal", [operand], ctx.avals_out,
+                        lower=bool(lower))
+
+
+@_rule("geqp3")
+def _geqp3_rule(ctx, operand, jpvt, *, use_magma=None):
+    del use_magma  # a GPU-only choice
+    _require_static("geqp3", ctx.avals_in)
+    return _custom_call(ctx, "stablehlo_ref.geqp3", [operand, jpvt], ctx.avals_out)
+
+
+# --------------------------------------------------------------------------
+# Registration.
+
+
+def _missing_rule_error(prim_name):
+    def rule(ctx, *args, **params):
+        raise NotImplementedError(
+            f"primitive '{prim_name}' has no lowering for platform {PLATFORM_NAME}: "
+            "JAX only has platform-specific (LAPACK / cuSOLVER) rules for it and "
+            "stablehlo_pjrt does not implement it yet "
+            "(see stablehlo_pjrt/lowerings.py)")
+    return rule
+
+
+def primitives_without_lowering():
+    """The jax._src.lax.linalg primitives with no rule usable on an unknown platform."""
+    from jax._src import core
+    from jax._src.interpreters import mlir
+    from jax._src.lax import linalg
+    out = []
+    for value in vars(linalg).values():
+        if (isinstance(value, core.Primitive) and value not in mlir._lowerings
+                and value not in out):
+            out.append(value)
+    return out
+
+
+def register_lowerings(platform: str = PLATFORM_NAME) -> list[str]:
+    """Register the stablehlo_ref rules; returns the primitive names handled.
+
+    Each primitive is registered on its own: one that fails is logged and
+    skipped. A linalg primitive without a default rule that this module does
+    not know (a newer JAX) gets a rule raising a clear NotImplementedError.
+    """
+    global _DEFAULT_SVD_RULE
+    from jax._src.interpreters import mlir
+    from jax._src.lax import linalg
+
+    registered = []
+    specific = mlir._platform_specific_lowerings.get(platform, {})
+    targets = {p.name: p for p in primitives_without_lowering()}
+    # svd has a platform-independent rule (the TPU polar algorithm); a direct
+    # LAPACK-equivalent custom call is faster and matches XLA CPU.
+    targets["svd"] = linalg.svd_p
+    entry = mlir._lowerings.get(linalg.svd_p)
+    if entry is not None and _DEFAULT_SVD_RULE is None:
+        _DEFAULT_SVD_RULE = getattr(entry, "rule", None)
+    for name, prim in sorted(targets.items()):
+        if prim in specific:
+            continue  # someone (a newer JAX) already provides one
+        rule = _RULES.get(name) or _missing_rule_error(name)
+        try:
+            mlir.register_lowering(prim, rule, platform=platform)
+        except Exception:  # noqa: BLE001 - never break plugin initialization
+            logger.warning("%s: cannot register a lowering for primitive %r",
+                           platform, name, exc_info=True)
+            continue
+        registered.append(name)
+    return registered
