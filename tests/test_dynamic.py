@@ -18,7 +18,8 @@ import pytest
 import stablehlo_interpreter as shi
 from stablehlo_interpreter import dtypes
 
-SUITE = os.environ.get("STABLEHLO_SUITE", "/work/shared/stablehlo-suite")
+from conftest import SUITE  # noqa: E402  (../shared/stablehlo-suite)
+SUITE = str(SUITE)
 DYN = os.path.join(SUITE, "testdata", "dynamic")
 
 

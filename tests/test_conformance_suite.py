@@ -1,0 +1,46 @@
+"""The StableHLO conformance suites, end to end, through `python -m conformance`.
+
+Every case must pass except the ones listed in KNOWN_FAILURES, each with the
+reason it cannot pass (the closing notes of the interpreter issues prove each).
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, SUITE
+
+# testdata files whose expected values are only reachable by copying XLA's
+# float32 complex arithmetic step for step: their absolute tolerance (1e-3) is
+# below one float32 ULP at the magnitudes they check (1e4..3e5), and upstream
+# marks each `RUN-DISABLED(inaccurate)`.
+KNOWN_FAILURES = {
+    ("testdata", "cumprod_complex64_8_9.mlir"),
+    ("testdata", "pow_complex64_20_30_complex64_20_30.mlir"),
+    ("testdata", "sin_complex64_20_20.mlir"),
+}
+
+
+@pytest.mark.skipif(not SUITE.is_dir(), reason=f"no conformance suite at {SUITE}")
+def test_conformance_suites_pass(tmp_path):
+    out = tmp_path / "conformance.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "conformance", str(SUITE), "--json", str(out), "-j", "2"],
+        cwd=REPO, capture_output=True, text=True, timeout=1500)
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    cases = json.loads(out.read_text())
+    by_suite = {}
+    for c in cases:
+        by_suite.setdefault(c["suite"], []).append(c)
+    # Both suites were found and run in full.
+    assert len(by_suite.get("interpret", [])) > 500
+    assert len(by_suite.get("testdata", [])) > 2400
+    bad = [c for c in cases if c["status"] != "passed"
+           and (c["suite"], c["file"].replace("\\", "/")) not in KNOWN_FAILURES]
+    assert not bad, "\n".join(
+        f"{c['file']} {c['case']}: {c['status']}: {c['message'][:300]}" for c in bad)
+    # No conformance case may take more than 10 s.
+    slow = [c for c in cases if c["seconds"] > 10]
+    assert not slow, [(c["file"], c["case"], c["seconds"]) for c in slow]
