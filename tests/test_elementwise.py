@@ -553,6 +553,38 @@ def test_reduce_precision_special_values():
     assert out0.tolist() == [np.inf, 2.0, 2.0]   # 0 mantissa bits: NaN -> inf, ties to even
 
 
+@pytest.mark.parametrize("et", ["complex<f32>", "complex<f64>"])
+def test_divide_complex_special_values_annex_g(et):
+    # C99 Annex G (__divdc3), as std::complex and XLA CPU divide: a zero
+    # divisor gives infinities signed by copysign(inf, real(divisor)) * parts,
+    # finite / infinite gives signed zeros, infinite / finite infinities.
+    inf, nan = np.inf, np.nan
+    dt = np.complex64 if et == "complex<f32>" else np.complex128
+    cases = [  # (a, b, expected)
+        (complex(-2.5, -2.5), complex(-0.0, 0.0), complex(inf, inf)),
+        (complex(-2.5, -2.5), complex(0.0, 0.0), complex(-inf, -inf)),
+        (complex(0.0, 1.0), complex(-0.0, 0.0), complex(nan, -inf)),
+        (complex(1.0, 0.0), complex(0.0, 5.0), complex(0.0, -0.2)),
+        (complex(0.0, 0.0), complex(inf, inf), complex(0.0, 0.0)),
+        (complex(0.0, 1.0), complex(-inf, -inf), complex(-0.0, -0.0)),
+        (complex(inf, 0.0), complex(1.0, 0.0), complex(inf, nan)),
+        (complex(inf, inf), complex(1.0, 1.0), complex(inf, nan)),
+        (complex(inf, 1.0), complex(0.0, 2.0), complex(nan, -inf)),
+        (complex(nan, 1.0), complex(0.0, 0.0), complex(nan, inf)),
+        (complex(nan, nan), complex(0.0, 0.0), complex(nan, nan)),
+        (complex(3.0, 4.0), complex(1.0, 2.0), complex(2.2, -0.4)),
+    ]
+    a = np.array([c[0] for c in cases], dt)
+    b = np.array([c[1] for c in cases], dt)
+    out = run_op("divide", [a, b], [et, et], et)
+    for got, (x, y, want) in zip(out.tolist(), cases):
+        for g, w in ((got.real, want.real), (got.imag, want.imag)):
+            if np.isnan(w):
+                assert np.isnan(g), (x, y, got, want)
+            else:
+                assert g == pytest.approx(w, rel=1e-6) and np.signbit(g) == np.signbit(w), (x, y, got, want)
+
+
 # --------------------------------------------------------------------------
 # select, clamp, complex parts, map, shapes
 

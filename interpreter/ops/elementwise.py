@@ -338,11 +338,61 @@ def _int_remainder(info):
     return remainder
 
 
+def _complex_divide(a, b):
+    """Complex division; infinities, NaNs and zero divisors as C99 Annex G.
+
+    Finite operands with a nonzero divisor use numpy's division; the others
+    follow __divdc3 (compiler-rt/libgcc), which std::complex division (the
+    reference interpreter) and XLA CPU also implement: x/0 is an infinity
+    signed by the divisor's real part, finite/inf is a signed zero, inf/finite
+    an infinity.  numpy gives NaN or the wrong signs there.
+    """
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    with np.errstate(all="ignore"):
+        out = np.asarray(np.divide(a, b))
+        ar, ai, br, bi = a.real, a.imag, b.real, b.imag
+        special = ~(np.isfinite(ar) & np.isfinite(ai) & np.isfinite(br) & np.isfinite(bi)
+                    & ((br != 0) | (bi != 0)))
+        if not special.any():
+            return out
+        a_, b_, c_, d_ = ar[special], ai[special], br[special], bi[special]
+        logbw = np.fmax(np.abs(c_), np.abs(d_))
+        fin = np.isfinite(logbw) & (logbw != 0)
+        ilogbw = np.where(fin, np.frexp(np.where(fin, logbw, 1.0))[1] - 1, 0)
+        c = np.ldexp(c_, -ilogbw)
+        d = np.ldexp(d_, -ilogbw)
+        denom = c * c + d * d
+        x = np.ldexp((a_ * c + b_ * d) / denom, -ilogbw)
+        y = np.ldexp((b_ * c - a_ * d) / denom, -ilogbw)
+        both_nan = np.isnan(x) & np.isnan(y)
+        inf = np.inf
+        f1 = both_nan & (denom == 0) & (~np.isnan(a_) | ~np.isnan(b_))
+        s = np.copysign(inf, c)
+        x = np.where(f1, s * a_, x)
+        y = np.where(f1, s * b_, y)
+        f2 = both_nan & ~f1 & (np.isinf(a_) | np.isinf(b_)) & np.isfinite(c) & np.isfinite(d)
+        a2 = np.copysign(np.where(np.isinf(a_), 1.0, 0.0), a_)
+        b2 = np.copysign(np.where(np.isinf(b_), 1.0, 0.0), b_)
+        x = np.where(f2, inf * (a2 * c + b2 * d), x)
+        y = np.where(f2, inf * (b2 * c - a2 * d), y)
+        f3 = (both_nan & ~f1 & ~f2 & np.isinf(np.fmax(np.abs(c_), np.abs(d_)))
+              & np.isfinite(a_) & np.isfinite(b_))
+        c3 = np.copysign(np.where(np.isinf(c), 1.0, 0.0), c)
+        d3 = np.copysign(np.where(np.isinf(d), 1.0, 0.0), d)
+        x = np.where(f3, 0.0 * (a_ * c3 + b_ * d3), x)
+        y = np.where(f3, 0.0 * (b_ * c3 - a_ * d3), y)
+        res = np.empty(x.shape, out.dtype)
+        res.real, res.imag = x, y
+        out = out.copy() if out.ndim else out.reshape(())
+        out[special] = res
+    return out
+
+
 @kernel("stablehlo.divide")
 def divide(op):
     """spec: divide. Integers truncate toward zero; complex division in complex128."""
     return _binary_arith(op, int_fn=_int_divide, float_fn=np.divide,
-                         complex_fn=np.divide, complex_wide=True)
+                         complex_fn=_complex_divide, complex_wide=True)
 
 
 @kernel("stablehlo.remainder")
