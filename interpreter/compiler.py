@@ -85,7 +85,7 @@ class Block:
 
     __slots__ = ("name", "steps", "template", "arg_slots", "capture_values",
                  "capture_slots", "result_slots", "arg_types", "result_types",
-                 "nslots", "location")
+                 "nslots", "location", "_fast")
 
     def __init__(self, name):
         self.name = name
@@ -98,36 +98,75 @@ class Block:
         self.arg_types = []
         self.result_types = []
         self.location = ""
+        self._fast = None
+
+    def _fast_steps(self):
+        """The steps as ``(kind, fn, a, b, c, out, dead)`` for the plain loop:
+        kind 1-3 calls ``fn`` on 1-3 slots ``a, b, c`` (no list built), kind 0
+        on the slots in ``a``; kind 4 unpacks several results into ``out``."""
+        fast = []
+        for fn, ins, out, dead, _ in self.steps:
+            n = len(ins)
+            if out.__class__ is not int:
+                fast.append((4, fn, tuple(ins), None, None, tuple(out), dead))
+            elif 1 <= n <= 3:
+                a, b, c = (tuple(ins) + (None, None))[:3]
+                fast.append((n, fn, a, b, c, out, dead))
+            else:
+                fast.append((0, fn, tuple(ins), None, None, out, dead))
+        self._fast = fast
+        return fast
+
+    def _failed_step(self, fn, out):
+        for step in self.steps:
+            if step[0] is fn and step[2] == out:
+                return step
+        return None
 
     def run(self, ctx, captures, args):
         """Run the block; returns the list of its results."""
         env = self.template[:]
         env[0] = ctx
-        for slot, v in zip(self.capture_slots, captures):
-            env[slot] = v
+        if captures:
+            for slot, v in zip(self.capture_slots, captures):
+                env[slot] = v
         for slot, v in zip(self.arg_slots, args):
             env[slot] = v
         if ctx.tracer is not None or _DEBUG_VALIDATE:
             return self._run_observed(ctx, env)
-        step = None
+        fast = self._fast
+        if fast is None:
+            fast = self._fast_steps()
+        fn = out = None
         try:
-            for step in self.steps:
-                fn, ins, out, dead = step[0], step[1], step[2], step[3]
-                if out.__class__ is int:
-                    env[out] = fn(*[env[i] for i in ins])
+            # The hot loop: no per-step list for 1-3 operands, one branch per
+            # step; the failing step is found from `fn`/`out` on error.
+            for kind, fn, a, b, c, out, dead in fast:
+                if kind == 2:
+                    env[out] = fn(env[a], env[b])
+                elif kind == 1:
+                    env[out] = fn(env[a])
+                elif kind == 3:
+                    env[out] = fn(env[a], env[b], env[c])
+                elif kind == 0:
+                    env[out] = fn(*[env[i] for i in a])
                 else:
-                    res = fn(*[env[i] for i in ins])
+                    res = fn(*[env[i] for i in a])
                     for o, v in zip(out, res):
                         env[o] = v
-                for d in dead:
-                    env[d] = None
+                if dead:
+                    for d in dead:
+                        env[d] = None
         except InterpreterError:
             raise
         except RecursionError:
+            step = self._failed_step(fn, out)
+            if step is None:
+                raise ExecutionError("recursion too deep") from None
             raise ExecutionError(f"{step[4].where()}: recursion too deep",
                                  step[4].name, step[4].location) from None
         except Exception as e:
-            raise _wrap(e, step) from e
+            raise _wrap(e, self._failed_step(fn, out)) from e
         return [env[i] for i in self.result_slots]
 
     def _run_observed(self, ctx, env):
@@ -171,6 +210,7 @@ class Block:
         def region(*args):
             return self.run(ctx, captures, args)
         region.block = self
+        region.captures = captures
         return region
 
 
@@ -386,6 +426,16 @@ class _Compiler:
         def lookup(v):
             s = slots.get(v)
             if s is None:
+                # A constant of an enclosing scope (XLA hoists them out of
+                # comparators and reduce bodies) becomes a constant of this
+                # block: pattern matchers (sort keys, reduce ufuncs, batched
+                # bodies) then see it, and the owner passes fewer captures.
+                c = self._outer_constant(v)
+                if c is not None:
+                    s = new_slot()
+                    slots[v] = s
+                    constants[s] = c
+                    return s
                 # Defined outside this region: capture it.
                 s = new_slot()
                 slots[v] = s
@@ -424,6 +474,29 @@ class _Compiler:
             template[s] = v
         blk.template = template
         return blk
+
+    def _outer_constant(self, v):
+        """The value of ``v`` if an enclosing `stablehlo.constant` defines it
+        (plain, non-quantized tensor of the declared type), else None."""
+        cache = self.__dict__.setdefault("_outer_constants", {})
+        if v in cache:
+            return cache[v]
+        value = None
+        try:
+            owner = v.owner
+            name = getattr(owner, "name", None)
+            if name == "stablehlo.constant" and len(owner.regions) == 0:
+                t = from_mlir(v.type)
+                if isinstance(t, TensorType) and t.quant is None:
+                    a = _attrs.decode_attribute(owner, "value")
+                    if isinstance(a, np.ndarray) and a.dtype == t.dtype \
+                            and a.shape == tuple(t.shape):
+                        value = np.array(a, order="C", copy=True)
+                        value.flags.writeable = False
+        except Exception:
+            value = None
+        cache[v] = value
+        return value
 
     def _compile_op(self, o, lookup, new_slot, slots, constants):
         from jaxlib.mlir import ir

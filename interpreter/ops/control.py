@@ -30,11 +30,14 @@ def call(op):
     callee = op.attrs["callee"]
     if callee not in _function_names(op):
         raise TypeError(f"call to unknown function @{callee}")
-    wrap = _one_or_many(op)
+    if op.num_results == 1:
+        def run(ctx, regions, *args):
+            return ctx.program.functions[callee].block.run(ctx, (), args)[0]
+        return run
 
-    def run(ctx, regions, *args):
-        return wrap(ctx.program.functions[callee].block.run(ctx, (), args))
-    return run
+    def run_many(ctx, regions, *args):
+        return ctx.program.functions[callee].block.run(ctx, (), args)
+    return run_many
 
 
 def _function_names(op):
@@ -68,6 +71,15 @@ def while_(op):
     def run(ctx, regions, *operands):
         cond, body = regions
         vals = list(operands)
+        cb, bb = getattr(cond, "block", None), getattr(body, "block", None)
+        if cb is not None and bb is not None and hasattr(cond, "captures") \
+                and hasattr(body, "captures"):
+            # Bound blocks: run them directly (one call level less per
+            # iteration; this loop is the per-iteration overhead).
+            crun, brun, ccap, bcap = cb.run, bb.run, cond.captures, body.captures
+            while crun(ctx, ccap, vals)[0]:
+                vals = brun(ctx, bcap, vals)
+            return wrap(vals)
         while cond(*vals)[0]:
             vals = body(*vals)
         return wrap(vals)
