@@ -585,6 +585,21 @@ def test_divide_complex_special_values_annex_g(et):
                 assert g == pytest.approx(w, rel=1e-6) and np.signbit(g) == np.signbit(w), (x, y, got, want)
 
 
+
+def test_rsqrt_logistic_complex_infinities():
+    # 1/sqrt(z) and 1/(1+exp(-z)) divide with Annex G rules: 1/(inf+inf i)
+    # is 0 - 0i (XLA CPU and std::complex), not NaN.
+    inf = np.inf
+    z = np.array([complex(0, inf), complex(1.5, -inf), complex(-2, 0), complex(4, 0)], np.complex64)
+    r = run_op("rsqrt", [z], ["complex<f32>"], "complex<f32>")
+    assert r[0].real == 0 and r[0].imag == 0 and np.signbit(r[0].imag)
+    assert r[1].real == 0 and r[1].imag == 0 and not np.signbit(r[1].imag)
+    assert r[2] == pytest.approx(-0.70710677j) and r[3] == pytest.approx(0.5)
+    w = np.array([complex(-inf, 0), complex(inf, 0), complex(0, 0)], np.complex64)
+    lg = run_op("logistic", [w], ["complex<f32>"], "complex<f32>")
+    assert lg[0] == 0 and not np.isnan(lg[0].imag)
+    assert lg[1] == 1 and lg[2] == 0.5
+
 # --------------------------------------------------------------------------
 # select, clamp, complex parts, map, shapes
 

@@ -11,7 +11,8 @@ import numpy as np
 
 from ..registry import kernel
 from .elementwise import (C128, F64, as_result, exact_carrier, kind, operand_dtype,
-                          result_dtype, round_f64, unsupported_type, _via)
+                          result_dtype, round_f64, unsupported_type, _via,
+                          _complex_divide)
 
 
 def _transcendental(op, f64_fn, c128_fn=None):
@@ -101,10 +102,16 @@ def _logistic(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def _logistic_complex(z):
+    # Complex reciprocal with C99 Annex G infinities (numpy's gives NaN).
+    with np.errstate(all="ignore"):
+        return _complex_divide(np.ones_like(z), 1.0 + np.exp(-z))
+
+
 @kernel("stablehlo.logistic")
 def logistic(op):
     """spec: logistic. ``1 / (1 + exp(-x))``."""
-    return _transcendental(op, _logistic, _logistic)
+    return _transcendental(op, _logistic, _logistic_complex)
 
 
 @kernel("stablehlo.sine")
@@ -141,10 +148,17 @@ def _rsqrt(x):
     return 1.0 / np.sqrt(x)
 
 
+def _rsqrt_complex(z):
+    # 1 / sqrt(z) with C99 Annex G division: 1 / (inf + inf i) = 0 - 0i, as
+    # std::complex and XLA CPU (numpy's complex division gives NaN there).
+    with np.errstate(all="ignore"):
+        return _complex_divide(np.ones_like(z), np.sqrt(z))
+
+
 @kernel("stablehlo.rsqrt")
 def rsqrt(op):
     """spec: rsqrt. ``1 / sqrt(x)`` in float64 (complex128), rounded once."""
-    return _transcendental(op, _rsqrt, _rsqrt)
+    return _transcendental(op, _rsqrt, _rsqrt_complex)
 
 
 def _cbrt_complex(z):
