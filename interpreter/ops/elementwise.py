@@ -453,15 +453,35 @@ def power(op):
                          complex_wide=True)
 
 
+_UINT_OF_SIZE = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32),
+                 8: np.dtype(np.uint64)}
+
+
+def _fix_equal(r, a, b, combine):
+    """Where ``a == b`` set ``r``'s bits to ``combine(bits a, bits b)``.
+
+    Equal floats have equal bits except for signed zeros, so `and` of the
+    patterns gives max(-0, +0) = +0 and `or` gives min(-0, +0) = -0 --
+    one masked pass, and none when no elements are equal.
+    """
+    eq = a == b
+    if not eq.any():
+        return r
+    r = np.array(r, copy=None)  # 0-d results come back as numpy scalars
+    if not r.flags.writeable:
+        r = r.copy()
+    u = _UINT_OF_SIZE[r.dtype.itemsize]
+    combine(np.asarray(a).view(u), np.asarray(b).view(u), out=r.view(u), where=eq)
+    return r
+
+
 def _float_max(a, b):
     # IEEE-754 maximum: NaN propagates (np.maximum), and -0 < +0.
-    r = np.maximum(a, b)
-    return np.where(a == b, np.where(np.signbit(a), b, a), r)
+    return _fix_equal(np.maximum(a, b), a, b, np.bitwise_and)
 
 
 def _float_min(a, b):
-    r = np.minimum(a, b)
-    return np.where(a == b, np.where(np.signbit(a), a, b), r)
+    return _fix_equal(np.minimum(a, b), a, b, np.bitwise_or)
 
 
 def _complex_max(a, b):
@@ -600,12 +620,27 @@ def not_(op):
     return as_result(_int_unary(IntInfo(dt), np.invert), dt)
 
 
-def _shift_amount(info, b):
+def _shift_amount(info, b, a_shape=None):
     """Shift amounts as unsigned patterns (negative amounts are huge) and the
-    mask of amounts >= the bit width."""
+    mask of amounts >= the bit width.
+
+    An amount broadcast from one value (stride 0, e.g. a constant through
+    broadcast_in_dim; threefry is full of them) is reduced to that value
+    when the shifted operand has the full shape anyway."""
+    if b.ndim and b.shape == a_shape and b.size and not any(b.strides):
+        b = np.asarray(b[(0,) * b.ndim])
     ub = info.upat(info.to_car(b) if info.sub_byte else b)
     big = ub >= info.bits
+    if not big.any():
+        return ub, None
     return np.where(big, np.zeros_like(ub), ub), big
+
+
+def _zero_big(r, big):
+    """Results of amounts >= the bit width are 0."""
+    if big is None:
+        return r
+    return np.where(big, np.zeros_like(r), r)
 
 
 def _shift_builder(op, which):
@@ -616,28 +651,27 @@ def _shift_builder(op, which):
 
     if which == "left":
         def shift_left(a, b):
-            amt, big = _shift_amount(info, b)
+            amt, big = _shift_amount(info, b, a.shape)
             ua = info.upat(info.to_car(a))
-            r = np.left_shift(ua, amt.astype(ua.dtype))
-            r = np.where(big, np.zeros_like(r), r)
-            return info.from_car(r if info.sub_byte else r.astype(dt))
+            r = _zero_big(np.left_shift(ua, amt.astype(ua.dtype)), big)
+            return info.from_car(r if info.sub_byte else r.astype(dt, copy=False))
         return as_result(shift_left, dt)
     if which == "logical":
         def shift_right_logical(a, b):
-            amt, big = _shift_amount(info, b)
+            amt, big = _shift_amount(info, b, a.shape)
             ua = info.upat(info.to_car(a))
-            r = np.right_shift(ua, amt.astype(ua.dtype))
-            r = np.where(big, np.zeros_like(r), r)
-            return info.from_car(r if info.sub_byte else r.astype(dt))
+            r = _zero_big(np.right_shift(ua, amt.astype(ua.dtype)), big)
+            return info.from_car(r if info.sub_byte else r.astype(dt, copy=False))
         return as_result(shift_right_logical, dt)
 
     def shift_right_arithmetic(a, b):
-        amt, big = _shift_amount(info, b)
+        amt, big = _shift_amount(info, b, a.shape)
         sa = info.spat(info.to_car(a))
         r = np.right_shift(sa, amt.astype(sa.dtype))
-        fill = np.where(sa < 0, -np.ones_like(sa), np.zeros_like(sa))
-        r = np.where(big, fill, r)
-        return info.from_car(r if info.sub_byte else r.astype(dt))
+        if big is not None:
+            fill = np.where(sa < 0, -np.ones_like(sa), np.zeros_like(sa))
+            r = np.where(big, fill, r)
+        return info.from_car(r if info.sub_byte else r.astype(dt, copy=False))
     return as_result(shift_right_arithmetic, dt)
 
 
@@ -780,8 +814,26 @@ def select(op):
     def select(pred, on_true, on_false):
         if pred.ndim == 0 and on_true.shape == on_false.shape:
             return on_true if pred else on_false
+        if pred.size >= _BIT_SELECT_MIN and on_true.dtype == on_false.dtype \
+                and on_true.dtype.itemsize in _UINT_OF_SIZE and pred.dtype == BOOL:
+            return _bit_select(pred, on_true, on_false)
         return np.where(pred, on_true, on_false)
     return as_result(select, rt)
+
+
+# np.where branches per element (slow on unpredictable masks); from this size
+# on, select by bit masks: f ^ ((t ^ f) & -pred).
+_BIT_SELECT_MIN = 4096
+
+
+def _bit_select(pred, t, f):
+    u = _UINT_OF_SIZE[t.dtype.itemsize]
+    m = pred.astype(u)
+    np.negative(m, out=m)  # 0 / all ones
+    tb, fb = t.view(u), f.view(u)
+    r = np.bitwise_and(np.bitwise_xor(tb, fb), m)
+    np.bitwise_xor(r, fb, out=r)
+    return r.view(t.dtype)
 
 
 @kernel("stablehlo.clamp")
