@@ -202,19 +202,23 @@ class _ScatterPlan:
         idx = list(self.static)
         for k, d in enumerate(self.sd2od):
             idx[d] = idx[d] + starts[..., k].reshape(self.start_shape)
-        idx = [np.broadcast_to(i, self.update_shape).ravel() for i in idx]
-        ok = np.ones(self.size, dtype=bool)
-        for i, n in zip(idx, self.input_shape):
-            ok &= (i >= 0) & (i < n)
+        # Bounds and the row-major linear index on the un-broadcast index
+        # arrays (a start per update row, an offset per window element):
+        # one full-size array is built, for `lin`.
+        ok = True
+        lin = np.int64(0)
+        stride = 1
+        for i, n in zip(reversed(idx), reversed(self.input_shape)):
+            ok = ok & ((i >= 0) & (i < n))
+            lin = lin + i * np.int64(stride)
+            stride *= int(n)
+        lin = np.broadcast_to(lin, self.update_shape).reshape(-1)
+        ok = np.broadcast_to(ok, self.update_shape)
+        if ok.all():
+            # Every element in bounds: ``pos`` selects all of them (a view).
+            return lin.astype(np.int64, copy=False), slice(None)
         pos = np.flatnonzero(ok)
-        if pos.size == self.size:
-            lin = np.ravel_multi_index(idx, self.input_shape) if idx else \
-                np.zeros(self.size, dtype=np.int64)
-        else:
-            idx = [i[pos] for i in idx]
-            lin = np.ravel_multi_index(idx, self.input_shape) if idx else \
-                np.zeros(pos.size, dtype=np.int64)
-        return lin.astype(np.int64, copy=False), pos
+        return lin[pos].astype(np.int64, copy=False), pos
 
 
 def replaced_args(block):
