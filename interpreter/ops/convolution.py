@@ -55,7 +55,7 @@ def _finish(acc, result_dtype):
         acc = acc & ((1 << bits) - 1)
         if not dtypes.is_unsigned(result_dtype):
             acc = np.where(acc >= (1 << (bits - 1)), acc - (1 << bits), acc)
-    return acc.astype(result_dtype)
+    return acc.astype(result_dtype, copy=False)
 
 
 def make_convolution(attrs, result_dtype):
@@ -86,12 +86,16 @@ def make_convolution(attrs, result_dtype):
     rev_axes = tuple(2 + k for k in range(ns) if reversal[k])
 
     def conv(lhs, rhs, padding):
-        lhs = np.transpose(lhs, (ib, if_) + isp).astype(work, copy=False)
+        # Padding is applied in channels-last order (N, spatial..., C), the
+        # layout the im2col path reads from; `lhs` is the (N, C, spatial...)
+        # view of it.
+        lhs_cl = np.transpose(lhs, (ib,) + isp + (if_,)).astype(work, copy=False)
         rhs = np.transpose(rhs, (ko, ki) + ksp).astype(work, copy=False)
         pad = np.asarray(padding, dtype=np.int64).reshape(ns, 2) if padding is not None \
             else np.zeros((ns, 2), dtype=np.int64)
-        lhs = pad_spatial(lhs, pad[:, 0], pad[:, 1], [d - 1 for d in lhs_dil],
-                          range(2, ns + 2))
+        lhs_cl = pad_spatial(lhs_cl, pad[:, 0], pad[:, 1], [d - 1 for d in lhs_dil],
+                             range(1, ns + 1))
+        lhs = np.moveaxis(lhs_cl, -1, 1)
         if rev_axes:
             # Reversing every lhs window equals reversing the kernel.
             rhs = np.flip(rhs, rev_axes)
@@ -131,17 +135,23 @@ def make_convolution(attrs, result_dtype):
                         acc += x * w
                 acc = acc.reshape(B, G, Nb * nout, Og)
             elif Nb * nout * Cg * ksize <= _IM2COL_LIMIT or ksize == 1:
+                # Channels-last im2col: rows (Nb, out...), columns (K..., Cg),
+                # so the copy moves runs of Cg contiguous elements.
+                Lc = np.moveaxis(lhs_cl.reshape((B, Nb) + tuple(P) + (G, Cg)),
+                                 2 + ns, 1)  # (B, G, Nb, P..., Cg)
                 win = np.lib.stride_tricks.sliding_window_view(
-                    L, dwin, axis=tuple(range(4, 4 + ns)))
-                sel = (slice(None),) * 4 + tuple(slice(None, None, s) for s in strides) \
-                    + tuple(slice(None, None, d) for d in rhs_dil)
-                win = win[sel]  # (B, G, Nb, Cg, out..., K...)
-                # -> (B, G, Nb, out..., Cg, K...)
-                order = (0, 1, 2) + tuple(range(4, 4 + ns)) + (3,) + \
-                    tuple(range(4 + ns, 4 + 2 * ns))
+                    Lc, dwin, axis=tuple(range(3, 3 + ns)))
+                sel = (slice(None),) * 3 + tuple(slice(None, None, s) for s in strides) \
+                    + (slice(None),) + tuple(slice(None, None, d) for d in rhs_dil)
+                win = win[sel]  # (B, G, Nb, out..., Cg, K...)
+                # -> (B, G, Nb, out..., K..., Cg)
+                order = tuple(range(3 + ns)) + tuple(range(4 + ns, 4 + 2 * ns)) + (3 + ns,)
                 cols = np.ascontiguousarray(win.transpose(order)).reshape(
-                    B, G, Nb * nout, Cg * ksize)
-                Rm = R.reshape(B, G, Og, Cg * ksize).swapaxes(-1, -2)
+                    B, G, Nb * nout, ksize * Cg)
+                # kernel (B, G, Og, Cg, K...) -> (B, G, K..., Cg, Og)
+                korder = (0, 1) + tuple(range(4, 4 + ns)) + (3, 2)
+                Rm = np.ascontiguousarray(R.transpose(korder)).reshape(
+                    B, G, ksize * Cg, Og)
                 acc = np.matmul(cols, Rm)
             else:
                 acc = np.zeros((B, G, Nb * nout, Og), dtype=work)
