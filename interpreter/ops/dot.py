@@ -21,6 +21,8 @@ spec's reading of mixed-type dot_general). Then
 precision_config and algorithm are hints the spec lets implementations ignore.
 """
 
+from math import prod as _prod
+
 import numpy as np
 
 from .. import dtypes
@@ -66,10 +68,7 @@ def make_dot_general(lb, rb, lc, rc, lhs_rank, rhs_rank, out_dtype):
             raise ValueError(f"contracting dims differ: lhs {ls} rhs {rs}")
         lfs = tuple(ls[d] for d in lf)
         rfs = tuple(rs[d] for d in rf)
-        B = int(np.prod(bshape, dtype=np.int64))
-        K = int(np.prod(cshape, dtype=np.int64))
-        M = int(np.prod(lfs, dtype=np.int64))
-        N = int(np.prod(rfs, dtype=np.int64))
+        B, K, M, N = _prod(bshape), _prod(cshape), _prod(lfs), _prod(rfs)
         a = lhs if l_ident else np.transpose(lhs, lperm)
         b = rhs if r_ident else np.transpose(rhs, rperm)
         # Convert to the result type first (exact when types agree).
