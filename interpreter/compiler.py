@@ -448,7 +448,8 @@ class _Compiler:
         for idx, op in enumerate(ops):
             o = op.operation
             if idx == len(ops) - 1 and o.name in ("func.return", "stablehlo.return",
-                                                  "stablehlo.return_", "chlo.return"):
+                                                  "stablehlo.return_", "chlo.return",
+                                                  "sdy.return"):
                 blk.result_slots = tuple(lookup(v) for v in o.operands)
                 for s in blk.result_slots:
                     last_use[s] = len(steps)  # never freed before the end

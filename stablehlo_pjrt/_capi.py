@@ -705,6 +705,28 @@ API_FUNCTIONS = [
 ]
 
 
+# The shardings extension (pjrt_c_api_shardings_extension.h, version 1):
+# parameter/output shardings of an executable as serialized xla.OpSharding.
+EXTENSION_TYPE_SHARDINGS = 19
+SHARDINGS_EXTENSION_FUNCTIONS = [
+    "PJRT_Shardings_PJRT_Executable_ParameterShardings",
+    "PJRT_Shardings_PJRT_Executable_OutputShardings",
+]
+Shardings_ParameterShardings_Args = _args(
+    "PJRT_Shardings_PJRT_Executable_ParameterShardings_Args", [
+        ("executable", P), ("num_parameters", SIZE), ("shardings", P),
+        ("sharding_sizes", P)])
+Shardings_OutputShardings_Args = _args(
+    "PJRT_Shardings_PJRT_Executable_OutputShardings_Args", [
+        ("executable", P), ("num_outputs", SIZE), ("shardings", P),
+        ("sharding_sizes", P)])
+
+
+class PJRT_Shardings_Extension(Structure):
+    _fields_ = [("base", PJRT_Extension_Base)] + [
+        (name, P) for name in SHARDINGS_EXTENSION_FUNCTIONS]
+
+
 class PJRT_Api(Structure):
     _fields_ = ([("struct_size", SIZE), ("extension_start", P),
                  ("pjrt_api_version", PJRT_Api_Version)]

@@ -724,6 +724,20 @@ def Executable_OptimizedProgram(ptr):
     program.code_size = len(meta.code)
 
 
+@handler
+def Shardings_PJRT_Executable_ParameterShardings(ptr):
+    a = C.Shardings_ParameterShardings_Args.from_address(ptr)
+    meta = _executable(a.executable)
+    a.num_parameters, a.shardings, a.sharding_sizes = meta.shardings_addresses("in")
+
+
+@handler
+def Shardings_PJRT_Executable_OutputShardings(ptr):
+    a = C.Shardings_OutputShardings_Args.from_address(ptr)
+    meta = _executable(a.executable)
+    a.num_outputs, a.shardings, a.sharding_sizes = meta.shardings_addresses("out")
+
+
 def _blob(data: bytes) -> tuple[int, int]:
     """Copies `data` into C memory freed by the `blob_free` deleter; returns
     (blob, data address)."""
@@ -1223,7 +1237,7 @@ def set_tracing(on: bool) -> None:
     global _traced_installed
     if not _built or _traced_installed == on:
         return
-    for index, name in enumerate(C.API_FUNCTIONS):
+    for index, name in enumerate(C.API_FUNCTIONS + C.SHARDINGS_EXTENSION_FUNCTIONS):
         if name in _C_HELPERS["c_functions"]:
             continue
         fn = _HANDLERS.get(name)
@@ -1251,7 +1265,7 @@ def build_api() -> None:
         api = C.PJRT_Api.from_address(address)
         ctypes.memset(address, 0, ctypes.sizeof(C.PJRT_Api))
         api.struct_size = C.struct_size(C.PJRT_Api)
-        api.extension_start = None
+        api.extension_start = _build_extensions()
         api.pjrt_api_version.struct_size = C.struct_size(C.PJRT_Api_Version)
         api.pjrt_api_version.extension_start = None
         api.pjrt_api_version.major_version = C.API_MAJOR
@@ -1273,6 +1287,25 @@ def build_api() -> None:
         # for it; JAX's own atexit cleanup runs on the main thread, which
         # holds the GIL, and is still served (see _shim.c).
         atexit.register(_shim.begin_exit)
+
+
+_extensions = []  # keeps the extension structs alive (they live as long as the API)
+
+
+def _build_extensions() -> int:
+    """The chain of PJRT extensions the plugin offers; returns its head."""
+    ext = C.PJRT_Shardings_Extension()
+    ext.base.struct_size = C.struct_size(C.PJRT_Shardings_Extension)
+    ext.base.type = C.EXTENSION_TYPE_SHARDINGS
+    ext.base.next = None
+    first = len(C.API_FUNCTIONS)
+    if first + len(C.SHARDINGS_EXTENSION_FUNCTIONS) > _shim.MAX_SLOTS:
+        raise RuntimeError("the shim has too few trampolines for the extensions")
+    for k, name in enumerate(C.SHARDINGS_EXTENSION_FUNCTIONS):
+        setattr(ext, name, _shim.set_slot(first + k, name, _HANDLERS.get(name),
+                                          _is_quiet(name)))
+    _extensions.append(ext)
+    return ctypes.addressof(ext)
 
 
 def capsule():

@@ -154,8 +154,12 @@ class ExecutableMeta:
     """Everything about a compiled program that does not depend on devices."""
 
     def __init__(self, program, code: bytes, code_format: str,
-                 options: CompileOptions, name: str | None = None):
+                 options: CompileOptions, name: str | None = None, spmd=None):
         self.program = program
+        # An SPMD program (sharded jit): the global program with its argument
+        # and result shardings (stablehlo_interpreter.spmd.SpmdPlan).
+        self.spmd = spmd
+        self._shardings_c = {}
         self.code = code
         self.format = code_format
         self.options = options
@@ -170,6 +174,9 @@ class ExecutableMeta:
         for i, t in enumerate(self.output_types):
             bt, shape = _describe_output(t, i)
             self.output_buffer_types.append(bt)
+            if spmd is not None and bt != BufferType.TOKEN:
+                # Like XLA's partitioned executables: per-device shapes.
+                shape = tuple(spmd.out_shard_shapes[i])
             self.output_shapes.append(shape)
         self.num_outputs = len(self.output_types)
         self.output_dtypes = [None if bt == BufferType.TOKEN else dtype_of(bt)
@@ -216,6 +223,23 @@ class ExecutableMeta:
 
     def memory_kinds_addresses(self) -> tuple[int, int]:
         return self._kind_ptrs[1], self._kind_sizes[0].ctypes.data
+
+    def shardings_addresses(self, which: str) -> tuple[int, int, int]:
+        """(count, shardings, sharding_sizes) for the PJRT shardings
+        extension: serialized xla.OpSharding protos of the parameters
+        (``which="in"``) or outputs (``"out"``); (n, 0, 0) when the program
+        is not partitioned (no shardings to report)."""
+        count = len(self.input_types) if which == "in" else self.num_outputs
+        if self.spmd is None:
+            return count, 0, 0
+        cached = self._shardings_c.get(which)
+        if cached is None:
+            protos = [CString(b) for b in self.spmd.op_shardings(which)]
+            ptrs = pointer_array(c.address for c in protos)
+            sizes = np.array([c.size for c in protos] or [0], dtype=np.uint64)
+            cached = self._shardings_c[which] = (protos, ptrs, sizes)
+        protos, ptrs, sizes = cached
+        return count, ptrs[1], sizes.ctypes.data
 
     def serialize(self) -> bytes:
         fmt = self.format.encode()
@@ -296,13 +320,13 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
             f"program format {code_format!r} is not supported by stablehlo_ref "
             "(only 'mlir': StableHLO bytecode, portable artifact or text)")
     import stablehlo_interpreter as shi
-    # Say "multi-device" before listing ops: multi-device programs also use
-    # sharding ops the single-device interpreter never sees otherwise.
-    if options.num_partitions > 1 and options.use_spmd_partitioning:
+    spmd = options.num_partitions > 1 and options.use_spmd_partitioning
+    if spmd and options.num_replicas > 1:
         raise unimplemented(
             f"the program is SPMD-partitioned over {options.num_partitions} partitions "
-            "(jit with shardings, shard_map or pmap across devices); stablehlo_ref "
-            "does not partition global-view programs yet, run it on one device")
+            f"and has {options.num_replicas} replicas; stablehlo_ref runs sharded "
+            "programs with one replica only (pmap of a sharded computation is not "
+            "supported)")
     _check_parallel_support(options.num_replicas, options.num_partitions, shi.Program)
     try:
         program = shi.compile(code)
@@ -313,7 +337,14 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
         raise invalid_argument(f"stablehlo_ref could not load the program: {e}") from None
     except shi.InterpreterError as e:
         raise invalid_argument(f"stablehlo_ref could not compile the program: {e}") from None
-    meta = ExecutableMeta(program, code, code_format, options)
+    plan = None
+    if spmd:
+        from stablehlo_interpreter.spmd import ShardingError, SpmdPlan
+        try:
+            plan = SpmdPlan(program, options.num_partitions)
+        except ShardingError as e:
+            raise unimplemented(f"stablehlo_ref cannot run this sharded program: {e}") from None
+    meta = ExecutableMeta(program, code, code_format, options, spmd=plan)
     _check_parallel_support(meta.num_replicas, meta.num_partitions, program)
     return meta
 
@@ -406,7 +437,11 @@ class LoadedExecutable:
                 f"{self} spans {len(self.devices)} devices; launching it on a single "
                 "device is not supported by stablehlo_ref")
         try:
-            if len(devices) == 1:
+            if meta.spmd is not None:
+                # A global-view sharded program: shards in, one global run,
+                # shards out (in partition order = self.devices order).
+                results = meta.spmd.run(inputs)
+            elif len(devices) == 1:
                 results = [meta.program.run(*inputs[0])]
             else:
                 # One interpreter process per (replica, partition), in the

@@ -1,8 +1,8 @@
 """Shardy (`sdy`) and XLA sharding annotations JAX leaves in its modules.
 
 On a single process they carry no computation: the spec's semantics of the
-program is that of the annotated values. Multi-device SPMD programs are split
-per device by the runner, not here.
+program is that of the annotated values. Sharded (SPMD) entry functions are
+split per device by spmd.SpmdPlan; manual computations run per device here.
 """
 
 from ..registry import Unsupported, custom_call, kernel
@@ -31,17 +31,20 @@ def named_computation(op):
 
 @kernel("sdy.manual_computation", special=True)
 def manual_computation(op):
-    """sdy.manual_computation on a single device: the body sees whole values.
+    """sdy.manual_computation (shard_map): the body runs once per device of
+    the mesh on a process grid of its own, on the operands' shards over the
+    manual axes; its collectives meet on that grid; the results are put
+    back together per out_shardings (see spmd.ManualComputation). With one
+    device the body sees whole values."""
+    from ..spmd import ManualComputation, ShardingError
+    try:
+        plan = ManualComputation(op)
+    except ShardingError as e:
+        raise Unsupported(str(e)) from None
 
-    With one device every manual axis has size 1, so the local shard is the
-    global value. Larger meshes need the SPMD runner.
-    """
     def run(ctx, regions, *operands):
-        if ctx.grid is not None and getattr(ctx.grid, "num_processes", 1) > 1:
-            raise NotImplementedError(
-                "sdy.manual_computation over several devices is not supported yet")
-        res = regions[0](*operands)
-        return res[0] if op.num_results == 1 else res
+        res = plan.run(ctx, regions[0], operands)
+        return res[0] if op.num_results == 1 else tuple(res)
     return run
 
 

@@ -1,0 +1,909 @@
+"""Shardy (`sdy`) shardings: what a global-view SPMD program means per device.
+
+JAX sends sharded programs unpartitioned: every value has its global shape
+and ``sdy.sharding`` attributes (on arguments, results, constraints) say how
+devices hold it. XLA's SPMD partitioner would split such a program into
+per-device programs; this interpreter computes whole arrays instead, which
+gives the same per-device values:
+
+* a sharded ``jit``: assemble each global argument from the devices' shards
+  (:meth:`Sharding.assemble`), run the program once, and cut every global
+  result into the devices' shards (:meth:`Sharding.split`) -- see
+  :class:`SpmdPlan`;
+* ``sdy.manual_computation`` (``shard_map``): cut the operands over the
+  manual axes, run the body once per device on a process grid of its own
+  (collectives in the body meet there), and put the results back together
+  -- see :func:`run_manual_computation`.
+
+Terms (sdy): a mesh has named axes with sizes and a list of device ids
+(logical ids: partition ids of the program; iota when not given). A
+sharding names a mesh and, per dimension, the axes (major to minor) that
+split it; axes it does not name replicate the value. ``"x":(k)m`` is the
+sub-axis of size ``m`` of ``x`` whose coordinate is ``(x // k) % m``.
+"""
+
+import re
+import threading
+
+import numpy as np
+
+from .errors import ExecutionError, InterpreterError
+
+
+class ShardingError(InterpreterError):
+    """A sharding this interpreter cannot apply (named in the message)."""
+
+
+# ----------------------------------------------------------------------
+# Meshes and shardings
+
+
+class Mesh:
+    """An sdy mesh: ``axes`` as ``[(name, size)]`` and the device id at each
+    position of the row-major mesh."""
+
+    def __init__(self, axes, device_ids=None, name=None):
+        self.name = name
+        self.axes = [(str(n), int(s)) for n, s in axes]
+        self.sizes = {n: s for n, s in self.axes}
+        size = 1
+        for _, s in self.axes:
+            size *= s
+        if device_ids is None:
+            device_ids = list(range(size))
+        self.device_ids = [int(d) for d in device_ids]
+        if not self.axes:
+            # A maximal mesh (`<[], device_ids=[k]>`): one device holds the value.
+            if len(self.device_ids) != 1:
+                raise ShardingError(f"mesh {self} without axes must name one device")
+        elif len(self.device_ids) != size:
+            raise ShardingError(f"mesh {self}: {len(self.device_ids)} device ids for "
+                                f"{size} positions")
+        if len(set(self.device_ids)) != len(self.device_ids):
+            raise ShardingError(f"mesh {self} repeats a device id")
+        self._coords = {}
+        for pos, dev in enumerate(self.device_ids):
+            c = {}
+            for n, s in reversed(self.axes):
+                c[n] = pos % s
+                pos //= s
+            self._coords[dev] = c
+
+    @property
+    def num_devices(self):
+        return len(self.device_ids)
+
+    @property
+    def maximal(self):
+        return not self.axes
+
+    def coords(self, device):
+        """``{axis: coordinate}`` of logical device ``device`` in this mesh."""
+        try:
+            return self._coords[device]
+        except KeyError:
+            raise ShardingError(f"device {device} is not in mesh {self}") from None
+
+    def __repr__(self):
+        axes = ", ".join(f'"{n}"={s}' for n, s in self.axes)
+        ids = "" if self.device_ids == list(range(len(self.device_ids))) else \
+            f", device_ids={self.device_ids}"
+        return f"{'@' + self.name if self.name else 'mesh'}<[{axes}]{ids}>"
+
+
+class AxisRef:
+    """An axis or a sub-axis ``"x":(pre)size`` of a mesh."""
+
+    __slots__ = ("name", "pre", "size")
+
+    def __init__(self, name, pre=1, size=None):
+        self.name = name
+        self.pre = pre
+        self.size = size
+
+    def resolve(self, mesh):
+        if self.name not in mesh.sizes:
+            raise ShardingError(f"axis \"{self.name}\" is not in mesh {mesh}")
+        full = mesh.sizes[self.name]
+        if self.size is None:
+            self.size = full // self.pre
+        if self.pre * self.size > full or full % (self.pre * self.size):
+            raise ShardingError(f"sub-axis \"{self.name}\":({self.pre}){self.size} does "
+                                f"not fit axis size {full}")
+        return self
+
+    def coord(self, coords):
+        return (coords[self.name] // self.pre) % self.size
+
+    def __repr__(self):
+        if self.pre == 1 and self.size is None:
+            return f'"{self.name}"'
+        return f'"{self.name}":({self.pre}){self.size}'
+
+
+class Sharding:
+    """How devices of ``mesh`` hold a value: ``dims[d]`` lists the axes that
+    split dimension ``d`` (major first)."""
+
+    def __init__(self, mesh, dims, replicated=(), unreduced=(), text=None):
+        self.mesh = mesh
+        self.dims = [[a.resolve(mesh) for a in axes] for axes in dims]
+        self.replicated = list(replicated)
+        self.unreduced = [a.resolve(mesh) for a in unreduced]
+        self.text = text
+
+    @classmethod
+    def replicated_on(cls, mesh, ndim):
+        return cls(mesh, [[] for _ in range(ndim)])
+
+    def __repr__(self):
+        return self.text or f"<{self.mesh!r}, {self.dims}>"
+
+    @property
+    def is_replicated(self):
+        return self.mesh.maximal or not any(self.dims)
+
+    def check(self, shape, what):
+        """Raise unless this sharding applies to values of ``shape``."""
+        if self.unreduced:
+            raise ShardingError(
+                f"{what}: sharding {self} has unreduced axes "
+                f"{self.unreduced}; partial (unreduced) values are not supported "
+                "by stablehlo_ref")
+        if self.mesh.maximal:
+            return
+        if len(self.dims) != len(shape):
+            raise ShardingError(f"{what}: sharding {self} has {len(self.dims)} "
+                                f"dimension(s), the value has shape {list(shape)}")
+        for d, (n, count) in enumerate(zip(shape, self.counts())):
+            if n % count:
+                raise ShardingError(
+                    f"{what}: dimension {d} of size {n} is not divisible into "
+                    f"{count} shards ({self}); uneven shardings are not supported "
+                    "by stablehlo_ref")
+
+    def counts(self, axes_filter=None):
+        """Number of shards along each dimension."""
+        out = []
+        for axes in self.dims:
+            c = 1
+            for a in axes:
+                if axes_filter is None or a.name in axes_filter:
+                    c *= a.size
+            out.append(c)
+        return out
+
+    def shard_index(self, device, axes_filter=None):
+        """The tile coordinates of ``device``: its shard index per dimension."""
+        coords = self.mesh.coords(device)
+        idx = []
+        for axes in self.dims:
+            i = 0
+            for a in axes:
+                if axes_filter is None or a.name in axes_filter:
+                    i = i * a.size + a.coord(coords)
+            idx.append(i)
+        return idx
+
+    def shard_shape(self, shape, axes_filter=None):
+        if self.mesh.maximal:
+            return tuple(shape)
+        return tuple(n // c for n, c in zip(shape, self.counts(axes_filter)))
+
+    def slices(self, shape, device, axes_filter=None):
+        if self.mesh.maximal:
+            return tuple(slice(None) for _ in shape)
+        counts = self.counts(axes_filter)
+        idx = self.shard_index(device, axes_filter)
+        out = []
+        for n, c, i in zip(shape, counts, idx):
+            step = n // c
+            out.append(slice(i * step, (i + 1) * step))
+        return tuple(out)
+
+    def split(self, value, devices, axes_filter=None):
+        """The shard of ``value`` each device of ``devices`` holds."""
+        value = np.asarray(value)
+        if self.is_replicated and axes_filter is None:
+            return [value for _ in devices]
+        return [value[self.slices(value.shape, d, axes_filter)] for d in devices]
+
+    def assemble(self, shards, devices, shape, dtype, axes_filter=None):
+        """The global value from ``shards[i]`` held by ``devices[i]`` (one
+        device per distinct shard is read: replicas are assumed equal)."""
+        if self.mesh.maximal:
+            return np.asarray(shards[0])
+        out = np.empty(shape, dtype=dtype)
+        seen = set()
+        want = self.shard_shape(shape, axes_filter)
+        for dev, shard in zip(devices, shards):
+            key = tuple(self.shard_index(dev, axes_filter))
+            if key in seen:
+                continue
+            seen.add(key)
+            shard = np.asarray(shard)
+            if shard.shape != want:
+                raise ShardingError(f"the shard of device {dev} has shape "
+                                    f"{list(shard.shape)}, sharding {self} of a "
+                                    f"{list(shape)} value needs {list(want)}")
+            out[self.slices(shape, dev, axes_filter)] = shard
+        total = 1
+        for c in self.counts(axes_filter):
+            total *= c
+        if len(seen) != total:
+            raise ShardingError(f"devices {list(devices)} hold {len(seen)} of the "
+                                f"{total} shards of sharding {self}")
+        return out
+
+    # --------------------------------------------------------------
+    # xla.OpSharding (what PJRT reports as parameter/output shardings)
+
+    def op_sharding(self, ndim, devices):
+        """A serialized ``xla.OpSharding`` proto equivalent to this sharding,
+        with ``devices`` (the logical ids of the program) as tile devices."""
+        if self.mesh.maximal or not any(self.dims):
+            return encode_op_sharding(REPLICATED)
+        counts = self.counts()
+        tiles = 1
+        for c in counts:
+            tiles *= c
+        devices = list(devices)
+        if len(devices) % tiles:
+            raise ShardingError(f"{len(devices)} devices cannot hold the {tiles} "
+                                f"tiles of {self}")
+        rep = len(devices) // tiles
+        shape = counts + ([rep] if rep > 1 else [])
+        grid = np.full(shape, -1, dtype=np.int64)
+        used = {a.name for axes in self.dims for a in axes}
+        for dev in devices:
+            idx = self.shard_index(dev)
+            if rep > 1:
+                coords = self.mesh.coords(dev)
+                r = 0
+                for n, s in self.mesh.axes:
+                    if n not in used:
+                        r = r * s + coords[n]
+                    else:
+                        # a partially used axis (sub-axes): the remaining part
+                        # replicates too
+                        parts = [a for axes in self.dims for a in axes if a.name == n]
+                        covered = 1
+                        for a in parts:
+                            covered *= a.size
+                        if covered != s:
+                            raise ShardingError(f"sharding {self} uses part of axis "
+                                                f"\"{n}\"; not supported as a PJRT sharding")
+                idx = idx + [r]
+            if grid[tuple(idx)] != -1:
+                raise ShardingError(f"sharding {self}: devices {grid[tuple(idx)]} and "
+                                    f"{dev} hold the same tile")
+            grid[tuple(idx)] = dev
+        return encode_op_sharding(OTHER, dims=shape, devices=grid.ravel().tolist(),
+                                  replicate_last=rep > 1)
+
+
+REPLICATED, MAXIMAL, TUPLE, OTHER, MANUAL = 0, 1, 2, 3, 4
+
+
+def _varint(v):
+    v &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def encode_op_sharding(kind, dims=(), devices=(), replicate_last=False):
+    """``xla.OpSharding{type=1, tile_assignment_dimensions=3 (packed),
+    tile_assignment_devices=4 (packed), replicate_on_last_tile_dim=6}``."""
+    out = bytearray()
+    if kind:
+        out += b"\x08" + _varint(kind)
+    if dims:
+        packed = b"".join(_varint(d) for d in dims)
+        out += b"\x1a" + _varint(len(packed)) + packed
+    if devices:
+        packed = b"".join(_varint(d) for d in devices)
+        out += b"\x22" + _varint(len(packed)) + packed
+    if replicate_last:
+        out += b"\x30\x01"
+    return bytes(out)
+
+
+# ----------------------------------------------------------------------
+# Parsing the textual attributes
+
+
+_AXIS_RE = re.compile(r'"((?:[^"\\]|\\.)*)"(?::\((\d+)\)(\d+))?')
+
+
+def _matching(text, start, open_ch, close_ch):
+    """Index of the bracket closing the one at ``text[start]``."""
+    depth = 0
+    in_str = False
+    i = start
+    while i < len(text):
+        ch = text[i]
+        if in_str:
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch == open_ch:
+            depth += 1
+        elif ch == close_ch:
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise ShardingError(f"unbalanced {open_ch}{close_ch} in {text!r}")
+
+
+def _split_top(text, sep=","):
+    """Split ``text`` at top-level separators (outside brackets/strings)."""
+    parts, depth, in_str, cur = [], 0, False, []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if in_str:
+            cur.append(ch)
+            if ch == "\\" and i + 1 < len(text):
+                cur.append(text[i + 1])
+                i += 1
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+            cur.append(ch)
+        elif ch in "<[{(":
+            depth += 1
+            cur.append(ch)
+        elif ch in ">]})":
+            depth -= 1
+            cur.append(ch)
+        elif ch == sep and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+        i += 1
+    tail = "".join(cur).strip()
+    if tail:
+        parts.append(tail)
+    return parts
+
+
+def _text(attr):
+    s = str(attr).strip()
+    if len(s) >= 2 and s[0] == s[-1] == "'":
+        s = s[1:-1]
+    return s
+
+
+def parse_mesh(text, name=None):
+    """``#sdy.mesh<["x"=2, "y"=2], device_ids=[...]>`` or ``mesh<...>`` / ``<...>``."""
+    s = _text(text)
+    for prefix in ("#sdy.mesh", "mesh"):
+        if s.startswith(prefix):
+            s = s[len(prefix):]
+            break
+    s = s.strip()
+    if not (s.startswith("<") and s.endswith(">")):
+        raise ShardingError(f"cannot parse mesh {text!r}")
+    body = s[1:-1].strip()
+    parts = _split_top(body)
+    if not parts or not parts[0].startswith("["):
+        raise ShardingError(f"cannot parse mesh {text!r}")
+    axes = [(m.group(1), int(v)) for m, v in
+            ((_AXIS_RE.match(p.strip()), p.split("=")[-1]) for p in
+             _split_top(parts[0][1:-1])) if m]
+    device_ids = None
+    for p in parts[1:]:
+        if p.startswith("device_ids"):
+            ids = p.split("=", 1)[1].strip()
+            device_ids = [int(x) for x in ids.strip("[]").split(",") if x.strip()]
+        else:
+            raise ShardingError(f"mesh {text!r}: unsupported part {p!r}")
+    return Mesh(axes, device_ids, name)
+
+
+def _parse_axes(text):
+    """``{"x", "y":(1)2, ?}`` -> ([AxisRef], open)."""
+    s = text.strip()
+    # priorities (`}p1`) carry no meaning for the values
+    s = re.sub(r"\}p\d+$", "}", s)
+    if not (s.startswith("{") and s.endswith("}")):
+        raise ShardingError(f"cannot parse dimension sharding {text!r}")
+    refs = []
+    for p in _split_top(s[1:-1]):
+        if p == "?":
+            continue
+        m = _AXIS_RE.fullmatch(p)
+        if not m:
+            raise ShardingError(f"cannot parse axis {p!r} in {text!r}")
+        if m.group(2):
+            refs.append(AxisRef(m.group(1), int(m.group(2)), int(m.group(3))))
+        else:
+            refs.append(AxisRef(m.group(1)))
+    return refs
+
+
+def parse_sharding(text, meshes):
+    """``#sdy.sharding<@mesh, [{"x"}, {}], replicated={"y"}>`` (or the bare
+    ``<@mesh, ...>`` of a per-value list) -> :class:`Sharding`."""
+    s = _text(text)
+    if s.startswith("#sdy.sharding"):
+        s = s[len("#sdy.sharding"):]
+    s = s.strip()
+    if not (s.startswith("<") and s.endswith(">")):
+        raise ShardingError(f"cannot parse sharding {text!r}")
+    parts = _split_top(s[1:-1])
+    if len(parts) < 2:
+        raise ShardingError(f"cannot parse sharding {text!r}")
+    mref = parts[0]
+    if mref.startswith("@"):
+        mname = mref[1:].strip('"')
+        mesh = meshes.get(mname)
+        if mesh is None:
+            raise ShardingError(f"sharding {s} names mesh @{mname}, which the module "
+                                f"does not define (has: {sorted(meshes)})")
+    else:
+        mesh = parse_mesh(mref)
+    dims_text = parts[1]
+    if not (dims_text.startswith("[") and dims_text.endswith("]")):
+        raise ShardingError(f"cannot parse sharding {text!r}")
+    dims = [_parse_axes(d) for d in _split_top(dims_text[1:-1])]
+    replicated, unreduced = [], []
+    for p in parts[2:]:
+        key, _, val = p.partition("=")
+        key = key.strip()
+        if key == "replicated":
+            replicated = _parse_axes(val)
+        elif key == "unreduced":
+            unreduced = _parse_axes(val)
+        else:
+            raise ShardingError(f"sharding {s}: unsupported part {p!r}")
+    return Sharding(mesh, dims, [a.name for a in replicated], unreduced, text=s)
+
+
+def parse_sharding_per_value(text, meshes):
+    s = _text(text)
+    if s.startswith("#sdy.sharding_per_value"):
+        s = s[len("#sdy.sharding_per_value"):]
+    s = s.strip()
+    if not (s.startswith("<[") and s.endswith("]>")):
+        raise ShardingError(f"cannot parse per-value shardings {text!r}")
+    return [parse_sharding(p, meshes) for p in _split_top(s[2:-2])]
+
+
+def parse_manual_axes(text):
+    s = _text(text)
+    m = re.search(r"manual_axes\s*(\{.*\})", s)
+    if not m:
+        raise ShardingError(f"cannot parse manual axes {text!r}")
+    return [a.name for a in _parse_axes(m.group(1))]
+
+
+def module_meshes(mlir_module):
+    """``{name: Mesh}`` of the module's ``sdy.mesh`` ops (MLIR lock held)."""
+    from . import attrs as _attrs
+    meshes = {}
+    for op in mlir_module.body.operations:
+        o = op.operation
+        if o.name != "sdy.mesh":
+            continue
+        name = _text(_attrs.decode_attribute(o, "sym_name"))
+        meshes[name] = parse_mesh(_attrs.decode_attribute(o, "mesh"), name)
+    return meshes
+
+
+def compiler_meshes(compiler):
+    """Meshes of the module a ``_Compiler`` is compiling, parsed once."""
+    meshes = getattr(compiler, "_sdy_meshes", None)
+    if meshes is None:
+        meshes = compiler._sdy_meshes = module_meshes(compiler.module.mlir)
+    return meshes
+
+
+# ----------------------------------------------------------------------
+# Sharded jit: a global program run for every partition
+
+
+class SpmdPlan:
+    """Arguments/results shardings of an SPMD program's entry function.
+
+    ``num_partitions`` devices (logical ids ``0..n-1``) run the program;
+    values without ``sdy.sharding`` are replicated.
+    """
+
+    def __init__(self, program, num_partitions, func=None):
+        self.program = program
+        self.num_partitions = int(num_partitions)
+        self.devices = list(range(self.num_partitions))
+        module = program._module
+        from .loader import MLIR_LOCK
+        f = program.function(func)
+        self.func = f.name
+        with MLIR_LOCK, module.context:
+            self.meshes = module_meshes(module.mlir)
+            returned = _propagate(module.mlir, f.name, self.meshes)
+        default_mesh = Mesh([("_all", self.num_partitions)])
+        self.in_shardings = [self._sharding(attrs, t, default_mesh, f"argument #{i}")
+                             for i, (attrs, t) in enumerate(zip(f.arg_attrs, f.input_types))]
+        self.out_shardings = [self._sharding(attrs, t, default_mesh, f"result #{i}",
+                                             returned[i] if i < len(returned) else None)
+                              for i, (attrs, t) in enumerate(zip(f.result_attrs,
+                                                                  f.output_types))]
+        self.in_shapes = [_shape(t) for t in f.input_types]
+        self.out_shapes = [_shape(t) for t in f.output_types]
+        self.out_shard_shapes = [None if s is None else sh.shard_shape(s)
+                                 for sh, s in zip(self.out_shardings, self.out_shapes)]
+
+    def _sharding(self, attrs, t, default_mesh, what, propagated=None):
+        shape = _shape(t)
+        text = (attrs or {}).get("sdy.sharding")
+        if text is None and propagated is not None and shape is not None:
+            # The program leaves this result's sharding to the compiler (XLA
+            # would propagate one): any choice is correct; take the sharding
+            # the value has by simple forward propagation.
+            try:
+                propagated.check(shape, what)
+                return propagated
+            except ShardingError:
+                pass
+        if text is None and (attrs or {}).get("mhlo.sharding") not in (None, "{replicated}"):
+            raise ShardingError(f"{what} of @{self.program.main}: mhlo.sharding "
+                                f"{attrs['mhlo.sharding']!r} is not supported by "
+                                "stablehlo_ref (only sdy shardings)")
+        if shape is None:  # tokens
+            return Sharding.replicated_on(default_mesh, 0)
+        if text is None:
+            return Sharding.replicated_on(default_mesh, len(shape))
+        sh = parse_sharding(text, self.meshes)
+        sh.check(shape, f"{what} of @{self.func}")
+        if not sh.mesh.maximal:
+            for d in sh.mesh.device_ids:
+                if not 0 <= d < self.num_partitions:
+                    raise ShardingError(f"{what}: mesh {sh.mesh} names device {d}, the "
+                                        f"program has {self.num_partitions} partitions")
+        return sh
+
+    def op_shardings(self, which):
+        shardings = self.in_shardings if which == "in" else self.out_shardings
+        shapes = self.in_shapes if which == "in" else self.out_shapes
+        out = []
+        for sh, shape in zip(shardings, shapes):
+            out.append(sh.op_sharding(0 if shape is None else len(shape), self.devices))
+        return out
+
+    def run(self, args_per_partition):
+        """Per-partition argument lists -> per-partition result lists."""
+        if len(args_per_partition) != self.num_partitions:
+            raise ExecutionError(f"got {len(args_per_partition)} argument lists for "
+                                 f"{self.num_partitions} partitions")
+        program = self.program
+        f = program.function(self.func)
+        globals_ = []
+        for i, (sh, shape, t) in enumerate(zip(self.in_shardings, self.in_shapes,
+                                               f.input_types)):
+            shards = [args[i] for args in args_per_partition]
+            if shape is None or sh.is_replicated:
+                globals_.append(shards[0])
+            else:
+                globals_.append(sh.assemble(shards, self.devices, shape, t.dtype))
+        results = program.run(*globals_, func=self.func)
+        per_device = [[None] * len(results) for _ in self.devices]
+        for j, (value, sh, shape) in enumerate(zip(results, self.out_shardings,
+                                                   self.out_shapes)):
+            if shape is None:
+                parts = [value] * len(self.devices)
+            else:
+                parts = sh.split(value, self.devices)
+            for p, part in enumerate(parts):
+                per_device[p][j] = part
+        return per_device
+
+
+_ELEMENTWISE_SKIP = {"stablehlo.reverse", "stablehlo.pad", "stablehlo.slice",
+                     "stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice",
+                     "stablehlo.concatenate", "stablehlo.sort", "stablehlo.iota"}
+
+
+def _propagate(mlir_module, func_name, meshes):
+    """Shardings of the values ``func_name`` returns, by a simple forward
+    pass over its top-level ops (arguments, sharding constraints, manual
+    computations, shape-preserving elementwise ops, transpose, reduce,
+    broadcast_in_dim, dot_general); None where nothing is known.
+
+    Only the choice of result layouts for results the program leaves
+    unspecified depends on this: values never do."""
+    from . import attrs as _attrs
+    func = None
+    for op in mlir_module.body.operations:
+        o = op.operation
+        if o.name == "func.func" and _text(_attrs.decode_attribute(o, "sym_name")) == func_name:
+            func = o
+            break
+    if func is None or not func.regions or not func.regions[0].blocks:
+        return []
+    block = func.regions[0].blocks[0]
+    known = {}
+    arg_attrs = _attrs.decode_attribute(func, "arg_attrs") if "arg_attrs" in func.attributes \
+        else []
+    for i, arg in enumerate(block.arguments):
+        text = (arg_attrs[i] or {}).get("sdy.sharding") if i < len(arg_attrs) and \
+            isinstance(arg_attrs[i], dict) else None
+        if text is not None:
+            try:
+                known[arg] = parse_sharding(text, meshes)
+            except ShardingError:
+                pass
+
+    def get(v):
+        try:
+            return known.get(v)
+        except TypeError:
+            return None
+
+    def shape_of(v):
+        try:
+            return tuple(v.type.shape)
+        except Exception:  # noqa: BLE001 - tokens, tuples
+            return None
+
+    def remap(sh, dims_map, ndim):
+        """Result sharding with result dim r taking operand dim dims_map[r]."""
+        dims = [[] for _ in range(ndim)]
+        used = set()
+        for r, d in enumerate(dims_map):
+            if d is None or d >= len(sh.dims):
+                continue
+            axes = [a for a in sh.dims[d] if a.name not in used]
+            if len(axes) != len(sh.dims[d]):
+                continue
+            dims[r] = axes
+            used.update(a.name for a in axes)
+        out = Sharding.__new__(Sharding)
+        out.mesh, out.dims, out.replicated, out.unreduced, out.text = \
+            sh.mesh, dims, [], [], None
+        return out
+
+    for op in block.operations:
+        o = op.operation
+        name = o.name
+        try:
+            results = list(o.results)
+            if name in ("func.return", "stablehlo.return"):
+                return [get(v) for v in o.operands]
+            if not results:
+                continue
+            if name in ("sdy.sharding_constraint", "sdy.reshard"):
+                known[results[0]] = parse_sharding(str(o.attributes["sharding"]), meshes)
+            elif name == "sdy.manual_computation":
+                for v, sh in zip(results, parse_sharding_per_value(
+                        str(o.attributes["out_shardings"]), meshes)):
+                    known[v] = sh
+            elif name == "stablehlo.transpose":
+                sh = get(o.operands[0])
+                if sh is not None:
+                    perm = list(_attrs.decode_attribute(o, "permutation"))
+                    known[results[0]] = remap(sh, perm, len(perm))
+            elif name == "stablehlo.reduce":
+                n = len(results)
+                sh = get(o.operands[0])
+                if sh is not None:
+                    red = set(int(d) for d in _attrs.decode_attribute(o, "dimensions"))
+                    keep = [d for d in range(len(sh.dims)) if d not in red]
+                    for v in results:
+                        known[v] = remap(sh, keep, len(keep))
+                del n
+            elif name == "stablehlo.broadcast_in_dim":
+                sh = get(o.operands[0])
+                rshape = shape_of(results[0])
+                ishape = shape_of(o.operands[0])
+                if sh is not None and rshape is not None and ishape is not None:
+                    bdims = [int(d) for d in _attrs.decode_attribute(o, "broadcast_dimensions")]
+                    m = [None] * len(rshape)
+                    for i, r in enumerate(bdims):
+                        if ishape[i] == rshape[r]:
+                            m[r] = i
+                    known[results[0]] = remap(sh, m, len(rshape))
+            elif name == "stablehlo.dot_general":
+                dn = str(o.attributes["dot_dimension_numbers"])
+
+                def nums(key):
+                    mm = re.search(key + r"\s*=\s*\[([^\]]*)\]", dn)
+                    return [int(x) for x in mm.group(1).split(",") if x.strip()] if mm else []
+                lb, rb = nums("lhs_batching_dimensions"), nums("rhs_batching_dimensions")
+                lc, rc = nums("lhs_contracting_dimensions"), nums("rhs_contracting_dimensions")
+                lhs, rhs = o.operands[0], o.operands[1]
+                ls, rs = get(lhs), get(rhs)
+                lsh, rsh = shape_of(lhs), shape_of(rhs)
+                if (ls is not None or rs is not None) and lsh is not None and rsh is not None:
+                    lf = [d for d in range(len(lsh)) if d not in lb and d not in lc]
+                    rf = [d for d in range(len(rsh)) if d not in rb and d not in rc]
+                    base = ls if ls is not None else rs
+                    dims = []
+                    used = set()
+
+                    def take(sh, d):
+                        if sh is None or sh.mesh.axes != base.mesh.axes:
+                            return []
+                        axes = sh.dims[d]
+                        if any(a.name in used for a in axes):
+                            return []
+                        used.update(a.name for a in axes)
+                        return axes
+                    for d in lb:
+                        dims.append(take(ls, d))
+                    for d in lf:
+                        dims.append(take(ls, d))
+                    for d in rf:
+                        dims.append(take(rs, d))
+                    out = Sharding.__new__(Sharding)
+                    out.mesh, out.dims, out.replicated, out.unreduced, out.text = \
+                        base.mesh, dims, [], [], None
+                    known[results[0]] = out
+            elif name not in _ELEMENTWISE_SKIP and not len(o.regions) and len(results) == 1:
+                rshape = shape_of(results[0])
+                if rshape is not None and o.operands and all(
+                        shape_of(v) == rshape for v in o.operands):
+                    for v in o.operands:
+                        sh = get(v)
+                        if sh is not None:
+                            known[results[0]] = sh
+                            break
+        except Exception:  # noqa: BLE001 - propagation is a best effort
+            continue
+    return []
+
+
+def _shape(t):
+    shape = getattr(t, "shape", None)
+    if shape is None:
+        return None
+    if any(d is None for d in shape):
+        raise ShardingError(f"dynamic shape {t!r} in a sharded program is not supported")
+    return tuple(int(d) for d in shape)
+
+
+# ----------------------------------------------------------------------
+# shard_map: sdy.manual_computation on a process grid
+
+
+class ManualComputation:
+    """Compile-time view of one ``sdy.manual_computation``."""
+
+    def __init__(self, op):
+        meshes = compiler_meshes(op.module)
+        self.where = op.where()
+        self.in_shardings = parse_sharding_per_value(op.attrs["in_shardings"], meshes)
+        self.out_shardings = parse_sharding_per_value(op.attrs["out_shardings"], meshes)
+        self.manual_axes = set(parse_manual_axes(op.attrs["manual_axes"]))
+        all_shardings = self.in_shardings + self.out_shardings
+        mesh = all_shardings[0].mesh if all_shardings else None
+        for sh in all_shardings:
+            if sh.mesh.axes != mesh.axes or sh.mesh.device_ids != mesh.device_ids:
+                raise ShardingError(f"{self.where}: shardings on different meshes "
+                                    f"({mesh} and {sh.mesh})")
+        self.mesh = mesh
+        self.num_devices = 1 if mesh is None else mesh.num_devices
+        if len(self.in_shardings) != len(op.operand_types) or \
+                len(self.out_shardings) != len(op.result_types):
+            raise ShardingError(f"{self.where}: in/out shardings do not match the "
+                                "operands/results")
+        for sh in all_shardings:
+            if sh.unreduced:
+                raise ShardingError(f"{self.where}: unreduced axes in {sh} are not "
+                                    "supported")
+        if mesh is not None and sorted(mesh.device_ids) != list(range(self.num_devices)):
+            raise ShardingError(f"{self.where}: mesh {mesh} does not number its devices "
+                                f"0..{self.num_devices - 1}; not supported")
+        self.in_types = list(op.operand_types)
+        self.out_types = list(op.result_types)
+        self.num_results = op.num_results
+
+    def run(self, ctx, region, operands):
+        if self.num_devices == 1:
+            return region(*operands)
+        if ctx.grid is not None and getattr(ctx.grid, "num_processes", 1) > 1:
+            if getattr(ctx.grid, "sdy_mesh", None) is None:
+                raise ExecutionError(
+                    f"{self.where}: a manual computation inside a multi-process run "
+                    "(shard_map in a pmap or MPMD program) is not supported by "
+                    "stablehlo_ref")
+            return self._run_nested(ctx, region, operands)
+        from .compiler import Context
+        from .parallel import ProcessGrid, _raise_first
+        devices = list(range(self.num_devices))
+        manual = self.manual_axes
+        local_args = []
+        for value, sh in zip(operands, self.in_shardings):
+            if getattr(value, "shape", None) is None:
+                local_args.append([value] * len(devices))
+            else:
+                sh.check(value.shape, f"{self.where} operand")
+                local_args.append(sh.split(value, devices, axes_filter=manual))
+        grid = ProcessGrid(1, self.num_devices)
+        grid.sdy_mesh = self.mesh  # marks a grid of manual computations
+        procs = grid.process_ids
+        results = [None] * len(procs)
+        errors = [None] * len(procs)
+        block, captures = region.block, region.captures
+
+        def body(i):
+            proc = procs[i]
+            try:
+                sub = Context(ctx.program, tracer=None, process=proc, grid=grid)
+                results[i] = block.run(sub, captures, [a[i] for a in local_args])
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors[i] = e
+                grid.abort(proc, e)
+            finally:
+                grid.finished(proc)
+
+        threads = [threading.Thread(target=body, args=(i,), daemon=True,
+                                    name=f"stablehlo-manual-{i}")
+                   for i in range(len(procs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        _raise_first(grid, procs, errors)
+        outs = []
+        for j, (sh, t) in enumerate(zip(self.out_shardings, self.out_types)):
+            shards = [results[i][j] for i in range(len(procs))]
+            shape = getattr(t, "shape", None)
+            if shape is None:
+                outs.append(shards[0])
+                continue
+            outs.append(sh.assemble(shards, devices, tuple(shape), t.dtype,
+                                    axes_filter=manual))
+        return outs
+
+    def _run_nested(self, ctx, region, operands):
+        """A manual computation inside the body of another (e.g. axis_index in
+        a shard_map over some of the mesh axes): this process is already one
+        device of the mesh; cut its operands over the newly manual axes, run
+        the body here, and gather the results from the devices that differ
+        only in those axes."""
+        outer = ctx.grid.sdy_mesh
+        mesh = self.mesh
+        if mesh.axes != outer.axes or mesh.device_ids != outer.device_ids:
+            raise ExecutionError(f"{self.where}: nested manual computation on mesh "
+                                 f"{mesh}, the enclosing one runs on {outer}")
+        manual = self.manual_axes
+        device = ctx.process[1]
+        local = []
+        for value, sh in zip(operands, self.in_shardings):
+            if getattr(value, "shape", None) is None:
+                local.append(value)
+            else:
+                sh.check(value.shape, f"{self.where} operand")
+                local.append(value[sh.slices(value.shape, device, manual)])
+        res = region(*local)
+        mine = mesh.coords(device)
+        group = tuple(sorted(
+            (0, d) for d in mesh.device_ids
+            if all(c == mine[a] for a, c in mesh.coords(d).items() if a not in manual)))
+        need = [j for j, sh in enumerate(self.out_shardings)
+                if any(a.name in manual for axes in sh.dims for a in axes)]
+        if not need:
+            return list(res)
+        got = ctx.grid.rendezvous(ctx.process, group, ("sdy.manual_computation", id(self)),
+                                  [res[j] for j in need], what="sdy.manual_computation")
+        members = [p for p in group]
+        outs = list(res)
+        for k, j in enumerate(need):
+            t = self.out_types[j]
+            outs[j] = self.out_shardings[j].assemble(
+                [got[p][k] for p in members], [p[1] for p in members],
+                tuple(t.shape), t.dtype, axes_filter=manual)
+        return outs
