@@ -148,6 +148,21 @@ def broadcast_in_dim(op):
     bdims = tuple(op.attrs["broadcast_dimensions"])
     rshape = op.result_types[0].shape
     if all(d is not None for d in rshape):
+        rshape = tuple(int(d) for d in rshape)
+        if bdims == tuple(range(len(bdims))):
+            # Dims keep their order (the common case): a reshape and a
+            # broadcast, or the operand itself when nothing is broadcast.
+            pad = (1,) * (len(rshape) - len(bdims))
+            broadcast_to = np.broadcast_to
+
+            def run_ordered(x):
+                if x.shape == rshape:
+                    return x
+                if x.ndim != len(bdims) or any(
+                        a != 1 and a != b for a, b in zip(x.shape, rshape)):
+                    return do_broadcast_in_dim(x, bdims, rshape)  # raises
+                return broadcast_to(x.reshape(x.shape + pad), rshape)
+            return run_ordered
         return lambda x: do_broadcast_in_dim(x, bdims, rshape)
     # A `?` result dim can only come from an operand dim mapped onto it.
     src = {d: i for i, d in enumerate(bdims)}
