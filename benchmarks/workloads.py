@@ -157,7 +157,7 @@ def _scan_rnn(quick):
 
         def step(h, x):
             h = jnp.tanh(h @ w + x @ u + b)
-            return h, h.sum()
+            return h, h  # carry and the per-step hidden states
         return lax.scan(step, h0, xs)
     return fn, (h0, xs, w, u, b)
 
@@ -260,7 +260,7 @@ WORKLOADS = [
     Workload("conv2d", "conv NHWC 8x64x64x32, 3x3 HWIO kernel -> 64, SAME", _conv2d),
     Workload("maxpool", "reduce_window max 3x3 stride 2 on 8x64x64x32", _maxpool),
     Workload("fori_loop", "fori_loop of 1000 scalar steps", _fori_loop, steps=1000),
-    Workload("scan_rnn", "scan of 100 tanh-RNN steps (batch 16, hidden 128)", _scan_rnn,
+    Workload("scan_rnn", "scan of 100 tanh-RNN steps (batch 16, hidden 128), all hidden states out", _scan_rnn,
              steps=100),
     Workload("sort", "sort 1e5 f32", _sort),
     Workload("gather", "gather 1e4 rows of a 1e5x64 f32 table", _gather),

@@ -13,6 +13,7 @@ owns the region passes them in, so every block runs in a frame of its own.
 
 import os
 import re
+from sys import getrefcount as _getrefcount
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from .loader import MLIR_LOCK, NEWER_OP_PREFIX, Module, load
 from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported
 from .types import TOKEN, TensorType, TokenType, TupleType, conforms, describe, from_mlir
 
+_ndarray = np.ndarray
 _DEBUG_VALIDATE = os.environ.get("STABLEHLO_REF_VALIDATE", "") not in ("", "0")
 _TRACE_ENV = "STABLEHLO_REF_TRACE_OPS"
 
@@ -105,10 +107,27 @@ class Block:
         kind 1-3 calls ``fn`` on 1-3 slots ``a, b, c`` (no list built), kind 0
         on the slots in ``a``; kind 4 unpacks several results into ``out``."""
         fast = []
-        for fn, ins, out, dead, _ in self.steps:
+        for fn, ins, out, dead, op in self.steps:
             n = len(ins)
-            if out.__class__ is not int:
+            dying = ()
+            if op is not None and op.name == "func.call" and ins and ins[0] == 0 \
+                    and not _quant.involves_quant(op):
+                operands = tuple(ins[1:])
+                dying = tuple(s for s in operands if s in dead and s != 0
+                              and operands.count(s) == 1 and self.template[s] is None)
+            if dying:
+                # A call whose arguments die here hands them over: the callee
+                # may then update them in place (a scan's dynamic_update_slice
+                # sits in a called function).
+                fast.append((6, fn, op.attrs["callee"], operands, dying, out, dead))
+            elif out.__class__ is not int:
                 fast.append((4, fn, tuple(ins), None, None, tuple(out), dead))
+            elif (getattr(fn, "donate_first", None) is not None and n >= 1
+                  and ins[0] in dead and ins[0] not in ins[1:] and ins[0] != 0
+                  and self.template[ins[0]] is None):
+                # The operand dies here: the kernel may update it in place if
+                # at run time nothing else refers to it (see run()).
+                fast.append((5, fn, ins[0], tuple(ins[1:]), fn.donate_first, out, dead))
             elif 1 <= n <= 3:
                 a, b, c = (tuple(ins) + (None, None))[:3]
                 fast.append((n, fn, a, b, c, out, dead))
@@ -123,8 +142,13 @@ class Block:
                 return step
         return None
 
-    def run(self, ctx, captures, args):
-        """Run the block; returns the list of its results."""
+    def run(self, ctx, captures, args, consume=False):
+        """Run the block; returns the list of its results.
+
+        ``consume``: ``args`` is a list the caller gives up (a loop's carried
+        values); it is emptied so that values the block owns alone can be
+        updated in place.
+        """
         env = self.template[:]
         env[0] = ctx
         if captures:
@@ -132,6 +156,8 @@ class Block:
                 env[slot] = v
         for slot, v in zip(self.arg_slots, args):
             env[slot] = v
+        if consume:
+            args.clear()
         if ctx.tracer is not None or _DEBUG_VALIDATE:
             return self._run_observed(ctx, env)
         fast = self._fast
@@ -150,10 +176,34 @@ class Block:
                     env[out] = fn(env[a], env[b], env[c])
                 elif kind == 0:
                     env[out] = fn(*[env[i] for i in a])
-                else:
+                elif kind == 4:
                     res = fn(*[env[i] for i in a])
                     for o, v in zip(out, res):
                         env[o] = v
+                elif kind == 6:
+                    vals = [env[i] for i in b]
+                    for i in c:
+                        env[i] = None
+                    res = ctx.program.functions[a].block.run(ctx, (), vals, True)
+                    if out.__class__ is int:
+                        env[out] = res[0]
+                    else:
+                        for o, v in zip(out, res):
+                            env[o] = v
+                    vals = res = None
+                else:
+                    # Donation: the operand's slot dies here. If the array
+                    # owns its data and only this frame refers to it (two
+                    # references: `x` and getrefcount's argument -- no view,
+                    # no other slot, no caller), the kernel updates it.
+                    x = env[a]
+                    env[a] = None
+                    if x.__class__ is _ndarray and x.base is None \
+                            and x.flags.writeable and _getrefcount(x) == 2:
+                        env[out] = c(x, *[env[i] for i in b])
+                    else:
+                        env[out] = fn(x, *[env[i] for i in b])
+                    x = None
                 if dead:
                     for d in dead:
                         env[d] = None

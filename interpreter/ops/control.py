@@ -78,7 +78,9 @@ def while_(op):
             # iteration; this loop is the per-iteration overhead).
             crun, brun, ccap, bcap = cb.run, bb.run, cond.captures, body.captures
             while crun(ctx, ccap, vals)[0]:
-                vals = brun(ctx, bcap, vals)
+                # The body consumes the carried list: values it alone holds
+                # may then be updated in place (dynamic_update_slice).
+                vals = brun(ctx, bcap, vals, True)
             return wrap(vals)
         while cond(*vals)[0]:
             vals = body(*vals)

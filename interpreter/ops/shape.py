@@ -237,16 +237,28 @@ def dynamic_slice(op):
 def dynamic_update_slice(op):
     """spec: dynamic_update_slice. Start indices are clamped to
     ``[0, dim - update_dim]``; the operand itself is never modified."""
-    def run(x, update, *starts):
+    def window(x, update, starts):
         if len(starts) != x.ndim or update.ndim != x.ndim:
             raise ValueError("dynamic_update_slice: rank mismatch")
         if any(n > d for n, d in zip(update.shape, x.shape)):
             raise ValueError(f"dynamic_update_slice: update shape {update.shape} exceeds "
                              f"operand shape {x.shape}")
         st = clamp_starts(starts, x.shape, update.shape)
+        return tuple(slice(s, s + n) for s, n in zip(st, update.shape))
+
+    def run(x, update, *starts):
+        index = window(x, update, starts)
         out = x.copy()
-        out[tuple(slice(s, s + n) for s, n in zip(st, update.shape))] = update
+        out[index] = update
         return out
+
+    def run_in_place(x, update, *starts):
+        # Called by the plan loop only with an operand nothing else can
+        # see (dead after this op, owns its data, no other reference):
+        # updating it is unobservable and saves a copy per loop iteration.
+        x[window(x, update, starts)] = update
+        return x
+    run.donate_first = run_in_place
     return run
 
 
