@@ -206,6 +206,72 @@ def summarize(name, per_system):
 
 
 # --------------------------------------------------------------------------
+# Targets (issue: benchmarks against XLA CPU and the C++ interpreter)
+
+# (workload, max ours/XLA ratio)
+XLA_TARGETS = (("matmul_1024", 2.0), ("elementwise", 2.0), ("mlp_step", 10.0),
+               ("conv2d", 10.0), ("transformer", 10.0))
+CPP_FACTOR = 100.0          # at least this many times faster than the C++ interpreter
+REF_MAX_S = 10.0            # every workload under this
+CALL_OVERHEAD_MAX_S = 100e-6
+LOOP_STEP_MAX_S = 30e-6
+
+
+def evaluate_targets(entries):
+    """[{target, value, met}] for the targets that this run can judge.
+
+    ``met`` is True/False, or None when the run cannot tell (a C++ timeout
+    whose lower bound is below the factor).
+    """
+    by = {e["name"]: e for e in entries}
+    out = []
+
+    def ok(e, s):
+        r = e["systems"].get(s)
+        return r is not None and r["status"] == "ok"
+    for e in entries:
+        if ok(e, "ref"):
+            m = e["systems"]["ref"]["median_s"]
+            if m >= REF_MAX_S:
+                out.append({"target": f"{e['name']}: ours under {REF_MAX_S:g} s",
+                            "value": fmt_time(m), "met": False})
+    if any(ok(e, "ref") for e in entries):
+        slow = [e for e in entries if ok(e, "ref")
+                and e["systems"]["ref"]["median_s"] >= REF_MAX_S]
+        out.insert(0, {"target": f"ours under {REF_MAX_S:g} s on every workload",
+                       "value": "all" if not slow else ", ".join(e["name"] for e in slow),
+                       "met": not slow and all(ok(e, "ref") for e in entries)})
+    for e in entries:
+        ra = e["ratios"]
+        if "cpp_over_ref" in ra:
+            out.append({"target": f"{e['name']}: >= {CPP_FACTOR:g}x faster than C++",
+                        "value": fmt_ratio(ra["cpp_over_ref"]),
+                        "met": ra["cpp_over_ref"] >= CPP_FACTOR})
+        elif "cpp_over_ref_lower_bound" in ra:
+            lb = ra["cpp_over_ref_lower_bound"]
+            out.append({"target": f"{e['name']}: >= {CPP_FACTOR:g}x faster than C++",
+                        "value": ">" + fmt_ratio(lb),
+                        "met": True if lb >= CPP_FACTOR else None})
+    for name, limit in XLA_TARGETS:
+        e = by.get(name)
+        if e and "ref_over_cpu" in e["ratios"]:
+            r = e["ratios"]["ref_over_cpu"]
+            out.append({"target": f"{name}: within {limit:g}x of XLA CPU",
+                        "value": fmt_ratio(r), "met": r <= limit})
+    e = by.get("call_overhead")
+    if e and ok(e, "ref"):
+        m = e["systems"]["ref"]["median_s"]
+        out.append({"target": "jit(lambda x: x + 1) per call under 100 µs",
+                    "value": fmt_time(m), "met": m < CALL_OVERHEAD_MAX_S})
+    e = by.get("fori_loop")
+    if e and ok(e, "ref"):
+        m = e["systems"]["ref"]["median_s"] / e["steps"]
+        out.append({"target": "fori_loop step under 30 µs", "value": fmt_time(m),
+                    "met": m < LOOP_STEP_MAX_S})
+    return out
+
+
+# --------------------------------------------------------------------------
 # Formatting
 
 
@@ -289,6 +355,15 @@ def markdown(report):
                          if checks else "-"))
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
+    if report.get("targets"):
+        lines.append("Targets:")
+        lines.append("")
+        lines.append("| target | value | met |")
+        lines.append("|---|---:|:---:|")
+        mark = {True: "yes", False: "**no**", None: "?"}
+        for t in report["targets"]:
+            lines.append(f"| {t['target']} | {t['value']} | {mark[t['met']]} |")
+        lines.append("")
     lines.append("Workloads:")
     lines.append("")
     for e in report["workloads"]:
@@ -351,6 +426,7 @@ def main(argv=None):
               "machine": info, "systems": systems, "quick": args.quick,
               "repeats": args.repeats, "cpp_timeout_s": args.cpp_timeout,
               "workloads": [summarize(n, per[n]) for n in names]}
+    report["targets"] = evaluate_targets(report["workloads"])
     out = Path(args.out) if args.out else RESULTS_DIR / ("quick" if args.quick else "latest")
     out.parent.mkdir(parents=True, exist_ok=True)
     md = markdown(report)
