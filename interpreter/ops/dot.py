@@ -25,6 +25,7 @@ from math import prod as _prod
 
 import numpy as np
 
+from .. import blas as _blas
 from .. import dtypes
 from ..registry import Unsupported, kernel
 
@@ -94,6 +95,8 @@ def make_dot_general(lb, rb, lc, rc, lhs_rank, rhs_rank, out_dtype):
         b = b.reshape(B, K, N)
         if cd.kind == "c" and K <= _COMPLEX_SEQ_MAX_K:
             r = _complex_sequential(a, b)
+        elif cd.kind in "fc" and B * M * N * K < _blas.SMALL_GEMM_MACS:
+            r = _blas.small_product(np.matmul, a, b)  # one BLAS thread (blas.py)
         else:
             r = np.matmul(a, b)
         if fin is not None:
