@@ -56,6 +56,7 @@ def test_tour_links_point_at_definitions():
         if not pattern.search(lines[int(line) - 1]):
             now = [i + 1 for i, ln in enumerate(lines) if pattern.search(ln)]
             stale.append(f"{name} -> {path}#L{line} (defined at {now or 'nowhere'})")
-    assert not stale, "docs/tour.md links to moved code: " + "; ".join(stale)
+    assert not stale, ("docs/tour.md links to moved code (run `python docs/relink.py`): "
+                       + "; ".join(stale))
     for path in re.findall(r"\]\(\.\./([\w/.]+?)(?:#L\d+)?\)", page):
         assert os.path.exists(os.path.join(ROOT, path)), path
