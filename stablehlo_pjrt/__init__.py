@@ -11,7 +11,32 @@ Python handler per PJRT function, and `client`, `device`, `buffer`,
 (`STABLEHLO_PJRT_TRACE=1`).  `jax_plugin` is JAX's entry point.
 """
 
+import glob as _glob
+import os as _os
+
 PLATFORM_NAME = "stablehlo_ref"
+
+
+def _find_built_shim():
+    """Let `stablehlo_pjrt._shim` resolve when the package is imported from a
+    source checkout (e.g. `python -m ...` run in the repository after
+    `pip install .`): the compiled trampoline then lives only in the installed
+    copy, so that copy's folder is searched after this one."""
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    if _glob.glob(_os.path.join(here, "_shim*.so")) or _glob.glob(_os.path.join(here, "_shim*.pyd")):
+        return
+    import sys
+    for entry in sys.path:
+        other = _os.path.join(entry or _os.getcwd(), "stablehlo_pjrt")
+        if _os.path.realpath(other) == _os.path.realpath(here):
+            continue
+        if _glob.glob(_os.path.join(other, "_shim*.so")) or \
+                _glob.glob(_os.path.join(other, "_shim*.pyd")):
+            __path__.append(other)
+            return
+
+
+_find_built_shim()
 
 
 def pjrt_api_capsule():
