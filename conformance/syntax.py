@@ -5,67 +5,12 @@ at ``// -----``, RUN lines, FileCheck directives and the cases of a chunk.
 
 import re
 
+from stablehlo_interpreter.mlir_text import find_top, matching_bracket, net_depth, split_top
+
 SPLIT_RE = re.compile(r"^// -----\s*$", re.M)
 
-_OPEN = "<([{"
-_CLOSE = ">)]}"
-
-
-def split_top(s, sep):
-    """Split ``s`` at ``sep`` characters outside brackets and strings."""
-    parts, depth, cur, in_str, i = [], 0, [], False, 0
-    while i < len(s):
-        c = s[i]
-        if in_str:
-            cur.append(c)
-            if c == "\\" and i + 1 < len(s):
-                cur.append(s[i + 1])
-                i += 1
-            elif c == '"':
-                in_str = False
-        elif c == '"':
-            in_str = True
-            cur.append(c)
-        elif c == "-" and s.startswith("->", i):
-            cur.append("->")
-            i += 1
-        elif c in _OPEN:
-            depth += 1
-            cur.append(c)
-        elif c in _CLOSE:
-            depth -= 1
-            cur.append(c)
-        elif c == sep and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(c)
-        i += 1
-    parts.append("".join(cur))
-    return [p.strip() for p in parts]
-
-
 def _depth_delta(line):
-    d, in_str, i = 0, False, 0
-    while i < len(line):
-        c = line[i]
-        if in_str:
-            if c == "\\":
-                i += 1
-            elif c == '"':
-                in_str = False
-        elif c == '"':
-            in_str = True
-        elif c == "/" and line.startswith("//", i):
-            break
-        elif c == "-" and line.startswith("->", i):
-            i += 1
-        elif c in _OPEN:
-            d += 1
-        elif c in _CLOSE:
-            d -= 1
-        i += 1
-    return d
+    return net_depth(_strip_comment(line))
 
 
 def _strip_comment(line):
@@ -83,32 +28,16 @@ def _strip_comment(line):
 
 def _extract_attr_dict(s):
     """Remove a top-level ``{...}`` from ``s``: (rest, [entries])."""
-    depth, in_str = 0, False
-    for i, c in enumerate(s):
-        if in_str:
-            if c == '"':
-                in_str = False
-            continue
-        if c == '"':
-            in_str = True
-        elif c == "{" and depth == 0:
-            j, d = i, 0
-            while j < len(s):
-                if s[j] in _OPEN:
-                    d += 1
-                elif s[j] in _CLOSE:
-                    d -= 1
-                    if d == 0:
-                        break
-                j += 1
-            inner = s[i + 1:j].strip()
-            entries = [e for e in split_top(inner, ",") if e] if inner else []
-            return (s[:i] + s[j + 1:]).strip(), entries
-        elif c in _OPEN:
-            depth += 1
-        elif c in _CLOSE:
-            depth -= 1
-    return s.strip(), []
+    i = find_top(s, "{")
+    if i < 0:
+        return s.strip(), []
+    try:
+        j = matching_bracket(s, i)
+    except ValueError:
+        j = len(s)
+    inner = s[i + 1:j].strip()
+    entries = [e for e in split_top(inner, ",") if e] if inner else []
+    return (s[:i] + s[j + 1:]).strip(), entries
 
 
 def _float_attr(v):

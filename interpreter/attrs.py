@@ -9,6 +9,7 @@ import re
 import numpy as np
 
 from . import dtypes
+from .mlir_text import value_end
 from .types import from_mlir, TensorType
 
 # Element types numpy can take straight from the attribute's buffer.
@@ -240,14 +241,26 @@ def decode_attribute(owner, name):
         text = _attr_text_from_asm(owner.get_asm(print_generic_op_form=True,
                                                  large_elements_limit=None), name)
         if text is not None and text.startswith("dense<"):
-            type_text = text[text.rfind("> : ") + 4:]
-            ttype = from_mlir(ir.Type.parse(type_text))
-            return _parse_dense_text(text, ttype.shape, ttype.dtype)
+            return decode_text(text)
         return RawAttr(text or "<undecodable>")
     try:
         return decode(attr)
     except Exception:
         return RawAttr(str(attr))
+
+
+def decode_text(text):
+    """Decode an attribute from its printed form.
+
+    Dense elements are parsed from the text directly (the bindings cannot
+    hand out every element type as an object); anything else is parsed by
+    MLIR and decoded like an attribute object.
+    """
+    from jaxlib.mlir import ir
+    if text.startswith("dense<"):
+        ttype = from_mlir(ir.Type.parse(text[text.rfind("> : ") + 4:]))
+        return _parse_dense_text(text, ttype.shape, ttype.dtype)
+    return decode(ir.Attribute.parse(text))
 
 
 def _attr_text_from_asm(asm, name):
@@ -262,25 +275,4 @@ def _attr_text_from_asm(asm, name):
             break
         pos = i + 1
     start = i + len(key)
-    depth = 0
-    j = start
-    in_str = False
-    while j < len(asm):
-        c = asm[j]
-        if in_str:
-            if c == "\\":
-                j += 1
-            elif c == '"':
-                in_str = False
-        elif c == '"':
-            in_str = True
-        elif c in "<[({":
-            depth += 1
-        elif c in ">])}":
-            if depth == 0:
-                break
-            depth -= 1
-        elif c == "," and depth == 0:
-            break
-        j += 1
-    return asm[start:j].strip()
+    return asm[start:value_end(asm, start)].strip()

@@ -36,6 +36,7 @@ import re
 import numpy as np
 
 from . import dtypes
+from .mlir_text import find_top, matching_bracket
 from .types import TensorType
 
 # Kernels that take quantized storage values as they are.
@@ -277,7 +278,7 @@ def rewrite_quantized_text(text):
         start = text.find(_QUANT_START, pos)
         if start < 0:
             break
-        end = _matching_angle(text, start + len(_QUANT_START) - 1)
+        end = matching_bracket(text, start + len(_QUANT_START) - 1)
         qtext = text[start:end + 1]
         m = _EXPRESSED_RE.match(qtext, len(_QUANT_START))
         # Only the element type of a tensor type without encoding is
@@ -301,7 +302,7 @@ def _pretty_to_generic(line, m):
     """
     head = line[:m.start()] + f'"{_ALIAS_DIALECT}.{m.group(1)}"({m.group(2) or ""})'
     rest = line[m.end():]
-    colon = _top_level_colon(rest)
+    colon = find_top(rest, " : ")  # attribute dicts hold some
     if m.group(2) is None or colon < 0:
         return head + rest
     sig = rest[colon + 3:]
@@ -313,31 +314,3 @@ def _pretty_to_generic(line, m):
     return head + rest[:colon + 3] + sig
 
 
-def _top_level_colon(s):
-    """Index of the first ` : ` outside brackets (attribute dicts hold some)."""
-    depth = 0
-    for i, c in enumerate(s):
-        if c in "{[(<":
-            depth += 1
-        elif c in "}])" or (c == ">" and s[i - 1] != "-"):
-            depth -= 1
-        elif depth == 0 and s.startswith(" : ", i):
-            return i
-    return -1
-
-
-def _matching_angle(text, open_pos):
-    """Index of the `>` closing the `<` at ``open_pos`` (`->` is not one)."""
-    depth = 0
-    i = open_pos
-    n = len(text)
-    while i < n:
-        c = text[i]
-        if c == "<":
-            depth += 1
-        elif c == ">" and text[i - 1] != "-":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    raise ValueError("unbalanced quantized type in program text")

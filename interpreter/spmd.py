@@ -28,6 +28,7 @@ import threading
 import numpy as np
 
 from .errors import ExecutionError, InterpreterError
+from .mlir_text import split_top
 
 
 class ShardingError(InterpreterError):
@@ -322,62 +323,9 @@ def encode_op_sharding(kind, dims=(), devices=(), replicate_last=False):
 _AXIS_RE = re.compile(r'"((?:[^"\\]|\\.)*)"(?::\((\d+)\)(\d+))?')
 
 
-def _matching(text, start, open_ch, close_ch):
-    """Index of the bracket closing the one at ``text[start]``."""
-    depth = 0
-    in_str = False
-    i = start
-    while i < len(text):
-        ch = text[i]
-        if in_str:
-            if ch == "\\":
-                i += 1
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch == open_ch:
-            depth += 1
-        elif ch == close_ch:
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    raise ShardingError(f"unbalanced {open_ch}{close_ch} in {text!r}")
-
-
 def _split_top(text, sep=","):
-    """Split ``text`` at top-level separators (outside brackets/strings)."""
-    parts, depth, in_str, cur = [], 0, False, []
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if in_str:
-            cur.append(ch)
-            if ch == "\\" and i + 1 < len(text):
-                cur.append(text[i + 1])
-                i += 1
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-            cur.append(ch)
-        elif ch in "<[{(":
-            depth += 1
-            cur.append(ch)
-        elif ch in ">]})":
-            depth -= 1
-            cur.append(ch)
-        elif ch == sep and depth == 0:
-            parts.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-        i += 1
-    tail = "".join(cur).strip()
-    if tail:
-        parts.append(tail)
-    return parts
+    """Top-level parts of a sharding string, without empty ones."""
+    return [p for p in split_top(text, sep) if p]
 
 
 def _text(attr):

@@ -32,7 +32,9 @@ import re
 import numpy as np
 
 from .. import dtypes
+from ..attrs import decode_text
 from ..errors import CheckFailure
+from ..mlir_text import matching_bracket, split_top
 from ..registry import Unsupported, custom_call, kernel
 
 _U64_MAX = np.iinfo(np.uint64).max
@@ -54,62 +56,19 @@ def _properties(op):
     start = text.find("<{")
     if start < 0:
         return {}
-    depth, i, in_str = 0, start + 1, False
-    while i < len(text):
-        c = text[i]
-        if in_str:
-            if c == "\\":
-                i += 1
-            elif c == '"':
-                in_str = False
-        elif c == '"':
-            in_str = True
-        elif c in "{[(<":
-            depth += 1
-        elif c in "}])>":
-            depth -= 1
-            if depth == 0:
-                break
-        i += 1
+    i = matching_bracket(text, start + 1)
     body = text[start + 2:i]
-    from jaxlib.mlir import ir
-    from .. import attrs as _attrs
-    from ..types import from_mlir
     out = {}
-    for entry in _split_top(body):
+    for entry in split_top(body):
         key, _, value = entry.partition("=")
         key, value = key.strip(), value.strip()
         if not key:
             continue
         try:
-            if value.startswith("dense<"):
-                ttype = from_mlir(ir.Type.parse(value[value.rfind("> : ") + 4:]))
-                out[key] = _attrs._parse_dense_text(value, ttype.shape, ttype.dtype)
-            else:
-                out[key] = _attrs.decode(ir.Attribute.parse(value))
+            out[key] = decode_text(value)
         except Exception as e:
             raise Unsupported(f"cannot decode property {key} = {value[:80]}: {e}") from None
     return out
-
-
-def _split_top(s):
-    parts, depth, cur, in_str = [], 0, [], False
-    for c in s:
-        if in_str:
-            in_str = c != '"'
-        elif c == '"':
-            in_str = True
-        elif c in "{[(<":
-            depth += 1
-        elif c in "}])>":
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-            continue
-        cur.append(c)
-    parts.append("".join(cur))
-    return parts
 
 
 def _attrs_of(op):
