@@ -250,12 +250,14 @@ def unsupported_type(op, dtype):
 # Arithmetic
 
 
-def _binary_arith(op, *, bool_fn=None, int_fn=None, float_fn=None, complex_fn=None,
-                  float_carrier=arith_carrier, complex_wide=False):
-    """Builder body shared by binary arithmetic ops.
+def _by_kind(op, int_wrap, *, bool_fn=None, int_fn=None, float_fn=None,
+             complex_fn=None, float_carrier=exact_carrier, complex_wide=False):
+    """Builder body shared by the unary and binary arithmetic ops: picks the
+    kernel for the operand's kind once, at compile time.
 
-    ``int_fn(info)`` returns a carrier-level kernel; the other ``*_fn`` are
-    plain ufunc-like functions.
+    ``int_fn(info)`` returns a carrier-level kernel that ``int_wrap`` makes
+    wrap around; the other ``*_fn`` are plain ufunc-like functions, run in
+    ``float_carrier`` (floats) or complex128 (``complex_wide``) and rounded once.
     """
     dt = operand_dtype(op)
     rt = result_dtype(op)
@@ -264,7 +266,7 @@ def _binary_arith(op, *, bool_fn=None, int_fn=None, float_fn=None, complex_fn=No
         fn = bool_fn
     elif k == "int" and int_fn is not None:
         info = IntInfo(dt)
-        fn = _int_binary(info, int_fn(info))
+        fn = int_wrap(info, int_fn(info))
     elif k == "float" and float_fn is not None:
         car = float_carrier(dt)
         fn = float_fn if car == dt else _via(car, float_fn, rt)
@@ -273,6 +275,11 @@ def _binary_arith(op, *, bool_fn=None, int_fn=None, float_fn=None, complex_fn=No
     else:
         unsupported_type(op, dt)
     return as_result(fn, rt)
+
+
+def _binary_arith(op, *, float_carrier=arith_carrier, **fns):
+    """Binary arithmetic: floats narrower than f32 compute in f32 (arith_carrier)."""
+    return _by_kind(op, _int_binary, float_carrier=float_carrier, **fns)
 
 
 @kernel("stablehlo.add")
@@ -514,24 +521,8 @@ def minimum(op):
                          float_carrier=exact_carrier)
 
 
-def _unary_simple(op, *, int_fn=None, float_fn=None, complex_fn=None, bool_fn=None,
-                  float_carrier=exact_carrier, complex_wide=False):
-    dt = operand_dtype(op)
-    rt = result_dtype(op)
-    k = kind(dt)
-    if k == "bool" and bool_fn is not None:
-        fn = bool_fn
-    elif k == "int" and int_fn is not None:
-        info = IntInfo(dt)
-        fn = _int_unary(info, int_fn(info))
-    elif k == "float" and float_fn is not None:
-        car = float_carrier(dt)
-        fn = float_fn if car == dt else _via(car, float_fn, rt)
-    elif k == "complex" and complex_fn is not None:
-        fn = _via(C128, complex_fn, rt) if complex_wide and dt != C128 else complex_fn
-    else:
-        unsupported_type(op, dt)
-    return as_result(fn, rt)
+def _unary_simple(op, **fns):
+    return _by_kind(op, _int_unary, **fns)
 
 
 @kernel("stablehlo.negate")
