@@ -333,21 +333,33 @@ def collective_broadcast(op):
     wrap = _one_or_many(op)
 
     def run(ctx, regions, *operands):
-        grid = grid_of(ctx)
-        data = operands[:-1] if dynamic_root else operands
-        group = next((g for g in groups(grid) if ctx.process in g), None)
+        data, group, got, roots = _exchange_with_roots(ctx, op, groups, channel,
+                                                       operands, dynamic_root)
         if group is None:
             return wrap([_zeros(t, v.shape) for t, v in zip(rtypes, data)])
-        got = grid.rendezvous(ctx.process, group, channel, data, op.name)
-        out = []
-        for j in range(len(data)):
-            root = int(operands[-1][j]) if dynamic_root else 0
-            if not 0 <= root < len(group):
-                raise ValueError(f"dynamic root {root} is out of range for a "
-                                 f"process group of {len(group)}")
-            out.append(got[group[root]][j])
-        return wrap(out)
+        return wrap([got[group[root]][j] for j, root in enumerate(roots)])
     return run
+
+
+def _exchange_with_roots(ctx, op, groups, channel, operands, dynamic_root):
+    """The rooted collectives' common part: ``(data, group, got, roots)`` with
+    every group member's operands in ``got`` and each operand's root index in
+    the group (the first member, or operands[N][j] with has_dynamic_root);
+    ``group`` is None for a process in no group."""
+    grid = grid_of(ctx)
+    data = operands[:-1] if dynamic_root else operands
+    group = next((g for g in groups(grid) if ctx.process in g), None)
+    if group is None:
+        return data, None, None, None
+    got = grid.rendezvous(ctx.process, group, channel, data, op.name)
+    roots = []
+    for j in range(len(data)):
+        root = int(operands[-1][j]) if dynamic_root else 0
+        if not 0 <= root < len(group):
+            raise ValueError(f"dynamic root {root} is out of range for a "
+                             f"process group of {len(group)}")
+        roots.append(root)
+    return data, group, got, roots
 
 
 @kernel("stablehlo.collective_reduce", special=True)
@@ -368,15 +380,12 @@ def collective_reduce(op):
     wrap = _one_or_many(op)
 
     def run(ctx, regions, *operands):
-        grid = grid_of(ctx)
-        data = operands[:-1] if dynamic_root else operands
-        group = next((g for g in groups(grid) if ctx.process in g), None)
+        data, group, got, roots = _exchange_with_roots(ctx, op, groups, channel,
+                                                       operands, dynamic_root)
         if group is None:
             return wrap([_zeros(t, v.shape) for t, v in zip(rtypes, data)])
-        got = grid.rendezvous(ctx.process, group, channel, data, op.name)
         out = []
-        for j, t in enumerate(rtypes):
-            root = int(operands[-1][j]) if dynamic_root else 0
+        for j, (t, root) in enumerate(zip(rtypes, roots)):
             if group[root] != ctx.process:
                 out.append(_zeros(t, data[j].shape))
             else:
