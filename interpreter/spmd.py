@@ -286,34 +286,17 @@ class Sharding:
 REPLICATED, MAXIMAL, TUPLE, OTHER, MANUAL = 0, 1, 2, 3, 4
 
 
-def _varint(v):
-    v &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
 def encode_op_sharding(kind, dims=(), devices=(), replicate_last=False):
-    """``xla.OpSharding{type=1, tile_assignment_dimensions=3 (packed),
-    tile_assignment_devices=4 (packed), replicate_on_last_tile_dim=6}``."""
-    out = bytearray()
-    if kind:
-        out += b"\x08" + _varint(kind)
+    """A serialized ``xla.OpSharding`` (jaxlib's own message class)."""
+    from jax._src.lib import xla_client
+    sharding = xla_client.OpSharding()
+    sharding.type = xla_client.OpSharding.Type(kind)
     if dims:
-        packed = b"".join(_varint(d) for d in dims)
-        out += b"\x1a" + _varint(len(packed)) + packed
+        sharding.tile_assignment_dimensions = list(dims)
     if devices:
-        packed = b"".join(_varint(d) for d in devices)
-        out += b"\x22" + _varint(len(packed)) + packed
-    if replicate_last:
-        out += b"\x30\x01"
-    return bytes(out)
+        sharding.tile_assignment_devices = list(devices)
+    sharding.replicate_on_last_tile_dim = bool(replicate_last)
+    return sharding.SerializeToString()
 
 
 # ----------------------------------------------------------------------
