@@ -19,6 +19,7 @@ import numpy as np
 
 from . import attrs as _attrs
 from . import quant as _quant
+from . import trace as _trace
 from .errors import (CompileError, ExecutionError, InterpreterError,
                      UnsupportedOpsError)
 from .loader import MLIR_LOCK, NEWER_OP_PREFIX, Module, load
@@ -346,7 +347,6 @@ class Program:
         args = [_coerce_arg(a, t, i, f.name) for i, (a, t) in
                 enumerate(zip(args, f.input_types))]
         if tracer is None:
-            from . import trace as _trace  # cheap after the first run
             tracer = _trace.ACTIVE
             if tracer is None and _TRACE_ENV in os.environ:
                 tracer = _trace.tracer_from_env()
