@@ -67,6 +67,18 @@ def reduce_fast(ufunc, acc, dims, out_dtype):
     return run
 
 
+def _reduced_dims_last(xs, dims):
+    """``(out_shape, n, vals)``: each of ``xs`` with the reduced dims moved
+    last and flattened into one axis of ``n`` elements."""
+    keep = [d for d in range(xs[0].ndim) if d not in dims]
+    out_shape = tuple(xs[0].shape[d] for d in keep)
+    n = 1
+    for d in dims:
+        n *= xs[0].shape[d]
+    perm = keep + list(dims)
+    return out_shape, n, [np.transpose(x, perm).reshape(out_shape + (n,)) for x in xs]
+
+
 def tree_reduce(body, xs, inits, dims):
     """Reduce arrays ``xs`` over ``dims`` with a batchable variadic ``body``.
 
@@ -75,14 +87,7 @@ def tree_reduce(body, xs, inits, dims):
     element is carried over. Finally the init values are combined on the left.
     """
     n_ops = len(xs)
-    rank = xs[0].ndim
-    keep = [d for d in range(rank) if d not in dims]
-    out_shape = tuple(xs[0].shape[d] for d in keep)
-    n = 1
-    for d in dims:
-        n *= xs[0].shape[d]
-    perm = keep + list(dims)
-    vals = [np.transpose(x, perm).reshape(out_shape + (n,)) for x in xs]
+    out_shape, n, vals = _reduced_dims_last(xs, dims)
     while n > 1:
         m = n // 2
         left = [v[..., 0:2 * m:2] for v in vals]
@@ -102,14 +107,7 @@ def tree_reduce(body, xs, inits, dims):
 
 def loop_reduce(body, xs, inits, dims):
     """The sequential schedule, one body call per element (any body)."""
-    rank = xs[0].ndim
-    keep = [d for d in range(rank) if d not in dims]
-    out_shape = tuple(xs[0].shape[d] for d in keep)
-    n = 1
-    for d in dims:
-        n *= xs[0].shape[d]
-    perm = keep + list(dims)
-    vals = [np.transpose(x, perm).reshape(out_shape + (n,)) for x in xs]
+    out_shape, n, vals = _reduced_dims_last(xs, dims)
     outs = [np.empty(out_shape, dtype=i.dtype) for i in inits]
     for idx in np.ndindex(*out_shape):
         acc = list(inits)
