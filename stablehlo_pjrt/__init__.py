@@ -11,32 +11,22 @@ Python handler per PJRT function, and `client`, `device`, `buffer`,
 (`STABLEHLO_PJRT_TRACE=1`).  `jax_plugin` is JAX's entry point.
 """
 
-import glob as _glob
-import os as _os
+import importlib as _importlib
 
 PLATFORM_NAME = "stablehlo_ref"
 
 
-def _find_built_shim():
-    """Let `stablehlo_pjrt._shim` resolve when the package is imported from a
-    source checkout (e.g. `python -m ...` run in the repository after
-    `pip install .`): the compiled trampoline then lives only in the installed
-    copy, so that copy's folder is searched after this one."""
-    here = _os.path.dirname(_os.path.abspath(__file__))
-    if _glob.glob(_os.path.join(here, "_shim*.so")) or _glob.glob(_os.path.join(here, "_shim*.pyd")):
-        return
-    import sys
-    for entry in sys.path:
-        other = _os.path.join(entry or _os.getcwd(), "stablehlo_pjrt")
-        if _os.path.realpath(other) == _os.path.realpath(here):
-            continue
-        if _glob.glob(_os.path.join(other, "_shim*.so")) or \
-                _glob.glob(_os.path.join(other, "_shim*.pyd")):
-            __path__.append(other)
-            return
-
-
-_find_built_shim()
+def __getattr__(name):
+    # `from . import _shim` lands here only when the compiled trampoline is not
+    # next to this file: say how to build it instead of a bare ImportError.
+    if name == "_shim":
+        try:
+            return _importlib.import_module("._shim", __name__)
+        except ModuleNotFoundError as e:
+            raise ImportError(
+                f"the plugin's C trampoline (stablehlo_pjrt/_shim*.so) is not built in {__path__[0]}: "
+                "install the project (`pip install -e .` for a source checkout)") from e
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def pjrt_api_capsule():

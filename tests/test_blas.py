@@ -1,4 +1,4 @@
-"""interpreter/blas.py: one BLAS thread for small products, restored after."""
+"""stablehlo_interpreter/blas.py: one BLAS thread for small products, restored after."""
 
 import numpy as np
 

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from conformance import runner, syntax
-from conformance.filecheck import FileCheckError, filecheck
+from stablehlo_conformance import runner, syntax
+from stablehlo_conformance.filecheck import FileCheckError, filecheck
 
 SPLIT = "// RUN: stablehlo-translate --interpret -split-input-file %s\n"
 
@@ -144,7 +144,7 @@ def suite_run(tmp_path_factory):
         p.write_text(text)
     out = root / "results.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "conformance", str(root), "--json", str(out),
+        [sys.executable, "-m", "stablehlo_conformance", str(root), "--json", str(out),
          "--timeout", "3", "-j", "2", "--failures"],
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

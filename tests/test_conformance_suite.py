@@ -1,4 +1,4 @@
-"""The StableHLO conformance suites, end to end, through `python -m conformance`.
+"""The StableHLO conformance suites, end to end, through `python -m stablehlo_conformance`.
 
 Every case must pass except the ones listed in KNOWN_FAILURES, each with the
 reason it cannot pass (the closing notes of the interpreter issues prove each).
@@ -27,7 +27,7 @@ KNOWN_FAILURES = {
 def test_conformance_suites_pass(tmp_path):
     out = tmp_path / "conformance.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "conformance", str(SUITE), "--json", str(out), "-j", "2"],
+        [sys.executable, "-m", "stablehlo_conformance", str(SUITE), "--json", str(out), "-j", "2"],
         cwd=REPO, capture_output=True, text=True, timeout=1500)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     cases = json.loads(out.read_text())

@@ -1,4 +1,4 @@
-"""Elementwise ops (interpreter/ops/elementwise*.py) through real StableHLO programs.
+"""Elementwise ops (stablehlo_interpreter/ops/elementwise*.py) through real StableHLO programs.
 
 Expected values come from independent oracles: Python integers for integer
 ops (wrap-around by hand), exact rationals rounded by enumerating every value

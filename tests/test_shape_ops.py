@@ -1,4 +1,4 @@
-"""Shape / data-movement kernels (interpreter/ops/shape.py) against numpy."""
+"""Shape / data-movement kernels (stablehlo_interpreter/ops/shape.py) against numpy."""
 
 import ml_dtypes
 import numpy as np

@@ -1,6 +1,6 @@
 """Conformance runner for the StableHLO reference interpreter.
 
-Run ``python -m conformance SUITE_DIR`` (see :mod:`conformance.runner`).
+Run ``python -m stablehlo_conformance SUITE_DIR`` (see :mod:`stablehlo_conformance.runner`).
 """
 
 from .runner import main

@@ -1,4 +1,4 @@
-"""The conformance runner: ``python -m conformance SUITE_DIR``.
+"""The conformance runner: ``python -m stablehlo_conformance SUITE_DIR``.
 
 SUITE_DIR is laid out like the shared suite (``interpret/``, ``testdata/``) or
 is a checkout of openxla/stablehlo (``stablehlo/tests/interpret``,
@@ -378,7 +378,7 @@ def _first_lines(msg, n=6):
 
 def main(argv=None):
     p = argparse.ArgumentParser(
-        prog="python -m conformance",
+        prog="python -m stablehlo_conformance",
         description="Run the StableHLO conformance files on the reference interpreter.")
     p.add_argument("suite_dir", help="folder with interpret/ and testdata/ "
                    "(or a checkout of openxla/stablehlo)")

@@ -1,6 +1,6 @@
 """Runs conformance tasks inside a worker process.
 
-A task is a dict made by :mod:`conformance.runner`: the chunk texts of one
+A task is a dict made by :mod:`stablehlo_conformance.runner`: the chunk texts of one
 file (or of one `// -----` chunk) and the cases to run on them. For every case
 the worker sends ``("start", i)`` then ``("result", i, status, seconds,
 message)`` on its connection, so that the parent can time each case out and
