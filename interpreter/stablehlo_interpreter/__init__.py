@@ -10,8 +10,8 @@ runs the plan many times.
 
 from . import dtypes
 from .compiler import Program, compile
-from .errors import (CheckFailure, CompileError, ExecutionError, InterpreterError,
-                     LoadError, UnsupportedOpsError)
+from .errors import (ArgumentError, CheckFailure, CompileError, ExecutionError,
+                     InterpreterError, LoadError, UnsupportedOpsError)
 from .loader import Module, load
 from .types import TOKEN, OtherType, TensorType, Token, TokenType, TupleType
 
@@ -20,6 +20,6 @@ __version__ = "0.1.0"
 __all__ = [
     "compile", "load", "Program", "Module", "dtypes",
     "InterpreterError", "LoadError", "CompileError", "UnsupportedOpsError",
-    "ExecutionError", "CheckFailure",
+    "ExecutionError", "CheckFailure", "ArgumentError",
     "TensorType", "TupleType", "TokenType", "OtherType", "Token", "TOKEN",
 ]
