@@ -468,8 +468,7 @@ class _Compiler:
             self._function_ops = index
         return index
 
-    @staticmethod
-    def _symbol_name(fo):
+    def _symbol_name(self, fo):
         name = _attrs.string_value(fo.attributes["sym_name"])
         if "\ufffd" in name:
             raise CompileError(f"func.func at {format_location(fo.location, self.source)}: the function "

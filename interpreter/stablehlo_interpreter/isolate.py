@@ -100,10 +100,14 @@ def check_bytecode(data):
                 raise Rejected(f"the MLIR bytecode reader did not finish within "
                                f"{_timeout():g} s (STABLEHLO_REF_ISOLATE_TIMEOUT)")
             if reply is None:
-                rc = proc.poll()
+                try:
+                    rc = proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    rc = None
                 _stop(proc)
                 _PROC = None
-                how = f"signal {-rc}" if rc < 0 else f"exit status {rc}"
+                how = ("no exit status" if rc is None else
+                       f"signal {-rc}" if rc < 0 else f"exit status {rc}")
                 raise Rejected(f"the MLIR bytecode reader crashed on these bytes ({how})")
             status, text = reply
             if status == b"K":
