@@ -444,6 +444,9 @@ class LoadedExecutable:
             inputs.append([b.live_array() for b in args])
             borrowed.extend(b.array for b in args if b.borrowed)
         donation.check_donations(argument_lists, donated)
+        # Which results must be copied is decided from the inputs before the
+        # run (which may consume donated arrays).
+        ownerships = [donation.OutputOwnership(ins, donated, borrowed) for ins in inputs]
         shi = _interpreter()
         if execute_device is not None and len(self.devices) > 1:
             raise unimplemented(
@@ -454,6 +457,9 @@ class LoadedExecutable:
                 # A global-view sharded program: shards in, one global run,
                 # shards out (in partition order = self.devices order).
                 results = meta.spmd.run(inputs)
+            elif len(devices) == 1 and donated:
+                results = [donation.run_donating(meta.program, argument_lists[0],
+                                                 inputs, donated)]
             elif len(devices) == 1:
                 results = [meta.program.run(*inputs[0])]
             else:
@@ -466,9 +472,8 @@ class LoadedExecutable:
             raise PjrtError(ErrorCode.INTERNAL,
                             f"stablehlo_ref execution of {meta.name} failed: {e}") from None
         outputs = []
-        for dev, res, ins in zip(devices, results, inputs):
-            ownership = donation.OutputOwnership(ins, donated, borrowed)
-            outputs.append(self._wrap_outputs(dev, res, ownership))
+        for dev, res, own in zip(devices, results, ownerships):
+            outputs.append(self._wrap_outputs(dev, res, own))
         if donated:
             # Donated buffers are consumed by the run, as on XLA.
             for args in argument_lists:
