@@ -1286,7 +1286,21 @@ def build_api() -> None:
         # At exit, stop pool threads (which do not hold the GIL) from waiting
         # for it; JAX's own atexit cleanup runs on the main thread, which
         # holds the GIL, and is still served (see _shim.c).
-        atexit.register(_shim.begin_exit)
+        atexit.register(_begin_exit)
+
+
+def _begin_exit():
+    # JAX's own atexit handler waits for the runtime tokens of ordered
+    # effects (jax.debug.print(ordered=True), io_callback(ordered=True)) with
+    # the GIL released, which the shim refuses once exiting (and jaxlib
+    # aborts on that error). This handler runs first (atexit is LIFO): wait
+    # for them while the plugin still serves every thread.
+    try:
+        from jax._src import dispatch
+        dispatch.runtime_tokens.block_until_ready()
+    except Exception:  # noqa: BLE001 - best effort at exit
+        pass
+    _shim.begin_exit()
 
 
 _extensions = []  # keeps the extension structs alive (they live as long as the API)

@@ -337,6 +337,8 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
         raise invalid_argument(f"stablehlo_ref could not load the program: {e}") from None
     except shi.InterpreterError as e:
         raise invalid_argument(f"stablehlo_ref could not compile the program: {e}") from None
+    from .callbacks import bind_program
+    callbacks = bind_program(program)
     plan = None
     if spmd:
         from stablehlo_interpreter.spmd import ShardingError, SpmdPlan
@@ -345,6 +347,7 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
         except ShardingError as e:
             raise unimplemented(f"stablehlo_ref cannot run this sharded program: {e}") from None
     meta = ExecutableMeta(program, code, code_format, options, spmd=plan)
+    meta.host_callbacks = callbacks  # keeps the callables alive with the executable
     _check_parallel_support(meta.num_replicas, meta.num_partitions, program)
     return meta
 

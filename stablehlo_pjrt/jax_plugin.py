@@ -41,3 +41,10 @@ def initialize() -> None:
         register_lowerings(PLATFORM_NAME)
     except Exception:  # noqa: BLE001 - must never break plugin initialization
         logger.warning("stablehlo_ref: could not register linalg lowerings", exc_info=True)
+    try:
+        # jax.debug.print / debug.callback / pure_callback / io_callback.
+        from .callbacks import register_callback_lowerings
+        register_callback_lowerings(PLATFORM_NAME)
+    except Exception:  # noqa: BLE001 - must never break plugin initialization
+        logger.warning("stablehlo_ref: could not register host callback lowerings",
+                       exc_info=True)

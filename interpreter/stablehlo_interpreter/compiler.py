@@ -320,6 +320,9 @@ class Program:
         self.main = main
         self.num_replicas = int(module_attrs.get("mhlo.num_replicas", 1) or 1)
         self.num_partitions = int(module_attrs.get("mhlo.num_partitions", 1) or 1)
+        # The embedder's hook for `@stablehlo_ref.host_callback`: the Python
+        # callables a module's host callbacks index (ops/host_callback.py).
+        self.host_callbacks = ()
 
     @property
     def input_types(self):
