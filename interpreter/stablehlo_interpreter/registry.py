@@ -19,6 +19,7 @@ the missing kernels into one :class:`UnsupportedOpsError`.
 KERNELS = {}
 SPECIAL = set()
 CUSTOM_CALLS = {}
+COMPOSITES = {}
 
 
 class Unsupported(Exception):
@@ -61,5 +62,18 @@ def custom_call(*targets, special=False):
     def deco(builder):
         for t in targets:
             CUSTOM_CALLS[t] = (builder, special)
+        return builder
+    return deco
+
+
+def composite(*names):
+    """Register a plain builder that runs ``stablehlo.composite`` ops with one
+    of ``names`` directly instead of through their decomposition (the builder
+    gets the composite op; see ops/control.py)."""
+    def deco(builder):
+        for n in names:
+            if n in COMPOSITES and COMPOSITES[n] is not builder:
+                raise RuntimeError(f"composite {n} registered twice")
+            COMPOSITES[n] = builder
         return builder
     return deco
