@@ -853,13 +853,18 @@ def LoadedExecutable_Execute(ptr):
         opts = C.PJRT_ExecuteOptions.from_address(a.options)
         if opts.num_send_ops or opts.num_recv_ops:
             raise unimplemented("send/recv callbacks are not supported by stablehlo_ref")
+        n = opts.num_non_donatable_input_indices
+        non_donatable = (set((ctypes.c_int64 * n).from_address(opts.non_donatable_input_indices))
+                         if n else ())
+    else:
+        non_donatable = ()
     execute_device = maybe_lookup(a.execute_device, Device) if a.execute_device else None
     arg_list_ptrs = (_P * num_devices).from_address(a.argument_lists) if num_devices else ()
     argument_lists = []
     for lp in arg_list_ptrs:
         handles = (_P * num_args).from_address(lp)[:] if num_args else []
         argument_lists.append([lookup(h, Buffer, "PJRT_Buffer") for h in handles])
-    outputs = exe.execute(argument_lists, execute_device)
+    outputs = exe.execute(argument_lists, execute_device, non_donatable)
     out_list_ptrs = (_P * num_devices).from_address(a.output_lists)
     for lp, outs in zip(out_list_ptrs, outputs):
         if outs:
@@ -1286,7 +1291,21 @@ def build_api() -> None:
         # At exit, stop pool threads (which do not hold the GIL) from waiting
         # for it; JAX's own atexit cleanup runs on the main thread, which
         # holds the GIL, and is still served (see _shim.c).
-        atexit.register(_shim.begin_exit)
+        atexit.register(_begin_exit)
+
+
+def _begin_exit():
+    # JAX's own atexit handler waits for the runtime tokens of ordered
+    # effects (jax.debug.print(ordered=True), io_callback(ordered=True)) with
+    # the GIL released, which the shim refuses once exiting (and jaxlib
+    # aborts on that error). This handler runs first (atexit is LIFO): wait
+    # for them while the plugin still serves every thread.
+    try:
+        from jax._src import dispatch
+        dispatch.runtime_tokens.block_until_ready()
+    except Exception:  # noqa: BLE001 - best effort at exit
+        pass
+    _shim.begin_exit()
 
 
 _extensions = []  # keeps the extension structs alive (they live as long as the API)

@@ -53,9 +53,9 @@ an error naming them (``sort_eig_vals`` for schur, svd ``algorithm=JACOBI``,
 eig implementations other than LAPACK); symbolic (shape-polymorphic)
 dimensions are rejected too. A linalg primitive without a default rule that
 this module does not know (from a newer JAX) gets a rule raising
-NotImplementedError that names it. Outside linalg, ``debug_callback`` /
-``debug_print`` also lack a default rule: they need host callbacks, which
-the plugin does not offer, and are not handled here.
+NotImplementedError that names it. Host callbacks (``debug_callback``,
+``debug_print``, ``pure_callback``, ``io_callback``) have their rules in
+callbacks.py.
 """
 
 from __future__ import annotations

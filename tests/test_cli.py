@@ -111,4 +111,6 @@ def test_run_wrong_argument_dtype(files):
 def test_console_script_declared():
     from importlib.metadata import entry_points
     eps = [e for e in entry_points(group="console_scripts") if e.name == "stablehlo-ref"]
-    assert eps and eps[0].value == "stablehlo_interpreter.cli:main"
+    # The plugin-side CLI adds check-plugin and hands every other command to
+    # stablehlo_interpreter.cli (which must not import the plugin).
+    assert eps and eps[0].value == "stablehlo_pjrt.cli:main"

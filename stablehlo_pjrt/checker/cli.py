@@ -1,0 +1,96 @@
+"""``stablehlo-ref check-plugin PATH.so [--only AREA] [--json out.json] [--md out.md]``.
+
+Exit status: 0 when no check failed or crashed (unsupported and skipped are
+not failures), 1 otherwise, 2 for a usage error (no such file, bad
+capabilities file, unknown area).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from . import report
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    k = sub.add_parser("check-plugin", help="check a PJRT plugin (.so) against the reference",
+                       description=__doc__.split("\n\n")[0])
+    k.add_argument("plugin", help="path of the PJRT plugin shared library (exports GetPjrtApi)")
+    k.add_argument("--only", action="append", default=[],
+                   help="area (capi, programs, frameworks), area.group or part of a check id; "
+                        "repeatable")
+    k.add_argument("--exclude", action="append", default=[],
+                   help="leave out checks matching like --only; repeatable")
+    k.add_argument("--capabilities", help="JSON file declaring what the plugin does not "
+                   "support (see stablehlo_pjrt/checker/capabilities.py)")
+    k.add_argument("--suite", help="StableHLO conformance suite folder for the programs area "
+                   "(default: $STABLEHLO_SUITE or ../shared/stablehlo-suite)")
+    k.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds one check may take before it counts as hung (default 120)")
+    k.add_argument("--json", help="write the full report as JSON")
+    k.add_argument("--md", help="write the report as Markdown")
+    k.add_argument("--list", action="store_true", help="list the selected checks and exit")
+    k.add_argument("-v", "--verbose", action="store_true",
+                   help="print every result as it comes, and skipped checks in the summary")
+    return k
+
+
+def plugin_meta(path: str) -> dict:
+    """Version and platform of the plugin, read in a subprocess (a plugin
+    that aborts while loading must not take the run with it)."""
+    import json
+    import subprocess
+    from .runner import _worker_env
+    code = ("import json,sys\nfrom stablehlo_pjrt.checker.plugin import Plugin, Client\n"
+            "p=Plugin(sys.argv[1]); p.initialize(); c=Client(p)\n"
+            "print(json.dumps({'api_version': '%d.%d' % p.version, 'platform': c.platform_name(),"
+            " 'devices': len(c.addressable_devices())}))\nimport os; os._exit(0)\n")
+    try:
+        p = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True,
+                           timeout=120, env=_worker_env())
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    except Exception as e:  # noqa: BLE001 - the checks report the details
+        return {"load_error": str(e)[:300]}
+
+
+def run(a) -> int:
+    from .capabilities import Capabilities
+    from .context import default_suite
+    from .core import select
+    from .registry import build
+    from .runner import run as run_checks
+    if not os.path.isfile(a.plugin):
+        print(f"stablehlo-ref check-plugin: error: no such file: {a.plugin}", file=sys.stderr)
+        return 2
+    try:
+        caps = Capabilities.load(a.capabilities)
+    except (OSError, ValueError) as e:
+        print(f"stablehlo-ref check-plugin: error: capabilities: {e}", file=sys.stderr)
+        return 2
+    suite = a.suite or default_suite()
+    checks = select(list(build(suite).checks.values()), a.only, a.exclude)
+    if not checks:
+        print(f"stablehlo-ref check-plugin: error: no check matches --only {a.only}",
+              file=sys.stderr)
+        return 2
+    if a.list:
+        for c in checks:
+            print(c.id + (f"  (requires {', '.join(c.requires)})" if c.requires else ""))
+        return 0
+    path = os.path.abspath(a.plugin)
+    t0 = time.perf_counter()
+    meta = {"plugin": path, **plugin_meta(path), "capabilities": caps.to_json(),
+            "suite": suite}
+
+    def progress(r):
+        if a.verbose:
+            print(f"{r.status:11} {r.id}", flush=True)
+
+    results = run_checks(path, checks, caps.to_json(), suite, a.timeout, on_result=progress)
+    meta["seconds"] = round(time.perf_counter() - t0, 1)
+    print(report.text(results, meta, verbose=a.verbose))
+    report.write(results, meta, a.json, a.md)
+    return 1 if any(r.status in report.BAD for r in results) else 0

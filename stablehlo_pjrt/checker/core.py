@@ -1,0 +1,141 @@
+"""Checks, their outcomes and the registry the runner enumerates.
+
+A check is a function ``fn(ctx, *params)`` registered under an id
+``area.group.name[param]``. It passes by returning; it reports a failure by
+raising :class:`Failed` (with the detail and, for programs, the first
+divergent op), a capability the plugin lacks by raising :class:`Unsupported`
+(or letting a PJRT UNIMPLEMENTED error escape), and a check that does not
+apply by raising :class:`Skipped`. Anything else it raises is a failure whose
+detail is the exception. A crash or hang of the process is found by the
+runner (see ``runner.py``), not here.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable
+
+STATUSES = ("passed", "failed", "unsupported", "crashed", "skipped")
+AREAS = ("capi", "programs", "frameworks")
+
+
+class Failed(AssertionError):
+    def __init__(self, detail: str, op: str | None = None):
+        super().__init__(detail)
+        self.detail, self.op = detail, op
+
+
+class Unsupported(Exception):
+    """The plugin answered UNIMPLEMENTED or refused to compile."""
+
+
+class Skipped(Exception):
+    """The check does not apply (capability not declared, kit-side limit)."""
+
+
+@dataclass
+class Check:
+    id: str
+    area: str
+    group: str
+    fn: Callable
+    params: tuple = ()
+    requires: tuple = ()     # capability names (see capabilities.py)
+    doc: str = ""
+
+
+@dataclass
+class Result:
+    id: str
+    area: str
+    group: str
+    status: str
+    detail: str = ""
+    op: str | None = None
+    seconds: float = 0.0
+    notes: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        d = {"id": self.id, "area": self.area, "group": self.group,
+             "status": self.status, "seconds": round(self.seconds, 4)}
+        if self.detail:
+            d["detail"] = self.detail
+        if self.op:
+            d["op"] = self.op
+        if self.notes:
+            d["notes"] = self.notes
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Result":
+        return cls(d["id"], d["area"], d["group"], d["status"], d.get("detail", ""),
+                   d.get("op"), d.get("seconds", 0.0), d.get("notes", []))
+
+
+class Registry:
+    def __init__(self):
+        self.checks: dict[str, Check] = {}
+
+    def add(self, check: Check) -> None:
+        if check.id in self.checks:
+            raise ValueError(f"duplicate check id {check.id}")
+        self.checks[check.id] = check
+
+    def check(self, area: str, group: str, name: str | None = None, params=None,
+              requires=(), ids=None):
+        """Decorator: registers ``fn`` once, or once per entry of ``params``
+        (each a tuple of arguments; ``ids`` names them)."""
+        def deco(fn):
+            base = f"{area}.{group}.{name or fn.__name__}"
+            if params is None:
+                self.add(Check(base, area, group, fn, (), tuple(requires), fn.__doc__ or ""))
+            else:
+                for k, p in enumerate(params):
+                    p = p if isinstance(p, tuple) else (p,)
+                    label = ids[k] if ids else ",".join(str(x) for x in p)
+                    req = requires(*p) if callable(requires) else tuple(requires)
+                    self.add(Check(f"{base}[{label}]", area, group, fn, p, tuple(req),
+                                   fn.__doc__ or ""))
+            return fn
+        return deco
+
+
+def run_check(check: Check, ctx) -> Result:
+    """Runs one check in this process and classifies how it ended."""
+    from .plugin import PluginError
+    t0 = time.perf_counter()
+    status, detail, op = "passed", "", None
+    try:
+        missing = [r for r in check.requires if not ctx.capabilities.allows(r)]
+        if missing:
+            raise Skipped(f"requires {', '.join(missing)} (not declared by the plugin)")
+        check.fn(ctx, *check.params)
+    except Failed as e:
+        status, detail, op = "failed", e.detail, e.op
+    except Unsupported as e:
+        status, detail = "unsupported", str(e)
+    except Skipped as e:
+        status, detail = "skipped", str(e)
+    except PluginError as e:
+        if e.unimplemented:
+            status, detail = "unsupported", str(e)
+        else:
+            status, detail = "failed", f"unexpected error: {e}"
+    except Exception as e:  # noqa: BLE001 - any escape is the check's result
+        tb = traceback.extract_tb(e.__traceback__)
+        where = f" (at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
+        status, detail = "failed", f"{type(e).__name__}: {e}{where}"
+    return Result(check.id, check.area, check.group, status, detail, op,
+                  time.perf_counter() - t0)
+
+
+def select(checks, only=(), exclude=()) -> list[Check]:
+    """Checks whose id starts with, or whose area/group equals, one of ``only``
+    (all if empty), minus those matching ``exclude``."""
+    def match(c, pats):
+        return any(c.id.startswith(p) or c.area == p or c.group == p or
+                   f"{c.area}.{c.group}" == p or p in c.id for p in pats)
+    out = [c for c in checks if not only or match(c, only)]
+    return [c for c in out if not match(c, exclude)] if exclude else out

@@ -1,0 +1,76 @@
+"""The report of a run: a text summary per area, JSON and Markdown."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from .core import AREAS, STATUSES, Result
+
+# Statuses that make a run fail (exit status 1 of check-plugin).
+BAD = ("failed", "crashed")
+
+
+def counts(results: list[Result]) -> dict:
+    """{area: {status: n}} (every status present, in order)."""
+    out = {}
+    for area in list(AREAS) + sorted({r.area for r in results} - set(AREAS)):
+        c = Counter(r.status for r in results if r.area == area)
+        if c:
+            out[area] = {s: c.get(s, 0) for s in STATUSES}
+    return out
+
+
+def _line(r: Result) -> str:
+    head = f"  {r.status.upper():11} {r.id}"
+    if r.op:
+        head += f"  [op: {r.op}]"
+    body = "\n".join("      " + ln for ln in r.detail.splitlines()[:12]) if r.detail else ""
+    notes = "\n".join(f"      note: {n}" for n in r.notes)
+    return "\n".join(x for x in (head, body, notes) if x)
+
+
+def text(results: list[Result], meta: dict, verbose: bool = False) -> str:
+    lines = [f"PJRT plugin check: {meta.get('plugin')}",
+             f"  C API {meta.get('api_version', '?')}, platform {meta.get('platform', '?')}, "
+             f"{meta.get('seconds', 0):.1f} s"]
+    for area, c in counts(results).items():
+        summary = ", ".join(f"{n} {s}" for s, n in c.items() if n)
+        lines.append(f"{area}: {summary}")
+        for r in results:
+            if r.area == area and (r.status in BAD or r.status == "unsupported" or
+                                   (verbose and r.status == "skipped")):
+                lines.append(_line(r))
+    return "\n".join(lines)
+
+
+def to_json(results: list[Result], meta: dict) -> dict:
+    return {"meta": meta, "counts": counts(results), "results": [r.to_json() for r in results]}
+
+
+def markdown(results: list[Result], meta: dict) -> str:
+    out = [f"# PJRT plugin check: `{meta.get('plugin')}`", "",
+           f"C API {meta.get('api_version', '?')}, platform `{meta.get('platform', '?')}`, "
+           f"run time {meta.get('seconds', 0):.1f} s.", "",
+           "| area | " + " | ".join(STATUSES) + " |",
+           "|---|" + "---:|" * len(STATUSES)]
+    for area, c in counts(results).items():
+        out.append(f"| {area} | " + " | ".join(str(c[s]) for s in STATUSES) + " |")
+    for status in ("crashed", "failed", "unsupported"):
+        rows = [r for r in results if r.status == status]
+        if not rows:
+            continue
+        out += ["", f"## {status} ({len(rows)})", "", "| check | op | detail |", "|---|---|---|"]
+        for r in rows:
+            detail = " ".join(r.detail.split())[:400].replace("|", "\\|")
+            out.append(f"| `{r.id}` | {r.op or ''} | {detail} |")
+    return "\n".join(out) + "\n"
+
+
+def write(results, meta, json_path=None, md_path=None) -> None:
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(to_json(results, meta), f, indent=1)
+    if md_path:
+        with open(md_path, "w", encoding="utf-8") as f:
+            f.write(markdown(results, meta))

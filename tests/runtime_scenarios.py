@@ -1,0 +1,333 @@
+"""Scenarios for the runtime tests (tests/test_jax_runtime_*.py).
+
+Run as ``python runtime_scenarios.py PLATFORM NAME...``: for each scenario it
+prints one JSON line ``{"name", "values", "stdout", "error"}`` with the
+results (as lists), the text the program printed (``jax.debug.print``,
+callbacks) and the error message, if any. The tests run it once on
+``stablehlo_ref`` and once on XLA CPU and compare, so the scenarios say
+nothing about either platform: they are plain JAX programs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+
+SCENARIOS = {}
+
+
+def scenario(fn):
+    SCENARIOS[fn.__name__] = fn
+    return fn
+
+
+def _sds(v, shape=None):
+    import jax
+    return jax.ShapeDtypeStruct(v.shape if shape is None else shape, v.dtype)
+
+
+# ---------------------------------------------------------------------------
+# Host callbacks.
+
+
+@scenario
+def debug_print_basic(jax, jnp, np):
+    def f(x):
+        jax.debug.print("x={x} sum={s}", x=x, s=x.sum())
+        return x * 2
+    return jax.jit(f)(jnp.arange(3.0))
+
+
+@scenario
+def debug_callback_kwargs(jax, jnp, np):
+    def f(x):
+        jax.debug.callback(lambda a, b=None: print("cb", np.asarray(a), np.asarray(b)),
+                           x, b=x + 1)
+        return x
+    return jax.jit(f)(jnp.arange(3, dtype=jnp.int32))
+
+
+@scenario
+def ordered_prints_in_scan(jax, jnp, np):
+    def body(c, i):
+        jax.debug.print("step {i} carry {c}", i=i, c=c, ordered=True)
+        return c + i, c * 2
+    return jax.jit(lambda xs: jax.lax.scan(body, 0.0, xs))(jnp.arange(4.0))
+
+
+@scenario
+def prints_in_while_and_cond(jax, jnp, np):
+    def f(x):
+        def body(c):
+            jax.lax.cond(c % 2 == 0, lambda: jax.debug.print("even {}", c, ordered=True),
+                         lambda: jax.debug.print("odd {}", c, ordered=True))
+            return c + 1
+        return jax.lax.while_loop(lambda c: c < x, body, 0)
+    return jax.jit(f)(5)
+
+
+@scenario
+def pure_callback_values(jax, jnp, np):
+    def f(x):
+        y = jax.pure_callback(lambda a: np.sin(a) + 1, _sds(x), x)
+        return y * 3, jax.pure_callback(lambda a: (a.sum(), a.max()),
+                                        (_sds(x, ()), _sds(x, ())), y)
+    return jax.jit(f)(jnp.linspace(0, 1, 5, dtype=jnp.float32))
+
+
+@scenario
+def pure_callback_vmap_methods(jax, jnp, np):
+    out = {}
+    for method in ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all",
+                   "legacy_vectorized"):
+        def cb(a, method=method):
+            print(method, "called with", a.shape)
+            return np.cos(a)
+        g = jax.vmap(lambda v, cb=cb, method=method: jax.pure_callback(
+            cb, _sds(v), v, vmap_method=method))
+        out[method] = jax.jit(g)(jnp.arange(6.0).reshape(3, 2))
+    return out
+
+
+@scenario
+def pure_callback_under_grad(jax, jnp, np):
+    @jax.custom_jvp
+    def sin(x):
+        return jax.pure_callback(np.sin, _sds(x), x, vmap_method="expand_dims")
+
+    @sin.defjvp
+    def _jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return sin(x), jax.pure_callback(np.cos, _sds(x), x, vmap_method="sequential") * t
+    x = jnp.linspace(-1, 1, 4, dtype=jnp.float32)
+    return (jax.jit(jax.grad(lambda v: sin(v).sum()))(x),
+            jax.jit(jax.vmap(jax.grad(lambda v: sin(v) * 2)))(x))
+
+
+@scenario
+def io_callback_ordered_and_not(jax, jnp, np):
+    from jax.experimental import io_callback
+    log = []
+
+    def record(a):
+        log.append(np.asarray(a).tolist())
+        print("io", np.asarray(a))
+        return np.asarray(a) * 2
+
+    def f(x):
+        y = io_callback(record, _sds(x), x, ordered=True)
+        z = io_callback(record, _sds(x), y + 1, ordered=True)
+        w = io_callback(record, _sds(x), z, ordered=False)
+        return w
+    out = jax.jit(f)(jnp.arange(3.0))
+    jax.effects_barrier()
+    return out, log
+
+
+@scenario
+def io_callback_in_scan_and_vmap(jax, jnp, np):
+    from jax.experimental import io_callback
+
+    def step(c, x):
+        y = io_callback(lambda a, b: np.asarray(a + b), _sds(x), c, x, ordered=True)
+        return y, y
+    scanned = jax.jit(lambda xs: jax.lax.scan(step, 0.0, xs))(jnp.arange(4.0))
+    mapped = jax.jit(jax.vmap(lambda v: io_callback(
+        lambda a: np.asarray(a) ** 2, _sds(v), v)))(jnp.arange(3.0))
+    return scanned, mapped
+
+
+@scenario
+def callback_raises(jax, jnp, np):
+    def bad(a):
+        raise ValueError("the callback failed on purpose")
+    return jax.jit(lambda v: jax.pure_callback(bad, _sds(v), v))(jnp.ones(2))
+
+
+@scenario
+def callback_wrong_shape(jax, jnp, np):
+    return jax.jit(lambda v: jax.pure_callback(lambda a: np.ones(3, np.float32),
+                                               _sds(v), v))(jnp.ones(2))
+
+
+@scenario
+def callbacks_multi_device(jax, jnp, np):
+    from jax import shard_map
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+    devs = jax.devices()[:2]
+    mesh = Mesh(np.array(devs), ("i",))
+    xs = jax.device_put(jnp.arange(4.0), NamedSharding(mesh, P("i")))
+    a = jax.jit(lambda v: (jax.debug.print("global {}", v), v * 2)[1])(xs)
+    jax.effects_barrier()
+    b = jax.jit(lambda v: jax.pure_callback(np.sin, _sds(v), v))(xs)
+    c = jax.jit(shard_map(lambda v: jax.pure_callback(np.cos, _sds(v), v),
+                          mesh=mesh, in_specs=P("i"), out_specs=P("i")))(xs)
+    return a, b, c
+
+
+@scenario
+def debug_print_shard_map(jax, jnp, np):
+    from jax import shard_map
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+    mesh = Mesh(np.array(jax.devices()[:2]), ("i",))
+    xs = jax.device_put(jnp.arange(4.0), NamedSharding(mesh, P("i")))
+    # Prints once per device; the order between devices is not specified
+    # (XLA CPU runs them in parallel too): the test compares sorted lines.
+    return jax.jit(shard_map(lambda v: (jax.debug.print("shard {}", v), v + 1)[1],
+                             mesh=mesh, in_specs=P("i"), out_specs=P("i")))(xs)
+
+
+@scenario
+def debug_print_pmap(jax, jnp, np):
+    return jax.pmap(lambda v: (jax.debug.print("pmap {}", v), v * 3)[1],
+                    devices=jax.devices()[:2])(jnp.arange(2.0))
+
+
+# ---------------------------------------------------------------------------
+# Buffer ownership: aliasing and donation.
+
+
+def _ptr(a):
+    return a.unsafe_buffer_pointer()
+
+
+@scenario
+def outputs_never_alias_inputs(jax, jnp, np):
+    x = jnp.arange(6.0)
+    y = jax.jit(jnp.asarray)(x)
+    r = jax.jit(lambda a: a.reshape(2, 3))(x)
+    a, b = jax.jit(lambda a: (a, a))(x)
+    c1 = jax.jit(lambda: jnp.arange(3.0))()
+    c2 = jax.jit(lambda: jnp.arange(3.0))()
+    k1 = jax.jit(lambda a: (a, jnp.ones(3)))(x)[1]
+    k2 = jax.jit(lambda a: (a, jnp.ones(3)))(x)[1]
+    return {"identity_shares": _ptr(y) == _ptr(x), "reshape_shares": _ptr(r) == _ptr(x),
+            "pair_shares": _ptr(a) == _ptr(b), "pair_first_shares": _ptr(a) == _ptr(x),
+            "constant_shares": _ptr(c1) == _ptr(c2), "const_out_shares": _ptr(k1) == _ptr(k2),
+            "values": [y, r, a, b, c1, k1]}
+
+
+@scenario
+def donation_deletes_and_aliases(jax, jnp, np):
+    import warnings
+    out = {}
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        x = jnp.arange(4.0)
+        px = _ptr(x)
+        y = jax.jit(lambda a: a, donate_argnums=0)(x)
+        out["identity"] = [x.is_deleted(), _ptr(y) == px, y]
+        x2 = jnp.arange(4.0)
+        y2 = jax.jit(lambda a, b: (a * 2, b + 1), donate_argnums=0)(x2, jnp.ones(3))
+        out["scale"] = [x2.is_deleted(), y2]
+        try:
+            x2 + 1
+            out["use_after"] = None
+        except Exception as e:  # noqa: BLE001
+            out["use_after"] = f"{type(e).__name__}: {e}"
+        try:
+            jax.jit(lambda a: a + 1)(x2)
+            out["pass_after"] = None
+        except Exception as e:  # noqa: BLE001
+            out["pass_after"] = f"{type(e).__name__}: {e}"
+        z = jnp.arange(3.0)
+        s = jax.jit(lambda a: a.sum(), donate_argnums=0)(z)  # nothing to alias
+        out["unusable"] = [z.is_deleted(), s]
+        p = {"w": jnp.ones((2, 2)), "b": jnp.zeros(2)}
+        step = jax.jit(lambda p, g: jax.tree.map(lambda a, b: a - 0.1 * b, p, g),
+                       donate_argnums=0)
+        for _ in range(3):
+            old = p
+            p = step(p, {"w": jnp.ones((2, 2)), "b": jnp.ones(2)})
+        out["train"] = [old["w"].is_deleted(), p]
+        u = jnp.zeros(5)
+        v = jax.jit(lambda a: a.at[1].set(7.0), donate_argnums=0)(u)
+        out["update"] = [u.is_deleted(), v]
+    out["warnings"] = sorted(str(x.message).split("\n")[0] for x in w)
+    return out
+
+
+@scenario
+def dce_sink_and_empty(jax, jnp, np):
+    from jax import lax
+
+    def f(x):
+        lax.dce_sink(x * 2, prevent_mlir_dce=True)
+        e = lax.empty((3,), jnp.float32)  # contents undefined until written
+        return x + 1, lax.dynamic_update_slice(e, x * 3, (0,))
+    text = jax.jit(f).lower(jnp.ones(3)).as_text()
+    # (lax.empty lowers to @AllocateBuffer only for TPU/GPU: zeros elsewhere.)
+    return jax.jit(f)(jnp.ones(3)), "@dce_sink" in text
+
+
+# ---------------------------------------------------------------------------
+
+
+def _plain(tree):
+    import jax
+    import numpy as np
+    return jax.tree.map(lambda a: np.asarray(a).tolist(), tree)
+
+
+def main(argv):
+    platform, names = argv[0], argv[1:]
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    if platform == "stablehlo_ref_only":
+        device = jax.devices("stablehlo_ref")[0]
+    else:
+        device = jax.devices(platform)[0]
+    for name in names:
+        buf = io.StringIO()
+        values = error = None
+        with contextlib.redirect_stdout(buf), jax.default_device(device):
+            try:
+                values = _plain(SCENARIOS[name](jax, jnp, np))
+                jax.effects_barrier()
+            except Exception as e:  # noqa: BLE001 - reported to the test
+                error = f"{type(e).__name__}: {e}"
+        print(json.dumps({"name": name, "values": values, "stdout": buf.getvalue(),
+                          "error": error}), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
+
+
+def run(platform: str, names, devices: int = 2, extra_env=None) -> dict:
+    """Run scenarios in a fresh process on ``platform`` ("stablehlo_ref",
+    "cpu", or "stablehlo_ref_only": JAX_PLATFORMS=stablehlo_ref, no CPU
+    backend); returns name -> record."""
+    import os
+    import subprocess
+    env = dict(os.environ)
+    for key in ("JAX_PLATFORMS", "XLA_FLAGS", "STABLEHLO_REF_NUM_DEVICES",
+                "STABLEHLO_PJRT_TRACE", "JAX_ENABLE_X64"):
+        env.pop(key, None)
+    if platform == "cpu":
+        env["JAX_PLATFORMS"] = "cpu"
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    elif platform == "stablehlo_ref":
+        env["JAX_PLATFORMS"] = "stablehlo_ref,cpu"
+        env["STABLEHLO_REF_NUM_DEVICES"] = str(devices)
+    else:
+        env["JAX_PLATFORMS"] = "stablehlo_ref"
+        env["STABLEHLO_REF_NUM_DEVICES"] = str(devices)
+    env.update(extra_env or {})
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), platform, *names],
+                          env=env, capture_output=True, text=True, timeout=600)
+    out = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            rec = json.loads(line)
+            out[rec["name"]] = rec
+    missing = [n for n in names if n not in out]
+    if missing:
+        raise AssertionError(f"{platform}: no result for {missing} (exit {proc.returncode}):\n"
+                             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return out

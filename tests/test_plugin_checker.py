@@ -1,0 +1,178 @@
+"""The PJRT plugin checker (stablehlo_pjrt/checker) against our own plugin's
+shared library and against XLA's CPU plugin (fastatomstruct-xla-cpu), both
+loaded by path as foreign plugins. Each expected failure below is a finding
+the kit reports, explained where it is listed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from stablehlo_pjrt import _shim
+from stablehlo_pjrt.checker.capabilities import Capabilities
+from stablehlo_pjrt.checker.core import Check, Registry, Result, select
+from stablehlo_pjrt.checker import report
+
+SHIM = _shim.__file__
+
+
+def xla_cpu_plugin():
+    mod = pytest.importorskip("fastatomstruct_xla_cpu")
+    return mod.library_path()
+
+
+def check_plugin(path, *args, timeout=900):
+    p = subprocess.run([sys.executable, "-m", "stablehlo_pjrt.cli", "check-plugin", path,
+                        *args], capture_output=True, text=True, timeout=timeout)
+    return p
+
+
+def by_status(doc):
+    out = {}
+    for r in doc["results"]:
+        out.setdefault(r["status"], set()).add(r["id"])
+    return out
+
+
+# Findings of the capi area in our own plugin (stablehlo_pjrt), kept as the
+# kit reports them rather than hidden:
+OWN_CAPI_FAILED = {
+    # The handlers ignore struct_size: an older caller's smaller struct gets
+    # its output fields written past the size it declared (pjrt_c_api.h: a
+    # plugin must not touch fields the caller's struct_size excludes; XLA
+    # returns INVALID_ARGUMENT).
+    "capi.struct_size.older_caller[PJRT_Client_Devices]",
+    "capi.struct_size.older_caller[PJRT_Client_PlatformName]",
+    "capi.struct_size.older_caller[PJRT_Plugin_Attributes]",
+    # Compile options are parsed leniently: garbage bytes compile.
+    "capi.compile.bad_compile_options",
+    # A wrongly typed argument is reported as INTERNAL, not INVALID_ARGUMENT.
+    "capi.errors.execute_wrong_type",
+}
+
+# Findings in XLA's CPU plugin (C API 0.106):
+XLA_CAPI_CRASHED = {
+    # PJRT_Client_CreateErrorBuffer without a layout makes a buffer whose
+    # ToHostBuffer aborts (literal.cc: Check failed: LayoutUtil::HasLayout)
+    # instead of returning the buffer's error.
+    "capi.events.error_through_event",
+    # BufferFromHostBuffer(type=INVALID) aborts in ConvertFromPjRtBufferType
+    # ("Buffer type is not supported in C API layer") instead of returning
+    # INVALID_ARGUMENT.
+    "capi.errors.bad_element_type",
+}
+XLA_CAPI_FAILED = {
+    # Execute does not check argument element types: an s32[4] buffer is
+    # accepted for an f32[4] parameter (same byte size) and reinterpreted.
+    "capi.errors.execute_wrong_type",
+}
+XLA_CAPI_UNSUPPORTED = {"capi.executable.output_memory_kinds"}  # UNIMPLEMENTED in 0.106
+
+
+def test_capi_area_on_own_plugin(tmp_path):
+    out = tmp_path / "r.json"
+    p = check_plugin(SHIM, "--only", "capi", "--json", out)
+    assert p.returncode == 1, p.stdout + p.stderr
+    doc = json.loads(out.read_text())
+    s = by_status(doc)
+    assert s.get("failed", set()) == OWN_CAPI_FAILED, p.stdout
+    assert not s.get("crashed"), p.stdout
+    assert doc["meta"]["api_version"] == "0.110"
+    # One device: the several-device checks are skipped with the reason.
+    assert "capi.multidevice.execute_replicated" in s["skipped"]
+    assert s["passed"] >= {"capi.transfers.roundtrip[bf16]", "capi.buffers.donation",
+                           "capi.serialization.serialize_roundtrip"}
+
+
+def test_capi_area_on_xla_cpu(tmp_path):
+    path = xla_cpu_plugin()
+    out, md = tmp_path / "r.json", tmp_path / "r.md"
+    p = check_plugin(path, "--only", "capi", "--json", out, "--md", md)
+    assert p.returncode == 1, p.stdout + p.stderr
+    doc = json.loads(out.read_text())
+    s = by_status(doc)
+    assert doc["meta"]["api_version"] == "0.106"
+    # An abort of the plugin is a result, and the run goes on after it.
+    assert s.get("crashed", set()) == XLA_CAPI_CRASHED, p.stdout
+    assert s.get("failed", set()) == XLA_CAPI_FAILED, p.stdout
+    assert s.get("unsupported", set()) == XLA_CAPI_UNSUPPORTED, p.stdout
+    crash = next(r for r in doc["results"] if r["id"] == "capi.errors.bad_element_type")
+    assert "SIGABRT" in crash["detail"] and "ConvertFromPjRtBufferType" in crash["detail"]
+    # Several devices: the replicated execution ran.
+    assert "capi.multidevice.execute_replicated" in s["passed"]
+    text = md.read_text()
+    assert "| capi |" in text and "## crashed (2)" in text
+
+
+def test_usage_errors(tmp_path):
+    p = check_plugin(str(tmp_path / "missing.so"))
+    assert p.returncode == 2 and "no such file" in p.stderr
+    bad = tmp_path / "caps.json"
+    bad.write_text('{"unsupported": ["teleportation"]}')
+    p = check_plugin(SHIM, "--capabilities", bad)
+    assert p.returncode == 2 and "unknown capabilities" in p.stderr
+    p = check_plugin(SHIM, "--only", "no-such-area")
+    assert p.returncode == 2 and "no check matches" in p.stderr
+
+
+def test_declared_capabilities_become_skips(tmp_path):
+    caps = tmp_path / "caps.json"
+    caps.write_text(json.dumps({"serialization": False, "element_types": ["f32", "s32"]}))
+    out = tmp_path / "r.json"
+    p = check_plugin(SHIM, "--only", "capi.transfers.roundtrip", "--only",
+                     "capi.serialization", "--capabilities", caps, "--json", out)
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = {r["id"]: r for r in json.loads(out.read_text())["results"]}
+    assert res["capi.transfers.roundtrip[f32]"]["status"] == "passed"
+    skipped = res["capi.transfers.roundtrip[bf16]"]
+    assert skipped["status"] == "skipped" and "element_type:bf16" in skipped["detail"]
+    ser = res["capi.serialization.serialize_roundtrip"]
+    assert ser["status"] == "skipped" and "serialization" in ser["detail"]
+
+
+def test_capabilities_parsing():
+    c = Capabilities({"unsupported": ["multi_device"], "element_types": ["F32"]})
+    assert not c.allows("multi_device") and c.allows("serialization")
+    assert c.allows("element_type:f32") and not c.allows("element_type:f64")
+    assert Capabilities().allows("element_type:f8e3m4")
+    with pytest.raises(ValueError, match="expected true or false"):
+        Capabilities({"serialization": "no"})
+
+
+def test_select_and_report():
+    reg = Registry()
+    for i, (area, group) in enumerate([("capi", "events"), ("capi", "transfers"),
+                                       ("programs", "testdata")]):
+        reg.add(Check(f"{area}.{group}.c{i}", area, group, lambda ctx: None))
+    ids = lambda cs: [c.id for c in cs]  # noqa: E731
+    allc = list(reg.checks.values())
+    assert ids(select(allc, ["capi"])) == ["capi.events.c0", "capi.transfers.c1"]
+    assert ids(select(allc, ["transfers"])) == ["capi.transfers.c1"]
+    assert ids(select(allc, [], ["capi.events"])) == ["capi.transfers.c1", "programs.testdata.c2"]
+    results = [Result("capi.events.c0", "capi", "events", "passed"),
+               Result("capi.transfers.c1", "capi", "transfers", "failed", "wrong bytes",
+                      op="transfer_strided"),
+               Result("programs.testdata.c2", "programs", "testdata", "crashed", "SIGSEGV")]
+    counts = report.counts(results)
+    assert counts["capi"]["passed"] == 1 and counts["capi"]["failed"] == 1
+    assert counts["programs"]["crashed"] == 1
+    text = report.text(results, {"plugin": "x.so", "seconds": 1.0})
+    assert "capi: 1 passed, 1 failed" in text and "[op: transfer_strided]" in text
+    md = report.markdown(results, {"plugin": "x.so"})
+    assert "| programs | 0 | 0 | 0 | 1 | 0 |" in md
+
+
+def test_console_script_keeps_interpreter_commands(tmp_path):
+    m = tmp_path / "m.mlir"
+    m.write_text("func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
+                 "  %0 = stablehlo.add %a, %a : tensor<2xf32>\n  return %0 : tensor<2xf32>\n}\n")
+    p = subprocess.run([sys.executable, "-m", "stablehlo_pjrt.cli", "check", str(m)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run([sys.executable, "-m", "stablehlo_pjrt.cli", "--help"],
+                       capture_output=True, text=True, timeout=300)
+    assert "check-plugin" in p.stdout and "compare" in p.stdout
