@@ -176,3 +176,22 @@ def test_console_script_keeps_interpreter_commands(tmp_path):
     p = subprocess.run([sys.executable, "-m", "stablehlo_pjrt.cli", "--help"],
                        capture_output=True, text=True, timeout=300)
     assert "check-plugin" in p.stdout and "compare" in p.stdout
+
+
+def test_pytest_plugin_runs_selected_checks(tmp_path):
+    """`pytest --pjrt-plugin`: one test per check, -m/-k select, unsupported
+    and undeclared capabilities are skips with the reason shown. The plugin
+    is loaded through its pytest11 entry point (pyproject.toml)."""
+    caps = tmp_path / "caps.json"
+    caps.write_text('{"unsupported": ["serialization"]}')
+    p = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+         "--pjrt-plugin", SHIM, "--pjrt-capabilities", str(caps),
+         "--pyargs", "stablehlo_pjrt.checker.test_pjrt_plugin_suite",
+         "-m", "pjrt_capi", "-k", "roundtrip or execute_wrong_type"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    out = p.stdout
+    assert p.returncode == 1, out + p.stderr  # execute_wrong_type is a finding
+    assert "1 failed" in out and "23 passed" in out and "1 skipped" in out, out
+    assert "requires serialization (not declared by the plugin)" in out, out
+    assert "capi.errors.execute_wrong_type" in out
