@@ -17,6 +17,7 @@ import struct
 import numpy as np
 
 from ._capi import BufferType, ErrorCode
+from . import donation, interrupt
 from .buffer import Buffer, dtype_of, type_of_dtype, type_of_element, short_type
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
 from .handles import CString, int64_array, pointer_array, register
@@ -159,6 +160,10 @@ class ExecutableMeta:
         # An SPMD program (sharded jit): the global program with its argument
         # and result shardings (stablehlo_interpreter.spmd.SpmdPlan).
         self.spmd = spmd
+        # Parameter -> output aliasing (tf.aliasing_output) and the host
+        # callback table; set by compile_program.
+        self.aliased_params: dict[int, int] = {}
+        self.host_callbacks = None
         self._shardings_c = {}
         self.code = code
         self.format = code_format
@@ -348,6 +353,8 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
             raise unimplemented(f"stablehlo_ref cannot run this sharded program: {e}") from None
     meta = ExecutableMeta(program, code, code_format, options, spmd=plan)
     meta.host_callbacks = callbacks  # keeps the callables alive with the executable
+    meta.aliased_params = donation.aliased_parameters(
+        program, plan.func if plan is not None else None)
     _check_parallel_support(meta.num_replicas, meta.num_partitions, program)
     return meta
 
@@ -374,6 +381,22 @@ class Executable:
 
     def __str__(self):
         return f"Executable({self.meta.name}, {self.handle:#x})"
+
+
+class Outputs(list):
+    """Execute's per-device output lists; ``interrupted`` asks the caller to
+    re-raise a KeyboardInterrupt once it has handed them over."""
+
+    def __init__(self, items=(), interrupted=False):
+        super().__init__(items)
+        self.interrupted = interrupted
+
+
+def _timeout_text(meta, limit, error) -> str:
+    where = f" (stopped in {str(error).split(': ExecutionTimeout')[0]})" if error else ""
+    return (f"stablehlo_ref execution of {meta.name} exceeded the time limit of {limit:g} s "
+            f"set with stablehlo_pjrt.set_execute_timeout / STABLEHLO_REF_EXECUTE_TIMEOUT"
+            f"{where}")
 
 
 class LoadedExecutable:
@@ -413,7 +436,8 @@ class LoadedExecutable:
     def __str__(self):
         return f"LoadedExecutable({self.meta.name}, {self.handle:#x})"
 
-    def execute(self, argument_lists: list[list[Buffer]], execute_device=None) -> list[list[Buffer]]:
+    def execute(self, argument_lists: list[list[Buffer]], execute_device=None,
+                non_donatable=()) -> list[list[Buffer]]:
         if self.deleted:
             raise failed_precondition(f"{self} has been deleted")
         meta = self.meta
@@ -426,6 +450,7 @@ class LoadedExecutable:
                 f"{self} runs on {len(devices)} device(s) but {len(argument_lists)} "
                 "argument list(s) were given")
         n_in = len(meta.input_types)
+        donated = donation.donated_parameters(meta.aliased_params, non_donatable)
         inputs = []
         borrowed = []
         for dev, args in zip(devices, argument_lists):
@@ -434,33 +459,69 @@ class LoadedExecutable:
                     f"{meta.name} takes {n_in} argument(s), got {len(args)}")
             inputs.append([b.live_array() for b in args])
             borrowed.extend(b.array for b in args if b.borrowed)
+        donation.check_donations(argument_lists, donated)
+        # Which results must be copied is decided from the inputs before the
+        # run (which may consume donated arrays).
+        ownerships = [donation.OutputOwnership(ins, donated, borrowed) for ins in inputs]
         shi = _interpreter()
         if execute_device is not None and len(self.devices) > 1:
             raise unimplemented(
                 f"{self} spans {len(self.devices)} devices; launching it on a single "
                 "device is not supported by stablehlo_ref")
-        try:
+        def run():
             if meta.spmd is not None:
                 # A global-view sharded program: shards in, one global run,
                 # shards out (in partition order = self.devices order).
-                results = meta.spmd.run(inputs)
-            elif len(devices) == 1:
-                results = [meta.program.run(*inputs[0])]
-            else:
-                # One interpreter process per (replica, partition), in the
-                # replica-major order of self.devices / self.logical_ids.
-                results = meta.program.run_parallel(
-                    inputs, num_replicas=meta.num_replicas,
-                    num_partitions=meta.num_partitions)
+                return meta.spmd.run(inputs)
+            if len(devices) == 1 and donated:
+                return [donation.run_donating(meta.program, argument_lists[0],
+                                              inputs, donated)]
+            if len(devices) == 1:
+                return [meta.program.run(*inputs[0])]
+            # One interpreter process per (replica, partition), in the
+            # replica-major order of self.devices / self.logical_ids.
+            return meta.program.run_parallel(
+                inputs, num_replicas=meta.num_replicas,
+                num_partitions=meta.num_partitions)
+
+        limit = interrupt.execute_timeout()
+        try:
+            try:
+                results = interrupt.run_limited(run, limit) if limit else run()
+            finally:
+                if donated:
+                    # Donated buffers are consumed by the run (also a failed
+                    # one, which may have written them), as on XLA.
+                    for args in argument_lists:
+                        for i in donated:
+                            args[i].delete()
+        except KeyboardInterrupt:
+            # Ctrl-C: the outputs are error buffers and the interrupt is
+            # re-raised in the caller once Execute returns (interrupt.py).
+            return Outputs(([self._error_outputs(dev, ErrorCode.CANCELLED,
+                                                 f"stablehlo_ref execution of {meta.name} "
+                                                 "was interrupted (KeyboardInterrupt)")
+                             for dev in devices]), interrupted=True)
+        except interrupt.ExecutionTimeout:
+            raise PjrtError(ErrorCode.DEADLINE_EXCEEDED, _timeout_text(meta, limit, None)) \
+                from None
         except shi.InterpreterError as e:
+            if isinstance(e.__cause__, interrupt.ExecutionTimeout):
+                raise PjrtError(ErrorCode.DEADLINE_EXCEEDED,
+                                _timeout_text(meta, limit, e)) from None
             raise PjrtError(ErrorCode.INTERNAL,
                             f"stablehlo_ref execution of {meta.name} failed: {e}") from None
-        outputs = []
-        for dev, res in zip(devices, results):
-            outputs.append(self._wrap_outputs(dev, res, borrowed))
+        outputs = Outputs()
+        for dev, res, own in zip(devices, results, ownerships):
+            outputs.append(self._wrap_outputs(dev, res, own))
         return outputs
 
-    def _wrap_outputs(self, device, results, borrowed) -> list[Buffer]:
+    def _error_outputs(self, device, code, message) -> list[Buffer]:
+        meta = self.meta
+        return [Buffer(None, bt, device, error=(code, message), shape=shape)
+                for bt, shape in zip(meta.output_buffer_types, meta.output_shapes)]
+
+    def _wrap_outputs(self, device, results, ownership) -> list[Buffer]:
         meta = self.meta
         if len(results) != meta.num_outputs:
             raise PjrtError(ErrorCode.INTERNAL,
@@ -482,9 +543,7 @@ class LoadedExecutable:
                     "(interpreter bug)")
             if not array.flags.c_contiguous:
                 array = np.ascontiguousarray(array)
-            if borrowed and any(np.may_share_memory(array, b) for b in borrowed):
-                # A result aliasing caller-owned input memory (e.g. identity)
-                # would dangle once that input buffer is freed.
-                array = array.copy()
+            # A new buffer unless the program aliases a donated input to it.
+            array = ownership.own(i, array)
             out.append(Buffer(array, bt, device))
         return out
