@@ -619,7 +619,7 @@ def _run_mode(mode):
         _start_all()
         proc = _PROCS[mode]
         try:
-            stdout, stderr = proc.communicate(timeout=300)
+            stdout, stderr = proc.communicate(timeout=600)  # ~20 s of CPU; a loaded 2-core machine stretches it
         except subprocess.TimeoutExpired:
             proc.kill()
             stdout, stderr = proc.communicate()
