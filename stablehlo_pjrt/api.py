@@ -809,13 +809,18 @@ def LoadedExecutable_Execute(ptr):
         opts = C.PJRT_ExecuteOptions.from_address(a.options)
         if opts.num_send_ops or opts.num_recv_ops:
             raise unimplemented("send/recv callbacks are not supported by stablehlo_ref")
+        n = opts.num_non_donatable_input_indices
+        non_donatable = (set((ctypes.c_int64 * n).from_address(opts.non_donatable_input_indices))
+                         if n else ())
+    else:
+        non_donatable = ()
     execute_device = maybe_lookup(a.execute_device, Device) if a.execute_device else None
     arg_list_ptrs = (_P * num_devices).from_address(a.argument_lists) if num_devices else ()
     argument_lists = []
     for lp in arg_list_ptrs:
         handles = (_P * num_args).from_address(lp)[:] if num_args else []
         argument_lists.append([lookup(h, Buffer, "PJRT_Buffer") for h in handles])
-    outputs = exe.execute(argument_lists, execute_device)
+    outputs = exe.execute(argument_lists, execute_device, non_donatable)
     out_list_ptrs = (_P * num_devices).from_address(a.output_lists)
     for lp, outs in zip(out_list_ptrs, outputs):
         if outs:

@@ -16,6 +16,7 @@ import struct
 
 import numpy as np
 
+from . import donation
 from ._capi import BufferType, ErrorCode, PJRT_Program, read_bytes, read_str
 from .buffer import Buffer, dtype_of, short_type, type_of_dtype, type_of_element
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
@@ -159,6 +160,10 @@ class ExecutableMeta:
         # An SPMD program (sharded jit): the global program with its argument
         # and result shardings (stablehlo_interpreter.spmd.SpmdPlan).
         self.spmd = spmd
+        # Parameter -> output aliasing (tf.aliasing_output) and the host
+        # callback table; set by compile_program.
+        self.aliased_params: dict[int, int] = {}
+        self.host_callbacks = None
         self._shardings_c = {}
         self.code = code
         self.format = code_format
@@ -360,6 +365,8 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
             raise unimplemented(f"stablehlo_ref cannot run this sharded program: {e}") from None
     meta = ExecutableMeta(program, code, code_format, options, spmd=plan)
     meta.host_callbacks = callbacks  # keeps the callables alive with the executable
+    meta.aliased_params = donation.aliased_parameters(
+        program, plan.func if plan is not None else None)
     _check_parallel_support(meta.num_replicas, meta.num_partitions, program)
     return meta
 
@@ -433,7 +440,8 @@ class LoadedExecutable:
     def __str__(self):
         return f"LoadedExecutable({self.meta.name}, {self.handle:#x})"
 
-    def execute(self, argument_lists: list[list[Buffer]], execute_device=None) -> list[list[Buffer]]:
+    def execute(self, argument_lists: list[list[Buffer]], execute_device=None,
+                non_donatable=()) -> list[list[Buffer]]:
         if self.deleted:
             raise failed_precondition(f"{self} has been deleted")
         meta = self.meta
@@ -446,6 +454,7 @@ class LoadedExecutable:
                 f"{self} runs on {len(devices)} device(s) but {len(argument_lists)} "
                 "argument list(s) were given")
         n_in = len(meta.input_types)
+        donated = donation.donated_parameters(meta.aliased_params, non_donatable)
         inputs = []
         borrowed = []
         for dev, args in zip(devices, argument_lists):
@@ -454,6 +463,7 @@ class LoadedExecutable:
                     f"{meta.name} takes {n_in} argument(s), got {len(args)}")
             inputs.append([b.live_array() for b in args])
             borrowed.extend(b.array for b in args if b.borrowed)
+        donation.check_donations(argument_lists, donated)
         shi = _interpreter()
         if execute_device is not None and len(self.devices) > 1:
             raise unimplemented(
@@ -476,11 +486,17 @@ class LoadedExecutable:
             raise PjrtError(ErrorCode.INTERNAL,
                             f"stablehlo_ref execution of {meta.name} failed: {e}") from None
         outputs = []
-        for dev, res in zip(devices, results):
-            outputs.append(self._wrap_outputs(dev, res, borrowed))
+        for dev, res, ins in zip(devices, results, inputs):
+            ownership = donation.OutputOwnership(ins, donated, borrowed)
+            outputs.append(self._wrap_outputs(dev, res, ownership))
+        if donated:
+            # Donated buffers are consumed by the run, as on XLA.
+            for args in argument_lists:
+                for i in donated:
+                    args[i].delete()
         return outputs
 
-    def _wrap_outputs(self, device, results, borrowed) -> list[Buffer]:
+    def _wrap_outputs(self, device, results, ownership) -> list[Buffer]:
         meta = self.meta
         if len(results) != meta.num_outputs:
             raise PjrtError(ErrorCode.INTERNAL,
@@ -502,9 +518,7 @@ class LoadedExecutable:
                     "(interpreter bug)")
             if not array.flags.c_contiguous:
                 array = np.ascontiguousarray(array)
-            if borrowed and any(np.may_share_memory(array, b) for b in borrowed):
-                # A result aliasing caller-owned input memory (e.g. identity)
-                # would dangle once that input buffer is freed.
-                array = array.copy()
+            # A new buffer unless the program aliases a donated input to it.
+            array = ownership.own(i, array)
             out.append(Buffer(array, bt, device))
         return out

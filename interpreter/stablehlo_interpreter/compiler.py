@@ -23,7 +23,7 @@ from . import trace as _trace
 from .errors import (CompileError, ExecutionError, InterpreterError,
                      UnsupportedOpsError)
 from .loader import MLIR_LOCK, NEWER_OP_PREFIX, Module, load
-from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported
+from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported, custom_call_rejection
 from .types import TOKEN, TensorType, TokenType, TupleType, conforms, describe, from_mlir
 
 _ndarray = np.ndarray
@@ -627,7 +627,9 @@ class _Compiler:
             target = op.attrs.get("call_target_name")
             entry = CUSTOM_CALLS.get(target)
             if entry is None:
+                why = custom_call_rejection(target)
                 self.unsupported.append((name, op.location,
+                                         f"custom_call @{target}: {why}" if why else
                                          f"unknown custom_call target @{target}"))
                 return None, False
             return entry
