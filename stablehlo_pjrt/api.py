@@ -15,7 +15,7 @@ import ctypes
 import numpy as np
 
 from . import _capi as C
-from . import _shim, trace
+from . import _shim, interrupt, trace
 from .buffer import (
     Buffer,
     buffer_from_host,
@@ -832,6 +832,8 @@ def LoadedExecutable_Execute(ptr):
         trace.note(obj=exe,
                    inputs=[[describe_with_value(b) for b in args] for args in argument_lists],
                    outputs=[[describe_with_value(b) for b in outs] for outs in outputs])
+    if getattr(outputs, "interrupted", False):
+        interrupt.rearm_interrupt()  # last: KeyboardInterrupt in the caller
 
 
 # ----------------------------------------------------------------------------
