@@ -35,6 +35,13 @@ def pjrt_api_capsule():
     return api.capsule()
 
 
+def set_execute_timeout(seconds):
+    """Fail any later Execute running longer than ``seconds`` with
+    DEADLINE_EXCEEDED (None or 0: no limit); see interrupt.py."""
+    from .interrupt import set_execute_timeout as _set
+    _set(seconds)
+
+
 def shim_path() -> str:
     """Path of the shared library exporting GetPjrtApi, for frameworks that
     load PJRT plugins by path (e.g. PJRT_NAMES_AND_LIBRARY_PATHS)."""

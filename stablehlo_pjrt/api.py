@@ -20,7 +20,7 @@ import threading
 import numpy as np
 
 from . import _capi as C
-from . import _shim, trace
+from . import _shim, interrupt, trace
 from .buffer import Buffer, buffer_from_host, dtype_of, short_type, to_host
 from .client import Client, Topology, stablehlo_versions
 from .device import Device, DeviceDescription, Memory
@@ -876,6 +876,8 @@ def LoadedExecutable_Execute(ptr):
         trace.note(obj=exe,
                    inputs=[[_describe(b) for b in args] for args in argument_lists],
                    outputs=[[_describe(b) for b in outs] for outs in outputs])
+    if getattr(outputs, "interrupted", False):
+        interrupt.rearm_interrupt()  # last: KeyboardInterrupt in the caller
 
 
 def _preview(buf: Buffer) -> str:

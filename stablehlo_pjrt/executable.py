@@ -17,7 +17,7 @@ import struct
 import numpy as np
 
 from ._capi import BufferType, ErrorCode
-from . import donation
+from . import donation, interrupt
 from .buffer import Buffer, dtype_of, type_of_dtype, type_of_element, short_type
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
 from .handles import CString, int64_array, pointer_array, register
@@ -383,6 +383,22 @@ class Executable:
         return f"Executable({self.meta.name}, {self.handle:#x})"
 
 
+class Outputs(list):
+    """Execute's per-device output lists; ``interrupted`` asks the caller to
+    re-raise a KeyboardInterrupt once it has handed them over."""
+
+    def __init__(self, items=(), interrupted=False):
+        super().__init__(items)
+        self.interrupted = interrupted
+
+
+def _timeout_text(meta, limit, error) -> str:
+    where = f" (stopped in {str(error).split(': ExecutionTimeout')[0]})" if error else ""
+    return (f"stablehlo_ref execution of {meta.name} exceeded the time limit of {limit:g} s "
+            f"set with stablehlo_pjrt.set_execute_timeout / STABLEHLO_REF_EXECUTE_TIMEOUT"
+            f"{where}")
+
+
 class LoadedExecutable:
     """PJRT_LoadedExecutable: a compiled program bound to devices."""
 
@@ -444,37 +460,66 @@ class LoadedExecutable:
             inputs.append([b.live_array() for b in args])
             borrowed.extend(b.array for b in args if b.borrowed)
         donation.check_donations(argument_lists, donated)
+        # Which results must be copied is decided from the inputs before the
+        # run (which may consume donated arrays).
+        ownerships = [donation.OutputOwnership(ins, donated, borrowed) for ins in inputs]
         shi = _interpreter()
         if execute_device is not None and len(self.devices) > 1:
             raise unimplemented(
                 f"{self} spans {len(self.devices)} devices; launching it on a single "
                 "device is not supported by stablehlo_ref")
-        try:
+        def run():
             if meta.spmd is not None:
                 # A global-view sharded program: shards in, one global run,
                 # shards out (in partition order = self.devices order).
-                results = meta.spmd.run(inputs)
-            elif len(devices) == 1:
-                results = [meta.program.run(*inputs[0])]
-            else:
-                # One interpreter process per (replica, partition), in the
-                # replica-major order of self.devices / self.logical_ids.
-                results = meta.program.run_parallel(
-                    inputs, num_replicas=meta.num_replicas,
-                    num_partitions=meta.num_partitions)
+                return meta.spmd.run(inputs)
+            if len(devices) == 1 and donated:
+                return [donation.run_donating(meta.program, argument_lists[0],
+                                              inputs, donated)]
+            if len(devices) == 1:
+                return [meta.program.run(*inputs[0])]
+            # One interpreter process per (replica, partition), in the
+            # replica-major order of self.devices / self.logical_ids.
+            return meta.program.run_parallel(
+                inputs, num_replicas=meta.num_replicas,
+                num_partitions=meta.num_partitions)
+
+        limit = interrupt.execute_timeout()
+        try:
+            try:
+                results = interrupt.run_limited(run, limit) if limit else run()
+            finally:
+                if donated:
+                    # Donated buffers are consumed by the run (also a failed
+                    # one, which may have written them), as on XLA.
+                    for args in argument_lists:
+                        for i in donated:
+                            args[i].delete()
+        except KeyboardInterrupt:
+            # Ctrl-C: the outputs are error buffers and the interrupt is
+            # re-raised in the caller once Execute returns (interrupt.py).
+            return Outputs(([self._error_outputs(dev, ErrorCode.CANCELLED,
+                                                 f"stablehlo_ref execution of {meta.name} "
+                                                 "was interrupted (KeyboardInterrupt)")
+                             for dev in devices]), interrupted=True)
+        except interrupt.ExecutionTimeout:
+            raise PjrtError(ErrorCode.DEADLINE_EXCEEDED, _timeout_text(meta, limit, None)) \
+                from None
         except shi.InterpreterError as e:
+            if isinstance(e.__cause__, interrupt.ExecutionTimeout):
+                raise PjrtError(ErrorCode.DEADLINE_EXCEEDED,
+                                _timeout_text(meta, limit, e)) from None
             raise PjrtError(ErrorCode.INTERNAL,
                             f"stablehlo_ref execution of {meta.name} failed: {e}") from None
-        outputs = []
-        for dev, res, ins in zip(devices, results, inputs):
-            ownership = donation.OutputOwnership(ins, donated, borrowed)
-            outputs.append(self._wrap_outputs(dev, res, ownership))
-        if donated:
-            # Donated buffers are consumed by the run, as on XLA.
-            for args in argument_lists:
-                for i in donated:
-                    args[i].delete()
+        outputs = Outputs()
+        for dev, res, own in zip(devices, results, ownerships):
+            outputs.append(self._wrap_outputs(dev, res, own))
         return outputs
+
+    def _error_outputs(self, device, code, message) -> list[Buffer]:
+        meta = self.meta
+        return [Buffer(None, bt, device, error=(code, message), shape=shape)
+                for bt, shape in zip(meta.output_buffer_types, meta.output_shapes)]
 
     def _wrap_outputs(self, device, results, ownership) -> list[Buffer]:
         meta = self.meta

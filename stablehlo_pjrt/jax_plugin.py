@@ -65,3 +65,9 @@ def initialize() -> None:
     except Exception:  # noqa: BLE001 - must never break plugin initialization
         logger.warning("stablehlo_ref: could not register host callback lowerings",
                        exc_info=True)
+    try:
+        # Correctly rounded logistic / erfc / erf_inv / lgamma / digamma.
+        from .lowerings import register_accurate_lowerings
+        register_accurate_lowerings(PLATFORM_NAME)
+    except Exception:  # noqa: BLE001 - must never break plugin initialization
+        logger.warning("stablehlo_ref: could not register elementwise lowerings", exc_info=True)

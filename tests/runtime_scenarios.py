@@ -247,6 +247,13 @@ def donation_deletes_and_aliases(jax, jnp, np):
         u = jnp.zeros(5)
         v = jax.jit(lambda a: a.at[1].set(7.0), donate_argnums=0)(u)
         out["update"] = [u.is_deleted(), v]
+        # The donated memory is reused: the update happens in place and the
+        # result keeps the input's address (as on XLA CPU).
+        d = jnp.zeros(6)
+        pd = _ptr(d)
+        e = jax.jit(lambda a: jax.lax.dynamic_update_slice(a, jnp.ones(2), (2,)),
+                    donate_argnums=0)(d)
+        out["in_place"] = [d.is_deleted(), _ptr(e) == pd, e]
     out["warnings"] = sorted(str(x.message).split("\n")[0] for x in w)
     return out
 
