@@ -16,9 +16,9 @@ import struct
 
 import numpy as np
 
-from ._capi import BufferType, ErrorCode
 from . import donation, interrupt
-from .buffer import Buffer, dtype_of, type_of_dtype, type_of_element, short_type
+from ._capi import BufferType, ErrorCode, PJRT_Program, read_bytes, read_str
+from .buffer import Buffer, dtype_of, short_type, type_of_dtype, type_of_element
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
 from .handles import CString, int64_array, pointer_array, register
 
@@ -336,6 +336,18 @@ def _interpreter():
     return _shi
 
 
+def compile_args(program_ptr, options_ptr, options_size) -> ExecutableMeta:
+    """Compiles the PJRT_Program and serialized CompileOptionsProto of a
+    Compile call's args."""
+    if not program_ptr:
+        raise invalid_argument("program is NULL")
+    program = PJRT_Program.from_address(program_ptr)
+    code = read_bytes(program.code, program.code_size)
+    fmt = read_str(program.format, program.format_size)
+    options = CompileOptions(read_bytes(options_ptr, options_size))
+    return compile_program(code, fmt, options)
+
+
 def compile_program(code: bytes, code_format: str, options: CompileOptions) -> ExecutableMeta:
     if code_format != "mlir":
         raise unimplemented(
@@ -382,6 +394,14 @@ def _check_parallel_support(replicas: int, partitions: int, program) -> None:
             f"the program needs {replicas} replica(s) x {partitions} partition(s); "
             "stablehlo_ref runs single-device programs only for now (the "
             "interpreter has no run_parallel)")
+
+
+class ExecuteContext:
+    """PJRT_ExecuteContext: nothing is attached to one yet."""
+    __slots__ = ("handle",)
+
+    def __init__(self):
+        register(self)
 
 
 class Executable:
