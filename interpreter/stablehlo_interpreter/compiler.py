@@ -417,15 +417,17 @@ class Program:
         place by the program (a donated buffer's memory reused)."""
         f = self.function(func)
         if len(args) != len(f.input_types):
-            raise ExecutionError(
+            raise ArgumentError(
                 f"@{f.name} takes {len(f.input_types)} argument(s), got {len(args)}")
-        coerced = [_coerce_arg(a, t, i, f.name) for i, (a, t) in
+        coerced = [_coerce(a, t, i, f.name) for i, (a, t) in
                    enumerate(zip(args, f.input_types))]
         args.clear()
         if tracer is None:
             tracer = _trace.ACTIVE
             if tracer is None and _TRACE_ENV in os.environ:
                 tracer = _trace.tracer_from_env()
+        if _getrecursionlimit() < RECURSION_LIMIT:
+            _setrecursionlimit(RECURSION_LIMIT)
         ctx = Context(self, tracer=tracer)
         with np.errstate(all="ignore"):
             return f.block.run(ctx, (), coerced, consume=True)
