@@ -173,9 +173,9 @@ def test_bitflipped_executables_through_the_c_api_do_not_abort():
     # PJRT_Executable_DeserializeAndLoad.
     out = run_py("""
         import ctypes, numpy as np
-        from stablehlo_pjrt import _capi as C, _shim, api
+        from stablehlo_pjrt import _capi as C, _shim, table
         from stablehlo_pjrt.executable import CompileOptions, compile_program
-        api.build_api()
+        table.build_api()
         API = C.PJRT_Api.from_address(_shim.api_address()[0])
         FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
         def call(name, args):

@@ -52,6 +52,21 @@ def _start():
                             stderr=subprocess.DEVNULL, env=env)
 
 
+def prestart():
+    """Start the helper now, without waiting for it (its imports then overlap
+    with the caller's work; the PJRT client calls this: every program JAX
+    sends is bytecode)."""
+    global _PROC
+    if not enabled():
+        return
+    with _LOCK:
+        if _PROC is None or _PROC.poll() is not None:
+            try:
+                _PROC = _start()
+            except OSError:
+                _PROC = None
+
+
 def _read_exact(f, n):
     data = b""
     while len(data) < n:

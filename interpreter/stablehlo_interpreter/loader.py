@@ -63,7 +63,7 @@ class Module:
             return str(self.mlir)
 
 
-def load(data, *, name="<input>"):
+def load(data, *, name="<input>", trusted=False):
     """Parse ``data`` into a :class:`Module`.
 
     ``data`` is MLIR text (str, or bytes that decode as text), MLIR bytecode,
@@ -79,7 +79,7 @@ def load(data, *, name="<input>"):
         raise LoadError(f"{name}: expected MLIR text (str) or bytecode (bytes), "
                         f"got {type(data).__name__}")
     if isinstance(data, bytes) and data.startswith(b"ML\xefR"):
-        return _load_bytecode(data, name)
+        return _load_bytecode(data, name, trusted)
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8")
@@ -152,10 +152,12 @@ def check_text_nesting(text, name="<input>"):
             "STABLEHLO_REF_MAX_NESTING raises the limit)")
 
 
-def _load_bytecode(data, name):
+def _load_bytecode(data, name, trusted=False):
     """Bytecode or a portable artifact: read first in the isolated helper
-    (isolate.py), then here. Bytes that are bytecode are never parsed as text."""
-    if isolate.enabled():
+    (isolate.py), then here. Bytes that are bytecode are never parsed as text.
+    ``trusted``: the caller serialized these bytes itself from a module MLIR
+    already read (a round trip), so the helper is skipped."""
+    if isolate.enabled() and not trusted:
         try:
             isolate.check_bytecode(data)
         except isolate.Rejected as e:
