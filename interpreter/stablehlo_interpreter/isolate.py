@@ -186,8 +186,23 @@ def _text(e):
     return s.encode("utf-8", "replace").decode("utf-8", "replace").strip() or type(e).__name__
 
 
+def _die_with_parent():
+    """Linux: get SIGKILL when the parent dies (a helper stuck in a hostile
+    input must not outlive the process it serves)."""
+    try:
+        import ctypes
+        import signal
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
 def _serve():
     """The helper: read length-prefixed bytes, answer K<kind> or E<diagnostic>."""
+    _die_with_parent()
+    if os.getppid() == 1:
+        return 0
     from .loader import new_context
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     while True:
