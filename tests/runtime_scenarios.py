@@ -313,6 +313,24 @@ def memory_kinds(jax, jnp, np):
 
 
 # ---------------------------------------------------------------------------
+# DLPack.
+
+
+@scenario
+def dlpack(jax, jnp, np):
+    dev = jax.devices()[0]
+    a = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    y = jax.dlpack.from_dlpack(a, device=dev)
+    out = {"import": [y, str(next(iter(y.devices())).platform)]}
+    x = jax.device_put(jnp.arange(3.0), dev)
+    try:
+        out["export"] = np.from_dlpack(x)
+    except Exception as e:  # noqa: BLE001
+        out["export"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+# ---------------------------------------------------------------------------
 
 
 def _plain(tree):
