@@ -45,11 +45,10 @@ FAST_XLA = {"XLA_FLAGS": "--xla_backend_optimization_level=0"}
 # any other failure fails the test.  Patterns use only "*" as a wildcard
 # (labels contain brackets).
 XFAIL: dict[str, str] = {}
-# "case/label" glob -> reason.  A case whose every failure matches an entry
-# is reported as xfail with the reasons; any other failure fails the test.
-# Patterns use only "*" as a wildcard (labels contain brackets).
+
+# The reason of the subnormal entries of elementwise.py and conversions.py.
 FTZ = ("XLA CPU runs with FTZ/DAZ: subnormal operands read as zero (and subnormal "
-        "results flush); we follow IEEE-754 as the spec does")
+       "results flush); we follow IEEE-754 as the spec does")
 
 
 def xfail(entries: dict[str, str]) -> None:
@@ -66,6 +65,7 @@ CASES: dict[str, tuple[str, object]] = {}
 
 
 def case(*configs):
+    """Register the decorated case for each of ``configs`` (keys of CONFIGS)."""
     def register(fn):
         for cfg in configs:
             CASES[f"{cfg}:{fn.__name__}"] = (cfg, fn)
