@@ -307,17 +307,22 @@ def xfail_reason(case_name: str, label: str) -> str | None:
     return None
 
 
+def _marks(cfg):
+    # The tests of one configuration read the results of one subprocess run,
+    # cached per pytest process: under `pytest -n` they must share a worker
+    # (xdist_group, honoured with `--dist loadgroup`, set in pyproject.toml),
+    # or every worker reruns the whole configuration for its share of them.
+    import pytest
+    return [pytest.mark.xdist_group(f"jax_sweep:{cfg}")] + ([pytest.mark.slow] if CONFIGS[cfg][1] else [])
+
+
 def params():
     """One pytest param per registered case (those of slow configurations marked)."""
     import pytest
-    out = []
-    for name, (cfg, _) in CASES.items():
-        marks = [pytest.mark.slow] if CONFIGS[cfg][1] else []
-        out.append(pytest.param(name, id=name, marks=marks))
-    return out
+    return [pytest.param(name, id=name, marks=_marks(cfg)) for name, (cfg, _) in CASES.items()]
 
 
 def config_params():
     """One pytest param per configuration (slow ones marked)."""
     import pytest
-    return [pytest.param(k, marks=[pytest.mark.slow] if v[1] else []) for k, v in CONFIGS.items()]
+    return [pytest.param(cfg, marks=_marks(cfg)) for cfg in CONFIGS]
