@@ -23,6 +23,7 @@ modules of ``jax_sweep/``, one per op family (CASE_MODULES below).  This file
 is the pytest side and the subprocess entry.
 """
 
+import os
 import sys
 
 import pytest
@@ -34,10 +35,19 @@ CASE_MODULES = (elementwise, conversions, indexing, programs, reductions, linalg
                 special)
 
 
+@pytest.fixture(scope="session")
+def shared_dir(tmp_path_factory):
+    """A folder every xdist worker of this run sees (None without xdist): each
+    configuration's subprocess runs once per run, not once per worker."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return None
+    return str(tmp_path_factory.getbasetemp().parent)
+
+
 @pytest.mark.parametrize("name", harness.params())
-def test_sweep(name):
+def test_sweep(name, shared_dir):
     cfg = harness.CASES[name][0]
-    results = harness.config_results(cfg)
+    results = harness.config_results(cfg, shared_dir)
     r = results.get(name)
     if r is None:
         proc = results["__process__"]
@@ -60,8 +70,8 @@ def test_sweep(name):
 
 
 @pytest.mark.parametrize("cfg", harness.config_params())
-def test_config_process_exits_cleanly(cfg):
-    proc = harness.config_results(cfg)["__process__"]
+def test_config_process_exits_cleanly(cfg, shared_dir):
+    proc = harness.config_results(cfg, shared_dir)["__process__"]
     assert proc["rc"] == 0, f"exit code {proc['rc']}; stderr tail:\n{proc['stderr']}"
 
 

@@ -268,9 +268,38 @@ def run_config(cfg: str, only: str | None = None) -> None:
 _results: dict[str, dict] = {}
 
 
-def config_results(cfg: str) -> dict:
+def config_results(cfg: str, shared_dir: str | None = None) -> dict:
+    """The results of configuration ``cfg``: {case name: result, "__process__": ...}.
+
+    A configuration runs once per pytest run: under ``pytest -n`` every worker
+    needs the results of every configuration (the tests are spread over the
+    workers one by one), so ``shared_dir`` (a folder all workers see) holds
+    them as JSON; the first worker to ask runs the subprocess under a lock and
+    the others read its file.  (``--dist loadgroup`` would keep a configuration
+    on one worker, but it does not group with pytest 9: pytest-xdist#1386.)
+    """
     if cfg in _results:
         return _results[cfg]
+    if shared_dir is None:
+        results = _run_subprocess(cfg)
+    else:
+        import fcntl
+        path = os.path.join(shared_dir, f"jax_sweep-{cfg}.json")
+        with open(path + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if os.path.exists(path):
+                with open(path) as f:
+                    results = json.load(f)
+            else:
+                results = _run_subprocess(cfg)
+                with open(path + ".tmp", "w") as f:
+                    json.dump(results, f)
+                os.replace(path + ".tmp", path)
+    _results[cfg] = results
+    return results
+
+
+def _run_subprocess(cfg: str) -> dict:
     env = dict(os.environ)
     for key in ("JAX_PLATFORMS", "JAX_ENABLE_X64", "STABLEHLO_REF_NUM_DEVICES", "STABLEHLO_PJRT_TRACE"):
         env.pop(key, None)
@@ -289,7 +318,6 @@ def config_results(cfg: str) -> dict:
             r = json.loads(line[len(MARK):])
             results[r["name"]] = r
     results["__process__"] = {"rc": rc, "stderr": err[-4000:]}
-    _results[cfg] = results
     return results
 
 
@@ -308,12 +336,8 @@ def xfail_reason(case_name: str, label: str) -> str | None:
 
 
 def _marks(cfg):
-    # The tests of one configuration read the results of one subprocess run,
-    # cached per pytest process: under `pytest -n` they must share a worker
-    # (xdist_group, honoured with `--dist loadgroup`, set in pyproject.toml),
-    # or every worker reruns the whole configuration for its share of them.
     import pytest
-    return [pytest.mark.xdist_group(f"jax_sweep:{cfg}")] + ([pytest.mark.slow] if CONFIGS[cfg][1] else [])
+    return [pytest.mark.slow] if CONFIGS[cfg][1] else []
 
 
 def params():
