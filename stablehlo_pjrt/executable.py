@@ -157,7 +157,7 @@ class ExecutableMeta:
                  options: CompileOptions, name: str | None = None, spmd=None):
         self.program = program
         # An SPMD program (sharded jit): the global program with its argument
-        # and result shardings (stablehlo_interpreter.spmd.SpmdPlan).
+        # and result shardings (spmd.SpmdPlan).
         self.spmd = spmd
         self._shardings_c = {}
         self.code = code
@@ -353,7 +353,7 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
     callbacks = bind_program(program)
     plan = None
     if spmd:
-        from stablehlo_interpreter.spmd import ShardingError, SpmdPlan
+        from .spmd import ShardingError, SpmdPlan
         try:
             plan = SpmdPlan(program, options.num_partitions)
         except ShardingError as e:
