@@ -158,7 +158,7 @@ class ExecutableMeta:
                  options: CompileOptions, name: str | None = None, spmd=None):
         self.program = program
         # An SPMD program (sharded jit): the global program with its argument
-        # and result shardings (stablehlo_interpreter.spmd.SpmdPlan).
+        # and result shardings (spmd.SpmdPlan).
         self.spmd = spmd
         # Parameter -> output aliasing (tf.aliasing_output) and the host
         # callback table; set by compile_program.
@@ -358,7 +358,7 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
     callbacks = bind_program(program)
     plan = None
     if spmd:
-        from stablehlo_interpreter.spmd import ShardingError, SpmdPlan
+        from .spmd import ShardingError, SpmdPlan
         try:
             plan = SpmdPlan(program, options.num_partitions)
         except ShardingError as e:
