@@ -20,6 +20,7 @@ from ._capi import BufferType, ErrorCode
 from . import donation
 from .buffer import Buffer, dtype_of, type_of_dtype, type_of_element, short_type
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
+from .hlo_program import HLO_FORMATS, hlo_to_stablehlo
 from .handles import CString, int64_array, pointer_array, register
 
 SERIALIZED_MAGIC = b"STABLEHLO_REF_EXECUTABLE\x00v1\x00"
@@ -320,10 +321,15 @@ def _interpreter():
 
 
 def compile_program(code: bytes, code_format: str, options: CompileOptions) -> ExecutableMeta:
+    if code_format in HLO_FORMATS:
+        # XLA HLO (PyTorch/XLA sends it): converted once to StableHLO, which is
+        # what the executable keeps, serializes and reports as its program.
+        code, code_format = hlo_to_stablehlo(code, code_format), "mlir"
     if code_format != "mlir":
         raise unimplemented(
             f"program format {code_format!r} is not supported by stablehlo_ref "
-            "(only 'mlir': StableHLO bytecode, portable artifact or text)")
+            "(only 'mlir': StableHLO bytecode, portable artifact or text; and "
+            "'hlo'/'hlo_with_config': XLA HloModuleProto, converted to StableHLO)")
     import stablehlo_interpreter as shi
     spmd = options.num_partitions > 1 and options.use_spmd_partitioning
     if spmd and options.num_replicas > 1:
