@@ -84,9 +84,11 @@ def hlo_to_stablehlo(code: bytes, code_format: str) -> bytes:
         # names the op on stderr and raises "MHLO => StableHLO failed".
         raise unimplemented(
             f"stablehlo_ref cannot run this '{code_format}' program: XLA's HLO -> "
-            f"StableHLO converter refused it ({_first_line(e)}); the HLO uses an "
+            f"StableHLO converter refused it ({_first_line(e)}). Typical causes: an "
             "XLA-private op with no StableHLO form (copy, add-dependency, domain, "
-            "stochastic-convert, rng-get-and-update-state); its name is on stderr") from None
+            "stochastic-convert, rng-get-and-update-state; named on stderr), or a "
+            "legacy HLO form StableHLO lacks (dynamic-slice with one vector of "
+            "start indices)") from None
 
 
 def _first_line(e: Exception) -> str:
