@@ -61,6 +61,7 @@ callbacks.py.
 from __future__ import annotations
 
 import logging
+import threading
 
 PLATFORM_NAME = "stablehlo_ref"
 
@@ -323,4 +324,81 @@ def register_lowerings(platform: str = PLATFORM_NAME) -> list[str]:
                            platform, name, exc_info=True)
             continue
         registered.append(name)
+    return registered
+
+
+# --------------------------------------------------------------------------
+# Accurate elementwise functions
+#
+# JAX lowers some elementwise primitives to a chain of f32 ops for every
+# platform (logistic as 1 / (1 + exp(-x)): ~1.3 ULP in f32, hundreds in f16)
+# and serializes chlo.erfc / erf_inv / lgamma / digamma for plugins as their
+# f32 polynomial decompositions (up to ~50 ULP).  On stablehlo_ref they become
+# ops the interpreter computes in float64 and rounds once: stablehlo.logistic,
+# and stablehlo.composite "chlo.<op>" whose decomposition is JAX's own generic
+# lowering (any other backend that runs the module gets exactly what JAX would
+# have emitted; the interpreter runs the op: ops/control.py DIRECT_COMPOSITES).
+
+_COMPOSITE_PRIMITIVES = {  # jax._src.lax.special primitive name -> chlo op
+    "erfc": "chlo.erfc", "erf_inv": "chlo.erf_inv",
+    "lgamma": "chlo.lgamma", "digamma": "chlo.digamma",
+}
+# Set while a composite's decomposition is being lowered, so the primitive
+# inside it takes JAX's generic rule instead of this module's (no recursion).
+_IN_DECOMPOSITION = threading.local()
+
+
+def _logistic_rule(generic):
+    def rule(ctx, x, accuracy=None):
+        import numpy as np
+        from jax._src.interpreters import mlir
+        from jax._src.lib.mlir.dialects import hlo
+        if np.dtype(ctx.avals_out[0].dtype).kind == "c":
+            # complex: JAX's formula, whose infinities XLA CPU shares
+            return generic(ctx, x, accuracy=accuracy)
+        # The interpreter's logistic is correctly rounded: the highest accuracy.
+        return [mlir.lower_with_sharding_in_types(ctx, hlo.logistic(x), ctx.avals_out[0])]
+    return rule
+
+
+def _composite_rule(prim, chlo_name, generic):
+    def rule(ctx, *args, **params):
+        from jax import lax
+        from jax._src.interpreters import mlir
+        if getattr(_IN_DECOMPOSITION, "active", False):
+            return generic(ctx, *args, **params)
+        _IN_DECOMPOSITION.active = True
+        try:
+            fn = lax.composite(lambda *xs: prim.bind(*xs, **params), name=chlo_name)
+            return mlir.lower_fun(fn, multiple_results=False)(ctx, *args)
+        finally:
+            _IN_DECOMPOSITION.active = False
+    return rule
+
+
+def register_accurate_lowerings(platform: str = PLATFORM_NAME) -> list[str]:
+    """Register the rules above; returns the primitive names handled."""
+    from jax._src.interpreters import mlir
+    from jax._src.lax import lax as lax_internal
+    from jax._src.lax import special
+
+    rules = {}
+    logistic = getattr(mlir._lowerings.get(lax_internal.logistic_p), "rule", None)
+    if logistic is not None:
+        rules[lax_internal.logistic_p] = _logistic_rule(logistic)
+    for name, chlo_name in _COMPOSITE_PRIMITIVES.items():
+        prim = getattr(special, f"{name}_p", None)
+        entry = mlir._lowerings.get(prim) if prim is not None else None
+        generic = getattr(entry, "rule", None)
+        if generic is not None:
+            rules[prim] = _composite_rule(prim, chlo_name, generic)
+    registered = []
+    for prim, rule in rules.items():
+        try:
+            mlir.register_lowering(prim, rule, platform=platform)
+        except Exception:  # noqa: BLE001 - never break plugin initialization
+            logger.warning("%s: cannot register a lowering for primitive %r",
+                           platform, prim.name, exc_info=True)
+            continue
+        registered.append(prim.name)
     return registered

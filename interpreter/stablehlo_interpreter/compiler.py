@@ -159,6 +159,7 @@ class Block:
             env[slot] = v
         if consume:
             args.clear()
+            v = None  # the frame is then the only holder of a consumed value
         if ctx.tracer is not None or _DEBUG_VALIDATE:
             return self._run_observed(ctx, env)
         fast = self._fast
@@ -356,6 +357,26 @@ class Program:
         ctx = Context(self, tracer=tracer, process=process, grid=grid)
         with np.errstate(all="ignore"):
             return f(ctx, args)
+
+    def run_donated(self, args, func=None, tracer=None):
+        """Like :meth:`run` on the list ``args``, which the caller gives up:
+        the list is emptied, and an argument array nothing else refers to
+        (no other reference, owns its writeable data) may be updated in
+        place by the program (a donated buffer's memory reused)."""
+        f = self.function(func)
+        if len(args) != len(f.input_types):
+            raise ExecutionError(
+                f"@{f.name} takes {len(f.input_types)} argument(s), got {len(args)}")
+        coerced = [_coerce_arg(a, t, i, f.name) for i, (a, t) in
+                   enumerate(zip(args, f.input_types))]
+        args.clear()
+        if tracer is None:
+            tracer = _trace.ACTIVE
+            if tracer is None and _TRACE_ENV in os.environ:
+                tracer = _trace.tracer_from_env()
+        ctx = Context(self, tracer=tracer)
+        with np.errstate(all="ignore"):
+            return f.block.run(ctx, (), coerced, consume=True)
 
     def run_parallel(self, args_per_process=None, num_replicas=None, num_partitions=None,
                      **kwargs):
