@@ -27,9 +27,9 @@ logger = logging.getLogger(__name__)
 def initialize() -> None:
     from jax._src import xla_bridge
 
-    from . import api
+    from . import table
 
-    xla_bridge.register_plugin(PLATFORM_NAME, priority=PRIORITY, c_api=api.capsule())
+    xla_bridge.register_plugin(PLATFORM_NAME, priority=PRIORITY, c_api=table.capsule())
     registration = xla_bridge._backend_factories.get(PLATFORM_NAME)
     if registration is not None and hasattr(registration, "fail_quietly"):
         # Only matters when the user did not name platforms explicitly: with
@@ -42,9 +42,32 @@ def initialize() -> None:
     except Exception:  # noqa: BLE001 - must never break plugin initialization
         logger.warning("stablehlo_ref: could not register linalg lowerings", exc_info=True)
     try:
+        # Donation: JAX emits input/output aliasing (tf.aliasing_output) only
+        # for the platforms on this list; JAX has no public registration for
+        # it (in-tree plugins such as "neuron" are listed in JAX's source),
+        # so the plugin joins the list. The plugin then honours the aliasing
+        # like XLA (stablehlo_pjrt/donation.py).
+        from jax._src.interpreters import mlir
+        if PLATFORM_NAME not in mlir._platforms_with_donation:
+            mlir._platforms_with_donation.append(PLATFORM_NAME)
+    except Exception:  # noqa: BLE001 - must never break plugin initialization
+        logger.warning("stablehlo_ref: could not enable buffer donation", exc_info=True)
+    try:
+        # JAX's persistent compilation cache (jax_compilation_cache_dir).
+        from .compile_cache import enable
+        enable(PLATFORM_NAME)
+    except Exception:  # noqa: BLE001 - must never break plugin initialization
+        logger.warning("stablehlo_ref: could not enable the compilation cache", exc_info=True)
+    try:
         # jax.debug.print / debug.callback / pure_callback / io_callback.
         from .callbacks import register_callback_lowerings
         register_callback_lowerings(PLATFORM_NAME)
     except Exception:  # noqa: BLE001 - must never break plugin initialization
         logger.warning("stablehlo_ref: could not register host callback lowerings",
                        exc_info=True)
+    try:
+        # Correctly rounded logistic / erfc / erf_inv / lgamma / digamma.
+        from .lowerings import register_accurate_lowerings
+        register_accurate_lowerings(PLATFORM_NAME)
+    except Exception:  # noqa: BLE001 - must never break plugin initialization
+        logger.warning("stablehlo_ref: could not register elementwise lowerings", exc_info=True)

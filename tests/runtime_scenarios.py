@@ -188,6 +188,131 @@ def debug_print_pmap(jax, jnp, np):
 
 
 # ---------------------------------------------------------------------------
+# Buffer ownership: aliasing and donation.
+
+
+def _ptr(a):
+    return a.unsafe_buffer_pointer()
+
+
+@scenario
+def outputs_never_alias_inputs(jax, jnp, np):
+    x = jnp.arange(6.0)
+    y = jax.jit(jnp.asarray)(x)
+    r = jax.jit(lambda a: a.reshape(2, 3))(x)
+    a, b = jax.jit(lambda a: (a, a))(x)
+    c1 = jax.jit(lambda: jnp.arange(3.0))()
+    c2 = jax.jit(lambda: jnp.arange(3.0))()
+    k1 = jax.jit(lambda a: (a, jnp.ones(3)))(x)[1]
+    k2 = jax.jit(lambda a: (a, jnp.ones(3)))(x)[1]
+    return {"identity_shares": _ptr(y) == _ptr(x), "reshape_shares": _ptr(r) == _ptr(x),
+            "pair_shares": _ptr(a) == _ptr(b), "pair_first_shares": _ptr(a) == _ptr(x),
+            "constant_shares": _ptr(c1) == _ptr(c2), "const_out_shares": _ptr(k1) == _ptr(k2),
+            "values": [y, r, a, b, c1, k1]}
+
+
+@scenario
+def donation_deletes_and_aliases(jax, jnp, np):
+    import warnings
+    out = {}
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        x = jnp.arange(4.0)
+        px = _ptr(x)
+        y = jax.jit(lambda a: a, donate_argnums=0)(x)
+        out["identity"] = [x.is_deleted(), _ptr(y) == px, y]
+        x2 = jnp.arange(4.0)
+        y2 = jax.jit(lambda a, b: (a * 2, b + 1), donate_argnums=0)(x2, jnp.ones(3))
+        out["scale"] = [x2.is_deleted(), y2]
+        try:
+            x2 + 1
+            out["use_after"] = None
+        except Exception as e:  # noqa: BLE001
+            out["use_after"] = f"{type(e).__name__}: {e}"
+        try:
+            jax.jit(lambda a: a + 1)(x2)
+            out["pass_after"] = None
+        except Exception as e:  # noqa: BLE001
+            out["pass_after"] = f"{type(e).__name__}: {e}"
+        z = jnp.arange(3.0)
+        s = jax.jit(lambda a: a.sum(), donate_argnums=0)(z)  # nothing to alias
+        out["unusable"] = [z.is_deleted(), s]
+        p = {"w": jnp.ones((2, 2)), "b": jnp.zeros(2)}
+        step = jax.jit(lambda p, g: jax.tree.map(lambda a, b: a - 0.1 * b, p, g),
+                       donate_argnums=0)
+        for _ in range(3):
+            old = p
+            p = step(p, {"w": jnp.ones((2, 2)), "b": jnp.ones(2)})
+        out["train"] = [old["w"].is_deleted(), p]
+        u = jnp.zeros(5)
+        v = jax.jit(lambda a: a.at[1].set(7.0), donate_argnums=0)(u)
+        out["update"] = [u.is_deleted(), v]
+        # The donated memory is reused: the update happens in place and the
+        # result keeps the input's address (as on XLA CPU).
+        d = jnp.zeros(6)
+        pd = _ptr(d)
+        e = jax.jit(lambda a: jax.lax.dynamic_update_slice(a, jnp.ones(2), (2,)),
+                    donate_argnums=0)(d)
+        out["in_place"] = [d.is_deleted(), _ptr(e) == pd, e]
+    out["warnings"] = sorted(str(x.message).split("\n")[0] for x in w)
+    return out
+
+
+@scenario
+def dce_sink_and_empty(jax, jnp, np):
+    from jax import lax
+
+    def f(x):
+        lax.dce_sink(x * 2, prevent_mlir_dce=True)
+        e = lax.empty((3,), jnp.float32)  # contents undefined until written
+        return x + 1, lax.dynamic_update_slice(e, x * 3, (0,))
+    text = jax.jit(f).lower(jnp.ones(3)).as_text()
+    # (lax.empty lowers to @AllocateBuffer only for TPU/GPU: zeros elsewhere.)
+    return jax.jit(f)(jnp.ones(3)), "@dce_sink" in text
+
+
+# ---------------------------------------------------------------------------
+# Memory kinds.
+
+
+@scenario
+def memory_kinds(jax, jnp, np):
+    from jax.ad_checkpoint import checkpoint_name
+    from jax.experimental.compute_on import compute_on
+    from jax.sharding import SingleDeviceSharding
+    dev = jax.devices()[0]
+    out = {"memories": [m.kind for m in dev.addressable_memories()],
+           "default": dev.default_memory().kind}
+    x = jnp.arange(4.0)
+    pinned = SingleDeviceSharding(dev, memory_kind="pinned_host")
+    h = jax.device_put(x, pinned)
+    u = jax.device_put(x, SingleDeviceSharding(dev, memory_kind="unpinned_host"))
+    back = jax.device_put(h, SingleDeviceSharding(dev))
+    out["put"] = [h.sharding.memory_kind, u.sharding.memory_kind, back.sharding.memory_kind,
+                  h, u, back, jax.device_put(x, jax.memory.Space.Host).sharding.memory_kind]
+    y = jax.jit(lambda a: a * 2, out_shardings=pinned)(x)
+    z = jax.jit(lambda a: a + 1)(h)
+    out["jit"] = [y.sharding.memory_kind, y, z.sharding.memory_kind, z]
+
+    @compute_on("device_host")
+    @jax.jit
+    def g(a):
+        return a * 3
+    out["compute_on"] = jax.jit(lambda a: g(a) + 1)(x)
+
+    def loss(w, a):
+        return (checkpoint_name(jnp.sin(a @ w), "y") ** 2).sum()
+    w, a = jnp.full((4, 4), 0.1), jnp.arange(8.0).reshape(2, 4)
+    names = jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=[], names_which_can_be_offloaded=["y"],
+        offload_src="device", offload_dst="pinned_host")
+    dots = jax.checkpoint_policies.offload_dot_with_no_batch_dims("device", "pinned_host")
+    out["offload"] = [jax.jit(jax.grad(jax.checkpoint(loss, policy=p)))(w, a)
+                      for p in (names, dots)]
+    return out
+
+
+# ---------------------------------------------------------------------------
 
 
 def _plain(tree):

@@ -21,6 +21,20 @@ KNOWN_FAILURES = {
     ("testdata", "pow_complex64_20_30_complex64_20_30.mlir"),
     ("testdata", "sin_complex64_20_20.mlir"),
 }
+# testdata files whose expected values are XLA CPU's sequential float32 /
+# bfloat16 / complex64 fold of a window sum, up to 8 (f32), 28 (f32), 64
+# (complex64) and 264 (bf16) ULP away from the exact sum under cancellation.
+# The spec leaves a reduction's order implementation-defined; the reference
+# accumulates float sums in float64 and rounds once (ops/reducers.py), so its
+# results are the correctly rounded sums, 0 ULP from the exact value, which
+# tests/test_windows_scan.py::test_suite_window_sums_are_correctly_rounded
+# checks on these very files.
+KNOWN_FAILURES |= {
+    ("testdata", "cumsum_float32_8_9.mlir"),
+    ("testdata", "cumsum_bfloat16_8_9.mlir"),
+    ("testdata", "cumsum_complex64_8_9.mlir"),
+    ("testdata", "reduce_window_add_float32_12_12.mlir"),
+}
 
 
 @pytest.mark.skipif(not SUITE.is_dir(), reason=f"no conformance suite at {SUITE}")

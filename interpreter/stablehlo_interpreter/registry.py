@@ -19,6 +19,9 @@ the missing kernels into one :class:`UnsupportedOpsError`.
 KERNELS = {}
 SPECIAL = set()
 CUSTOM_CALLS = {}
+COMPOSITES = {}
+# custom_call targets known not to run here: target (or "prefix*") -> reason.
+REJECTED_CUSTOM_CALLS = {}
 
 
 class Unsupported(Exception):
@@ -63,3 +66,33 @@ def custom_call(*targets, special=False):
             CUSTOM_CALLS[t] = (builder, special)
         return builder
     return deco
+
+
+def composite(*names):
+    """Register a plain builder that runs ``stablehlo.composite`` ops with one
+    of ``names`` directly instead of through their decomposition (the builder
+    gets the composite op; see ops/control.py)."""
+    def deco(builder):
+        for n in names:
+            if n in COMPOSITES and COMPOSITES[n] is not builder:
+                raise RuntimeError(f"composite {n} registered twice")
+            COMPOSITES[n] = builder
+        return builder
+    return deco
+
+
+def reject_custom_call(reason, *targets):
+    """Record why ``custom_call @target`` cannot run (a trailing ``*`` in a
+    target matches a prefix), for the compiler's error message."""
+    for t in targets:
+        REJECTED_CUSTOM_CALLS[t] = reason
+
+
+def custom_call_rejection(target):
+    """The recorded reason ``target`` cannot run, or None."""
+    reason = REJECTED_CUSTOM_CALLS.get(target)
+    if reason is None and target:
+        for pattern, why in REJECTED_CUSTOM_CALLS.items():
+            if pattern.endswith("*") and target.startswith(pattern[:-1]):
+                return why
+    return reason

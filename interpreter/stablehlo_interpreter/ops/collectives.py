@@ -16,10 +16,10 @@ import functools
 import numpy as np
 
 from ..parallel import GridError, ProcessGrid, run_parallel
-from ..registry import Unsupported, kernel
 from ..regions import broadcast_results, is_batchable, reducer_kind
+from ..registry import Unsupported, kernel
 from ..types import TensorType
-
+from .reducers import reducer
 
 # ----------------------------------------------------------------------
 # Shared helpers
@@ -143,23 +143,18 @@ def _no_quant_reduction(op):
                           "with other element types")
 
 
-# Ufuncs for bodies that are one known binary op (regions.reducer_kind).
-_UFUNCS = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum,
-           "minimum": np.minimum, "and": np.bitwise_and, "or": np.bitwise_or,
-           "xor": np.bitwise_xor}
-_BOOL_UFUNCS = {"add": np.logical_or, "multiply": np.logical_and}
-
-
 def _reducer(block):
     """``reduce(region, values, dtype)``: fold ``values`` (in group order) with the body.
 
     The spec leaves the reduction tree implementation-defined; this folds
-    left to right. Fast paths: a numpy ufunc when the body is one known
-    binary op, one call of the body on whole arrays when it is elementwise
+    left to right. Fast paths: the shared reducer table (``reducers``) when
+    the body is one known binary op (float sums in a wide accumulator,
+    rounded once), one call of the body on whole arrays when it is elementwise
     only (regions.is_batchable), else one call per element.
     """
     kind = reducer_kind(block)
     batchable = is_batchable(block)
+    tables = {}
 
     def reduce(region, values, dtype):
         # to_destination_type: operands are converted to the body's element type.
@@ -168,9 +163,10 @@ def _reducer(block):
         if len(values) == 1:
             return values[0]
         if kind is not None:
-            uf = _BOOL_UFUNCS.get(kind, _UFUNCS[kind]) if dtype == np.bool_ else _UFUNCS[kind]
-            acc = functools.reduce(uf, values)
-            return np.asarray(acc, dtype=dtype)
+            if dtype not in tables:
+                tables[dtype] = reducer(kind, dtype)
+            if tables[dtype] is not None:
+                return tables[dtype].combine(values)
         if batchable:
             acc = values[0]
             for v in values[1:]:

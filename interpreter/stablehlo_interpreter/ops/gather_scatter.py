@@ -10,9 +10,9 @@ static shapes are cached per shape combination.
 
 import numpy as np
 
-from .. import dtypes
-from ..registry import kernel
 from ..regions import batched, broadcast_results, is_batchable, reducer_kind
+from ..registry import kernel
+from .reducers import reducer
 
 _I64_MAX = np.iinfo(np.int64).max
 
@@ -235,25 +235,6 @@ def replaced_args(block):
     return tuple(pos[s] for s in block.result_slots)
 
 
-def _ufunc_for(kind, dtype):
-    """numpy ufunc applying reducer ``kind`` with the spec's semantics for dtype."""
-    if dtypes.is_bool(dtype):
-        return {"add": np.logical_or, "multiply": np.logical_and,
-                "maximum": np.logical_or, "minimum": np.logical_and,
-                "and": np.logical_and, "or": np.logical_or,
-                "xor": np.logical_xor}[kind]
-    if kind in ("and", "or", "xor"):
-        if not dtypes.is_integer(dtype) or dtype in dtypes.SUB_BYTE_INTS:
-            return None
-        return {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[kind]
-    if dtype in dtypes.SUB_BYTE_INTS:
-        return None  # numpy arithmetic on int2/int4 does not wrap: use the body
-    if dtypes.is_complex(dtype) and kind in ("maximum", "minimum"):
-        return None  # the body's own comparison semantics apply
-    return {"add": np.add, "multiply": np.multiply, "maximum": np.maximum,
-            "minimum": np.minimum}[kind]
-
-
 def occurrence_rounds(lin):
     """Split positions into rounds in which every target appears at most once.
 
@@ -283,7 +264,7 @@ def apply_updates(results, lin, values, body, batchable, fast, region):
     """results[lin[j]] = body(results[lin[j]], values[j]) in order of j.
 
     ``results``: flat writable arrays; ``values``: flat update arrays aligned
-    with ``lin``. ``fast`` is a ufunc for single-result reducer bodies,
+    with ``lin``. ``fast`` is a ``reducers.Reducer`` for single-result reducer bodies,
     ``("replace", positions)`` for bodies returning arguments.
     """
     n = len(results)
@@ -326,9 +307,11 @@ def update_strategy(op, block, dtype):
         return ("replace", rep), False
     kind = reducer_kind(block)
     if kind is not None:
-        uf = _ufunc_for(kind, dtype)
-        if uf is not None and _ufunc_at_works(uf, dtype):
-            return uf, True
+        # The shared reducer table: element-type ufunc.at (the spec's
+        # sequential update order), signed zeros of float max/min fixed.
+        red = reducer(kind, dtype)
+        if red is not None and _ufunc_at_works(red.ufunc, dtype):
+            return red, True
     return None, is_batchable(block)
 
 

@@ -3,7 +3,8 @@
 Three strategies, chosen at compile time:
 
 * the body is one known commutative binary op (``regions.reducer_kind``) on a
-  single operand: a numpy ufunc reduction;
+  single operand: a numpy ufunc reduction (``reducers.Reducer.reduce``: float
+  sums in a float64 accumulator / pairwise, whatever the axes);
 * the body is batchable (elementwise ops on 0-d tensors, e.g. the variadic
   (value, index) bodies JAX emits for argmax): a pairwise tree reduction of
   adjacent elements, calling the body ``ceil(log2(n))`` times on whole arrays;
@@ -17,54 +18,9 @@ values combined first.
 
 import numpy as np
 
-from .. import dtypes
 from ..regions import batched, broadcast_results, is_batchable, reducer_kind
 from ..registry import Unsupported, kernel
-
-# Ufuncs by reducer kind, per value class.
-_BOOL_UFUNCS = {"add": np.logical_or, "maximum": np.logical_or, "or": np.logical_or,
-                "multiply": np.logical_and, "minimum": np.logical_and,
-                "and": np.logical_and, "xor": np.logical_xor}
-_UFUNCS = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum,
-           "minimum": np.minimum, "and": np.bitwise_and, "or": np.bitwise_or,
-           "xor": np.bitwise_xor}
-
-
-def _fast_reducer(kind, dtype):
-    """(ufunc, accumulation dtype) for a reducer kind on ``dtype``, or None.
-
-    * bool: add/max are `or`, multiply/min are `and` (the i1 semantics).
-    * builtin integers reduce in their own type: numpy wraps like the spec.
-    * sub-byte integers go through int64/uint64 and wrap on the way back.
-    * f16, bf16 and the 8/6/4-bit floats accumulate in f32 and round once
-      (max/min are exact either way); f32/f64/complex reduce natively.
-    """
-    dtype = np.dtype(dtype)
-    if dtypes.is_bool(dtype):
-        return _BOOL_UFUNCS[kind], dtype
-    ufunc = _UFUNCS[kind]
-    if dtypes.is_integer(dtype):
-        if dtype in dtypes.SUB_BYTE_INTS:
-            return ufunc, np.dtype(np.uint64 if dtypes.is_unsigned(dtype) else np.int64)
-        return ufunc, dtype
-    if kind in ("and", "or", "xor"):
-        return None
-    if dtypes.is_complex(dtype) or dtype in (np.float32, np.float64):
-        return ufunc, dtype
-    if dtypes.is_float(dtype):
-        return ufunc, np.dtype(np.float32)
-    return None
-
-
-def reduce_fast(ufunc, acc, dims, out_dtype):
-    """A reduction ``fn(x, init)`` through a numpy ufunc in dtype ``acc``."""
-    def run(x, init):
-        if x.dtype != acc:
-            x = x.astype(acc)
-        r = ufunc.reduce(x, axis=dims, dtype=acc, initial=init.astype(acc)[()])
-        r = np.asarray(r)
-        return r if r.dtype == out_dtype else r.astype(out_dtype)
-    return run
+from .reducers import reducer
 
 
 def _reduced_dims_last(xs, dims):
@@ -139,12 +95,10 @@ def reduce(op):
         return [x if c is None or x.dtype == c else x.astype(c) for x, c in zip(xs, convert)]
 
     kind = reducer_kind(body) if n == 1 else None
-    fast = _fast_reducer(kind, out_dtypes[0]) if kind is not None else None
+    fast = reducer(kind, out_dtypes[0]) if kind is not None else None
     if fast is not None:
-        fn = reduce_fast(fast[0], fast[1], dims, out_dtypes[0])
-
         def run_fast(ctx, regions, x, init):
-            return fn(prepare([x])[0], init)
+            return fast.reduce(prepare([x])[0], dims, init)
         return run_fast
 
     is_batched = is_batchable(body)

@@ -3,8 +3,11 @@
 Windows are strided views of the padded (and base-dilated) input, never
 copies per output element:
 
-* reduce_window with a known reducer (add, max, ...) reduces a
-  ``sliding_window_view`` with the matching ufunc in one call;
+* reduce_window with a known reducer (add, max, ...; the shared table of
+  ``reducers``) reduces a ``sliding_window_view`` in one ufunc call (small
+  float-sum windows fold position by position in float64);
+* a prefix-scan window (JAX's cumsum/cummax/cumlogsumexp...) is an O(n)
+  accumulate, or a log-depth tree scan for other elementwise bodies;
 * other bodies (several operands, argmax-style pairs, ...) are folded one
   window position at a time over all windows at once when the body is
   elementwise (``regions.is_batchable``), else element by element;
@@ -16,9 +19,10 @@ copies per output element:
 import numpy as np
 
 from .. import dtypes
-from ..registry import kernel
 from ..regions import batched, broadcast_results, is_batchable, reducer_kind
+from ..registry import kernel
 from .gather_scatter import apply_updates, update_strategy
+from .reducers import reducer
 
 
 def pad_value(x, value, lo, hi, interior):
@@ -42,25 +46,6 @@ def _num_windows(p, w, wd, s):
     if p == 0 or dw > p:
         return 0
     return (p - dw) // s + 1
-
-
-def _reduce_ufunc(kind, dtype):
-    """ufunc whose .reduce implements reducer ``kind`` for dtype, or None."""
-    if dtypes.is_bool(dtype):
-        return {"add": np.logical_or, "multiply": np.logical_and,
-                "maximum": np.logical_or, "minimum": np.logical_and,
-                "and": np.logical_and, "or": np.logical_or,
-                "xor": np.logical_xor}[kind]
-    if dtype in dtypes.SUB_BYTE_INTS or dtype in dtypes.ML_FLOATS:
-        return None  # no reliable ufunc.reduce semantics: fold with the body
-    if kind in ("and", "or", "xor"):
-        if not dtypes.is_integer(dtype):
-            return None
-        return {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[kind]
-    if dtypes.is_complex(dtype) and kind in ("maximum", "minimum"):
-        return None
-    return {"add": np.add, "multiply": np.multiply, "maximum": np.maximum,
-            "minimum": np.minimum}[kind]
 
 
 class _Windows:
@@ -116,12 +101,98 @@ def _call_elementwise(region, batchable, args, shape):
     return [o.reshape(shape) for o in outs]
 
 
+def _prefix_scan_axis(shape, wdims, strides, bdil, wdil, padding):
+    """``(axis, reverse)`` if the window is an inclusive prefix scan, else None.
+
+    JAX lowers every cumulative op (cumsum, cumprod, cummax, cummin,
+    cumlogsumexp) on CPU to a reduce_window whose window spans the whole
+    axis (``w >= n``) with ``w - 1`` padding before (forward) or after
+    (reverse) and unit strides and dilations; every other axis has a window
+    of 1 and no padding. Output ``i`` then reduces ``w - 1 - i`` init values
+    and ``x[0..i]`` (forward; ``x[i..n-1]`` reversed).
+    """
+    if any(s != 1 for s in strides) or any(b != 1 for b in bdil) or \
+            any(d != 1 for d in wdil):
+        return None
+    found = None
+    for ax, (n, w, (lo, hi)) in enumerate(zip(shape, wdims, padding.tolist())):
+        if w == 1 and lo == 0 and hi == 0:
+            continue
+        if found is not None or n < 2 or w < n:
+            return None
+        if lo == w - 1 and hi == 0:
+            found = (ax, False)
+        elif lo == 0 and hi == w - 1:
+            found = (ax, True)
+        else:
+            return None
+    return found
+
+
+def _idempotent_init(combine, inits):
+    """True if ``body(init, init)`` gives ``init`` back bit for bit.
+
+    Then (the spec lets a reduction use any tree that keeps the order) the
+    padding's init values collapse into one and a prefix-scan window is
+    ``init ∘ scan(x)``; for add this is init = +-0, for multiply 1, always
+    for max/min/and/or.
+    """
+    try:
+        again = combine(inits)
+    except Exception:
+        return False
+    for a, b in zip(again, inits):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape or a.dtype != b.dtype or a.tobytes() != b.tobytes():
+            return False
+    return True
+
+
+def _tree_scan(body, xs, axis, reverse):
+    """Inclusive scan of a batchable variadic ``body`` along ``axis``.
+
+    Hillis-Steele: ``ceil(log2 n)`` body calls on whole arrays; in round d
+    element i combines the range ending d before it (forward) with its own,
+    the earlier range always on the left, so the in-order traversal of every
+    result's tree keeps the window's order (what the spec requires of a
+    reduction tree).
+    """
+    n = xs[0].shape[axis]
+    ys = [np.array(x) for x in xs]
+    d = 1
+    while d < n:
+        lo = [slice(None)] * ys[0].ndim
+        hi = list(lo)
+        lo[axis] = slice(0, n - d)
+        hi[axis] = slice(d, n)
+        lo, hi = tuple(lo), tuple(hi)
+        shape = ys[0][hi].shape
+        res = broadcast_results(body(*[y[lo] for y in ys], *[y[hi] for y in ys]), shape)
+        dst = lo if reverse else hi
+        new = [np.array(y) for y in ys]
+        for y, r in zip(new, res):
+            y[dst] = r
+        ys = new
+        d *= 2
+    return ys
+
+
+# Windows of up to this many elements are folded position by position
+# (vectorized over all windows, in the accumulation dtype); larger ones are
+# reduced over a strided view in one ufunc call.
+_POSITION_FOLD_MAX = 64
+
+
 @kernel("stablehlo.reduce_window", special=True)
 def reduce_window(op):
     """spec: reduce_window. Reduces every window of the padded inputs with `body`.
 
-    The reduction of each window starts from the init values and folds the
-    window's elements in row-major order.
+    Known reducer bodies use the shared table (``reducers``): exact kinds are
+    order-independent, float sums and products accumulate in float64 and
+    round once (the spec leaves a reduction's tree implementation-defined).
+    Prefix-scan windows (JAX's cumulative ops) run as an O(n) accumulate, or
+    as a log-depth tree scan for other elementwise bodies; everything else
+    folds the window positions over all windows at once.
     """
     n = len(op.operand_types) // 2
     rank = len(op.operand_types[0].shape)
@@ -135,12 +206,10 @@ def reduce_window(op):
     body = op.regions[0]
     res_dtypes = [t.dtype for t in op.result_types]
     kind = reducer_kind(body) if n == 1 else None
-    ufunc = _reduce_ufunc(kind, res_dtypes[0]) if kind else None
+    red = reducer(kind, res_dtypes[0]) if kind else None
     batchable = is_batchable(body)
-    # Floating-point sums/products are not associative.
-    sequential = kind in ("add", "multiply") and not dtypes.is_integer(res_dtypes[0]) \
-        and not dtypes.is_bool(res_dtypes[0])
     cache = {}
+    scans = {}
 
     def run(ctx, regions, *operands):
         inputs, inits = operands[:n], operands[n:]
@@ -148,22 +217,56 @@ def reduce_window(op):
         geo = cache.get(shape)
         if geo is None:
             geo = cache[shape] = _Windows(shape, wdims, strides, bdil, wdil, padding)
+            scans[shape] = _prefix_scan_axis(shape, wdims, strides, bdil, wdil, padding) \
+                if red is not None or batchable else None
         if geo.empty:
             out = [np.full(geo.out, i, dtype=dt) for i, dt in zip(inits, res_dtypes)]
             return out[0] if n == 1 else out
-        padded = [geo.pad(x, i) for x, i in zip(inputs, inits)]
-        if ufunc is not None and sequential:
-            # Rounding depends on the order: fold init, then the window's
-            # elements in row-major order (what XLA does), for all windows.
-            acc = np.array(np.broadcast_to(inits[0], geo.out), dtype=res_dtypes[0])
-            for pos in np.ndindex(*wdims):
-                ufunc(acc, padded[0][geo.position_slices(pos)], out=acc)
-            return acc
-        if ufunc is not None:
-            win = geo.view(padded[0])
-            red = ufunc.reduce(win, axis=tuple(range(rank, 2 * rank)))
-            res = ufunc(inits[0], red)
+        scan = scans[shape]
+        if scan is not None:
+            axis, reverse = scan
+            if red is not None:
+                if _idempotent_init(lambda i: [red(i[0], i[0])], inits):
+                    x = inputs[0]
+                    if x.dtype != res_dtypes[0]:
+                        x = x.astype(res_dtypes[0])
+                    if reverse:
+                        x = np.flip(x, axis)  # the reducer kinds all commute
+                    r = red.accumulate(x, axis, inits[0])
+                    return np.ascontiguousarray(np.flip(r, axis) if reverse else r)
+            else:
+                body_fn = batched(ctx, regions[0])
+                if _idempotent_init(lambda i: body_fn(*i, *i), inits):
+                    xs = [x if x.dtype == dt else x.astype(dt)
+                          for x, dt in zip(inputs, res_dtypes)]
+                    ys = _tree_scan(body_fn, xs, axis, reverse)
+                    args = ys + list(inits) if reverse else list(inits) + ys
+                    out = broadcast_results(body_fn(*args), geo.out)
+                    out = [np.ascontiguousarray(a, dtype=dt) for a, dt in zip(out, res_dtypes)]
+                    return out[0] if n == 1 else out
+        if red is not None:
+            x = inputs[0]
+            small = int(np.prod(wdims)) <= _POSITION_FOLD_MAX
+            if not red.exact and small:
+                # Float add/multiply, small window: fold the positions into a
+                # float64 accumulator over all windows at once, round once
+                # (the padded input stays in its own type; ml_dtypes floats
+                # go through f32, exactly).
+                if x.dtype in dtypes.ML_FLOATS:
+                    x = x.astype(np.float32)
+                padded = geo.pad(x, np.asarray(inits[0]).astype(x.dtype))
+                acc = np.empty(geo.out, dtype=red.acc)
+                acc[...] = np.asarray(inits[0]).astype(red.acc)
+                for pos in np.ndindex(*wdims):
+                    red.ufunc(acc, padded[geo.position_slices(pos)], out=acc)
+                return acc.astype(res_dtypes[0])
+            if x.dtype != red.acc and red.exact:
+                x = x.astype(red.acc)
+            padded = geo.pad(x, np.asarray(inits[0]).astype(x.dtype))
+            win = geo.view(padded)
+            res = red.reduce(win, tuple(range(rank, 2 * rank)), inits[0], contiguous_ok=False)
             return np.ascontiguousarray(res, dtype=res_dtypes[0])
+        padded = [geo.pad(x, i) for x, i in zip(inputs, inits)]
         acc = [np.broadcast_to(i, geo.out) for i in inits]
         body_fn = batched(ctx, regions[0]) if batchable else regions[0]
         for pos in np.ndindex(*wdims):

@@ -1,0 +1,283 @@
+"""Reducer bodies that are one known binary op: the one table every region op uses.
+
+reduce, reduce_window, scatter (and select_and_scatter), all_reduce,
+reduce_scatter and collective_reduce all take a body ``(acc, x) -> op(acc, x)``.
+When ``regions.reducer_kind`` recognises the body as one of ``add``,
+``multiply``, ``maximum``, ``minimum``, ``and``, ``or``, ``xor``,
+:func:`reducer` gives a :class:`Reducer` with the spec's semantics for the
+element type:
+
+* i1 (bool): add/maximum/or are logical or, multiply/minimum/and logical and,
+  xor logical xor.
+* integers wrap modulo 2**bits. Builtin ones reduce natively (numpy wraps);
+  i2/i4/ui2/ui4 go through int64/uint64 (2**64 is a multiple of 2**bits, so
+  the wrap on the way back agrees) -- faster than ml_dtypes' ufunc loops.
+* real floats: maximum/minimum are exact (NaN propagates, -0 < +0 as for the
+  elementwise ops: numpy's ufuncs get the sign of an equal zero from the
+  argument order, so the sign is fixed afterwards). add/multiply: the spec
+  leaves the order of a reduction implementation-defined and a reference
+  must be the most accurate backend, so f32, f16, bf16 and the 8/6/4-bit
+  floats accumulate in float64 and round once; float64 itself is summed
+  pairwise (numpy's pairwise sum along a contiguous last axis) and scanned
+  in two levels of blocks.
+* complex: add/multiply like floats (complex64 accumulates in complex128);
+  maximum/minimum are left to the body (its lexicographic comparison), as
+  are and/or/xor on non-integers (invalid bodies the verifier rejects).
+
+Exact kinds (everything but float/complex add and multiply) give results
+independent of the order, hence bit-identical to the spec's sequential
+evaluation.
+"""
+
+import numpy as np
+
+from .. import dtypes
+from ..regions import reducer_kind
+
+F64 = np.dtype(np.float64)
+C128 = np.dtype(np.complex128)
+
+_BOOL = {"add": np.logical_or, "maximum": np.logical_or, "or": np.logical_or,
+         "multiply": np.logical_and, "minimum": np.logical_and, "and": np.logical_and,
+         "xor": np.logical_xor}
+_ARITH = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum,
+          "minimum": np.minimum, "and": np.bitwise_and, "or": np.bitwise_or,
+          "xor": np.bitwise_xor}
+
+# A reduction of at least _DIMS_LAST_MIN elements into at most
+# _DIMS_LAST_MAX_KEPT results over non-trailing axes moves the reduced axes
+# last and contiguous first: numpy then sums pairwise, and is faster too
+# (6 ms instead of 28 ms for a (1e6, 4) f32 array reduced over axis 0). With
+# many results the transpose costs more than it saves ((32768, 32): 7.6 ms
+# against 2.5 ms in place), and the in-place sequential float64 sum of
+# narrower floats is far more accurate than one rounding of the result.
+_DIMS_LAST_MIN = 64
+_DIMS_LAST_MAX_KEPT = 16
+# Block length of the two-level float64 scan (sqrt(n) minimises the error
+# bound ~(n/B + B) eps; this is what it is for n = 1e6).
+_SCAN_BLOCK = 1024
+
+
+class Reducer:
+    """Reducer ``kind`` on element type ``dtype`` with the spec's semantics.
+
+    ``ufunc`` combines two values of ``acc`` (the accumulation dtype);
+    ``exact``: the result does not depend on the evaluation order.
+    Calling the reducer combines two arrays in the element type (one
+    application of the body); :meth:`at` is ``ufunc.at`` (scatter).
+    """
+
+    __slots__ = ("kind", "dtype", "acc", "ufunc", "exact", "signed_zero")
+
+    def __init__(self, kind, dtype, acc, ufunc, exact, signed_zero=False):
+        self.kind, self.dtype, self.acc, self.ufunc = kind, dtype, acc, ufunc
+        self.exact = exact
+        self.signed_zero = signed_zero  # float max/min: fix the sign of 0 results
+
+    def __repr__(self):
+        return f"Reducer({self.kind}, {self.dtype}, acc={self.acc})"
+
+    # -- one application of the body, in the element type --------------
+    def __call__(self, a, b):
+        a = np.asarray(a)
+        b = np.asarray(b)
+        # add/multiply of two values: one rounding to the element type from
+        # the wide accumulator, as the elementwise kernels round.
+        r = np.asarray(self.ufunc(a.astype(self.acc), b.astype(self.acc)))
+        if self.signed_zero:
+            r = _fix_zero_sign(self.kind, r, np.stack(np.broadcast_arrays(
+                a.astype(self.acc), b.astype(self.acc))), 0)
+        return r.astype(self.dtype)
+
+    def at(self, out, idx, values):
+        """``out[idx[j]] = body(out[idx[j]], values[j])`` in order of j."""
+        if self.signed_zero:
+            before = out.copy()
+            self.ufunc.at(out, idx, values)
+            zero = out == 0
+            if zero.any():
+                want_pos = self.kind == "maximum"
+                hit = (before == 0) & (np.signbit(before) != want_pos)
+                np.logical_or.at(hit, idx, (values == 0) & (np.signbit(values) != want_pos))
+                sign = hit if not want_pos else ~hit
+                out[zero] = np.where(sign[zero], -0.0, 0.0).astype(out.dtype)
+            return
+        if self.dtype in dtypes.SUB_BYTE_INTS or self.dtype == np.bool_:
+            self.ufunc.at(out, idx, values)
+            return
+        self.ufunc.at(out, idx, values.astype(out.dtype, copy=False))
+
+    # -- reductions -------------------------------------------------------
+    def reduce(self, x, axes, init, contiguous_ok=True):
+        """``init`` combined with the reduction of ``x`` over ``axes``, as ``dtype``.
+
+        ``contiguous_ok=False`` keeps a strided view (e.g. of overlapping
+        windows) in place instead of copying it dims-last.
+        """
+        axes = tuple(sorted(a % x.ndim for a in axes)) if x.ndim else ()
+        init = np.asarray(init)
+        if any(x.shape[a] == 0 for a in axes):
+            shape = tuple(s for d, s in enumerate(x.shape) if d not in axes)
+            return np.full(shape, init, dtype=self.dtype)
+        if self.exact:
+            xa = x if x.dtype == self.acc else x.astype(self.acc)
+            r = self.ufunc.reduce(xa, axis=axes)
+            r = self.ufunc(init.astype(self.acc), r)
+            if self.signed_zero:
+                r = _fix_zero_sign(self.kind, np.asarray(r), xa, axes, init)
+            return np.asarray(r).astype(self.dtype)
+        n = 1
+        for a in axes:
+            n *= x.shape[a]
+        kept = x.size // n if n else 0
+        trailing = axes == tuple(range(x.ndim - len(axes), x.ndim))
+        if contiguous_ok and len(axes) and n >= _DIMS_LAST_MIN and \
+                kept <= _DIMS_LAST_MAX_KEPT and (not trailing or not x.flags.c_contiguous):
+            keep = [d for d in range(x.ndim) if d not in axes]
+            shape = tuple(x.shape[d] for d in keep)
+            x = np.ascontiguousarray(np.transpose(x, keep + list(axes))).reshape(shape + (n,))
+            axes = (x.ndim - 1,)
+        # ufunc.reduce(dtype=acc) converts buffer by buffer (no f64 copy of x).
+        if x.dtype in dtypes.ML_FLOATS:
+            x = x.astype(self.acc)
+        r = self.ufunc.reduce(x, axis=axes, dtype=self.acc)
+        r = np.asarray(self.ufunc(init.astype(self.acc), r))
+        if self.kind == "add" and self.acc.kind == "f":
+            r = _negative_zero_sums(r, x, axes, init)
+        return r.astype(self.dtype)
+
+    def combine(self, values):
+        """Reduce a list of equally shaped arrays (collectives' group order)."""
+        if len(values) == 1:
+            return np.asarray(values[0]).astype(self.dtype, copy=False)
+        stacked = np.stack([np.asarray(v) for v in values])
+        head = stacked[0]
+        return self.reduce(stacked[1:], (0,), head, contiguous_ok=False) \
+            if self.exact else self._combine_inexact(stacked)
+
+    def _combine_inexact(self, stacked):
+        # A handful of operands (one per process): a sequential sum in the
+        # wide accumulator is exact to well below one rounding of the result.
+        acc = stacked[0].astype(self.acc)
+        for v in stacked[1:]:
+            acc = self.ufunc(acc, v.astype(self.acc))
+        return np.asarray(acc).astype(self.dtype)
+
+    def accumulate(self, x, axis, init):
+        """Inclusive prefix scan along ``axis``: ``init ∘ x[0] ∘ ... ∘ x[i]``."""
+        init = np.asarray(init)
+        n = x.shape[axis]
+        if self.exact:
+            xa = x if x.dtype == self.acc else x.astype(self.acc)
+            r = self.ufunc(init.astype(self.acc), self.ufunc.accumulate(xa, axis=axis))
+            if self.signed_zero:
+                r = _fix_zero_sign(self.kind, np.asarray(r), xa, None, init, scan_axis=axis)
+            return np.asarray(r).astype(self.dtype)
+        if x.dtype in dtypes.ML_FLOATS:
+            x = x.astype(self.acc)
+        if self.acc.itemsize > x.dtype.itemsize or n <= 2 * _SCAN_BLOCK or self.kind != "add":
+            # Narrow floats: a sequential float64 scan is accurate far below
+            # one rounding of the result (n eps64 << eps32).
+            r = self.ufunc.accumulate(x, axis=axis, dtype=self.acc)
+        else:
+            r = _blocked_cumsum(x, axis)
+        r = self.ufunc(init.astype(self.acc), r)
+        return np.asarray(r).astype(self.dtype)
+
+
+def _blocked_cumsum(x, axis):
+    """float64/complex128 prefix sums in two levels of blocks: every result is
+    (sum of whole earlier blocks) + (prefix inside its block), an error of
+    ~(n/B + B) eps instead of the sequential scan's n eps."""
+    x = np.moveaxis(x, axis, -1)
+    n = x.shape[-1]
+    b = _SCAN_BLOCK
+    m = -(-n // b)
+    pad = m * b - n
+    xp = np.concatenate([x, np.zeros(x.shape[:-1] + (pad,), x.dtype)], axis=-1) if pad else x
+    xp = xp.reshape(x.shape[:-1] + (m, b))
+    inner = np.add.accumulate(xp, axis=-1)
+    totals = np.add.reduce(xp, axis=-1)  # pairwise
+    offsets = np.add.accumulate(totals, axis=-1)
+    out = inner
+    out[..., 1:, :] += offsets[..., :-1, None]
+    out = out.reshape(x.shape[:-1] + (m * b,))[..., :n]
+    return np.moveaxis(out, -1, axis)
+
+
+def _negative_zero_sums(r, x, axes, init):
+    """IEEE sums are -0 only when every term is -0; numpy's reduce starts
+    its buffered (dtype=) loops from +0, so set those results to -0."""
+    if not np.signbit(init) or not (r == 0).any():
+        return r
+    neg = np.logical_and.reduce((x == 0) & np.signbit(x), axis=axes)
+    return np.where(neg, -np.zeros((), r.dtype), r)
+
+
+def _fix_zero_sign(kind, r, x, axes, init=None, scan_axis=None):
+    """Give zero results of a float max (min) the sign the spec gives:
+    +0 (-0) if any of the combined values is +0 (-0)."""
+    r = np.asarray(r)
+    zero = r == 0
+    if not zero.any():
+        return r
+    want_pos = kind == "maximum"
+    hit = (x == 0) & (np.signbit(x) != want_pos)
+    if scan_axis is not None:
+        hit = np.logical_or.accumulate(hit, axis=scan_axis)
+    else:
+        hit = np.logical_or.reduce(hit, axis=axes)
+    if init is not None:
+        init = np.asarray(init)
+        hit = hit | ((init == 0) & (np.signbit(init) != want_pos))
+    pos = hit if want_pos else ~hit
+    r = np.array(r, copy=True)
+    zero_vals = np.where(pos, np.zeros((), r.dtype), -np.zeros((), r.dtype))
+    r[zero] = np.broadcast_to(zero_vals, r.shape)[zero]
+    return r
+
+
+_CACHE = {}
+
+
+def reducer(kind, dtype):
+    """The :class:`Reducer` for ``kind`` on element type ``dtype``, or None
+    when the body must be evaluated as written (see the module docstring)."""
+    dtype = np.dtype(dtype)
+    key = (kind, dtype)
+    if key in _CACHE:
+        return _CACHE[key]
+    r = _make(kind, dtype)
+    _CACHE[key] = r
+    return r
+
+
+def _make(kind, dtype):
+    if kind not in _ARITH:
+        return None
+    if dtypes.is_bool(dtype):
+        return Reducer(kind, dtype, dtype, _BOOL[kind], True)
+    if dtypes.is_integer(dtype):
+        acc = dtype
+        if dtype in dtypes.SUB_BYTE_INTS:
+            acc = np.dtype(np.uint64 if dtypes.is_unsigned(dtype) else np.int64)
+        return Reducer(kind, dtype, acc, _ARITH[kind], True)
+    if kind in ("and", "or", "xor"):
+        return None
+    if dtypes.is_complex(dtype):
+        if kind not in ("add", "multiply"):
+            return None
+        return Reducer(kind, dtype, C128, _ARITH[kind], False)
+    if dtypes.is_float(dtype):
+        if kind in ("maximum", "minimum"):
+            # Exact in any wider float; ml_dtypes floats compare through f32.
+            acc = dtype if dtype.kind == "f" else np.dtype(np.float32)
+            return Reducer(kind, dtype, acc, _ARITH[kind], True, signed_zero=True)
+        return Reducer(kind, dtype, F64, _ARITH[kind], False)
+    return None
+
+
+def for_body(block, dtype):
+    """The :class:`Reducer` of a region body on ``dtype``, or None."""
+    kind = reducer_kind(block)
+    return None if kind is None else reducer(kind, dtype)
