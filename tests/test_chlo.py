@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import stablehlo_interpreter as shi
-from stablehlo_interpreter.ops.check import ulp_difference
+from stablehlo_interpreter.dtypes import ulp_distance
 
 jax.config.update("jax_enable_x64", True)
 CPU = jax.devices("cpu")[0]
@@ -56,7 +56,7 @@ def test_unary_agrees_with_xla_cpu(name, et, dtype):
     text, got = unary(name, x, et)
     want = run_xla_cpu(text, x)[0]
     assert got.dtype == np.dtype(dtype)
-    ulps = ulp_difference(got, want)
+    ulps = ulp_distance(got, want)
     assert ulps.max() <= 4, (x[np.argmax(ulps)], got[np.argmax(ulps)], want[np.argmax(ulps)])
 
 

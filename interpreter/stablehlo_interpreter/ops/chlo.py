@@ -331,26 +331,6 @@ def mulhi(op):
 # top_k
 
 
-def _total_order_key(x):
-    """uint64 keys whose unsigned order is the total order of x's values."""
-    dt = x.dtype
-    if dt == np.bool_:
-        return x.astype(np.uint64)
-    if dtypes.is_integer(dt):
-        if dtypes.is_unsigned(dt):
-            return x.astype(np.uint64)
-        return x.astype(np.int64).view(np.uint64) ^ np.uint64(1 << 63)
-    width = dtypes.bit_width(dt)
-    udt = _UINT_OF[np.dtype(dt).itemsize * 8]
-    bits = x.view(udt).astype(np.uint64)
-    if width != np.dtype(dt).itemsize * 8:
-        bits = bits & np.uint64((1 << width) - 1)
-    sign = np.uint64(1 << (width - 1))
-    full = np.uint64((1 << width) - 1)
-    # Negative values: flip all bits; non-negative: set the sign bit.
-    return np.where(bits & sign, ~bits & full, bits | sign)
-
-
 @kernel("chlo.top_k")
 def top_k(op):
     """chlo.top_k: the k largest entries along the last dimension and their indices.
@@ -366,7 +346,7 @@ def top_k(op):
     full = np.uint64(0xFFFFFFFFFFFFFFFF)
 
     def run(x):
-        key = _total_order_key(x)
+        key = dtypes.total_order_key(x)
         order = np.argsort(full - key, axis=-1, kind="stable")[..., :k]
         values = np.take_along_axis(x, order, axis=-1)
         return [np.ascontiguousarray(values), order.astype(idx_dtype)]
