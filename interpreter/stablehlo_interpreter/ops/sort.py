@@ -37,7 +37,7 @@ class _Expr:
         self.arg_no = {s: i for i, s in enumerate(block.arg_slots)}
         self.producer = {}
         for step in block.steps:
-            out = step[2]
+            out = step.out
             if out.__class__ is int:
                 self.producer[out] = step
         self.memo = {}
@@ -156,7 +156,7 @@ def _eval_exprs(block, exprs_slots, operands):
     for i, s in enumerate(block.arg_slots):
         env[s] = operands[i // 2] if i % 2 == 0 else None
     needed = set()
-    producer = {st[2]: st for st in block.steps if st[2].__class__ is int}
+    producer = {st.out: st for st in block.steps if st.out.__class__ is int}
 
     def need(s):
         if s in needed or s not in producer:
@@ -175,8 +175,8 @@ def _eval_exprs(block, exprs_slots, operands):
 def _slot_of(block, target):
     ex = _Expr(block)
     for st in block.steps:
-        if st[2].__class__ is int and ex.expr(st[2]) == target:
-            return st[2]
+        if st.out.__class__ is int and ex.expr(st.out) == target:
+            return st.out
     for i, s in enumerate(block.arg_slots):
         if ("arg", i) == target:
             return s
