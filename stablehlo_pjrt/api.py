@@ -645,7 +645,7 @@ def Executable_ParameterMemoryKinds(ptr):
     a = C.Executable_ParameterMemoryKinds_Args.from_address(ptr)
     meta = _executable(a.executable)
     a.num_parameters = len(meta.input_types)
-    a.memory_kinds, a.memory_kind_sizes = meta.memory_kinds_addresses()
+    a.memory_kinds, a.memory_kind_sizes = meta.memory_kinds_addresses("in")
 
 
 @handler

@@ -210,7 +210,10 @@ class Buffer:
 
     def __str__(self):
         state = " deleted" if self.deleted else ""
-        return f"Buffer({self.describe()} on {self.device}{state}, {self.handle:#x})"
+        # The memory space shows when it is not the device's default (the
+        # PJRT trace then tells where each buffer lives).
+        memory = "" if self.memory is self.device.default_memory else f" in {self.memory.kind}"
+        return f"Buffer({self.describe()} on {self.device}{memory}{state}, {self.handle:#x})"
 
     # -- C views kept alive by the buffer ------------------------------------
 
