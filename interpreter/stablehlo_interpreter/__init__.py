@@ -18,7 +18,7 @@ sharding geometry (`Mesh`, `Sharding`, `ShardingError`, `module_meshes`,
 plugin plans sharded programs.
 """
 
-from . import dtypes
+from . import dtypes, ops  # importing ops registers every kernel
 from .attrs import decode_attribute
 from .compiler import Program, compile, format_location
 from .errors import (

@@ -722,7 +722,6 @@ def compile(module_or_data, *, name="<input>"):  # noqa: A001 - the natural name
     Raises :class:`UnsupportedOpsError` listing every op that cannot run.
     """
     module = load(module_or_data, name=name)
-    from . import ops  # noqa: F401  (registers every kernel)
     with MLIR_LOCK, module.context:
         program = _Compiler(module).compile()
     return program
