@@ -20,8 +20,8 @@ from . import donation, interrupt
 from ._capi import BufferType, ErrorCode, PJRT_Program, read_bytes, read_str
 from .buffer import Buffer, dtype_of, short_type, type_of_dtype, type_of_element
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
-from .hlo_program import HLO_FORMATS, hlo_to_stablehlo
 from .handles import CString, int64_array, pointer_array, register
+from .hlo_program import HLO_FORMATS, hlo_to_stablehlo
 
 SERIALIZED_MAGIC = b"STABLEHLO_REF_EXECUTABLE\x00v1\x00"
 

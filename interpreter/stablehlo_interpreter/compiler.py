@@ -19,8 +19,7 @@ import numpy as np
 from . import attrs as _attrs
 from . import quant as _quant
 from . import trace as _trace
-from .errors import (CompileError, ExecutionError, InterpreterError,
-                     UnsupportedOpsError)
+from .errors import CompileError, ExecutionError, InterpreterError, UnsupportedOpsError
 from .loader import MLIR_LOCK, NEWER_OP_PREFIX, load
 from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported, custom_call_rejection
 from .types import TOKEN, TensorType, TokenType, TupleType, conforms, describe, from_mlir

@@ -36,8 +36,6 @@ from ..registry import Unsupported, custom_call, kernel
 from .interpreter_ops import load_probe
 from .properties import op_properties
 
-
-
 # --------------------------------------------------------------------------
 # Attributes: `{...}` attributes, or `<{...}>` properties of unregistered ops
 # (which the Python bindings do not expose as attributes).

@@ -28,8 +28,8 @@ exactly the result dtype.
 import numpy as np
 
 from .. import dtypes
-from ..registry import Unsupported, kernel
 from ..regions import batched, broadcast_results, is_batchable
+from ..registry import Unsupported, kernel
 
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)

@@ -22,8 +22,8 @@ import functools
 import numpy as np
 
 from .. import dtypes
-from ..registry import kernel
 from ..regions import ELEMENTWISE_OPS, batched, is_batchable
+from ..registry import kernel
 
 # --------------------------------------------------------------------------
 # Comparator analysis
