@@ -20,6 +20,7 @@ from . import donation, interrupt
 from ._capi import BufferType, ErrorCode, PJRT_Program, read_bytes, read_str
 from .buffer import Buffer, dtype_of, short_type, type_of_dtype, type_of_element
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
+from .hlo_program import HLO_FORMATS, hlo_to_stablehlo
 from .handles import CString, int64_array, pointer_array, register
 
 SERIALIZED_MAGIC = b"STABLEHLO_REF_EXECUTABLE\x00v1\x00"
@@ -158,7 +159,7 @@ class ExecutableMeta:
                  options: CompileOptions, name: str | None = None, spmd=None):
         self.program = program
         # An SPMD program (sharded jit): the global program with its argument
-        # and result shardings (stablehlo_interpreter.spmd.SpmdPlan).
+        # and result shardings (spmd.SpmdPlan).
         self.spmd = spmd
         # Parameter -> output aliasing (tf.aliasing_output) and the host
         # callback table; set by compile_program.
@@ -349,10 +350,15 @@ def compile_args(program_ptr, options_ptr, options_size) -> ExecutableMeta:
 
 
 def compile_program(code: bytes, code_format: str, options: CompileOptions) -> ExecutableMeta:
+    if code_format in HLO_FORMATS:
+        # XLA HLO (PyTorch/XLA sends it): converted once to StableHLO, which is
+        # what the executable keeps, serializes and reports as its program.
+        code, code_format = hlo_to_stablehlo(code, code_format), "mlir"
     if code_format != "mlir":
         raise unimplemented(
             f"program format {code_format!r} is not supported by stablehlo_ref "
-            "(only 'mlir': StableHLO bytecode, portable artifact or text)")
+            "(only 'mlir': StableHLO bytecode, portable artifact or text; and "
+            "'hlo'/'hlo_with_config': XLA HloModuleProto, converted to StableHLO)")
     import stablehlo_interpreter as shi
     spmd = options.num_partitions > 1 and options.use_spmd_partitioning
     if spmd and options.num_replicas > 1:
@@ -375,7 +381,7 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
     callbacks = bind_program(program)
     plan = None
     if spmd:
-        from stablehlo_interpreter.spmd import ShardingError, SpmdPlan
+        from .spmd import ShardingError, SpmdPlan
         try:
             plan = SpmdPlan(program, options.num_partitions)
         except ShardingError as e:

@@ -314,16 +314,22 @@ class Function:
 class Program:
     """A compiled module: functions by name, ready to run many times."""
 
-    def __init__(self, functions, module_attrs, text, main):
+    def __init__(self, functions, module_attrs, main, module):
         self.functions = functions
         self.module_attrs = module_attrs
-        self.text = text
         self.main = main
+        self.module = module  # the loaded Module (MLIR_LOCK guards its mlir)
         self.num_replicas = int(module_attrs.get("mhlo.num_replicas", 1) or 1)
         self.num_partitions = int(module_attrs.get("mhlo.num_partitions", 1) or 1)
         # The embedder's hook for `@stablehlo_ref.host_callback`: the Python
         # callables a module's host callbacks index (ops/host_callback.py).
         self.host_callbacks = ()
+
+    @property
+    def text(self):
+        """The module's MLIR text (printed on demand)."""
+        with MLIR_LOCK, self.module.context:
+            return str(self.module.mlir)
 
     @property
     def input_types(self):
@@ -439,7 +445,7 @@ class _Compiler:
         if main is None:
             public = [n for n, f in self.functions.items() if f.visibility != "private"]
             main = public[0] if public else names[0]
-        return Program(self.functions, module_attrs, None, main)
+        return Program(self.functions, module_attrs, main, self.module)
 
     def _compile_function(self, fo):
         from jaxlib.mlir import ir
@@ -685,14 +691,4 @@ def compile(module_or_data, *, name="<input>"):  # noqa: A001 - the natural name
     from . import ops  # noqa: F401  (registers every kernel)
     with MLIR_LOCK, module.context:
         program = _Compiler(module).compile()
-        program.text = None
-        program._module = module
     return program
-
-
-def _program_text(self):
-    with MLIR_LOCK, self._module.context:
-        return str(self._module.mlir)
-
-
-Program.text = property(_program_text, lambda self, v: None)
