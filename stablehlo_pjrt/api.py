@@ -1275,6 +1275,10 @@ def build_api() -> None:
         api.pjrt_api_version.extension_start = None
         api.pjrt_api_version.major_version = C.API_MAJOR
         api.pjrt_api_version.minor_version = C.API_MINOR
+        # STABLEHLO_REF_FAULT (off by default) breaks one handler or kernel
+        # for the plugin checker's tests; unset, nothing changes.
+        from . import faults
+        faults.install(_HANDLERS)
         for index, name in enumerate(C.API_FUNCTIONS):
             if name in c_functions:
                 setattr(api, name, c_functions[name])

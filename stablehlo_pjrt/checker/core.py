@@ -104,7 +104,7 @@ class Registry:
 
 def run_check(check: Check, ctx) -> Result:
     """Runs one check in this process and classifies how it ended."""
-    from .plugin import PluginError
+    from .plugin import EventTimeout, PluginError
     t0 = time.perf_counter()
     status, detail, op = "passed", "", None
     try:
@@ -122,7 +122,9 @@ def run_check(check: Check, ctx) -> Result:
         if e.unimplemented:
             status, detail = "unsupported", str(e)
         else:
-            status, detail = "failed", f"unexpected error: {e}"
+            status, detail, op = "failed", f"unexpected error: {e}", e.function
+    except EventTimeout as e:
+        status, detail, op = "failed", str(e), e.function
     except Exception as e:  # noqa: BLE001 - any escape is the check's result
         tb = traceback.extract_tb(e.__traceback__)
         where = f" (at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""

@@ -86,6 +86,14 @@ class PluginError(Exception):
         return self.code == C.ErrorCode.UNIMPLEMENTED
 
 
+class EventTimeout(TimeoutError):
+    """An event did not fire in time."""
+
+    def __init__(self, function: str, message: str):
+        self.function = function
+        super().__init__(message)
+
+
 class LoadError(Exception):
     """The library could not be loaded or has no usable PJRT API."""
 
@@ -224,10 +232,11 @@ class Plugin:
             return
         fired, err = self.event_wait(event, timeout)
         if not fired:
-            raise TimeoutError(f"the event of {what} did not fire within {timeout:g} s")
+            raise EventTimeout(what.split()[0], f"the event of {what} did not fire within "
+                               f"{timeout:g} s")
         self.event_destroy(event)
         if err is not None:
-            raise PluginError(what, err.code, err.message)
+            raise PluginError(what.split()[0], err.code, err.message)
 
 
 def read_named_values(address, count) -> dict:

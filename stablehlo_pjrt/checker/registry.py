@@ -12,7 +12,9 @@ def build(suite: str | None) -> Registry:
     key = suite or ""
     if key not in _CACHE:
         reg = Registry()
-        from . import capi_checks
+        from . import capi_checks, framework_checks, program_checks
         capi_checks.register(reg)
+        program_checks.register(reg, suite)
+        framework_checks.register(reg)
         _CACHE[key] = reg
     return _CACHE[key]

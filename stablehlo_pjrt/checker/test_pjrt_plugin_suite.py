@@ -1,0 +1,10 @@
+"""The checker's checks as pytest tests (see pytest_plugin.py):
+
+    pytest --pjrt-plugin PATH.so --pyargs stablehlo_pjrt.checker.test_pjrt_plugin_suite
+"""
+
+from stablehlo_pjrt.checker.pytest_plugin import outcome
+
+
+def test_pjrt(pjrt_check, pjrt_result):
+    outcome(pjrt_result)
