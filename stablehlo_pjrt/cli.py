@@ -2,7 +2,7 @@
 plugin-side ones.
 
 The interpreter package must not import the plugin (one-way dependency), so
-the commands that need the PJRT side (``check-plugin``) live here and every
+the commands that need the PJRT side (``check-plugin``, ``bisect``) live here and every
 other command is handed to ``stablehlo_interpreter.cli`` unchanged.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-PLUGIN_COMMANDS = ("check-plugin",)
+PLUGIN_COMMANDS = ("check-plugin", "bisect")
 
 
 def main(argv=None) -> int:
@@ -21,16 +21,20 @@ def main(argv=None) -> int:
         sub = p.add_subparsers(dest="command", required=True)
         from .checker import cli as checker_cli
         checker_cli.add_parser(sub)
+        checker_cli.add_bisect_parser(sub)
         a = p.parse_args(argv)
         try:
+            if a.command == "bisect":
+                return checker_cli.run_bisect(a)
             return checker_cli.run(a)
         except KeyboardInterrupt:
             return 130
     from stablehlo_interpreter import cli
     if argv and argv[0] in ("-h", "--help"):
         cli_help = cli.main  # prints the interpreter's commands, then exits
-        print("plugin commands: check-plugin PATH.so [--only AREA] [--json F] [--md F] "
-              "(stablehlo-ref check-plugin -h)\n")
+        print("plugin commands: check-plugin PATH.so [--only AREA] [--json F] [--md F]; "
+              "bisect MODULE [--args ARGS.npz] --against PLUGIN.so|outputs.npz "
+              "(stablehlo-ref check-plugin -h, stablehlo-ref bisect -h)\n")
         return cli_help(argv)
     return cli.main(argv)
 

@@ -66,6 +66,29 @@ def check_donations(argument_lists, donated: dict[int, int]) -> None:
                     "once")
 
 
+def run_donating(program, args, inputs, donated):
+    """Run a single-device program letting it update donated arrays in place.
+
+    The donated buffers give up their arrays before the run (they are
+    deleted after it in any case, also when it fails); ``inputs`` (a list
+    holding the one argument list) is emptied so that the interpreter holds
+    the only reference to those arrays (its in-place rule checks that)."""
+    arrays = inputs[0]
+    for i in donated:
+        b = args[i]
+        a = arrays[i]
+        if b.borrowed or not isinstance(a, np.ndarray) or a.base is not None:
+            continue  # caller-owned memory or a view: used, never written
+        try:
+            a.flags.writeable = True
+        except ValueError:
+            continue
+        b.delete()  # drops the buffer's reference; the run owns the array now
+    a = b = None
+    inputs.clear()
+    return program.run_donated(arrays)
+
+
 def _root(a):
     """The object owning ``a``'s memory (views share it with their base)."""
     while isinstance(a, np.ndarray) and a.base is not None:

@@ -16,10 +16,11 @@ import struct
 
 import numpy as np
 
-from ._capi import BufferType, ErrorCode
-from . import donation
-from .buffer import Buffer, dtype_of, type_of_dtype, type_of_element, short_type
+from . import donation, interrupt
+from ._capi import BufferType, ErrorCode, PJRT_Program, read_bytes, read_str
+from .buffer import Buffer, dtype_of, short_type, type_of_dtype, type_of_element
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
+from .hlo_program import HLO_FORMATS, hlo_to_stablehlo
 from .handles import CString, int64_array, pointer_array, register
 
 SERIALIZED_MAGIC = b"STABLEHLO_REF_EXECUTABLE\x00v1\x00"
@@ -158,7 +159,7 @@ class ExecutableMeta:
                  options: CompileOptions, name: str | None = None, spmd=None):
         self.program = program
         # An SPMD program (sharded jit): the global program with its argument
-        # and result shardings (stablehlo_interpreter.spmd.SpmdPlan).
+        # and result shardings (spmd.SpmdPlan).
         self.spmd = spmd
         # Parameter -> output aliasing (tf.aliasing_output) and the host
         # callback table; set by compile_program.
@@ -192,10 +193,17 @@ class ExecutableMeta:
         self._dims_c = int64_array(dims)
         self._dim_sizes_c = (np.array([len(s) for s in self.output_shapes] or [0],
                                       dtype=np.uint64),)
-        kinds = [CString("device") for _ in range(max(self.num_outputs, len(self.input_types), 1))]
-        self._kinds = kinds
-        self._kind_ptrs = pointer_array(k.address for k in kinds)
-        self._kind_sizes = (np.array([k.size for k in kinds], dtype=np.uint64),)
+        # Memory kinds of parameters and results: the entry function's
+        # `mhlo.memory_kind` attributes (JAX sets them for memory_kind
+        # shardings, e.g. "pinned_host"); "device" otherwise.
+        entry = program.function(spmd.func if spmd is not None else None)
+        self.param_memory_kinds = _memory_kinds(entry.arg_attrs, len(self.input_types))
+        self.output_memory_kinds = _memory_kinds(entry.result_attrs, self.num_outputs)
+        self._kinds_c = {}
+        for which, kinds in (("in", self.param_memory_kinds), ("out", self.output_memory_kinds)):
+            strings = [CString(k) for k in (kinds or ["device"])]
+            self._kinds_c[which] = (strings, pointer_array(k.address for k in strings),
+                                    np.array([k.size for k in strings], dtype=np.uint64))
         h = hashlib.sha256()
         h.update(SERIALIZED_MAGIC)
         h.update(code)
@@ -226,8 +234,9 @@ class ExecutableMeta:
     def output_dims_addresses(self) -> tuple[int, int]:
         return self._dims_c[1], self._dim_sizes_c[0].ctypes.data
 
-    def memory_kinds_addresses(self) -> tuple[int, int]:
-        return self._kind_ptrs[1], self._kind_sizes[0].ctypes.data
+    def memory_kinds_addresses(self, which: str = "out") -> tuple[int, int]:
+        _, ptrs, sizes = self._kinds_c[which]
+        return ptrs[1], sizes.ctypes.data
 
     def shardings_addresses(self, which: str) -> tuple[int, int, int]:
         """(count, shardings, sharding_sizes) for the PJRT shardings
@@ -257,6 +266,15 @@ class ExecutableMeta:
 
     def output_bytes(self) -> int:
         return sum(_nbytes(t) for t in self.output_types)
+
+
+def _memory_kinds(attr_list, n) -> list[str]:
+    kinds = []
+    for i in range(n):
+        attrs = attr_list[i] if attr_list and i < len(attr_list) else {}
+        kind = attrs.get("mhlo.memory_kind") if isinstance(attrs, dict) else None
+        kinds.append(str(kind) if kind else "device")
+    return kinds
 
 
 def _nbytes(t) -> int:
@@ -319,11 +337,28 @@ def _interpreter():
     return _shi
 
 
+def compile_args(program_ptr, options_ptr, options_size) -> ExecutableMeta:
+    """Compiles the PJRT_Program and serialized CompileOptionsProto of a
+    Compile call's args."""
+    if not program_ptr:
+        raise invalid_argument("program is NULL")
+    program = PJRT_Program.from_address(program_ptr)
+    code = read_bytes(program.code, program.code_size)
+    fmt = read_str(program.format, program.format_size)
+    options = CompileOptions(read_bytes(options_ptr, options_size))
+    return compile_program(code, fmt, options)
+
+
 def compile_program(code: bytes, code_format: str, options: CompileOptions) -> ExecutableMeta:
+    if code_format in HLO_FORMATS:
+        # XLA HLO (PyTorch/XLA sends it): converted once to StableHLO, which is
+        # what the executable keeps, serializes and reports as its program.
+        code, code_format = hlo_to_stablehlo(code, code_format), "mlir"
     if code_format != "mlir":
         raise unimplemented(
             f"program format {code_format!r} is not supported by stablehlo_ref "
-            "(only 'mlir': StableHLO bytecode, portable artifact or text)")
+            "(only 'mlir': StableHLO bytecode, portable artifact or text; and "
+            "'hlo'/'hlo_with_config': XLA HloModuleProto, converted to StableHLO)")
     import stablehlo_interpreter as shi
     spmd = options.num_partitions > 1 and options.use_spmd_partitioning
     if spmd and options.num_replicas > 1:
@@ -346,7 +381,7 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
     callbacks = bind_program(program)
     plan = None
     if spmd:
-        from stablehlo_interpreter.spmd import ShardingError, SpmdPlan
+        from .spmd import ShardingError, SpmdPlan
         try:
             plan = SpmdPlan(program, options.num_partitions)
         except ShardingError as e:
@@ -367,6 +402,14 @@ def _check_parallel_support(replicas: int, partitions: int, program) -> None:
             "interpreter has no run_parallel)")
 
 
+class ExecuteContext:
+    """PJRT_ExecuteContext: nothing is attached to one yet."""
+    __slots__ = ("handle",)
+
+    def __init__(self):
+        register(self)
+
+
 class Executable:
     """PJRT_Executable: a compiled program not bound to devices.  Handles are
     cheap views of a shared ExecutableMeta (GetExecutable makes a new one per
@@ -381,6 +424,22 @@ class Executable:
 
     def __str__(self):
         return f"Executable({self.meta.name}, {self.handle:#x})"
+
+
+class Outputs(list):
+    """Execute's per-device output lists; ``interrupted`` asks the caller to
+    re-raise a KeyboardInterrupt once it has handed them over."""
+
+    def __init__(self, items=(), interrupted=False):
+        super().__init__(items)
+        self.interrupted = interrupted
+
+
+def _timeout_text(meta, limit, error) -> str:
+    where = f" (stopped in {str(error).split(': ExecutionTimeout')[0]})" if error else ""
+    return (f"stablehlo_ref execution of {meta.name} exceeded the time limit of {limit:g} s "
+            f"set with stablehlo_pjrt.set_execute_timeout / STABLEHLO_REF_EXECUTE_TIMEOUT"
+            f"{where}")
 
 
 class LoadedExecutable:
@@ -444,37 +503,66 @@ class LoadedExecutable:
             inputs.append([b.live_array() for b in args])
             borrowed.extend(b.array for b in args if b.borrowed)
         donation.check_donations(argument_lists, donated)
+        # Which results must be copied is decided from the inputs before the
+        # run (which may consume donated arrays).
+        ownerships = [donation.OutputOwnership(ins, donated, borrowed) for ins in inputs]
         shi = _interpreter()
         if execute_device is not None and len(self.devices) > 1:
             raise unimplemented(
                 f"{self} spans {len(self.devices)} devices; launching it on a single "
                 "device is not supported by stablehlo_ref")
-        try:
+        def run():
             if meta.spmd is not None:
                 # A global-view sharded program: shards in, one global run,
                 # shards out (in partition order = self.devices order).
-                results = meta.spmd.run(inputs)
-            elif len(devices) == 1:
-                results = [meta.program.run(*inputs[0])]
-            else:
-                # One interpreter process per (replica, partition), in the
-                # replica-major order of self.devices / self.logical_ids.
-                results = meta.program.run_parallel(
-                    inputs, num_replicas=meta.num_replicas,
-                    num_partitions=meta.num_partitions)
+                return meta.spmd.run(inputs)
+            if len(devices) == 1 and donated:
+                return [donation.run_donating(meta.program, argument_lists[0],
+                                              inputs, donated)]
+            if len(devices) == 1:
+                return [meta.program.run(*inputs[0])]
+            # One interpreter process per (replica, partition), in the
+            # replica-major order of self.devices / self.logical_ids.
+            return meta.program.run_parallel(
+                inputs, num_replicas=meta.num_replicas,
+                num_partitions=meta.num_partitions)
+
+        limit = interrupt.execute_timeout()
+        try:
+            try:
+                results = interrupt.run_limited(run, limit) if limit else run()
+            finally:
+                if donated:
+                    # Donated buffers are consumed by the run (also a failed
+                    # one, which may have written them), as on XLA.
+                    for args in argument_lists:
+                        for i in donated:
+                            args[i].delete()
+        except KeyboardInterrupt:
+            # Ctrl-C: the outputs are error buffers and the interrupt is
+            # re-raised in the caller once Execute returns (interrupt.py).
+            return Outputs(([self._error_outputs(dev, ErrorCode.CANCELLED,
+                                                 f"stablehlo_ref execution of {meta.name} "
+                                                 "was interrupted (KeyboardInterrupt)")
+                             for dev in devices]), interrupted=True)
+        except interrupt.ExecutionTimeout:
+            raise PjrtError(ErrorCode.DEADLINE_EXCEEDED, _timeout_text(meta, limit, None)) \
+                from None
         except shi.InterpreterError as e:
+            if isinstance(e.__cause__, interrupt.ExecutionTimeout):
+                raise PjrtError(ErrorCode.DEADLINE_EXCEEDED,
+                                _timeout_text(meta, limit, e)) from None
             raise PjrtError(ErrorCode.INTERNAL,
                             f"stablehlo_ref execution of {meta.name} failed: {e}") from None
-        outputs = []
-        for dev, res, ins in zip(devices, results, inputs):
-            ownership = donation.OutputOwnership(ins, donated, borrowed)
-            outputs.append(self._wrap_outputs(dev, res, ownership))
-        if donated:
-            # Donated buffers are consumed by the run, as on XLA.
-            for args in argument_lists:
-                for i in donated:
-                    args[i].delete()
+        outputs = Outputs()
+        for dev, res, own in zip(devices, results, ownerships):
+            outputs.append(self._wrap_outputs(dev, res, own))
         return outputs
+
+    def _error_outputs(self, device, code, message) -> list[Buffer]:
+        meta = self.meta
+        return [Buffer(None, bt, device, error=(code, message), shape=shape)
+                for bt, shape in zip(meta.output_buffer_types, meta.output_shapes)]
 
     def _wrap_outputs(self, device, results, ownership) -> list[Buffer]:
         meta = self.meta
@@ -500,5 +588,11 @@ class LoadedExecutable:
                 array = np.ascontiguousarray(array)
             # A new buffer unless the program aliases a donated input to it.
             array = ownership.own(i, array)
-            out.append(Buffer(array, bt, device))
+            memory = device.memory_of_kind(meta.output_memory_kinds[i])
+            if memory is None:
+                raise PjrtError(ErrorCode.INVALID_ARGUMENT,
+                                f"{meta.name}: result #{i} asks for memory kind "
+                                f"{meta.output_memory_kinds[i]!r}, which {device} does not have "
+                                "(stablehlo_ref has device, pinned_host, unpinned_host)")
+            out.append(Buffer(array, bt, device, memory))
         return out

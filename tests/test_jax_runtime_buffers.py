@@ -36,6 +36,7 @@ def test_donation_like_cpu(results):
     assert r["unusable"] == c["unusable"] == [False, 3.0]
     assert r["train"] == c["train"]
     assert r["update"] == c["update"]
+    assert r["in_place"] == c["in_place"] == [True, True, [0.0, 0.0, 1.0, 1.0, 0.0, 0.0]]
     # Only the warning CPU gives too (the unusable donation of a sum).
     assert r["warnings"] == c["warnings"]
     assert r["warnings"] == ["Some donated buffers were not usable: float32[3]."]

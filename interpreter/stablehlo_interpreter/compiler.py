@@ -159,6 +159,7 @@ class Block:
             env[slot] = v
         if consume:
             args.clear()
+            v = None  # the frame is then the only holder of a consumed value
         if ctx.tracer is not None or _DEBUG_VALIDATE:
             return self._run_observed(ctx, env)
         fast = self._fast
@@ -313,16 +314,22 @@ class Function:
 class Program:
     """A compiled module: functions by name, ready to run many times."""
 
-    def __init__(self, functions, module_attrs, text, main):
+    def __init__(self, functions, module_attrs, main, module):
         self.functions = functions
         self.module_attrs = module_attrs
-        self.text = text
         self.main = main
+        self.module = module  # the loaded Module (MLIR_LOCK guards its mlir)
         self.num_replicas = int(module_attrs.get("mhlo.num_replicas", 1) or 1)
         self.num_partitions = int(module_attrs.get("mhlo.num_partitions", 1) or 1)
         # The embedder's hook for `@stablehlo_ref.host_callback`: the Python
         # callables a module's host callbacks index (ops/host_callback.py).
         self.host_callbacks = ()
+
+    @property
+    def text(self):
+        """The module's MLIR text (printed on demand)."""
+        with MLIR_LOCK, self.module.context:
+            return str(self.module.mlir)
 
     @property
     def input_types(self):
@@ -356,6 +363,26 @@ class Program:
         ctx = Context(self, tracer=tracer, process=process, grid=grid)
         with np.errstate(all="ignore"):
             return f(ctx, args)
+
+    def run_donated(self, args, func=None, tracer=None):
+        """Like :meth:`run` on the list ``args``, which the caller gives up:
+        the list is emptied, and an argument array nothing else refers to
+        (no other reference, owns its writeable data) may be updated in
+        place by the program (a donated buffer's memory reused)."""
+        f = self.function(func)
+        if len(args) != len(f.input_types):
+            raise ExecutionError(
+                f"@{f.name} takes {len(f.input_types)} argument(s), got {len(args)}")
+        coerced = [_coerce_arg(a, t, i, f.name) for i, (a, t) in
+                   enumerate(zip(args, f.input_types))]
+        args.clear()
+        if tracer is None:
+            tracer = _trace.ACTIVE
+            if tracer is None and _TRACE_ENV in os.environ:
+                tracer = _trace.tracer_from_env()
+        ctx = Context(self, tracer=tracer)
+        with np.errstate(all="ignore"):
+            return f.block.run(ctx, (), coerced, consume=True)
 
     def run_parallel(self, args_per_process=None, num_replicas=None, num_partitions=None,
                      **kwargs):
@@ -418,7 +445,7 @@ class _Compiler:
         if main is None:
             public = [n for n, f in self.functions.items() if f.visibility != "private"]
             main = public[0] if public else names[0]
-        return Program(self.functions, module_attrs, None, main)
+        return Program(self.functions, module_attrs, main, self.module)
 
     def _compile_function(self, fo):
         from jaxlib.mlir import ir
@@ -664,14 +691,4 @@ def compile(module_or_data, *, name="<input>"):  # noqa: A001 - the natural name
     from . import ops  # noqa: F401  (registers every kernel)
     with MLIR_LOCK, module.context:
         program = _Compiler(module).compile()
-        program.text = None
-        program._module = module
     return program
-
-
-def _program_text(self):
-    with MLIR_LOCK, self._module.context:
-        return str(self._module.mlir)
-
-
-Program.text = property(_program_text, lambda self, v: None)

@@ -19,6 +19,7 @@ the missing kernels into one :class:`UnsupportedOpsError`.
 KERNELS = {}
 SPECIAL = set()
 CUSTOM_CALLS = {}
+COMPOSITES = {}
 # custom_call targets known not to run here: target (or "prefix*") -> reason.
 REJECTED_CUSTOM_CALLS = {}
 
@@ -63,6 +64,19 @@ def custom_call(*targets, special=False):
     def deco(builder):
         for t in targets:
             CUSTOM_CALLS[t] = (builder, special)
+        return builder
+    return deco
+
+
+def composite(*names):
+    """Register a plain builder that runs ``stablehlo.composite`` ops with one
+    of ``names`` directly instead of through their decomposition (the builder
+    gets the composite op; see ops/control.py)."""
+    def deco(builder):
+        for n in names:
+            if n in COMPOSITES and COMPOSITES[n] is not builder:
+                raise RuntimeError(f"composite {n} registered twice")
+            COMPOSITES[n] = builder
         return builder
     return deco
 

@@ -94,3 +94,78 @@ def run(a) -> int:
     print(report.text(results, meta, verbose=a.verbose))
     report.write(results, meta, a.json, a.md)
     return 1 if any(r.status in report.BAD for r in results) else 0
+
+
+# ---------------------------------------------------------------------------
+# stablehlo-ref bisect MODULE --args ARGS.npz --against PLUGIN.so|outputs.npz
+# ---------------------------------------------------------------------------
+
+BISECT_DOC = """Find the first op where a PJRT plugin's result differs from the reference,
+descending into while/case/if/call/composite bodies (and into the loop
+iteration where the values first differ). Exit status 0 when the outputs
+agree, 1 when they differ (the op is printed), 2 for a usage error."""
+
+
+def add_bisect_parser(sub) -> argparse.ArgumentParser:
+    b = sub.add_parser("bisect", help="locate the first op where a plugin differs from "
+                       "the reference", description=BISECT_DOC)
+    b.add_argument("module", help="MLIR text, bytecode or portable artifact file")
+    b.add_argument("--args", help=".npz (arrays in stored order) or .npy with the inputs")
+    b.add_argument("--against", required=True,
+                   help="the plugin's .so (run through its C API), or an .npz of its outputs "
+                        "(then only the outputs can be compared)")
+    b.add_argument("--rtol", type=float)
+    b.add_argument("--atol", type=float)
+    b.add_argument("--ulp", type=int)
+    b.add_argument("--linear", action="store_true",
+                   help="run every intermediate at once instead of bisecting")
+    return b
+
+
+def run_bisect(a) -> int:
+    import stablehlo_interpreter as shi
+    from stablehlo_interpreter import cli as icli
+    try:
+        with open(a.module, "rb") as f:
+            module = f.read()
+    except OSError as e:
+        print(f"stablehlo-ref bisect: error: cannot read {a.module}: {e.strerror}",
+              file=sys.stderr)
+        return 2
+    if a.against.endswith(".npz") or a.against.endswith(".npy"):
+        # An outputs file has no intermediate values to bisect with.
+        rc = icli.main(["compare", a.module, "--against", a.against]
+                       + (["--args", a.args] if a.args else [])
+                       + sum(([f"--{k}", str(getattr(a, k))] for k in ("rtol", "atol", "ulp")
+                              if getattr(a, k) is not None), []))
+        if rc == 1:
+            print("stablehlo-ref bisect: an outputs file holds only the final outputs; to "
+                  "locate the op, pass the plugin's .so as --against")
+        return rc
+    if not os.path.isfile(a.against):
+        print(f"stablehlo-ref bisect: error: no such file: {a.against}", file=sys.stderr)
+        return 2
+    try:
+        program = shi.compile(module, name=a.module)
+        args = icli._load_args(a.args, program.function(None))
+    except icli.UserError as e:
+        print(f"stablehlo-ref bisect: error: {e}", file=sys.stderr)
+        return 2
+    except shi.InterpreterError as e:
+        print(f"stablehlo-ref bisect: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    from ..oracle.bisect import first_divergence
+    from .context import Context
+    from .program_checks import plugin_runner
+    ctx = Context(os.path.abspath(a.against))
+    runner = plugin_runner(ctx)
+    runner.__name__ = os.path.basename(a.against)
+    d = first_divergence(module, *args, against=runner, rtol=a.rtol, atol=a.atol, ulp=a.ulp,
+                         strategy="linear" if a.linear else "bisect")
+    if d is None:
+        print(f"the outputs agree with the reference ({a.against})")
+        return 0
+    print(d)
+    if d.inner is not None:
+        print("path: " + " > ".join(d.path))
+    return 1

@@ -277,8 +277,11 @@ def run_program(ctx, text: str, args=()) -> None:
         from ..oracle.bisect import first_divergence
         d = first_divergence(text, *args, against=plugin_runner(ctx))
         if d is not None and d.op is not None:
-            op = d.op.name
+            # The innermost op: bisection descends into loop/branch/call bodies.
+            op = d.innermost.op.name
             detail += "\n" + str(d)
+            if d.inner is not None:
+                detail += "\npath: " + " > ".join(d.path)
     except Exception as e:  # noqa: BLE001 - the comparison stands without it
         detail += f"\n(bisection failed: {type(e).__name__}: {e})"
     raise Failed(detail, op=op)

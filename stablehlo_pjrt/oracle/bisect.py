@@ -29,8 +29,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 import stablehlo_interpreter as shi
-from stablehlo_interpreter.compare import LeafDiff, compare_arrays
-from stablehlo_interpreter.loader import MLIR_LOCK
+from stablehlo_interpreter import MLIR_LOCK
+from stablehlo_interpreter.compare import compare_arrays
 from stablehlo_interpreter.trace import summarize
 
 # run(module_text, args) -> list of numpy arrays, one per result of @main.
@@ -89,7 +89,7 @@ class ModuleVariants:
                                   if _static_tensor(v.type)]
                 self.ops.append(Candidate(
                     index=i, name=op.name,
-                    location=shi.compiler.format_location(op.location),
+                    location=shi.format_location(op.location),
                     text=_op_text(op), result_numbers=tensor_results, reads=reads))
 
     @staticmethod
@@ -247,10 +247,29 @@ class Divergence:
     runs: int                     # runs of the other backend it took
     other_name: str = "other"
     notes: list = field(default_factory=list)
+    inner: "Divergence | None" = None   # the divergence inside the op's body
+    inner_where: str = ""                # e.g. "iteration 3 of the loop body"
 
     @property
     def source(self) -> str | None:
         return source_line(self.op.location) if self.op else None
+
+    @property
+    def innermost(self) -> "Divergence":
+        """The deepest divergence found (descending into bodies)."""
+        d = self
+        while d.inner is not None and d.inner.op is not None:
+            d = d.inner
+        return d
+
+    @property
+    def path(self) -> list[str]:
+        """Op names from @main down to the innermost divergent op."""
+        out, d = [], self
+        while d is not None and d.op is not None:
+            out.append(d.op.name + (f" [{d.inner_where}]" if d.inner is not None else ""))
+            d = d.inner
+        return out
 
     def __str__(self):
         if self.op is None:
@@ -273,6 +292,9 @@ class Divergence:
                 lines.extend("    " + ln for ln in str(d).splitlines())
         lines.extend(f"  note: {n}" for n in self.notes)
         lines.append(f"  ({self.runs} run(s) of {self.other_name})")
+        if self.inner is not None:
+            lines.append(f"  inside it, {self.inner_where}:")
+            lines.extend("    " + ln for ln in str(self.inner).splitlines())
         return "\n".join(lines)
 
 
@@ -316,7 +338,7 @@ class _Search:
 
 
 def first_divergence(fn_or_module, *args, against="cpu", strategy: str = "bisect",
-                     rtol=None, atol=None, ulp=None) -> Divergence | None:
+                     rtol=None, atol=None, ulp=None, depth: int = 4) -> Divergence | None:
     """Locates the first op whose result differs between the reference and
     ``against``.
 
@@ -327,7 +349,11 @@ def first_divergence(fn_or_module, *args, against="cpu", strategy: str = "bisect
     when the outputs agree (within the tolerances, see
     stablehlo_interpreter.compare); otherwise a :class:`Divergence` whose
     ``str()`` names the op, the Python line JAX recorded for it, its inputs
-    and both results.
+    and both results. When that op has a body (``while``, ``case``, ``if``,
+    ``func.call``, ``stablehlo.composite``), the search descends into it, up
+    to ``depth`` levels: into the callee, the branch taken, or the loop
+    iteration whose body first gives another result from the same inputs
+    (``Divergence.inner``, ``.innermost``, ``.path``).
     """
     if isinstance(fn_or_module, (str, bytes, bytearray, memoryview)):
         module, flat_args = fn_or_module, list(args)
@@ -407,6 +433,220 @@ def first_divergence(fn_or_module, *args, against="cpu", strategy: str = "bisect
                 inputs.append((f"result #{r} of op #{j} ({cand.name})", value))
     if strategy == "linear" and inputs:
         notes.append("linear search: the earliest divergent op in program order")
-    return Divergence(op, len(variants.ops), inputs, s.ref_values[found],
-                      s.other_values[found], s.diffs(found), output_diffs, s.runs,
-                      other_name, notes)
+    d = Divergence(op, len(variants.ops), inputs, s.ref_values[found],
+                   s.other_values[found], s.diffs(found), output_diffs, s.runs,
+                   other_name, notes)
+    if depth > 0:
+        try:
+            _descend(d, variants, s, found, run_other, tol, other_name, strategy, depth)
+        except _CannotDescend as e:
+            d.notes.append(f"not searched inside {op.name}: {e}")
+    return d
+
+
+# ---------------------------------------------------------------------------
+# Descending into bodies
+# ---------------------------------------------------------------------------
+
+class _CannotDescend(Exception):
+    pass
+
+
+_MAX_ITERATIONS = 10000
+
+
+def _sources_of_main(module):
+    """{value: ("arg", k) | ("op", i, r)} over the top level of @main."""
+    main = ModuleVariants._main(module)
+    where = {}
+    for k, a in enumerate(main.regions[0].blocks[0].arguments):
+        where[a] = ("arg", k)
+    for i, op in enumerate(list(main.regions[0].blocks[0].operations)[:-1]):
+        for r, v in enumerate(op.operation.results):
+            where[v] = ("op", i, r)
+    return main, where
+
+
+def _captured(region):
+    """Values a region uses that are defined outside it, in first-use order."""
+    inner, out = set(), []
+
+    def walk(reg):
+        for block in reg.blocks:
+            inner.update(block.arguments)
+            for op in block.operations:
+                op = op.operation
+                for v in op.operands:
+                    if v not in inner and v not in out:
+                        out.append(v)
+                inner.update(op.results)
+                for r in op.regions:
+                    walk(r)
+    # Results are added after their own operands are looked at: an op never
+    # uses its own results, and a later use of them is then inner.
+    walk(region)
+    return [v for v in out if v not in inner]
+
+
+def _region_module(text: str, op_index: int, region_index: int):
+    """A module whose @main is region ``region_index`` of top-level op
+    ``op_index`` of @main: its arguments are the region's block arguments
+    followed by the values it captures; it returns what the region yields.
+    Returns (module text, [source of each captured value])."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import func
+    with MLIR_LOCK, shi.load(text).context as ctx, ir.Location.unknown(ctx):
+        module = ir.Module.parse(text)
+        main, where = _sources_of_main(module)
+        op = list(main.regions[0].blocks[0].operations)[op_index].operation
+        region = op.regions[region_index]
+        if len(region.blocks) != 1:
+            raise _CannotDescend("a region with several blocks")
+        block = region.blocks[0]
+        captured = _captured(region)
+        sources = []
+        for v in captured:
+            src = where.get(v)
+            if src is None:
+                raise _CannotDescend("the body captures a value that is not a top-level one")
+            sources.append(src)
+        n_args = len(block.arguments)
+        term = list(block.operations)[-1].operation
+        out_types = [v.type for v in term.operands]
+        in_types = [a.type for a in block.arguments] + [v.type for v in captured]
+        with ir.InsertionPoint(module.body):
+            f = func.FuncOp("__region_main", ir.FunctionType.get(in_types, out_types))
+        block.append_to(f.regions[0])
+        for v in captured:
+            arg = block.add_argument(v.type, ir.Location.unknown())
+            v.replace_all_uses_with(arg)
+        with ir.InsertionPoint(term), term.location:
+            func.ReturnOp(list(term.operands))
+        term.erase()
+        main.erase()
+        f.operation.attributes["sym_name"] = ir.StringAttr.get("main")
+        if not module.operation.verify():
+            raise _CannotDescend("the extracted body does not verify")
+        return module.operation.get_asm(enable_debug_info=True), sources, n_args
+
+
+def _callee_module(text: str, callee: str) -> str:
+    """The module with @callee as its public @main (the old @main dropped)."""
+    from jaxlib.mlir import ir
+    with MLIR_LOCK, shi.load(text).context as ctx, ir.Location.unknown(ctx):
+        module = ir.Module.parse(text)
+        main = ModuleVariants._main(module)
+        target = None
+        for op in module.body.operations:
+            op = op.operation
+            if op.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == callee:
+                target = op
+        if target is None:
+            raise _CannotDescend(f"no function @{callee}")
+        if target == main:
+            raise _CannotDescend("the callee is @main")
+        # A callee called elsewhere too stays callable under its own name.
+        clone = target.clone(ip=ir.InsertionPoint(module.body))
+        main.erase()
+        clone.attributes["sym_name"] = ir.StringAttr.get("main")
+        clone.attributes["sym_visibility"] = ir.StringAttr.get("public")
+        if not module.operation.verify():
+            raise _CannotDescend("the callee as @main does not verify")
+        return module.operation.get_asm(enable_debug_info=True)
+
+
+def _top_op(text, index):
+    from jaxlib.mlir import ir
+    with MLIR_LOCK, shi.load(text).context:
+        module = ir.Module.parse(text)
+        main = ModuleVariants._main(module)
+        op = list(main.regions[0].blocks[0].operations)[index].operation
+        attrs = {}
+        for name in ("callee", "decomposition"):
+            if name in op.attributes:
+                attrs[name] = ir.FlatSymbolRefAttr(op.attributes[name]).value
+        return op.name, attrs, len(op.regions), len(op.operands)
+
+
+def _value(s: "_Search", src):
+    if src[0] == "arg":
+        return s.args[src[1]]
+    j, r = src[1], src[2]
+    cand = s.v.ops[j]
+    if r not in cand.result_numbers:
+        raise _CannotDescend("a value the body reads is not a static tensor")
+    return s.ref_values[j][cand.result_numbers.index(r)]
+
+
+def _operand_values(s, op_index, n):
+    """Reference values of the first ``n`` operands of top-level op ``op_index``."""
+    from jaxlib.mlir import ir
+    text = s.v.text
+    with MLIR_LOCK, shi.load(text).context:
+        module = ir.Module.parse(text)
+        main, where = _sources_of_main(module)
+        op = list(main.regions[0].blocks[0].operations)[op_index].operation
+        srcs = [where.get(v) for v in list(op.operands)[:n]]
+    if any(x is None for x in srcs):
+        raise _CannotDescend("an operand is not a top-level value")
+    return [_value(s, x) for x in srcs]
+
+
+def _descend(d, variants, s, found, run_other, tol, other_name, strategy, depth):
+    name, attrs, n_regions, n_operands = _top_op(variants.text, found)
+    sub = dict(against=run_other, strategy=strategy, depth=depth - 1, **tol)
+
+    def recurse(text, args, where):
+        inner = first_divergence(text, *args, **sub)
+        if inner is None:
+            d.notes.append(f"{where} agrees when run alone from the reference's inputs")
+            return
+        d.inner, d.inner_where = inner, where
+        d.runs += inner.runs
+
+    if name == "func.call" or (name == "stablehlo.composite" and "decomposition" in attrs):
+        callee = attrs.get("callee") or attrs.get("decomposition")
+        args = _operand_values(s, found, n_operands)
+        recurse(_callee_module(variants.text, callee), args, f"the callee @{callee}")
+    elif name in ("stablehlo.case", "stablehlo.if"):
+        pred = np.asarray(_operand_values(s, found, 1)[0])
+        if name == "stablehlo.if":
+            branch = 0 if bool(pred) else 1
+        else:
+            branch = int(pred)
+            if branch < 0 or branch >= n_regions:
+                branch = n_regions - 1  # the spec: out of range runs the last branch
+        text, sources, _ = _region_module(variants.text, found, branch)
+        recurse(text, [_value(s, x) for x in sources], f"branch {branch}")
+    elif name == "stablehlo.while":
+        cond_text, cond_src, _ = _region_module(variants.text, found, 0)
+        body_text, body_src, _ = _region_module(variants.text, found, 1)
+        cond_cap = [_value(s, x) for x in cond_src]
+        body_cap = [_value(s, x) for x in body_src]
+        state = _operand_values(s, found, n_operands)
+        for i in range(_MAX_ITERATIONS):
+            go = bool(np.asarray(reference_runner(cond_text, state + cond_cap)[0]))
+            go_other = bool(np.asarray(run_other(cond_text, state + cond_cap)[0]))
+            s.runs += 1
+            if go != go_other:
+                recurse(cond_text, state + cond_cap,
+                        f"the loop condition at iteration {i}")
+                if d.inner is None:
+                    d.notes.append(f"the loop condition decides differently at iteration {i}")
+                return
+            if not go:
+                d.notes.append(f"every one of the {i} iterations of the body agrees when run "
+                               "alone from the reference's state")
+                return
+            ref_next = [np.asarray(v) for v in reference_runner(body_text, state + body_cap)]
+            other_next = [np.asarray(v) for v in run_other(body_text, state + body_cap)]
+            s.runs += 1
+            diffs = [compare_arrays(f"#{k}", r, o, **tol)
+                     for k, (r, o) in enumerate(zip(ref_next, other_next))]
+            if not all(x.ok for x in diffs):
+                recurse(body_text, state + body_cap, f"iteration {i} of the loop body")
+                return
+            state = ref_next
+        d.notes.append(f"stopped after {_MAX_ITERATIONS} iterations")
+    elif n_regions:
+        raise _CannotDescend(f"descending into {name} is not supported")

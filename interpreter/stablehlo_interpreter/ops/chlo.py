@@ -14,7 +14,7 @@ import numpy as np
 import scipy.special as sps
 
 from .. import dtypes
-from ..registry import KERNELS, Unsupported, kernel
+from ..registry import KERNELS, Unsupported, composite, kernel
 
 # --------------------------------------------------------------------------
 # Elementwise helpers
@@ -143,6 +143,28 @@ def _digamma64(x):
 
 _unary("chlo.digamma", _digamma64, complex_ok=False,
        doc="chlo.digamma: derivative of lgamma; NaN at the poles x <= 0 integer.")
+
+
+# JAX serializes these chlo ops for plugins as `stablehlo.composite "chlo.<op>"`
+# whose decomposition is an f32 polynomial (1 to 50 ULP off in f32, more in
+# f16; stablehlo_pjrt/lowerings.py wraps erfc, erf_inv, lgamma and digamma
+# the same way).  Run as composites, they take the kernels above: float64,
+# rounded once.  sinh and cosh use the exact functions here: their op kernels
+# reproduce the decomposition's rounding for the conformance suites.
+for _name in ("chlo.acos", "chlo.acosh", "chlo.asin", "chlo.asinh", "chlo.atan", "chlo.atanh",
+              "chlo.tan", "chlo.erf", "chlo.erfc", "chlo.erf_inv", "chlo.lgamma",
+              "chlo.digamma", "chlo.bessel_i1e"):
+    composite(_name)(KERNELS[_name])
+
+
+@composite("chlo.sinh")
+def _sinh_exact(op):
+    return _real_or_complex_fn(op, np.sinh)
+
+
+@composite("chlo.cosh")
+def _cosh_exact(op):
+    return _real_or_complex_fn(op, np.cosh)
 
 
 def _zeta64(x, q):

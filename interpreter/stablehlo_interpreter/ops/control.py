@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ..registry import kernel
+from ..registry import COMPOSITES, Unsupported, kernel
 
 
 def _one_or_many(op):
@@ -50,12 +50,36 @@ def _function_names(op):
     return names
 
 
+def _direct_composite(op):
+    """The registered direct kernel of a composite (registry.composite), or None
+    to run its decomposition: unknown names, newer versions, attributes, and
+    64-bit results (the direct kernels compute in float64, which rounds a
+    narrower result correctly but is no better than the decomposition in
+    float64: scipy's digamma near the poles is less accurate than it)."""
+    builder = COMPOSITES.get(op.attrs.get("name"))
+    if (builder is None or op.attrs.get("version", 0) > 1
+            or op.attrs.get("composite_attributes") or op.num_results != 1
+            or np.dtype(op.result_types[0].dtype) in (np.float64, np.complex128)):
+        return None
+    try:
+        fn = builder(op)
+    except Unsupported:
+        return None  # e.g. an element type the direct kernel does not take
+    return lambda ctx, regions, *args: fn(*args)
+
+
 @kernel("stablehlo.composite", special=True)
 def composite(op):
-    """spec: composite. Runs the decomposition function, as the spec defines."""
+    """spec: composite. Runs the decomposition function, as the spec defines,
+    or a kernel registered for the composite's name (registry.composite: e.g.
+    chlo.erf computed in float64 and rounded once instead of JAX's f32
+    polynomial; the spec lets an implementation run the op itself)."""
     callee = op.attrs["decomposition"]
     if callee not in _function_names(op):
         raise TypeError(f"composite {op.attrs.get('name')!r}: unknown decomposition @{callee}")
+    direct = _direct_composite(op)
+    if direct is not None:
+        return direct
     wrap = _one_or_many(op)
 
     def run(ctx, regions, *args):
