@@ -183,6 +183,9 @@ def _slot_of(block, target):
     return None
 
 
+_SINT_OF = {2: np.int16, 4: np.int32, 8: np.int64}
+
+
 def _ordinal(key, ctype, descending):
     """Integer (or float) array ordering like `compare LT/GT` of type ctype.
 
@@ -194,9 +197,20 @@ def _ordinal(key, ctype, descending):
     if dtypes.is_bool(dt):
         out = key.astype(np.int8)
     elif dtypes.is_integer(dt):
-        out = key.astype(np.uint64 if dtypes.is_unsigned(dt) else np.int64)
+        # The integers themselves, in their own width (numpy's stable sort
+        # is a radix sort for 8/16-bit keys and moves fewer bytes otherwise).
+        out = key if key.dtype.kind in "iu" else key.astype(
+            np.uint64 if dtypes.is_unsigned(dt) else np.int64)
     elif dtypes.is_float(dt):
-        if ctype == "TOTALORDER":
+        size = dt.itemsize
+        if (ctype == "TOTALORDER" and size in _SINT_OF
+                and dtypes.bit_width(dt) == size * 8):
+            # Same order as the uint64 path below, in the float's own width:
+            # the bits as a signed integer, magnitude bits flipped when
+            # negative (-mag - 1), so -NaN < -inf < ... < -0 < +0 < ... < NaN.
+            b = key.view(_SINT_OF[size])
+            out = b ^ ((b >> (size * 8 - 1)) & b.dtype.type(np.iinfo(b.dtype).max))
+        elif ctype == "TOTALORDER":
             # Bit pattern trick: flipping the magnitude bits of negative
             # numbers orders -NaN < -inf < ... < -0 < +0 < ... < inf < NaN.
             width = dtypes.bit_width(dt)
