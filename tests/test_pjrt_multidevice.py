@@ -135,8 +135,9 @@ def test_spmd_plan_assembles_and_splits():
 
 
 def test_op_shardings_are_xla_shardings():
-    import stablehlo_interpreter as shi
     from jax._src.lib import xla_client as xc
+
+    import stablehlo_interpreter as shi
     from stablehlo_pjrt.spmd import SpmdPlan
     plan = SpmdPlan(shi.compile(SHARDED), 4)
 

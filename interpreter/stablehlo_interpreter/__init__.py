@@ -18,26 +18,26 @@ sharding geometry (`Mesh`, `Sharding`, `ShardingError`, `module_meshes`,
 plugin plans sharded programs.
 """
 
-from . import dtypes
+from . import dtypes, ops  # noqa: F401 - importing ops registers every kernel
 from .attrs import decode_attribute
 from .compiler import Program, compile, format_location
 from .errors import (
-                     CheckFailure,
-                     CompileError,
-                     ExecutionError,
-                     InterpreterError,
-                     LoadError,
-                     UnsupportedOpsError,
+    CheckFailure,
+    CompileError,
+    ExecutionError,
+    InterpreterError,
+    LoadError,
+    UnsupportedOpsError,
 )
 from .loader import MLIR_LOCK, Module, load
 from .spmd import (
-                     Mesh,
-                     Sharding,
-                     ShardingError,
-                     attribute_text,
-                     module_meshes,
-                     parse_sharding,
-                     parse_sharding_per_value,
+    Mesh,
+    Sharding,
+    ShardingError,
+    attribute_text,
+    module_meshes,
+    parse_sharding,
+    parse_sharding_per_value,
 )
 from .types import TOKEN, OtherType, TensorType, Token, TokenType, TupleType
 
