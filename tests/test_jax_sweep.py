@@ -29,7 +29,16 @@ import sys
 import pytest
 
 # Importing a case module registers its cases and its XFAIL entries.
-from jax_sweep import conversions, elementwise, harness, indexing, linalg_fft_random, programs, reductions, special
+from jax_sweep import (
+    conversions,
+    elementwise,
+    harness,
+    indexing,
+    linalg_fft_random,
+    programs,
+    reductions,
+    special,
+)
 
 CASE_MODULES = (elementwise, conversions, indexing, programs, reductions, linalg_fft_random,
                 special)

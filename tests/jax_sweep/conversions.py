@@ -163,8 +163,9 @@ def _check_correctly_rounded(vals, want, got):
     Fractions over every finite value of the (at most 16-bit) target type.
     Values outside the target's finite range, NaNs and infinities are compared
     with XLA CPU's ``want`` (no double rounding can change them)."""
-    import numpy as np
     from fractions import Fraction
+
+    import numpy as np
     dt = got.dtype
     if dt.itemsize > 2:
         # f64/int64 -> f32: numpy's cast is the hardware's single correctly rounded conversion.

@@ -211,8 +211,8 @@ def select_clamp_where(c):
 @case("elementwise", "x64")
 def complex_special(c):
     """Complex functions at infinities/NaNs (C99 Annex G where defined)."""
-    from jax import lax
     import jax.numpy as jnp
+    from jax import lax
     np = c.np
     dt = dtypes_for(c.cfg, "complex")[0]
     sp = np.array([0.0, -0.0, 1.5, -2.0, np.inf, -np.inf, np.nan])
