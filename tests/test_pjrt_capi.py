@@ -557,7 +557,6 @@ def test_compile_execute_identity_and_metadata(client):
 
 def test_execute_errors_are_reported_and_recoverable(client, monkeypatch):
     import stablehlo_interpreter as shi
-
     from stablehlo_pjrt.executable import LoadedExecutable
     from stablehlo_pjrt.handles import lookup
 
@@ -593,13 +592,13 @@ def test_compile_errors(client):
     _, err = compile_text(client, "this is not MLIR")
     assert err[0] == C.ErrorCode.INVALID_ARGUMENT
     bad_format = C.PJRT_Program(code=None, code_size=0)
-    fmt = ctypes.create_string_buffer(b"hlo")
+    fmt = ctypes.create_string_buffer(b"tosa")
     bad_format.format = ctypes.addressof(fmt)
-    bad_format.format_size = 3
+    bad_format.format_size = 4
     bad_format.struct_size = C.struct_size(C.PJRT_Program)
     err = call("PJRT_Client_Compile", C.Client_Compile_Args(
         client=client, program=ctypes.addressof(bad_format)))
-    assert err[0] == C.ErrorCode.UNIMPLEMENTED and "'hlo'" in err[1]
+    assert err[0] == C.ErrorCode.UNIMPLEMENTED and "'tosa'" in err[1]
 
 
 def test_compile_options_and_device_assignment_codec():

@@ -1,8 +1,7 @@
 """Compile a parsed module into a plan of Python callables, once.
 
 Each function body and each region becomes a :class:`Block`: a flat list of
-steps ``(fn, input_slots, output_slot(s), dead_slots, op)`` over a frame (a
-Python list). Attributes are decoded into numpy/Python values here, so running
+:class:`Step` ``(fn, ins, out, dead, op)`` over a frame (a Python list). Attributes are decoded into numpy/Python values here, so running
 a plan never touches an MLIR object.
 
 Slot 0 of every frame holds the execution context; special kernels (ops with
@@ -16,6 +15,7 @@ import re
 from sys import getrecursionlimit as _getrecursionlimit
 from sys import getrefcount as _getrefcount
 from sys import setrecursionlimit as _setrecursionlimit
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from . import trace as _trace
 from .arguments import coerce as _coerce
 from .errors import (ArgumentError, CompileError, ExecutionError, InterpreterError,
                      UnsupportedOpsError)
-from .loader import MLIR_LOCK, NEWER_OP_PREFIX, Module, load
+from .loader import MLIR_LOCK, NEWER_OP_PREFIX, load
 from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported, custom_call_rejection
 from .types import TensorType, conforms, describe, from_mlir
 
@@ -88,7 +88,7 @@ class Op:
     """Everything a builder may know about one op occurrence (compile time)."""
 
     __slots__ = ("name", "location", "attrs", "operand_types", "result_types",
-                 "regions", "module", "raw", "num_results", "index", "callee_name")
+                 "regions", "module", "raw", "num_results")
 
     def __init__(self, name, location, attrs, operand_types, result_types, regions,
                  module, raw):
@@ -107,6 +107,40 @@ class Op:
 
     def __repr__(self):
         return f"<Op {self.where()}>"
+
+
+class Step(NamedTuple):
+    """One op of a block: ``fn`` (the kernel) reads the frame slots ``ins``
+    and writes ``out`` (a slot, or a tuple of slots for several results);
+    the slots in ``dead`` are freed after it."""
+    fn: object
+    ins: tuple
+    out: object
+    dead: tuple
+    op: Op
+
+
+# Step kinds of Block.run's plain loop (FastStep.kind). Plain ints, so that
+# the loop's comparisons stay on the interpreter's int fast path.
+CALL_N = 0          # env[out] = fn(*env[a])                  (a: tuple of slots)
+CALL_1 = 1          # env[out] = fn(env[a])
+CALL_2 = 2          # env[out] = fn(env[a], env[b])
+CALL_3 = 3          # env[out] = fn(env[a], env[b], env[c])
+MULTI_RESULT = 4    # env[out...] = fn(*env[a])               (out: tuple of slots)
+DONATE_FIRST = 5    # env[out] = c(x, *env[b]) in place when x = env[a] is unshared and
+                    # dies here, else fn(x, *env[b])       (c: the kernel's donate_first)
+CALL_FUNCTION = 6   # func.call of function a on env[b], handing over the dying slots c
+
+
+class FastStep(NamedTuple):
+    """A :class:`Step` prepared for the plain loop (see the kinds above)."""
+    kind: int
+    fn: object
+    a: object
+    b: object
+    c: object
+    out: object
+    dead: tuple
 
 
 class Context:
@@ -149,9 +183,8 @@ class Block:
         self._fast = None
 
     def _fast_steps(self):
-        """The steps as ``(kind, fn, a, b, c, out, dead)`` for the plain loop:
-        kind 1-3 calls ``fn`` on 1-3 slots ``a, b, c`` (no list built), kind 0
-        on the slots in ``a``; kind 4 unpacks several results into ``out``."""
+        """The steps as :class:`FastStep` for the plain loop: no list built
+        for 1-3 operands, in-place donation and call hand-over decided once."""
         fast = []
         for fn, ins, out, dead, op in self.steps:
             n = len(ins)
@@ -165,26 +198,30 @@ class Block:
                 # A call whose arguments die here hands them over: the callee
                 # may then update them in place (a scan's dynamic_update_slice
                 # sits in a called function).
-                fast.append((6, fn, op.attrs["callee"], operands, dying, out, dead))
+                fast.append(FastStep(CALL_FUNCTION, fn, op.attrs["callee"], operands, dying,
+                                     out, dead))
             elif out.__class__ is not int:
-                fast.append((4, fn, tuple(ins), None, None, tuple(out), dead))
+                fast.append(FastStep(MULTI_RESULT, fn, tuple(ins), None, None, tuple(out), dead))
             elif (getattr(fn, "donate_first", None) is not None and n >= 1
                   and ins[0] in dead and ins[0] not in ins[1:] and ins[0] != 0
                   and self.template[ins[0]] is None):
                 # The operand dies here: the kernel may update it in place if
                 # at run time nothing else refers to it (see run()).
-                fast.append((5, fn, ins[0], tuple(ins[1:]), fn.donate_first, out, dead))
+                fast.append(FastStep(DONATE_FIRST, fn, ins[0], tuple(ins[1:]), fn.donate_first,
+                                     out, dead))
             elif 1 <= n <= 3:
                 a, b, c = (tuple(ins) + (None, None))[:3]
-                fast.append((n, fn, a, b, c, out, dead))
+                fast.append(FastStep(n, fn, a, b, c, out, dead))   # CALL_1..CALL_3
             else:
-                fast.append((0, fn, tuple(ins), None, None, out, dead))
+                fast.append(FastStep(CALL_N, fn, tuple(ins), None, None, out, dead))
+        # Plain tuples: CPython unpacks exact tuples on a fast path in the loop.
+        fast = [tuple(f) for f in fast]
         self._fast = fast
         return fast
 
     def _failed_step(self, fn, out):
         for step in self.steps:
-            if step[0] is fn and step[2] == out:
+            if step.fn is fn and step.out == out:
                 return step
         return None
 
@@ -215,19 +252,19 @@ class Block:
             # The hot loop: no per-step list for 1-3 operands, one branch per
             # step; the failing step is found from `fn`/`out` on error.
             for kind, fn, a, b, c, out, dead in fast:
-                if kind == 2:
+                if kind == CALL_2:
                     env[out] = fn(env[a], env[b])
-                elif kind == 1:
+                elif kind == CALL_1:
                     env[out] = fn(env[a])
-                elif kind == 3:
+                elif kind == CALL_3:
                     env[out] = fn(env[a], env[b], env[c])
-                elif kind == 0:
+                elif kind == CALL_N:
                     env[out] = fn(*[env[i] for i in a])
-                elif kind == 4:
+                elif kind == MULTI_RESULT:
                     res = fn(*[env[i] for i in a])
                     for o, v in zip(out, res):
                         env[o] = v
-                elif kind == 6:
+                elif kind == CALL_FUNCTION:
                     vals = [env[i] for i in b]
                     for i in c:
                         env[i] = None
@@ -238,7 +275,7 @@ class Block:
                         for o, v in zip(out, res):
                             env[o] = v
                     vals = res = None
-                else:
+                else:  # DONATE_FIRST
                     # Donation: the operand's slot dies here. If the array
                     # owns its data and only this frame refers to it (two
                     # references: `x` and getrefcount's argument -- no view,
@@ -260,8 +297,8 @@ class Block:
             step = self._failed_step(fn, out)
             if step is None:
                 raise ExecutionError("recursion too deep") from None
-            raise ExecutionError(f"{step[4].where()}: recursion too deep",
-                                 step[4].name, step[4].location) from None
+            raise ExecutionError(f"{step.op.where()}: recursion too deep",
+                                 step.op.name, step.op.location) from None
         except Exception as e:
             raise _wrap(e, self._failed_step(fn, out)) from e
         return [env[i] for i in self.result_slots]
@@ -335,7 +372,7 @@ def _validate(op, results, batched=0):
 def _wrap(e, step):
     if step is None:
         return ExecutionError(f"{type(e).__name__}: {e}")
-    op = step[4]
+    op = step.op
     return ExecutionError(f"{op.where()}: {type(e).__name__}: {e}", op.name, op.location)
 
 
@@ -359,16 +396,22 @@ class Function:
 class Program:
     """A compiled module: functions by name, ready to run many times."""
 
-    def __init__(self, functions, module_attrs, text, main):
+    def __init__(self, functions, module_attrs, main, module):
         self.functions = functions
         self.module_attrs = module_attrs
-        self.text = text
         self.main = main
+        self.module = module  # the loaded Module (MLIR_LOCK guards its mlir)
         self.num_replicas = int(module_attrs.get("mhlo.num_replicas", 1) or 1)
         self.num_partitions = int(module_attrs.get("mhlo.num_partitions", 1) or 1)
         # The embedder's hook for `@stablehlo_ref.host_callback`: the Python
         # callables a module's host callbacks index (ops/host_callback.py).
         self.host_callbacks = ()
+
+    @property
+    def text(self):
+        """The module's MLIR text (printed on demand)."""
+        with MLIR_LOCK, self.module.context:
+            return str(self.module.mlir)
 
     @property
     def input_types(self):
@@ -452,7 +495,6 @@ class _Compiler:
         self.functions = {}
 
     def compile(self):
-        from jaxlib.mlir import ir
         mod = self.module.mlir
         module_attrs = {}
         mattrs = mod.operation.attributes
@@ -475,7 +517,7 @@ class _Compiler:
         if main is None:
             public = [n for n, f in self.functions.items() if f.visibility != "private"]
             main = public[0] if public else names[0]
-        return Program(self.functions, module_attrs, None, main)
+        return Program(self.functions, module_attrs, main, self.module)
 
     def function_ops(self):
         """``{name: func.func operation}`` of the module, built once: call,
@@ -494,8 +536,8 @@ class _Compiler:
     def _symbol_name(self, fo):
         name = _attrs.string_value(fo.attributes["sym_name"])
         if "\ufffd" in name:
-            raise CompileError(f"func.func at {format_location(fo.location, self.source)}: the function "
-                               f"name {name!r} is not valid UTF-8")
+            raise CompileError(f"func.func at {format_location(fo.location, self.source)}: "
+                               f"the function name {name!r} is not valid UTF-8")
         return name
 
     def _compile_function(self, fo):
@@ -589,7 +631,7 @@ class _Compiler:
             if step is None:
                 continue
             steps.append(step)
-            for s in step[1]:
+            for s in step.ins:
                 last_use[s] = len(steps) - 1
         # Results and captures/args are never freed early; everything else is
         # dropped right after its last use so peak memory stays low.
@@ -598,8 +640,8 @@ class _Compiler:
         for s, i in last_use.items():
             if s not in keep and s not in constants:
                 dead_at.setdefault(i, []).append(s)
-        blk.steps = [(fn, ins, out, tuple(dead_at.get(i, ())), opd)
-                     for i, (fn, ins, out, _, opd) in enumerate(steps)]
+        blk.steps = [step._replace(dead=tuple(dead_at.get(i, ())))
+                     for i, step in enumerate(steps)]
         blk.nslots = nslots[0]
         template = [None] * nslots[0]
         for s, v in constants.items():
@@ -631,7 +673,6 @@ class _Compiler:
         return value
 
     def _compile_op(self, o, lookup, new_slot, slots, constants):
-        from jaxlib.mlir import ir
         name = _quant.OP_ALIASES.get(o.name, o.name)
         if name.startswith(NEWER_OP_PREFIX):
             name = "stablehlo." + name[len(NEWER_OP_PREFIX):]
@@ -697,7 +738,7 @@ class _Compiler:
         else:
             ins = tuple(in_slots)
         out = out_slots[0] if len(out_slots) == 1 else tuple(out_slots)
-        return (fn, ins, out, (), op)
+        return Step(fn, ins, out, (), op)
 
     def _find_builder(self, op):
         name = op.name
@@ -739,7 +780,6 @@ def compile(module_or_data, *, name="<input>"):  # noqa: A001 - the natural name
     Raises :class:`UnsupportedOpsError` listing every op that cannot run.
     """
     module = load(module_or_data, name=name)
-    from . import ops  # noqa: F401  (registers every kernel)
     with MLIR_LOCK, module.context:
         try:
             program = _Compiler(module, name).compile()
@@ -749,14 +789,4 @@ def compile(module_or_data, *, name="<input>"):  # noqa: A001 - the natural name
             raise CompileError(f"{name}: regions nest too deeply to compile") from None
         except Exception as e:  # never let a binding's error escape untyped
             raise CompileError(f"{name}: cannot compile: {type(e).__name__}: {e}") from e
-        program.text = None
-        program._module = module
     return program
-
-
-def _program_text(self):
-    with MLIR_LOCK, self._module.context:
-        return str(self._module.mlir)
-
-
-Program.text = property(_program_text, lambda self, v: None)

@@ -47,7 +47,10 @@ def _timeout():
 def _start():
     env = dict(os.environ)
     env.pop("STABLEHLO_REF_TRACE_OPS", None)
-    return subprocess.Popen([sys.executable, "-m", "stablehlo_interpreter.isolate"],
+    # Run as a plain script: importing the package would import every
+    # kernel (scipy...), seconds of start-up the helper does not need.
+    # -P: not the package folder on sys.path (its types.py would shadow the stdlib).
+    return subprocess.Popen([sys.executable, "-P", os.path.abspath(__file__)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, env=env)
 
@@ -198,12 +201,34 @@ def _die_with_parent():
         pass
 
 
+def _helper_context():
+    """The dialects loader.new_context loads (kept in step with it), without
+    importing the package."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+    from jaxlib.mlir.dialects import chlo, stablehlo
+    reg = ir.DialectRegistry()
+    _jax_mlir_ext.register_dialects(reg)
+    ctx = ir.Context()
+    ctx.append_dialect_registry(reg)
+    ctx.load_all_available_dialects()
+    stablehlo.register_dialect(ctx)
+    chlo.register_dialect(ctx)
+    try:
+        from jaxlib.mlir.dialects import sdy
+        sdy.register_dialect(ctx)
+    except Exception:
+        pass
+    ctx.allow_unregistered_dialects = True
+    return ctx
+
+
 def _serve():
     """The helper: read length-prefixed bytes, answer K<kind> or E<diagnostic>."""
     _die_with_parent()
     if os.getppid() == 1:
         return 0
-    from .loader import new_context
+    new_context = _helper_context
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     while True:
         head = inp.read(8)
