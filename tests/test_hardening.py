@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -54,9 +53,10 @@ def test_complex_dense_attribute_in_a_dictionary_does_not_abort():
 
 
 def test_complex_dense_attribute_in_a_dictionary_is_decoded():
+    from jaxlib.mlir import ir
+
     from stablehlo_interpreter.attrs import decode
     from stablehlo_interpreter.loader import MLIR_LOCK, new_context
-    from jaxlib.mlir import ir
     with MLIR_LOCK, new_context():
         a = ir.Attribute.parse("{a = 1 : i32, b = {c = dense<[(1.0,2.0), (3.0,-4.0)]> : "
                                "tensor<2xcomplex<f32>>}}")

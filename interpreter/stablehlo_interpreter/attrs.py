@@ -10,7 +10,7 @@ import numpy as np
 
 from . import dtypes
 from .mlir_text import value_end
-from .types import from_mlir, TensorType
+from .types import from_mlir
 
 # Element types numpy can take straight from the attribute's buffer.
 _BUFFER_OK = {np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64,
@@ -283,7 +283,6 @@ def decode_attribute(owner, name):
     NamedAttribute, or reading its ``.attr``, aborts the process); those are
     decoded from the owner's generic printed form instead.
     """
-    from jaxlib.mlir import ir
     try:
         attr = owner.attributes[name]
     except Exception:

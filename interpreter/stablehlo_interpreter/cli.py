@@ -23,11 +23,9 @@ exit with status 2. Arguments must match the parameters' dtypes and shapes
 """
 
 import argparse
-import os
 import sys
 
 import numpy as np
-
 
 # Exit statuses (README "Command line exit codes"; tests/test_hardening_cli.py).
 EXIT_OK = 0            # ran; all ops supported; outputs agree

@@ -23,8 +23,7 @@ from . import attrs as _attrs
 from . import quant as _quant
 from . import trace as _trace
 from .arguments import coerce as _coerce
-from .errors import (ArgumentError, CompileError, ExecutionError, InterpreterError,
-                     UnsupportedOpsError)
+from .errors import ArgumentError, CompileError, ExecutionError, InterpreterError, UnsupportedOpsError
 from .loader import MLIR_LOCK, NEWER_OP_PREFIX, load
 from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported, custom_call_rejection
 from .types import TensorType, conforms, describe, from_mlir
