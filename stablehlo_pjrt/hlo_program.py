@@ -89,56 +89,7 @@ def hlo_to_stablehlo(code: bytes, code_format: str) -> bytes:
             "stochastic-convert, rng-get-and-update-state; named on stderr), or a "
             "legacy HLO form StableHLO lacks (dynamic-slice with one vector of "
             "start indices)") from None
-    return _complete_gspmd_shardings(converted)
-
-
-def _complete_gspmd_shardings(bytecode: bytes) -> bytes:
-    """In an SPMD program (GSPMD ``mhlo.sharding`` on some arguments), give
-    every other argument and every result of @main an explicit
-    ``{replicated}``: that is how stablehlo_ref runs them (SpmdPlan), and the
-    program is also what PJRT_Executable_OptimizedProgram returns, from which
-    PyTorch/XLA reads the parameter and output shardings -- it expects one per
-    parameter and result, as XLA's partitioned HLO has (with some missing it
-    crashed in PyTorch/XLA's SPMD step)."""
-    if b"mhlo.sharding" not in bytecode and b"devices=[" not in bytecode:
-        return bytecode
-    import io
-
-    from jaxlib.mlir import ir
-    from stablehlo_interpreter.loader import MLIR_LOCK, new_context
-    with MLIR_LOCK, new_context():
-        module = ir.Module.parse(bytecode)
-        main = None
-        for op in module.body.operations:
-            if op.operation.name == "func.func" and \
-                    ir.StringAttr(op.operation.attributes["sym_name"]).value == "main":
-                main = op.operation
-        if main is None:
-            return bytecode
-        changed = False
-        for key in ("arg_attrs", "res_attrs"):
-            n = len(main.regions[0].blocks[0].arguments) if key == "arg_attrs" else \
-                len(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).results)
-            dicts = list(main.attributes[key]) if key in main.attributes else \
-                [ir.DictAttr.get({}) for _ in range(n)]
-            if key == "arg_attrs" and not any("mhlo.sharding" in ir.DictAttr(d) for d in dicts):
-                return bytecode
-            new = []
-            for d in dicts:
-                d = ir.DictAttr(d)
-                if "mhlo.sharding" in d:
-                    new.append(d)
-                    continue
-                entries = {d[i].name: d[i].attr for i in range(len(d))}
-                entries["mhlo.sharding"] = ir.StringAttr.get("{replicated}")
-                new.append(ir.DictAttr.get(entries))
-                changed = True
-            main.attributes[key] = ir.ArrayAttr.get(new)
-        if not changed:
-            return bytecode
-        out = io.BytesIO()
-        module.operation.write_bytecode(out)
-        return out.getvalue()
+    return converted
 
 
 def _first_line(e: Exception) -> str:
