@@ -23,45 +23,63 @@ from .handles import int64_array, maybe_lookup, register
 # Element types
 # ----------------------------------------------------------------------------
 
-# PJRT_Buffer_Type -> (numpy dtype, MLIR element type).  Sub-byte integer and
-# float types are stored unpacked, one element per byte (ml_dtypes), which is
-# also how XLA exchanges them with the host.
-_TYPES = {
-    BufferType.PRED: (np.dtype(np.bool_), "i1"),
-    BufferType.S8: (np.dtype(np.int8), "i8"),
-    BufferType.S16: (np.dtype(np.int16), "i16"),
-    BufferType.S32: (np.dtype(np.int32), "i32"),
-    BufferType.S64: (np.dtype(np.int64), "i64"),
-    BufferType.U8: (np.dtype(np.uint8), "ui8"),
-    BufferType.U16: (np.dtype(np.uint16), "ui16"),
-    BufferType.U32: (np.dtype(np.uint32), "ui32"),
-    BufferType.U64: (np.dtype(np.uint64), "ui64"),
-    BufferType.F16: (np.dtype(np.float16), "f16"),
-    BufferType.F32: (np.dtype(np.float32), "f32"),
-    BufferType.F64: (np.dtype(np.float64), "f64"),
-    BufferType.BF16: (np.dtype(ml_dtypes.bfloat16), "bf16"),
-    BufferType.C64: (np.dtype(np.complex64), "complex<f32>"),
-    BufferType.C128: (np.dtype(np.complex128), "complex<f64>"),
-    BufferType.F8E5M2: (np.dtype(ml_dtypes.float8_e5m2), "f8E5M2"),
-    BufferType.F8E4M3FN: (np.dtype(ml_dtypes.float8_e4m3fn), "f8E4M3FN"),
-    BufferType.F8E4M3B11FNUZ: (np.dtype(ml_dtypes.float8_e4m3b11fnuz), "f8E4M3B11FNUZ"),
-    BufferType.F8E5M2FNUZ: (np.dtype(ml_dtypes.float8_e5m2fnuz), "f8E5M2FNUZ"),
-    BufferType.F8E4M3FNUZ: (np.dtype(ml_dtypes.float8_e4m3fnuz), "f8E4M3FNUZ"),
-    BufferType.S4: (np.dtype(ml_dtypes.int4), "i4"),
-    BufferType.U4: (np.dtype(ml_dtypes.uint4), "ui4"),
-    BufferType.S2: (np.dtype(ml_dtypes.int2), "i2"),
-    BufferType.U2: (np.dtype(ml_dtypes.uint2), "ui2"),
-    BufferType.F8E4M3: (np.dtype(ml_dtypes.float8_e4m3), "f8E4M3"),
-    BufferType.F8E3M4: (np.dtype(ml_dtypes.float8_e3m4), "f8E3M4"),
-    BufferType.F8E8M0FNU: (np.dtype(ml_dtypes.float8_e8m0fnu), "f8E8M0FNU"),
-    BufferType.F4E2M1FN: (np.dtype(ml_dtypes.float4_e2m1fn), "f4E2M1FN"),
-    BufferType.S1: (np.dtype(ml_dtypes.int1), None),
-    BufferType.U1: (np.dtype(ml_dtypes.uint1), None),
+# PJRT_Buffer_Type -> MLIR element type. The numpy dtype of each is the
+# interpreter's (stablehlo_interpreter.dtypes, the one element-type table):
+# sub-byte integer and float types are stored unpacked, one element per byte
+# (ml_dtypes), which is also how XLA exchanges them with the host.
+_ELEMENT_TYPES = {
+    BufferType.PRED: "i1",
+    BufferType.S8: "i8",
+    BufferType.S16: "i16",
+    BufferType.S32: "i32",
+    BufferType.S64: "i64",
+    BufferType.U8: "ui8",
+    BufferType.U16: "ui16",
+    BufferType.U32: "ui32",
+    BufferType.U64: "ui64",
+    BufferType.F16: "f16",
+    BufferType.F32: "f32",
+    BufferType.F64: "f64",
+    BufferType.BF16: "bf16",
+    BufferType.C64: "complex<f32>",
+    BufferType.C128: "complex<f64>",
+    BufferType.F8E5M2: "f8E5M2",
+    BufferType.F8E4M3FN: "f8E4M3FN",
+    BufferType.F8E4M3B11FNUZ: "f8E4M3B11FNUZ",
+    BufferType.F8E5M2FNUZ: "f8E5M2FNUZ",
+    BufferType.F8E4M3FNUZ: "f8E4M3FNUZ",
+    BufferType.S4: "i4",
+    BufferType.U4: "ui4",
+    BufferType.S2: "i2",
+    BufferType.U2: "ui2",
+    BufferType.F8E4M3: "f8E4M3",
+    BufferType.F8E3M4: "f8E3M4",
+    BufferType.F8E8M0FNU: "f8E8M0FNU",
+    BufferType.F4E2M1FN: "f4E2M1FN",
+}
+# PJRT's 1-bit integers have no StableHLO element type (host transfers only).
+_HOST_ONLY_DTYPES = {
+    BufferType.S1: np.dtype(ml_dtypes.int1),
+    BufferType.U1: np.dtype(ml_dtypes.uint1),
 }
 _TYPE_NAMES = {v: k for k, v in vars(BufferType).items() if not k.startswith("_")}
-_DTYPE_TO_TYPE = {dt: t for t, (dt, _) in _TYPES.items()}
-_ELEMENT_TO_TYPE = {et: t for t, (_, et) in _TYPES.items() if et}
-_ELEMENT_TO_TYPE["!stablehlo.token"] = BufferType.TOKEN
+# Built on first use from the interpreter's table (the plugin imports the
+# interpreter lazily, so that a broken interpreter is reported by
+# PJRT_Client_Create, not by loading the plugin).
+_TYPES: dict = {}           # PJRT type -> (numpy dtype, MLIR element type or None)
+_DTYPE_TO_TYPE: dict = {}
+_ELEMENT_TO_TYPE: dict = {}
+
+
+def _build_type_tables() -> dict:
+    from stablehlo_interpreter import dtypes
+    types = {t: (dtypes.from_element_type(et), et) for t, et in _ELEMENT_TYPES.items()}
+    types.update((t, (dt, None)) for t, dt in _HOST_ONLY_DTYPES.items())
+    _DTYPE_TO_TYPE.update((dt, t) for t, (dt, _) in types.items())
+    _ELEMENT_TO_TYPE.update((et, t) for t, et in _ELEMENT_TYPES.items())
+    _ELEMENT_TO_TYPE["!stablehlo.token"] = BufferType.TOKEN
+    _TYPES.update(types)
+    return _TYPES
 
 
 def type_name(t: int) -> str:
@@ -69,7 +87,7 @@ def type_name(t: int) -> str:
 
 
 def dtype_of(t: int) -> np.dtype:
-    entry = _TYPES.get(t)
+    entry = (_TYPES or _build_type_tables()).get(t)
     if entry is None:
         if t == BufferType.TOKEN:
             raise invalid_argument("token buffers carry no host data")
@@ -78,6 +96,7 @@ def dtype_of(t: int) -> np.dtype:
 
 
 def type_of_dtype(dtype) -> int:
+    _TYPES or _build_type_tables()
     t = _DTYPE_TO_TYPE.get(np.dtype(dtype))
     if t is None:
         raise unimplemented(f"numpy dtype {np.dtype(dtype)} has no PJRT buffer type")
@@ -85,6 +104,7 @@ def type_of_dtype(dtype) -> int:
 
 
 def type_of_element(element_type: str) -> int:
+    _TYPES or _build_type_tables()
     t = _ELEMENT_TO_TYPE.get(element_type)
     if t is None:
         raise unimplemented(f"element type {element_type} has no PJRT buffer type")

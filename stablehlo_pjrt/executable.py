@@ -20,27 +20,14 @@ from . import donation, interrupt
 from ._capi import BufferType, ErrorCode, PJRT_Program, read_bytes, read_str
 from .buffer import Buffer, dtype_of, short_type, type_of_dtype, type_of_element
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
-from .hlo_program import HLO_FORMATS, hlo_to_stablehlo
 from .handles import CString, int64_array, pointer_array, register
+from .hlo_program import HLO_FORMATS, hlo_to_stablehlo
 
 SERIALIZED_MAGIC = b"STABLEHLO_REF_EXECUTABLE\x00v1\x00"
 
 # ----------------------------------------------------------------------------
-# Small protobuf helpers (DeviceAssignmentProto and our serialized format)
+# DeviceAssignmentProto
 # ----------------------------------------------------------------------------
-
-
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -57,22 +44,23 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def encode_device_assignment(assignment: list[list[int]]) -> bytes:
-    """DeviceAssignmentProto{replica_count=1, computation_count=2,
-    computation_devices=3{replica_device_ids=1 (packed)}}, indexed
-    assignment[replica][partition]."""
+    """The serialized DeviceAssignmentProto of ``assignment[replica][partition]``
+    (jaxlib's xla_client.DeviceAssignment writes it)."""
+    from jax._src.lib import xla_client
     replicas = len(assignment)
     partitions = len(assignment[0]) if replicas else 0
-    out = bytearray()
-    out += b"\x08" + _varint(replicas)
-    out += b"\x10" + _varint(partitions)
-    for p in range(partitions):
-        ids = b"".join(_varint(assignment[r][p]) for r in range(replicas))
-        inner = b"\x0a" + _varint(len(ids)) + ids
-        out += b"\x1a" + _varint(len(inner)) + inner
-    return bytes(out)
+    ids = np.array(assignment, dtype=np.int64).reshape(replicas, partitions)
+    return xla_client.DeviceAssignment.create(ids).serialize()
 
 
 def decode_device_assignment(data: bytes) -> list[list[int]]:
+    """``assignment[replica][partition]`` of a serialized DeviceAssignmentProto
+    {replica_count=1, computation_count=2, computation_devices=3
+    {replica_device_ids=1}}.
+
+    Hand-written on purpose: jaxlib's DeviceAssignment can write the proto
+    but only reports its counts back (no device ids), and jaxlib ships no
+    Python protobuf classes (google.protobuf is not a dependency)."""
     replicas = partitions = 0
     columns: list[list[int]] = []
     pos = 0
@@ -159,7 +147,7 @@ class ExecutableMeta:
                  options: CompileOptions, name: str | None = None, spmd=None):
         self.program = program
         # An SPMD program (sharded jit): the global program with its argument
-        # and result shardings (stablehlo_interpreter.spmd.SpmdPlan).
+        # and result shardings (spmd.SpmdPlan).
         self.spmd = spmd
         # Parameter -> output aliasing (tf.aliasing_output) and the host
         # callback table; set by compile_program.
@@ -367,7 +355,6 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
             f"and has {options.num_replicas} replicas; stablehlo_ref runs sharded "
             "programs with one replica only (pmap of a sharded computation is not "
             "supported)")
-    _check_parallel_support(options.num_replicas, options.num_partitions, shi.Program)
     try:
         program = shi.compile(code)
     except shi.UnsupportedOpsError as e:
@@ -381,7 +368,7 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
     callbacks = bind_program(program)
     plan = None
     if spmd:
-        from stablehlo_interpreter.spmd import ShardingError, SpmdPlan
+        from .spmd import ShardingError, SpmdPlan
         try:
             plan = SpmdPlan(program, options.num_partitions)
         except ShardingError as e:
@@ -390,16 +377,7 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
     meta.host_callbacks = callbacks  # keeps the callables alive with the executable
     meta.aliased_params = donation.aliased_parameters(
         program, plan.func if plan is not None else None)
-    _check_parallel_support(meta.num_replicas, meta.num_partitions, program)
     return meta
-
-
-def _check_parallel_support(replicas: int, partitions: int, program) -> None:
-    if replicas * partitions > 1 and not hasattr(program, "run_parallel"):
-        raise unimplemented(
-            f"the program needs {replicas} replica(s) x {partitions} partition(s); "
-            "stablehlo_ref runs single-device programs only for now (the "
-            "interpreter has no run_parallel)")
 
 
 class ExecuteContext:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import stablehlo_interpreter as shi
-from stablehlo_interpreter.ops.check import ulp_difference
+from stablehlo_interpreter.dtypes import ulp_distance
 
 jax.config.update("jax_enable_x64", True)
 CPU = jax.devices("cpu")[0]
@@ -56,7 +56,7 @@ def test_unary_agrees_with_xla_cpu(name, et, dtype):
     text, got = unary(name, x, et)
     want = run_xla_cpu(text, x)[0]
     assert got.dtype == np.dtype(dtype)
-    ulps = ulp_difference(got, want)
+    ulps = ulp_distance(got, want)
     assert ulps.max() <= 4, (x[np.argmax(ulps)], got[np.argmax(ulps)], want[np.argmax(ulps)])
 
 
@@ -207,6 +207,24 @@ def test_top_k_matches_xla_cpu(et, dtype):
     wv, wi = run_xla_cpu(text, x)
     np.testing.assert_array_equal(v, wv)
     np.testing.assert_array_equal(i, wi)
+
+
+@pytest.mark.parametrize("et,dtype", [("f32", np.float32), ("f64", np.float64),
+                                      ("f16", np.float16), ("bf16", ml_dtypes.bfloat16),
+                                      ("i8", np.int8), ("ui64", np.uint64), ("i1", np.bool_)])
+def test_top_k_partition_path_ties_and_special_values(et, dtype):
+    # k much smaller than the row: the kernel selects with np.partition; ties
+    # at the k-th value must still come in index order, as XLA CPU's sort.
+    x = RS.integers(0, 6, size=(3, 200)).astype(dtype)
+    if np.dtype(dtype).kind == "f" or dtype is ml_dtypes.bfloat16:
+        x[0, [5, 50, 150]] = np.nan
+        x[1, [3, 9]] = -0.0
+        x[1, [4, 7]] = np.inf
+        x[2, :] = -x[2, :]   # mostly negative: -0 and +0 at the top, in total order
+    text, (v, i) = top_k(x, et, 7)
+    wv, wi = run_xla_cpu(text, x)
+    np.testing.assert_array_equal(i, wi)
+    np.testing.assert_array_equal(v.view(np.uint8), wv.view(np.uint8))
 
 
 def test_ragged_dot_modes():

@@ -187,7 +187,7 @@ def test_bad_hlo_bytes_are_an_argument_error(client):  # noqa: F811
 def test_gspmd_sharding_strings_become_shardings():
     """GSPMD mhlo.sharding (programs converted from HLO: PyTorch/XLA SPMD):
     which device holds which tile, as XLA's tile assignment says."""
-    from stablehlo_interpreter.spmd import ShardingError, parse_gspmd_sharding
+    from stablehlo_interpreter import ShardingError, parse_gspmd_sharding
     g = np.arange(16, dtype=np.float32).reshape(4, 4)
     # 2x2 tiles, devices listed in tile order 0,2,1,3: tile (0,1) on device 2.
     sh = parse_gspmd_sharding("{devices=[2,2]0,2,1,3}", 4)

@@ -8,7 +8,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from stablehlo_interpreter.compare import compare_arrays, compare_outputs, ulp_distance
+from stablehlo_interpreter.compare import compare_arrays, compare_outputs
+from stablehlo_interpreter.dtypes import ulp_distance
 
 MODULE = """
 func.func @main(%a: tensor<3xf32>, %b: tensor<3xi32>) -> (tensor<3xf32>, tensor<3xi32>) {

@@ -557,7 +557,6 @@ def test_compile_execute_identity_and_metadata(client):
 
 def test_execute_errors_are_reported_and_recoverable(client, monkeypatch):
     import stablehlo_interpreter as shi
-
     from stablehlo_pjrt.executable import LoadedExecutable
     from stablehlo_pjrt.handles import lookup
 

@@ -4,7 +4,8 @@ tests/multidevice_workload.py runs the same JAX programs on stablehlo_ref
 (STABLEHLO_REF_NUM_DEVICES=N) and on XLA CPU with as many devices
 (--xla_force_host_platform_device_count=N), on a 2x2 mesh (N=4) and a 2x4
 mesh (N=8); here the values, shardings and per-device shards are compared.
-The rest tests the SPMD pieces (stablehlo_interpreter.spmd) directly.
+The rest tests the SPMD pieces (stablehlo_pjrt.spmd, stablehlo_interpreter.spmd)
+directly.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def test_matches_xla_cpu(runs, name, n):
 
 
 # ---------------------------------------------------------------------------
-# stablehlo_interpreter.spmd without JAX devices
+# stablehlo_pjrt.spmd / stablehlo_interpreter.spmd without JAX devices
 # ---------------------------------------------------------------------------
 
 SHARDED = """
@@ -113,7 +114,7 @@ def _coords(d):
 
 def test_spmd_plan_assembles_and_splits():
     import stablehlo_interpreter as shi
-    from stablehlo_interpreter.spmd import SpmdPlan
+    from stablehlo_pjrt.spmd import SpmdPlan
     plan = SpmdPlan(shi.compile(SHARDED), 4)
     a = np.arange(32, dtype=np.float32).reshape(4, 8)
     b = np.linspace(0, 1, 8, dtype=np.float32)
@@ -134,9 +135,10 @@ def test_spmd_plan_assembles_and_splits():
 
 
 def test_op_shardings_are_xla_shardings():
-    import stablehlo_interpreter as shi
     from jax._src.lib import xla_client as xc
-    from stablehlo_interpreter.spmd import SpmdPlan
+
+    import stablehlo_interpreter as shi
+    from stablehlo_pjrt.spmd import SpmdPlan
     plan = SpmdPlan(shi.compile(SHARDED), 4)
 
     def text(proto):
@@ -153,7 +155,7 @@ def test_op_shardings_are_xla_shardings():
 
 def test_unsupported_shardings_are_named():
     import stablehlo_interpreter as shi
-    from stablehlo_interpreter.spmd import ShardingError, SpmdPlan
+    from stablehlo_pjrt.spmd import ShardingError, SpmdPlan
     unreduced = SHARDED.replace('[{"x", "y"}]>}', '[{}], unreduced={"x"}>}')
     with pytest.raises(ShardingError, match="unreduced"):
         SpmdPlan(shi.compile(unreduced), 4)

@@ -117,28 +117,6 @@ def _is_floating(dtype):
     return dtypes.is_float(dtype) or dtypes.is_complex(dtype)
 
 
-def ulp_distance(a, b):
-    """Number of representable values between same-dtype float arrays ``a``
-    and ``b`` (elementwise, int64; NaN positions give 0 and must be handled
-    by the caller)."""
-    a = np.asarray(a)
-    b = np.asarray(b)
-    bits = a.dtype.itemsize * 8
-    if bits not in (8, 16, 32, 64):
-        # Sub-byte floats (f4/f6) are stored one per byte: widen losslessly.
-        a, b = a.astype(np.float32), b.astype(np.float32)
-        bits = 32
-    itype = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}[bits]
-    ia = np.ascontiguousarray(a).view(itype).astype(np.int64)
-    ib = np.ascontiguousarray(b).view(itype).astype(np.int64)
-    # Map the sign-magnitude bit patterns onto a monotone integer line, so
-    # that -0 and +0 are both 0 and adjacent floats are adjacent integers.
-    ia = np.where(ia < 0, -(ia & ((1 << (bits - 1)) - 1)), ia)
-    ib = np.where(ib < 0, -(ib & ((1 << (bits - 1)) - 1)), ib)
-    with np.errstate(over="ignore"):
-        return np.abs(ia - ib)
-
-
 def compare_arrays(name, reference, other, *, rtol=None, atol=None, ulp=None,
                    max_indices=5):
     """Compare one output; returns a :class:`LeafDiff`."""
@@ -197,7 +175,7 @@ def compare_arrays(name, reference, other, *, rtol=None, atol=None, ulp=None,
             e = np.where(nan_mismatch | inf_mismatch, np.inf, e)
             rl = np.where(e == 0, 0.0, e / np.abs(r64))
         if ulp is not None:
-            u = ulp_distance(r, o)
+            u = dtypes.ulp_distance(r, o)
             u = np.where(both_nan, 0, u)
             finite_u = np.where(nan_mismatch | inf_mismatch, 0, u)
             max_ulp = max(max_ulp, int(finite_u.max()))

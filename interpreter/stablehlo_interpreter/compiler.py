@@ -1,8 +1,7 @@
 """Compile a parsed module into a plan of Python callables, once.
 
 Each function body and each region becomes a :class:`Block`: a flat list of
-steps ``(fn, input_slots, output_slot(s), dead_slots, op)`` over a frame (a
-Python list). Attributes are decoded into numpy/Python values here, so running
+:class:`Step` ``(fn, ins, out, dead, op)`` over a frame (a Python list). Attributes are decoded into numpy/Python values here, so running
 a plan never touches an MLIR object.
 
 Slot 0 of every frame holds the execution context; special kernels (ops with
@@ -12,17 +11,16 @@ owns the region passes them in, so every block runs in a frame of its own.
 """
 
 import os
-import re
 from sys import getrefcount as _getrefcount
+from typing import NamedTuple
 
 import numpy as np
 
 from . import attrs as _attrs
 from . import quant as _quant
 from . import trace as _trace
-from .errors import (CompileError, ExecutionError, InterpreterError,
-                     UnsupportedOpsError)
-from .loader import MLIR_LOCK, NEWER_OP_PREFIX, Module, load
+from .errors import CompileError, ExecutionError, InterpreterError, UnsupportedOpsError
+from .loader import MLIR_LOCK, NEWER_OP_PREFIX, load
 from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported, custom_call_rejection
 from .types import TOKEN, TensorType, TokenType, TupleType, conforms, describe, from_mlir
 
@@ -43,7 +41,7 @@ class Op:
     """Everything a builder may know about one op occurrence (compile time)."""
 
     __slots__ = ("name", "location", "attrs", "operand_types", "result_types",
-                 "regions", "module", "raw", "num_results", "index", "callee_name")
+                 "regions", "module", "raw", "num_results")
 
     def __init__(self, name, location, attrs, operand_types, result_types, regions,
                  module, raw):
@@ -62,6 +60,40 @@ class Op:
 
     def __repr__(self):
         return f"<Op {self.where()}>"
+
+
+class Step(NamedTuple):
+    """One op of a block: ``fn`` (the kernel) reads the frame slots ``ins``
+    and writes ``out`` (a slot, or a tuple of slots for several results);
+    the slots in ``dead`` are freed after it."""
+    fn: object
+    ins: tuple
+    out: object
+    dead: tuple
+    op: Op
+
+
+# Step kinds of Block.run's plain loop (FastStep.kind). Plain ints, so that
+# the loop's comparisons stay on the interpreter's int fast path.
+CALL_N = 0          # env[out] = fn(*env[a])                  (a: tuple of slots)
+CALL_1 = 1          # env[out] = fn(env[a])
+CALL_2 = 2          # env[out] = fn(env[a], env[b])
+CALL_3 = 3          # env[out] = fn(env[a], env[b], env[c])
+MULTI_RESULT = 4    # env[out...] = fn(*env[a])               (out: tuple of slots)
+DONATE_FIRST = 5    # env[out] = c(x, *env[b]) in place when x = env[a] is unshared and
+                    # dies here, else fn(x, *env[b])       (c: the kernel's donate_first)
+CALL_FUNCTION = 6   # func.call of function a on env[b], handing over the dying slots c
+
+
+class FastStep(NamedTuple):
+    """A :class:`Step` prepared for the plain loop (see the kinds above)."""
+    kind: int
+    fn: object
+    a: object
+    b: object
+    c: object
+    out: object
+    dead: tuple
 
 
 class Context:
@@ -104,9 +136,8 @@ class Block:
         self._fast = None
 
     def _fast_steps(self):
-        """The steps as ``(kind, fn, a, b, c, out, dead)`` for the plain loop:
-        kind 1-3 calls ``fn`` on 1-3 slots ``a, b, c`` (no list built), kind 0
-        on the slots in ``a``; kind 4 unpacks several results into ``out``."""
+        """The steps as :class:`FastStep` for the plain loop: no list built
+        for 1-3 operands, in-place donation and call hand-over decided once."""
         fast = []
         for fn, ins, out, dead, op in self.steps:
             n = len(ins)
@@ -120,26 +151,30 @@ class Block:
                 # A call whose arguments die here hands them over: the callee
                 # may then update them in place (a scan's dynamic_update_slice
                 # sits in a called function).
-                fast.append((6, fn, op.attrs["callee"], operands, dying, out, dead))
+                fast.append(FastStep(CALL_FUNCTION, fn, op.attrs["callee"], operands, dying,
+                                     out, dead))
             elif out.__class__ is not int:
-                fast.append((4, fn, tuple(ins), None, None, tuple(out), dead))
+                fast.append(FastStep(MULTI_RESULT, fn, tuple(ins), None, None, tuple(out), dead))
             elif (getattr(fn, "donate_first", None) is not None and n >= 1
                   and ins[0] in dead and ins[0] not in ins[1:] and ins[0] != 0
                   and self.template[ins[0]] is None):
                 # The operand dies here: the kernel may update it in place if
                 # at run time nothing else refers to it (see run()).
-                fast.append((5, fn, ins[0], tuple(ins[1:]), fn.donate_first, out, dead))
+                fast.append(FastStep(DONATE_FIRST, fn, ins[0], tuple(ins[1:]), fn.donate_first,
+                                     out, dead))
             elif 1 <= n <= 3:
                 a, b, c = (tuple(ins) + (None, None))[:3]
-                fast.append((n, fn, a, b, c, out, dead))
+                fast.append(FastStep(n, fn, a, b, c, out, dead))   # CALL_1..CALL_3
             else:
-                fast.append((0, fn, tuple(ins), None, None, out, dead))
+                fast.append(FastStep(CALL_N, fn, tuple(ins), None, None, out, dead))
+        # Plain tuples: CPython unpacks exact tuples on a fast path in the loop.
+        fast = [tuple(f) for f in fast]
         self._fast = fast
         return fast
 
     def _failed_step(self, fn, out):
         for step in self.steps:
-            if step[0] is fn and step[2] == out:
+            if step.fn is fn and step.out == out:
                 return step
         return None
 
@@ -170,19 +205,19 @@ class Block:
             # The hot loop: no per-step list for 1-3 operands, one branch per
             # step; the failing step is found from `fn`/`out` on error.
             for kind, fn, a, b, c, out, dead in fast:
-                if kind == 2:
+                if kind == CALL_2:
                     env[out] = fn(env[a], env[b])
-                elif kind == 1:
+                elif kind == CALL_1:
                     env[out] = fn(env[a])
-                elif kind == 3:
+                elif kind == CALL_3:
                     env[out] = fn(env[a], env[b], env[c])
-                elif kind == 0:
+                elif kind == CALL_N:
                     env[out] = fn(*[env[i] for i in a])
-                elif kind == 4:
+                elif kind == MULTI_RESULT:
                     res = fn(*[env[i] for i in a])
                     for o, v in zip(out, res):
                         env[o] = v
-                elif kind == 6:
+                elif kind == CALL_FUNCTION:
                     vals = [env[i] for i in b]
                     for i in c:
                         env[i] = None
@@ -193,7 +228,7 @@ class Block:
                         for o, v in zip(out, res):
                             env[o] = v
                     vals = res = None
-                else:
+                else:  # DONATE_FIRST
                     # Donation: the operand's slot dies here. If the array
                     # owns its data and only this frame refers to it (two
                     # references: `x` and getrefcount's argument -- no view,
@@ -215,8 +250,8 @@ class Block:
             step = self._failed_step(fn, out)
             if step is None:
                 raise ExecutionError("recursion too deep") from None
-            raise ExecutionError(f"{step[4].where()}: recursion too deep",
-                                 step[4].name, step[4].location) from None
+            raise ExecutionError(f"{step.op.where()}: recursion too deep",
+                                 step.op.name, step.op.location) from None
         except Exception as e:
             raise _wrap(e, self._failed_step(fn, out)) from e
         return [env[i] for i in self.result_slots]
@@ -290,7 +325,7 @@ def _validate(op, results, batched=0):
 def _wrap(e, step):
     if step is None:
         return ExecutionError(f"{type(e).__name__}: {e}")
-    op = step[4]
+    op = step.op
     return ExecutionError(f"{op.where()}: {type(e).__name__}: {e}", op.name, op.location)
 
 
@@ -314,16 +349,22 @@ class Function:
 class Program:
     """A compiled module: functions by name, ready to run many times."""
 
-    def __init__(self, functions, module_attrs, text, main):
+    def __init__(self, functions, module_attrs, main, module):
         self.functions = functions
         self.module_attrs = module_attrs
-        self.text = text
         self.main = main
+        self.module = module  # the loaded Module (MLIR_LOCK guards its mlir)
         self.num_replicas = int(module_attrs.get("mhlo.num_replicas", 1) or 1)
         self.num_partitions = int(module_attrs.get("mhlo.num_partitions", 1) or 1)
         # The embedder's hook for `@stablehlo_ref.host_callback`: the Python
         # callables a module's host callbacks index (ops/host_callback.py).
         self.host_callbacks = ()
+
+    @property
+    def text(self):
+        """The module's MLIR text (printed on demand)."""
+        with MLIR_LOCK, self.module.context:
+            return str(self.module.mlir)
 
     @property
     def input_types(self):
@@ -416,7 +457,6 @@ class _Compiler:
         self.functions = {}
 
     def compile(self):
-        from jaxlib.mlir import ir
         mod = self.module.mlir
         module_attrs = {}
         mattrs = mod.operation.attributes
@@ -439,7 +479,7 @@ class _Compiler:
         if main is None:
             public = [n for n, f in self.functions.items() if f.visibility != "private"]
             main = public[0] if public else names[0]
-        return Program(self.functions, module_attrs, None, main)
+        return Program(self.functions, module_attrs, main, self.module)
 
     def _compile_function(self, fo):
         from jaxlib.mlir import ir
@@ -532,7 +572,7 @@ class _Compiler:
             if step is None:
                 continue
             steps.append(step)
-            for s in step[1]:
+            for s in step.ins:
                 last_use[s] = len(steps) - 1
         # Results and captures/args are never freed early; everything else is
         # dropped right after its last use so peak memory stays low.
@@ -541,8 +581,8 @@ class _Compiler:
         for s, i in last_use.items():
             if s not in keep and s not in constants:
                 dead_at.setdefault(i, []).append(s)
-        blk.steps = [(fn, ins, out, tuple(dead_at.get(i, ())), opd)
-                     for i, (fn, ins, out, _, opd) in enumerate(steps)]
+        blk.steps = [step._replace(dead=tuple(dead_at.get(i, ())))
+                     for i, step in enumerate(steps)]
         blk.nslots = nslots[0]
         template = [None] * nslots[0]
         for s, v in constants.items():
@@ -574,7 +614,6 @@ class _Compiler:
         return value
 
     def _compile_op(self, o, lookup, new_slot, slots, constants):
-        from jaxlib.mlir import ir
         name = _quant.OP_ALIASES.get(o.name, o.name)
         if name.startswith(NEWER_OP_PREFIX):
             name = "stablehlo." + name[len(NEWER_OP_PREFIX):]
@@ -640,7 +679,7 @@ class _Compiler:
         else:
             ins = tuple(in_slots)
         out = out_slots[0] if len(out_slots) == 1 else tuple(out_slots)
-        return (fn, ins, out, (), op)
+        return Step(fn, ins, out, (), op)
 
     def _find_builder(self, op):
         name = op.name
@@ -682,17 +721,6 @@ def compile(module_or_data, *, name="<input>"):  # noqa: A001 - the natural name
     Raises :class:`UnsupportedOpsError` listing every op that cannot run.
     """
     module = load(module_or_data, name=name)
-    from . import ops  # noqa: F401  (registers every kernel)
     with MLIR_LOCK, module.context:
         program = _Compiler(module).compile()
-        program.text = None
-        program._module = module
     return program
-
-
-def _program_text(self):
-    with MLIR_LOCK, self._module.context:
-        return str(self._module.mlir)
-
-
-Program.text = property(_program_text, lambda self, v: None)

@@ -135,3 +135,86 @@ def finfo(dtype):
     if dtype in ML_FLOATS:
         return ml_dtypes.finfo(dtype)
     return np.finfo(dtype)
+
+
+_U64_MAX = np.iinfo(np.uint64).max
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _ulp_real(a, b):
+    """ULP distance per element of two flat real float arrays of one dtype."""
+    dt = a.dtype
+    bw = bit_width(dt)
+    # The bit patterns, cut to the format's width (ml_dtypes stores f4/f6 in
+    # the low bits of a byte, so the sign is bit bw-1, not bit 7).
+    ua = a.view(_UINT[dt.itemsize]).astype(np.uint64)
+    ub = b.view(_UINT[dt.itemsize]).astype(np.uint64)
+    width_mask = np.uint64((1 << bw) - 1) if bw < 64 else np.uint64(_U64_MAX)
+    ua &= width_mask
+    ub &= width_mask
+    fa = a.astype(np.float64)
+    fb = b.astype(np.float64)
+    # Unsigned formats (f8E8M0FNU) have no sign bit.
+    signed = float(finfo(dt).min) < 0
+    sign = np.uint64(1 << (bw - 1)) if signed else np.uint64(0)
+    # Sign-magnitude: the distance is |ma - mb| on one side of zero and
+    # ma + mb across it (so -0 and +0 are 0 apart).
+    ma = ua & ~sign
+    mb = ub & ~sign
+    neg_a = (ua & sign) != 0
+    neg_b = (ub & sign) != 0
+    same_sign_diff = np.where(ma > mb, ma - mb, mb - ma)
+    diff = np.where(neg_a != neg_b, ma + mb, same_sign_diff)
+    finite = np.isfinite(fa) & np.isfinite(fb)
+    out = np.where(finite, diff, np.uint64(_U64_MAX))
+    out = np.where(np.isnan(fa) & np.isnan(fb), np.uint64(0), out)
+    out = np.where(ua == ub, np.uint64(0), out)
+    return out.astype(np.uint64)
+
+
+def ulp_distance(a, b):
+    """Number of representable values between same-dtype float arrays ``a``
+    and ``b``, elementwise, as uint64 (StableHLO's reference `ULPDifference`):
+    0 for equal values (-0 and +0 included) and for two NaNs of any payload;
+    the uint64 maximum when one side is NaN or infinite and the other is not
+    the same value. Complex: the larger distance of the real and imaginary
+    parts. Every float format of :data:`ML_FLOATS` (bf16, f8/f6/f4) counts in
+    its own width."""
+    a = np.asarray(a)
+    b = np.asarray(b)
+    shape = a.shape
+
+    def flat(x):
+        return np.ascontiguousarray(x).reshape(-1)  # view() needs contiguity
+    if is_complex(a.dtype):
+        d = np.maximum(_ulp_real(flat(a.real), flat(b.real)),
+                       _ulp_real(flat(a.imag), flat(b.imag)))
+    else:
+        d = _ulp_real(flat(a), flat(b))
+    return d.reshape(shape)
+
+
+def total_order_key(x):
+    """uint64 keys whose unsigned order is the total order of ``x``'s values:
+    integers and booleans by value; floats by IEEE totalOrder (XLA's
+    TOTALORDER comparison): -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN,
+    NaNs further ordered by payload. Narrow floats count in their own width."""
+    x = np.asarray(x)
+    dt = x.dtype
+    if dt == np.bool_:
+        return x.astype(np.uint64)
+    if is_integer(dt):
+        if is_unsigned(dt):
+            return x.astype(np.uint64)
+        return x.astype(np.int64).view(np.uint64) ^ np.uint64(1 << 63)
+    width = bit_width(dt)
+    bits = np.ascontiguousarray(x).view(_UINT[dt.itemsize]).astype(np.uint64)
+    if width != dt.itemsize * 8:
+        bits = bits & np.uint64((1 << width) - 1)
+    if float(finfo(dt).min) >= 0:
+        return bits  # unsigned formats (f8E8M0FNU): the bits are the order
+    sign = np.uint64(1 << (width - 1))
+    full = np.uint64((1 << width) - 1)
+    # Negative values: flip all bits; non-negative: set the sign bit.
+    return np.where(bits & sign, ~bits & full, bits | sign)
+

@@ -28,6 +28,14 @@ class Unsupported(Exception):
     """Raised by a builder at compile time: this op occurrence cannot run."""
 
 
+def one_or_many(op):
+    """The runtime adapter from the list of an op's results to what its
+    kernel returns (see above): the single result, or the list itself."""
+    if op.num_results == 1:
+        return lambda vals: vals[0]
+    return lambda vals: vals
+
+
 def kernel(*names, special=False):
     """Register ``builder`` under one or more op names."""
     def deco(builder):

@@ -4,16 +4,21 @@ JAX sends sharded programs unpartitioned: every value has its global shape
 and ``sdy.sharding`` attributes (on arguments, results, constraints) say how
 devices hold it. XLA's SPMD partitioner would split such a program into
 per-device programs; this interpreter computes whole arrays instead, which
-gives the same per-device values:
+gives the same per-device values. This module holds the geometry and what
+runs inside the interpreter:
 
-* a sharded ``jit``: assemble each global argument from the devices' shards
-  (:meth:`Sharding.assemble`), run the program once, and cut every global
-  result into the devices' shards (:meth:`Sharding.split`) -- see
-  :class:`SpmdPlan`;
+* meshes and shardings (:class:`Mesh`, :class:`Sharding`), parsed from the
+  module's attributes: a global value is cut into the devices' shards
+  (:meth:`Sharding.split`) and put back together (:meth:`Sharding.assemble`);
 * ``sdy.manual_computation`` (``shard_map``): cut the operands over the
   manual axes, run the body once per device on a process grid of its own
   (collectives in the body meet there), and put the results back together
-  -- see :func:`run_manual_computation`.
+  -- see :class:`ManualComputation`.
+
+A sharded ``jit`` (one global program run for every partition, its
+arguments assembled from and its results split into shards) is planned by
+the embedder: the PJRT plugin's ``stablehlo_pjrt.spmd.SpmdPlan``, which also
+encodes the shardings as ``xla.OpSharding`` for PJRT.
 
 Terms (sdy): a mesh has named axes with sizes and a list of device ids
 (logical ids: partition ids of the program; iota when not given). A
@@ -236,67 +241,7 @@ class Sharding:
                                 f"{total} shards of sharding {self}")
         return out
 
-    # --------------------------------------------------------------
-    # xla.OpSharding (what PJRT reports as parameter/output shardings)
 
-    def op_sharding(self, ndim, devices):
-        """A serialized ``xla.OpSharding`` proto equivalent to this sharding,
-        with ``devices`` (the logical ids of the program) as tile devices."""
-        if self.mesh.maximal or not any(self.dims):
-            return encode_op_sharding(REPLICATED)
-        counts = self.counts()
-        tiles = 1
-        for c in counts:
-            tiles *= c
-        devices = list(devices)
-        if len(devices) % tiles:
-            raise ShardingError(f"{len(devices)} devices cannot hold the {tiles} "
-                                f"tiles of {self}")
-        rep = len(devices) // tiles
-        shape = counts + ([rep] if rep > 1 else [])
-        grid = np.full(shape, -1, dtype=np.int64)
-        used = {a.name for axes in self.dims for a in axes}
-        for dev in devices:
-            idx = self.shard_index(dev)
-            if rep > 1:
-                coords = self.mesh.coords(dev)
-                r = 0
-                for n, s in self.mesh.axes:
-                    if n not in used:
-                        r = r * s + coords[n]
-                    else:
-                        # a partially used axis (sub-axes): the remaining part
-                        # replicates too
-                        parts = [a for axes in self.dims for a in axes if a.name == n]
-                        covered = 1
-                        for a in parts:
-                            covered *= a.size
-                        if covered != s:
-                            raise ShardingError(f"sharding {self} uses part of axis "
-                                                f"\"{n}\"; not supported as a PJRT sharding")
-                idx = idx + [r]
-            if grid[tuple(idx)] != -1:
-                raise ShardingError(f"sharding {self}: devices {grid[tuple(idx)]} and "
-                                    f"{dev} hold the same tile")
-            grid[tuple(idx)] = dev
-        return encode_op_sharding(OTHER, dims=shape, devices=grid.ravel().tolist(),
-                                  replicate_last=rep > 1)
-
-
-REPLICATED, MAXIMAL, TUPLE, OTHER, MANUAL = 0, 1, 2, 3, 4
-
-
-def encode_op_sharding(kind, dims=(), devices=(), replicate_last=False):
-    """A serialized ``xla.OpSharding`` (jaxlib's own message class)."""
-    from jax._src.lib import xla_client
-    sharding = xla_client.OpSharding()
-    sharding.type = xla_client.OpSharding.Type(kind)
-    if dims:
-        sharding.tile_assignment_dimensions = list(dims)
-    if devices:
-        sharding.tile_assignment_devices = list(devices)
-    sharding.replicate_on_last_tile_dim = bool(replicate_last)
-    return sharding.SerializeToString()
 
 
 # ----------------------------------------------------------------------
@@ -311,7 +256,8 @@ def _split_top(text, sep=","):
     return [p for p in split_top(text, sep) if p]
 
 
-def _text(attr):
+def attribute_text(attr):
+    """The text of a decoded string attribute (without its quotes)."""
     s = str(attr).strip()
     if len(s) >= 2 and s[0] == s[-1] == "'":
         s = s[1:-1]
@@ -320,7 +266,7 @@ def _text(attr):
 
 def parse_mesh(text, name=None):
     """``#sdy.mesh<["x"=2, "y"=2], device_ids=[...]>`` or ``mesh<...>`` / ``<...>``."""
-    s = _text(text)
+    s = attribute_text(text)
     for prefix in ("#sdy.mesh", "mesh"):
         if s.startswith(prefix):
             s = s[len(prefix):]
@@ -369,7 +315,7 @@ def _parse_axes(text):
 def parse_sharding(text, meshes):
     """``#sdy.sharding<@mesh, [{"x"}, {}], replicated={"y"}>`` (or the bare
     ``<@mesh, ...>`` of a per-value list) -> :class:`Sharding`."""
-    s = _text(text)
+    s = attribute_text(text)
     if s.startswith("#sdy.sharding"):
         s = s[len("#sdy.sharding"):]
     s = s.strip()
@@ -462,7 +408,7 @@ def _raise_manual(text):
 
 
 def parse_sharding_per_value(text, meshes):
-    s = _text(text)
+    s = attribute_text(text)
     if s.startswith("#sdy.sharding_per_value"):
         s = s[len("#sdy.sharding_per_value"):]
     s = s.strip()
@@ -472,7 +418,7 @@ def parse_sharding_per_value(text, meshes):
 
 
 def parse_manual_axes(text):
-    s = _text(text)
+    s = attribute_text(text)
     m = re.search(r"manual_axes\s*(\{.*\})", s)
     if not m:
         raise ShardingError(f"cannot parse manual axes {text!r}")
@@ -487,7 +433,7 @@ def module_meshes(mlir_module):
         o = op.operation
         if o.name != "sdy.mesh":
             continue
-        name = _text(_attrs.decode_attribute(o, "sym_name"))
+        name = attribute_text(_attrs.decode_attribute(o, "sym_name"))
         meshes[name] = parse_mesh(_attrs.decode_attribute(o, "mesh"), name)
     return meshes
 
@@ -498,272 +444,6 @@ def compiler_meshes(compiler):
     if meshes is None:
         meshes = compiler._sdy_meshes = module_meshes(compiler.module.mlir)
     return meshes
-
-
-# ----------------------------------------------------------------------
-# Sharded jit: a global program run for every partition
-
-
-class SpmdPlan:
-    """Arguments/results shardings of an SPMD program's entry function.
-
-    ``num_partitions`` devices (logical ids ``0..n-1``) run the program;
-    values without ``sdy.sharding`` are replicated.
-    """
-
-    def __init__(self, program, num_partitions, func=None):
-        self.program = program
-        self.num_partitions = int(num_partitions)
-        self.devices = list(range(self.num_partitions))
-        module = program._module
-        from .loader import MLIR_LOCK
-        f = program.function(func)
-        self.func = f.name
-        with MLIR_LOCK, module.context:
-            self.meshes = module_meshes(module.mlir)
-            returned = _propagate(module.mlir, f.name, self.meshes)
-        default_mesh = Mesh([("_all", self.num_partitions)])
-        self.in_shardings = [self._sharding(attrs, t, default_mesh, f"argument #{i}")
-                             for i, (attrs, t) in enumerate(zip(f.arg_attrs, f.input_types))]
-        self.out_shardings = [self._sharding(attrs, t, default_mesh, f"result #{i}",
-                                             returned[i] if i < len(returned) else None)
-                              for i, (attrs, t) in enumerate(zip(f.result_attrs,
-                                                                  f.output_types))]
-        self.in_shapes = [_shape(t) for t in f.input_types]
-        self.out_shapes = [_shape(t) for t in f.output_types]
-        self.out_shard_shapes = [None if s is None else sh.shard_shape(s)
-                                 for sh, s in zip(self.out_shardings, self.out_shapes)]
-
-    def _sharding(self, attrs, t, default_mesh, what, propagated=None):
-        shape = _shape(t)
-        text = (attrs or {}).get("sdy.sharding")
-        if text is None and propagated is not None and shape is not None:
-            # The program leaves this result's sharding to the compiler (XLA
-            # would propagate one): any choice is correct; take the sharding
-            # the value has by simple forward propagation.
-            try:
-                propagated.check(shape, what)
-                return propagated
-            except ShardingError:
-                pass
-        gspmd = (attrs or {}).get("mhlo.sharding")
-        if text is None and gspmd is not None and shape is not None:
-            # Programs converted from XLA HLO (PyTorch/XLA) carry GSPMD shardings.
-            sh = parse_gspmd_sharding(str(gspmd), self.num_partitions)
-            if sh is None:
-                return Sharding.replicated_on(default_mesh, len(shape))
-            sh.check(shape, f"{what} of @{self.func}")
-            return sh
-        if shape is None:  # tokens
-            return Sharding.replicated_on(default_mesh, 0)
-        if text is None:
-            return Sharding.replicated_on(default_mesh, len(shape))
-        sh = parse_sharding(text, self.meshes)
-        sh.check(shape, f"{what} of @{self.func}")
-        if not sh.mesh.maximal:
-            for d in sh.mesh.device_ids:
-                if not 0 <= d < self.num_partitions:
-                    raise ShardingError(f"{what}: mesh {sh.mesh} names device {d}, the "
-                                        f"program has {self.num_partitions} partitions")
-        return sh
-
-    def op_shardings(self, which):
-        shardings = self.in_shardings if which == "in" else self.out_shardings
-        shapes = self.in_shapes if which == "in" else self.out_shapes
-        out = []
-        for sh, shape in zip(shardings, shapes):
-            out.append(sh.op_sharding(0 if shape is None else len(shape), self.devices))
-        return out
-
-    def run(self, args_per_partition):
-        """Per-partition argument lists -> per-partition result lists."""
-        if len(args_per_partition) != self.num_partitions:
-            raise ExecutionError(f"got {len(args_per_partition)} argument lists for "
-                                 f"{self.num_partitions} partitions")
-        program = self.program
-        f = program.function(self.func)
-        globals_ = []
-        for i, (sh, shape, t) in enumerate(zip(self.in_shardings, self.in_shapes,
-                                               f.input_types)):
-            shards = [args[i] for args in args_per_partition]
-            if shape is None or sh.is_replicated:
-                globals_.append(shards[0])
-            else:
-                globals_.append(sh.assemble(shards, self.devices, shape, t.dtype))
-        results = program.run(*globals_, func=self.func)
-        per_device = [[None] * len(results) for _ in self.devices]
-        for j, (value, sh, shape) in enumerate(zip(results, self.out_shardings,
-                                                   self.out_shapes)):
-            if shape is None:
-                parts = [value] * len(self.devices)
-            else:
-                parts = sh.split(value, self.devices)
-            for p, part in enumerate(parts):
-                per_device[p][j] = part
-        return per_device
-
-
-_ELEMENTWISE_SKIP = {"stablehlo.reverse", "stablehlo.pad", "stablehlo.slice",
-                     "stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice",
-                     "stablehlo.concatenate", "stablehlo.sort", "stablehlo.iota"}
-
-
-def _propagate(mlir_module, func_name, meshes):
-    """Shardings of the values ``func_name`` returns, by a simple forward
-    pass over its top-level ops (arguments, sharding constraints, manual
-    computations, shape-preserving elementwise ops, transpose, reduce,
-    broadcast_in_dim, dot_general); None where nothing is known.
-
-    Only the choice of result layouts for results the program leaves
-    unspecified depends on this: values never do."""
-    from . import attrs as _attrs
-    func = None
-    for op in mlir_module.body.operations:
-        o = op.operation
-        if o.name == "func.func" and _text(_attrs.decode_attribute(o, "sym_name")) == func_name:
-            func = o
-            break
-    if func is None or not func.regions or not func.regions[0].blocks:
-        return []
-    block = func.regions[0].blocks[0]
-    known = {}
-    arg_attrs = _attrs.decode_attribute(func, "arg_attrs") if "arg_attrs" in func.attributes \
-        else []
-    for i, arg in enumerate(block.arguments):
-        text = (arg_attrs[i] or {}).get("sdy.sharding") if i < len(arg_attrs) and \
-            isinstance(arg_attrs[i], dict) else None
-        if text is not None:
-            try:
-                known[arg] = parse_sharding(text, meshes)
-            except ShardingError:
-                pass
-
-    def get(v):
-        try:
-            return known.get(v)
-        except TypeError:
-            return None
-
-    def shape_of(v):
-        try:
-            return tuple(v.type.shape)
-        except Exception:  # noqa: BLE001 - tokens, tuples
-            return None
-
-    def remap(sh, dims_map, ndim):
-        """Result sharding with result dim r taking operand dim dims_map[r]."""
-        dims = [[] for _ in range(ndim)]
-        used = set()
-        for r, d in enumerate(dims_map):
-            if d is None or d >= len(sh.dims):
-                continue
-            axes = [a for a in sh.dims[d] if a.name not in used]
-            if len(axes) != len(sh.dims[d]):
-                continue
-            dims[r] = axes
-            used.update(a.name for a in axes)
-        out = Sharding.__new__(Sharding)
-        out.mesh, out.dims, out.replicated, out.unreduced, out.text = \
-            sh.mesh, dims, [], [], None
-        return out
-
-    for op in block.operations:
-        o = op.operation
-        name = o.name
-        try:
-            results = list(o.results)
-            if name in ("func.return", "stablehlo.return"):
-                return [get(v) for v in o.operands]
-            if not results:
-                continue
-            if name in ("sdy.sharding_constraint", "sdy.reshard"):
-                known[results[0]] = parse_sharding(str(o.attributes["sharding"]), meshes)
-            elif name == "sdy.manual_computation":
-                for v, sh in zip(results, parse_sharding_per_value(
-                        str(o.attributes["out_shardings"]), meshes)):
-                    known[v] = sh
-            elif name == "stablehlo.transpose":
-                sh = get(o.operands[0])
-                if sh is not None:
-                    perm = list(_attrs.decode_attribute(o, "permutation"))
-                    known[results[0]] = remap(sh, perm, len(perm))
-            elif name == "stablehlo.reduce":
-                n = len(results)
-                sh = get(o.operands[0])
-                if sh is not None:
-                    red = set(int(d) for d in _attrs.decode_attribute(o, "dimensions"))
-                    keep = [d for d in range(len(sh.dims)) if d not in red]
-                    for v in results:
-                        known[v] = remap(sh, keep, len(keep))
-                del n
-            elif name == "stablehlo.broadcast_in_dim":
-                sh = get(o.operands[0])
-                rshape = shape_of(results[0])
-                ishape = shape_of(o.operands[0])
-                if sh is not None and rshape is not None and ishape is not None:
-                    bdims = [int(d) for d in _attrs.decode_attribute(o, "broadcast_dimensions")]
-                    m = [None] * len(rshape)
-                    for i, r in enumerate(bdims):
-                        if ishape[i] == rshape[r]:
-                            m[r] = i
-                    known[results[0]] = remap(sh, m, len(rshape))
-            elif name == "stablehlo.dot_general":
-                dn = str(o.attributes["dot_dimension_numbers"])
-
-                def nums(key):
-                    mm = re.search(key + r"\s*=\s*\[([^\]]*)\]", dn)
-                    return [int(x) for x in mm.group(1).split(",") if x.strip()] if mm else []
-                lb, rb = nums("lhs_batching_dimensions"), nums("rhs_batching_dimensions")
-                lc, rc = nums("lhs_contracting_dimensions"), nums("rhs_contracting_dimensions")
-                lhs, rhs = o.operands[0], o.operands[1]
-                ls, rs = get(lhs), get(rhs)
-                lsh, rsh = shape_of(lhs), shape_of(rhs)
-                if (ls is not None or rs is not None) and lsh is not None and rsh is not None:
-                    lf = [d for d in range(len(lsh)) if d not in lb and d not in lc]
-                    rf = [d for d in range(len(rsh)) if d not in rb and d not in rc]
-                    base = ls if ls is not None else rs
-                    dims = []
-                    used = set()
-
-                    def take(sh, d):
-                        if sh is None or sh.mesh.axes != base.mesh.axes:
-                            return []
-                        axes = sh.dims[d]
-                        if any(a.name in used for a in axes):
-                            return []
-                        used.update(a.name for a in axes)
-                        return axes
-                    for d in lb:
-                        dims.append(take(ls, d))
-                    for d in lf:
-                        dims.append(take(ls, d))
-                    for d in rf:
-                        dims.append(take(rs, d))
-                    out = Sharding.__new__(Sharding)
-                    out.mesh, out.dims, out.replicated, out.unreduced, out.text = \
-                        base.mesh, dims, [], [], None
-                    known[results[0]] = out
-            elif name not in _ELEMENTWISE_SKIP and not len(o.regions) and len(results) == 1:
-                rshape = shape_of(results[0])
-                if rshape is not None and o.operands and all(
-                        shape_of(v) == rshape for v in o.operands):
-                    for v in o.operands:
-                        sh = get(v)
-                        if sh is not None:
-                            known[results[0]] = sh
-                            break
-        except Exception:  # noqa: BLE001 - propagation is a best effort
-            continue
-    return []
-
-
-def _shape(t):
-    shape = getattr(t, "shape", None)
-    if shape is None:
-        return None
-    if any(d is None for d in shape):
-        raise ShardingError(f"dynamic shape {t!r} in a sharded program is not supported")
-    return tuple(int(d) for d in shape)
 
 
 # ----------------------------------------------------------------------

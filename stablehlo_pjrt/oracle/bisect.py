@@ -29,8 +29,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 import stablehlo_interpreter as shi
-from stablehlo_interpreter.compare import LeafDiff, compare_arrays
-from stablehlo_interpreter.loader import MLIR_LOCK
+from stablehlo_interpreter import MLIR_LOCK
+from stablehlo_interpreter.compare import compare_arrays
 from stablehlo_interpreter.trace import summarize
 
 # run(module_text, args) -> list of numpy arrays, one per result of @main.
@@ -89,7 +89,7 @@ class ModuleVariants:
                                   if _static_tensor(v.type)]
                 self.ops.append(Candidate(
                     index=i, name=op.name,
-                    location=shi.compiler.format_location(op.location),
+                    location=shi.format_location(op.location),
                     text=_op_text(op), result_numbers=tensor_results, reads=reads))
 
     @staticmethod

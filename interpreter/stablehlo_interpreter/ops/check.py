@@ -27,52 +27,22 @@ A failure raises :class:`CheckFailure` naming the op, its location, the first
 differing index and both values.
 """
 
-import re
 
 import numpy as np
 
 from .. import dtypes
-from ..attrs import decode_text
 from ..errors import CheckFailure
-from ..mlir_text import matching_bracket, split_top
 from ..registry import Unsupported, custom_call, kernel
-
-_U64_MAX = np.iinfo(np.uint64).max
-
+from .interpreter_ops import load_probe
+from .properties import op_properties
 
 # --------------------------------------------------------------------------
 # Attributes: `{...}` attributes, or `<{...}>` properties of unregistered ops
 # (which the Python bindings do not expose as attributes).
 
 
-def _properties(op):
-    """Decoded `<{...}>` properties of an unregistered op (parsed from its text).
-
-    Decoded from text, entry by entry: the bindings abort the process when
-    handing out some attributes (dense complex tensors) as objects."""
-    if op.raw is None:
-        return {}
-    text = op.raw.get_asm(print_generic_op_form=True, large_elements_limit=None)
-    start = text.find("<{")
-    if start < 0:
-        return {}
-    i = matching_bracket(text, start + 1)
-    body = text[start + 2:i]
-    out = {}
-    for entry in split_top(body):
-        key, _, value = entry.partition("=")
-        key, value = key.strip(), value.strip()
-        if not key:
-            continue
-        try:
-            out[key] = decode_text(value)
-        except Exception as e:
-            raise Unsupported(f"cannot decode property {key} = {value[:80]}: {e}") from None
-    return out
-
-
 def _attrs_of(op):
-    merged = _properties(op)
+    merged = op_properties(op)
     merged.update(op.attrs)
     return merged
 
@@ -130,48 +100,6 @@ def almost_eq_mask(actual, expected, tol):
     if a.dtype.kind == "f":
         return _float_almost(a, b, tol)
     return a == b  # integers / booleans: upstream only accepts floats; be exact
-
-
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def _ulp_real(a, b):
-    """ULP distance per element of two real float arrays (upstream `ULPDifference`)."""
-    dt = a.dtype
-    bw = dtypes.bit_width(dt)
-    ua = a.view(_UINT[dt.itemsize]).astype(np.uint64)
-    ub = b.view(_UINT[dt.itemsize]).astype(np.uint64)
-    width_mask = np.uint64((1 << bw) - 1) if bw < 64 else np.uint64(_U64_MAX)
-    ua &= width_mask
-    ub &= width_mask
-    fa = a.astype(np.float64)
-    fb = b.astype(np.float64)
-    # Unsigned formats (f8E8M0FNU) have no sign bit.
-    signed = float(dtypes.finfo(dt).min) < 0
-    sign = np.uint64(1 << (bw - 1)) if signed else np.uint64(0)
-    ma = ua & ~sign
-    mb = ub & ~sign
-    neg_a = (ua & sign) != 0
-    neg_b = (ub & sign) != 0
-    same_sign_diff = np.where(ma > mb, ma - mb, mb - ma)
-    diff = np.where(neg_a != neg_b, ma + mb, same_sign_diff)
-    finite = np.isfinite(fa) & np.isfinite(fb)
-    out = np.where(finite, diff, np.uint64(_U64_MAX))
-    out = np.where(np.isnan(fa) & np.isnan(fb), np.uint64(0), out)
-    out = np.where(ua == ub, np.uint64(0), out)
-    return out.astype(np.uint64)
-
-
-def ulp_difference(actual, expected):
-    """ULP distance per element; complex: the max over real and imaginary parts."""
-    shape = actual.shape
-    flat = lambda x: np.ascontiguousarray(x).reshape(-1)  # noqa: E731  (view needs contiguity)
-    if dtypes.is_complex(actual.dtype):
-        d = np.maximum(_ulp_real(flat(actual.real), flat(expected.real)),
-                       _ulp_real(flat(actual.imag), flat(expected.imag)))
-    else:
-        d = _ulp_real(flat(actual), flat(expected))
-    return d.reshape(shape)
 
 
 # --------------------------------------------------------------------------
@@ -240,7 +168,7 @@ def run_expect_close(op, actual, expected, min_ulp, max_ulp):
     if not (dtypes.is_float(actual.dtype) or dtypes.is_complex(actual.dtype)):
         # Upstream rejects non-float operands; exact equality is the natural reading.
         return run_expect_eq(op, actual, expected)
-    ulps = ulp_difference(actual, expected)
+    ulps = dtypes.ulp_distance(actual, expected)
     ok = (ulps <= np.uint64(max_ulp)) & (ulps >= np.uint64(min_ulp))
     _report(op, actual, expected, ok,
             f"expected ULP difference in [{min_ulp}, {max_ulp}]",
@@ -319,7 +247,6 @@ def expect_close(op):
 def expect_serialized_eq(op):
     """CheckOps.td ExpectSerializedEqOp: equal to the `iteration`-th value probed
     under `probe_id` (by ``interpreter.probe``) in this run or in the probe dir."""
-    from .interpreter_ops import load_probe
     attrs = _attrs_of(op)
     probe_id = attrs.get("probe_id")
     if not isinstance(probe_id, str):

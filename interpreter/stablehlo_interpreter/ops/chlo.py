@@ -331,26 +331,6 @@ def mulhi(op):
 # top_k
 
 
-def _total_order_key(x):
-    """uint64 keys whose unsigned order is the total order of x's values."""
-    dt = x.dtype
-    if dt == np.bool_:
-        return x.astype(np.uint64)
-    if dtypes.is_integer(dt):
-        if dtypes.is_unsigned(dt):
-            return x.astype(np.uint64)
-        return x.astype(np.int64).view(np.uint64) ^ np.uint64(1 << 63)
-    width = dtypes.bit_width(dt)
-    udt = _UINT_OF[np.dtype(dt).itemsize * 8]
-    bits = x.view(udt).astype(np.uint64)
-    if width != np.dtype(dt).itemsize * 8:
-        bits = bits & np.uint64((1 << width) - 1)
-    sign = np.uint64(1 << (width - 1))
-    full = np.uint64((1 << width) - 1)
-    # Negative values: flip all bits; non-negative: set the sign bit.
-    return np.where(bits & sign, ~bits & full, bits | sign)
-
-
 @kernel("chlo.top_k")
 def top_k(op):
     """chlo.top_k: the k largest entries along the last dimension and their indices.
@@ -363,14 +343,57 @@ def top_k(op):
     if dtypes.is_complex(t.dtype):
         raise Unsupported("top_k of complex values")
     idx_dtype = op.result_types[1].dtype
-    full = np.uint64(0xFFFFFFFFFFFFFFFF)
 
     def run(x):
-        key = _total_order_key(x)
-        order = np.argsort(full - key, axis=-1, kind="stable")[..., :k]
+        n = x.shape[-1] if x.ndim else 1
+        dk = _descending_key(x)
+        if k == 0 or 4 * k >= n:
+            order = np.argsort(dk, axis=-1, kind="stable")[..., :k]
+        else:
+            order = _smallest_k_stable(dk, k)
         values = np.take_along_axis(x, order, axis=-1)
         return [np.ascontiguousarray(values), order.astype(idx_dtype)]
     return run
+
+
+_SINT_OF = {2: np.int16, 4: np.int32, 8: np.int64}
+
+
+def _descending_key(x):
+    """Keys whose ascending order is the descending total order of x.
+
+    Computed in x's own width where the bit trick allows (a float's bits as a
+    signed integer, magnitude bits flipped for negative values, order like
+    the total order; ``~`` reverses any integer order without overflow);
+    other types use the uint64 keys of dtypes.total_order_key.
+    """
+    dt = x.dtype
+    if dtypes.is_integer(dt) and not dtypes.is_bool(dt):
+        return ~x
+    size = np.dtype(dt).itemsize
+    if dtypes.is_float(dt) and size in _SINT_OF and dtypes.bit_width(dt) == size * 8:
+        b = x.view(_SINT_OF[size])
+        mag = b.dtype.type(np.iinfo(b.dtype).max)
+        return ~(b ^ ((b >> (size * 8 - 1)) & mag))
+    return np.uint64(0xFFFFFFFFFFFFFFFF) - dtypes.total_order_key(x)
+
+
+def _smallest_k_stable(dk, k):
+    """Indices of the k smallest keys per row, as a stable argsort's first k.
+
+    np.partition finds each row's k-th smallest key t in O(n); every key
+    below t is taken, and of the keys equal to t the first ones by index
+    (a stable sort's tie order, which is XLA's: its TopK sorts by value,
+    then index). The k taken are then sorted stably by key.
+    """
+    t = np.partition(dk, k - 1, axis=-1)[..., k - 1:k]
+    lt = dk < t
+    eq = dk == t
+    need = k - np.count_nonzero(lt, axis=-1, keepdims=True)
+    sel = lt | (eq & (np.cumsum(eq, axis=-1) <= need))
+    idx = (np.flatnonzero(sel) % dk.shape[-1]).reshape(dk.shape[:-1] + (k,))
+    picked = np.take_along_axis(dk, idx, axis=-1)
+    return np.take_along_axis(idx, np.argsort(picked, axis=-1, kind="stable"), axis=-1)
 
 
 # --------------------------------------------------------------------------

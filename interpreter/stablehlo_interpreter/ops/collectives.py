@@ -17,7 +17,7 @@ import numpy as np
 
 from ..parallel import GridError, ProcessGrid, run_parallel
 from ..regions import broadcast_results, is_batchable, reducer_kind
-from ..registry import Unsupported, kernel
+from ..registry import Unsupported, kernel, one_or_many
 from ..types import TensorType
 from .reducers import reducer
 
@@ -125,12 +125,6 @@ def _zeros(t, shape):
     return out
 
 
-def _one_or_many(op):
-    if op.num_results == 1:
-        return lambda vals: vals[0]
-    return list
-
-
 def _no_quant_reduction(op):
     """Quantized reductions run the body per element on storage values (the
     body's own kernels dequantize and quantize); that needs every operand
@@ -212,7 +206,7 @@ def all_gather(op):
     """spec: all_gather. Concatenates every group member's operands along all_gather_dim."""
     dim = int(op.attrs["all_gather_dim"])
     groups, channel = _groups_all_reduce_style(op)
-    wrap = _one_or_many(op)
+    wrap = one_or_many(op)
 
     def run(ctx, regions, *operands):
         grid = grid_of(ctx)
@@ -230,7 +224,7 @@ def all_reduce(op):
     groups, channel = _groups_all_reduce_style(op)
     reduce = _reducer(op.regions[0])
     dtypes = [t.dtype for t in op.result_types]
-    wrap = _one_or_many(op)
+    wrap = one_or_many(op)
 
     def run(ctx, regions, *operands):
         grid = grid_of(ctx)
@@ -272,7 +266,7 @@ def all_to_all(op):
     concat_dim = int(op.attrs["concat_dimension"])
     split_count = int(op.attrs["split_count"])
     groups, channel = _groups_permute_style(op)
-    wrap = _one_or_many(op)
+    wrap = one_or_many(op)
 
     def run(ctx, regions, *operands):
         grid = grid_of(ctx)
@@ -326,7 +320,7 @@ def collective_broadcast(op):
     groups, channel = _groups_permute_style(op)
     dynamic_root = bool(op.attrs.get("has_dynamic_root", False))
     rtypes = op.result_types
-    wrap = _one_or_many(op)
+    wrap = one_or_many(op)
 
     def run(ctx, regions, *operands):
         data, group, got, roots = _exchange_with_roots(ctx, op, groups, channel,
@@ -373,7 +367,7 @@ def collective_reduce(op):
     dynamic_root = bool(op.attrs.get("has_dynamic_root", False))
     reduce = _reducer(op.regions[0])
     rtypes = op.result_types
-    wrap = _one_or_many(op)
+    wrap = one_or_many(op)
 
     def run(ctx, regions, *operands):
         data, group, got, roots = _exchange_with_roots(ctx, op, groups, channel,
@@ -413,7 +407,7 @@ def interpreter_run_parallel(op):
     infeed = op.attrs.get("infeed") or []
     if not isinstance(infeed, list) or not all(isinstance(n, str) for n in infeed):
         raise Unsupported(f"infeed must be a list of function symbols, got {infeed!r}")
-    wrap = _one_or_many(op)
+    wrap = one_or_many(op)
 
     def run(ctx, regions, *inputs):
         functions = ctx.program.functions

@@ -2,14 +2,7 @@
 
 import numpy as np
 
-from ..registry import COMPOSITES, Unsupported, kernel
-
-
-def _one_or_many(op):
-    """Runtime adapter: a block returns a list; single-result ops return a value."""
-    if op.num_results == 1:
-        return lambda vals: vals[0]
-    return lambda vals: vals
+from ..registry import COMPOSITES, Unsupported, kernel, one_or_many
 
 
 @kernel("stablehlo.constant")
@@ -80,7 +73,7 @@ def composite(op):
     direct = _direct_composite(op)
     if direct is not None:
         return direct
-    wrap = _one_or_many(op)
+    wrap = one_or_many(op)
 
     def run(ctx, regions, *args):
         return wrap(ctx.program.functions[callee].block.run(ctx, (), args))
@@ -90,7 +83,7 @@ def composite(op):
 @kernel("stablehlo.while", special=True)
 def while_(op):
     """spec: while. Runs `body` while `cond` yields true."""
-    wrap = _one_or_many(op)
+    wrap = one_or_many(op)
 
     def run(ctx, regions, *operands):
         cond, body = regions
@@ -115,7 +108,7 @@ def while_(op):
 @kernel("stablehlo.if", special=True)
 def if_(op):
     """spec: if. Runs `true_branch` or `false_branch` depending on `pred`."""
-    wrap = _one_or_many(op)
+    wrap = one_or_many(op)
 
     def run(ctx, regions, pred):
         return wrap(regions[0]() if pred else regions[1]())
@@ -125,7 +118,7 @@ def if_(op):
 @kernel("stablehlo.case", special=True)
 def case(op):
     """spec: case. An out-of-range index selects the last branch."""
-    wrap = _one_or_many(op)
+    wrap = one_or_many(op)
     n = len(op.regions)
 
     def run(ctx, regions, index):

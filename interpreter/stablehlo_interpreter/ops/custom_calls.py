@@ -289,11 +289,6 @@ def _comparator_direction(op, name):
     return None
 
 
-def _total_order_key(x):
-    from .chlo import _total_order_key as key
-    return key(x)
-
-
 @custom_call("ApproxTopK")
 def approx_top_k(op):
     """@ApproxTopK (operand, iota, init_value, init_index) -> (values, indices).
@@ -322,7 +317,7 @@ def approx_top_k(op):
     out_v, out_i = (r.dtype for r in op.result_types)
 
     def run(x, iota, init_value, init_index):
-        key = _total_order_key(x)
+        key = dtypes.total_order_key(x)
         if descending:
             key = full - key
         order = np.argsort(key, axis=dim, kind="stable")
@@ -356,7 +351,6 @@ def dynamic_rng_bit_generator(op):
 @custom_call("stablehlo.dynamic_top_k")
 def dynamic_top_k(op):
     """@stablehlo.dynamic_top_k(operand, k): chlo.top_k with k given at run time."""
-    from .chlo import _total_order_key
     if len(op.operand_types) != 2 or op.num_results != 2:
         raise Unsupported("@stablehlo.dynamic_top_k of an unexpected form")
     if dtypes.is_complex(op.operand_types[0].dtype):
@@ -366,7 +360,7 @@ def dynamic_top_k(op):
 
     def run(x, k):
         k = int(k)
-        order = np.argsort(full - _total_order_key(x), axis=-1, kind="stable")[..., :k]
+        order = np.argsort(full - dtypes.total_order_key(x), axis=-1, kind="stable")[..., :k]
         return [np.ascontiguousarray(np.take_along_axis(x, order, axis=-1)),
                 order.astype(idx_dtype)]
     return run

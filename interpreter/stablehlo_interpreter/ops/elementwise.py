@@ -28,8 +28,8 @@ exactly the result dtype.
 import numpy as np
 
 from .. import dtypes
-from ..registry import Unsupported, kernel
 from ..regions import batched, broadcast_results, is_batchable
+from ..registry import Unsupported, kernel
 
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)
@@ -729,18 +729,6 @@ _CMP = {"EQ": np.equal, "NE": np.not_equal, "GE": np.greater_equal,
         "GT": np.greater, "LE": np.less_equal, "LT": np.less}
 
 
-def _total_order_key(x):
-    """Signed integers ordered like IEEE totalOrder of floats ``x`` (XLA's TOTALORDER).
-
-    Negative floats have their magnitude bits flipped so that more negative
-    values (and -NaN) sort lower; -0 sorts below +0.
-    """
-    x = np.asarray(x)
-    bits = x.view(signed_like(x.dtype))
-    flip = np.asarray(np.iinfo(bits.dtype).max, bits.dtype)
-    return np.where(bits < 0, bits ^ flip, bits)
-
-
 def _complex_compare(direction):
     if direction in ("EQ", "NE"):
         return _CMP[direction]
@@ -778,8 +766,8 @@ def compare(op):
         car = exact_carrier(dt)
         if ctype == "TOTALORDER":
             def compare_totalorder(a, b):
-                return fn(_total_order_key(a.astype(car, copy=False)),
-                          _total_order_key(b.astype(car, copy=False)))
+                return fn(dtypes.total_order_key(a.astype(car, copy=False)),
+                          dtypes.total_order_key(b.astype(car, copy=False)))
             return as_result(compare_totalorder, BOOL)
         return as_result(fn if car == dt else _via(car, fn, BOOL), BOOL)
     if k == "int":

@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import dtypes
 from ..registry import Unsupported, kernel
+from .properties import op_properties
 
 # --------------------------------------------------------------------------
 # Probes: tensors saved under an id, read back by check.expect_serialized_eq.
@@ -95,8 +96,7 @@ def probe(op):
     """InterpreterOps.td ProbeOp: save the operand under `probe_id`, return it."""
     probe_id = op.attrs.get("probe_id")
     if not isinstance(probe_id, str):
-        from .check import _properties
-        probe_id = _properties(op).get("probe_id")
+        probe_id = op_properties(op).get("probe_id")
     if not isinstance(probe_id, str):
         raise Unsupported("interpreter.probe needs a string probe_id")
     ttype = op.operand_types[0]
@@ -119,6 +119,7 @@ def _mlir_float_text(x, element_type):
     """A float as MLIR prints a FloatAttr of `element_type` (e.g. `1.000000e+00`)."""
     global _FMT_CTX
     from jaxlib.mlir import ir
+
     from ..loader import MLIR_LOCK, new_context
     with MLIR_LOCK:
         if _FMT_CTX is None:

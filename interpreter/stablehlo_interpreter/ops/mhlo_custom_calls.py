@@ -21,7 +21,6 @@ import numpy as np
 
 from .. import dtypes
 from ..registry import Unsupported, custom_call
-from .chlo import _total_order_key
 
 _SUPPORTED_VERSION = 1
 
@@ -66,7 +65,7 @@ def topk(op):
     full = np.uint64(0xFFFFFFFFFFFFFFFF)
 
     def run(x):
-        key = _total_order_key(x)
+        key = dtypes.total_order_key(x)
         if largest:
             key = full - key
         order = np.argsort(key, axis=-1, kind="stable")[..., :k]

@@ -2,7 +2,8 @@
 
 On a single process they carry no computation: the spec's semantics of the
 program is that of the annotated values. Sharded (SPMD) entry functions are
-split per device by spmd.SpmdPlan; manual computations run per device here.
+split per device by the embedder (the plugin's stablehlo_pjrt.spmd.SpmdPlan);
+manual computations run per device here.
 """
 
 from ..registry import Unsupported, custom_call, kernel

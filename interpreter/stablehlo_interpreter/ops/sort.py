@@ -22,8 +22,8 @@ import functools
 import numpy as np
 
 from .. import dtypes
-from ..registry import kernel
 from ..regions import ELEMENTWISE_OPS, batched, is_batchable
+from ..registry import kernel
 
 # --------------------------------------------------------------------------
 # Comparator analysis
@@ -37,7 +37,7 @@ class _Expr:
         self.arg_no = {s: i for i, s in enumerate(block.arg_slots)}
         self.producer = {}
         for step in block.steps:
-            out = step[2]
+            out = step.out
             if out.__class__ is int:
                 self.producer[out] = step
         self.memo = {}
@@ -156,7 +156,7 @@ def _eval_exprs(block, exprs_slots, operands):
     for i, s in enumerate(block.arg_slots):
         env[s] = operands[i // 2] if i % 2 == 0 else None
     needed = set()
-    producer = {st[2]: st for st in block.steps if st[2].__class__ is int}
+    producer = {st.out: st for st in block.steps if st.out.__class__ is int}
 
     def need(s):
         if s in needed or s not in producer:
@@ -175,12 +175,15 @@ def _eval_exprs(block, exprs_slots, operands):
 def _slot_of(block, target):
     ex = _Expr(block)
     for st in block.steps:
-        if st[2].__class__ is int and ex.expr(st[2]) == target:
-            return st[2]
+        if st.out.__class__ is int and ex.expr(st.out) == target:
+            return st.out
     for i, s in enumerate(block.arg_slots):
         if ("arg", i) == target:
             return s
     return None
+
+
+_SINT_OF = {2: np.int16, 4: np.int32, 8: np.int64}
 
 
 def _ordinal(key, ctype, descending):
@@ -194,9 +197,20 @@ def _ordinal(key, ctype, descending):
     if dtypes.is_bool(dt):
         out = key.astype(np.int8)
     elif dtypes.is_integer(dt):
-        out = key.astype(np.uint64 if dtypes.is_unsigned(dt) else np.int64)
+        # The integers themselves, in their own width (numpy's stable sort
+        # is a radix sort for 8/16-bit keys and moves fewer bytes otherwise).
+        out = key if key.dtype.kind in "iu" else key.astype(
+            np.uint64 if dtypes.is_unsigned(dt) else np.int64)
     elif dtypes.is_float(dt):
-        if ctype == "TOTALORDER":
+        size = dt.itemsize
+        if (ctype == "TOTALORDER" and size in _SINT_OF
+                and dtypes.bit_width(dt) == size * 8):
+            # Same order as the uint64 path below, in the float's own width:
+            # the bits as a signed integer, magnitude bits flipped when
+            # negative (-mag - 1), so -NaN < -inf < ... < -0 < +0 < ... < NaN.
+            b = key.view(_SINT_OF[size])
+            out = b ^ ((b >> (size * 8 - 1)) & b.dtype.type(np.iinfo(b.dtype).max))
+        elif ctype == "TOTALORDER":
             # Bit pattern trick: flipping the magnitude bits of negative
             # numbers orders -NaN < -inf < ... < -0 < +0 < ... < inf < NaN.
             width = dtypes.bit_width(dt)
