@@ -20,10 +20,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 import scipy.special as sps
+from test_pjrt_capi import call, client, destroy_buffer, event_destroy, execute, from_host, ok, to_host  # noqa: F401
 
 from stablehlo_pjrt import _capi as C
-from test_pjrt_capi import (call, client, destroy_buffer, event_destroy, execute,  # noqa: F401
-                            from_host, ok, to_host)
 
 
 def compile_program(client, code: bytes, fmt: bytes):  # noqa: F811
