@@ -37,6 +37,7 @@ from .spmd import (
     ShardingError,
     attribute_text,
     module_meshes,
+    parse_gspmd_sharding,
     parse_sharding,
     parse_sharding_per_value,
 )
@@ -51,5 +52,5 @@ __all__ = [
     "TensorType", "TupleType", "TokenType", "OtherType", "Token", "TOKEN",
     "MLIR_LOCK", "decode_attribute", "format_location",
     "Mesh", "Sharding", "ShardingError", "attribute_text", "module_meshes", "parse_sharding",
-    "parse_sharding_per_value",
+    "parse_sharding_per_value", "parse_gspmd_sharding",
 ]
