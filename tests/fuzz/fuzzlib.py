@@ -231,7 +231,11 @@ def _run_batch(kind, cases, case_timeout):
     whether that case hung: took longer than ``case_timeout`` seconds)."""
     import selectors
     import tempfile
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    # The bytecode reader's hangs on hostile input are cut by the isolation
+    # helper's timeout: keep it well under the case timeout, so that a
+    # bounded hang shows as the LoadError it becomes, not as a harness hang.
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               STABLEHLO_REF_ISOLATE_TIMEOUT=str(max(1, int(case_timeout // 4))))
     with tempfile.TemporaryFile() as inp, tempfile.TemporaryFile() as err:
         inp.write(_pack(cases))
         inp.seek(0)
