@@ -120,6 +120,10 @@ class Client:
     def __init__(self, options: dict | None = None):
         self.options = dict(options or {})
         self.process_index = 0
+        # Programs arrive as bytecode, read first by an isolated helper
+        # process (stablehlo_interpreter/isolate.py): start it now.
+        from stablehlo_interpreter import isolate
+        isolate.prestart()
         self.interpreter_name = "stablehlo_interpreter"
         n = configured_num_devices(self.options)
         self.devices = [Device(self, i, i, n) for i in range(n)]

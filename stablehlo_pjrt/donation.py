@@ -53,6 +53,9 @@ def check_donations(argument_lists, donated: dict[int, int]) -> None:
     if not donated:
         return
     for args in argument_lists:
+        counts: dict[int, int] = {}
+        for a in args:
+            counts[id(a)] = counts.get(id(a), 0) + 1
         for i in donated:
             b = args[i]
             b.live_array()  # raises for a deleted buffer, like any argument
@@ -60,7 +63,7 @@ def check_donations(argument_lists, donated: dict[int, int]) -> None:
                 raise invalid_argument(
                     f"donation requested for buffer {b.describe()} (argument {i}) which "
                     "has external references")
-            if sum(1 for a in args if a is b) > 1:
+            if counts[id(b)] > 1:
                 raise invalid_argument(
                     f"argument {i}: a donated buffer {b.describe()} is passed more than "
                     "once")

@@ -24,6 +24,15 @@ from .handles import CString, int64_array, pointer_array, register
 from .hlo_program import HLO_FORMATS, hlo_to_stablehlo
 
 SERIALIZED_MAGIC = b"STABLEHLO_REF_EXECUTABLE\x00v1\x00"
+# The serialized form (PJRT_Executable_Serialize) is an envelope checked in
+# full before any byte of it reaches MLIR or protobuf (parse_serialized):
+#   ENVELOPE_MAGIC, u32 version, u64 sizes of format/options/code,
+#   sha256 of the three payloads, then the payloads.
+# A truncated, bit-flipped or foreign blob is an INVALID_ARGUMENT naming what
+# is wrong, never a crash inside a parser.
+ENVELOPE_MAGIC = b"STABLEHLO_REF_EXECUTABLE\x00"
+ENVELOPE_VERSION = 2
+_ENVELOPE_HEADER = struct.Struct("<IQQQ32s")
 
 # ----------------------------------------------------------------------------
 # DeviceAssignmentProto
@@ -245,9 +254,11 @@ class ExecutableMeta:
 
     def serialize(self) -> bytes:
         fmt = self.format.encode()
-        return (SERIALIZED_MAGIC
-                + struct.pack("<QQQ", len(fmt), len(self.options.serialized), len(self.code))
-                + fmt + self.options.serialized + self.code)
+        payload = fmt + self.options.serialized + self.code
+        return (ENVELOPE_MAGIC
+                + _ENVELOPE_HEADER.pack(ENVELOPE_VERSION, len(fmt), len(self.options.serialized),
+                                        len(self.code), hashlib.sha256(payload).digest())
+                + payload)
 
     def argument_bytes(self) -> int:
         return sum(_nbytes(t) for t in self.input_types)
@@ -295,22 +306,37 @@ def _describe_output(t, index: int) -> tuple[int, tuple[int, ...]]:
 
 
 def parse_serialized(data: bytes) -> tuple[str, bytes, bytes]:
-    """Inverse of ExecutableMeta.serialize: (format, options, code)."""
-    if not data.startswith(SERIALIZED_MAGIC):
-        raise invalid_argument("not a serialized stablehlo_ref executable")
-    pos = len(SERIALIZED_MAGIC)
+    """Inverse of ExecutableMeta.serialize: (format, options, code), after
+    checking the envelope: magic, version, sizes, checksum."""
+    data = bytes(data)
+    what = "serialized stablehlo_ref executable"
+    if data.startswith(SERIALIZED_MAGIC):
+        raise invalid_argument(f"this {what} has format version 1, which carried no "
+                               "checksum and is no longer read; compile the program again")
+    if not data.startswith(ENVELOPE_MAGIC):
+        raise invalid_argument(f"not a {what} (the bytes do not start with "
+                               f"{ENVELOPE_MAGIC!r})")
+    pos = len(ENVELOPE_MAGIC)
+    if len(data) < pos + _ENVELOPE_HEADER.size:
+        raise invalid_argument(f"truncated {what}: {len(data)} bytes, the header alone "
+                               f"needs {pos + _ENVELOPE_HEADER.size}")
+    version, nf, no, nc, digest = _ENVELOPE_HEADER.unpack_from(data, pos)
+    if version != ENVELOPE_VERSION:
+        raise invalid_argument(f"{what} has format version {version}; this plugin reads "
+                               f"version {ENVELOPE_VERSION}")
+    pos += _ENVELOPE_HEADER.size
+    if nf + no + nc != len(data) - pos or max(nf, no, nc) > len(data):
+        raise invalid_argument(f"corrupt {what}: the header's sizes ({nf}+{no}+{nc}) do not "
+                               f"match the {len(data) - pos} payload bytes")
+    payload = data[pos:]
+    if hashlib.sha256(payload).digest() != digest:
+        raise invalid_argument(f"corrupt {what}: checksum mismatch (the bytes were changed "
+                               "after serialization)")
     try:
-        nf, no, nc = struct.unpack_from("<QQQ", data, pos)
-    except struct.error:
-        raise invalid_argument("truncated serialized stablehlo_ref executable") from None
-    pos += 24
-    if len(data) != pos + nf + no + nc:
-        raise invalid_argument("corrupt serialized stablehlo_ref executable")
-    fmt = data[pos:pos + nf].decode()
-    pos += nf
-    options = data[pos:pos + no]
-    pos += no
-    return fmt, options, data[pos:pos + nc]
+        fmt = payload[:nf].decode("ascii")
+    except UnicodeDecodeError:
+        raise invalid_argument(f"corrupt {what}: the program format is not ASCII") from None
+    return fmt, payload[nf:nf + no], payload[nf + no:]
 
 
 _shi = None

@@ -77,7 +77,7 @@ def hlo_to_stablehlo(code: bytes, code_format: str) -> bytes:
             f"stablehlo_ref could not read the '{code_format}' program as an "
             f"HloModuleProto: {_first_line(e)}") from None
     try:
-        return _jax.mlir.mhlo_to_stablehlo(imported)
+        converted = _jax.mlir.mhlo_to_stablehlo(imported)
     except Exception as e:
         # XLA-private HLO ops (copy, add-dependency, domain, stochastic-convert,
         # rng-get-and-update-state...) have no StableHLO form; XLA's converter
@@ -89,6 +89,7 @@ def hlo_to_stablehlo(code: bytes, code_format: str) -> bytes:
             "stochastic-convert, rng-get-and-update-state; named on stderr), or a "
             "legacy HLO form StableHLO lacks (dynamic-slice with one vector of "
             "start indices)") from None
+    return converted
 
 
 def _first_line(e: Exception) -> str:

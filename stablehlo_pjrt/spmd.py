@@ -26,6 +26,7 @@ from stablehlo_interpreter import (
     attribute_text,
     decode_attribute,
     module_meshes,
+    parse_gspmd_sharding,
     parse_sharding,
     parse_sharding_per_value,
 )
@@ -72,10 +73,14 @@ class SpmdPlan:
                 return propagated
             except ShardingError:
                 pass
-        if text is None and (attrs or {}).get("mhlo.sharding") not in (None, "{replicated}"):
-            raise ShardingError(f"{what} of @{self.program.main}: mhlo.sharding "
-                                f"{attrs['mhlo.sharding']!r} is not supported by "
-                                "stablehlo_ref (only sdy shardings)")
+        gspmd = (attrs or {}).get("mhlo.sharding")
+        if text is None and gspmd is not None and shape is not None:
+            # Programs converted from XLA HLO (PyTorch/XLA) carry GSPMD shardings.
+            sh = parse_gspmd_sharding(str(gspmd), self.num_partitions)
+            if sh is None:
+                return Sharding.replicated_on(default_mesh, len(shape))
+            sh.check(shape, f"{what} of @{self.func}")
+            return sh
         if shape is None:  # tokens
             return Sharding.replicated_on(default_mesh, 0)
         if text is None:

@@ -313,6 +313,24 @@ def memory_kinds(jax, jnp, np):
 
 
 # ---------------------------------------------------------------------------
+# DLPack.
+
+
+@scenario
+def dlpack(jax, jnp, np):
+    dev = jax.devices()[0]
+    a = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    y = jax.dlpack.from_dlpack(a, device=dev)
+    out = {"import": [y, str(next(iter(y.devices())).platform)]}
+    x = jax.device_put(jnp.arange(3.0), dev)
+    try:
+        out["export"] = np.from_dlpack(x)
+    except Exception as e:  # noqa: BLE001
+        out["export"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+# ---------------------------------------------------------------------------
 
 
 def _plain(tree):
@@ -354,8 +372,12 @@ def run(platform: str, names, devices: int = 2, extra_env=None) -> dict:
     import os
     import subprocess
     env = dict(os.environ)
+    # Start from a clean configuration: other tests of the same worker may
+    # have left tracing or validation switches in os.environ (tracing runs
+    # the observed plan loop, which never updates donated arrays in place).
     for key in ("JAX_PLATFORMS", "XLA_FLAGS", "STABLEHLO_REF_NUM_DEVICES",
-                "STABLEHLO_PJRT_TRACE", "JAX_ENABLE_X64"):
+                "STABLEHLO_PJRT_TRACE", "JAX_ENABLE_X64", "STABLEHLO_REF_TRACE_OPS",
+                "STABLEHLO_REF_VALIDATE", "STABLEHLO_REF_EXECUTE_TIMEOUT"):
         env.pop(key, None)
     if platform == "cpu":
         env["JAX_PLATFORMS"] = "cpu"

@@ -20,10 +20,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 import scipy.special as sps
+from test_pjrt_capi import call, client, destroy_buffer, event_destroy, execute, from_host, ok, to_host  # noqa: F401
 
 from stablehlo_pjrt import _capi as C
-from test_pjrt_capi import (call, client, destroy_buffer, event_destroy, execute,  # noqa: F401
-                            from_host, ok, to_host)
 
 
 def compile_program(client, code: bytes, fmt: bytes):  # noqa: F811
@@ -182,3 +181,27 @@ def test_bad_hlo_bytes_are_an_argument_error(client):  # noqa: F811
         assert err[0] == C.ErrorCode.INVALID_ARGUMENT and "HloModuleProto" in err[1]
     _, err = compile_program(client, b"\x0a\x05ab", b"hlo_with_config")
     assert err[0] == C.ErrorCode.INVALID_ARGUMENT and "truncated" in err[1]
+
+
+def test_gspmd_sharding_strings_become_shardings():
+    """GSPMD mhlo.sharding (programs converted from HLO: PyTorch/XLA SPMD):
+    which device holds which tile, as XLA's tile assignment says."""
+    from stablehlo_interpreter import ShardingError, parse_gspmd_sharding
+    g = np.arange(16, dtype=np.float32).reshape(4, 4)
+    # 2x2 tiles, devices listed in tile order 0,2,1,3: tile (0,1) on device 2.
+    sh = parse_gspmd_sharding("{devices=[2,2]0,2,1,3}", 4)
+    parts = sh.split(g, [0, 1, 2, 3])
+    np.testing.assert_array_equal(parts[2], g[:2, 2:])
+    np.testing.assert_array_equal(parts[1], g[2:, :2])
+    np.testing.assert_array_equal(sh.assemble(parts, [0, 1, 2, 3], (4, 4), np.float32), g)
+    # Rows split in 2, each half replicated on 2 devices (iota form, transposed).
+    sh = parse_gspmd_sharding("{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}", 4)
+    parts = sh.split(g, [0, 1, 2, 3])
+    for dev, rows in ((0, slice(0, 2)), (2, slice(0, 2)), (1, slice(2, 4)), (3, slice(2, 4))):
+        np.testing.assert_array_equal(parts[dev], g[rows])
+    assert parse_gspmd_sharding("{replicated}", 4) is None
+    assert parse_gspmd_sharding("{maximal device=1}", 4) is None
+    with pytest.raises(ShardingError, match="partitions"):
+        parse_gspmd_sharding("{devices=[2,1]0,1}", 4)
+    with pytest.raises(ShardingError, match="manual"):
+        parse_gspmd_sharding("{manual}", 4)

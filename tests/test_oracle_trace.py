@@ -128,7 +128,8 @@ def _run(tmp_path, mode, **env):
     p = subprocess.run([sys.executable, str(path), mode], capture_output=True, text=True,
                        timeout=120, env=e)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
-    return p, f'"{path}":{line}:'
+    # Locations show the user's frame as file:line:col (compiler.format_location).
+    return p, f'{path}:{line}:'
 
 
 def test_nan_finder_through_pjrt_env(tmp_path):

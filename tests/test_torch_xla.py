@@ -93,3 +93,28 @@ def test_models_train_like_eager_cpu():
             # float32 reductions in another order: a few ulps of the loss.
             assert math.isclose(a, b, rel_tol=2e-5), (name, r)
         assert r["xla"][-1] < r["xla"][0], (name, "loss did not decrease", r)
+
+
+def test_export_to_stablehlo_runs_on_cli_and_plugin():
+    """torch.export -> torch_xla.stablehlo.exported_program_to_stablehlo ->
+    the module run by `stablehlo-ref run` and by the plugin (PyTorch/XLA's
+    _run_stablehlo, program format mlir), both against eager CPU."""
+    res = run_part("export")
+    assert res["text_has_gelu_erf"]
+    assert "cli" not in res, res["cli"]
+    assert res["cli_max_abs_diff"] < 1e-5 and res["plugin_max_abs_diff"] < 1e-5, res
+
+
+def test_spmd_on_four_devices_matches_unsharded():
+    """torch_xla.distributed.spmd on a 2x2 mesh of STABLEHLO_REF devices: the
+    global program arrives as HLO with GSPMD mhlo.sharding annotations; losses
+    of 3 SGD steps equal the unsharded eager CPU run's."""
+    res = run_part("spmd", {"STABLEHLO_REF_NUM_DEVICES": "4"})
+    assert res["devices"] == 4
+    assert res["input_sharding"].startswith("{devices=[2,1,2]"), res
+    # The updated weight comes back replicated: stablehlo_ref runs the global
+    # program unpartitioned and reports every unannotated result as replicated
+    # (XLA's partitioner would propagate the weight's sharding to it).
+    assert res["weight_sharding"] == "{replicated}", res
+    for a, b in zip(res["spmd"], res["cpu"]):
+        assert math.isclose(a, b, rel_tol=2e-5), res

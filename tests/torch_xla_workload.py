@@ -20,6 +20,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch_xla
 
+if sys.argv[1:] == ["spmd"]:
+    # SPMD mode before any XLA tensor exists (torch_xla.device(), seeds):
+    # enabling it later makes PyTorch/XLA replicate the existing tensors, and
+    # PyTorch/XLA 2.9 then segfaults in ExecuteReplicated (seen here).
+    import torch_xla.runtime as _xr
+    _xr.use_spmd()
+
 DEV = torch_xla.device()
 
 # (atol, rtol) per dtype: XLA computes bf16/f16 elementwise ops in f32 and
@@ -375,7 +382,96 @@ def run_models():
     return out
 
 
+# --------------------------------------------------------------------------
+# torch.export -> StableHLO -> `stablehlo-ref run` and the plugin.
+
+
+def run_export():
+    import os
+    import subprocess
+    import tempfile
+
+    import numpy as np
+    from torch_xla.stablehlo import _extract_call_parameters, exported_program_to_stablehlo
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.LayerNorm(16), nn.GELU(), nn.Linear(16, 4)).eval()
+    x = torch.randn(3, 6)
+    with torch.no_grad():
+        ref = model(x).numpy()
+    ep = torch.export.export(model, (x,))
+    shlo = exported_program_to_stablehlo(ep)
+    func = shlo._bundle.stablehlo_funcs[0]
+    args = [np.asarray(a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else a)
+            for a in _extract_call_parameters((x,), func.meta, shlo._bundle)]
+    out = {"text_has_gelu_erf": "erf" in shlo.get_stablehlo_text()}
+    with tempfile.TemporaryDirectory() as d:
+        mod = os.path.join(d, "forward.mlirbc")
+        with open(mod, "wb") as f:
+            f.write(shlo.get_stablehlo_bytecode())
+        np.savez(os.path.join(d, "args.npz"), *args)
+        cli = subprocess.run([sys.executable, "-m", "stablehlo_interpreter.cli", "run", mod,
+                              "--args", os.path.join(d, "args.npz"), "--out", os.path.join(d, "out.npz")],
+                             capture_output=True, text=True)
+        if cli.returncode != 0:
+            out["cli"] = cli.stderr[-1000:]
+        else:
+            got = np.load(os.path.join(d, "out.npz"))
+            got = got[got.files[0]]
+            out["cli_max_abs_diff"] = float(np.abs(got - ref).max())
+    plugin = shlo(x)
+    plugin = plugin[0] if isinstance(plugin, (list, tuple)) else plugin
+    out["plugin_max_abs_diff"] = float(np.abs(plugin.cpu().numpy() - ref).max())
+    return out
+
+
+# --------------------------------------------------------------------------
+# SPMD: a mesh of the client's devices (STABLEHLO_REF_NUM_DEVICES=4).
+
+
+def run_spmd():
+    import numpy as np
+    import torch_xla.distributed.spmd as xs
+    import torch_xla.runtime as xr
+
+    n = xr.global_runtime_device_count()
+    mesh = xs.Mesh(np.arange(n), (n // 2, 2), ("data", "model"))
+    out = {"devices": n}
+
+    def make():
+        return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 3))
+
+    def step_losses(device, shard):
+        torch.manual_seed(0)
+        model = make().to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        gen = torch.Generator().manual_seed(1)
+        x = torch.randn(8, 8, generator=gen).to(device)
+        y = torch.randint(0, 3, (8,), generator=gen).to(device)
+        if shard:
+            xs.mark_sharding(x, mesh, ("data", None))
+            xs.mark_sharding(model[0].weight, mesh, ("model", None))
+            xs.mark_sharding(model[2].weight, mesh, (None, "model"))
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            if shard:
+                torch_xla.sync()
+            losses.append(loss.item())
+        if shard:
+            out["input_sharding"] = torch_xla._XLAC._get_xla_sharding_spec(x)
+            out["weight_sharding"] = torch_xla._XLAC._get_xla_sharding_spec(model[0].weight)
+        return losses
+
+    out["cpu"] = step_losses("cpu", False)
+    out["spmd"] = step_losses(DEV, True)
+    return out
+
+
 if __name__ == "__main__":
     part = sys.argv[1]
-    result = {"sweep": run_sweep, "models": run_models}[part]()
+    result = {"sweep": run_sweep, "models": run_models, "export": run_export, "spmd": run_spmd}[part]()
     print("RESULT " + json.dumps(result))

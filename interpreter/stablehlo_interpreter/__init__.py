@@ -22,6 +22,7 @@ from . import dtypes, ops  # noqa: F401 - importing ops registers every kernel
 from .attrs import decode_attribute
 from .compiler import Program, compile, format_location
 from .errors import (
+    ArgumentError,
     CheckFailure,
     CompileError,
     ExecutionError,
@@ -36,6 +37,7 @@ from .spmd import (
     ShardingError,
     attribute_text,
     module_meshes,
+    parse_gspmd_sharding,
     parse_sharding,
     parse_sharding_per_value,
 )
@@ -46,9 +48,9 @@ __version__ = "0.1.0"
 __all__ = [
     "compile", "load", "Program", "Module", "dtypes",
     "InterpreterError", "LoadError", "CompileError", "UnsupportedOpsError",
-    "ExecutionError", "CheckFailure",
+    "ExecutionError", "CheckFailure", "ArgumentError",
     "TensorType", "TupleType", "TokenType", "OtherType", "Token", "TOKEN",
     "MLIR_LOCK", "decode_attribute", "format_location",
     "Mesh", "Sharding", "ShardingError", "attribute_text", "module_meshes", "parse_sharding",
-    "parse_sharding_per_value",
+    "parse_sharding_per_value", "parse_gspmd_sharding",
 ]

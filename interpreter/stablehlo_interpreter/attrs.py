@@ -10,7 +10,7 @@ import numpy as np
 
 from . import dtypes
 from .mlir_text import value_end
-from .types import from_mlir, TensorType
+from .types import from_mlir
 
 # Element types numpy can take straight from the attribute's buffer.
 _BUFFER_OK = {np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64,
@@ -137,7 +137,7 @@ def decode(attr):
     if isinstance(attr, ir.FloatAttr):
         return float(ir.FloatAttr(attr).value)
     if isinstance(attr, ir.StringAttr):
-        return ir.StringAttr(attr).value
+        return string_value(attr)
     if isinstance(attr, ir.DenseI64ArrayAttr):
         return tuple(int(x) for x in ir.DenseI64ArrayAttr(attr))
     if isinstance(attr, ir.DenseI32ArrayAttr):
@@ -153,8 +153,7 @@ def decode(attr):
     if isinstance(attr, ir.ArrayAttr):
         return [decode(a) for a in ir.ArrayAttr(attr)]
     if isinstance(attr, ir.DictAttr):
-        d = ir.DictAttr(attr)
-        return {d[i].name: decode(d[i].attr) for i in range(len(d))}
+        return _decode_dict(ir.DictAttr(attr))
     if isinstance(attr, ir.UnitAttr):
         return True
     if isinstance(attr, ir.FlatSymbolRefAttr):
@@ -222,6 +221,56 @@ def decode(attr):
     return RawAttr(str(attr))
 
 
+def _decode_dict(d):
+    """Entries of a DictAttr, each decoded.
+
+    Only names are read through ``d[i]``: reading ``d[i].attr`` of an entry
+    the bindings cannot cast (a dense *complex* tensor: "Can't cast unknown
+    element type") throws from C++ code that cannot pass the error on, and
+    the process aborts. ``d[name]`` raises a Python TypeError for the same
+    entry instead; such an entry is decoded from the dictionary's printed form.
+    """
+    out = {}
+    text = None
+    for i in range(len(d)):
+        name = d[i].name
+        try:
+            value = decode(d[name])
+        except Exception:
+            if text is None:
+                text = str(d)
+            value = _decode_entry_text(text, name)
+        out[name] = value
+    return out
+
+
+def _decode_entry_text(dict_text, name):
+    """Decode entry ``name`` of a dictionary attribute from its printed form."""
+    from .mlir_text import split_top
+    body = dict_text.strip()
+    if body.startswith("{") and body.endswith("}"):
+        body = body[1:-1]
+    for part in split_top(body):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if key.startswith('"') and key.endswith('"'):
+            key = key[1:-1]
+        if key == name:
+            value = value.strip() if eq else "unit"
+            try:
+                return decode_text(value)
+            except Exception:
+                return RawAttr(value)
+    return RawAttr("<undecodable>")
+
+
+def string_value(attr):
+    """Text of a StringAttr; bytes that are not UTF-8 (the bindings raise a
+    RuntimeError reading them as str) become U+FFFD."""
+    from jaxlib.mlir import ir
+    return bytes(ir.StringAttr(attr).value_bytes).decode("utf-8", "replace")
+
+
 class RawAttr(str):
     """An attribute the decoder does not model, kept as its printed text."""
 
@@ -234,7 +283,6 @@ def decode_attribute(owner, name):
     NamedAttribute, or reading its ``.attr``, aborts the process); those are
     decoded from the owner's generic printed form instead.
     """
-    from jaxlib.mlir import ir
     try:
         attr = owner.attributes[name]
     except Exception:
@@ -246,7 +294,10 @@ def decode_attribute(owner, name):
     try:
         return decode(attr)
     except Exception:
-        return RawAttr(str(attr))
+        try:
+            return RawAttr(str(attr))
+        except Exception:  # printing fails too (text that is not UTF-8)
+            return RawAttr("<undecodable>")
 
 
 def decode_text(text):

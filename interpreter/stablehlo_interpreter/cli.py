@@ -17,14 +17,21 @@ and diffs the results against ``--against`` (the outputs another backend
 produced, as ``.npz``: named like ``run --out`` writes them, or in stored
 order); exit status 0 when every output agrees within tolerance, 1 otherwise
 (see ``compare.py`` for the tolerances). Errors print one clear message and
-exit with status 2.
+exit with status 2. Arguments must match the parameters' dtypes and shapes
+(``--cast`` converts them, refusing values the conversion would change);
+``--out`` refuses results larger than ``--max-out-bytes`` in total.
 """
 
 import argparse
-import os
 import sys
 
 import numpy as np
+
+# Exit statuses (README "Command line exit codes"; tests/test_hardening_cli.py).
+EXIT_OK = 0            # ran; all ops supported; outputs agree
+EXIT_DIFFERS = 1       # check: unsupported ops listed; compare: outputs differ
+EXIT_ERROR = 2         # bad input (module, arguments, files) or a failed run
+EXIT_INTERRUPTED = 130  # Ctrl-C
 
 
 class UserError(Exception):
@@ -44,20 +51,21 @@ def _compile(path):
     return shi.compile(_read_module(path), name=path)
 
 
-def _load_args(path, func):
-    from . import dtypes
+def _load_args(path, func, cast=False):
+    from .arguments import coerce
     if path is None:
         arrays = []
     else:
         try:
             loaded = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise UserError(f"cannot read arguments from {path}: {e}") from None
-        if isinstance(loaded, np.ndarray):
-            arrays = [loaded]
-        else:
-            with loaded:
-                arrays = [loaded[k] for k in loaded.files]
+            if isinstance(loaded, np.ndarray):
+                arrays = [loaded]
+            else:
+                with loaded:
+                    arrays = [loaded[k] for k in loaded.files]
+        except Exception as e:  # OSError, ValueError (object arrays), BadZipFile, ...
+            raise UserError(f"cannot read arguments from {path}: "
+                            f"{type(e).__name__}: {e}") from None
     types = func.input_types
     if len(arrays) != len(types):
         raise UserError(f"@{func.name} takes {len(types)} argument(s), "
@@ -68,20 +76,28 @@ def _load_args(path, func):
         if dt is None:
             raise UserError(f"argument #{i} of @{func.name} has type {t!r}, which "
                             "cannot be given from a file")
-        if a.dtype != dt:
-            if a.dtype.kind == "V" and a.dtype.itemsize == dt.itemsize:
-                a = a.view(dt)  # ml_dtypes arrays round-trip through .npy as raw bytes
-            elif (np.can_cast(a.dtype, dt, "same_kind") or dtypes.is_float(dt)
-                  and a.dtype.kind in "fiu" or dtypes.is_integer(dt) and a.dtype.kind in "iu"):
-                a = a.astype(dt)
-            else:
-                raise UserError(f"argument #{i} of @{func.name}: expected {t!r}, "
-                                f"got an array of {a.dtype}")
-        if t.shape != a.shape and all(d is not None for d in t.shape):
-            raise UserError(f"argument #{i} of @{func.name}: expected {t!r}, "
-                            f"got shape {a.shape}")
-        out.append(a)
+        if a.dtype != dt and a.dtype.kind == "V" and a.dtype.itemsize == dt.itemsize:
+            a = a.view(dt)  # ml_dtypes arrays round-trip through .npy as raw bytes
+        out.append(coerce(a, t, i, func.name, cast))
     return out
+
+
+# The most `run --out` writes unless --max-out-bytes says otherwise: a result
+# may be a broadcast view (stride 0) of a tiny array whose logical size is
+# terabytes, and .npz stores logical arrays.
+MAX_OUT_BYTES = 4 << 30
+
+
+def _check_out_size(arrays, limit):
+    total = 0
+    for k, v in arrays.items():
+        total += int(v.size) * v.dtype.itemsize
+    if total > limit:
+        big = max(arrays.items(), key=lambda kv: kv[1].size * kv[1].dtype.itemsize)
+        raise UserError(
+            f"the results take {total:,} bytes as arrays ({big[0]}: shape "
+            f"{big[1].shape} {big[1].dtype}), more than the {limit:,} bytes --out "
+            "writes; pass --max-out-bytes N to allow it")
 
 
 def _portable(a):
@@ -120,12 +136,13 @@ def cmd_run(a):
         func = program.function(a.func)
     except Exception as e:
         raise UserError(str(e)) from None
-    args = _load_args(a.args, func)
+    args = _load_args(a.args, func, a.cast)
     results = program.run(*args, func=func.name)
     if a.out:
         arrays = {}
         for i, r in enumerate(results):
             _flatten(f"result_{i}", r, arrays)
+        _check_out_size(arrays, a.max_out_bytes)
         try:
             np.savez(a.out, **arrays)
         except OSError as e:
@@ -142,15 +159,27 @@ def cmd_check(a):
     try:
         program = _compile(a.module)
     except shi.UnsupportedOpsError as e:
-        names = sorted({u[0] for u in e.unsupported})
-        print(f"{a.module}: {len(e.unsupported)} op occurrence(s) cannot run "
-              f"({len(names)} distinct: {', '.join(names)}):")
-        for name, loc, why in e.unsupported:
-            print(f"  {name} at {loc}: {why}")
-        return 1
+        return _list_unsupported(a.module, e.unsupported)
+    except shi.LoadError as e:
+        unknown = getattr(e, "unknown_ops", None)
+        if not unknown:
+            raise
+        # MLIR refuses ops its dialects do not define at parse time: they
+        # are ops this interpreter cannot run, not a broken file.
+        return _list_unsupported(a.module, [(n, loc, "unknown op (MLIR: " + why + ")")
+                                            for n, loc, why in unknown])
     nf = len(program.functions)
     print(f"{a.module}: all ops supported ({nf} function{'s' if nf != 1 else ''})")
     return 0
+
+
+def _list_unsupported(module, unsupported):
+    names = sorted({u[0] for u in unsupported})
+    print(f"{module}: {len(unsupported)} op occurrence(s) cannot run "
+          f"({len(names)} distinct: {', '.join(names)}):")
+    for name, loc, why in unsupported:
+        print(f"  {name} at {loc}: {why}")
+    return EXIT_DIFFERS
 
 
 def cmd_compare(a):
@@ -160,16 +189,17 @@ def cmd_compare(a):
         func = program.function(a.func)
     except Exception as e:
         raise UserError(str(e)) from None
-    args = _load_args(a.args, func)
+    args = _load_args(a.args, func, a.cast)
     try:
         loaded = np.load(a.against, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read expected outputs from {a.against}: {e}") from None
-    if isinstance(loaded, np.ndarray):
-        against = {"result_0": loaded}
-    else:
-        with loaded:
-            against = {k: loaded[k] for k in loaded.files}
+        if isinstance(loaded, np.ndarray):
+            against = {"result_0": loaded}
+        else:
+            with loaded:
+                against = {k: loaded[k] for k in loaded.files}
+    except Exception as e:
+        raise UserError(f"cannot read expected outputs from {a.against}: "
+                        f"{type(e).__name__}: {e}") from None
     report = compare_with_files(program, args, against, func=func.name, rtol=a.rtol,
                                 atol=a.atol, ulp=a.ulp, against_name=a.against)
     report.reference_name = "stablehlo-ref"
@@ -187,6 +217,11 @@ def main(argv=None):
     r.add_argument("--args", help=".npz (arrays in stored order) or .npy with the inputs")
     r.add_argument("--out", help="save the results to this .npz instead of printing them")
     r.add_argument("--func", help="function to run (default: main)")
+    r.add_argument("--cast", action="store_true",
+                   help="convert arguments whose dtype differs from the parameter's "
+                   "(refusing values the conversion would change)")
+    r.add_argument("--max-out-bytes", type=int, default=MAX_OUT_BYTES,
+                   help=f"largest total size --out writes (default {MAX_OUT_BYTES:,})")
     c = sub.add_parser("check", help="list the ops the interpreter cannot run")
     c.add_argument("module", help="MLIR text, bytecode or portable artifact file")
     k = sub.add_parser("compare", help="diff a module's reference results against "
@@ -196,6 +231,8 @@ def main(argv=None):
     k.add_argument("--against", required=True,
                    help=".npz (or .npy) with the other backend's outputs")
     k.add_argument("--func", help="function to run (default: main)")
+    k.add_argument("--cast", action="store_true",
+                   help="convert arguments whose dtype differs from the parameter's")
     k.add_argument("--rtol", type=float, help="relative tolerance for floats")
     k.add_argument("--atol", type=float, help="absolute tolerance for floats")
     k.add_argument("--ulp", type=int, help="compare floats by ULP distance instead")
@@ -210,12 +247,15 @@ def main(argv=None):
         return cmd_check(a)
     except UserError as e:
         print(f"stablehlo-ref: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except shi.InterpreterError as e:
         print(f"stablehlo-ref: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
+    except MemoryError:
+        print("stablehlo-ref: error: out of memory", file=sys.stderr)
+        return EXIT_ERROR
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

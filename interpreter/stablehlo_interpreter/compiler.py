@@ -11,7 +11,10 @@ owns the region passes them in, so every block runs in a frame of its own.
 """
 
 import os
+import re
+from sys import getrecursionlimit as _getrecursionlimit
 from sys import getrefcount as _getrefcount
+from sys import setrecursionlimit as _setrecursionlimit
 from typing import NamedTuple
 
 import numpy as np
@@ -19,22 +22,65 @@ import numpy as np
 from . import attrs as _attrs
 from . import quant as _quant
 from . import trace as _trace
-from .errors import CompileError, ExecutionError, InterpreterError, UnsupportedOpsError
+from .arguments import coerce as _coerce
+from .errors import ArgumentError, CompileError, ExecutionError, InterpreterError, UnsupportedOpsError
 from .loader import MLIR_LOCK, NEWER_OP_PREFIX, load
 from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported, custom_call_rejection
-from .types import TOKEN, TensorType, TokenType, TupleType, conforms, describe, from_mlir
+from .types import TensorType, conforms, describe, from_mlir
 
 _ndarray = np.ndarray
+
+# Calls, regions and loops nest as Python calls (about three frames per
+# func.call level). Python 3.11 runs Python-to-Python calls without growing
+# the C stack, so a high limit is safe; it lets call chains of 10,000
+# functions run (JAX emits a few dozen levels) and still turns runaway
+# recursion into ExecutionError("recursion too deep") instead of a crash.
+RECURSION_LIMIT = 40_000
 _DEBUG_VALIDATE = os.environ.get("STABLEHLO_REF_VALIDATE", "") not in ("", "0")
 _TRACE_ENV = "STABLEHLO_REF_TRACE_OPS"
 
 
-def format_location(loc):
-    """Compact text of an MLIR location: `file:line:col` or the name JAX gave."""
-    s = str(loc)
+# Frames of a location's call stack that are not the user's code: JAX's own
+# tracing machinery, the test runner, installed packages.
+_INTERNAL_FRAME = re.compile(r"/(?:jax|jaxlib|_pytest|pytest|pluggy|site-packages|"
+                             r"dist-packages|importlib)/|^<frozen |^<string>$")
+_FRAME = re.compile(r'(?:"((?:[^"\\]|\\.)*)"\()?"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
+FULL_LOCATIONS_ENV = "STABLEHLO_REF_FULL_LOCATIONS"
+
+
+def format_location(loc, source=None):
+    """Compact text of an MLIR location.
+
+    A plain `file:line:col` stays as it is (``source`` replaces the name
+    "-" MLIR gives text parsed from a string). A JAX call stack
+    (``callsite(...)`` chain of named frames) becomes the user's own frame:
+    ``file:line:col (in function) [op name]``, the first frame outside JAX,
+    pytest/pluggy and installed packages. ``STABLEHLO_REF_FULL_LOCATIONS=1``
+    keeps the whole chain.
+    """
+    s = loc if isinstance(loc, str) else str(loc)
     if s.startswith("loc(") and s.endswith(")"):
         s = s[4:-1]
-    return s
+    if source and '"-":' in s:
+        s = s.replace('"-":', f'"{source}":')
+    if os.environ.get(FULL_LOCATIONS_ENV, "") not in ("", "0"):
+        return s
+    if "callsite(" not in s and "fused" not in s:
+        m = re.fullmatch(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)', s)
+        return f"{m.group(1)}:{m.group(2)}:{m.group(3)}" if m else s
+    frames = _FRAME.findall(s)
+    if not frames:
+        return s
+    outer = re.match(r'"((?:[^"\\]|\\.)*)"\((?:callsite|fused|")', s)
+    op_name = outer.group(1) if outer and outer.group(1) != frames[0][0] else None
+    user = [f for f in frames if not _INTERNAL_FRAME.search(f[1])]
+    fn, path, line, col = (user or frames)[0]
+    text = f"{path}:{line}:{col}"
+    if fn:
+        text += f" (in {fn})"
+    if op_name:
+        text += f" [{op_name}]"
+    return text
 
 
 class Op:
@@ -383,18 +429,25 @@ class Program:
                 f"no function @{name} in module (has: "
                 f"{', '.join('@' + n for n in self.functions)})") from None
 
-    def run(self, *args, func=None, tracer=None, process=(0, 0), grid=None):
-        """Run ``func`` (default: the entry function) on ``args``; returns a list."""
+    def run(self, *args, func=None, tracer=None, process=(0, 0), grid=None, cast=False):
+        """Run ``func`` (default: the entry function) on ``args``; returns a list.
+
+        Arrays must have their parameter's dtype and shape (ArgumentError
+        otherwise); ``cast=True`` converts them, refusing values the
+        conversion would change (arguments.py).
+        """
         f = self.function(func)
         if len(args) != len(f.input_types):
-            raise ExecutionError(
+            raise ArgumentError(
                 f"@{f.name} takes {len(f.input_types)} argument(s), got {len(args)}")
-        args = [_coerce_arg(a, t, i, f.name) for i, (a, t) in
+        args = [_coerce(a, t, i, f.name, cast) for i, (a, t) in
                 enumerate(zip(args, f.input_types))]
         if tracer is None:
             tracer = _trace.ACTIVE
             if tracer is None and _TRACE_ENV in os.environ:
                 tracer = _trace.tracer_from_env()
+        if _getrecursionlimit() < RECURSION_LIMIT:
+            _setrecursionlimit(RECURSION_LIMIT)
         ctx = Context(self, tracer=tracer, process=process, grid=grid)
         with np.errstate(all="ignore"):
             return f(ctx, args)
@@ -406,15 +459,17 @@ class Program:
         place by the program (a donated buffer's memory reused)."""
         f = self.function(func)
         if len(args) != len(f.input_types):
-            raise ExecutionError(
+            raise ArgumentError(
                 f"@{f.name} takes {len(f.input_types)} argument(s), got {len(args)}")
-        coerced = [_coerce_arg(a, t, i, f.name) for i, (a, t) in
+        coerced = [_coerce(a, t, i, f.name) for i, (a, t) in
                    enumerate(zip(args, f.input_types))]
         args.clear()
         if tracer is None:
             tracer = _trace.ACTIVE
             if tracer is None and _TRACE_ENV in os.environ:
                 tracer = _trace.tracer_from_env()
+        if _getrecursionlimit() < RECURSION_LIMIT:
+            _setrecursionlimit(RECURSION_LIMIT)
         ctx = Context(self, tracer=tracer)
         with np.errstate(all="ignore"):
             return f.block.run(ctx, (), coerced, consume=True)
@@ -426,33 +481,15 @@ class Program:
         return run_parallel(self, args_per_process, num_replicas, num_partitions, **kwargs)
 
 
-def _coerce_arg(a, t, i, fname):
-    if isinstance(t, TensorType):
-        if not isinstance(a, np.ndarray):
-            a = np.asarray(a)
-            if a.dtype != t.dtype:
-                a = a.astype(t.dtype)
-        if not conforms(a, t) and not (t.quant is not None and a.dtype == t.dtype):
-            raise ExecutionError(
-                f"argument #{i} of @{fname}: expected {t!r}, got {describe(a)}")
-        return a
-    if isinstance(t, TokenType):
-        return TOKEN
-    if isinstance(t, TupleType):
-        if not isinstance(a, tuple) or len(a) != len(t.types):
-            raise ExecutionError(f"argument #{i} of @{fname}: expected {t!r}, "
-                                 f"got {describe(a)}")
-        return tuple(_coerce_arg(x, tt, i, fname) for x, tt in zip(a, t.types))
-    return a
-
-
 # --------------------------------------------------------------------------
 # Compilation
 
 
 class _Compiler:
-    def __init__(self, module):
+    def __init__(self, module, source=None):
         self.module = module
+        # Shown instead of "-" in locations of text parsed from a file.
+        self.source = source if source and not source.startswith("<") else None
         self.unsupported = []
         self.functions = {}
 
@@ -481,10 +518,31 @@ class _Compiler:
             main = public[0] if public else names[0]
         return Program(self.functions, module_attrs, main, self.module)
 
+    def function_ops(self):
+        """``{name: func.func operation}`` of the module, built once: call,
+        composite and custom-call builders look callees up here (scanning the
+        module per call site made compile quadratic in the function count)."""
+        index = self.__dict__.get("_function_ops")
+        if index is None:
+            index = {}
+            for op in self.module.mlir.body.operations:
+                o = op.operation
+                if o.name == "func.func":
+                    index.setdefault(self._symbol_name(o), o)
+            self._function_ops = index
+        return index
+
+    def _symbol_name(self, fo):
+        name = _attrs.string_value(fo.attributes["sym_name"])
+        if "\ufffd" in name:
+            raise CompileError(f"func.func at {format_location(fo.location, self.source)}: "
+                               f"the function name {name!r} is not valid UTF-8")
+        return name
+
     def _compile_function(self, fo):
         from jaxlib.mlir import ir
-        name = ir.StringAttr(fo.attributes["sym_name"]).value
-        vis = (ir.StringAttr(fo.attributes["sym_visibility"]).value
+        name = self._symbol_name(fo)
+        vis = (_attrs.string_value(fo.attributes["sym_visibility"])
                if "sym_visibility" in fo.attributes else "public")
         ftype = ir.FunctionType(ir.TypeAttr(fo.attributes["function_type"]).value)
         arg_types = [from_mlir(t) for t in ftype.inputs]
@@ -492,7 +550,7 @@ class _Compiler:
         arg_attrs = self._decode_attr_list(fo, "arg_attrs", len(arg_types))
         res_attrs = self._decode_attr_list(fo, "res_attrs", len(res_types))
         if len(fo.regions[0].blocks) == 0:
-            self.unsupported.append(("func.func", format_location(fo.location),
+            self.unsupported.append(("func.func", format_location(fo.location, self.source),
                                      f"@{name} is a declaration without a body"))
             return
         block = self._compile_region(fo.regions[0], f"@{name}", top=True)
@@ -519,7 +577,7 @@ class _Compiler:
         blocks = list(region.blocks)
         blk = Block(name)
         if len(blocks) != 1:
-            loc = format_location(region.owner.location)
+            loc = format_location(region.owner.location, self.source)
             self.unsupported.append((region.owner.name, loc,
                                      f"region with {len(blocks)} blocks "
                                      "(only single-block regions are supported)"))
@@ -617,7 +675,7 @@ class _Compiler:
         name = _quant.OP_ALIASES.get(o.name, o.name)
         if name.startswith(NEWER_OP_PREFIX):
             name = "stablehlo." + name[len(NEWER_OP_PREFIX):]
-        loc = format_location(o.location)
+        loc = format_location(o.location, self.source)
         # Decode attributes. A failure to decode one is reported only if the
         # kernel needs it (RawAttr keeps the text).
         attrs = {}
@@ -722,5 +780,12 @@ def compile(module_or_data, *, name="<input>"):  # noqa: A001 - the natural name
     """
     module = load(module_or_data, name=name)
     with MLIR_LOCK, module.context:
-        program = _Compiler(module).compile()
+        try:
+            program = _Compiler(module, name).compile()
+        except InterpreterError:
+            raise
+        except RecursionError:
+            raise CompileError(f"{name}: regions nest too deeply to compile") from None
+        except Exception as e:  # never let a binding's error escape untyped
+            raise CompileError(f"{name}: cannot compile: {type(e).__name__}: {e}") from e
     return program

@@ -45,3 +45,8 @@ class ExecutionError(InterpreterError):
 
 class CheckFailure(ExecutionError):
     """A ``check.*`` op (the conformance suites' assertions) did not hold."""
+
+
+class ArgumentError(ExecutionError):
+    """An argument does not match its parameter's type (or cannot be cast
+    to it without changing its value)."""

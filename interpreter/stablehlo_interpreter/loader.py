@@ -1,7 +1,10 @@
 """Loading modules: MLIR text, MLIR bytecode, or StableHLO portable artifacts."""
 
+import os
+import re
 import threading
 
+from . import isolate
 from .errors import LoadError
 
 # MLIR contexts are not safe to use from several threads at once; all parsing
@@ -60,7 +63,7 @@ class Module:
             return str(self.mlir)
 
 
-def load(data, *, name="<input>"):
+def load(data, *, name="<input>", trusted=False):
     """Parse ``data`` into a :class:`Module`.
 
     ``data`` is MLIR text (str, or bytes that decode as text), MLIR bytecode,
@@ -70,54 +73,173 @@ def load(data, *, name="<input>"):
     if isinstance(data, Module):
         return data
     from jaxlib.mlir import ir
-    from jaxlib.mlir.dialects import stablehlo
     if isinstance(data, (bytearray, memoryview)):
         data = bytes(data)
     if not isinstance(data, (str, bytes)):
         raise LoadError(f"{name}: expected MLIR text (str) or bytecode (bytes), "
                         f"got {type(data).__name__}")
+    if isinstance(data, bytes) and data.startswith(b"ML\xefR"):
+        return _load_bytecode(data, name, trusted)
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise LoadError(
+                f"{name}: expected MLIR text, MLIR bytecode or a StableHLO "
+                "portable artifact; the bytes are neither UTF-8 text (invalid byte at "
+                f"offset {e.start}) nor start with the MLIR bytecode magic 'ML\\xefR'") from None
+    check_text_nesting(data, name)
     with MLIR_LOCK:
         ctx = new_context()
-        errors = []
         with ctx:
-            if isinstance(data, bytes) and data.startswith(b"ML\xefR"):
-                # Bytecode: a portable artifact is VHLO inside MLIR bytecode;
-                # plain StableHLO bytecode parses directly.
-                try:
-                    return Module(ctx, stablehlo.deserialize_portable_artifact(ctx, data),
-                                  "portable-artifact")
-                except Exception as e:  # not VHLO: try as plain bytecode
-                    errors.append(f"as a portable artifact: {_first_line(e)}")
-                try:
-                    return Module(ctx, ir.Module.parse(data), "bytecode")
-                except Exception as e:
-                    errors.append(f"as MLIR bytecode: {_first_line(e)}")
-                raise LoadError(f"{name}: could not read MLIR bytecode ("
-                                + "; ".join(errors) + ")")
-            if isinstance(data, bytes):
-                try:
-                    data = data.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise LoadError(
-                        f"{name}: expected MLIR text, MLIR bytecode or a StableHLO "
-                        "portable artifact; the bytes are neither UTF-8 text nor "
-                        "start with the MLIR bytecode magic 'ML\\xefR'") from None
             if "!quant.uniform<" in data:
                 # jaxlib's StableHLO verifier rejects quantized types as they
                 # are; quant.py rewrites them into a form it accepts.
                 from .quant import rewrite_quantized_text
                 data = rewrite_quantized_text(data)
-            try:
-                module = ir.Module.parse(data)
-            except Exception as e:
-                module = _parse_with_newer_ops(data)
-                if module is None:
-                    raise LoadError(f"{name}: expected a StableHLO module in MLIR text form; "
-                                    f"parsing failed:\n{e}") from None
+            with _Diagnostics(ctx) as diags:
+                try:
+                    module = ir.Module.parse(data)
+                except Exception as e:
+                    module = _parse_with_newer_ops(data)
+                    if module is None:
+                        msg = _message(e, diags)
+                        err = LoadError(f"{name}: expected a StableHLO module in MLIR text "
+                                        f"form; parsing failed:\n{msg}")
+                        err.unknown_ops = _unknown_ops(msg, name)
+                        raise err from None
             if "vhlo." in data[:4096] and _has_vhlo(module):
                 raise LoadError(f"{name}: textual VHLO is not supported; pass the portable "
                                 "artifact bytes instead")
             return Module(ctx, module, "text")
+
+
+# How deep regions/blocks/brackets may nest. MLIR's parsers recurse once per
+# level and overflow the C stack (a segfault) at about 2,500 levels; JAX
+# programs nest a few dozen levels (each jit/scan/cond/while adds one or two).
+MAX_NESTING = int(os.environ.get("STABLEHLO_REF_MAX_NESTING", "500"))
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+
+
+def check_text_nesting(text, name="<input>"):
+    """Refuse text whose brackets nest deeper than MAX_NESTING, before MLIR
+    sees it: `{ ( [ <` outside string literals open a level, `} ) ] >` close
+    one (not the `>` of `->`). Linear and vectorized (a regex drops string
+    literals, numpy sums the rest); no parsing."""
+    opens = text.count("{") + text.count("(") + text.count("[") + text.count("<")
+    if opens <= MAX_NESTING:
+        return
+    import numpy as np
+    stripped = _STRING.sub('""', text) if '"' in text else text
+    b = np.frombuffer(stripped.encode("utf-8", "replace"), dtype=np.uint8)
+    step = np.zeros(b.shape, dtype=np.int32)
+    for c in b"{([<":
+        step[b == c] = 1
+    for c in b"})]":
+        step[b == c] = -1
+    gt = b == ord(">")
+    gt[1:] &= b[:-1] != ord("-")  # the arrow of a function type closes nothing
+    step[gt] = -1
+    depth = np.cumsum(step)
+    over = np.flatnonzero(depth > MAX_NESTING)
+    if over.size:
+        line = int(np.count_nonzero(b[:over[0]] == ord("\n"))) + 1
+        raise LoadError(
+            f"{name}:{line}: brackets/regions nest deeper than {MAX_NESTING} levels "
+            "(MLIR's parser recurses once per level and would overflow the stack; "
+            "STABLEHLO_REF_MAX_NESTING raises the limit)")
+
+
+def _load_bytecode(data, name, trusted=False):
+    """Bytecode or a portable artifact: read first in the isolated helper
+    (isolate.py), then here. Bytes that are bytecode are never parsed as text.
+    ``trusted``: the caller serialized these bytes itself from a module MLIR
+    already read (a round trip), so the helper is skipped."""
+    if isolate.enabled() and not trusted:
+        try:
+            isolate.check_bytecode(data)
+        except isolate.Rejected as e:
+            raise LoadError(f"{name}: could not read MLIR bytecode: {e}") from None
+    with MLIR_LOCK:
+        ctx = new_context()
+        with ctx:
+            with _Diagnostics(ctx) as diags:
+                try:
+                    module, kind = isolate.read_in_this_process(ctx, data)
+                except ValueError as e:
+                    raise LoadError(f"{name}: could not read MLIR bytecode: "
+                                    f"{_message(e, diags)}") from None
+            return Module(ctx, module, kind)
+
+
+class _Diagnostics:
+    """Collects MLIR's diagnostics while parsing, so that a LoadError carries
+    the reason MLIR gave (the exception text alone is often just "Unable to
+    parse module assembly")."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.messages = []
+        self._handler = None
+
+    def __enter__(self):
+        def handler(d):
+            try:
+                self.messages.append(f"{d.location}: {d.message}")
+                for n in d.notes:
+                    self.messages.append(f"  note: {n.location}: {n.message}")
+            except Exception:
+                self.messages.append("<diagnostic not printable>")
+            return False  # let MLIR attach it to the exception as well
+        try:
+            self._handler = self.ctx.attach_diagnostic_handler(handler)
+        except Exception:
+            self._handler = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._handler is not None:
+            try:
+                self._handler.detach()
+            except Exception:
+                pass
+        return False
+
+
+_UNKNOWN_OP = re.compile(
+    r"(?:error: )?(\"[^\"]*\":\d+:\d+|loc\([^)]*\)|[^\s:]+:\d+:\d+): "
+    r"(?:custom op '([\w.$-]+)' is unknown|unregistered operation '([\w.$-]+)' found)")
+
+
+def _unknown_ops(message, name="<input>"):
+    """``(op, location, diagnostic)`` for each op MLIR's parser did not know
+    (dialect ops only: a bare word is text that is not MLIR at all)."""
+    out = []
+    for m in _UNKNOWN_OP.finditer(message):
+        op = m.group(2) or m.group(3)
+        if "." not in op:
+            continue
+        loc = m.group(1)
+        if loc.startswith('"-":') and not name.startswith("<"):
+            loc = name + loc[3:]
+        elif loc.startswith('"'):
+            loc = loc[1:].replace('":', ":", 1)
+        line_end = message.find("\n", m.start())
+        diag = message[m.start():line_end if line_end >= 0 else None]
+        if diag.startswith("error: "):
+            diag = diag[len("error: "):]
+        out.append((op, loc, diag.split(": ", 1)[-1]))
+    return out
+
+
+def _message(e, diags):
+    text = isolate._text(e)
+    missing = [m for m in diags.messages if m.split(": ", 1)[-1] not in text]
+    if missing:
+        text += "\n" + "\n".join(missing)
+    return text
 
 
 # Ops (or op forms) of StableHLO newer than the dialect jaxlib 0.10.2 ships:

@@ -350,6 +350,63 @@ def parse_sharding(text, meshes):
     return Sharding(mesh, dims, [a.name for a in replicated], unreduced, text=s)
 
 
+_GSPMD_TILED = re.compile(
+    r"^\{devices=\[([\d,]+)\]\s*(.*?)\s*(last_tile_dim_replicate)?\s*\}$")
+_GSPMD_IOTA = re.compile(r"^<=\[([\d,]+)\](?:T\(([\d,]+)\))?$")
+
+
+def parse_gspmd_sharding(text, num_devices):
+    """A GSPMD ``mhlo.sharding`` string (what programs converted from XLA HLO
+    carry: PyTorch/XLA's SPMD) as a :class:`Sharding`, or None if replicated.
+
+    ``{devices=[t0,...,tn-1(,r)]ids (last_tile_dim_replicate)}``: tile
+    ``(i0..in-1)`` of dimension-wise tiling ``t`` is held by the device at that
+    position of the tile-assignment array (``ids`` listed, or ``<=[dims]T(perm)``:
+    an iota reshaped and transposed).  Built as a mesh with one axis per tile
+    dimension (``_gspmd<d>``, and ``_gspmd_rep`` for the replicated last one)
+    whose device ids are the tile assignment in row-major order: the device at
+    mesh position ``i`` then holds tile ``i`` along each sharded dimension.
+    ``{replicated}`` / ``{maximal device=k}`` (a value every device can
+    compute on the global view) are replicated.
+    """
+    t = text.strip()
+    if t in ("{replicated}", "{manual}") or t.startswith("{maximal"):
+        return None if t != "{manual}" else _raise_manual(text)
+    m = _GSPMD_TILED.match(t)
+    if not m:
+        raise ShardingError(f"mhlo.sharding {text!r}: not a GSPMD sharding stablehlo_ref "
+                            "understands (replicated, maximal or devices=[...])")
+    dims = [int(x) for x in m.group(1).split(",")]
+    ids_text, rep = m.group(2).strip(), m.group(3) is not None
+    total = int(np.prod(dims))
+    iota = _GSPMD_IOTA.match(ids_text)
+    if iota:
+        shape = [int(x) for x in iota.group(1).split(",")]
+        ids = np.arange(int(np.prod(shape))).reshape(shape)
+        if iota.group(2):
+            ids = ids.transpose([int(x) for x in iota.group(2).split(",")])
+        ids = ids.ravel().tolist()
+    else:
+        try:
+            ids = [int(x) for x in ids_text.split(",")] if ids_text else list(range(total))
+        except ValueError:
+            raise ShardingError(f"mhlo.sharding {text!r}: cannot read the device list") from None
+    if len(ids) != total or total != num_devices:
+        raise ShardingError(f"mhlo.sharding {text!r}: {len(ids)} devices in a tiling of "
+                            f"{total}, the program has {num_devices} partitions")
+    tiled = dims[:-1] if rep else dims
+    axes = [(f"_gspmd{d}", n) for d, n in enumerate(tiled)]
+    if rep:
+        axes.append(("_gspmd_rep", dims[-1]))
+    mesh = Mesh(axes, ids)
+    return Sharding(mesh, [[AxisRef(f"_gspmd{d}")] if n > 1 else [] for d, n in enumerate(tiled)],
+                    text=text)
+
+
+def _raise_manual(text):
+    raise ShardingError(f"mhlo.sharding {text!r}: manual sharding needs XLA's SPMD partitioner")
+
+
 def parse_sharding_per_value(text, meshes):
     s = attribute_text(text)
     if s.startswith("#sdy.sharding_per_value"):

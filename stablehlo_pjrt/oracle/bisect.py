@@ -43,7 +43,11 @@ def source_line(location: str) -> str | None:
     """The innermost ``file:line`` of an op location JAX recorded, e.g.
     ``"jit(f)/sin"(callsite("f"("x.py":4:20 to :30) at ...))`` -> ``x.py:4``."""
     m = _SOURCE_RE.search(location or "")
-    return f"{m.group(1)}:{m.group(2)}" if m else None
+    if m:
+        return f"{m.group(1)}:{m.group(2)}"
+    # The interpreter's compact form: `file:line:col (in fn) [op]`.
+    m = re.match(r"(\S+?):(\d+):\d+(?: |$)", location or "")
+    return f"{m.group(1)}:{m.group(2)}" if m and m.group(1) != "-" else None
 
 
 @dataclass

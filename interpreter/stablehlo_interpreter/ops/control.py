@@ -34,13 +34,8 @@ def call(op):
 
 
 def _function_names(op):
-    from jaxlib.mlir import ir
-    mod = op.module.module.mlir
-    names = set()
-    for o in mod.body.operations:
-        if o.operation.name == "func.func":
-            names.add(ir.StringAttr(o.operation.attributes["sym_name"]).value)
-    return names
+    """Names of the module's functions (indexed once per module by the compiler)."""
+    return op.module.function_ops()
 
 
 def _direct_composite(op):

@@ -262,12 +262,8 @@ def eigh(op):
 
 def _comparator_direction(op, name):
     """'GT' or 'LT' when the comparator is `compare DIR, arg0, arg1`."""
-    from jaxlib.mlir import ir
-    mod = op.module.module.mlir
-    for o in mod.body.operations:
-        o = o.operation
-        if o.name != "func.func" or ir.StringAttr(o.attributes["sym_name"]).value != name:
-            continue
+    o = op.module.function_ops().get(name)
+    if o is not None:
         block = o.regions[0].blocks[0]
         ops = list(block.operations)
         args = list(block.arguments)

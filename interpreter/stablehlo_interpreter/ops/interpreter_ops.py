@@ -12,6 +12,7 @@ This module also holds the reference interpreter's text format for tensors
 
 import csv
 import os
+import re
 import sys
 import threading
 
@@ -51,6 +52,14 @@ def _storable(value):
     return value
 
 
+# The index is written with the csv module (a probe_id with commas, quotes or
+# newlines stays one field of one row) and the file column only ever holds a
+# file this module made, `<dir>/probe<N>.npy`; the reader refuses anything else, so
+# program data (the probe_id) cannot add rows or point the reader at a file
+# of its choosing.
+_PROBE_FILE = re.compile(r"probe[1-9][0-9]{0,9}\.npy")
+
+
 def save_probe(ctx, probe_id, value, ttype):
     ctx.state.setdefault("probes", {}).setdefault(probe_id, []).append(value)
     d = probe_dir()
@@ -61,12 +70,23 @@ def save_probe(ctx, probe_id, value, ttype):
         index = os.path.join(d, "index.csv")
         n = 0
         if os.path.exists(index):
-            with open(index) as f:
-                n = sum(1 for _ in f)
+            with open(index, newline="") as f:
+                n = sum(1 for _ in csv.reader(f))
         path = os.path.join(d, f"probe{n + 1}.npy")
         np.save(path, _storable(value), allow_pickle=False)
-        with open(index, "a") as f:
-            f.write(f"{probe_id},{ttype!r},{path}\n")
+        with open(index, "a", newline="") as f:
+            csv.writer(f, lineterminator="\n").writerow([probe_id, repr(ttype), path])
+
+
+def _probe_path(d, recorded):
+    """The probe file a row names, if it is one this module wrote:
+    `probe<N>.npy` in ``d`` itself."""
+    head, name = os.path.split(recorded)
+    if not _PROBE_FILE.fullmatch(name):
+        return None
+    if head and os.path.realpath(head) != os.path.realpath(d):
+        return None
+    return os.path.join(d, name)
 
 
 def load_probe(ctx, probe_id, iteration, ttype):
@@ -76,14 +96,17 @@ def load_probe(ctx, probe_id, iteration, ttype):
         index = os.path.join(d, "index.csv")
         if os.path.exists(index):
             match = 0
-            with open(index) as f:
+            with open(index, newline="") as f:
                 for row in csv.reader(f):
                     if len(row) == 3 and row[0] == probe_id:
                         if match == iteration:
-                            if row[1] != repr(ttype):
+                            path = _probe_path(d, row[2])
+                            if row[1] != repr(ttype) or path is None:
                                 return None
-                            arr = np.load(row[2], allow_pickle=False)
+                            arr = np.load(path, allow_pickle=False)
                             if arr.dtype != ttype.dtype:
+                                if arr.dtype.itemsize != np.dtype(ttype.dtype).itemsize:
+                                    return None
                                 arr = arr.view(ttype.dtype)
                             return arr
                         match += 1

@@ -1,0 +1,252 @@
+"""Reading MLIR bytecode in a helper process first, so that bad bytes cannot
+take this process down.
+
+MLIR's bytecode reader (and StableHLO's portable-artifact deserializer behind
+it) is not hardened against hostile input: a mutated artifact can segfault,
+hang, or throw a C++ exception across the Python bindings that ends in
+``std::terminate`` (seen: non-UTF-8 bytes in a diagnostic). No cheap check on
+the bytes decides whether the reader will survive them, so every bytecode
+input is first read by a long-lived helper process (one per process, started
+on first use, restarted after it dies). Only bytes it read without crashing
+are read again here; bytes it could not read come back as its diagnostic.
+Digests of bytes already accepted are remembered, so recompiling the same
+program does not pay twice.
+
+``STABLEHLO_REF_ISOLATE=0`` turns the helper off (trusted input only);
+``STABLEHLO_REF_ISOLATE_TIMEOUT`` (seconds, default 60) bounds one read.
+"""
+
+import hashlib
+import os
+import struct
+import subprocess
+import sys
+import threading
+
+_LOCK = threading.Lock()
+_PROC = None
+_ACCEPTED = {}  # digest -> kind; bounded below
+_MAX_ACCEPTED = 4096
+
+
+class Rejected(Exception):
+    """The helper could not read the bytes; ``str()`` says why."""
+
+
+def enabled():
+    return os.environ.get("STABLEHLO_REF_ISOLATE", "1") not in ("0", "")
+
+
+def _timeout():
+    try:
+        return float(os.environ.get("STABLEHLO_REF_ISOLATE_TIMEOUT", "60"))
+    except ValueError:
+        return 60.0
+
+
+def _start():
+    env = dict(os.environ)
+    env.pop("STABLEHLO_REF_TRACE_OPS", None)
+    # Run as a plain script: importing the package would import every
+    # kernel (scipy...), seconds of start-up the helper does not need.
+    # -P: not the package folder on sys.path (its types.py would shadow the stdlib).
+    return subprocess.Popen([sys.executable, "-P", os.path.abspath(__file__)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=env)
+
+
+def prestart():
+    """Start the helper now, without waiting for it (its imports then overlap
+    with the caller's work; the PJRT client calls this: every program JAX
+    sends is bytecode)."""
+    global _PROC
+    if not enabled():
+        return
+    with _LOCK:
+        if _PROC is None or _PROC.poll() is not None:
+            try:
+                _PROC = _start()
+            except OSError:
+                _PROC = None
+
+
+def _read_exact(f, n):
+    data = b""
+    while len(data) < n:
+        chunk = f.read(n - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
+
+
+def _stop(proc):
+    try:
+        proc.kill()
+        proc.wait(timeout=5)
+    except Exception:
+        pass
+
+
+def check_bytecode(data):
+    """Read ``data`` (bytes starting with the MLIR bytecode magic) in the
+    helper. Returns its kind ("portable-artifact" or "bytecode"); raises
+    :class:`Rejected` with the reader's diagnostic, or with what happened to
+    the helper (killed by a signal, timed out)."""
+    digest = hashlib.sha256(data).digest()
+    kind = _ACCEPTED.get(digest)
+    if kind is not None:
+        return kind
+    global _PROC
+    with _LOCK:
+        for attempt in (0, 1):
+            if _PROC is None or _PROC.poll() is not None:
+                _PROC = _start()
+            proc = _PROC
+            try:
+                proc.stdin.write(struct.pack("<Q", len(data)) + data)
+                proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                _stop(proc)
+                _PROC = None
+                if attempt:
+                    raise Rejected("the bytecode reader process could not be started")
+                continue
+            reply = _reply(proc)
+            if reply == "timeout":
+                _PROC = None
+                raise Rejected(f"the MLIR bytecode reader did not finish within "
+                               f"{_timeout():g} s (STABLEHLO_REF_ISOLATE_TIMEOUT)")
+            if reply is None:
+                try:
+                    rc = proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    rc = None
+                _stop(proc)
+                _PROC = None
+                how = ("no exit status" if rc is None else
+                       f"signal {-rc}" if rc < 0 else f"exit status {rc}")
+                raise Rejected(f"the MLIR bytecode reader crashed on these bytes ({how})")
+            status, text = reply
+            if status == b"K":
+                if len(_ACCEPTED) >= _MAX_ACCEPTED:
+                    _ACCEPTED.clear()
+                _ACCEPTED[digest] = text
+                return text
+            raise Rejected(text)
+    raise Rejected("the bytecode reader process could not be started")
+
+
+def _reply(proc):
+    """(status byte, text) from the helper, or None if it died or timed out."""
+    result = []
+
+    def read():
+        try:
+            head = _read_exact(proc.stdout, 9)
+            (n,) = struct.unpack("<Q", head[1:])
+            result.append((head[:1], _read_exact(proc.stdout, n).decode("utf-8", "replace")))
+        except Exception:
+            pass
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(_timeout())
+    if t.is_alive():
+        _stop(proc)
+        t.join(5)
+        return "timeout"
+    return result[0] if result else None
+
+
+def read_in_this_process(ctx, data):
+    """Deserialize ``data`` in ``ctx``: (module, kind). Raises ValueError with
+    MLIR's diagnostic. A portable artifact (VHLO inside bytecode, what JAX
+    sends) is only ever read as one; other bytecode is read as plain MLIR."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+    if is_portable_artifact(data):
+        try:
+            return stablehlo.deserialize_portable_artifact(ctx, data), "portable-artifact"
+        except Exception as e:
+            raise ValueError(f"not a readable StableHLO portable artifact: {_text(e)}") from None
+    try:
+        return ir.Module.parse(data), "bytecode"
+    except Exception as e:
+        raise ValueError(f"not readable MLIR bytecode: {_text(e)}") from None
+
+
+def is_portable_artifact(data):
+    """True if the bytecode names the VHLO dialect (the dialect section lists
+    the names of the dialects it uses; a portable artifact uses `vhlo`)."""
+    return b"vhlo\x00" in data[:65536] or b"vhlo" in data[:4096]
+
+
+def _text(e):
+    try:
+        s = str(e)
+    except Exception:
+        s = type(e).__name__
+    return s.encode("utf-8", "replace").decode("utf-8", "replace").strip() or type(e).__name__
+
+
+def _die_with_parent():
+    """Linux: get SIGKILL when the parent dies (a helper stuck in a hostile
+    input must not outlive the process it serves)."""
+    try:
+        import ctypes
+        import signal
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _helper_context():
+    """The dialects loader.new_context loads (kept in step with it), without
+    importing the package."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+    from jaxlib.mlir.dialects import chlo, stablehlo
+    reg = ir.DialectRegistry()
+    _jax_mlir_ext.register_dialects(reg)
+    ctx = ir.Context()
+    ctx.append_dialect_registry(reg)
+    ctx.load_all_available_dialects()
+    stablehlo.register_dialect(ctx)
+    chlo.register_dialect(ctx)
+    try:
+        from jaxlib.mlir.dialects import sdy
+        sdy.register_dialect(ctx)
+    except Exception:
+        pass
+    ctx.allow_unregistered_dialects = True
+    return ctx
+
+
+def _serve():
+    """The helper: read length-prefixed bytes, answer K<kind> or E<diagnostic>."""
+    _die_with_parent()
+    if os.getppid() == 1:
+        return 0
+    new_context = _helper_context
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        head = inp.read(8)
+        if len(head) < 8:
+            return 0
+        (n,) = struct.unpack("<Q", head)
+        data = _read_exact(inp, n)
+        try:
+            ctx = new_context()
+            with ctx:
+                _, kind = read_in_this_process(ctx, data)
+            reply = b"K" + kind.encode()
+        except Exception as e:
+            reply = b"E" + _text(e).encode("utf-8", "replace")
+        ctx = None
+        out.write(reply[:1] + struct.pack("<Q", len(reply) - 1) + reply[1:])
+        out.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(_serve())

@@ -1,0 +1,412 @@
+"""Seeded mutation fuzzing of every input path, each case in a subprocess.
+
+The parent (:func:`run_cases`) sends a batch of cases to one worker process
+(``python fuzzlib.py KIND``: length-prefixed cases on stdin) which reports
+``<index> <status>`` on stdout after each case. A signal or any other
+non-clean exit stops the batch; the case that was running is re-run alone in a
+fresh worker to confirm it, and the batch resumes after it. A case is clean
+when it succeeds or raises the error type its input path documents
+(``InterpreterError`` for modules/attributes, the plugin's ``PjrtError`` for
+serialized executables and C API calls, the CLI's ``UserError`` or an
+``InterpreterError`` for ``.npz`` arguments); anything else is a finding.
+
+Mutations (:func:`mutate`) are seeded (``random.Random(seed)``), so a failing
+case is reproduced from its (kind, seed, index) alone.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SEEDS = HERE / "seeds"
+KINDS = ("module", "executable", "attr", "npz")
+
+# --------------------------------------------------------------------------
+# Mutations
+
+_INTERESTING = [0x00, 0x01, 0x7F, 0x80, 0xFF, 0x40, 0x20, 0x10]
+
+
+def mutate(data: bytes, rng: random.Random) -> bytes:
+    """One to four byte-level mutations of ``data`` (bit flips, interesting
+    bytes, varint-sized values, deletions, duplications, truncation)."""
+    b = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        if not b:
+            b.extend(rng.randbytes(rng.randint(1, 8)))
+            continue
+        i = rng.randrange(len(b))
+        op = rng.randrange(8)
+        if op == 0:
+            b[i] ^= 1 << rng.randrange(8)
+        elif op == 1:
+            b[i] = rng.choice(_INTERESTING)
+        elif op == 2:
+            b[i] = rng.randrange(256)
+        elif op == 3:
+            del b[i:i + rng.randint(1, 16)]
+        elif op == 4:
+            j = rng.randrange(len(b))
+            b[i:i] = b[j:j + rng.randint(1, 16)]
+        elif op == 5:
+            del b[rng.randrange(len(b)):]
+        elif op == 6:
+            # a large varint-ish value (section lengths, counts, indices)
+            b[i:i + 1] = bytes([0xFF] * rng.randint(1, 9) + [0x7F])
+        else:
+            j = rng.randrange(len(b))
+            b[i], b[j] = b[j], b[i]
+    return bytes(b)
+
+
+# --------------------------------------------------------------------------
+# Generated inputs (structure-aware: attributes nested in dictionaries)
+
+_DENSE = [
+    ("f32", lambda r: f"{r.uniform(-9, 9):.3f}"),
+    ("f64", lambda r: r.choice(["1.5", "0x7FF8000000000000", "-0.0"])),
+    ("i32", lambda r: str(r.randint(-5, 5))),
+    ("i1", lambda r: r.choice(["true", "false"])),
+    ("bf16", lambda r: "2.5"),
+    ("complex<f32>", lambda r: f"({r.randint(-3, 3)}.0,{r.randint(-3, 3)}.0)"),
+    ("complex<f64>", lambda r: "(1.0,2.0)"),
+    ("ui8", lambda r: str(r.randint(0, 255))),
+    ("i4", lambda r: str(r.randint(-8, 7))),
+]
+
+
+def random_attr(rng: random.Random, depth: int = 0) -> str:
+    k = rng.randrange(8 if depth < 4 else 4)
+    if k == 0:
+        return f"{rng.randint(-2**40, 2**40)} : i64"
+    if k == 1:
+        return '"' + rng.choice(["x", "a b", "\\00\\FF", ""]) + '"'
+    if k == 2:
+        return rng.choice(["unit", "true", "1.5 : f32", "array<i64: 1, 2>", "@f"])
+    if k in (3, 4):
+        t, gen = rng.choice(_DENSE)
+        n = rng.randint(0, 3)
+        if n == 0:
+            return f"dense<{gen(rng)}> : tensor<{t}>"
+        return f"dense<[{', '.join(gen(rng) for _ in range(n))}]> : tensor<{n}x{t}>"
+    if k in (5, 6):
+        items = [f"k{i} = {random_attr(rng, depth + 1)}" for i in range(rng.randint(0, 3))]
+        return "{" + ", ".join(items) + "}"
+    return "[" + ", ".join(random_attr(rng, depth + 1) for _ in range(rng.randint(0, 3))) + "]"
+
+
+def attr_module(attr: str, where: str = "backend") -> str:
+    if where == "backend":
+        attrs = f"mhlo.backend_config = {attr}, api_version = 4 : i32"
+    elif where == "frontend":
+        attrs = f"mhlo.frontend_attributes = {{a = {attr}}}"
+    else:
+        attrs = f"x = {attr}"
+    return ("func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
+            f"  %0 = stablehlo.custom_call @t(%a) {{{attrs}}} : (tensor<2xf32>) -> tensor<2xf32>\n"
+            "  return %0 : tensor<2xf32>\n}\n")
+
+
+# --------------------------------------------------------------------------
+# Workers: one per kind, run inside the subprocess
+
+
+def _work_module(data: bytes):
+    import stablehlo_interpreter as shi
+    try:
+        shi.compile(data)
+    except shi.InterpreterError:
+        return "err"
+    return "ok"
+
+
+def _work_attr(data: bytes):
+    return _work_module(data)
+
+
+def _work_executable(data: bytes):
+    from stablehlo_pjrt.error import PjrtError
+    from stablehlo_pjrt.executable import CompileOptions, compile_program, parse_serialized
+    try:
+        fmt, options, code = parse_serialized(data)
+        compile_program(code, fmt, CompileOptions(options))
+    except PjrtError:
+        return "err"
+    return "ok"
+
+
+_NPZ_FUNC = None
+
+
+def _work_npz(data: bytes):
+    import tempfile
+
+    import stablehlo_interpreter as shi
+    from stablehlo_interpreter import cli
+    global _NPZ_FUNC
+    if _NPZ_FUNC is None:
+        _NPZ_FUNC = shi.compile(NPZ_MODULE).function()
+    with tempfile.NamedTemporaryFile(suffix=".npz") as f:
+        f.write(data)
+        f.flush()
+        try:
+            cli._load_args(f.name, _NPZ_FUNC)
+        except (cli.UserError, shi.InterpreterError):
+            return "err"
+    return "ok"
+
+
+NPZ_MODULE = """
+func.func @main(%a: tensor<2x3xf32>, %b: tensor<i32>) -> tensor<2x3xf32> {
+  return %a : tensor<2x3xf32>
+}
+"""
+
+
+WORKERS = {"module": _work_module, "attr": _work_attr, "executable": _work_executable,
+           "npz": _work_npz}
+
+
+def _read_cases(stream):
+    while True:
+        head = stream.read(8)
+        if len(head) < 8:
+            return
+        (n,) = struct.unpack("<Q", head)
+        yield stream.read(n)
+
+
+def worker_main(kind: str) -> int:
+    work = WORKERS[kind]
+    out = sys.stdout
+    for i, case in enumerate(_read_cases(sys.stdin.buffer)):
+        out.write(f"{i} start\n")
+        out.flush()
+        try:
+            status = work(case)
+        except Exception as e:  # a non-clean result: report it, keep going
+            status = "unclean " + f"{type(e).__name__}: {e}".replace("\n", " ")[:300]
+        out.write(f"{i} {status}\n")
+        out.flush()
+    return 0
+
+
+# --------------------------------------------------------------------------
+# Parent side
+
+
+@dataclass
+class Finding:
+    kind: str
+    index: int
+    what: str
+    data: bytes
+
+
+@dataclass
+class Result:
+    kind: str
+    cases: int = 0
+    ok: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    findings: list = field(default_factory=list)
+
+
+def _pack(cases):
+    return b"".join(struct.pack("<Q", len(c)) + c for c in cases)
+
+
+def _run_batch(kind, cases, case_timeout):
+    """Run ``cases`` in one worker. Returns (returncode, stderr tail,
+    statuses by index, index of a case started but not finished or None,
+    whether that case hung: took longer than ``case_timeout`` seconds)."""
+    import selectors
+    import tempfile
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    with tempfile.TemporaryFile() as inp, tempfile.TemporaryFile() as err:
+        inp.write(_pack(cases))
+        inp.seek(0)
+        p = subprocess.Popen([sys.executable, str(HERE / "fuzzlib.py"), kind], stdin=inp,
+                             stdout=subprocess.PIPE, stderr=err, env=env)
+        statuses = {}
+        started = None
+        hung = False
+        sel = selectors.DefaultSelector()
+        sel.register(p.stdout, selectors.EVENT_READ)
+        buf = b""
+        deadline = time.monotonic() + case_timeout + 30  # the first case imports jax
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                hung = True
+                p.kill()
+                break
+            if not sel.select(timeout=min(left, 1.0)):
+                continue
+            chunk = os.read(p.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                idx, _, status = line.decode(errors="replace").partition(" ")
+                if status == "start":
+                    started = int(idx)
+                    deadline = time.monotonic() + case_timeout
+                else:
+                    statuses[int(idx)] = status
+                    started = None
+        p.wait()
+        sel.close()
+        p.stdout.close()
+        err.seek(0)
+        tail = err.read()[-400:].decode(errors="replace")
+    return p.returncode, tail, statuses, started, hung
+
+
+def run_cases(kind: str, cases: list[bytes], batch: int = 200,
+              case_timeout: float = 60) -> Result:
+    """Run every case of ``kind`` in worker subprocesses; returns counts and
+    findings (signals, non-clean exits, unexpected exceptions, hangs)."""
+    res = Result(kind)
+    t0 = time.monotonic()
+    pos = 0
+    while pos < len(cases):
+        chunk = cases[pos:pos + batch]
+        rc, tail, statuses, started, hung = _run_batch(kind, chunk, case_timeout)
+        for i in range(len(chunk)):
+            s = statuses.get(i)
+            if s is None:
+                break
+            res.cases += 1
+            if s == "ok":
+                res.ok += 1
+            elif s == "err":
+                res.errors += 1
+            else:
+                res.findings.append(Finding(kind, pos + i, s, chunk[i]))
+        done = len(statuses)
+        if done == len(chunk) and rc == 0:
+            pos += len(chunk)
+            continue
+        if done == len(chunk):  # every case reported, then a bad exit
+            res.findings.append(Finding(kind, pos + done - 1,
+                                        f"worker exit status {rc} after the batch: {tail}", b""))
+            pos += len(chunk)
+            continue
+        # The worker died (or hung) on case `bad`: re-run it alone to
+        # confirm and to get its own exit status, then resume after it.
+        bad = started if started is not None else done
+        if hung:
+            what = f"hang: no result within {case_timeout} s"
+        else:
+            rc1, tail1, st1, _, hung1 = _run_batch(kind, [chunk[bad]], case_timeout)
+            what = st1.get(0) or ("hang" if hung1 else f"exit status {rc1}: {tail1}")
+        res.cases += 1
+        if what == "err":
+            res.errors += 1  # flaky in the batch only: count it, report the batch exit
+            res.findings.append(Finding(kind, pos + bad, f"batch exit status {rc}: {tail}",
+                                        chunk[bad]))
+        elif what == "ok":
+            res.ok += 1
+            res.findings.append(Finding(kind, pos + bad, f"batch exit status {rc}: {tail}",
+                                        chunk[bad]))
+        else:
+            res.findings.append(Finding(kind, pos + bad, what, chunk[bad]))
+        pos += bad + 1
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+def seed_files(kind: str) -> list[bytes]:
+    """The inputs mutations start from: files under seeds/<kind>/ (modules:
+    JAX programs as bytecode and as portable artifacts of several versions),
+    or built from them (executables: each module in the serialized envelope;
+    .npz: arguments of NPZ_MODULE)."""
+    if kind == "executable":
+        return [seal(b"mlir", b"", code) for code in seed_files("module")]
+    if kind == "npz":
+        import io
+
+        import numpy as np
+        out = []
+        for arrays in ([np.ones((2, 3), np.float32), np.int32(4)],
+                       [np.arange(6, dtype=np.float64).reshape(2, 3), np.array(7, np.int64)]):
+            buf = io.BytesIO()
+            np.savez(buf, *arrays)
+            out.append(buf.getvalue())
+        return out
+    d = SEEDS / kind
+    return [p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()] if d.is_dir() else []
+
+
+def seal(fmt: bytes, options: bytes, code: bytes) -> bytes:
+    """A serialized executable with a valid envelope around these payloads
+    (so mutations of the payload reach the loader behind the checksum)."""
+    import hashlib
+    sys.path.insert(0, str(HERE.parents[1]))
+    from stablehlo_pjrt.executable import _ENVELOPE_HEADER, ENVELOPE_MAGIC, ENVELOPE_VERSION
+    payload = fmt + options + code
+    return (ENVELOPE_MAGIC + _ENVELOPE_HEADER.pack(ENVELOPE_VERSION, len(fmt), len(options),
+                                                   len(code), hashlib.sha256(payload).digest())
+            + payload)
+
+
+def generate(kind: str, n: int, seed: int) -> list[bytes]:
+    """``n`` cases of ``kind`` from seed ``seed``: mutated seed inputs, or
+    generated attribute modules. Half of the executable cases mutate the
+    program inside a valid envelope, half the envelope itself."""
+    rng = random.Random(f"{kind}:{seed}")
+    if kind == "attr":
+        return [attr_module(random_attr(rng), rng.choice(["backend", "frontend", "plain"]))
+                .encode() for _ in range(n)]
+    if kind == "executable":
+        codes = seed_files("module")
+        out = []
+        for k in range(n):
+            code = rng.choice(codes)
+            if k % 2:
+                out.append(seal(b"mlir", b"", mutate(code, rng)))
+            else:
+                out.append(mutate(seal(b"mlir", b"", code), rng))
+        return out
+    seeds = seed_files(kind)
+    if not seeds:
+        raise FileNotFoundError(f"no seed files in {SEEDS / kind}")
+    return [mutate(rng.choice(seeds), rng) for _ in range(n)]
+
+
+def main(argv=None) -> int:
+    """``python tests/fuzz/fuzzlib.py --run N [--seed S] [KIND...]``: the long
+    run; prints counts, time and findings per kind; exit 1 on any finding."""
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run", type=int, required=True, help="cases per kind")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("kinds", nargs="*", default=list(KINDS))
+    a = ap.parse_args(argv)
+    bad = 0
+    for kind in a.kinds:
+        r = run_cases(kind, generate(kind, a.run, a.seed), batch=a.batch)
+        print(f"{kind}: {r.cases} cases, {r.ok} ok, {r.errors} typed errors, "
+              f"{len(r.findings)} findings, {r.seconds:.0f} s", flush=True)
+        for f in r.findings:
+            print(f"  case {f.index}: {f.what[:300]}")
+        bad += len(r.findings)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 2 and sys.argv[1] in KINDS:
+        sys.exit(worker_main(sys.argv[1]))
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""The seeded mutation fuzzer (tests/fuzz/fuzzlib.py) over every input kind:
+MLIR bytecode and portable artifacts (several versions), serialized
+executables, attributes nested in dictionaries, .npz arguments. Each case
+runs in a subprocess (batched; a crash is re-run alone); any signal, hang or
+untyped exception fails.
+
+Default run: a few dozen cases per kind. Long run (>= 10,000 cases per kind):
+``python -m pytest -m slow tests/test_hardening_fuzz.py`` or
+``python tests/fuzz/fuzzlib.py --run 10000``.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fuzz"))
+import fuzzlib  # noqa: E402
+
+
+def _check(kind, n, seed, batch):
+    r = fuzzlib.run_cases(kind, fuzzlib.generate(kind, n, seed), batch=batch)
+    assert r.cases == n
+    assert not r.findings, "\n".join(f"case {f.index}: {f.what[:400]}" for f in r.findings)
+    return r
+
+
+@pytest.mark.parametrize("kind", fuzzlib.KINDS)
+def test_fuzz_short(kind):
+    _check(kind, 25, seed=1000, batch=25)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", fuzzlib.KINDS)
+def test_fuzz_long(kind):
+    r = _check(kind, 10_000, seed=1, batch=500)
+    print(f"{kind}: {r.cases} cases, {r.ok} ok, {r.errors} typed errors, {r.seconds:.0f} s")
