@@ -126,6 +126,15 @@ def test_total_order_key_floats(dt):
         assert dtypes.total_order_key(nan)[0] > keys.max()
 
 
+def test_total_order_key_keeps_shapes():
+    for dt in (np.float32, ml_dtypes.bfloat16, np.int32):
+        x = np.array(1, dt)
+        assert dtypes.total_order_key(x).shape == ()
+        y = np.arange(6, dtype=dt).reshape(2, 3)[:, ::2]   # not contiguous
+        assert dtypes.total_order_key(y).shape == (2, 2)
+        assert (dtypes.total_order_key(y)[:, 1] > dtypes.total_order_key(y)[:, 0]).all()
+
+
 def test_total_order_key_nan_signs_f32():
     f32 = np.float32
     x = np.array([0xFFC00000, 0xFF800000, 0x80000000, 0x00000000, 0x7F800000, 0x7FC00000],

@@ -208,7 +208,7 @@ def total_order_key(x):
             return x.astype(np.uint64)
         return x.astype(np.int64).view(np.uint64) ^ np.uint64(1 << 63)
     width = bit_width(dt)
-    bits = np.ascontiguousarray(x).view(_UINT[dt.itemsize]).astype(np.uint64)
+    bits = x.view(_UINT[dt.itemsize]).astype(np.uint64)  # keeps 0-d shapes
     if width != dt.itemsize * 8:
         bits = bits & np.uint64((1 << width) - 1)
     if float(finfo(dt).min) >= 0:
