@@ -227,6 +227,32 @@ def test_top_k_partition_path_ties_and_special_values(et, dtype):
     np.testing.assert_array_equal(v.view(np.uint8), wv.view(np.uint8))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_jax_top_k_runs_the_composite_directly(dtype, monkeypatch):
+    # JAX serializes lax.top_k for plugins as `stablehlo.composite
+    # "chlo.top_k"` (a full sort + slice); the interpreter runs the top_k
+    # kernel instead. Same values and indices as XLA CPU, ties in index order.
+    from stablehlo_interpreter.registry import COMPOSITES
+    builder = COMPOSITES["chlo.top_k"]
+    calls = []
+
+    def counting(op):
+        calls.append(op)
+        return builder(op)
+    counting.composite_exact = True
+    monkeypatch.setitem(COMPOSITES, "chlo.top_k", counting)
+    x = RS.integers(-3, 4, size=(4, 300)).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        x[0, [7, 70]] = np.nan
+        x[1, 5] = -0.0
+    f = jax.jit(lambda v: jax.lax.top_k(v, 9))
+    wv, wi = (np.asarray(o) for o in f(jax.device_put(x, CPU)))
+    gv, gi = (np.asarray(o) for o in f(jax.device_put(x, jax.devices("stablehlo_ref")[0])))
+    assert calls, "the chlo.top_k composite ran its decomposition"
+    np.testing.assert_array_equal(gi, wi)
+    np.testing.assert_array_equal(gv.view(np.uint8), wv.view(np.uint8))
+
+
 def test_ragged_dot_modes():
     lhs = RS.normal(size=(7, 3)).astype(np.float32)
     rhs = RS.normal(size=(2, 3, 4)).astype(np.float32)

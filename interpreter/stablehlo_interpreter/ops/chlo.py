@@ -338,7 +338,27 @@ def top_k(op):
     Ordered as the decomposition's sort (GT with TOTALORDER for floats, so
     NaN is largest and -0 < +0), stable: equal values keep index order.
     """
-    k = int(op.attrs["k"])
+    return _top_k(op, int(op.attrs["k"]))
+
+
+@composite("chlo.top_k")
+def _top_k_composite(op):
+    """`stablehlo.composite "chlo.top_k"` {k}: how JAX serializes lax.top_k
+    for plugins. The decomposition is a full sort then a slice; the kernel
+    gives the same values and indices (same total order and tie order) in
+    O(n) for small k."""
+    attrs = op.attrs.get("composite_attributes") or {}
+    if set(attrs) != {"k"} or op.num_results != 2 or len(op.operand_types) != 1:
+        raise Unsupported("chlo.top_k composite with other attributes or arity")
+    return _top_k(op, int(np.asarray(attrs["k"]).reshape(())))
+
+
+# A direct composite kernel that takes attributes, two results and 64-bit
+# types (control.py's _direct_composite): top_k's results are exact.
+_top_k_composite.composite_exact = True
+
+
+def _top_k(op, k):
     t = op.operand_types[0]
     if dtypes.is_complex(t.dtype):
         raise Unsupported("top_k of complex values")
@@ -386,12 +406,16 @@ def _smallest_k_stable(dk, k):
     (a stable sort's tie order, which is XLA's: its TopK sorts by value,
     then index). The k taken are then sorted stably by key.
     """
+    n = dk.shape[-1]
     t = np.partition(dk, k - 1, axis=-1)[..., k - 1:k]
-    lt = dk < t
-    eq = dk == t
-    need = k - np.count_nonzero(lt, axis=-1, keepdims=True)
-    sel = lt | (eq & (np.cumsum(eq, axis=-1) <= need))
-    idx = (np.flatnonzero(sel) % dk.shape[-1]).reshape(dk.shape[:-1] + (k,))
+    sel = (dk < t).ravel()
+    need = k - np.count_nonzero(sel.reshape(dk.shape), axis=-1).ravel()
+    # The ties at t (usually few): their rank within their row, by index.
+    eqi = np.flatnonzero(dk == t)
+    row = eqi // n
+    rank = np.arange(eqi.size) - np.searchsorted(row, row, side="left")
+    sel[eqi[rank < need[row]]] = True
+    idx = (np.flatnonzero(sel) % n).reshape(dk.shape[:-1] + (k,))
     picked = np.take_along_axis(dk, idx, axis=-1)
     return np.take_along_axis(idx, np.argsort(picked, axis=-1, kind="stable"), axis=-1)
 

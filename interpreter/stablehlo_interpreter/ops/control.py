@@ -45,8 +45,12 @@ def _direct_composite(op):
     narrower result correctly but is no better than the decomposition in
     float64: scipy's digamma near the poles is less accurate than it)."""
     builder = COMPOSITES.get(op.attrs.get("name"))
-    if (builder is None or op.attrs.get("version", 0) > 1
-            or op.attrs.get("composite_attributes") or op.num_results != 1
+    if builder is None or op.attrs.get("version", 0) > 1:
+        return None
+    # Builders marked composite_exact (exact results, e.g. chlo.top_k) check
+    # their own attributes and arity and also run 64-bit types.
+    if not getattr(builder, "composite_exact", False) and (
+            op.attrs.get("composite_attributes") or op.num_results != 1
             or np.dtype(op.result_types[0].dtype) in (np.float64, np.complex128)):
         return None
     try:
