@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from .workloads import BY_NAME, WORKLOADS
 from .worker import MARK
+from .workloads import BY_NAME, WORKLOADS
 
 SYSTEMS = ("ref", "cpu", "cpp")
 SYSTEM_TITLES = {"ref": "stablehlo_ref (ours)", "cpu": "XLA CPU",

@@ -137,8 +137,8 @@ def _require_static(name, avals):
 def _eigh_rule(ctx, operand, *, lower, sort_eigenvalues, subset_by_index,
                algorithm):
     from jax._src.core import ShapedArray
-    from jax._src.lax import linalg
     from jax._src.interpreters import mlir
+    from jax._src.lax import linalg
     from jax._src.lib.mlir.dialects import hlo
 
     if algorithm == linalg.EighImplementation.QDWH:
@@ -180,8 +180,8 @@ _DEFAULT_SVD_RULE = None
 def _svd_rule(ctx, operand, *, full_matrices, compute_uv, subset_by_index,
               algorithm=None):
     from jax._src.core import ShapedArray
-    from jax._src.lax import linalg
     from jax._src.interpreters import mlir
+    from jax._src.lax import linalg
 
     operand_aval, = ctx.avals_in
     _require_static("svd", [operand_aval])

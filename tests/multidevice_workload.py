@@ -14,7 +14,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 OUT, N = sys.argv[1], int(sys.argv[2])
 assert len(jax.devices()) == N, jax.devices()

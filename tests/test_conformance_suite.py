@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, SUITE
 
 # testdata files whose expected values are only reachable by copying XLA's

@@ -14,11 +14,11 @@ import re
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import SUITE  # noqa: E402  (../shared/stablehlo-suite)
 
 import stablehlo_interpreter as shi
 from stablehlo_interpreter import dtypes
 
-from conftest import SUITE  # noqa: E402  (../shared/stablehlo-suite)
 SUITE = str(SUITE)
 DYN = os.path.join(SUITE, "testdata", "dynamic")
 
@@ -248,6 +248,7 @@ def test_dynamic_module_matches_xla_cpu(fname, dtype, sizes):
 def test_every_dynamic_module_has_kernels_for_this_helper():
     """Every op of this file's families used in testdata/dynamic compiles."""
     import glob
+
     from stablehlo_interpreter.errors import UnsupportedOpsError
     mine = {"stablehlo." + n for n in (
         "iota broadcast_in_dim broadcast reshape transpose slice dynamic_slice "

@@ -4,7 +4,6 @@ aliased to them; donated buffers are deleted after the call with CPU's
 error on reuse and CPU's warnings (scenarios in runtime_scenarios.py)."""
 
 import pytest
-
 import runtime_scenarios as rs
 
 NAMES = ["outputs_never_alias_inputs", "donation_deletes_and_aliases"]

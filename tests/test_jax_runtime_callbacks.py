@@ -6,7 +6,6 @@ runtime_scenarios.py; one process per platform)."""
 
 import numpy as np
 import pytest
-
 import runtime_scenarios as rs
 
 NAMES = ["debug_print_basic", "debug_callback_kwargs", "ordered_prints_in_scan",

@@ -4,7 +4,6 @@ placed where the program says, compute_on("device_host") and host-offload
 remat policies give CPU's kinds and values."""
 
 import numpy as np
-
 import runtime_scenarios as rs
 
 

@@ -13,7 +13,6 @@ import sys
 from importlib.metadata import entry_points
 
 import pytest
-
 from conftest import REPO
 
 PACKAGES = {

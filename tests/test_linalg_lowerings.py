@@ -567,8 +567,9 @@ def qr_lapack(mode):
 def registered_primitives(mode):
     """Every linalg primitive without a default rule has a stablehlo_ref rule."""
     jax, np = _env()
-    from jax._src.interpreters import mlir
     import jax._src.lax.linalg as L
+    from jax._src.interpreters import mlir
+
     from stablehlo_pjrt import lowerings
     jax.devices("stablehlo_ref")
     rules = mlir._platform_specific_lowerings["stablehlo_ref"]

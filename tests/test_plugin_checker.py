@@ -6,16 +6,15 @@ the kit reports, explained where it is listed."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
 from stablehlo_pjrt import _shim
+from stablehlo_pjrt.checker import report
 from stablehlo_pjrt.checker.capabilities import Capabilities
 from stablehlo_pjrt.checker.core import Check, Registry, Result, select
-from stablehlo_pjrt.checker import report
 
 SHIM = _shim.__file__
 

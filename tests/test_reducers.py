@@ -11,6 +11,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+
 import stablehlo_interpreter as shi
 from stablehlo_interpreter.ops.reducers import reducer
 from stablehlo_interpreter.parallel import run_parallel

@@ -14,8 +14,9 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
-import stablehlo_interpreter as shi
 from test_windows import binop, reduce_window_ref, rw_prog
+
+import stablehlo_interpreter as shi
 
 SPECIALS = [np.nan, -0.0, 0.0, np.inf, -np.inf, 1.5, -2.0, 3.0]
 

@@ -43,6 +43,7 @@ _USAGE = "--args=[dense<1> : tensor<2xi32>, ...]"
 def parse_args(text):
     """Parse `--args="[dense<...> : tensor<...>, ...]"` into numpy arrays."""
     from jaxlib.mlir import ir
+
     from stablehlo_interpreter import attrs as _attrs
     from stablehlo_interpreter.loader import MLIR_LOCK, new_context
     with MLIR_LOCK:
@@ -68,6 +69,7 @@ def roundtrip(text):
     """Serialize to a portable artifact and back; None if the text is unchanged,
     else a message (upstream's `--serialize | --deserialize` + diff RUN lines)."""
     from jaxlib.mlir.dialects import stablehlo
+
     import stablehlo_interpreter as shi
     module = shi.load(text)
     original = module.text

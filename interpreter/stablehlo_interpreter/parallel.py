@@ -27,7 +27,6 @@ import os
 import threading
 import time
 
-
 from .errors import ExecutionError, InterpreterError
 
 DEFAULT_TIMEOUT = 60.0

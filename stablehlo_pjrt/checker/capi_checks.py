@@ -17,8 +17,15 @@ import numpy as np
 
 from .. import _capi as C
 from .core import Failed, Skipped, Unsupported
-from .plugin import (BUFFER_TYPES, DTYPES, TYPE_NAMES, Event_Destroy_Args, PluginError,
-                     compile_options, int64_array)
+from .plugin import (
+    BUFFER_TYPES,
+    DTYPES,
+    TYPE_NAMES,
+    Event_Destroy_Args,
+    PluginError,
+    compile_options,
+    int64_array,
+)
 
 E = C.ErrorCode
 
@@ -59,7 +66,6 @@ def _expect_error(fn, what: str, codes=None):
         fn()
     except PluginError as e:
         if codes and e.code not in codes:
-            names = ", ".join(TYPE_NAMES.get(c, str(c)) for c in codes)
             raise Failed(f"{what}: error code {e} (expected one of "
                          f"{[_code_name(c) for c in codes]})") from None
         if not e.message.strip():

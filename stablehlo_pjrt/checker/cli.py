@@ -43,6 +43,7 @@ def plugin_meta(path: str) -> dict:
     that aborts while loading must not take the run with it)."""
     import json
     import subprocess
+
     from .runner import _worker_env
     code = ("import json,sys\nfrom stablehlo_pjrt.checker.plugin import Plugin, Client\n"
             "p=Plugin(sys.argv[1]); p.initialize(); c=Client(p)\n"

@@ -16,10 +16,21 @@ import numpy as np
 
 from .. import dtypes
 from ..registry import Unsupported, kernel
-from .elementwise import (BOOL, C128, C64, F16, F32, F64, I64, U64, IntInfo,
-                          as_result, kind, operand_dtype, result_dtype, round_f64,
-                          to_f64, wrap_bits)
-
+from .elementwise import (
+    C64,
+    F16,
+    F32,
+    F64,
+    I64,
+    U64,
+    as_result,
+    kind,
+    operand_dtype,
+    result_dtype,
+    round_f64,
+    to_f64,
+    wrap_bits,
+)
 
 # --------------------------------------------------------------------------
 # convert

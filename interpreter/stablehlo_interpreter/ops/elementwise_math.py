@@ -10,9 +10,19 @@ and narrower results are (nearly always) correctly rounded.
 import numpy as np
 
 from ..registry import kernel
-from .elementwise import (C128, F64, as_result, exact_carrier, kind, operand_dtype,
-                          result_dtype, round_f64, unsupported_type, _via,
-                          _complex_divide)
+from .elementwise import (
+    C128,
+    F64,
+    _complex_divide,
+    _via,
+    as_result,
+    exact_carrier,
+    kind,
+    operand_dtype,
+    result_dtype,
+    round_f64,
+    unsupported_type,
+)
 
 
 def _transcendental(op, f64_fn, c128_fn=None):
