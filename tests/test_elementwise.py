@@ -13,10 +13,22 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-os.environ.setdefault("STABLEHLO_REF_VALIDATE", "1")
+import stablehlo_interpreter as shi
+from stablehlo_interpreter import compiler as _compiler
+from stablehlo_interpreter import dtypes as D
 
-import stablehlo_interpreter as shi  # noqa: E402
-from stablehlo_interpreter import dtypes as D  # noqa: E402
+
+@pytest.fixture(autouse=True, scope="module")
+def _validate_results():
+    # Every kernel result is checked against its declared type in this file
+    # (what STABLEHLO_REF_VALIDATE=1 does). Set on the interpreter, not in
+    # os.environ: the variable leaked into every subprocess the same xdist
+    # worker started later (it switches off in-place donation, and changed
+    # which error path a runaway recursion takes).
+    saved = _compiler._DEBUG_VALIDATE
+    _compiler._DEBUG_VALIDATE = os.environ.get("STABLEHLO_REF_VALIDATE", "1") not in ("", "0")
+    yield
+    _compiler._DEBUG_VALIDATE = saved
 
 INT_TYPES = ["i2", "i4", "i8", "i16", "i32", "i64", "ui2", "ui4", "ui8", "ui16", "ui32", "ui64"]
 FLOAT_TYPES = ["f16", "bf16", "f32", "f64", "f8E4M3FN", "f8E5M2"]

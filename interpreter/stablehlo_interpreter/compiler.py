@@ -334,6 +334,12 @@ class Block:
                     env[d] = None
         except InterpreterError:
             raise
+        except RecursionError:
+            # As in the plain loop: a runaway call chain is an error, not a crash.
+            if step is None:
+                raise ExecutionError("recursion too deep") from None
+            raise ExecutionError(f"{step.op.where()}: recursion too deep",
+                                 step.op.name, step.op.location) from None
         except Exception as e:
             raise _wrap(e, step) from e
         return [env[i] for i in self.result_slots]

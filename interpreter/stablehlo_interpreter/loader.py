@@ -205,6 +205,11 @@ class _Diagnostics:
                 self._handler.detach()
             except Exception:
                 pass
+        # Break self -> handler -> callback -> self: the bindings' handler
+        # object keeps the context alive and is invisible to the cyclic GC,
+        # so the cycle leaked every context (and its 2 threads) otherwise.
+        self._handler = None
+        self.ctx = None
         return False
 
 
