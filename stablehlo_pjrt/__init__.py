@@ -5,9 +5,10 @@ StableHLO interpreter (`stablehlo_interpreter`).
     JAX_PLATFORMS=stablehlo_ref python script.py
 
 Layout: `_capi` mirrors the PJRT C API structs with ctypes, `_shim` (C) holds
-the API table, the per-slot trampolines, errors and events, `api` wires one
-Python handler per PJRT function, and `client`, `device`, `buffer`,
-`executable`, `error` implement the PJRT objects.  `trace` logs PJRT calls
+the API table, the per-slot trampolines, errors and events, `api` holds one
+Python handler per PJRT function, `table` wires them into the table, and
+`client`, `device`, `buffer`, `executable`, `event`, `error` implement the
+PJRT objects.  `trace` logs PJRT calls
 (`STABLEHLO_PJRT_TRACE=1`).  `jax_plugin` is JAX's entry point.
 """
 
@@ -31,8 +32,8 @@ def __getattr__(name):
 
 def pjrt_api_capsule():
     """The PJRT_Api table as a PyCapsule named "pjrt_c_api"."""
-    from . import api
-    return api.capsule()
+    from . import table
+    return table.capsule()
 
 
 def set_execute_timeout(seconds):

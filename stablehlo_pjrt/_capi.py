@@ -762,3 +762,19 @@ def read_pointers(address: int | None, count: int) -> list:
         return []
     return (c_void_p * count).from_address(address)[:]
 
+
+
+class SimpleArgs(Structure):
+    """Head of the many args structs whose only field is one object."""
+    _fields_ = [("struct_size", SIZE), ("extension_start", P), ("obj", P)]
+
+
+def set_known_fields(args, values: dict) -> None:
+    """Sets out-fields, skipping any beyond the caller's struct_size: an
+    older caller's struct ends before fields added in later API versions."""
+    cls = type(args)
+    limit = args.struct_size
+    for name, value in values.items():
+        field = getattr(cls, name)
+        if field.offset + field.size <= limit:
+            setattr(args, name, value)

@@ -965,7 +965,7 @@ __attribute__((visibility("default"))) const void *GetPjrtApi(void) {
     started_here = 1;
   }
   gstate = PyGILState_Ensure();
-  mod = PyImport_ImportModule("stablehlo_pjrt.api");
+  mod = PyImport_ImportModule("stablehlo_pjrt.table");
   res = mod ? PyObject_CallMethod(mod, "build_api", NULL) : NULL;
   if (res == NULL) PyErr_Print();
   Py_XDECREF(res);

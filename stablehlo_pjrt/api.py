@@ -1,46 +1,64 @@
-"""The PJRT_Api table: one Python handler per C API function.
-
-`build_api()` fills the static PJRT_Api struct owned by _shim with
-trampoline addresses (one per slot), and registers the handler each
-trampoline calls.  Errors, events and the memory vtable are implemented in C
-(_shim.c) and wired here directly.  Functions the plugin does not provide
-get a trampoline without handler, which reports a clear UNIMPLEMENTED error
-(never a NULL pointer that jaxlib would call).
+"""The PJRT C API handlers: one Python function per C API function, named
+after it (`Client_Create` serves `PJRT_Client_Create`), and nothing else.
 
 Handlers take the address of the PJRT args struct, read it through the
-ctypes mirror in _capi and raise `PjrtError` for failures.
+ctypes mirror in _capi, call into the objects that implement the concepts
+(client, device, buffer, executable, event) and raise `PjrtError` for
+failures.  `table.build_api()` wires them into the PJRT_Api table; errors,
+events and the memory vtable are implemented in C (_shim.c).
 """
 
 from __future__ import annotations
 
-import atexit
 import ctypes
-import threading
 
 import numpy as np
 
 from . import _capi as C
 from . import _shim, interrupt, trace
-from .buffer import Buffer, buffer_from_host, dtype_of, short_type, to_host
-from .client import Client, Topology, stablehlo_versions
+from .buffer import (
+    Buffer,
+    buffer_from_host,
+    copy_buffer,
+    describe_with_value,
+    device_and_memory,
+    dtype_of,
+    host_view,
+    preview,
+    short_type,
+    to_host,
+)
+from .client import Client, Topology, configured_num_devices, stablehlo_versions
 from .device import Device, DeviceDescription, Memory
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
-from .executable import (CompileOptions, Executable, LoadedExecutable,
-                         compile_program, parse_serialized)
-from .handles import CString, NamedValues, lookup, maybe_lookup, read_named_values, register, release
+from .event import AsyncTrackingEvent, ready_event
+from .executable import (
+    CompileOptions,
+    Executable,
+    ExecuteContext,
+    LoadedExecutable,
+    compile_args,
+    compile_program,
+    parse_serialized,
+)
+from .handles import (
+    CString,
+    NamedValues,
+    c_blob,
+    c_helper,
+    lookup,
+    maybe_lookup,
+    read_named_values,
+    release,
+)
 
-_HANDLERS: dict = {}
+# "PJRT_<name>" -> handler; table.build_api wires each into its slot.
+HANDLERS: dict = {}
 
 
 def handler(fn):
-    _HANDLERS["PJRT_" + fn.__name__] = fn
+    HANDLERS["PJRT_" + fn.__name__] = fn
     return fn
-
-
-def _ready_event(error: PjrtError | None = None) -> int:
-    if error is None:
-        return _shim.event_new(True)
-    return _shim.event_new(True, error.pjrt_code, str(error))
 
 
 # ----------------------------------------------------------------------------
@@ -212,23 +230,11 @@ def Client_DefaultDeviceAssignment(ptr):
     (ctypes.c_int * len(flat)).from_address(a.default_assignment)[:] = flat
 
 
-def _device_and_memory(client: Client, device_h, memory_h):
-    memory = maybe_lookup(memory_h, Memory)
-    if memory is not None:
-        if not memory.devices:
-            raise invalid_argument(f"{memory} is attached to no device")
-        device = memory.devices[0]
-    else:
-        device = maybe_lookup(device_h, Device) or client.devices[0]
-        memory = device.default_memory
-    return device, memory
-
-
 @handler
 def Client_BufferFromHostBuffer(ptr):
     a = C.Client_BufferFromHostBuffer_Args.from_address(ptr)
     client = _client(a.client)
-    device, memory = _device_and_memory(client, a.device, a.memory)
+    device, memory = device_and_memory(client, a.device, a.memory)
     dims = C.read_int64s(a.dims, a.num_dims)
     strides = C.read_int64s(a.byte_strides, a.num_byte_strides) if a.num_byte_strides else None
     # A device layout other than dense major-to-minor only changes how an
@@ -239,14 +245,14 @@ def Client_BufferFromHostBuffer(ptr):
     a.done_with_host_buffer = done
     if trace.ENABLED:
         trace.note(obj=client, result=str(buf), semantics=a.host_buffer_semantics,
-                   value=_preview(buf))
+                   value=preview(buf))
 
 
 @handler
 def Client_CreateUninitializedBuffer(ptr):
     a = C.Client_CreateUninitializedBuffer_Args.from_address(ptr)
     client = _client(a.client)
-    device, memory = _device_and_memory(client, a.device, a.memory)
+    device, memory = device_and_memory(client, a.device, a.memory)
     dims = C.read_int64s(a.shape_dims, a.shape_num_dims)
     array = np.zeros(dims, dtype_of(a.shape_element_type))
     buf = Buffer(array, a.shape_element_type, device, memory)
@@ -257,7 +263,7 @@ def Client_CreateUninitializedBuffer(ptr):
 def Client_CreateErrorBuffer(ptr):
     a = C.Client_CreateErrorBuffer_Args.from_address(ptr)
     client = _client(a.client)
-    device, memory = _device_and_memory(client, None, a.memory)
+    device, memory = device_and_memory(client, None, a.memory)
     dims = tuple(C.read_int64s(a.shape_dims, a.shape_num_dims))
     message = C.read_str(a.error_message, a.error_message_size)
     if a.error_code == C.ErrorCode.OK:
@@ -272,10 +278,9 @@ def Client_CreateViewOfDeviceBuffer(ptr):
     a = C.Client_CreateViewOfDeviceBuffer_Args.from_address(ptr)
     client = _client(a.client)
     memory_h = a.memory if a.struct_size >= C.struct_size(C.Client_CreateViewOfDeviceBuffer_Args) else None
-    device, memory = _device_and_memory(client, a.device, memory_h)
+    device, memory = device_and_memory(client, a.device, memory_h)
     if a.layout:
         raise unimplemented("views with an explicit layout are not supported by stablehlo_ref")
-    from .buffer import host_view
     dims = tuple(C.read_int64s(a.dims, a.num_dims))
     view = host_view(a.device_buffer_ptr, dtype_of(a.element_type), dims, None)
     callback = a.on_delete_callback
@@ -298,21 +303,11 @@ def Client_CreateViewOfDeviceBuffer(ptr):
 def Client_Compile(ptr):
     a = C.Client_Compile_Args.from_address(ptr)
     client = _client(a.client)
-    meta = _compile(a.program, a.compile_options, a.compile_options_size)
+    meta = compile_args(a.program, a.compile_options, a.compile_options_size)
     exe = LoadedExecutable(client, meta)
     a.executable = exe.handle
     if trace.ENABLED:
         trace.note(obj=client, result=str(exe), module=meta.program.text)
-
-
-def _compile(program_ptr, options_ptr, options_size):
-    if not program_ptr:
-        raise invalid_argument("program is NULL")
-    program = C.PJRT_Program.from_address(program_ptr)
-    code = C.read_bytes(program.code, program.code_size)
-    fmt = C.read_str(program.format, program.format_size)
-    options = CompileOptions(C.read_bytes(options_ptr, options_size))
-    return compile_program(code, fmt, options)
 
 
 @handler
@@ -419,17 +414,6 @@ def Device_DefaultMemory(ptr):
     a.memory = _device(a.device).default_memory.handle
 
 
-def _set_known_fields(args, values: dict) -> None:
-    """Sets out-fields, skipping any beyond the caller's struct_size: an
-    older caller's struct ends before fields added in later API versions."""
-    cls = type(args)
-    limit = args.struct_size
-    for name, value in values.items():
-        field = getattr(cls, name)
-        if field.offset + field.size <= limit:
-            setattr(args, name, value)
-
-
 @handler
 def Device_MemoryStats(ptr):
     a = C.Device_MemoryStats_Args.from_address(ptr)
@@ -441,7 +425,7 @@ def Device_MemoryStats(ptr):
                       num_allocs=d.num_allocs, num_allocs_is_set=True,
                       largest_alloc_size=d.largest_alloc_size,
                       largest_alloc_size_is_set=True)
-    _set_known_fields(a, values)
+    C.set_known_fields(a, values)
 
 
 @handler
@@ -463,7 +447,7 @@ def Device_GetAttributes(ptr):
     a.attributes = d.description._attrs_c.address
     a.num_attributes = d.description._attrs_c.count
     a.device_attributes = None
-    a.attributes_deleter = _C_HELPERS["noop_deleter"]
+    a.attributes_deleter = c_helper("noop_deleter")
 
 
 @handler
@@ -472,15 +456,6 @@ def Device_PoisonExecution(ptr):
     _device(a.device)
     # Executions finish before Execute returns, so none is ever pending.
     a.poisoned = False
-
-
-class AsyncTrackingEvent:
-    __slots__ = ("handle", "device", "description")
-
-    def __init__(self, device, description):
-        self.device = device
-        self.description = description
-        register(self)
 
 
 @handler
@@ -493,15 +468,10 @@ def Device_CreateAsyncTrackingEvent(ptr):
 
 @handler
 def AsyncTrackingEvent_Destroy(ptr):
-    args = _SimpleArgs.from_address(ptr)
+    args = C.SimpleArgs.from_address(ptr)
     if args.obj:
         lookup(args.obj, AsyncTrackingEvent)
         release(args.obj)
-
-
-class _SimpleArgs(ctypes.Structure):
-    """Head of the many args structs whose only field is one object."""
-    _fields_ = [("struct_size", C.SIZE), ("extension_start", C.P), ("obj", C.P)]
 
 
 def _memory(h) -> Memory:
@@ -555,13 +525,6 @@ def Memory_AddressableByDevices(ptr):
 # ----------------------------------------------------------------------------
 # Execute contexts
 # ----------------------------------------------------------------------------
-
-
-class ExecuteContext:
-    __slots__ = ("handle",)
-
-    def __init__(self):
-        register(self)
 
 
 @handler
@@ -650,7 +613,7 @@ def Executable_GetCompiledMemoryStats(ptr):
                   argument_size_in_bytes=meta.argument_bytes(),
                   output_size_in_bytes=meta.output_bytes(),
                   total_size_in_bytes=meta.argument_bytes() + meta.output_bytes())
-    _set_known_fields(a, values)
+    C.set_known_fields(a, values)
 
 
 @handler
@@ -682,7 +645,7 @@ def Executable_ParameterMemoryKinds(ptr):
     a = C.Executable_ParameterMemoryKinds_Args.from_address(ptr)
     meta = _executable(a.executable)
     a.num_parameters = len(meta.input_types)
-    a.memory_kinds, a.memory_kind_sizes = meta.memory_kinds_addresses()
+    a.memory_kinds, a.memory_kind_sizes = meta.memory_kinds_addresses("in")
 
 
 @handler
@@ -738,23 +701,16 @@ def Shardings_PJRT_Executable_OutputShardings(ptr):
     a.num_outputs, a.shardings, a.sharding_sizes = meta.shardings_addresses("out")
 
 
-def _blob(data: bytes) -> tuple[int, int]:
-    """Copies `data` into C memory freed by the `blob_free` deleter; returns
-    (blob, data address)."""
-    blob = _shim.blob_new(data)
-    return blob, _shim.blob_data(blob)
-
-
 @handler
 def Executable_Serialize(ptr):
     a = C.Executable_Serialize_Args.from_address(ptr)
     meta = _executable(a.executable)
     data = meta.serialize()
-    blob, addr = _blob(data)
+    blob, addr = c_blob(data)
     a.serialized_bytes = addr
     a.serialized_bytes_size = len(data)
     a.serialized_executable = blob
-    a.serialized_executable_deleter = _C_HELPERS["blob_free"]
+    a.serialized_executable_deleter = c_helper("blob_free")
 
 
 @handler
@@ -762,11 +718,11 @@ def Executable_GetCompileOptions(ptr):
     a = C.Executable_GetCompileOptions_Args.from_address(ptr)
     meta = _executable(a.executable)
     data = meta.options.serialized
-    blob, addr = _blob(data)
+    blob, addr = c_blob(data)
     a.serialized_bytes = addr
     a.serialized_bytes_size = len(data)
     a.serialized_compile_options = blob
-    a.serialized_compile_options_deleter = _C_HELPERS["blob_free"]
+    a.serialized_compile_options_deleter = c_helper("blob_free")
 
 
 @handler
@@ -821,11 +777,11 @@ def LoadedExecutable_AddressableDeviceLogicalIds(ptr):
 def LoadedExecutable_GetDeviceAssignment(ptr):
     a = C.LoadedExecutable_GetDeviceAssignment_Args.from_address(ptr)
     exe = _loaded(a.executable)
-    blob, addr = _blob(exe._assignment_bytes)
+    blob, addr = c_blob(exe._assignment_bytes)
     a.serialized_bytes = addr
     a.serialized_bytes_size = len(exe._assignment_bytes)
     a.serialized_device_assignment = blob
-    a.serialized_device_assignment_deleter = _C_HELPERS["blob_free"]
+    a.serialized_device_assignment_deleter = c_helper("blob_free")
 
 
 @handler
@@ -874,26 +830,10 @@ def LoadedExecutable_Execute(ptr):
             _shim.event_new(True) for _ in range(num_devices)]
     if trace.ENABLED:
         trace.note(obj=exe,
-                   inputs=[[_describe(b) for b in args] for args in argument_lists],
-                   outputs=[[_describe(b) for b in outs] for outs in outputs])
+                   inputs=[[describe_with_value(b) for b in args] for args in argument_lists],
+                   outputs=[[describe_with_value(b) for b in outs] for outs in outputs])
     if getattr(outputs, "interrupted", False):
         interrupt.rearm_interrupt()  # last: KeyboardInterrupt in the caller
-
-
-def _preview(buf: Buffer) -> str:
-    try:
-        arr = buf.array
-        if buf.error is not None or arr is None or not hasattr(arr, "size"):
-            return "-"
-        if arr.size > 16:
-            return np.array2string(arr.reshape(-1)[:16], separator=",") + "..."
-        return np.array2string(arr, separator=",").replace("\n", "")
-    except Exception:
-        return "?"
-
-
-def _describe(buf: Buffer) -> str:
-    return f"{buf} = {_preview(buf)}"
 
 
 # ----------------------------------------------------------------------------
@@ -999,14 +939,6 @@ def Buffer_IsOnCpu(ptr):
     a.is_on_cpu = False
 
 
-def _copy_buffer(buf: Buffer, device, memory) -> Buffer:
-    array = buf.live_array()
-    if buf.borrowed and hasattr(array, "copy"):
-        array = array.copy()  # the source may hand its memory back to the caller
-        array.flags.writeable = False
-    return Buffer(array, buf.type, device, memory, shape=buf.shape)
-
-
 @handler
 def Buffer_CopyToDevice(ptr):
     a = C.Buffer_CopyToDevice_Args.from_address(ptr)
@@ -1014,7 +946,7 @@ def Buffer_CopyToDevice(ptr):
     device = _device(a.dst_device)
     if device is buf.device:
         raise invalid_argument(f"{buf} is already on {device}")
-    new = _copy_buffer(buf, device, device.default_memory)
+    new = copy_buffer(buf, device, device.default_memory)
     a.dst_buffer = new.handle
     if trace.ENABLED:
         trace.note(obj=buf, result=str(new))
@@ -1027,7 +959,7 @@ def Buffer_CopyToMemory(ptr):
     memory = _memory(a.dst_memory)
     if memory is buf.memory:
         raise invalid_argument(f"{buf} is already in {memory}")
-    new = _copy_buffer(buf, memory.devices[0], memory)
+    new = copy_buffer(buf, memory.devices[0], memory)
     a.dst_buffer = new.handle
     if trace.ENABLED:
         trace.note(obj=buf, result=str(new))
@@ -1045,7 +977,7 @@ def Buffer_ToHostBuffer(ptr):
         a.event = _shim.event_new(True)
     if trace.ENABLED:
         trace.note(obj=buf, dst=f"{a.dst or 0:#x}", dst_size=a.dst_size,
-                   value=_preview(buf) if a.dst else "(size query)")
+                   value=preview(buf) if a.dst else "(size query)")
 
 
 @handler
@@ -1071,9 +1003,9 @@ def Buffer_ReadyEvent(ptr):
     # deleted and error buffers report their error, as the header asks.
     try:
         buf.live_array()
-        a.event = _ready_event()
+        a.event = ready_event()
     except PjrtError as e:
-        a.event = _ready_event(e)
+        a.event = ready_event(e)
     if trace.ENABLED:
         trace.note(obj=buf)
 
@@ -1141,7 +1073,6 @@ def _topology(h) -> Topology:
 
 @handler
 def TopologyDescription_Create(ptr):
-    from .client import configured_num_devices
     a = C.TopologyDescription_Create_Args.from_address(ptr)
     options = read_named_values(a.create_options, a.num_options)
     a.topology = Topology(configured_num_devices(options)).handle
@@ -1193,11 +1124,11 @@ def TopologyDescription_Attributes(ptr):
 def TopologyDescription_Serialize(ptr):
     a = C.TopologyDescription_Serialize_Args.from_address(ptr)
     t = _topology(a.topology)
-    blob, addr = _blob(t.serialized)
+    blob, addr = c_blob(t.serialized)
     a.serialized_bytes = addr
     a.serialized_bytes_size = len(t.serialized)
     a.serialized_topology = blob
-    a.serialized_topology_deleter = _C_HELPERS["blob_free"]
+    a.serialized_topology_deleter = c_helper("blob_free")
 
 
 @handler
@@ -1217,129 +1148,7 @@ def TopologyDescription_Fingerprint(ptr):
 def Compile(ptr):
     a = C.Compile_Args.from_address(ptr)
     _topology(a.topology)
-    meta = _compile(a.program, a.compile_options, a.compile_options_size)
+    meta = compile_args(a.program, a.compile_options, a.compile_options_size)
     a.executable = Executable(meta).handle
     if trace.ENABLED:
         trace.note(module=meta.program.text)
-
-
-# ----------------------------------------------------------------------------
-# Building the table
-# ----------------------------------------------------------------------------
-
-_C_HELPERS: dict = {}
-_built = False
-_build_lock = threading.Lock()
-_traced_installed = None
-
-
-def _is_quiet(name: str) -> bool:
-    """Slots that, once Python is gone, should succeed silently (leaking)
-    rather than report an error: jaxlib calls them from destructors."""
-    return name.endswith("_Destroy") or name.endswith("_Delete")
-
-
-def set_tracing(on: bool) -> None:
-    """(Re)wires every Python slot, with or without the trace wrapper."""
-    global _traced_installed
-    if not _built or _traced_installed == on:
-        return
-    for index, name in enumerate(C.API_FUNCTIONS + C.SHARDINGS_EXTENSION_FUNCTIONS):
-        if name in _C_HELPERS["c_functions"]:
-            continue
-        fn = _HANDLERS.get(name)
-        if fn is not None and on:
-            fn = trace.traced(name, fn)
-        _shim.set_slot(index, name, fn, _is_quiet(name))
-    _shim.set_trace_hook(trace.c_event_hook if on else None)
-    _traced_installed = on
-
-
-def build_api() -> None:
-    """Fills the PJRT_Api table (idempotent)."""
-    global _built
-    with _build_lock:
-        if _built:
-            return
-        if len(C.API_FUNCTIONS) > _shim.MAX_SLOTS:
-            raise RuntimeError("the shim has fewer trampolines than the API has slots")
-        _C_HELPERS.update(_shim.c_helpers())
-        c_functions = _shim.c_functions()
-        _C_HELPERS["c_functions"] = c_functions
-        address, size = _shim.api_address()
-        if ctypes.sizeof(C.PJRT_Api) > size:
-            raise RuntimeError("PJRT_Api does not fit the shim's static storage")
-        api = C.PJRT_Api.from_address(address)
-        ctypes.memset(address, 0, ctypes.sizeof(C.PJRT_Api))
-        api.struct_size = C.struct_size(C.PJRT_Api)
-        api.extension_start = _build_extensions()
-        api.pjrt_api_version.struct_size = C.struct_size(C.PJRT_Api_Version)
-        api.pjrt_api_version.extension_start = None
-        api.pjrt_api_version.major_version = C.API_MAJOR
-        api.pjrt_api_version.minor_version = C.API_MINOR
-        # STABLEHLO_REF_FAULT (off by default) breaks one handler or kernel
-        # for the plugin checker's tests; unset, nothing changes.
-        from . import faults
-        faults.install(_HANDLERS)
-        for index, name in enumerate(C.API_FUNCTIONS):
-            if name in c_functions:
-                setattr(api, name, c_functions[name])
-            else:
-                setattr(api, name, _shim.set_slot(index, name, _HANDLERS.get(name),
-                                                  _is_quiet(name)))
-        _built = True
-        trace.init_from_env()
-        set_tracing(trace.ENABLED)
-        if not trace.ENABLED:
-            global _traced_installed
-            _traced_installed = False
-        _shim.mark_api_ready()
-        # At exit, stop pool threads (which do not hold the GIL) from waiting
-        # for it; JAX's own atexit cleanup runs on the main thread, which
-        # holds the GIL, and is still served (see _shim.c).
-        atexit.register(_begin_exit)
-
-
-def _begin_exit():
-    # JAX's own atexit handler waits for the runtime tokens of ordered
-    # effects (jax.debug.print(ordered=True), io_callback(ordered=True)) with
-    # the GIL released, which the shim refuses once exiting (and jaxlib
-    # aborts on that error). This handler runs first (atexit is LIFO): wait
-    # for them while the plugin still serves every thread.
-    try:
-        from jax._src import dispatch
-        dispatch.runtime_tokens.block_until_ready()
-    except Exception:  # noqa: BLE001 - best effort at exit
-        pass
-    _shim.begin_exit()
-
-
-_extensions = []  # keeps the extension structs alive (they live as long as the API)
-
-
-def _build_extensions() -> int:
-    """The chain of PJRT extensions the plugin offers; returns its head."""
-    ext = C.PJRT_Shardings_Extension()
-    ext.base.struct_size = C.struct_size(C.PJRT_Shardings_Extension)
-    ext.base.type = C.EXTENSION_TYPE_SHARDINGS
-    ext.base.next = None
-    first = len(C.API_FUNCTIONS)
-    if first + len(C.SHARDINGS_EXTENSION_FUNCTIONS) > _shim.MAX_SLOTS:
-        raise RuntimeError("the shim has too few trampolines for the extensions")
-    for k, name in enumerate(C.SHARDINGS_EXTENSION_FUNCTIONS):
-        setattr(ext, name, _shim.set_slot(first + k, name, _HANDLERS.get(name),
-                                          _is_quiet(name)))
-    _extensions.append(ext)
-    return ctypes.addressof(ext)
-
-
-def capsule():
-    """The PJRT_Api table as the PyCapsule JAX's register_plugin expects."""
-    build_api()
-    return _shim.api_capsule()
-
-
-def implemented_functions() -> list[str]:
-    c_functions = _shim.c_functions()
-    return [n for n in C.API_FUNCTIONS if n in _HANDLERS or n in c_functions]
-

@@ -15,8 +15,9 @@ import numpy as np
 
 from . import _shim
 from ._capi import BufferType, HostBufferSemantics, MemoryLayoutType
+from .device import Device, Memory
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
-from .handles import int64_array, register
+from .handles import int64_array, maybe_lookup, register
 
 # ----------------------------------------------------------------------------
 # Element types
@@ -189,7 +190,10 @@ class Buffer:
 
     def __str__(self):
         state = " deleted" if self.deleted else ""
-        return f"Buffer({self.describe()} on {self.device}{state}, {self.handle:#x})"
+        # The memory space shows when it is not the device's default (the
+        # PJRT trace then tells where each buffer lives).
+        memory = "" if self.memory is self.device.default_memory else f" in {self.memory.kind}"
+        return f"Buffer({self.describe()} on {self.device}{memory}{state}, {self.handle:#x})"
 
     # -- C views kept alive by the buffer ------------------------------------
 
@@ -344,3 +348,44 @@ def to_host(buf: Buffer, dst: int | None, dst_size: int, layout_ptr: int | None)
         np.copyto(out, array)
     return None
 
+
+
+def device_and_memory(client, device_h, memory_h):
+    """The (device, memory) a new buffer goes to: the memory if given (on its
+    first device), else the device's default memory (the client's first
+    device when neither is given)."""
+    memory = maybe_lookup(memory_h, Memory)
+    if memory is not None:
+        if not memory.devices:
+            raise invalid_argument(f"{memory} is attached to no device")
+        device = memory.devices[0]
+    else:
+        device = maybe_lookup(device_h, Device) or client.devices[0]
+        memory = device.default_memory
+    return device, memory
+
+
+def copy_buffer(buf: Buffer, device, memory) -> Buffer:
+    """A copy of `buf` on another device or memory."""
+    array = buf.live_array()
+    if buf.borrowed and hasattr(array, "copy"):
+        array = array.copy()  # the source may hand its memory back to the caller
+        array.flags.writeable = False
+    return Buffer(array, buf.type, device, memory, shape=buf.shape)
+
+
+def preview(buf: Buffer) -> str:
+    """The first values of a buffer, for the call trace."""
+    try:
+        arr = buf.array
+        if buf.error is not None or arr is None or not hasattr(arr, "size"):
+            return "-"
+        if arr.size > 16:
+            return np.array2string(arr.reshape(-1)[:16], separator=",") + "..."
+        return np.array2string(arr, separator=",").replace("\n", "")
+    except Exception:
+        return "?"
+
+
+def describe_with_value(buf: Buffer) -> str:
+    return f"{buf} = {preview(buf)}"

@@ -122,7 +122,7 @@ class Client:
         self.process_index = 0
         self.interpreter_name = "stablehlo_interpreter"
         n = configured_num_devices(self.options)
-        self.devices = [Device(self, i, i) for i in range(n)]
+        self.devices = [Device(self, i, i, n) for i in range(n)]
         self.memories = [m for d in self.devices for m in d.memories]
         self._devices_by_id = {d.id: d for d in self.devices}
         self._devices_by_hw = {d.local_hardware_id: d for d in self.devices}

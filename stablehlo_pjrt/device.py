@@ -3,7 +3,11 @@
 Every device of the stablehlo_ref platform is the numpy interpreter running in
 this process; devices differ only by id, which lets multi-device programs be
 laid out later (STABLEHLO_REF_NUM_DEVICES).  Each device has one memory
-space, of kind "device", which is where its buffers (numpy arrays) live.
+space of kind "device" (the default), where its buffers (numpy arrays) live,
+plus the two host memory spaces JAX knows, "pinned_host" and
+"unpinned_host" (all are host memory here; they are separate memory spaces
+so that placement, transfers and the memory kinds of executables behave and
+show in the PJRT trace as on XLA CPU/GPU).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from .handles import CString, NamedValues, pointer_array, register
 DEVICE_KIND = "StableHLO reference interpreter"
 MEMORY_KIND = "device"
 MEMORY_KIND_ID = 0
+# The other memory kinds of every device, with their kind ids.
+HOST_MEMORY_KINDS = (("pinned_host", 1), ("unpinned_host", 2))
 
 
 class DeviceDescription:
@@ -79,7 +85,8 @@ class Device:
                  "bytes_in_use", "peak_bytes_in_use", "num_allocs",
                  "largest_alloc_size")
 
-    def __init__(self, client, device_id: int, local_hardware_id: int):
+    def __init__(self, client, device_id: int, local_hardware_id: int,
+                 num_devices: int | None = None):
         self.client = client
         self.id = device_id
         self.local_hardware_id = local_hardware_id
@@ -91,6 +98,12 @@ class Device:
         memory.devices.append(self)
         self.memories = [memory]
         self.default_memory = memory
+        # Host memory ids follow the device memories' ids 0..n-1.
+        base = (num_devices if num_devices is not None else 1 << 20) + 2 * device_id
+        for k, (kind, kind_id) in enumerate(HOST_MEMORY_KINDS):
+            host = Memory(base + k, kind, kind_id)
+            host.devices.append(self)
+            self.memories.append(host)
         self._memories_c = pointer_array(m.handle for m in self.memories)
         # Allocation statistics for PJRT_Device_MemoryStats.
         self._lock = threading.Lock()
@@ -99,6 +112,15 @@ class Device:
         self.num_allocs = 0
         self.largest_alloc_size = 0
         register(self)
+
+    def memory_of_kind(self, kind: str | None):
+        """This device's memory of ``kind`` (None: the default memory)."""
+        if kind is None:
+            return self.default_memory
+        for m in self.memories:
+            if m.kind == kind:
+                return m
+        return None
 
     def allocated(self, nbytes: int) -> None:
         with self._lock:

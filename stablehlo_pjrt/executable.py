@@ -16,10 +16,11 @@ import struct
 
 import numpy as np
 
-from ._capi import BufferType, ErrorCode
 from . import donation, interrupt
-from .buffer import Buffer, dtype_of, type_of_dtype, type_of_element, short_type
+from ._capi import BufferType, ErrorCode, PJRT_Program, read_bytes, read_str
+from .buffer import Buffer, dtype_of, short_type, type_of_dtype, type_of_element
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
+from .hlo_program import HLO_FORMATS, hlo_to_stablehlo
 from .handles import CString, int64_array, pointer_array, register
 
 SERIALIZED_MAGIC = b"STABLEHLO_REF_EXECUTABLE\x00v1\x00"
@@ -192,10 +193,17 @@ class ExecutableMeta:
         self._dims_c = int64_array(dims)
         self._dim_sizes_c = (np.array([len(s) for s in self.output_shapes] or [0],
                                       dtype=np.uint64),)
-        kinds = [CString("device") for _ in range(max(self.num_outputs, len(self.input_types), 1))]
-        self._kinds = kinds
-        self._kind_ptrs = pointer_array(k.address for k in kinds)
-        self._kind_sizes = (np.array([k.size for k in kinds], dtype=np.uint64),)
+        # Memory kinds of parameters and results: the entry function's
+        # `mhlo.memory_kind` attributes (JAX sets them for memory_kind
+        # shardings, e.g. "pinned_host"); "device" otherwise.
+        entry = program.function(spmd.func if spmd is not None else None)
+        self.param_memory_kinds = _memory_kinds(entry.arg_attrs, len(self.input_types))
+        self.output_memory_kinds = _memory_kinds(entry.result_attrs, self.num_outputs)
+        self._kinds_c = {}
+        for which, kinds in (("in", self.param_memory_kinds), ("out", self.output_memory_kinds)):
+            strings = [CString(k) for k in (kinds or ["device"])]
+            self._kinds_c[which] = (strings, pointer_array(k.address for k in strings),
+                                    np.array([k.size for k in strings], dtype=np.uint64))
         h = hashlib.sha256()
         h.update(SERIALIZED_MAGIC)
         h.update(code)
@@ -226,8 +234,9 @@ class ExecutableMeta:
     def output_dims_addresses(self) -> tuple[int, int]:
         return self._dims_c[1], self._dim_sizes_c[0].ctypes.data
 
-    def memory_kinds_addresses(self) -> tuple[int, int]:
-        return self._kind_ptrs[1], self._kind_sizes[0].ctypes.data
+    def memory_kinds_addresses(self, which: str = "out") -> tuple[int, int]:
+        _, ptrs, sizes = self._kinds_c[which]
+        return ptrs[1], sizes.ctypes.data
 
     def shardings_addresses(self, which: str) -> tuple[int, int, int]:
         """(count, shardings, sharding_sizes) for the PJRT shardings
@@ -257,6 +266,15 @@ class ExecutableMeta:
 
     def output_bytes(self) -> int:
         return sum(_nbytes(t) for t in self.output_types)
+
+
+def _memory_kinds(attr_list, n) -> list[str]:
+    kinds = []
+    for i in range(n):
+        attrs = attr_list[i] if attr_list and i < len(attr_list) else {}
+        kind = attrs.get("mhlo.memory_kind") if isinstance(attrs, dict) else None
+        kinds.append(str(kind) if kind else "device")
+    return kinds
 
 
 def _nbytes(t) -> int:
@@ -319,11 +337,28 @@ def _interpreter():
     return _shi
 
 
+def compile_args(program_ptr, options_ptr, options_size) -> ExecutableMeta:
+    """Compiles the PJRT_Program and serialized CompileOptionsProto of a
+    Compile call's args."""
+    if not program_ptr:
+        raise invalid_argument("program is NULL")
+    program = PJRT_Program.from_address(program_ptr)
+    code = read_bytes(program.code, program.code_size)
+    fmt = read_str(program.format, program.format_size)
+    options = CompileOptions(read_bytes(options_ptr, options_size))
+    return compile_program(code, fmt, options)
+
+
 def compile_program(code: bytes, code_format: str, options: CompileOptions) -> ExecutableMeta:
+    if code_format in HLO_FORMATS:
+        # XLA HLO (PyTorch/XLA sends it): converted once to StableHLO, which is
+        # what the executable keeps, serializes and reports as its program.
+        code, code_format = hlo_to_stablehlo(code, code_format), "mlir"
     if code_format != "mlir":
         raise unimplemented(
             f"program format {code_format!r} is not supported by stablehlo_ref "
-            "(only 'mlir': StableHLO bytecode, portable artifact or text)")
+            "(only 'mlir': StableHLO bytecode, portable artifact or text; and "
+            "'hlo'/'hlo_with_config': XLA HloModuleProto, converted to StableHLO)")
     import stablehlo_interpreter as shi
     spmd = options.num_partitions > 1 and options.use_spmd_partitioning
     if spmd and options.num_replicas > 1:
@@ -365,6 +400,14 @@ def _check_parallel_support(replicas: int, partitions: int, program) -> None:
             f"the program needs {replicas} replica(s) x {partitions} partition(s); "
             "stablehlo_ref runs single-device programs only for now (the "
             "interpreter has no run_parallel)")
+
+
+class ExecuteContext:
+    """PJRT_ExecuteContext: nothing is attached to one yet."""
+    __slots__ = ("handle",)
+
+    def __init__(self):
+        register(self)
 
 
 class Executable:
@@ -545,5 +588,11 @@ class LoadedExecutable:
                 array = np.ascontiguousarray(array)
             # A new buffer unless the program aliases a donated input to it.
             array = ownership.own(i, array)
-            out.append(Buffer(array, bt, device))
+            memory = device.memory_of_kind(meta.output_memory_kinds[i])
+            if memory is None:
+                raise PjrtError(ErrorCode.INVALID_ARGUMENT,
+                                f"{meta.name}: result #{i} asks for memory kind "
+                                f"{meta.output_memory_kinds[i]!r}, which {device} does not have "
+                                "(stablehlo_ref has device, pinned_host, unpinned_host)")
+            out.append(Buffer(array, bt, device, memory))
         return out

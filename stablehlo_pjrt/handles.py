@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 
+from . import _shim
 from .error import invalid_argument
 
 _objects: dict[int, object] = {}
@@ -161,3 +162,21 @@ def read_named_values(address: int | None, count: int) -> dict:
         else:
             raise invalid_argument(f"named value {name!r} has unknown type {t}")
     return out
+
+
+_c_helpers: dict = {}
+
+
+def c_helper(name: str) -> int:
+    """Address of a C function of the shim handed to the caller (the
+    `blob_free` and `noop_deleter` deleters)."""
+    if not _c_helpers:
+        _c_helpers.update(_shim.c_helpers())
+    return _c_helpers[name]
+
+
+def c_blob(data: bytes) -> tuple[int, int]:
+    """Copies `data` into C memory freed by the `blob_free` deleter; returns
+    (blob, data address)."""
+    b = _shim.blob_new(data)
+    return b, _shim.blob_data(b)

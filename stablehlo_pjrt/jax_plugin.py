@@ -27,9 +27,9 @@ logger = logging.getLogger(__name__)
 def initialize() -> None:
     from jax._src import xla_bridge
 
-    from . import api
+    from . import table
 
-    xla_bridge.register_plugin(PLATFORM_NAME, priority=PRIORITY, c_api=api.capsule())
+    xla_bridge.register_plugin(PLATFORM_NAME, priority=PRIORITY, c_api=table.capsule())
     registration = xla_bridge._backend_factories.get(PLATFORM_NAME)
     if registration is not None and hasattr(registration, "fail_quietly"):
         # Only matters when the user did not name platforms explicitly: with

@@ -28,6 +28,17 @@ a ``platform="stablehlo_ref"`` rule for each of them:
 * ``geqp3`` -> ``@stablehlo_ref.geqp3`` -> ``scipy.linalg.lapack.?geqp3``
   (plus ``?geqrf`` / ``?ormqr`` for columns that a nonzero ``jpvt`` fixes in
   front, as LAPACK does); used by ``jax.scipy.linalg.qr(pivoting=True)``.
+* ``lu`` -> ``@stablehlo_ref.lu`` -> ``scipy.linalg.lapack.?getrf`` (LAPACK's
+  pivots, 0-based, and their permutation); ``lu_pivots_to_permutation`` ->
+  ``@stablehlo_ref.lu_pivots_to_permutation``; ``geqrf`` ->
+  ``@stablehlo_ref.geqrf`` (``?geqrf``); ``householder_product`` ->
+  ``@stablehlo_ref.householder_product`` (``?orgqr`` / ``?ungqr``);
+  ``ormqr`` -> ``@stablehlo_ref.ormqr`` (``?ormqr`` / ``?unmqr``). JAX has
+  platform-independent rules for these, but they are loops (a blocked LU
+  around a fori_loop per column, fori_loops for the permutation and ormqr)
+  that the interpreter runs op by op: solve/inv/det/slogdet/expm all go
+  through ``lu``. They are replaced here (JAX's rule is kept for symbolic
+  shapes).
 
 The ``stablehlo_ref.*`` custom calls use API version 4 with their attributes
 in ``mhlo.backend_config`` (a dictionary).
@@ -40,10 +51,12 @@ cannot factor gives NaN results, as JAX's CPU rules produce from ``info``).
 
 Which rules are needed is computed, not listed: a primitive of
 ``jax._src.lax.linalg`` is handled here only when JAX has neither a
-platform-independent rule nor one for this platform. Every other linalg
-primitive (cholesky, lu, qr, geqrf, householder_product, ormqr,
-triangular_solve, tridiagonal_solve, ...) keeps JAX's own platform-independent
-rule; ``svd`` has one too (the TPU QDWH/polar algorithm, a long StableHLO
+platform-independent rule nor one for this platform, or when it is in
+``_REPLACED`` (lu, lu_pivots_to_permutation, geqrf, householder_product,
+ormqr, svd). Every other linalg primitive (cholesky, qr, triangular_solve,
+tridiagonal_solve, ...) keeps JAX's own platform-independent rule (qr is
+geqrf + householder_product; cholesky and triangular_solve are StableHLO
+ops); ``svd`` has one too (the TPU QDWH/polar algorithm, a long StableHLO
 program whose results differ from LAPACK's), which is replaced here by the
 direct custom call, except for ``algorithm=SvdAlgorithm.POLAR`` which still
 uses it.
@@ -267,6 +280,75 @@ def _geqp3_rule(ctx, operand, jpvt, *, use_magma=None):
 
 
 # --------------------------------------------------------------------------
+# Rules that replace JAX's platform-independent ones: those are loops
+# (a blocked LU around a fori_loop per column, fori_loops for the pivots'
+# permutation and ormqr) or hand-written Householder custom calls; one LAPACK
+# call per matrix is hundreds of times faster in the interpreter, and gives
+# LAPACK's own pivots/reflectors as XLA CPU does. Symbolic shapes keep
+# JAX's default rule.
+
+# Primitive name -> JAX's platform-independent rule (filled at registration).
+_DEFAULT_RULES = {}
+
+
+def _default_or_none(name, ctx, operands, params):
+    from jax._src import core
+    if all(core.is_constant_shape(a.shape) for a in list(ctx.avals_in) + list(ctx.avals_out)):
+        return None
+    return _DEFAULT_RULES[name](ctx, *operands, **params)
+
+
+@_rule("lu")
+def _lu_rule(ctx, operand):
+    res = _default_or_none("lu", ctx, [operand], {})
+    if res is not None:
+        return res
+    return _custom_call(ctx, "stablehlo_ref.lu", [operand], ctx.avals_out)
+
+
+@_rule("lu_pivots_to_permutation")
+def _lu_pivots_to_permutation_rule(ctx, pivots, *, permutation_size):
+    res = _default_or_none("lu_pivots_to_permutation", ctx, [pivots],
+                           {"permutation_size": permutation_size})
+    if res is not None:
+        return res
+    return _custom_call(ctx, "stablehlo_ref.lu_pivots_to_permutation", [pivots],
+                        ctx.avals_out, permutation_size=int(permutation_size))
+
+
+@_rule("geqrf")
+def _geqrf_rule(ctx, operand):
+    res = _default_or_none("geqrf", ctx, [operand], {})
+    if res is not None:
+        return res
+    return _custom_call(ctx, "stablehlo_ref.geqrf", [operand], ctx.avals_out)
+
+
+@_rule("householder_product")
+def _householder_product_rule(ctx, a, taus):
+    res = _default_or_none("householder_product", ctx, [a, taus], {})
+    if res is not None:
+        return res
+    return _custom_call(ctx, "stablehlo_ref.householder_product", [a, taus],
+                        ctx.avals_out)
+
+
+@_rule("ormqr")
+def _ormqr_rule(ctx, a, taus, c, *, left, transpose):
+    res = _default_or_none("ormqr", ctx, [a, taus, c],
+                           {"left": left, "transpose": transpose})
+    if res is not None:
+        return res
+    return _custom_call(ctx, "stablehlo_ref.ormqr", [a, taus, c], ctx.avals_out,
+                        left=bool(left), transpose=bool(transpose))
+
+
+# Primitives with a platform-independent JAX rule that this module replaces.
+_REPLACED = ("svd", "lu", "lu_pivots_to_permutation", "geqrf",
+             "householder_product", "ormqr")
+
+
+# --------------------------------------------------------------------------
 # Registration.
 
 
@@ -308,8 +390,18 @@ def register_lowerings(platform: str = PLATFORM_NAME) -> list[str]:
     specific = mlir._platform_specific_lowerings.get(platform, {})
     targets = {p.name: p for p in primitives_without_lowering()}
     # svd has a platform-independent rule (the TPU polar algorithm); a direct
-    # LAPACK-equivalent custom call is faster and matches XLA CPU.
-    targets["svd"] = linalg.svd_p
+    # LAPACK-equivalent custom call is faster and matches XLA CPU. The others
+    # in _REPLACED have loops as platform-independent rules (see above).
+    for name in _REPLACED:
+        prim = getattr(linalg, f"{name}_p", None)
+        if prim is None:
+            continue
+        entry = mlir._lowerings.get(prim)
+        default = getattr(entry, "rule", None) if entry is not None else None
+        if name != "svd" and default is None:
+            continue   # a JAX without the default rule this one falls back to
+        targets[name] = prim
+        _DEFAULT_RULES.setdefault(name, default)
     entry = mlir._lowerings.get(linalg.svd_p)
     if entry is not None and _DEFAULT_SVD_RULE is None:
         _DEFAULT_SVD_RULE = getattr(entry, "rule", None)

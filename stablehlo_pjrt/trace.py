@@ -32,6 +32,9 @@ Hook = Callable[[str, object, dict], None]
 
 ENABLED = False
 _hooks: list[Hook] = []
+# Called with the new state when tracing turns on or off (table.set_tracing
+# rewires the PJRT_Api slots); trace.py itself knows nothing of the table.
+_listeners: list[Callable[[bool], None]] = []
 _local = threading.local()
 _lock = threading.Lock()
 
@@ -80,10 +83,17 @@ def stderr_hook(call: str, obj: object, details: dict) -> None:
 
 
 def add_hook(hook: Hook) -> None:
-    """Adds a hook and turns tracing on (see api.set_tracing)."""
+    """Adds a hook and turns tracing on (see table.set_tracing)."""
     if hook not in _hooks:
         _hooks.append(hook)
     _set_enabled(True)
+
+
+def register_hook(hook: Hook) -> None:
+    """Adds a hook without turning tracing on (for hooks installed while the
+    table is built, which then enables tracing from ENABLED)."""
+    if hook not in _hooks:
+        _hooks.append(hook)
 
 
 def remove_hook(hook: Hook) -> None:
@@ -97,8 +107,14 @@ def _set_enabled(on: bool) -> None:
     if on == ENABLED:
         return
     ENABLED = on
-    from . import api
-    api.set_tracing(on)
+    for listener in list(_listeners):
+        listener(on)
+
+
+def on_enabled_change(listener: Callable[[bool], None]) -> None:
+    """Registers `listener(on)`, called whenever tracing turns on or off."""
+    if listener not in _listeners:
+        _listeners.append(listener)
 
 
 def emit(call: str, obj: object, details: dict) -> None:
@@ -164,11 +180,9 @@ def c_event_hook(call: str, address: int) -> None:
 
 
 def init_from_env() -> None:
+    """STABLEHLO_PJRT_TRACE=1 adds the stderr hook (table.build_api also
+    installs the Chrome-trace writer of STABLEHLO_PJRT_TRACE_JSON)."""
     if _env_enabled() and stderr_hook not in _hooks:
         _hooks.append(stderr_hook)
-    if os.environ.get("STABLEHLO_PJRT_TRACE_JSON", "").strip():
-        # Chrome trace-event JSON of the calls, written at exit.
-        from .oracle import chrome_trace
-        chrome_trace.install_from_env()
     global ENABLED
     ENABLED = bool(_hooks)

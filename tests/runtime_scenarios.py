@@ -272,6 +272,47 @@ def dce_sink_and_empty(jax, jnp, np):
 
 
 # ---------------------------------------------------------------------------
+# Memory kinds.
+
+
+@scenario
+def memory_kinds(jax, jnp, np):
+    from jax.ad_checkpoint import checkpoint_name
+    from jax.experimental.compute_on import compute_on
+    from jax.sharding import SingleDeviceSharding
+    dev = jax.devices()[0]
+    out = {"memories": [m.kind for m in dev.addressable_memories()],
+           "default": dev.default_memory().kind}
+    x = jnp.arange(4.0)
+    pinned = SingleDeviceSharding(dev, memory_kind="pinned_host")
+    h = jax.device_put(x, pinned)
+    u = jax.device_put(x, SingleDeviceSharding(dev, memory_kind="unpinned_host"))
+    back = jax.device_put(h, SingleDeviceSharding(dev))
+    out["put"] = [h.sharding.memory_kind, u.sharding.memory_kind, back.sharding.memory_kind,
+                  h, u, back, jax.device_put(x, jax.memory.Space.Host).sharding.memory_kind]
+    y = jax.jit(lambda a: a * 2, out_shardings=pinned)(x)
+    z = jax.jit(lambda a: a + 1)(h)
+    out["jit"] = [y.sharding.memory_kind, y, z.sharding.memory_kind, z]
+
+    @compute_on("device_host")
+    @jax.jit
+    def g(a):
+        return a * 3
+    out["compute_on"] = jax.jit(lambda a: g(a) + 1)(x)
+
+    def loss(w, a):
+        return (checkpoint_name(jnp.sin(a @ w), "y") ** 2).sum()
+    w, a = jnp.full((4, 4), 0.1), jnp.arange(8.0).reshape(2, 4)
+    names = jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=[], names_which_can_be_offloaded=["y"],
+        offload_src="device", offload_dst="pinned_host")
+    dots = jax.checkpoint_policies.offload_dot_with_no_batch_dims("device", "pinned_host")
+    out["offload"] = [jax.jit(jax.grad(jax.checkpoint(loss, policy=p)))(w, a)
+                      for p in (names, dots)]
+    return out
+
+
+# ---------------------------------------------------------------------------
 
 
 def _plain(tree):

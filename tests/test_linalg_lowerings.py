@@ -448,6 +448,122 @@ def unsupported_is_clear(mode):
 
 
 @check
+def lu_getrf(mode):
+    """lu: getrf's pivots and permutation exactly as XLA CPU's, LU close.
+
+    Both call LAPACK getrf (XLA CPU in the element type, the interpreter in
+    f64 then rounded): on these random matrices no two pivot candidates are
+    close, so the pivots agree exactly.
+    """
+    jax, np = _env()
+    import jax.scipy.linalg as jsl
+    c = Calls()
+    shapes = [(6, 6), (2, 3, 5, 5), (7, 4), (4, 7), (0, 0), (3, 0), (0, 3), (2, 0, 4)]
+    for dt in dtypes_of(mode):
+        for shape in shapes:
+            a = matrix(shape, dt, 3)
+            c.add(("lu", dt, shape), jax.lax.linalg.lu, a)
+        sing = np.array([[1, 2, 3], [2, 4, 6], [1, 0, 1]], dtype=dt)
+        c.add(("lu", dt, "singular"), jax.lax.linalg.lu, sing)
+        c.add(("piv2perm", dt), lambda p: jax.lax.linalg.lu_pivots_to_permutation(p, 6),
+              np.array([[3, 3, 5, 4], [0, 1, 2, 3]], np.int32))
+        c.add(("scipy_lu", dt), jsl.lu, matrix((5, 5), dt, 4))
+        c.add(("lu_factor", dt), jsl.lu_factor, matrix((5, 5), dt, 5))
+    r = c.run()
+    for dt in dtypes_of(mode):
+        for shape in shapes + ["singular"]:
+            (luc, pc, permc), (lu, p, perm) = r[("lu", dt, shape)]
+            np.testing.assert_array_equal(p, pc, err_msg=f"pivots {dt}{shape}")
+            np.testing.assert_array_equal(perm, permc, err_msg=f"perm {dt}{shape}")
+            assert p.dtype == pc.dtype == np.int32 and perm.dtype == np.int32
+            close(lu, luc, dt, f"lu {dt}{shape}", 10)
+        want, got = r[("piv2perm", dt)]
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got, [[3, 0, 5, 4, 1, 2], np.arange(6)])
+        for key in ("scipy_lu", "lu_factor"):
+            for g, w in zip(*reversed(r[(key, dt)])):
+                if np.asarray(w).dtype.kind in "iu":
+                    np.testing.assert_array_equal(g, w, err_msg=f"{key} {dt}")
+                else:
+                    close(g, w, dt, f"{key} {dt}", 10)
+
+
+@check
+def lu_solvers(mode):
+    """solve / inv / det / slogdet / expm / cho_solve / solve_triangular (all via lu / trsm)."""
+    jax, np = _env()
+    import jax.numpy as jnp
+    import jax.scipy.linalg as jsl
+    c = Calls()
+    for dt in dtypes_of(mode):
+        for shape in [(6, 6), (3, 4, 4), (0, 0)]:
+            a = matrix(shape, dt, 6) + 3 * eye_like(shape[-1], shape[:-2], dt)
+            b = matrix(shape[:-1] + (2,), dt, 7)
+            c.add(("solve", dt, shape), jnp.linalg.solve, a, b)
+            c.add(("inv", dt, shape), jnp.linalg.inv, a)
+            c.add(("det", dt, shape), jnp.linalg.det, a)
+            c.add(("slogdet", dt, shape), lambda x: tuple(jnp.linalg.slogdet(x)), a)
+            c.add(("expm", dt, shape), jsl.expm, a * 0.2)
+        for left in (True, False):
+            for lower in (True, False):
+                for trans in (0, 1, 2):
+                    for unit in (False, True):
+                        a = matrix((5, 5), dt, 8) + 4 * eye_like(5, (), dt)
+                        b = matrix((5, 3) if left else (3, 5), dt, 9)
+                        c.add(("trsm", dt, left, lower, trans, unit),
+                              lambda x, y, l=left, lo=lower, t=trans, u=unit:
+                              jax.lax.linalg.triangular_solve(
+                                  x, y, left_side=l, lower=lo, transpose_a=t > 0,
+                                  conjugate_a=t == 2, unit_diagonal=u), a, b)
+        # A zero on the diagonal: inf/NaN as XLA CPU (no singularity check).
+        z = np.triu(matrix((3, 3), dt, 10))
+        z[1, 1] = 0
+        c.add(("trsm_singular", dt), lambda x, y: jax.lax.linalg.triangular_solve(
+            x, y, left_side=True, lower=False), z, np.ones((3, 1), dt))
+    r = c.run()
+    for dt in dtypes_of(mode):
+        for shape in [(6, 6), (3, 4, 4), (0, 0)]:
+            for k in ("solve", "inv", "det", "slogdet", "expm"):
+                want, got = r[(k, dt, shape)]
+                for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+                    close(g, w, dt, f"{k} {dt}{shape}", 20)
+        for key in [k for k in r if k[0] == "trsm" and k[1] == dt]:
+            want, got = r[key]
+            close(got, want, dt, f"triangular_solve {key}", 10)
+        want, got = r[("trsm_singular", dt)]
+        np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+
+
+@check
+def qr_lapack(mode):
+    """qr (geqrf + orgqr/ungqr) and ormqr: compact forms equal to XLA CPU's."""
+    jax, np = _env()
+    import jax.numpy as jnp
+    c = Calls()
+    shapes = [(6, 4), (4, 6), (2, 5, 5), (0, 3), (3, 0)]
+    for dt in dtypes_of(mode):
+        for shape in shapes:
+            a = matrix(shape, dt, 11)
+            c.add(("geqrf", dt, shape), lambda x: tuple(jnp.linalg.qr(x, mode="raw")), a)
+            for m in ("reduced", "complete"):
+                c.add(("qr", dt, shape, m), lambda x, m=m: tuple(jnp.linalg.qr(x, mode=m)), a)
+        h = matrix((6, 4), dt, 12)
+        taus = matrix((3,), dt, 13)
+        c.add(("hp", dt), jax.lax.linalg.householder_product, h, taus)
+        for left in (True, False):
+            for tr in (False, True):
+                cc = matrix((6, 2) if left else (2, 6), dt, 14)
+                c.add(("ormqr", dt, left, tr), lambda x, t, y, l=left, tr=tr:
+                      jax.lax.linalg.ormqr(x, t, y, left=l, transpose=tr), h, taus, cc)
+    r = c.run()
+    for dt in dtypes_of(mode):
+        for key in [k for k in r if k[1] == dt]:
+            want, got = r[key]
+            for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+                close(g, w, dt, f"{key}", 10)
+
+
+@check
 def registered_primitives(mode):
     """Every linalg primitive without a default rule has a stablehlo_ref rule."""
     jax, np = _env()
@@ -503,7 +619,7 @@ def _run_mode(mode):
         _start_all()
         proc = _PROCS[mode]
         try:
-            stdout, stderr = proc.communicate(timeout=300)
+            stdout, stderr = proc.communicate(timeout=600)  # ~20 s of CPU; a loaded 2-core machine stretches it
         except subprocess.TimeoutExpired:
             proc.kill()
             stdout, stderr = proc.communicate()

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from stablehlo_pjrt import _capi as C
-from stablehlo_pjrt import _shim, api
+from stablehlo_pjrt import _shim, table
 from stablehlo_pjrt.error import PjrtError
 
-api.build_api()
+table.build_api()
 API = C.PJRT_Api.from_address(_shim.api_address()[0])
 FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
 
@@ -118,7 +118,7 @@ def test_unimplemented_slot_reports_clear_error():
 
 
 def test_capsule_name():
-    cap = api.capsule()
+    cap = table.capsule()
     get_name = ctypes.pythonapi.PyCapsule_GetName
     get_name.restype = ctypes.c_char_p
     get_name.argtypes = [ctypes.py_object]
@@ -557,6 +557,7 @@ def test_compile_execute_identity_and_metadata(client):
 
 def test_execute_errors_are_reported_and_recoverable(client, monkeypatch):
     import stablehlo_interpreter as shi
+
     from stablehlo_pjrt.executable import LoadedExecutable
     from stablehlo_pjrt.handles import lookup
 
@@ -592,20 +593,19 @@ def test_compile_errors(client):
     _, err = compile_text(client, "this is not MLIR")
     assert err[0] == C.ErrorCode.INVALID_ARGUMENT
     bad_format = C.PJRT_Program(code=None, code_size=0)
-    fmt = ctypes.create_string_buffer(b"hlo")
+    fmt = ctypes.create_string_buffer(b"tosa")
     bad_format.format = ctypes.addressof(fmt)
-    bad_format.format_size = 3
+    bad_format.format_size = 4
     bad_format.struct_size = C.struct_size(C.PJRT_Program)
     err = call("PJRT_Client_Compile", C.Client_Compile_Args(
         client=client, program=ctypes.addressof(bad_format)))
-    assert err[0] == C.ErrorCode.UNIMPLEMENTED and "'hlo'" in err[1]
+    assert err[0] == C.ErrorCode.UNIMPLEMENTED and "'tosa'" in err[1]
 
 
 def test_compile_options_and_device_assignment_codec():
     from jax._src.lib import xla_client
 
-    from stablehlo_pjrt.executable import (CompileOptions, decode_device_assignment,
-                                           encode_device_assignment)
+    from stablehlo_pjrt.executable import CompileOptions, decode_device_assignment, encode_device_assignment
     for assignment in ([[0]], [[0, 1]], [[3], [1]], [[0, 1, 2], [3, 4, 5]]):
         ref = xla_client.DeviceAssignment.create(np.array(assignment)).serialize()
         assert encode_device_assignment(assignment) == ref

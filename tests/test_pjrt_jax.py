@@ -267,7 +267,9 @@ def memory_kind_and_device_attributes():
     assert dev.id == 0 and dev.process_index == 0
     assert repr(dev) == "StablehloRefDevice(id=0)", repr(dev)
     assert str(dev) == "stablehlo_ref:0", str(dev)
-    assert [m.kind for m in dev.addressable_memories()] == ["device"]
+    # Like XLA CPU: the device memory and two host memories (issue 12).
+    assert [m.kind for m in dev.addressable_memories()] == [
+        "device", "pinned_host", "unpinned_host"]
     stats = dev.memory_stats()
     assert stats["bytes_in_use"] >= 12, stats
     s = jax.sharding.SingleDeviceSharding(dev, memory_kind="device")

@@ -211,14 +211,14 @@ def _write_at_exit(writer: ChromeTraceWriter) -> None:
 
 def install_from_env() -> None:
     """Called while the plugin builds its API table: STABLEHLO_PJRT_TRACE_JSON
-    names the file. Registers the hook without calling into api (the table is
-    not built yet; api enables tracing from trace.ENABLED afterwards)."""
+    names the file. Registers the hook without turning tracing on (the table
+    is being built; table.build_api enables tracing from trace.ENABLED
+    afterwards)."""
     global _active
     path = os.environ.get("STABLEHLO_PJRT_TRACE_JSON", "").strip()
     if not path or _active is not None:
         return
     writer = ChromeTraceWriter(path)
     _active = writer
-    if writer not in trace._hooks:
-        trace._hooks.append(writer)
+    trace.register_hook(writer)
     atexit.register(_write_at_exit, writer)

@@ -6,6 +6,7 @@ Both run in float64/complex128 and round once to the result type.
 import numpy as np
 
 from .. import dtypes
+from ..blas import SMALL_GEMM_MACS, small_lapack
 from ..registry import Unsupported, kernel
 
 
@@ -84,6 +85,29 @@ def _substitute(m, b, lower, unit):
     return x
 
 
+_TRANS = {"NO_TRANSPOSE": 0, "TRANSPOSE": 1, "ADJOINT": 2}
+
+
+def _trsm(a, b, batch, left, lower, unit, trans):
+    """Batched triangular solve by one BLAS ?trsm per matrix (scipy's BLAS)."""
+    from scipy.linalg import blas
+    fn, = blas.get_blas_funcs(("trsm",), (a, b))
+    a = np.broadcast_to(a, batch + a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:])
+    t = _TRANS[trans]
+    if t == 2 and not np.iscomplexobj(a):
+        t = 1
+    out = np.empty(b.shape, dtype=b.dtype)
+    # One BLAS thread below SMALL_GEMM_MACS (see blas.py: on a busy 2-core
+    # machine a threaded 64x64 trsm waits ~20 ms for its second thread).
+    call = small_lapack if a.shape[-1] ** 2 * max(b.shape[-2:]) < SMALL_GEMM_MACS else (
+        lambda f, *args, **kw: f(*args, **kw))
+    for idx in np.ndindex(*batch):
+        out[idx] = call(fn, 1.0, a[idx], b[idx], side=0 if left else 1,
+                        lower=int(lower), trans_a=t, diag=int(unit))
+    return out
+
+
 @kernel("stablehlo.triangular_solve")
 def triangular_solve(op):
     """spec: triangular_solve (docs/spec.md#triangular_solve).
@@ -108,6 +132,11 @@ def triangular_solve(op):
             return np.zeros(b.shape, dtype=out_dtype)
         a = a.astype(cdt)
         b = b.astype(cdt)
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        if int(np.prod(batch, dtype=np.int64)) <= a.shape[-1]:
+            # Few matrices: one BLAS ?trsm call each (no pivoting or
+            # singularity check, so a zero diagonal gives inf/NaN as XLA).
+            return _trsm(a, b, batch, left, lower, unit, trans).astype(out_dtype)
         m = np.tril(a) if lower else np.triu(a)
         eff_lower = lower
         if trans != "NO_TRANSPOSE":

@@ -34,8 +34,11 @@ complex128 and rounds once to the result type; batch dimensions are the
 leading ones, one LAPACK call per matrix.
 """
 
+import functools
+
 import numpy as np
 
+from .. import blas as _blas
 from .. import dtypes
 from ..registry import Unsupported, custom_call
 from .linalg import compute_dtype
@@ -59,9 +62,17 @@ def _check_float(op, t):
 
 
 def _lapack(name, a):
-    """scipy's LAPACK routine ``name`` for the dtype of ``a`` (d or z prefix)."""
+    """scipy's LAPACK routine ``name`` for the dtype of ``a`` (d or z prefix).
+
+    For matrices below blas.SMALL_GEMM_MACS flops (m n min(m, n)) it runs
+    with one BLAS thread: on this 2-core, shared machine OpenBLAS's threads
+    otherwise wait for each other (a 64x64 ?trsm took 20 ms instead of 20 us).
+    """
     from scipy.linalg import lapack
     fn, = lapack.get_lapack_funcs((name,), (a,))
+    m, n = a.shape[-2:] if a.ndim >= 2 else (a.shape[-1], 1)
+    if m * n * min(m, n) < _blas.SMALL_GEMM_MACS:
+        return functools.partial(_blas.small_lapack, fn)
     return fn
 
 
@@ -389,4 +400,194 @@ def geqp3_call(op):
             for o, v in zip(outs, r):
                 o[idx] = v
         return _results(outs, out_dtypes)
+    return run
+
+
+# --------------------------------------------------------------------------
+# LU, QR and the Householder products: JAX's platform-independent rules for
+# these are loops of dynamic slices (lu: an unrolled blocked algorithm around
+# a fori_loop per column; lu_pivots_to_permutation and ormqr: fori_loops)
+# that the interpreter would run op by op, hundreds of times slower than one
+# LAPACK call. stablehlo_pjrt/lowerings.py lowers them to these instead.
+
+
+def pivots_to_permutation(piv, m):
+    """The permutation (..., m) that LAPACK's 0-based row swaps ``piv`` apply.
+
+    Row i is swapped with row piv[i], for i = 0, 1, ... in order (as
+    LAPACK's ?laswp and JAX's lu_pivots_to_permutation). The swaps are
+    sequential, so this loops over them in plain Python per matrix (k integer
+    swaps cost microseconds; numpy calls per swap would cost more).
+    """
+    piv = np.asarray(piv)
+    batch = piv.shape[:-1]
+    out = np.empty(batch + (m,), dtype=np.int64)
+    for idx in np.ndindex(*batch):
+        perm = list(range(m))
+        for i, p in enumerate(piv[idx].tolist()):
+            if not 0 <= p < m:
+                raise ValueError(f"pivot {p} out of range [0, {m})")
+            perm[i], perm[p] = perm[p], perm[i]
+        out[idx] = perm
+    return out
+
+
+@custom_call("stablehlo_ref.lu")
+def lu(op):
+    """@stablehlo_ref.lu (a) -> (lu, pivots, permutation): LAPACK ?getrf.
+
+    lu holds the unit-lower L below the diagonal and U on and above it
+    (m x n, any shape); pivots (min(m, n), 0-based) are getrf's row swaps,
+    permutation (m) their product, so that a[permutation] = L @ U. A
+    singular matrix (getrf's info > 0) is factored all the same, as on XLA
+    CPU; no finiteness check (NaN propagates through LAPACK as on XLA CPU).
+    """
+    t = op.operand_types[0]
+    _check_float(op, t)
+    if op.num_results != 3:
+        raise Unsupported("@stablehlo_ref.lu with other than 3 results")
+    out_dtypes = [r.dtype for r in op.result_types]
+    cdt = compute_dtype(t.dtype)
+
+    def run(a):
+        a = np.asarray(a).astype(cdt)
+        batch = a.shape[:-2]
+        m, n = a.shape[-2:]
+        k = min(m, n)
+        lu_out = np.empty(a.shape, dtype=cdt)
+        piv = np.zeros(batch + (k,), dtype=np.int64)
+        if a.size:
+            getrf = _lapack("getrf", a)
+            for idx in np.ndindex(*batch):
+                f, p, info = getrf(a[idx])
+                if info < 0:   # an illegal argument: never for valid shapes
+                    raise ValueError(f"@stablehlo_ref.lu: getrf info={info}")
+                lu_out[idx] = f
+                piv[idx] = p
+        perm = pivots_to_permutation(piv, m)
+        return _results([lu_out, piv, perm], out_dtypes)
+    return run
+
+
+@custom_call("stablehlo_ref.lu_pivots_to_permutation")
+def lu_pivots_to_permutation(op):
+    """@stablehlo_ref.lu_pivots_to_permutation (pivots) -> (permutation).
+
+    backend_config: permutation_size (m >= k). pivots are 0-based row swaps
+    applied in order to iota(m).
+    """
+    m = int(_config(op).get("permutation_size", op.result_types[0].shape[-1]))
+    out_dtype = op.result_types[0].dtype
+
+    def run(piv):
+        try:
+            return pivots_to_permutation(piv, m).astype(out_dtype)
+        except ValueError as e:
+            raise ValueError(f"@stablehlo_ref.lu_pivots_to_permutation: {e}") from None
+    return run
+
+
+@custom_call("stablehlo_ref.geqrf")
+def geqrf_call(op):
+    """@stablehlo_ref.geqrf (a) -> (a', taus): LAPACK ?geqrf.
+
+    a' holds R on and above the diagonal and the Householder vectors (implicit
+    leading 1) below it; taus has min(m, n) entries.
+    """
+    t = op.operand_types[0]
+    _check_float(op, t)
+    if op.num_results != 2:
+        raise Unsupported("@stablehlo_ref.geqrf with other than 2 results")
+    out_dtypes = [r.dtype for r in op.result_types]
+    cdt = compute_dtype(t.dtype)
+
+    def run(a):
+        a = np.asarray(a).astype(cdt)
+        batch = a.shape[:-2]
+        m, n = a.shape[-2:]
+        outs = [np.array(a, copy=True), np.zeros(batch + (min(m, n),), dtype=cdt)]
+        if a.size:
+            fn = _lapack("geqrf", a)
+            for idx in np.ndindex(*batch):
+                qr, tau, _, info = fn(a[idx])
+                if info != 0:
+                    raise ValueError(f"@stablehlo_ref.geqrf: geqrf info={info}")
+                outs[0][idx] = qr
+                outs[1][idx] = tau
+        return _results(outs, out_dtypes)
+    return run
+
+
+@custom_call("stablehlo_ref.householder_product")
+def householder_product_call(op):
+    """@stablehlo_ref.householder_product (a, taus) -> q: LAPACK ?orgqr / ?ungqr.
+
+    q (m x n, m >= n >= k) is the first n columns of H(0) ... H(k-1),
+    H(i) = I - taus[i] v_i v_i^H, v_i the i-th column of a below the
+    diagonal with an implicit 1 on it.
+    """
+    t = op.operand_types[0]
+    _check_float(op, t)
+    out_dtype = op.result_types[0].dtype
+    cdt = compute_dtype(t.dtype)
+    name = "ungqr" if dtypes.is_complex(t.dtype) else "orgqr"
+
+    def run(a, taus):
+        a = np.asarray(a).astype(cdt)
+        taus = np.asarray(taus).astype(cdt)
+        batch = a.shape[:-2]
+        m, n = a.shape[-2:]
+        q = np.empty(a.shape, dtype=cdt)
+        if a.size == 0:
+            return q.astype(out_dtype)
+        fn = _lapack(name, a)
+        for idx in np.ndindex(*batch):
+            if taus.shape[-1] == 0:
+                q[idx] = np.eye(m, n, dtype=cdt)
+                continue
+            r, _, info = fn(a[idx], taus[idx])
+            if info != 0:
+                raise ValueError(f"@stablehlo_ref.householder_product: {name} info={info}")
+            q[idx] = r
+        return np.ascontiguousarray(q.astype(out_dtype))
+    return run
+
+
+@custom_call("stablehlo_ref.ormqr")
+def ormqr_call(op):
+    """@stablehlo_ref.ormqr (a, taus, c) -> c': LAPACK ?ormqr / ?unmqr.
+
+    backend_config: left, transpose (bool). c' = op(Q) c (left) or c op(Q),
+    op(Q) = Q^H when transpose; Q = H(0) ... H(k-1) from a's columns below
+    the diagonal (k = len(taus)) as for householder_product.
+    """
+    t = op.operand_types[0]
+    _check_float(op, t)
+    cfg = _config(op)
+    left = bool(cfg.get("left", True))
+    transpose = bool(cfg.get("transpose", False))
+    out_dtype = op.result_types[0].dtype
+    cdt = compute_dtype(t.dtype)
+    cplx = dtypes.is_complex(t.dtype)
+    name = "unmqr" if cplx else "ormqr"
+    trans = ("C" if cplx else "T") if transpose else "N"
+    side = "L" if left else "R"
+
+    def run(a, taus, c):
+        a = np.asarray(a).astype(cdt)
+        taus = np.asarray(taus).astype(cdt)
+        c = np.asarray(c).astype(cdt)
+        k = taus.shape[-1]
+        out = np.array(c, copy=True)
+        if c.size == 0 or k == 0:
+            return out.astype(out_dtype)
+        fn = _lapack(name, a)
+        batch = c.shape[:-2]
+        lwork = max(1, max(c.shape[-2:]) * 64)
+        for idx in np.ndindex(*batch):
+            r, _, info = fn(side, trans, a[idx][:, :k], taus[idx], c[idx], lwork)
+            if info != 0:
+                raise ValueError(f"@stablehlo_ref.ormqr: {name} info={info}")
+            out[idx] = r
+        return np.ascontiguousarray(out.astype(out_dtype))
     return run

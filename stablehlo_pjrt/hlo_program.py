@@ -1,0 +1,96 @@
+"""PJRT program formats ``hlo`` and ``hlo_with_config``: XLA HLO in, StableHLO out.
+
+PyTorch/XLA (and XLA's PjRtCApiClient::Compile(XlaComputation)) hands the
+plugin a serialized ``HloModuleProto`` with program format ``hlo``;
+``hlo_with_config`` is an ``HloModuleProtoWithConfig`` (the module in field
+1, its HloModuleConfigProto in field 2).  Both are converted here with the
+converter jaxlib ships (XLA's own: ``hlo_to_stablehlo`` imports HLO into
+MHLO/StableHLO, ``mhlo_to_stablehlo`` legalizes what is left; the MHLO ops
+StableHLO lacks become ``custom_call @mhlo.*``, which the interpreter runs in
+stablehlo_interpreter/ops/mhlo_custom_calls.py).  The result is StableHLO
+bytecode that takes the usual ``mlir`` path; its text is what the PJRT trace
+and the op trace show.
+"""
+
+from .error import invalid_argument, unimplemented
+
+HLO_FORMATS = ("hlo", "hlo_with_config")
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data):
+            raise invalid_argument("truncated HloModuleProtoWithConfig (varint)")
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise invalid_argument("malformed HloModuleProtoWithConfig (varint too long)")
+
+
+def _module_of_config_proto(data: bytes) -> bytes:
+    """Field 1 (hlo_module) of an HloModuleProtoWithConfig.
+
+    Hand-written wire-format walk (a dozen lines): jaxlib has no Python class
+    for this proto and the project does not depend on protobuf.  The config
+    (field 2) is not needed: replica/partition counts come from the compile
+    options, which PJRT passes separately.
+    """
+    pos, module = 0, None
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            _, pos = _varint(data, pos)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            n, pos = _varint(data, pos)
+            if pos + n > len(data):
+                raise invalid_argument("truncated HloModuleProtoWithConfig (field %d)" % field)
+            if field == 1:
+                module = data[pos:pos + n]
+            pos += n
+        else:
+            raise invalid_argument(f"malformed HloModuleProtoWithConfig (wire type {wire})")
+    if module is None:
+        raise invalid_argument("HloModuleProtoWithConfig has no hlo_module (field 1)")
+    return module
+
+
+def hlo_to_stablehlo(code: bytes, code_format: str) -> bytes:
+    """StableHLO bytecode for a serialized HloModuleProto (``hlo``) or
+    HloModuleProtoWithConfig (``hlo_with_config``)."""
+    if code_format == "hlo_with_config":
+        code = _module_of_config_proto(code)
+    from jax._src.lib import _jax
+    try:
+        imported = _jax.mlir.hlo_to_stablehlo(code)
+    except Exception as e:  # XlaRuntimeError: not an HloModuleProto
+        raise invalid_argument(
+            f"stablehlo_ref could not read the '{code_format}' program as an "
+            f"HloModuleProto: {_first_line(e)}") from None
+    try:
+        return _jax.mlir.mhlo_to_stablehlo(imported)
+    except Exception as e:
+        # XLA-private HLO ops (copy, add-dependency, domain, stochastic-convert,
+        # rng-get-and-update-state...) have no StableHLO form; XLA's converter
+        # names the op on stderr and raises "MHLO => StableHLO failed".
+        raise unimplemented(
+            f"stablehlo_ref cannot run this '{code_format}' program: XLA's HLO -> "
+            f"StableHLO converter refused it ({_first_line(e)}). Typical causes: an "
+            "XLA-private op with no StableHLO form (copy, add-dependency, domain, "
+            "stochastic-convert, rng-get-and-update-state; named on stderr), or a "
+            "legacy HLO form StableHLO lacks (dynamic-slice with one vector of "
+            "start indices)") from None
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

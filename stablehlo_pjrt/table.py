@@ -1,0 +1,143 @@
+"""The PJRT_Api table: builds it and wires the handlers of `api` into it.
+
+`build_api()` fills the static PJRT_Api struct owned by _shim with
+trampoline addresses (one per slot), and registers the handler each
+trampoline calls.  Errors, events and the memory vtable are implemented in C
+(_shim.c) and wired here directly.  Functions the plugin does not provide
+get a trampoline without handler, which reports a clear UNIMPLEMENTED error
+(never a NULL pointer that jaxlib would call).  Tracing (trace.py) swaps
+every Python slot between the bare and the traced handler.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import threading
+
+from . import _capi as C
+from . import _shim, api, trace
+from .oracle import chrome_trace
+
+_HANDLERS = api.HANDLERS
+
+_c_functions: dict = {}  # the slots implemented in C (errors, events)
+_built = False
+_build_lock = threading.Lock()
+_traced_installed = None
+
+
+def _is_quiet(name: str) -> bool:
+    """Slots that, once Python is gone, should succeed silently (leaking)
+    rather than report an error: jaxlib calls them from destructors."""
+    return name.endswith("_Destroy") or name.endswith("_Delete")
+
+
+def set_tracing(on: bool) -> None:
+    """(Re)wires every Python slot, with or without the trace wrapper."""
+    global _traced_installed
+    if not _built or _traced_installed == on:
+        return
+    for index, name in enumerate(C.API_FUNCTIONS + C.SHARDINGS_EXTENSION_FUNCTIONS):
+        if name in _c_functions:
+            continue
+        fn = _HANDLERS.get(name)
+        if fn is not None and on:
+            fn = trace.traced(name, fn)
+        _shim.set_slot(index, name, fn, _is_quiet(name))
+    _shim.set_trace_hook(trace.c_event_hook if on else None)
+    _traced_installed = on
+
+
+# trace.add_hook/remove_hook (re)wire the table through set_tracing.
+trace.on_enabled_change(set_tracing)
+
+
+def build_api() -> None:
+    """Fills the PJRT_Api table (idempotent)."""
+    global _built
+    with _build_lock:
+        if _built:
+            return
+        if len(C.API_FUNCTIONS) > _shim.MAX_SLOTS:
+            raise RuntimeError("the shim has fewer trampolines than the API has slots")
+        c_functions = _shim.c_functions()
+        _c_functions.update(c_functions)
+        address, size = _shim.api_address()
+        if ctypes.sizeof(C.PJRT_Api) > size:
+            raise RuntimeError("PJRT_Api does not fit the shim's static storage")
+        api = C.PJRT_Api.from_address(address)
+        ctypes.memset(address, 0, ctypes.sizeof(C.PJRT_Api))
+        api.struct_size = C.struct_size(C.PJRT_Api)
+        api.extension_start = _build_extensions()
+        api.pjrt_api_version.struct_size = C.struct_size(C.PJRT_Api_Version)
+        api.pjrt_api_version.extension_start = None
+        api.pjrt_api_version.major_version = C.API_MAJOR
+        api.pjrt_api_version.minor_version = C.API_MINOR
+        # STABLEHLO_REF_FAULT (off by default) breaks one handler or kernel
+        # for the plugin checker's tests; unset, nothing changes.
+        from . import faults
+        faults.install(_HANDLERS)
+        for index, name in enumerate(C.API_FUNCTIONS):
+            if name in c_functions:
+                setattr(api, name, c_functions[name])
+            else:
+                setattr(api, name, _shim.set_slot(index, name, _HANDLERS.get(name),
+                                                  _is_quiet(name)))
+        _built = True
+        chrome_trace.install_from_env()
+        trace.init_from_env()
+        set_tracing(trace.ENABLED)
+        if not trace.ENABLED:
+            global _traced_installed
+            _traced_installed = False
+        _shim.mark_api_ready()
+        # At exit, stop pool threads (which do not hold the GIL) from waiting
+        # for it; JAX's own atexit cleanup runs on the main thread, which
+        # holds the GIL, and is still served (see _shim.c).
+        atexit.register(_begin_exit)
+
+
+def _begin_exit():
+    # JAX's own atexit handler waits for the runtime tokens of ordered
+    # effects (jax.debug.print(ordered=True), io_callback(ordered=True)) with
+    # the GIL released, which the shim refuses once exiting (and jaxlib
+    # aborts on that error). This handler runs first (atexit is LIFO): wait
+    # for them while the plugin still serves every thread.
+    try:
+        from jax._src import dispatch
+        dispatch.runtime_tokens.block_until_ready()
+    except Exception:  # noqa: BLE001 - best effort at exit
+        pass
+    _shim.begin_exit()
+
+
+_extensions = []  # keeps the extension structs alive (they live as long as the API)
+
+
+def _build_extensions() -> int:
+    """The chain of PJRT extensions the plugin offers; returns its head."""
+    ext = C.PJRT_Shardings_Extension()
+    ext.base.struct_size = C.struct_size(C.PJRT_Shardings_Extension)
+    ext.base.type = C.EXTENSION_TYPE_SHARDINGS
+    ext.base.next = None
+    first = len(C.API_FUNCTIONS)
+    if first + len(C.SHARDINGS_EXTENSION_FUNCTIONS) > _shim.MAX_SLOTS:
+        raise RuntimeError("the shim has too few trampolines for the extensions")
+    for k, name in enumerate(C.SHARDINGS_EXTENSION_FUNCTIONS):
+        setattr(ext, name, _shim.set_slot(first + k, name, _HANDLERS.get(name),
+                                          _is_quiet(name)))
+    _extensions.append(ext)
+    return ctypes.addressof(ext)
+
+
+def capsule():
+    """The PJRT_Api table as the PyCapsule JAX's register_plugin expects."""
+    build_api()
+    return _shim.api_capsule()
+
+
+def implemented_functions() -> list[str]:
+    c_functions = _shim.c_functions()
+    return [n for n in C.API_FUNCTIONS if n in _HANDLERS or n in c_functions]
+
