@@ -21,7 +21,7 @@ from ._capi import BufferType, ErrorCode, PJRT_Program, read_bytes, read_str
 from .buffer import Buffer, dtype_of, short_type, type_of_dtype, type_of_element
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
 from .handles import CString, int64_array, pointer_array, register
-from .hlo_program import HLO_FORMATS, hlo_to_stablehlo
+from .hlo_program import HLO_FORMATS, hlo_to_stablehlo, read_varint
 
 SERIALIZED_MAGIC = b"STABLEHLO_REF_EXECUTABLE\x00v1\x00"
 # The serialized form (PJRT_Executable_Serialize) is an envelope checked in
@@ -37,19 +37,6 @@ _ENVELOPE_HEADER = struct.Struct("<IQQQ32s")
 # ----------------------------------------------------------------------------
 # DeviceAssignmentProto
 # ----------------------------------------------------------------------------
-
-
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data):
-            raise invalid_argument("truncated protobuf varint")
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
 
 
 def encode_device_assignment(assignment: list[list[int]]) -> bytes:
@@ -74,31 +61,31 @@ def decode_device_assignment(data: bytes) -> list[list[int]]:
     columns: list[list[int]] = []
     pos = 0
     while pos < len(data):
-        key, pos = _read_varint(data, pos)
+        key, pos = read_varint(data, pos, "DeviceAssignmentProto")
         field, wire = key >> 3, key & 7
         if wire == 0:
-            value, pos = _read_varint(data, pos)
+            value, pos = read_varint(data, pos, "DeviceAssignmentProto")
             if field == 1:
                 replicas = value
             elif field == 2:
                 partitions = value
         elif wire == 2:
-            length, pos = _read_varint(data, pos)
+            length, pos = read_varint(data, pos, "DeviceAssignmentProto")
             chunk = data[pos:pos + length]
             pos += length
             if field == 3:
                 ids: list[int] = []
                 ipos = 0
                 while ipos < len(chunk):
-                    ikey, ipos = _read_varint(chunk, ipos)
+                    ikey, ipos = read_varint(chunk, ipos, "DeviceAssignmentProto")
                     if ikey == 0x0A:  # packed
-                        n, ipos = _read_varint(chunk, ipos)
+                        n, ipos = read_varint(chunk, ipos, "DeviceAssignmentProto")
                         end = ipos + n
                         while ipos < end:
-                            v, ipos = _read_varint(chunk, ipos)
+                            v, ipos = read_varint(chunk, ipos, "DeviceAssignmentProto")
                             ids.append(v)
                     elif ikey == 0x08:  # unpacked
-                        v, ipos = _read_varint(chunk, ipos)
+                        v, ipos = read_varint(chunk, ipos, "DeviceAssignmentProto")
                         ids.append(v)
                     else:
                         raise invalid_argument("unexpected field in ComputationDevice")

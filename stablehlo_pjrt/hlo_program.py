@@ -17,11 +17,14 @@ from .error import invalid_argument, unimplemented
 HLO_FORMATS = ("hlo", "hlo_with_config")
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
+def read_varint(data: bytes, pos: int, what: str = "HloModuleProtoWithConfig") -> tuple[int, int]:
+    """One protobuf varint of ``data`` at ``pos``: (value, next position).
+    (The plugin reads the few proto fields it needs by hand: jaxlib ships no
+    Python protobuf classes for HloModuleProtoWithConfig or DeviceAssignmentProto.)"""
     value = shift = 0
     while True:
         if pos >= len(data):
-            raise invalid_argument("truncated HloModuleProtoWithConfig (varint)")
+            raise invalid_argument(f"truncated {what} (varint)")
         b = data[pos]
         pos += 1
         value |= (b & 0x7F) << shift
@@ -29,7 +32,7 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
             return value, pos
         shift += 7
         if shift > 63:
-            raise invalid_argument("malformed HloModuleProtoWithConfig (varint too long)")
+            raise invalid_argument(f"malformed {what} (varint too long)")
 
 
 def _module_of_config_proto(data: bytes) -> bytes:
@@ -42,16 +45,16 @@ def _module_of_config_proto(data: bytes) -> bytes:
     """
     pos, module = 0, None
     while pos < len(data):
-        key, pos = _varint(data, pos)
+        key, pos = read_varint(data, pos)
         field, wire = key >> 3, key & 7
         if wire == 0:
-            _, pos = _varint(data, pos)
+            _, pos = read_varint(data, pos)
         elif wire == 1:
             pos += 8
         elif wire == 5:
             pos += 4
         elif wire == 2:
-            n, pos = _varint(data, pos)
+            n, pos = read_varint(data, pos)
             if pos + n > len(data):
                 raise invalid_argument("truncated HloModuleProtoWithConfig (field %d)" % field)
             if field == 1:
