@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .runner import outputs_agree
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -533,20 +535,6 @@ def _fingerprint(out):
     return res
 
 
-def _agree(a, b, rtol=2e-3):
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if x["shape"] != y["shape"] or x["nan"] != y["nan"]:
-            return False
-        scale = max(x["absum"], y["absum"], 1e-30)
-        if abs(x["sum"] - y["sum"]) > rtol * scale + 1e-6:
-            return False
-        if abs(x["absum"] - y["absum"]) > rtol * scale + 1e-6:
-            return False
-    return True
-
-
 def time_on(fn, args, device, repeats, budget):
     import jax
     f = jax.jit(fn)
@@ -580,7 +568,7 @@ def run_op(o, quick, repeats, budget):
     cpu, ref = entry["systems"]["cpu"], entry["systems"]["ref"]
     if cpu["status"] == "ok" and ref["status"] == "ok":
         entry["ratio"] = ref["median_s"] / cpu["median_s"]
-        entry["agree"] = _agree(ref["outputs"], cpu["outputs"])
+        entry["agree"] = outputs_agree(ref["outputs"], cpu["outputs"])
     steps = o.steps_quick if quick else o.steps
     if o.steps > 1:
         entry["steps"] = steps
