@@ -47,5 +47,7 @@ def test_ctrl_c_and_time_limit():
     assert out[2] == "after [1.75, 1.75, 1.75]"  # the plugin is still usable
     assert out[3].startswith("timeout "), out
     assert "DEADLINE_EXCEEDED" in out[3] and "exceeded the time limit of 0.5 s" in out[3]
-    assert "stopped in stablehlo." in out[3] and "while/body" in out[3]
+    # The deadline is noticed between ops: inside the loop's body or at the
+    # while op's own step, depending on timing; either names the loop.
+    assert "stopped in stablehlo." in out[3] and "/while" in out[3], out[3]
     assert out[4] == "after timeout [1.875, 1.875, 1.875]"
