@@ -82,6 +82,11 @@ def _build_type_tables() -> dict:
     return _TYPES
 
 
+def type_table() -> dict:
+    """PJRT buffer type -> (numpy dtype, MLIR element type or None): the one table."""
+    return dict(_TYPES or _build_type_tables())
+
+
 def type_name(t: int) -> str:
     return _TYPE_NAMES.get(t, f"type#{t}")
 

@@ -18,10 +18,8 @@ import numpy as np
 from .. import _capi as C
 from .core import Failed, Skipped, Unsupported
 from .plugin import (
-    BUFFER_TYPES,
     DTYPES,
     TYPE_NAMES,
-    Event_Destroy_Args,
     PluginError,
     compile_options,
     int64_array,
@@ -921,4 +919,3 @@ def register(reg):
         finally:
             b.destroy()
 
-    _ = (BUFFER_TYPES, Event_Destroy_Args)  # re-exported helpers used by other areas

@@ -47,29 +47,20 @@ ON_READY = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)
 
 ERROR_NAMES = {v: k for k, v in vars(C.ErrorCode).items() if not k.startswith("_")}
 
-# numpy dtype <-> PJRT_Buffer_Type for the types a host array can hold one
-# element per byte-aligned slot (sub-byte types are transferred unpacked by
-# some plugins and packed by others: the checker widens them in programs).
-import ml_dtypes  # noqa: E402
+# numpy dtype <-> PJRT_Buffer_Type for the types a host array holds one element
+# per byte-aligned slot, taken from the plugin's one type table (buffer.py).
+# Sub-byte types (i1/i2/i4, f4) are left out: some plugins transfer them packed
+# and others unpacked, so the checker widens them inside programs instead.
+def _byte_aligned_types() -> dict:
+    from stablehlo_interpreter import dtypes
 
-DTYPES = {
-    C.BufferType.PRED: np.dtype(np.bool_),
-    C.BufferType.S8: np.dtype(np.int8), C.BufferType.S16: np.dtype(np.int16),
-    C.BufferType.S32: np.dtype(np.int32), C.BufferType.S64: np.dtype(np.int64),
-    C.BufferType.U8: np.dtype(np.uint8), C.BufferType.U16: np.dtype(np.uint16),
-    C.BufferType.U32: np.dtype(np.uint32), C.BufferType.U64: np.dtype(np.uint64),
-    C.BufferType.F16: np.dtype(np.float16), C.BufferType.F32: np.dtype(np.float32),
-    C.BufferType.F64: np.dtype(np.float64), C.BufferType.BF16: np.dtype(ml_dtypes.bfloat16),
-    C.BufferType.C64: np.dtype(np.complex64), C.BufferType.C128: np.dtype(np.complex128),
-    C.BufferType.F8E5M2: np.dtype(ml_dtypes.float8_e5m2),
-    C.BufferType.F8E4M3FN: np.dtype(ml_dtypes.float8_e4m3fn),
-    C.BufferType.F8E4M3B11FNUZ: np.dtype(ml_dtypes.float8_e4m3b11fnuz),
-    C.BufferType.F8E5M2FNUZ: np.dtype(ml_dtypes.float8_e5m2fnuz),
-    C.BufferType.F8E4M3FNUZ: np.dtype(ml_dtypes.float8_e4m3fnuz),
-    C.BufferType.F8E4M3: np.dtype(ml_dtypes.float8_e4m3),
-    C.BufferType.F8E3M4: np.dtype(ml_dtypes.float8_e3m4),
-    C.BufferType.F8E8M0FNU: np.dtype(ml_dtypes.float8_e8m0fnu),
-}
+    from .. import buffer
+    # element None: PJRT's 1-bit integers, host transfers only.
+    return {t: dt for t, (dt, element) in sorted(buffer.type_table().items())
+            if element is not None and (dtypes.bit_width(dt) >= 8 or dt == np.bool_)}
+
+
+DTYPES = _byte_aligned_types()
 BUFFER_TYPES = {v: k for k, v in DTYPES.items()}
 TYPE_NAMES = {v: k for k, v in vars(C.BufferType).items() if not k.startswith("_")}
 
