@@ -4,6 +4,7 @@ The plan that runs never touches MLIR objects: every attribute an op needs is
 turned here into ints, tuples, strings, dicts or numpy arrays.
 """
 
+import functools
 import re
 
 import numpy as np
@@ -165,60 +166,51 @@ def decode(attr):
                      shlo.RngDistributionAttr, shlo.TransposeAttr):
         if enum_cls.isinstance(attr):
             return enum_cls(attr).value
-    if shlo.DotDimensionNumbers.isinstance(attr):
-        a = shlo.DotDimensionNumbers(attr)
-        return {
-            "lhs_batching_dimensions": tuple(a.lhs_batching_dimensions),
-            "rhs_batching_dimensions": tuple(a.rhs_batching_dimensions),
-            "lhs_contracting_dimensions": tuple(a.lhs_contracting_dimensions),
-            "rhs_contracting_dimensions": tuple(a.rhs_contracting_dimensions),
-        }
-    if shlo.GatherDimensionNumbers.isinstance(attr):
-        a = shlo.GatherDimensionNumbers(attr)
-        return {
-            "offset_dims": tuple(a.offset_dims),
-            "collapsed_slice_dims": tuple(a.collapsed_slice_dims),
-            "operand_batching_dims": tuple(a.operand_batching_dims),
-            "start_indices_batching_dims": tuple(a.start_indices_batching_dims),
-            "start_index_map": tuple(a.start_index_map),
-            "index_vector_dim": int(a.index_vector_dim),
-        }
-    if shlo.ScatterDimensionNumbers.isinstance(attr):
-        a = shlo.ScatterDimensionNumbers(attr)
-        return {
-            "update_window_dims": tuple(a.update_window_dims),
-            "inserted_window_dims": tuple(a.inserted_window_dims),
-            "input_batching_dims": tuple(a.input_batching_dims),
-            "scatter_indices_batching_dims": tuple(a.scatter_indices_batching_dims),
-            "scattered_dims_to_operand_dims": tuple(a.scattered_dims_to_operand_dims),
-            "index_vector_dim": int(a.index_vector_dim),
-        }
-    if shlo.ConvDimensionNumbers.isinstance(attr):
-        a = shlo.ConvDimensionNumbers(attr)
-        return {
-            "input_batch_dimension": int(a.input_batch_dimension),
-            "input_feature_dimension": int(a.input_feature_dimension),
-            "input_spatial_dimensions": tuple(a.input_spatial_dimensions),
-            "kernel_input_feature_dimension": int(a.kernel_input_feature_dimension),
-            "kernel_output_feature_dimension": int(a.kernel_output_feature_dimension),
-            "kernel_spatial_dimensions": tuple(a.kernel_spatial_dimensions),
-            "output_batch_dimension": int(a.output_batch_dimension),
-            "output_feature_dimension": int(a.output_feature_dimension),
-            "output_spatial_dimensions": tuple(a.output_spatial_dimensions),
-        }
-    if shlo.ChannelHandle.isinstance(attr):
-        a = shlo.ChannelHandle(attr)
-        return {"handle": int(a.handle), "type": int(a.channel_type)}
-    if shlo.OutputOperandAlias.isinstance(attr):
-        a = shlo.OutputOperandAlias(attr)
-        return {"output_tuple_indices": tuple(a.output_tuple_indices),
-                "operand_index": int(a.operand_index),
-                "operand_tuple_indices": tuple(a.operand_tuple_indices)}
-    if shlo.ResultAccuracyAttr.isinstance(attr):
-        a = shlo.ResultAccuracyAttr(attr)
-        return {"atol": float(a.atol), "rtol": float(a.rtol), "ulps": int(a.ulps),
-                "mode": str(a.mode)}
+    for attr_cls, fields in _struct_attrs():
+        if attr_cls.isinstance(attr):
+            a = attr_cls(attr)
+            return {key: _plain(getattr(a, name)) for key, name in fields}
     return RawAttr(str(attr))
+
+
+def _plain(value):
+    """A field of a structured attribute as the kernels take it: the bindings
+    give lists (made tuples, hashable) and Python scalars."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+@functools.cache
+def _struct_attrs():
+    """StableHLO's structured attributes and their fields, in printed order;
+    ``key=property`` where the binding's name differs. Built on first use:
+    the bindings load lazily."""
+    from jaxlib.mlir.dialects import stablehlo as shlo
+    table = (
+        (shlo.DotDimensionNumbers, "lhs_batching_dimensions rhs_batching_dimensions "
+         "lhs_contracting_dimensions rhs_contracting_dimensions"),
+        (shlo.GatherDimensionNumbers, "offset_dims collapsed_slice_dims "
+         "operand_batching_dims start_indices_batching_dims start_index_map "
+         "index_vector_dim"),
+        (shlo.ScatterDimensionNumbers, "update_window_dims inserted_window_dims "
+         "input_batching_dims scatter_indices_batching_dims "
+         "scattered_dims_to_operand_dims index_vector_dim"),
+        (shlo.ConvDimensionNumbers, "input_batch_dimension input_feature_dimension "
+         "input_spatial_dimensions kernel_input_feature_dimension "
+         "kernel_output_feature_dimension kernel_spatial_dimensions "
+         "output_batch_dimension output_feature_dimension output_spatial_dimensions"),
+        (shlo.ChannelHandle, "handle type=channel_type"),
+        (shlo.OutputOperandAlias, "output_tuple_indices operand_index "
+         "operand_tuple_indices"),
+        (shlo.ResultAccuracyAttr, "atol rtol ulps mode"),
+    )
+    out = []
+    for attr_cls, names in table:
+        fields = []
+        for n in names.split():
+            key, _, prop = n.partition("=")
+            fields.append((key, prop or key))
+        out.append((attr_cls, tuple(fields)))
+    return tuple(out)
 
 
 def _decode_dict(d):
