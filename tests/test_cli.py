@@ -1,10 +1,8 @@
 """The `stablehlo-ref` command line, run as a subprocess."""
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
+from testkit import interpreter_cli
 
 MODULE = """
 func.func @main(%a: tensor<2xf32>, %b: tensor<2xf32>) -> (tensor<2xf32>, tensor<i32>) {
@@ -27,8 +25,7 @@ func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "stablehlo_interpreter.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=60)
+    return interpreter_cli(*args)
 
 
 @pytest.fixture

@@ -1,11 +1,9 @@
 """`stablehlo-ref` exit codes (README "Command line exit codes"), one per
 situation, and the argument checks of `run`."""
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
+from testkit import interpreter_cli
 
 from stablehlo_interpreter import cli as shi_cli
 
@@ -16,8 +14,7 @@ UNKNOWN = ("func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "stablehlo_interpreter.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
+    return interpreter_cli(*args, timeout=120)
 
 
 @pytest.fixture

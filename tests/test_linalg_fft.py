@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import scipy.linalg as sl
+from testkit import run_xla_cpu
 
 import stablehlo_interpreter as shi
 
@@ -17,18 +18,6 @@ jax.config.update("jax_enable_x64", True)
 
 CPU = jax.devices("cpu")[0]
 RS = np.random.default_rng(0)
-
-
-def run_xla_cpu(text, *args):
-    """Compile StableHLO text with XLA on the jax CPU client and run it."""
-    from jax._src.interpreters import mlir
-    from jax._src.lib import xla_client as xc
-    from jax._src.lib.mlir import ir
-    with mlir.make_ir_context():
-        module = ir.Module.parse(text)
-        exe = CPU.client.compile_and_load(mlir.module_to_bytecode(module),
-                                          xc.DeviceList((CPU,)), xc.CompileOptions())
-    return [np.asarray(o) for o in exe.execute([jax.device_put(a, CPU) for a in args])]
 
 
 def lower_default(f, *args, without=()):

@@ -1,12 +1,10 @@
 """Output comparison: dtype-aware tolerances, the readable diff, and
 `stablehlo-ref compare` gating on agreeing and disagreeing outputs."""
 
-import subprocess
-import sys
-
 import ml_dtypes
 import numpy as np
 import pytest
+from testkit import interpreter_cli
 
 from stablehlo_interpreter.compare import compare_arrays, compare_outputs
 from stablehlo_interpreter.dtypes import ulp_distance
@@ -73,8 +71,7 @@ def test_structural_problems():
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "stablehlo_interpreter.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=60)
+    return interpreter_cli(*args)
 
 
 @pytest.fixture

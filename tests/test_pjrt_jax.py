@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import traceback
 
 import pytest
+from testkit import marked_results
 
 HERE = os.path.abspath(__file__)
 MARK = "@@PJRT_CHECK@@ "
@@ -565,22 +565,7 @@ def _group_results(group: str) -> dict:
                 "STABLEHLO_PJRT_TRACE"):
         env.pop(key, None)
     env.update(GROUP_ENV[group])
-    try:
-        proc = subprocess.run([sys.executable, HERE, group], env=env, capture_output=True,
-                              text=True, timeout=900)
-        out, err, rc = proc.stdout, proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout or ""
-        err = (e.stderr or "") + "\n<timed out>"
-        rc = "timeout"
-        out = out.decode() if isinstance(out, bytes) else out
-        err = err.decode() if isinstance(err, bytes) else err
-    results = {}
-    for line in out.splitlines():
-        if line.startswith(MARK):
-            r = json.loads(line[len(MARK):])
-            results[r["name"]] = r
-    results["__process__"] = {"rc": rc, "stderr": err[-4000:]}
+    results = marked_results([sys.executable, HERE, group], env, MARK, timeout=900)
     _results[group] = results
     return results
 

@@ -3,6 +3,7 @@
 import jax
 import numpy as np
 import pytest
+from testkit import run_xla_cpu
 
 import stablehlo_interpreter as shi
 
@@ -10,20 +11,6 @@ jax.config.update("jax_enable_x64", True)
 
 CPU = jax.devices("cpu")[0]
 ALG = jax.lax.RandomAlgorithm
-
-
-def run_xla_cpu(text, *args):
-    """Compile StableHLO text with XLA on the jax CPU client and run it."""
-    from jax._src.interpreters import mlir
-    from jax._src.lib import xla_client as xc
-    from jax._src.lib.mlir import ir
-    client = CPU.client
-    with mlir.make_ir_context():
-        module = ir.Module.parse(text)
-        exe = client.compile_and_load(mlir.module_to_bytecode(module),
-                                      xc.DeviceList((CPU,)), xc.CompileOptions())
-    outs = exe.execute([jax.device_put(a, CPU) for a in args])
-    return [np.asarray(o) for o in outs]
 
 
 def _rbg_module(algorithm, nstate, cases):

@@ -13,10 +13,11 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-import subprocess
 import sys
 import time
 import traceback
+
+from testkit import marked_results
 
 from .inputs import finfo, is_float
 
@@ -305,20 +306,7 @@ def _run_subprocess(cfg: str) -> dict:
         env.pop(key, None)
     env.update(FAST_XLA)
     env.update(CONFIGS[cfg][0])
-    try:
-        proc = subprocess.run([sys.executable, ENTRY, cfg], env=env, capture_output=True, text=True, timeout=1800)
-        out, err, rc = proc.stdout, proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = (e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")) + "\n<timed out>"
-        rc = "timeout"
-    results = {}
-    for line in out.splitlines():
-        if line.startswith(MARK):
-            r = json.loads(line[len(MARK):])
-            results[r["name"]] = r
-    results["__process__"] = {"rc": rc, "stderr": err[-4000:]}
-    return results
+    return marked_results([sys.executable, ENTRY, cfg], env, MARK, timeout=1800)
 
 
 def _glob(pattern: str, text: str) -> bool:
