@@ -110,14 +110,6 @@ def _portable(a):
     return a
 
 
-def _flatten(prefix, value, out):
-    if isinstance(value, tuple):
-        for j, v in enumerate(value):
-            _flatten(f"{prefix}_{j}", v, out)
-    elif isinstance(value, np.ndarray):
-        out[prefix] = _portable(value)
-
-
 def _describe(value, ttype):
     if isinstance(value, tuple):
         return "(" + ", ".join(_describe(v, t) for v, t in zip(value, ttype.types)) + ")"
@@ -130,18 +122,24 @@ def _describe(value, ttype):
     return f"{ttype!r}\n{body}"
 
 
-def cmd_run(a):
+def _program_and_args(a):
+    """The compiled module, the function to run and its arguments from --args."""
     program = _compile(a.module)
     try:
         func = program.function(a.func)
     except Exception as e:
         raise UserError(str(e)) from None
-    args = _load_args(a.args, func, a.cast)
+    return program, func, _load_args(a.args, func, a.cast)
+
+
+def cmd_run(a):
+    from .compare import flatten_results
+    program, func, args = _program_and_args(a)
     results = program.run(*args, func=func.name)
     if a.out:
         arrays = {}
         for i, r in enumerate(results):
-            _flatten(f"result_{i}", r, arrays)
+            flatten_results(f"result_{i}", r, arrays, _portable)
         _check_out_size(arrays, a.max_out_bytes)
         try:
             np.savez(a.out, **arrays)
@@ -184,12 +182,7 @@ def _list_unsupported(module, unsupported):
 
 def cmd_compare(a):
     from .compare import compare_with_files
-    program = _compile(a.module)
-    try:
-        func = program.function(a.func)
-    except Exception as e:
-        raise UserError(str(e)) from None
-    args = _load_args(a.args, func, a.cast)
+    program, func, args = _program_and_args(a)
     try:
         loaded = np.load(a.against, allow_pickle=False)
         if isinstance(loaded, np.ndarray):

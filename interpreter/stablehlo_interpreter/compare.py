@@ -273,7 +273,7 @@ def compare_with_files(program, args, against, *, func=None, rtol=None, atol=Non
     # bf16/f8 values widened to f32, which compare_arrays narrows back).
     raw = {}
     for i, r in enumerate(results):
-        _flatten_raw(f"result_{i}", r, raw)
+        flatten_results(f"result_{i}", r, raw)
     names = list(raw)
     keys = list(against.keys())
     if set(names) <= set(keys):
@@ -292,9 +292,11 @@ def compare_with_files(program, args, against, *, func=None, rtol=None, atol=Non
     return report
 
 
-def _flatten_raw(prefix, value, out):
+def flatten_results(prefix, value, out, convert=lambda a: a):
+    """Name every array of a (possibly tuple-nested) result ``prefix``,
+    ``prefix_0``, ``prefix_0_1``...; tokens are left out."""
     if isinstance(value, tuple):
         for j, v in enumerate(value):
-            _flatten_raw(f"{prefix}_{j}", v, out)
+            flatten_results(f"{prefix}_{j}", v, out, convert)
     elif isinstance(value, np.ndarray):
-        out[prefix] = value
+        out[prefix] = convert(value)
