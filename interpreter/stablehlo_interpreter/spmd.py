@@ -312,16 +312,24 @@ def _parse_axes(text):
     return refs
 
 
+def _attribute_body(text, prefix, open_, close, what):
+    """The text between ``open_`` and ``close`` of ``prefix<...>`` (the prefix
+    is optional: per-value lists hold bare ``<...>``)."""
+    s = attribute_text(text)
+    if s.startswith(prefix):
+        s = s[len(prefix):]
+    s = s.strip()
+    if not (s.startswith(open_) and s.endswith(close)):
+        raise ShardingError(f"cannot parse {what} {text!r}")
+    return s[len(open_):-len(close)]
+
+
 def parse_sharding(text, meshes):
     """``#sdy.sharding<@mesh, [{"x"}, {}], replicated={"y"}>`` (or the bare
     ``<@mesh, ...>`` of a per-value list) -> :class:`Sharding`."""
-    s = attribute_text(text)
-    if s.startswith("#sdy.sharding"):
-        s = s[len("#sdy.sharding"):]
-    s = s.strip()
-    if not (s.startswith("<") and s.endswith(">")):
-        raise ShardingError(f"cannot parse sharding {text!r}")
-    parts = _split_top(s[1:-1])
+    body = _attribute_body(text, "#sdy.sharding", "<", ">", "sharding")
+    s = f"<{body}>"  # how the sharding is shown in messages and kept in .text
+    parts = _split_top(body)
     if len(parts) < 2:
         raise ShardingError(f"cannot parse sharding {text!r}")
     mref = parts[0]
@@ -408,13 +416,8 @@ def _raise_manual(text):
 
 
 def parse_sharding_per_value(text, meshes):
-    s = attribute_text(text)
-    if s.startswith("#sdy.sharding_per_value"):
-        s = s[len("#sdy.sharding_per_value"):]
-    s = s.strip()
-    if not (s.startswith("<[") and s.endswith("]>")):
-        raise ShardingError(f"cannot parse per-value shardings {text!r}")
-    return [parse_sharding(p, meshes) for p in _split_top(s[2:-2])]
+    body = _attribute_body(text, "#sdy.sharding_per_value", "<[", "]>", "per-value shardings")
+    return [parse_sharding(p, meshes) for p in _split_top(body)]
 
 
 def parse_manual_axes(text):
