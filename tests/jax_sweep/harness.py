@@ -220,6 +220,11 @@ class Checker:
                     same &= ~(both & (np.signbit(w64) != np.signbit(g64)))
                 # XLA CPU's flush-to-zero of subnormal results.
                 same |= (w64 == 0) & (np.abs(g64) < float(fi.tiny)) & (np.signbit(w64) == np.signbit(g64))
+                # A tolerance, not a ULP distance: JAX's tests state allowances
+                # as atol + rtol*|want| and the sweep adds ulps * ulp(want) to
+                # that sum, an absolute budget in the expected value's binade.
+                # dtypes.ulp_distance (the one ULP *distance*) counts the values
+                # between two numbers and cannot be summed with atol/rtol.
                 if ulps is not None or rtol is not None or atol:
                     eps = float(fi.eps)
                     allow = atol + (rtol or 0.0) * np.abs(w64)
