@@ -228,8 +228,10 @@ def _serve():
     _die_with_parent()
     if os.getppid() == 1:
         return 0
-    new_context = _helper_context
     inp, out = sys.stdin.buffer, sys.stdout.buffer
+    # One context for up to 64 reads (making one costs more than most reads;
+    # a fresh one now and then bounds what uniquing keeps), as in loader.py.
+    ctx, uses = None, 0
     while True:
         head = inp.read(8)
         if len(head) < 8:
@@ -237,13 +239,14 @@ def _serve():
         (n,) = struct.unpack("<Q", head)
         data = _read_exact(inp, n)
         try:
-            ctx = new_context()
+            if ctx is None or uses >= 64:
+                ctx, uses = _helper_context(), 0
+            uses += 1
             with ctx:
                 _, kind = read_in_this_process(ctx, data)
             reply = b"K" + kind.encode()
         except Exception as e:
             reply = b"E" + _text(e).encode("utf-8", "replace")
-        ctx = None
         out.write(reply[:1] + struct.pack("<Q", len(reply) - 1) + reply[1:])
         out.flush()
 

@@ -49,6 +49,25 @@ def new_context():
     return ctx
 
 
+# Loaded modules share a context, a fresh one every CONTEXT_SHARE loads.
+# Making a context (dialect registration, its thread pool) costs 1-2 ms, more
+# than compiling a small program, and JAX compiles one program per jit and per
+# eager op. One context for the whole process would grow without bound
+# (attributes, types and op names are uniqued per context and never freed);
+# a context is freed once the last module loaded into it is gone.
+CONTEXT_SHARE = max(1, int(os.environ.get("STABLEHLO_REF_CONTEXT_SHARE", "64")))
+_shared = [None, 0]  # (context, modules loaded into it); under MLIR_LOCK
+
+
+def module_context():
+    """The context the next loaded module goes into (call under MLIR_LOCK)."""
+    ctx, uses = _shared
+    if ctx is None or uses >= CONTEXT_SHARE:
+        ctx, uses = new_context(), 0
+    _shared[0], _shared[1] = ctx, uses + 1
+    return ctx
+
+
 class Module:
     """A parsed module and the MLIR context that owns it."""
 
@@ -90,7 +109,7 @@ def load(data, *, name="<input>", trusted=False):
                 f"offset {e.start}) nor start with the MLIR bytecode magic 'ML\\xefR'") from None
     check_text_nesting(data, name)
     with MLIR_LOCK:
-        ctx = new_context()
+        ctx = module_context()
         with ctx:
             if "!quant.uniform<" in data:
                 # jaxlib's StableHLO verifier rejects quantized types as they
@@ -163,7 +182,7 @@ def _load_bytecode(data, name, trusted=False):
         except isolate.Rejected as e:
             raise LoadError(f"{name}: could not read MLIR bytecode: {e}") from None
     with MLIR_LOCK:
-        ctx = new_context()
+        ctx = module_context()
         with ctx:
             with _Diagnostics(ctx) as diags:
                 try:
