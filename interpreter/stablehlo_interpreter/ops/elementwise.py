@@ -86,7 +86,9 @@ def as_result(fn, dtype):
             r = r.astype(dtype)
         return r
     run.__name__ = getattr(fn, "__name__", "kernel")
-    run.__doc__ = fn.__doc__
+    # Not __doc__ = fn.__doc__: a ufunc's __doc__ is formatted on every read
+    # (0.1 ms, a tenth of a small program's whole compile).
+    run.__wrapped__ = fn
     return run
 
 
