@@ -69,7 +69,8 @@ def _expm1_complex(z):
     x, y = z.real, z.imag
     s = np.sin(0.5 * y)
     re = np.expm1(x) * np.cos(y) - 2.0 * s * s
-    im = np.exp(x) * np.sin(y)
+    # y == 0 (a real input): im is y itself, never exp(x) * 0 = inf * 0 = NaN.
+    im = np.where(y == 0, y, np.exp(x) * np.sin(y))
     out = np.empty(np.shape(z), C128)
     out.real = re
     out.imag = im
