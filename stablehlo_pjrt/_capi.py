@@ -769,12 +769,28 @@ class SimpleArgs(Structure):
     _fields_ = [("struct_size", SIZE), ("extension_start", P), ("obj", P)]
 
 
-def set_known_fields(args, values: dict) -> None:
-    """Sets out-fields, skipping any beyond the caller's struct_size: an
-    older caller's struct ends before fields added in later API versions."""
-    cls = type(args)
-    limit = args.struct_size
-    for name, value in values.items():
-        field = getattr(cls, name)
-        if field.offset + field.size <= limit:
-            setattr(args, name, value)
+# Every versioned struct starts with struct_size and extension_start.
+HEADER_SIZE = 16
+
+
+def args_classes() -> dict:
+    """"PJRT_<Function>" -> the ctypes class of its PJRT_<Function>_Args."""
+    return {cls.__name__[:-len("_Args")]: cls for cls in globals().values()
+            if isinstance(cls, type) and issubclass(cls, Structure)
+            and cls.__name__.startswith("PJRT_") and cls.__name__.endswith("_Args")}
+
+
+def read_sized(cls: type[Structure], address: int):
+    """A copy of the ``cls`` a caller put at ``address``, as pjrt_c_api.h's
+    struct_size rules read it: fields past the caller's struct_size (added in
+    a later header than the caller's) are zero, i.e. absent; a larger struct's
+    extra fields are not ours to read. None if struct_size is below the header."""
+    n = ctypes.c_size_t.from_address(address).value
+    if n < HEADER_SIZE:
+        return None
+    full = ctypes.sizeof(cls)
+    if n >= struct_size(cls):
+        return cls.from_buffer_copy(ctypes.string_at(address, full))
+    out = cls()
+    ctypes.memmove(ctypes.addressof(out), address, n)
+    return out

@@ -57,8 +57,42 @@ HANDLERS: dict = {}
 
 
 def handler(fn):
-    HANDLERS["PJRT_" + fn.__name__] = fn
+    name = "PJRT_" + fn.__name__
+    cls = _ARGS.get(name)
+    HANDLERS[name] = fn if cls is None else _sized(name, fn, C.struct_size(cls))
     return fn
+
+
+_ARGS = C.args_classes()
+_read_size = ctypes.c_size_t.from_address
+
+
+def _sized(name, fn, size):
+    """``fn`` under pjrt_c_api.h's struct_size rules. A caller built against an
+    older header passes a smaller args struct: the handler works on a zeroed
+    full-size copy (fields the caller does not know read as absent) and only
+    the caller's bytes are copied back, so nothing is written past its struct.
+    A larger struct is served in place (its extra fields are never touched)."""
+    def run(ptr):
+        if not ptr:
+            raise invalid_argument(f"{name}: the args pointer is NULL")
+        n = _read_size(ptr).value
+        if n >= size:
+            return fn(ptr)
+        if n < C.HEADER_SIZE:
+            raise invalid_argument(
+                f"{name}: args struct_size {n} is smaller than the struct header "
+                f"(struct_size and extension_start, {C.HEADER_SIZE} bytes); this "
+                f"plugin's {name}_Args has {size} bytes")
+        buf = ctypes.create_string_buffer(size)
+        ctypes.memmove(buf, ptr, n)
+        try:
+            return fn(ctypes.addressof(buf))
+        finally:
+            ctypes.memmove(ptr, buf, n)
+    run.__name__ = fn.__name__
+    run.__wrapped__ = fn
+    return run
 
 
 # ----------------------------------------------------------------------------
@@ -425,7 +459,8 @@ def Device_MemoryStats(ptr):
                       num_allocs=d.num_allocs, num_allocs_is_set=True,
                       largest_alloc_size=d.largest_alloc_size,
                       largest_alloc_size_is_set=True)
-    C.set_known_fields(a, values)
+    for field, value in values.items():
+        setattr(a, field, value)
 
 
 @handler
@@ -613,7 +648,8 @@ def Executable_GetCompiledMemoryStats(ptr):
                   argument_size_in_bytes=meta.argument_bytes(),
                   output_size_in_bytes=meta.output_bytes(),
                   total_size_in_bytes=meta.argument_bytes() + meta.output_bytes())
-    C.set_known_fields(a, values)
+    for field, value in values.items():
+        setattr(a, field, value)
 
 
 @handler
@@ -806,7 +842,9 @@ def LoadedExecutable_Execute(ptr):
     num_devices = a.num_devices
     num_args = a.num_args
     if a.options:
-        opts = C.PJRT_ExecuteOptions.from_address(a.options)
+        opts = C.read_sized(C.PJRT_ExecuteOptions, a.options)
+        if opts is None:
+            raise invalid_argument("PJRT_ExecuteOptions.struct_size is smaller than its header")
         if opts.num_send_ops or opts.num_recv_ops:
             raise unimplemented("send/recv callbacks are not supported by stablehlo_ref")
         n = opts.num_non_donatable_input_indices

@@ -17,7 +17,7 @@ import struct
 import numpy as np
 
 from . import donation, interrupt
-from ._capi import BufferType, ErrorCode, PJRT_Program, read_bytes, read_str
+from ._capi import BufferType, ErrorCode, PJRT_Program, read_bytes, read_sized, read_str
 from .buffer import Buffer, dtype_of, short_type, type_of_dtype, type_of_element
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
 from .handles import CString, int64_array, pointer_array, register
@@ -118,6 +118,8 @@ class CompileOptions:
             except Exception as e:  # pragma: no cover - jaxlib is a dependency
                 raise unimplemented(
                     f"cannot read CompileOptionsProto without jaxlib: {e}") from None
+            from .hlo_program import check_wire_format
+            check_wire_format(serialized, "CompileOptionsProto")
             try:
                 opts = xla_client.CompileOptions.ParseFromString(serialized)
             except Exception as e:
@@ -343,7 +345,9 @@ def compile_args(program_ptr, options_ptr, options_size) -> ExecutableMeta:
     Compile call's args."""
     if not program_ptr:
         raise invalid_argument("program is NULL")
-    program = PJRT_Program.from_address(program_ptr)
+    program = read_sized(PJRT_Program, program_ptr)
+    if program is None:
+        raise invalid_argument("PJRT_Program.struct_size is smaller than its header")
     code = read_bytes(program.code, program.code_size)
     fmt = read_str(program.format, program.format_size)
     options = CompileOptions(read_bytes(options_ptr, options_size))
@@ -543,8 +547,11 @@ class LoadedExecutable:
             if isinstance(e.__cause__, interrupt.ExecutionTimeout):
                 raise PjrtError(ErrorCode.DEADLINE_EXCEEDED,
                                 _timeout_text(meta, limit, e)) from None
-            raise PjrtError(ErrorCode.INTERNAL,
-                            f"stablehlo_ref execution of {meta.name} failed: {e}") from None
+            # A buffer that does not match its parameter is the caller's
+            # mistake (INVALID_ARGUMENT, as XLA reports it); the rest is ours.
+            code = (ErrorCode.INVALID_ARGUMENT if isinstance(e, shi.ArgumentError)
+                    else ErrorCode.INTERNAL)
+            raise PjrtError(code, f"stablehlo_ref execution of {meta.name} failed: {e}") from None
         outputs = Outputs()
         for dev, res, own in zip(devices, results, ownerships):
             outputs.append(self._wrap_outputs(dev, res, own))

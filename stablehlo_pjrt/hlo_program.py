@@ -35,6 +35,37 @@ def read_varint(data: bytes, pos: int, what: str = "HloModuleProtoWithConfig") -
             raise invalid_argument(f"malformed {what} (varint too long)")
 
 
+def check_wire_format(data: bytes, what: str, depth: int = 0) -> None:
+    """Raise INVALID_ARGUMENT unless ``data`` is a well-formed protobuf
+    message: every field a valid key (field number >= 1, wire type 0, 1, 2 or
+    5) whose value ends inside the buffer, the last one exactly at its end.
+    (jaxlib's CompileOptions.ParseFromString ignores a parse failure and
+    returns defaults, so garbage would otherwise compile as "no options".)
+    Length-delimited fields are not descended into: a string and a nested
+    message look alike on the wire."""
+    pos, end = 0, len(data)
+    while pos < end:
+        key, pos = read_varint(data, pos, what)
+        field, wire = key >> 3, key & 7
+        if field < 1 or field >= 1 << 29:
+            raise invalid_argument(f"malformed {what}: field number {field} at byte {pos}")
+        if wire == 0:
+            _, pos = read_varint(data, pos, what)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            n, pos = read_varint(data, pos, what)
+            pos += n
+        else:
+            raise invalid_argument(f"malformed {what}: wire type {wire} of field {field} "
+                                   "(groups and unknown wire types are not protobuf 3)")
+        if pos > end:
+            raise invalid_argument(f"malformed {what}: field {field} runs past the end "
+                                   f"({pos} > {end} bytes)")
+
+
 def _module_of_config_proto(data: bytes) -> bytes:
     """Field 1 (hlo_module) of an HloModuleProtoWithConfig.
 

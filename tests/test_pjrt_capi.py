@@ -721,3 +721,75 @@ def test_older_callers_struct_size_is_respected(client):
     assert fn(ctypes.addressof(a)) is None
     assert a.num_allocs_is_set
     assert bytes(raw)[short:] == b"\x5a" * (ctypes.sizeof(raw) - short)
+
+
+# ---------------------------------------------------------------------------
+# struct_size (pjrt_c_api.h's versioning rules)
+# ---------------------------------------------------------------------------
+
+
+def call_sized(name: str, args, size: int):
+    """Like `call`, with the caller's struct_size forced to ``size``; the
+    struct sits in a buffer with 0xAB canary bytes after it."""
+    n = ctypes.sizeof(args)
+    buf = (ctypes.c_ubyte * (n + 64))(*([0xAB] * (n + 64)))
+    ctypes.memmove(buf, ctypes.addressof(args), max(min(n, size), 8))
+    ctypes.c_size_t.from_buffer(buf).value = size
+    err = FN(getattr(API, name))(ctypes.addressof(buf))
+    info = None
+    if err:
+        info = _shim.error_info(err)
+        destroy = C._args("D", [("error", C.P)])()
+        destroy.struct_size = C.struct_size(type(destroy))
+        destroy.error = err
+        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(API.PJRT_Error_Destroy)(ctypes.addressof(destroy))
+    return info, bytes(buf)
+
+
+def test_older_caller_struct_is_not_written_past(client):
+    # PJRT_Client_Devices_Args ends with num_devices: a caller whose header
+    # stops before it gets `devices` and nothing past its struct_size.
+    args = C.Client_Devices_Args(client=client)
+    full = C.struct_size(C.Client_Devices_Args)
+    err, raw = call_sized("PJRT_Client_Devices", args, full - 8)
+    assert err is None
+    assert raw[full - 8:] == b"\xab" * (len(raw) - (full - 8))
+    devices = ctypes.c_void_p.from_buffer_copy(raw, C.Client_Devices_Args.devices.offset)
+    assert devices.value  # the fields it knows are served
+
+
+def test_newer_caller_struct_extra_bytes_untouched(client):
+    args = C.Client_Devices_Args(client=client)
+    full = C.struct_size(C.Client_Devices_Args)
+    err, raw = call_sized("PJRT_Client_Devices", args, full + 16)
+    assert err is None
+    assert raw[full:full + 16] == b"\xab" * 16
+    assert ctypes.c_size_t.from_buffer_copy(raw, C.Client_Devices_Args.num_devices.offset).value >= 1
+
+
+@pytest.mark.parametrize("size", [0, 8, 15])
+def test_struct_size_below_the_header_is_invalid_argument(client, size):
+    err, raw = call_sized("PJRT_Client_Devices", C.Client_Devices_Args(client=client), size)
+    assert err is not None and err[0] == C.ErrorCode.INVALID_ARGUMENT
+    assert "struct_size" in err[1] and "PJRT_Client_Devices" in err[1]
+    assert raw[16:] == b"\xab" * (len(raw) - 16)
+
+
+def test_null_args_is_invalid_argument():
+    err = FN(API.PJRT_Client_Devices)(None)
+    info = _shim.error_info(err)
+    assert info[0] == C.ErrorCode.INVALID_ARGUMENT and "NULL" in info[1]
+
+
+def test_garbage_compile_options_are_invalid_argument(client):
+    text = IDENTITY.encode()
+    fmt = b"mlir"
+    prog = C.PJRT_Program(code=ctypes.cast(ctypes.c_char_p(text), C.P), code_size=len(text),
+                          format=ctypes.cast(ctypes.c_char_p(fmt), C.P), format_size=len(fmt))
+    prog.struct_size = C.struct_size(C.PJRT_Program)
+    opts = b"\xff\xff\xff garbage"
+    err = call("PJRT_Client_Compile", C.Client_Compile_Args(
+        client=client, program=ctypes.addressof(prog),
+        compile_options=ctypes.cast(ctypes.c_char_p(opts), C.P), compile_options_size=len(opts)))
+    assert err is not None and err[0] == C.ErrorCode.INVALID_ARGUMENT
+    assert "CompileOptionsProto" in err[1]
