@@ -333,6 +333,28 @@ def dlpack(jax, jnp, np):
 # ---------------------------------------------------------------------------
 
 
+@scenario
+def custom_layouts(jax, jnp, np):
+    """jax.experimental.layout: a column-major (major_to_minor=(0, 1)) array
+    put on the device, through a jit with that layout in and out, then into a
+    jit with default layouts."""
+    from jax.experimental.layout import Format, Layout
+    s = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    col = Format(Layout(major_to_minor=(0, 1)), s)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    xd = jax.device_put(x, col)
+    f = jax.jit(lambda a: a[:, ::-1] * 2 + a.sum(0), in_shardings=col, out_shardings=col)
+    y = f(xd)
+    z = jax.jit(lambda a: a + 1)(y)
+    auto = jax.jit(lambda a: a * 2, in_shardings=Format(Layout.AUTO),
+                   out_shardings=Format(Layout.AUTO)).lower(
+        jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)).compile()
+    return {"put": [list(xd.format.layout.major_to_minor), np.asarray(xd)],
+            "jit": [list(y.format.layout.major_to_minor), np.asarray(y)],
+            "default_after": [list(z.format.layout.major_to_minor), np.asarray(z)],
+            "auto": list(auto.input_formats[0][0].layout.major_to_minor)}
+
+
 def _plain(tree):
     import jax
     import numpy as np
