@@ -781,16 +781,16 @@ def args_classes() -> dict:
 
 
 def read_sized(cls: type[Structure], address: int):
-    """A copy of the ``cls`` a caller put at ``address``, as pjrt_c_api.h's
-    struct_size rules read it: fields past the caller's struct_size (added in
-    a later header than the caller's) are zero, i.e. absent; a larger struct's
-    extra fields are not ours to read. None if struct_size is below the header."""
+    """The ``cls`` a caller put at ``address``, as pjrt_c_api.h's struct_size
+    rules read it (for reading only): a struct as large as ours or larger is
+    read in place (extra fields are not ours to read); a smaller one (an older
+    header) is copied with the fields past its struct_size zero, i.e. absent.
+    None if struct_size is below the header."""
     n = ctypes.c_size_t.from_address(address).value
     if n < HEADER_SIZE:
         return None
-    full = ctypes.sizeof(cls)
     if n >= struct_size(cls):
-        return cls.from_buffer_copy(ctypes.string_at(address, full))
+        return cls.from_address(address)  # the caller's own struct: read in place
     out = cls()
     ctypes.memmove(ctypes.addressof(out), address, n)
     return out
