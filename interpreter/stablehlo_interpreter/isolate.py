@@ -223,6 +223,44 @@ def _helper_context():
     return ctx
 
 
+def touch_strings(module):
+    """Read, as Python strings, what the compiler reads as strings: op names,
+    locations, attribute names (of ops, and of dictionaries nested in
+    dictionaries and arrays). For a string that is not UTF-8 (mutated bytecode
+    has them) some binding paths throw a C++ exception nothing catches and the
+    process terminates; here, in the helper, that rejects the bytes instead.
+    Python exceptions are fine (the compiler handles them too)."""
+    from jaxlib.mlir import ir
+
+    def attr(a):
+        if isinstance(a, ir.DictAttr):
+            for i in range(len(a)):
+                name = a[i].name
+                try:
+                    attr(a[name])
+                except Exception:
+                    pass
+        elif isinstance(a, ir.ArrayAttr):
+            for x in a:
+                attr(x)
+
+    def visit(op):
+        op.name  # noqa: B018 - the read is the check
+        try:
+            str(op.location)
+        except Exception:
+            pass
+        attrs = op.attributes
+        for key in list(attrs):
+            try:
+                a = attrs[key]
+            except Exception:
+                continue
+            attr(a)
+        return ir.WalkResult.ADVANCE
+    module.operation.walk(visit)
+
+
 def _serve():
     """The helper: read length-prefixed bytes, answer K<kind> or E<diagnostic>."""
     _die_with_parent()
@@ -243,7 +281,9 @@ def _serve():
                 ctx, uses = _helper_context(), 0
             uses += 1
             with ctx:
-                _, kind = read_in_this_process(ctx, data)
+                module, kind = read_in_this_process(ctx, data)
+                touch_strings(module)
+                module = None
             reply = b"K" + kind.encode()
         except Exception as e:
             reply = b"E" + _text(e).encode("utf-8", "replace")
