@@ -793,3 +793,19 @@ def test_garbage_compile_options_are_invalid_argument(client):
         compile_options=ctypes.cast(ctypes.c_char_p(opts), C.P), compile_options_size=len(opts)))
     assert err is not None and err[0] == C.ErrorCode.INVALID_ARGUMENT
     assert "CompileOptionsProto" in err[1]
+
+
+def test_copy_to_own_memory_and_device_is_a_copy(client):
+    # jaxlib asks for it (lax_autodiff_test's testScatterGradSymbolicZeroUpdate);
+    # it was INVALID_ARGUMENT "already in".
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    buf, _ = from_host(client, x, C.BufferType.F32)
+    mem = ok("PJRT_Buffer_Memory", C.Buffer_Memory_Args(buffer=buf)).memory
+    dev = devices_of(client)[0]
+    a = ok("PJRT_Buffer_CopyToMemory", C.Buffer_CopyToMemory_Args(buffer=buf, dst_memory=mem))
+    b = ok("PJRT_Buffer_CopyToDevice", C.Buffer_CopyToDevice_Args(buffer=buf, dst_device=dev))
+    for new in (a.dst_buffer, b.dst_buffer):
+        assert new and new != buf
+        np.testing.assert_array_equal(to_host(new, np.float32, (2, 3)), x)
+        destroy_buffer(new)
+    destroy_buffer(buf)

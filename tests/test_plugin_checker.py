@@ -329,7 +329,7 @@ def _full_run(path, tmp_path):
 def test_full_run_own_plugin(tmp_path):
     p, doc = _full_run(SHIM, tmp_path)
     s = by_status(doc)
-    assert s.get("failed", set()) == OWN_CAPI_FAILED, p.stdout
+    assert not s.get("failed"), p.stdout
     assert not s.get("crashed") and not s.get("unsupported"), p.stdout
     assert doc["counts"]["programs"]["passed"] > 2600
     # Our plugin is the reference behind the C API: every program and JAX
