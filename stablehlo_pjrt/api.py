@@ -15,7 +15,7 @@ import ctypes
 import numpy as np
 
 from . import _capi as C
-from . import _shim, interrupt, trace
+from . import _shim, dispatch, interrupt, trace
 from .buffer import (
     Buffer,
     buffer_from_host,
@@ -488,9 +488,13 @@ def Device_GetAttributes(ptr):
 @handler
 def Device_PoisonExecution(ptr):
     a = C.Device_PoisonExecution_Args.from_address(ptr)
-    _device(a.device)
-    # Executions finish before Execute returns, so none is ever pending.
-    a.poisoned = False
+    d = _device(a.device)
+    # Fails the earliest queued (not yet started) run with this launch id on
+    # the device (dispatch.poison); one that runs or has finished is not.
+    if a.error_code == C.ErrorCode.OK:
+        raise invalid_argument("PJRT_Device_PoisonExecution needs a non-OK error code")
+    a.poisoned = dispatch.poison(d, a.launch_id, a.error_code,
+                                 C.read_str(a.error_message, a.error_message_size))
 
 
 @handler
@@ -850,27 +854,34 @@ def LoadedExecutable_Execute(ptr):
         n = opts.num_non_donatable_input_indices
         non_donatable = (set((ctypes.c_int64 * n).from_address(opts.non_donatable_input_indices))
                          if n else ())
+        launch_id = opts.launch_id
     else:
         non_donatable = ()
+        launch_id = 0
     execute_device = maybe_lookup(a.execute_device, Device) if a.execute_device else None
     arg_list_ptrs = (_P * num_devices).from_address(a.argument_lists) if num_devices else ()
     argument_lists = []
     for lp in arg_list_ptrs:
         handles = (_P * num_args).from_address(lp)[:] if num_args else []
         argument_lists.append([lookup(h, Buffer, "PJRT_Buffer") for h in handles])
-    outputs = exe.execute(argument_lists, execute_device, non_donatable)
+    outputs = exe.execute(argument_lists, execute_device, non_donatable, launch_id)
     out_list_ptrs = (_P * num_devices).from_address(a.output_lists)
     for lp, outs in zip(out_list_ptrs, outputs):
         if outs:
             (_P * len(outs)).from_address(lp)[:] = [b.handle for b in outs]
     if a.device_complete_events:
+        # Complete when the run has finished (at once for an inline run).
+        done = outputs.completion
         (_P * num_devices).from_address(a.device_complete_events)[:] = [
-            _shim.event_new(True) for _ in range(num_devices)]
+            _shim.event_new(True) if done is None else done.c_event()
+            for _ in range(num_devices)]
     if trace.ENABLED:
         trace.note(obj=exe,
                    inputs=[[describe_with_value(b) for b in args] for args in argument_lists],
-                   outputs=[[describe_with_value(b) for b in outs] for outs in outputs])
-    if getattr(outputs, "interrupted", False):
+                   outputs=[[describe_with_value(b) for b in outs] for outs in outputs],
+                   dispatch="inline" if outputs.completion is None
+                   else f"queued ({outputs.queued} in flight)")
+    if outputs.interrupted:
         interrupt.rearm_interrupt()  # last: KeyboardInterrupt in the caller
 
 
@@ -937,7 +948,7 @@ def Buffer_GetMemoryLayout(ptr):
 def Buffer_OnDeviceSizeInBytes(ptr):
     a = C.Buffer_OnDeviceSizeInBytes_Args.from_address(ptr)
     buf = _buffer(a.buffer)
-    buf.live_array()
+    buf.check_alive()  # the size of a pending output is known: no wait
     a.on_device_size_in_bytes = buf.nbytes
 
 
@@ -1005,12 +1016,13 @@ def Buffer_CopyToMemory(ptr):
 def Buffer_ToHostBuffer(ptr):
     a = C.Buffer_ToHostBuffer_Args.from_address(ptr)
     buf = _buffer(a.src)
-    needed = to_host(buf, a.dst, a.dst_size, a.host_layout)
+    # A pending buffer's copy is chained on its program (buffer.to_host).
+    needed, event = to_host(buf, a.dst, a.dst_size, a.host_layout)
     if not a.dst:
         a.dst_size = needed
         a.event = None
     else:
-        a.event = _shim.event_new(True)
+        a.event = event
     if trace.ENABLED:
         trace.note(obj=buf, dst=f"{a.dst or 0:#x}", dst_size=a.dst_size,
                    value=preview(buf) if a.dst else "(size query)")
@@ -1035,11 +1047,20 @@ def Buffer_CopyRawToHost(ptr):
 def Buffer_ReadyEvent(ptr):
     a = C.Buffer_ReadyEvent_Args.from_address(ptr)
     buf = _buffer(a.buffer)
-    # Data is complete as soon as a buffer exists (execution is synchronous);
-    # deleted and error buffers report their error, as the header asks.
+    # A pending output's event completes when its program has run (with the
+    # run's error if it failed); deleted and error buffers report their
+    # error, as the header asks.
     try:
-        buf.live_array()
-        a.event = ready_event()
+        buf.check_alive()
+        ready = buf.ready
+        if ready is not None and not ready.done:
+            if dispatch.on_worker():
+                # A host callback asking for data queued behind its own
+                # program: refused (dispatch.wait raises), never a hang.
+                dispatch.wait(ready, str(buf))
+            a.event = ready.c_event()
+        else:
+            a.event = ready_event()
     except PjrtError as e:
         a.event = ready_event(e)
     if trace.ENABLED:

@@ -58,7 +58,7 @@ def check_donations(argument_lists, donated: dict[int, int]) -> None:
             counts[id(a)] = counts.get(id(a), 0) + 1
         for i in donated:
             b = args[i]
-            b.live_array()  # raises for a deleted buffer, like any argument
+            b.check_alive()  # raises for a deleted buffer, like any argument (no wait)
             if b.external_refs:
                 raise invalid_argument(
                     f"donation requested for buffer {b.describe()} (argument {i}) which "

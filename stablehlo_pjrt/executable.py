@@ -13,13 +13,22 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
+from time import perf_counter_ns
 
 import numpy as np
 
-from . import donation, interrupt
+from . import dispatch, donation, interrupt
 from ._capi import BufferType, ErrorCode, PJRT_Program, read_bytes, read_sized, read_str
-from .buffer import Buffer, dtype_of, short_type, type_of_dtype, type_of_element
+from .buffer import (
+    Buffer,
+    dtype_of,
+    preview_value,
+    short_type,
+    type_of_dtype,
+    type_of_element,
+)
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
+from .event import Completion
 from .handles import CString, int64_array, pointer_array, register
 from .hlo_program import HLO_FORMATS, hlo_to_stablehlo, read_varint
 
@@ -423,11 +432,14 @@ class Executable:
 
 class Outputs(list):
     """Execute's per-device output lists; ``interrupted`` asks the caller to
-    re-raise a KeyboardInterrupt once it has handed them over."""
+    re-raise a KeyboardInterrupt once it has handed them over; ``completion``
+    is set when the outputs are pending (the program runs on the worker)."""
 
-    def __init__(self, items=(), interrupted=False):
+    def __init__(self, items=(), interrupted=False, completion=None, queued=0):
         super().__init__(items)
         self.interrupted = interrupted
+        self.completion = completion
+        self.queued = queued
 
 
 def _timeout_text(meta, limit, error) -> str:
@@ -437,17 +449,38 @@ def _timeout_text(meta, limit, error) -> str:
             f"{where}")
 
 
+def _interrupted_text(meta) -> str:
+    return f"stablehlo_ref execution of {meta.name} was interrupted (KeyboardInterrupt)"
+
+
+_op_trace = None
+
+
+def _op_tracer_active() -> bool:
+    """Whether an op tracer (stablehlo_interpreter.trace.tracing, the oracle
+    tools) is active now: the program then runs inline, inside its scope."""
+    global _op_trace
+    if _op_trace is None:
+        from stablehlo_interpreter import trace as op_trace
+        _op_trace = op_trace
+    return _op_trace.ACTIVE is not None
+
+
 class LoadedExecutable:
     """PJRT_LoadedExecutable: a compiled program bound to devices."""
 
-    __slots__ = ("handle", "meta", "client", "devices", "logical_ids",
-                 "deleted", "_devices_c", "_logical_ids_c", "_assignment_bytes")
+    __slots__ = ("handle", "meta", "client", "devices", "logical_ids", "deleted",
+                 "last_run_ns", "_devices_c", "_logical_ids_c", "_assignment_bytes",
+                 "_memories")
 
     def __init__(self, client, meta: ExecutableMeta):
         from ._capi import PJRT_LogicalDeviceIds
         self.client = client
         self.meta = meta
         self.deleted = False
+        # Wall time of the last run: in auto mode, cheap programs run inline
+        # (dispatch.run_inline). The first run is inline.
+        self.last_run_ns = 0
         replicas, partitions = meta.num_replicas, meta.num_partitions
         assignment = meta.options.device_assignment
         if assignment is None:
@@ -469,13 +502,19 @@ class LoadedExecutable:
             ids[i].partition = p
         self._logical_ids_c = ids
         self._assignment_bytes = encode_device_assignment(assignment)
+        self._memories = {}
         register(self)
 
     def __str__(self):
         return f"LoadedExecutable({self.meta.name}, {self.handle:#x})"
 
     def execute(self, argument_lists: list[list[Buffer]], execute_device=None,
-                non_donatable=()) -> list[list[Buffer]]:
+                non_donatable=(), launch_id=0) -> list[list[Buffer]]:
+        """Runs the program: inline (the outputs are ready when this returns)
+        or on the worker (dispatch.py: the outputs are pending, the run's
+        Completion is ``outputs.completion``). Bad arguments fail here in
+        both cases; a failing run fails here inline, through the outputs'
+        events on the worker."""
         if self.deleted:
             raise failed_precondition(f"{self} has been deleted")
         meta = self.meta
@@ -488,24 +527,75 @@ class LoadedExecutable:
                 f"{self} runs on {len(devices)} device(s) but {len(argument_lists)} "
                 "argument list(s) were given")
         n_in = len(meta.input_types)
-        donated = donation.donated_parameters(meta.aliased_params, non_donatable)
-        inputs = []
-        borrowed = []
-        for dev, args in zip(devices, argument_lists):
+        for args in argument_lists:
             if len(args) != n_in:
                 raise invalid_argument(
                     f"{meta.name} takes {n_in} argument(s), got {len(args)}")
+        donated = donation.donated_parameters(meta.aliased_params, non_donatable)
+        try:
+            # Programs with host callbacks run inline (XLA CPU runs them
+            # synchronously too), so do runs under an op tracer.
+            inline = dispatch.run_inline(
+                self.last_run_ns, meta.host_callbacks is not None or _op_tracer_active())
+        except KeyboardInterrupt:  # while waiting for the queue to drain
+            dispatch.cancel_all()
+            return self._interrupted(devices)
+        if inline:
+            return self._execute_now(devices, argument_lists, donated, execute_device)
+        return self._dispatch(devices, argument_lists, donated, execute_device, launch_id)
+
+    # -- inline --------------------------------------------------------------
+
+    def _execute_now(self, devices, argument_lists, donated, execute_device) -> Outputs:
+        meta = self.meta
+        inputs = []
+        borrowed = []
+        for args in argument_lists:
             inputs.append([b.live_array() for b in args])
             borrowed.extend(b.array for b in args if b.borrowed)
         donation.check_donations(argument_lists, donated)
+        self._check_device(execute_device)
         # Which results must be copied is decided from the inputs before the
         # run (which may consume donated arrays).
         ownerships = [donation.OutputOwnership(ins, donated, borrowed) for ins in inputs]
-        shi = _interpreter()
+        t0 = perf_counter_ns()
+        try:
+            try:
+                results = self._run(devices, argument_lists, inputs, donated)
+            finally:
+                if donated:
+                    # Donated buffers are consumed by the run (also a failed
+                    # one, which may have written them), as on XLA.
+                    for args in argument_lists:
+                        for i in donated:
+                            args[i].delete()
+        except KeyboardInterrupt:
+            # Ctrl-C: the outputs are error buffers and the interrupt is
+            # re-raised in the caller once Execute returns (interrupt.py).
+            return self._interrupted(devices)
+        self.last_run_ns = perf_counter_ns() - t0
+        outputs = Outputs()
+        for dev, res, own in zip(devices, results, ownerships):
+            memories = self._output_memories(dev)
+            outputs.append([Buffer(v, bt, dev, mem) if bt != BufferType.TOKEN
+                            else Buffer(v, bt, dev, shape=())
+                            for v, bt, mem in zip(self._result_values(res, own),
+                                                  meta.output_buffer_types, memories)])
+        return outputs
+
+    def _check_device(self, execute_device):
         if execute_device is not None and len(self.devices) > 1:
             raise unimplemented(
                 f"{self} spans {len(self.devices)} devices; launching it on a single "
                 "device is not supported by stablehlo_ref")
+
+    def _run(self, devices, argument_lists, inputs, donated):
+        """Runs the plan on ``inputs`` (per device): the per-device result
+        lists. A failure is a PjrtError naming the op; KeyboardInterrupt and
+        dispatch.Cancelled pass through."""
+        meta = self.meta
+        shi = _interpreter()
+
         def run():
             if meta.spmd is not None:
                 # A global-view sharded program: shards in, one global run,
@@ -524,22 +614,7 @@ class LoadedExecutable:
 
         limit = interrupt.execute_timeout()
         try:
-            try:
-                results = interrupt.run_limited(run, limit) if limit else run()
-            finally:
-                if donated:
-                    # Donated buffers are consumed by the run (also a failed
-                    # one, which may have written them), as on XLA.
-                    for args in argument_lists:
-                        for i in donated:
-                            args[i].delete()
-        except KeyboardInterrupt:
-            # Ctrl-C: the outputs are error buffers and the interrupt is
-            # re-raised in the caller once Execute returns (interrupt.py).
-            return Outputs(([self._error_outputs(dev, ErrorCode.CANCELLED,
-                                                 f"stablehlo_ref execution of {meta.name} "
-                                                 "was interrupted (KeyboardInterrupt)")
-                             for dev in devices]), interrupted=True)
+            return interrupt.run_limited(run, limit) if limit else run()
         except interrupt.ExecutionTimeout:
             raise PjrtError(ErrorCode.DEADLINE_EXCEEDED, _timeout_text(meta, limit, None)) \
                 from None
@@ -552,17 +627,111 @@ class LoadedExecutable:
             code = (ErrorCode.INVALID_ARGUMENT if isinstance(e, shi.ArgumentError)
                     else ErrorCode.INTERNAL)
             raise PjrtError(code, f"stablehlo_ref execution of {meta.name} failed: {e}") from None
-        outputs = Outputs()
-        for dev, res, own in zip(devices, results, ownerships):
-            outputs.append(self._wrap_outputs(dev, res, own))
+
+    # -- on the worker -------------------------------------------------------
+
+    def _dispatch(self, devices, argument_lists, donated, execute_device,
+                  launch_id) -> Outputs:
+        meta = self.meta
+        # Everything that can be checked before the run fails here, as inline.
+        for args in argument_lists:
+            for b in args:
+                b.check_alive()
+        donation.check_donations(argument_lists, donated)
+        self._check_device(execute_device)
+        if meta.spmd is None:
+            for args in argument_lists:
+                self._check_arguments(args)
+        memories = [self._output_memories(dev) for dev in devices]
+        try:
+            dispatch.reserve()
+        except KeyboardInterrupt:  # while waiting for room in the queue
+            dispatch.cancel_all()
+            return self._interrupted(devices)
+        try:
+            done = Completion()
+            outputs = Outputs(completion=done)
+            for dev, mems in zip(devices, memories):
+                outputs.append([
+                    Buffer(None, bt, dev, mem, shape=shape, ready=done,
+                           nbytes=0 if dt is None else _size(shape, dt))
+                    for bt, shape, dt, mem in zip(meta.output_buffer_types, meta.output_shapes,
+                                                  meta.output_dtypes, mems)])
+            # Zero-copy host buffers alias the caller's numpy arrays, which
+            # the caller may change after the call: the run reads them as
+            # they are now, as an inline run would.
+            snapshots = {}
+            for k, args in enumerate(argument_lists):
+                for i, b in enumerate(args):
+                    b.pin()
+                    if b.borrowed and b.array is not None and b.type != BufferType.TOKEN:
+                        snapshots[k, i] = np.array(b.array, copy=True)
+            if donated:
+                # Consumed at dispatch, as XLA does: deleted as the caller sees
+                # it, their data kept for the run (pinned).
+                for args in argument_lists:
+                    for i in donated:
+                        args[i].delete()
+            task = _ExecuteTask(self, devices, argument_lists, donated, outputs, done,
+                                launch_id, snapshots)
+        except BaseException:
+            dispatch.unreserve()
+            raise
+        outputs.queued = dispatch.submit(task)
         return outputs
+
+    def _check_arguments(self, args) -> None:
+        """The interpreter's argument check (dtype and shape of each
+        parameter), done at dispatch: data still being computed is checked
+        through a stand-in of its type."""
+        from stablehlo_interpreter.arguments import coerce
+        shi = _interpreter()
+        meta = self.meta
+        func = meta.program.function()
+        for i, (b, t) in enumerate(zip(args, meta.input_types)):
+            if b.type == BufferType.TOKEN:
+                continue
+            value = b.array
+            if value is None:
+                value = np.broadcast_to(np.zeros((), dtype_of(b.type)), b.shape)
+            try:
+                coerce(value, t, i, func.name)
+            except shi.InterpreterError as e:
+                raise invalid_argument(
+                    f"stablehlo_ref execution of {meta.name} failed: {e}") from None
+
+    # -- outputs -------------------------------------------------------------
+
+    def _output_memories(self, device):
+        """The memory each output goes to on ``device`` (checked once)."""
+        memories = self._memories.get(device)
+        if memories is None:
+            meta = self.meta
+            memories = []
+            for i, kind in enumerate(meta.output_memory_kinds):
+                memory = device.memory_of_kind(kind)
+                if memory is None:
+                    raise PjrtError(ErrorCode.INVALID_ARGUMENT,
+                                    f"{meta.name}: result #{i} asks for memory kind "
+                                    f"{kind!r}, which {device} does not have "
+                                    "(stablehlo_ref has device, pinned_host, unpinned_host)")
+                memories.append(memory)
+            self._memories[device] = memories
+        return memories
+
+    def _interrupted(self, devices) -> Outputs:
+        return Outputs([self._error_outputs(dev, ErrorCode.CANCELLED,
+                                            _interrupted_text(self.meta))
+                        for dev in devices], interrupted=True)
 
     def _error_outputs(self, device, code, message) -> list[Buffer]:
         meta = self.meta
         return [Buffer(None, bt, device, error=(code, message), shape=shape)
                 for bt, shape in zip(meta.output_buffer_types, meta.output_shapes)]
 
-    def _wrap_outputs(self, device, results, ownership) -> list[Buffer]:
+    def _result_values(self, results, ownership) -> list:
+        """The interpreter's results of one device, checked against the
+        declared outputs and owned (copied unless donated memory)."""
         meta = self.meta
         if len(results) != meta.num_outputs:
             raise PjrtError(ErrorCode.INTERNAL,
@@ -572,7 +741,7 @@ class LoadedExecutable:
         for i, value in enumerate(results):
             bt = meta.output_buffer_types[i]
             if bt == BufferType.TOKEN:
-                out.append(Buffer(value, bt, device, shape=()))
+                out.append(value)
                 continue
             dtype = meta.output_dtypes[i]
             array = value if isinstance(value, np.ndarray) else np.asarray(value)
@@ -585,12 +754,100 @@ class LoadedExecutable:
             if not array.flags.c_contiguous:
                 array = np.ascontiguousarray(array)
             # A new buffer unless the program aliases a donated input to it.
-            array = ownership.own(i, array)
-            memory = device.memory_of_kind(meta.output_memory_kinds[i])
-            if memory is None:
-                raise PjrtError(ErrorCode.INVALID_ARGUMENT,
-                                f"{meta.name}: result #{i} asks for memory kind "
-                                f"{meta.output_memory_kinds[i]!r}, which {device} does not have "
-                                "(stablehlo_ref has device, pinned_host, unpinned_host)")
-            out.append(Buffer(array, bt, device, memory))
+            out.append(ownership.own(i, array))
         return out
+
+
+def _size(shape, dtype) -> int:
+    n = dtype.itemsize
+    for d in shape:
+        n *= d
+    return n
+
+
+class _ExecuteTask(dispatch.Task):
+    """One Execute on the worker: its argument buffers (pinned until it
+    finishes), its pending outputs and their Completion."""
+
+    __slots__ = ("exe", "argument_lists", "donated", "outputs", "completion",
+                 "snapshots", "values", "error")
+
+    def __init__(self, exe, devices, argument_lists, donated, outputs, completion, launch_id,
+                 snapshots):
+        super().__init__(exe, devices, launch_id)
+        self.exe = exe
+        self.argument_lists = argument_lists
+        self.donated = donated
+        self.outputs = outputs
+        self.completion = completion
+        self.snapshots = snapshots  # (device index, argument index) -> data read at dispatch
+        self.values = None
+        self.error = None
+
+    def work(self):
+        exe = self.exe
+        donated = self.donated
+        single = len(self.devices) == 1 and exe.meta.spmd is None
+        inputs = []
+        snapshots = self.snapshots
+        try:
+            for k, args in enumerate(self.argument_lists):
+                row = []
+                for i, b in enumerate(args):
+                    if snapshots and (k, i) in snapshots:
+                        row.append(snapshots[k, i])
+                        continue
+                    ready = b.ready
+                    if ready is not None and not ready.done:
+                        # Inputs come from work dispatched before this task,
+                        # which the FIFO queue has finished.
+                        raise PjrtError(ErrorCode.INTERNAL,
+                                        f"stablehlo_ref: argument #{i} ({b}) of "
+                                        f"{exe.meta.name} is not ready when its run starts")
+                    if single and i in donated and not b.borrowed and b.error is None:
+                        row.append(b.take_array())  # the run may update it in place
+                    else:
+                        row.append(b.pinned_data())
+                inputs.append(row)
+            # (No caller-owned memory reaches the run: borrowed buffers were
+            # copied at dispatch.)
+            ownerships = [donation.OutputOwnership(ins, donated, ()) for ins in inputs]
+            t0 = perf_counter_ns()
+            results = exe._run(self.devices, self.argument_lists, inputs, donated)
+            exe.last_run_ns = perf_counter_ns() - t0
+            inputs = self.snapshots = None
+            self.values = [exe._result_values(res, own)
+                           for res, own in zip(results, ownerships)]
+        except PjrtError as e:
+            self.error = (e.pjrt_code, str(e))
+        except KeyboardInterrupt:  # raised by a host callback
+            self.error = (ErrorCode.CANCELLED, _interrupted_text(exe.meta))
+
+    def fail(self, code, message):
+        self.values = None
+        self.error = (int(code), message)
+
+    def finish(self):
+        error = self.error
+        if error is None and self.values is None:
+            error = (ErrorCode.INTERNAL, f"stablehlo_ref execution of {self.exe.meta.name} "
+                                         "produced no results")
+        for k, bufs in enumerate(self.outputs):
+            if error is None:
+                for buf, value in zip(bufs, self.values[k]):
+                    buf.fulfil(value)
+            else:
+                for buf in bufs:
+                    buf.fulfil(error=error)
+        self.values = None
+        for args in self.argument_lists:
+            for b in args:
+                b.unpin()
+        self.completion.set(error)
+
+    def describe_outcome(self) -> dict:
+        """For the trace line of the finished run."""
+        if self.error is not None:
+            return {"error": self.error[1]}
+        return {"outputs": [[f"{b} = {preview_value(v)}" for b, v in zip(bufs, values)]
+                            for bufs, values in zip(self.outputs, self.values or ())]}

@@ -58,6 +58,8 @@ def _break_kernel(name: str) -> None:
 
     import stablehlo_interpreter.ops  # noqa: F401 - registers every kernel
     from stablehlo_interpreter import registry
+
+    from . import dispatch
     op = name if "." in name else f"stablehlo.{name}"
     builder = registry.KERNELS.get(op)
     if builder is None:
@@ -78,9 +80,10 @@ def _break_kernel(name: str) -> None:
 
         def run(*xs):
             r = fn(*xs)
-            if not _executing:
+            if not _executing and not dispatch.on_worker():
                 # The interpreter used directly (the reference, in the same
-                # process as this plugin) stays right: only the plugin is broken.
+                # process as this plugin) stays right: only the plugin is
+                # broken (its programs run inside Execute or on its worker).
                 return r
             return [wrong(x) for x in r] if isinstance(r, (list, tuple)) else wrong(r)
         return run
@@ -88,7 +91,7 @@ def _break_kernel(name: str) -> None:
     registry.KERNELS[op] = faulty_builder
 
 
-_executing = 0  # > 0 while PJRT_LoadedExecutable_Execute runs (synchronously)
+_executing = 0  # > 0 while PJRT_LoadedExecutable_Execute runs (an inline run)
 
 
 def _marking_execution(h):

@@ -56,6 +56,11 @@ def event_destroy(ev):
         ok("PJRT_Event_Destroy", C._args("E", [("event", C.P)])(event=ev))
 
 
+def event_await(ev):
+    """PJRT_Event_Await: None, or (code, message) of the error it carries."""
+    return call("PJRT_Event_Await", C._args("A", [("event", C.P)])(event=ev))
+
+
 @pytest.fixture(scope="module")
 def client():
     a = ok("PJRT_Client_Create", C.Client_Create_Args())
@@ -89,6 +94,9 @@ def to_host(buf, dtype, shape):
     a = ok("PJRT_Buffer_ToHostBuffer", C.Buffer_ToHostBuffer_Args(
         src=buf, dst=out.ctypes.data if out.size else None, dst_size=out.nbytes))
     if out.size:
+        # The copy is done when the event is (later, if the buffer's program
+        # still runs on the worker).
+        event_await(a.event)
         event_destroy(a.event)
     return out
 
@@ -499,6 +507,9 @@ def execute(exe, buffers, n_out):
         device_complete_events=ctypes.addressof(events))
     err = call("PJRT_LoadedExecutable_Execute", a)
     if err is None:
+        # A run on the worker (dispatch.py) reports its failure through the
+        # completion event; an inline run through Execute itself.
+        err = event_await(events[0])
         event_destroy(events[0])
     return list(outs[:n_out]), err
 
@@ -585,6 +596,71 @@ def test_execute_errors_are_reported_and_recoverable(client, monkeypatch):
         destroy_buffer(b)
     event_destroy(d1)
     event_destroy(d2)
+    ok("PJRT_LoadedExecutable_Destroy", C.LoadedExecutable_Destroy_Args(executable=exe))
+
+
+def _execute_nowait(exe, buffers, n_out, launch_id=0):
+    """Execute with a launch id; returns (outputs, completion event) without
+    waiting for the run."""
+    args = (ctypes.c_void_p * max(1, len(buffers)))(*buffers)
+    arg_lists = (ctypes.c_void_p * 1)(ctypes.addressof(args))
+    outs = (ctypes.c_void_p * max(1, n_out))()
+    out_lists = (ctypes.c_void_p * 1)(ctypes.addressof(outs))
+    events = (ctypes.c_void_p * 1)()
+    opts = C.PJRT_ExecuteOptions(launch_id=launch_id)
+    opts.struct_size = C.struct_size(C.PJRT_ExecuteOptions)
+    ok("PJRT_LoadedExecutable_Execute", C.LoadedExecutable_Execute_Args(
+        executable=exe, options=ctypes.addressof(opts), argument_lists=ctypes.addressof(arg_lists),
+        num_devices=1, num_args=len(buffers), output_lists=ctypes.addressof(out_lists),
+        device_complete_events=ctypes.addressof(events)))
+    return list(outs[:n_out]), events[0]
+
+
+def test_poison_execution_fails_a_queued_run(client, monkeypatch):
+    """PJRT_Device_PoisonExecution fails the earliest queued run with the
+    launch id (its events and outputs carry the error); a run that is not
+    queued is not poisoned."""
+    import threading
+
+    from stablehlo_pjrt import dispatch
+    from stablehlo_pjrt.executable import LoadedExecutable
+    from stablehlo_pjrt.handles import lookup
+
+    monkeypatch.setattr(dispatch, "_mode", ["async"])
+    exe, err = compile_text(client, IDENTITY)
+    assert err is None
+    meta = lookup(exe, LoadedExecutable).meta
+    gate = threading.Event()
+    original = meta.program.run
+
+    def held(*args, **kwargs):
+        gate.wait(30)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(meta.program, "run", held)
+    bx, d1 = from_host(client, np.ones((2, 3), np.float32), C.BufferType.F32)
+    by, d2 = from_host(client, np.array(5, np.int32), C.BufferType.S32)
+    first, e1 = _execute_nowait(exe, [bx, by], 2, launch_id=1)     # running, held
+    second, e2 = _execute_nowait(exe, [bx, by], 2, launch_id=7)    # queued
+    device = devices_of(client)[0]
+    msg = ctypes.create_string_buffer(b"poisoned by the test")
+    poison = C.Device_PoisonExecution_Args(device=device, launch_id=7,
+                                           error_code=C.ErrorCode.ABORTED,
+                                           error_message=ctypes.addressof(msg),
+                                           error_message_size=20)
+    assert ok("PJRT_Device_PoisonExecution", poison).poisoned
+    poison.launch_id = 8
+    assert not ok("PJRT_Device_PoisonExecution", poison).poisoned
+    gate.set()
+    assert event_await(e1) is None
+    assert event_await(e2) == (C.ErrorCode.ABORTED, "poisoned by the test")
+    assert to_host(first[0], np.int32, ()) == 5
+    r = C.Buffer_ReadyEvent_Args(buffer=second[0])
+    ok("PJRT_Buffer_ReadyEvent", r)
+    assert event_await(r.event) == (C.ErrorCode.ABORTED, "poisoned by the test")
+    for ev in (e1, e2, r.event, d1, d2):
+        event_destroy(ev)
+    for b in (bx, by, *first, *second):
+        destroy_buffer(b)
     ok("PJRT_LoadedExecutable_Destroy", C.LoadedExecutable_Destroy_Args(executable=exe))
 
 
