@@ -54,13 +54,53 @@ from .handles import (
 
 # "PJRT_<name>" -> handler; table.build_api wires each into its slot.
 HANDLERS: dict = {}
+# "PJRT_<name>" -> size of the args struct this plugin reads (the C
+# trampoline calls the handler without the _sized wrapper when the caller's
+# struct is at least that large).
+ARGS_SIZES: dict = {}
+# "PJRT_<name>" -> (getter, in_offset, ((out_offset, out_size), ...)): calls
+# that read one object and write fields, served by the C trampoline through
+# getter(handle) (see _shim.c, Slot).
+GETTERS: dict = {}
 
 
 def handler(fn):
     name = "PJRT_" + fn.__name__
     cls = _ARGS.get(name)
-    HANDLERS[name] = fn if cls is None else _sized(name, fn, C.struct_size(cls))
+    if cls is None:
+        HANDLERS[name] = fn
+    else:
+        HANDLERS[name] = _sized(name, fn, C.struct_size(cls))
+        ARGS_SIZES[name] = C.struct_size(cls)
     return fn
+
+
+def getter(in_field, *out_fields):
+    """A handler for a call that only reads the object its args name in
+    ``in_field`` and writes ``out_fields``: the decorated ``fn(handle)``
+    returns the value of the out field (a tuple for several). The C
+    trampoline calls it directly (no args struct built in Python); traced
+    calls and callers with an older, smaller struct go through the plain
+    handler made here, which does the same through ctypes."""
+    def deco(fn):
+        name = "PJRT_" + fn.__name__
+        cls = _ARGS[name]
+
+        def plain(ptr):
+            a = cls.from_address(ptr)
+            value = fn(getattr(a, in_field))
+            if len(out_fields) == 1:
+                setattr(a, out_fields[0], value)
+            else:
+                for field, v in zip(out_fields, value):
+                    setattr(a, field, v)
+        plain.__name__ = fn.__name__
+        handler(plain)
+        GETTERS[name] = (fn, getattr(cls, in_field).offset,
+                         tuple((getattr(cls, f).offset, getattr(cls, f).size)
+                               for f in out_fields))
+        return fn
+    return deco
 
 
 _ARGS = C.args_classes()
@@ -523,12 +563,10 @@ def Memory_Id(ptr):
     a.id = _memory(a.memory).id
 
 
-@handler
-def Memory_Kind(ptr):
-    a = C.Memory_Kind_Args.from_address(ptr)
-    m = _memory(a.memory)
-    a.kind = m._kind_c.address
-    a.kind_size = m._kind_c.size
+@getter("memory", "kind", "kind_size")
+def Memory_Kind(h):
+    kind = _memory(h)._kind_c
+    return kind.address, kind.size
 
 
 @handler
@@ -609,22 +647,19 @@ def Executable_Name(ptr):
     a.executable_name_size = name.size
 
 
-@handler
-def Executable_NumReplicas(ptr):
-    a = C.Executable_NumReplicas_Args.from_address(ptr)
-    a.num_replicas = _executable(a.executable).num_replicas
+@getter("executable", "num_replicas")
+def Executable_NumReplicas(h):
+    return _executable(h).num_replicas
 
 
-@handler
-def Executable_NumPartitions(ptr):
-    a = C.Executable_NumPartitions_Args.from_address(ptr)
-    a.num_partitions = _executable(a.executable).num_partitions
+@getter("executable", "num_partitions")
+def Executable_NumPartitions(h):
+    return _executable(h).num_partitions
 
 
-@handler
-def Executable_NumOutputs(ptr):
-    a = C.Executable_NumOutputs_Args.from_address(ptr)
-    a.num_outputs = _executable(a.executable).num_outputs
+@getter("executable", "num_outputs")
+def Executable_NumOutputs(h):
+    return _executable(h).num_outputs
 
 
 @handler
@@ -859,22 +894,19 @@ def LoadedExecutable_Execute(ptr):
         non_donatable = ()
         launch_id = 0
     execute_device = maybe_lookup(a.execute_device, Device) if a.execute_device else None
-    arg_list_ptrs = (_P * num_devices).from_address(a.argument_lists) if num_devices else ()
-    argument_lists = []
-    for lp in arg_list_ptrs:
-        handles = (_P * num_args).from_address(lp)[:] if num_args else []
-        argument_lists.append([lookup(h, Buffer, "PJRT_Buffer") for h in handles])
+    argument_lists = [[lookup(h, Buffer, "PJRT_Buffer") for h in handles] for handles in
+                      _shim.read_pointer_lists(a.argument_lists, num_devices, num_args)]
     outputs = exe.execute(argument_lists, execute_device, non_donatable, launch_id)
-    out_list_ptrs = (_P * num_devices).from_address(a.output_lists)
-    for lp, outs in zip(out_list_ptrs, outputs):
-        if outs:
-            (_P * len(outs)).from_address(lp)[:] = [b.handle for b in outs]
-    if a.device_complete_events:
+    _shim.write_pointer_lists(a.output_lists, [[b.handle for b in outs] for outs in outputs])
+    events = a.device_complete_events
+    if events:
         # Complete when the run has finished (at once for an inline run).
         done = outputs.completion
-        (_P * num_devices).from_address(a.device_complete_events)[:] = [
-            _shim.event_new(True) if done is None else done.c_event()
-            for _ in range(num_devices)]
+        if done is None:
+            _shim.ready_events(events, num_devices)
+        else:
+            (_P * num_devices).from_address(events)[:] = [
+                done.c_event() for _ in range(num_devices)]
     if trace.ENABLED:
         trace.note(obj=exe,
                    inputs=[[describe_with_value(b) for b in args] for args in argument_lists],
@@ -906,34 +938,27 @@ def Buffer_Destroy(ptr):
         trace.note(obj=buf)
 
 
-@handler
-def Buffer_ElementType(ptr):
-    a = C.Buffer_ElementType_Args.from_address(ptr)
-    a.type = _buffer(a.buffer).type
+@getter("buffer", "type")
+def Buffer_ElementType(h):
+    return _buffer(h).type
 
 
-@handler
-def Buffer_Dimensions(ptr):
-    a = C.Buffer_Dimensions_Args.from_address(ptr)
-    buf = _buffer(a.buffer)
-    a.dims = buf.dims_array()
-    a.num_dims = len(buf.shape)
+@getter("buffer", "dims", "num_dims")
+def Buffer_Dimensions(h):
+    buf = _buffer(h)
+    return buf.dims_array(), len(buf.shape)
 
 
-@handler
-def Buffer_UnpaddedDimensions(ptr):
-    a = C.Buffer_UnpaddedDimensions_Args.from_address(ptr)
-    buf = _buffer(a.buffer)
-    a.unpadded_dims = buf.dims_array()
-    a.num_dims = len(buf.shape)
+@getter("buffer", "unpadded_dims", "num_dims")
+def Buffer_UnpaddedDimensions(h):
+    buf = _buffer(h)
+    return buf.dims_array(), len(buf.shape)
 
 
-@handler
-def Buffer_DynamicDimensionIndices(ptr):
-    a = C.Buffer_DynamicDimensionIndices_Args.from_address(ptr)
-    _buffer(a.buffer)
-    a.dynamic_dim_indices = None
-    a.num_dynamic_dims = 0
+@getter("buffer", "dynamic_dim_indices", "num_dynamic_dims")
+def Buffer_DynamicDimensionIndices(h):
+    _buffer(h)
+    return None, 0
 
 
 @handler
@@ -944,24 +969,21 @@ def Buffer_GetMemoryLayout(ptr):
                    ctypes.sizeof(layout))
 
 
-@handler
-def Buffer_OnDeviceSizeInBytes(ptr):
-    a = C.Buffer_OnDeviceSizeInBytes_Args.from_address(ptr)
-    buf = _buffer(a.buffer)
+@getter("buffer", "on_device_size_in_bytes")
+def Buffer_OnDeviceSizeInBytes(h):
+    buf = _buffer(h)
     buf.check_alive()  # the size of a pending output is known: no wait
-    a.on_device_size_in_bytes = buf.nbytes
+    return buf.nbytes
 
 
-@handler
-def Buffer_Device(ptr):
-    a = C.Buffer_Device_Args.from_address(ptr)
-    a.device = _buffer(a.buffer).device.handle
+@getter("buffer", "device")
+def Buffer_Device(h):
+    return _buffer(h).device.handle
 
 
-@handler
-def Buffer_Memory(ptr):
-    a = C.Buffer_Memory_Args.from_address(ptr)
-    a.memory = _buffer(a.buffer).memory.handle
+@getter("buffer", "memory")
+def Buffer_Memory(h):
+    return _buffer(h).memory.handle
 
 
 @handler
@@ -973,19 +995,17 @@ def Buffer_Delete(ptr):
         trace.note(obj=buf)
 
 
-@handler
-def Buffer_IsDeleted(ptr):
-    a = C.Buffer_IsDeleted_Args.from_address(ptr)
-    a.is_deleted = _buffer(a.buffer).deleted
+@getter("buffer", "is_deleted")
+def Buffer_IsDeleted(h):
+    return _buffer(h).deleted
 
 
-@handler
-def Buffer_IsOnCpu(ptr):
-    a = C.Buffer_IsOnCpu_Args.from_address(ptr)
-    _buffer(a.buffer)
+@getter("buffer", "is_on_cpu")
+def Buffer_IsOnCpu(h):
+    _buffer(h)
     # The data is in host memory, but it is only reachable through the PJRT
     # calls: saying "on CPU" would invite jaxlib to alias it directly.
-    a.is_on_cpu = False
+    return False
 
 
 @handler

@@ -30,10 +30,11 @@ program has run. This module is the plugin's device queue:
 Modes (``STABLEHLO_REF_ASYNC`` or :func:`set_mode`):
 
 * ``auto`` (default): a program runs on the worker unless it is cheap and
-  nothing is queued: an executable whose last run took less than
-  :data:`CHEAP_NS` runs inline in the caller's thread, where the thread
-  handoff would cost more than the run (XLA CPU likewise runs programs below
-  ~1000 flops inline).
+  nothing is queued: an executable whose runs took less than
+  :data:`CHEAP_NS` on average runs inline in the caller's thread, where the
+  thread handoff would cost more than the run (XLA CPU likewise runs
+  programs below ~1000 flops inline). Programs with host callbacks run
+  inline too, as on XLA CPU (which runs them synchronously).
 * ``1`` / ``async``: every program goes through the worker (for teaching and
   for testing the asynchronous path).
 * ``0`` / ``sync``: every program runs inside Execute, in the caller's thread
@@ -293,7 +294,7 @@ def idle() -> bool:
     return _worker.pending == 0
 
 
-def run_inline(last_run_ns: int, must: bool) -> bool:
+def run_inline(run_ns: int, must: bool) -> bool:
     """Whether a program runs in the caller's thread rather than on the
     worker. ``must``: it has to run inline unless the mode is ``async``
     (host callbacks, an active op tracer). An inline run waits for the work
@@ -307,7 +308,7 @@ def run_inline(last_run_ns: int, must: bool) -> bool:
         if _worker.pending:
             _worker.drain()
         return True
-    return _worker.pending == 0 and last_run_ns < CHEAP_NS
+    return _worker.pending == 0 and run_ns < CHEAP_NS
 
 
 def reserve() -> None:

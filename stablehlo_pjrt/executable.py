@@ -470,7 +470,7 @@ class LoadedExecutable:
     """PJRT_LoadedExecutable: a compiled program bound to devices."""
 
     __slots__ = ("handle", "meta", "client", "devices", "logical_ids", "deleted",
-                 "last_run_ns", "_devices_c", "_logical_ids_c", "_assignment_bytes",
+                 "run_ns", "_devices_c", "_logical_ids_c", "_assignment_bytes",
                  "_memories")
 
     def __init__(self, client, meta: ExecutableMeta):
@@ -478,9 +478,11 @@ class LoadedExecutable:
         self.client = client
         self.meta = meta
         self.deleted = False
-        # Wall time of the last run: in auto mode, cheap programs run inline
-        # (dispatch.run_inline). The first run is inline.
-        self.last_run_ns = 0
+        # A running average of the wall time of its runs: in auto mode,
+        # cheap programs run inline (dispatch.run_inline); the first run is
+        # inline. Averaged so that one slow run (a GC pause, the machine
+        # busy) does not send a cheap program to the worker.
+        self.run_ns = 0
         replicas, partitions = meta.num_replicas, meta.num_partitions
         assignment = meta.options.device_assignment
         if assignment is None:
@@ -536,7 +538,7 @@ class LoadedExecutable:
             # Programs with host callbacks run inline (XLA CPU runs them
             # synchronously too), so do runs under an op tracer.
             inline = dispatch.run_inline(
-                self.last_run_ns, meta.host_callbacks is not None or _op_tracer_active())
+                self.run_ns, meta.host_callbacks is not None or _op_tracer_active())
         except KeyboardInterrupt:  # while waiting for the queue to drain
             dispatch.cancel_all()
             return self._interrupted(devices)
@@ -551,10 +553,21 @@ class LoadedExecutable:
         inputs = []
         borrowed = []
         for args in argument_lists:
-            inputs.append([b.live_array() for b in args])
-            borrowed.extend(b.array for b in args if b.borrowed)
-        donation.check_donations(argument_lists, donated)
-        self._check_device(execute_device)
+            row = []
+            for b in args:
+                # Buffer.live_array, inlined for the common case (this loop
+                # runs on every call): ready, alive, no error.
+                if b.ready is None and not b.deleted and b.error is None:
+                    row.append(b.array)
+                else:
+                    row.append(b.live_array())
+                if b.borrowed:
+                    borrowed.append(b.array)
+            inputs.append(row)
+        if donated:
+            donation.check_donations(argument_lists, donated)
+        if execute_device is not None:
+            self._check_device(execute_device)
         # Which results must be copied is decided from the inputs before the
         # run (which may consume donated arrays).
         ownerships = [donation.OutputOwnership(ins, donated, borrowed) for ins in inputs]
@@ -573,7 +586,7 @@ class LoadedExecutable:
             # Ctrl-C: the outputs are error buffers and the interrupt is
             # re-raised in the caller once Execute returns (interrupt.py).
             return self._interrupted(devices)
-        self.last_run_ns = perf_counter_ns() - t0
+        self._ran(perf_counter_ns() - t0)
         outputs = Outputs()
         for dev, res, own in zip(devices, results, ownerships):
             memories = self._output_memories(dev)
@@ -582,6 +595,9 @@ class LoadedExecutable:
                             for v, bt, mem in zip(self._result_values(res, own),
                                                   meta.output_buffer_types, memories)])
         return outputs
+
+    def _ran(self, ns: int) -> None:
+        self.run_ns = ns if not self.run_ns else (3 * self.run_ns + ns) >> 2
 
     def _check_device(self, execute_device):
         if execute_device is not None and len(self.devices) > 1:
@@ -614,7 +630,11 @@ class LoadedExecutable:
 
         limit = interrupt.execute_timeout()
         try:
-            return interrupt.run_limited(run, limit) if limit else run()
+            if limit:
+                return interrupt.run_limited(run, limit)
+            if len(devices) == 1 and not donated and meta.spmd is None:
+                return [meta.program.run(*inputs[0])]  # the common case, without run()
+            return run()
         except interrupt.ExecutionTimeout:
             raise PjrtError(ErrorCode.DEADLINE_EXCEEDED, _timeout_text(meta, limit, None)) \
                 from None
@@ -814,7 +834,7 @@ class _ExecuteTask(dispatch.Task):
             ownerships = [donation.OutputOwnership(ins, donated, ()) for ins in inputs]
             t0 = perf_counter_ns()
             results = exe._run(self.devices, self.argument_lists, inputs, donated)
-            exe.last_run_ns = perf_counter_ns() - t0
+            exe._ran(perf_counter_ns() - t0)
             inputs = self.snapshots = None
             self.values = [exe._result_values(res, own)
                            for res, own in zip(results, ownerships)]
