@@ -746,20 +746,20 @@ def Executable_OptimizedProgram(ptr):
     if not a.program:
         raise invalid_argument("program is NULL")
     program = C.PJRT_Program.from_address(a.program)
-    # The interpreter runs the StableHLO it was given, unoptimized; that
-    # module (as MLIR bytecode / portable artifact) is the "optimized" program.
-    if not hasattr(meta, "_format_c"):
-        meta._format_c = CString(meta.format)
-    program.format = meta._format_c.address
-    program.format_size = meta._format_c.size
+    # The interpreter runs the StableHLO it was given, unoptimized: that
+    # program is the "optimized" one, handed out as the HloModuleProto it
+    # converts to (ExecutableMeta.optimized_program).
+    fmt_c, code = meta.optimized_program()
+    program.format = fmt_c.address
+    program.format_size = fmt_c.size
     if not program.code:
-        program.code_size = len(meta.code)
+        program.code_size = len(code)
         return
-    if program.code_size < len(meta.code):
+    if program.code_size < len(code):
         raise invalid_argument(
-            f"program buffer has {program.code_size} bytes, {len(meta.code)} needed")
-    ctypes.memmove(program.code, meta.code, len(meta.code))
-    program.code_size = len(meta.code)
+            f"program buffer has {program.code_size} bytes, {len(code)} needed")
+    ctypes.memmove(program.code, code, len(code))
+    program.code_size = len(code)
 
 
 @handler

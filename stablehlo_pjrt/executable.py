@@ -161,6 +161,7 @@ class ExecutableMeta:
         self.aliased_params: dict[int, int] = {}
         self.host_callbacks = None
         self._shardings_c = {}
+        self._optimized = None
         self.code = code
         self.format = code_format
         self.options = options
@@ -249,6 +250,31 @@ class ExecutableMeta:
             cached = self._shardings_c[which] = (protos, ptrs, sizes)
         protos, ptrs, sizes = cached
         return count, ptrs[1], sizes.ctypes.data
+
+    def optimized_program(self) -> tuple[CString, bytes]:
+        """(format, code) for PJRT_Executable_OptimizedProgram: the program
+        (the interpreter runs it unoptimized) as XLA HLO with its module
+        config ("hlo_with_config"), converted once with jaxlib's StableHLO ->
+        HLO converter; the StableHLO itself ("mlir") if that fails. jaxlib
+        asks for it three times per compile (layouts, cost analysis) and
+        converts an "mlir" program to HLO on every request, ~4 ms each."""
+        cached = self._optimized
+        if cached is None:
+            fmt, code = self.format, self.code
+            try:
+                from jax._src.lib import xla_client
+
+                from .hlo_program import with_config
+                computation = xla_client._xla.mlir.mlir_module_to_xla_computation(
+                    self.code, use_tuple_args=False, return_tuple=False)
+                hlo = with_config(computation.as_serialized_hlo_module_proto(),
+                                  self.num_replicas, self.num_partitions)
+                if hlo is not None:
+                    fmt, code = "hlo_with_config", hlo
+            except Exception:  # noqa: BLE001 - jaxlib converts the StableHLO itself then
+                pass
+            cached = self._optimized = (CString(fmt), code)
+        return cached
 
     def serialize(self) -> bytes:
         fmt = self.format.encode()
