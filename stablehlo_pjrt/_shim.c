@@ -335,14 +335,25 @@ static PJRT_Error *api_event_error(EventArgs *a) {
   return status;
 }
 
+static int python_gone(void);
+
 static PJRT_Error *api_event_await(EventArgs *a) {
   PJRT_Error *status;
+  PyThreadState *saved = NULL;
   if (a->event == NULL) return error_new_cstr(CODE_INVALID_ARGUMENT, "PJRT_Event_Await: event is NULL");
   trace_c_call("PJRT_Event_Await", a->event);
   pthread_mutex_lock(&a->event->mu);
+  if (!a->event->ready) {
+    /* The plugin's worker thread completes pending events and needs the GIL
+     * to do so: a caller that holds it while waiting would wait forever. */
+    pthread_mutex_unlock(&a->event->mu);
+    if (!python_gone() && PyGILState_Check()) saved = PyEval_SaveThread();
+    pthread_mutex_lock(&a->event->mu);
+  }
   while (!a->event->ready) pthread_cond_wait(&a->event->cv, &a->event->mu);
   status = event_status(a->event);
   pthread_mutex_unlock(&a->event->mu);
+  if (saved != NULL) PyEval_RestoreThread(saved);
   return status;
 }
 

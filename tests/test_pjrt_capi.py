@@ -307,6 +307,35 @@ def test_event_create_set_await_across_threads():
     event_destroy(ev)
 
 
+_AWAIT_HOLDING_GIL = """
+import ctypes, threading, time
+from stablehlo_pjrt import _capi as C, _shim, table
+table.build_api()
+api = C.PJRT_Api.from_address(_shim.api_address()[0])
+ev = _shim.event_new(False)
+threading.Thread(target=lambda: (time.sleep(0.2), _shim.event_set(ev))).start()
+args = C._args("A", [("event", C.P)])(event=ev)
+args.struct_size = C.struct_size(type(args))
+# PYFUNCTYPE: the call keeps the GIL, as a pybind caller that never releases it
+err = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(api.PJRT_Event_Await)(
+    ctypes.addressof(args))
+print("awaited", err)
+"""
+
+
+def test_event_await_holding_the_gil_lets_python_complete_it():
+    """A caller that holds the GIL while it awaits a pending event (pybind
+    code that never releases it) must not block the Python thread that
+    completes the event: Await releases the GIL while it waits. Before, this
+    hung (run in a subprocess with a time limit)."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _AWAIT_HOLDING_GIL], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "awaited None"
+
+
 def test_memory_vtable_user_data(client):
     dev = devices_of(client)[0]
     mem = ok("PJRT_Device_DefaultMemory", C.Device_DefaultMemory_Args(device=dev)).memory
