@@ -580,6 +580,7 @@ static int write_one(char *dst, int size, PyObject *v) {
 
 static int write_getter_outputs(const Slot *s, char *args, PyObject *res) {
   int i;
+  if (s->n_outs == 0) return 0;
   if (s->n_outs == 1) return write_one(args + s->out_offset[0], s->out_size[0], res);
   if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != s->n_outs) {
     PyErr_Format(PyExc_TypeError, "getter must return a tuple of %d values", s->n_outs);
@@ -715,10 +716,9 @@ static PyObject *py_set_slot(PyObject *self, PyObject *args, PyObject *kwargs) {
   }
   if (getter != Py_None) {
     /* outs: ((offset, size), ...), each field inside the args struct. */
-    if (outs == NULL || !PyTuple_Check(outs) || PyTuple_GET_SIZE(outs) < 1 ||
-        PyTuple_GET_SIZE(outs) > MAX_GETTER_OUTS ||
+    if (outs == NULL || !PyTuple_Check(outs) || PyTuple_GET_SIZE(outs) > MAX_GETTER_OUTS ||
         (size_t)in_offset + sizeof(void *) > (size_t)args_size) {
-      PyErr_SetString(PyExc_ValueError, "a getter needs 1-2 outs and in_offset inside args_size");
+      PyErr_SetString(PyExc_ValueError, "a getter needs 0-2 outs and in_offset inside args_size");
       return NULL;
     }
     n_outs = (int)PyTuple_GET_SIZE(outs);

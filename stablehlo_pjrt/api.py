@@ -77,8 +77,9 @@ def handler(fn):
 
 def getter(in_field, *out_fields):
     """A handler for a call that only reads the object its args name in
-    ``in_field`` and writes ``out_fields``: the decorated ``fn(handle)``
-    returns the value of the out field (a tuple for several). The C
+    ``in_field`` and writes ``out_fields`` (none: a call such as a Destroy):
+    the decorated ``fn(handle)`` returns the value of the out field (a tuple
+    for several). The C
     trampoline calls it directly (no args struct built in Python); traced
     calls and callers with an older, smaller struct go through the plain
     handler made here, which does the same through ctypes."""
@@ -89,6 +90,8 @@ def getter(in_field, *out_fields):
         def plain(ptr):
             a = cls.from_address(ptr)
             value = fn(getattr(a, in_field))
+            if not out_fields:
+                return
             if len(out_fields) == 1:
                 setattr(a, out_fields[0], value)
             else:
@@ -926,14 +929,13 @@ def _buffer(h) -> Buffer:
     return lookup(h, Buffer, "PJRT_Buffer")
 
 
-@handler
-def Buffer_Destroy(ptr):
-    a = C.Buffer_Destroy_Args.from_address(ptr)
-    if not a.buffer:
+@getter("buffer")
+def Buffer_Destroy(h):
+    if not h:
         return
-    buf = _buffer(a.buffer)
+    buf = _buffer(h)
     buf.delete()
-    release(a.buffer)
+    release(h)
     if trace.ENABLED:
         trace.note(obj=buf)
 
