@@ -290,21 +290,19 @@ def on_worker() -> bool:
     return _worker.ident is not None and _thread.get_ident() == _worker.ident
 
 
-def idle() -> bool:
-    return _worker.pending == 0
-
-
-def run_inline(run_ns: int, must: bool) -> bool:
+def run_inline(run_ns: int, callbacks: bool = False, traced: bool = False) -> bool:
     """Whether a program runs in the caller's thread rather than on the
-    worker. ``must``: it has to run inline unless the mode is ``async``
-    (host callbacks, an active op tracer). An inline run waits for the work
+    worker. ``run_ns``: its average run time; ``callbacks``: it has host
+    callbacks (inline unless the mode is ``async``); ``traced``: an op
+    tracer is active in this thread (always inline: the tracer's scope may
+    end before a queued run starts). An inline run first waits for the work
     queued before it (KeyboardInterrupt ends the wait)."""
     m = _mode[0] if _mode else mode()
     if on_worker():
         return True   # inside a host callback of the running program
-    if m == ASYNC and not _worker.stopped:
+    if m == ASYNC and not traced and not _worker.stopped:
         return False
-    if m == SYNC or must or _worker.stopped:
+    if m == SYNC or traced or callbacks or _worker.stopped:
         if _worker.pending:
             _worker.drain()
         return True

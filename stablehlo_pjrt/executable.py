@@ -563,8 +563,8 @@ class LoadedExecutable:
         try:
             # Programs with host callbacks run inline (XLA CPU runs them
             # synchronously too), so do runs under an op tracer.
-            inline = dispatch.run_inline(
-                self.run_ns, meta.host_callbacks is not None or _op_tracer_active())
+            inline = dispatch.run_inline(self.run_ns, meta.host_callbacks is not None,
+                                         _op_tracer_active())
         except KeyboardInterrupt:  # while waiting for the queue to drain
             dispatch.cancel_all()
             return self._interrupted(devices)
