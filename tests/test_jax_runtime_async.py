@@ -252,6 +252,28 @@ def trace_shows_the_queue():
     return [execute[0].startswith("queued"),
             calls.index("PJRT_LoadedExecutable_Execute") < calls.index("run started")
             < calls.index("run finished")]
+
+
+@scenario
+def op_tracer_runs_inline():
+    # An op tracer's scope (the oracle tools) may end before a queued run
+    # starts: under one, programs run inline (in this thread) even in async
+    # mode.
+    from stablehlo_interpreter.trace import Recorder, use_tracer
+
+    class Threads(Recorder):
+        def before(self, op, inputs, depth):
+            threads.add(threading.get_ident())
+            super().before(op, inputs, depth)
+    threads = set()
+    f = jax.jit(lambda v: jnp.sin(v) * 2)
+    x = jax.device_put(jnp.ones(2), dev)
+    with use_tracer(Threads(keep_values=False)) as rec:
+        y = f(x)
+        ready = y.is_ready()
+    ops = sorted({op.name for op, *_ in rec.events})
+    return [ready, threads == {threading.get_ident()},
+            "stablehlo.sine" in ops and "stablehlo.multiply" in ops]
 '''
 
 EXIT_SCRIPT = r'''
@@ -356,6 +378,10 @@ def test_in_flight_limit_makes_dispatch_wait(results):
 
 def test_trace_shows_enqueue_start_and_finish(results):
     assert _value(results, "trace_shows_the_queue") == [True, True]
+
+
+def test_op_tracer_runs_inline(results):
+    assert _value(results, "op_tracer_runs_inline") == [True, True, True]
 
 
 def test_exit_with_work_in_flight():
