@@ -9,6 +9,7 @@ import pytest
 
 import stablehlo_interpreter as shi
 from stablehlo_interpreter import compiler, fold
+from stablehlo_interpreter.types import TensorType
 
 
 def step_names(block):
@@ -117,9 +118,10 @@ func.func @main(%u: tensor<1xf32>, %k: tensor<i32>) -> tensor<4xf32> {
 
 
 class _Op:
-    def __init__(self, name, num_results=1):
+    def __init__(self, name, num_results=1, shape=(2,), dtype=np.float64):
         self.name = name
         self.num_results = num_results
+        self.result_types = [TensorType(shape, dtype, "f64")] * num_results
 
 
 def test_fold_keeps_ops_it_cannot_or_must_not_evaluate():
@@ -131,6 +133,13 @@ def test_fold_keeps_ops_it_cannot_or_must_not_evaluate():
         assert fold.fold(_Op(name), lambda: np.zeros(1), []) is None
     r = fold.fold(_Op("stablehlo.add"), np.add, [np.ones(2), np.ones(2)])
     assert r[0].tolist() == [2, 2] and not r[0].flags.writeable
+
+    # A result declared larger than MAX_FOLD_BYTES is not even computed.
+    def never(*args):
+        raise AssertionError("computed at compile time")
+    big = (fold.MAX_FOLD_BYTES // 8 + 1,)
+    assert fold.fold(_Op("stablehlo.exponential", shape=big), never, [np.zeros(1)]) is None
+    assert fold.fold(_Op("stablehlo.add", shape=(None,)), never, [np.zeros(1)]) is None
 
 
 @pytest.mark.parametrize("env, folded", [("0", True), ("1", False)])

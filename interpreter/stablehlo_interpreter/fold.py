@@ -29,6 +29,14 @@ dynamic_slice dynamic_update_slice gather
 
 MAX_FOLD_BYTES = 1 << 16
 
+# Kernels that return a view of their operand (np.broadcast_to, reshape,
+# transpose, basic slicing): their results may be large and still hold no
+# memory of their own. Other ops are not even tried when their declared
+# result is larger than MAX_FOLD_BYTES (no big array is built at compile time
+# for an op that may never run, e.g. in a branch not taken).
+VIEW_OPS = frozenset("stablehlo." + n for n in
+                     "broadcast_in_dim reshape transpose slice reverse".split())
+
 
 def _owned_bytes(v, inputs):
     """Memory ``v`` keeps alive beyond the ``inputs`` (already constants)."""
@@ -46,6 +54,15 @@ def fold(op, fn, args):
     """The results of ``fn(*args)`` as read-only arrays, or None to keep the op."""
     if op.name not in FOLDABLE:
         return None
+    if op.name not in VIEW_OPS:
+        declared = 0
+        for t in op.result_types:
+            shape = getattr(t, "shape", None)
+            if shape is None or any(d is None for d in shape):
+                return None   # not a static tensor type
+            declared += int(np.prod(shape, dtype=np.int64)) * t.dtype.itemsize
+        if declared > MAX_FOLD_BYTES:
+            return None
     try:
         with np.errstate(all="ignore"):
             res = fn(*args)
