@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import attrs as _attrs
+from . import fold as _fold
 from . import quant as _quant
 from . import trace as _trace
 from .arguments import coerce as _coerce
@@ -38,6 +39,8 @@ _ndarray = np.ndarray
 RECURSION_LIMIT = 40_000
 _DEBUG_VALIDATE = os.environ.get("STABLEHLO_REF_VALIDATE", "") not in ("", "0")
 _TRACE_ENV = "STABLEHLO_REF_TRACE_OPS"
+# STABLEHLO_REF_NO_FOLD=1 keeps every op in the plan (fold.py), for debugging.
+_FOLD_ENABLED = os.environ.get("STABLEHLO_REF_NO_FOLD", "") in ("", "0")
 
 
 # Frames of a location's call stack that are not the user's code: JAX's own
@@ -730,6 +733,14 @@ class _Compiler:
             except Exception as e:
                 self.unsupported.append((name, loc, f"bad constant: {e}"))
             return None
+        if not special and not regions and all(s in constants for s in in_slots) \
+                and _FOLD_ENABLED:
+            # Every operand is a constant: evaluate once, here (fold.py).
+            vals = _fold.fold(op, fn, [constants[s] for s in in_slots])
+            if vals is not None:
+                for s, v in zip(out_slots, vals):
+                    constants[s] = v
+                return None
         if special or regions:
             cap_ranges = []
             cap_slots = []
