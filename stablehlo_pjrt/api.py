@@ -713,14 +713,15 @@ def Executable_OptimizedProgram(ptr):
         meta._format_c = CString(meta.format)
     program.format = meta._format_c.address
     program.format_size = meta._format_c.size
+    code = meta.optimized_code()
     if not program.code:
-        program.code_size = len(meta.code)
+        program.code_size = len(code)
         return
-    if program.code_size < len(meta.code):
+    if program.code_size < len(code):
         raise invalid_argument(
-            f"program buffer has {program.code_size} bytes, {len(meta.code)} needed")
-    ctypes.memmove(program.code, meta.code, len(meta.code))
-    program.code_size = len(meta.code)
+            f"program buffer has {program.code_size} bytes, {len(code)} needed")
+    ctypes.memmove(program.code, code, len(code))
+    program.code_size = len(code)
 
 
 @handler

@@ -241,6 +241,11 @@ class ExecutableMeta:
         protos, ptrs, sizes = cached
         return count, ptrs[1], sizes.ctypes.data
 
+    def optimized_code(self) -> bytes:
+        """What PJRT_Executable_OptimizedProgram returns: the program, with
+        the result shardings an SPMD plan chose written into it."""
+        return self.code if self.spmd is None else self.spmd.optimized_program(self.code)
+
     def serialize(self) -> bytes:
         fmt = self.format.encode()
         payload = fmt + self.options.serialized + self.code

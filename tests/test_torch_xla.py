@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 HERE = Path(__file__).resolve().parent
@@ -43,9 +44,10 @@ KNOWN = {
 def run_part(part: str, extra_env: dict | None = None, timeout: float = 900) -> dict:
     env = dict(os.environ)
     for k in ("JAX_PLATFORMS", "STABLEHLO_PJRT_TRACE", "XLA_STABLEHLO_COMPILE",
-              "PJRT_NAMES_AND_LIBRARY_PATHS", "STABLEHLO_REF_NUM_DEVICES"):
+              "PJRT_NAMES_AND_LIBRARY_PATHS", "STABLEHLO_REF_NUM_DEVICES", "CPU_NUM_DEVICES"):
         env.pop(k, None)
-    env.update(PJRT_DEVICE="STABLEHLO_REF", **(extra_env or {}))
+    env["PJRT_DEVICE"] = "STABLEHLO_REF"
+    env.update(extra_env or {})
     p = subprocess.run([sys.executable, str(HERE / "torch_xla_workload.py"), part],
                        capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -105,16 +107,42 @@ def test_export_to_stablehlo_runs_on_cli_and_plugin():
     assert res["cli_max_abs_diff"] < 1e-5 and res["plugin_max_abs_diff"] < 1e-5, res
 
 
-def test_spmd_on_four_devices_matches_unsharded():
+@pytest.fixture(scope="module")
+def spmd_runs():
+    """The SPMD part on 4 STABLEHLO_REF devices and on PyTorch/XLA's own CPU
+    plugin with 4 devices (XLA's sharding propagation and partitioner)."""
+    ours = run_part("spmd", {"STABLEHLO_REF_NUM_DEVICES": "4"})
+    xla = run_part("spmd", {"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4"})
+    return ours, xla
+
+
+def test_spmd_training_matches_unsharded_eager_cpu(spmd_runs):
     """torch_xla.distributed.spmd on a 2x2 mesh of STABLEHLO_REF devices: the
-    global program arrives as HLO with GSPMD mhlo.sharding annotations; losses
-    of 3 SGD steps equal the unsharded eager CPU run's."""
-    res = run_part("spmd", {"STABLEHLO_REF_NUM_DEVICES": "4"})
-    assert res["devices"] == 4
-    assert res["input_sharding"].startswith("{devices=[2,1,2]"), res
-    # The updated weight comes back replicated: stablehlo_ref runs the global
-    # program unpartitioned and reports every unannotated result as replicated
-    # (XLA's partitioner would propagate the weight's sharding to it).
-    assert res["weight_sharding"] == "{replicated}", res
-    for a, b in zip(res["spmd"], res["cpu"]):
-        assert math.isclose(a, b, rel_tol=2e-5), res
+    global program arrives as HLO with GSPMD mhlo.sharding annotations; the
+    losses of 3 SGD steps equal the unsharded eager CPU run's."""
+    ours, _ = spmd_runs
+    assert ours["devices"] == 4
+    for a, b in zip(ours["spmd"], ours["cpu"]):
+        assert math.isclose(a, b, rel_tol=2e-5), ours
+
+
+def test_spmd_results_sharded_like_xla_cpu(spmd_runs):
+    """Results come back sharded: every tensor's sharding spec (the params
+    and grads after the training steps, and the result of each op on
+    sharded inputs) equals the one PyTorch/XLA gets from XLA's propagation
+    on its CPU plugin, each device holds the same shard, and the global
+    values equal XLA CPU's and eager CPU's."""
+    ours, xla = spmd_runs
+    assert ours["tensors"].keys() == xla["tensors"].keys()
+    assert ours["tensors"]["param.0.weight"]["spec"].startswith("{devices=[2,1,2]")
+    for name, t in ours["tensors"].items():
+        x = xla["tensors"][name]
+        assert t["spec"] == x["spec"], (name, t["spec"], x["spec"])
+        assert [s[:2] for s in t["shards"]] == [s[:2] for s in x["shards"]], name
+        for (dev, _, got), (_, _, want) in zip(t["shards"], x["shards"]):
+            # XLA CPU partitions reductions: a few float32 ulps apart.
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{name} {dev}")
+        np.testing.assert_allclose(t["value"], x["value"], rtol=1e-5, atol=1e-6, err_msg=name)
+        if "eager" in t:
+            np.testing.assert_allclose(t["value"], t["eager"], rtol=1e-6, atol=1e-6,
+                                       err_msg=name)

@@ -426,7 +426,22 @@ def run_export():
 
 
 # --------------------------------------------------------------------------
-# SPMD: a mesh of the client's devices (STABLEHLO_REF_NUM_DEVICES=4).
+# SPMD: a mesh of the client's devices (STABLEHLO_REF_NUM_DEVICES=4, or
+# PJRT_DEVICE=CPU CPU_NUM_DEVICES=4 for PyTorch/XLA's own CPU plugin: the
+# test compares the two).
+
+
+def _shards(t):
+    """(sharding spec, [(device, replica, shard values)]) of an XLA tensor:
+    what the devices hold, as PyTorch/XLA sees it."""
+    import torch_xla.core.xla_model as xm
+    xm.wait_device_ops()
+    spec = torch_xla._XLAC._get_xla_sharding_spec(t)
+    data = torch_xla._XLAC._get_local_shards([t])[0]
+    reps = torch_xla._XLAC._get_local_shard_replica_and_indices([t])[0]
+    shards = [[str(dev).split(":")[-1], rep, d.cpu().tolist()]
+              for (d, dev), (rep, _) in zip(data, reps)]
+    return spec, shards
 
 
 def run_spmd():
@@ -436,7 +451,11 @@ def run_spmd():
 
     n = xr.global_runtime_device_count()
     mesh = xs.Mesh(np.arange(n), (n // 2, 2), ("data", "model"))
-    out = {"devices": n}
+    out = {"devices": n, "tensors": {}}
+
+    def record(name, t):
+        spec, shards = _shards(t)
+        out["tensors"][name] = {"spec": spec, "shards": shards, "value": t.cpu().tolist()}
 
     def make():
         return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 3))
@@ -462,12 +481,73 @@ def run_spmd():
                 torch_xla.sync()
             losses.append(loss.item())
         if shard:
-            out["input_sharding"] = torch_xla._XLAC._get_xla_sharding_spec(x)
-            out["weight_sharding"] = torch_xla._XLAC._get_xla_sharding_spec(model[0].weight)
+            record("x", x)
+            for pname, prm in model.named_parameters():
+                record(f"param.{pname}", prm)
+                record(f"grad.{pname}", prm.grad)
         return losses
 
     out["cpu"] = step_losses("cpu", False)
     out["spmd"] = step_losses(DEV, True)
+
+    # One program per case on sharded inputs: the results' shardings are
+    # what the plugin chose (XLA's sharding propagation on PJRT_DEVICE=CPU).
+    gen = torch.Generator().manual_seed(2)
+    a_cpu = torch.randn(8, 4, generator=gen)
+    b_cpu = torch.randn(4, 6, generator=gen)
+    c_cpu = torch.randn(8, 4, generator=gen)
+
+    def inputs():
+        a, b, c = a_cpu.to(DEV), b_cpu.to(DEV), c_cpu.to(DEV)
+        xs.mark_sharding(a, mesh, ("data", None))
+        xs.mark_sharding(b, mesh, (None, "model"))
+        xs.mark_sharding(c, mesh, (None, "model"))
+        return a, b, c
+
+    def constrained(a, b):
+        h = a @ b
+        if h.device.type == "xla":  # an in-graph Sharding custom call
+            xs.mark_sharding(h, mesh, ("model", "data"))
+        return h * 2
+
+    cases = {
+        "matmul_2d": lambda a, b, c: a @ b,
+        "elementwise_merge": lambda a, b, c: torch.tanh(a) + c,
+        "broadcast_scalar": lambda a, b, c: a * 3 + 1,
+        "reduce_sharded_dim": lambda a, b, c: a.sum(0),
+        "reduce_free_dim": lambda a, b, c: a.sum(1),
+        "transpose": lambda a, b, c: a.t().contiguous() * 1,
+        "reshape_split": lambda a, b, c: a.reshape(2, 4, 4) + 0,
+        "softmax": lambda a, b, c: F.softmax(a @ b, -1),
+        "gelu_erf": lambda a, b, c: F.gelu(a),
+        "in_graph_constraint": lambda a, b, c: constrained(a, b),
+        "cumsum": lambda a, b, c: a.cumsum(0),
+        "sort_free_dim": lambda a, b, c: a.sort(1).values,
+        "slice_free_dim": lambda a, b, c: a[:, 1:3] * 2,
+        "cat_free_dim": lambda a, b, c: torch.cat([a, a], 1),
+        "max_pool": lambda a, b, c: F.max_pool1d(a[None], 2)[0],
+        "argmax": lambda a, b, c: a.argmax(1),
+        "sort_sharded_dim": lambda a, b, c: a.sort(0).values,
+        "flip": lambda a, b, c: a.flip(0),
+        "pad_free_dim": lambda a, b, c: F.pad(a, (1, 1)),
+        "slice_sharded_dim": lambda a, b, c: a[2:6] * 2,
+    }
+    for name, fn in cases.items():
+        a, b, c = inputs()
+        r = fn(a, b, c)
+        torch_xla.sync()
+        record(f"op.{name}", r)
+        want = fn(a_cpu, b_cpu, c_cpu)
+        out["tensors"][f"op.{name}"]["eager"] = want.tolist()
+    # Uneven: 3 rows in 2 shards (PyTorch/XLA pads the last shard).
+    u_cpu = torch.randn(3, 5, generator=gen)
+    u = u_cpu.to(DEV)
+    xs.mark_sharding(u, mesh, ("data", "model"))
+    r = torch.exp(u) @ u.t()
+    torch_xla.sync()
+    record("uneven.input", u)
+    record("op.uneven", r)
+    out["tensors"]["op.uneven"]["eager"] = (torch.exp(u_cpu) @ u_cpu.t()).tolist()
     return out
 
 
