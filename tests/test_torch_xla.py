@@ -29,15 +29,13 @@ pytestmark = pytest.mark.skipif(
 
 # Sweep cases that do not agree with eager CPU, and why.  Everything else must.
 KNOWN = {
-    # PyTorch/XLA itself picks int32 for count_nonzero on a plugin device
-    # (PJRT_DEVICE=CPU gives int64); the counts are equal (checked below).
+    # PyTorch/XLA 2.9 gives count_nonzero the input's dtype on every device
+    # (torch_xla/csrc/ops/count_nonzero.cpp: NodeOutputShape takes the input's
+    # element type; xla_lower_util.cpp BuildCountNonzero reduces in S32), so
+    # int32 in -> int32 counts where eager CPU gives int64.  PJRT_DEVICE=CPU
+    # does the same (test_count_nonzero_dtype_is_pytorch_xlas_own below); the
+    # counts are equal.
     "count_nonzero": "dtype/shape torch.int32(4,) != eager torch.int64(4,)",
-    # PyTorch/XLA's randperm HLO has a dynamic-slice with a single rank-1
-    # start-index operand (a legacy HLO form); XLA's HLO -> StableHLO
-    # converter refuses it, so compile fails with that message (XLA CPU runs
-    # HLO directly).  PyTorch/XLA's own converter (XLA_STABLEHLO_COMPILE=1)
-    # fails on it too.
-    "randperm": "'stablehlo.dynamic_slice' op operand #1 must be variadic of 0D tensor",
 }
 
 
@@ -146,3 +144,12 @@ def test_spmd_results_sharded_like_xla_cpu(spmd_runs):
         if "eager" in t:
             np.testing.assert_allclose(t["value"], t["eager"], rtol=1e-6, atol=1e-6,
                                        err_msg=name)
+
+
+def test_count_nonzero_dtype_is_pytorch_xlas_own(spmd_runs):
+    """count_nonzero's dtype (listed in KNOWN) is PyTorch/XLA's choice, not
+    the plugin's: its CPU plugin gives the same (the input's dtype: int32,
+    float32 and even bool counts, where eager CPU gives int64)."""
+    ours, xla = spmd_runs
+    assert ours["count_nonzero"] == xla["count_nonzero"]
+    assert ours["count_nonzero"]["torch.int32"] == ["torch.int32", [2, 1]]

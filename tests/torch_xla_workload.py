@@ -312,7 +312,16 @@ def random_checks():
         assert abs(kept - 0.75) < 0.03, kept
         torch.testing.assert_close(y[y != 0], torch.full_like(y[y != 0], 1 / 0.75))
 
+    def randperm_is_permutation():
+        # PyTorch/XLA's randperm: a Fisher-Yates shuffle of rng draws (HLO
+        # with the legacy dynamic-slice form, rewritten by the plugin).
+        p = torch.randperm(1000, device=DEV).cpu()
+        assert p.dtype == torch.int64
+        assert torch.equal(p.sort().values, torch.arange(1000))
+        assert not torch.equal(p, torch.arange(1000))
+
     run("random.rand_seeded", same_seed_same_values)
+    run("random.randperm", randperm_is_permutation)
     run("random.randn_moments", normal_moments)
     run("random.dropout", dropout_fraction)
     return out
@@ -489,6 +498,13 @@ def run_spmd():
 
     out["cpu"] = step_losses("cpu", False)
     out["spmd"] = step_losses(DEV, True)
+
+    # Not SPMD: PyTorch/XLA's count_nonzero dtype, on whatever device this runs.
+    out["count_nonzero"] = {}
+    for dt in (torch.int32, torch.float32, torch.bool):
+        t = torch.tensor([[1, 0, 3], [0, 0, 2]]).to(dt)
+        got = torch.count_nonzero(t.to(DEV), 1).cpu()
+        out["count_nonzero"][str(dt)] = [str(got.dtype), got.tolist()]
 
     # One program per case on sharded inputs: the results' shardings are
     # what the plugin chose (XLA's sharding propagation on PJRT_DEVICE=CPU).
