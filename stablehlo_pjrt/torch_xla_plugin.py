@@ -36,6 +36,7 @@ class StablehloRefPlugin(plugins.DevicePlugin):
         # "STABLEHLO_REF": without this alias xr.host_index() and xmp.spawn
         # raise KeyError('STABLEHLO').  (The C++ side uses the full name.)
         plugins._plugin_registry.setdefault("STABLEHLO", self)
+        _sync_before_forcing_spmd()
 
     def library_path(self) -> str:
         return shim_path()
@@ -57,3 +58,37 @@ class StablehloRefPlugin(plugins.DevicePlugin):
         # Each spawned process owns one device of its own client; processes do
         # not share buffers (stablehlo_ref has no cross-process collectives).
         os.environ[NUM_DEVICES_ENV] = "1"
+
+
+def _selected() -> bool:
+    """Is this plugin the process's PyTorch/XLA device (PJRT_DEVICE)?"""
+    return os.environ.get("PJRT_DEVICE", "").upper() == "STABLEHLO_REF"
+
+
+def _sync_before_forcing_spmd() -> None:
+    """Make ``torch_xla.runtime.use_spmd()`` after XLA tensors exist work.
+
+    use_spmd() then calls ``torch_xla._XLAC._xla_force_spmd_device()``, which
+    copies every live tensor to the SPMD device while holding the GIL; a
+    tensor with pending operations is computed on PyTorch/XLA's worker
+    thread, which calls into this plugin, whose handlers are Python and wait
+    for the GIL: a deadlock (a C++ plugin such as PJRT_DEVICE=CPU needs no
+    GIL and replicates them).  Running the pending operations first
+    (torch_xla.sync(), which releases the GIL) leaves only host copies, which
+    PyTorch/XLA makes on the calling thread.  Installed once, for this
+    plugin only (other devices call PyTorch/XLA's function unchanged)."""
+    import torch_xla
+
+    original = getattr(torch_xla._XLAC, "_xla_force_spmd_device", None)
+    if original is None or getattr(original, "_stablehlo_ref_wrapper", False):
+        return
+
+    def force_spmd_device():
+        if _selected():
+            import torch_xla.core.xla_model as xm
+            torch_xla.sync()
+            xm.wait_device_ops()
+        return original()
+
+    force_spmd_device._stablehlo_ref_wrapper = True
+    torch_xla._XLAC._xla_force_spmd_device = force_spmd_device

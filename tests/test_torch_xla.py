@@ -153,3 +153,17 @@ def test_count_nonzero_dtype_is_pytorch_xlas_own(spmd_runs):
     ours, xla = spmd_runs
     assert ours["count_nonzero"] == xla["count_nonzero"]
     assert ours["count_nonzero"]["torch.int32"] == ["torch.int32", [2, 1]]
+
+
+def test_use_spmd_after_tensors_exist():
+    """use_spmd() after an XLA tensor with a pending operation exists:
+    PyTorch/XLA replicates it onto the SPMD device while holding the GIL,
+    which deadlocked a Python plugin until torch_xla_plugin.py ran the
+    pending work first; now it runs as on PJRT_DEVICE=CPU.  (use_spmd()
+    after torch_xla.device() with no tensor yet segfaults in PyTorch/XLA
+    2.9's ExecuteReplicated on its CPU plugin too: docs/pytorch.md.)"""
+    res = run_part("spmd_late", {"STABLEHLO_REF_NUM_DEVICES": "4"}, timeout=300)
+    assert res["devices"] == 4
+    assert res["t"] == res["eager_t"]
+    np.testing.assert_allclose(res["y"], res["eager_y"], rtol=1e-6)
+    assert res["y_spec"] == "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"

@@ -161,3 +161,63 @@ def test_uneven_gspmd_shards_are_padded():
         np.testing.assert_array_equal(per_device[d][1], -x)
     np.testing.assert_array_equal(per_device[0][0], x[:, :2])
     np.testing.assert_array_equal(per_device[1][0], x[:, 2:])
+
+
+# PyTorch/XLA compiles its non-SPMD programs for all N devices as N
+# replicas (num_replicas = device count) and launches each on one device
+# (PJRT_LoadedExecutable_Execute with execute_device).
+REPLICA = """
+func.func @main(%x: tensor<3xi32>) -> tensor<3xi32> {
+  %r = stablehlo.replica_id : tensor<ui32>
+  %c = stablehlo.convert %r : (tensor<ui32>) -> tensor<i32>
+  %b = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<i32>) -> tensor<3xi32>
+  %y = stablehlo.add %x, %b : tensor<3xi32>
+  return %y : tensor<3xi32>
+}"""
+
+ALL_REDUCE = """
+func.func @main(%x: tensor<3xi32>) -> tensor<3xi32> {
+  %y = "stablehlo.all_reduce"(%x) ({
+    ^bb0(%a: tensor<i32>, %b: tensor<i32>):
+      %s = stablehlo.add %a, %b : tensor<i32>
+      stablehlo.return %s : tensor<i32>
+  }) {replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>} : (tensor<3xi32>) -> tensor<3xi32>
+  return %y : tensor<3xi32>
+}"""
+
+
+def _replicated_executable(text, replicas=4):
+    from jax._src.lib import xla_client
+
+    from stablehlo_pjrt.client import Client
+    from stablehlo_pjrt.executable import LoadedExecutable
+    options = xla_client.CompileOptions()
+    options.executable_build_options.num_replicas = replicas
+    client = Client({"num_devices": replicas})
+    meta = compile_program(text.encode(), "mlir",
+                           CompileOptions(options.SerializeAsString()))
+    return client, LoadedExecutable(client, meta)
+
+
+def _buffer(array, device):
+    from stablehlo_pjrt.buffer import Buffer, type_of_dtype
+    return Buffer(array, type_of_dtype(array.dtype), device)
+
+
+def test_replicated_executable_launched_on_one_device():
+    client, exe = _replicated_executable(REPLICA)
+    x = np.array([10, 20, 30], np.int32)
+    for k in (2, 0, 3):
+        dev = client.devices[k]
+        (out,), = exe.execute([[_buffer(x, dev)]], execute_device=dev)
+        # That device's replica ran: replica_id is its replica number.
+        np.testing.assert_array_equal(out.array, x + k)
+        assert out.device is dev
+
+
+def test_collective_launched_on_one_device_is_an_error_not_a_hang():
+    from stablehlo_pjrt.error import PjrtError
+    client, exe = _replicated_executable(ALL_REDUCE)
+    dev = client.devices[1]
+    with pytest.raises(PjrtError, match="execution of .* failed"):
+        exe.execute([[_buffer(np.arange(3, dtype=np.int32), dev)]], execute_device=dev)

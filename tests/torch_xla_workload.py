@@ -3,7 +3,7 @@
 Run by tests/test_torch_xla.py in a subprocess with PJRT_DEVICE=STABLEHLO_REF
 (one process per part: importing torch + torch_xla costs seconds of CPU):
 
-    PJRT_DEVICE=STABLEHLO_REF python tests/torch_xla_workload.py sweep|models|export|spmd
+    PJRT_DEVICE=STABLEHLO_REF python tests/torch_xla_workload.py sweep|models|export|spmd|spmd_late
 
 prints one JSON object: per case, "ok", or the error / the largest difference.
 The reference is always PyTorch itself (eager CPU), never this project.
@@ -567,7 +567,32 @@ def run_spmd():
     return out
 
 
+def run_spmd_late():
+    """use_spmd() after XLA tensors exist (one with a pending operation):
+    PyTorch/XLA replicates them onto the SPMD device (with this plugin,
+    after running their pending operations: torch_xla_plugin.py)."""
+    import numpy as np
+    import torch_xla.distributed.spmd as xs
+    import torch_xla.runtime as xr
+
+    t_cpu = torch.arange(16, dtype=torch.float32).reshape(4, 4)
+    t = t_cpu.to(DEV) * 2  # pending: computed when use_spmd() replicates it
+    xr.use_spmd()
+    n = xr.global_runtime_device_count()
+    mesh = xs.Mesh(np.arange(n), (n // 2, 2), ("data", "model"))
+    x_cpu = torch.arange(64, dtype=torch.float32).reshape(8, 8) / 10
+    x = x_cpu.to(DEV)
+    xs.mark_sharding(x, mesh, ("data", None))
+    y = x @ x.T + t.sum()
+    torch_xla.sync()
+    return {"devices": n, "t": t.cpu().tolist(), "y": y.cpu().tolist(),
+            "y_spec": torch_xla._XLAC._get_xla_sharding_spec(y),
+            "eager_t": (t_cpu * 2).tolist(),
+            "eager_y": (x_cpu @ x_cpu.T + (t_cpu * 2).sum()).tolist()}
+
+
 if __name__ == "__main__":
     part = sys.argv[1]
-    result = {"sweep": run_sweep, "models": run_models, "export": run_export, "spmd": run_spmd}[part]()
+    result = {"sweep": run_sweep, "models": run_models, "export": run_export, "spmd": run_spmd,
+              "spmd_late": run_spmd_late}[part]()
     print("RESULT " + json.dumps(result))
