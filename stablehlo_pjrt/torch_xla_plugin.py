@@ -19,13 +19,23 @@ from torch_xla.experimental import plugins
 from . import shim_path
 from .client import NUM_DEVICES_ENV, configured_num_devices
 
+MULTIPROCESS_UNSUPPORTED = (
+    "stablehlo_ref does not support PyTorch/XLA's multi-process mode (xmp.spawn "
+    "without nprocs=1, torchrun with several local processes): its devices are "
+    "virtual devices of one process, with no collectives across processes, and "
+    "PyTorch/XLA 2.9 cannot set up replication for a device type whose name has "
+    "a '_' (its parse_xla_device reads 'STABLEHLO_REF:0' as no device). Use "
+    "xmp.spawn(fn, nprocs=1) for one device, or SPMD (torch_xla.distributed.spmd) "
+    "over STABLEHLO_REF_NUM_DEVICES devices in one process.")
+
 
 class StablehloRefPlugin(plugins.DevicePlugin):
     """The numpy StableHLO reference interpreter as a PyTorch/XLA device.
 
     One process drives all the client's devices (STABLEHLO_REF_NUM_DEVICES,
     default 1): SPMD (`torch_xla.distributed.spmd`) shards over them.
-    Multi-process runs (`xmp.spawn`/`torchrun`) give each process one device.
+    Multi-process runs (`xmp.spawn` without nprocs=1, `torchrun` with several
+    local processes) are refused with the reason (MULTIPROCESS_UNSUPPORTED).
     """
 
     def __init__(self):
@@ -42,8 +52,10 @@ class StablehloRefPlugin(plugins.DevicePlugin):
         return shim_path()
 
     def physical_chip_count(self) -> int:
-        # The number of processes xmp.spawn starts: one per device.
-        return configured_num_devices()
+        # PyTorch/XLA 2.9 asks this only to start xmp.spawn's processes
+        # (nprocs=None): one per chip.  Not supported: say why, before any
+        # process starts (nprocs=1 takes another path and works).
+        raise RuntimeError(MULTIPROCESS_UNSUPPORTED)
 
     def client_create_options(self) -> dict:
         # Read by the client (num_devices); the env var keeps precedence
@@ -55,9 +67,9 @@ class StablehloRefPlugin(plugins.DevicePlugin):
         os.environ[NUM_DEVICES_ENV] = "1"
 
     def configure_multiprocess(self, local_rank: int, local_world_size: int) -> None:
-        # Each spawned process owns one device of its own client; processes do
-        # not share buffers (stablehlo_ref has no cross-process collectives).
-        os.environ[NUM_DEVICES_ENV] = "1"
+        # Reached by launchers that do not ask physical_chip_count first
+        # (torchrun with several local processes): the same answer.
+        raise RuntimeError(MULTIPROCESS_UNSUPPORTED)
 
 
 def _selected() -> bool:

@@ -167,3 +167,10 @@ def test_use_spmd_after_tensors_exist():
     assert res["t"] == res["eager_t"]
     np.testing.assert_allclose(res["y"], res["eager_y"], rtol=1e-6)
     assert res["y_spec"] == "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"
+
+
+def test_xmp_spawn_single_process_runs_and_multiprocess_says_why_not():
+    res = run_part("spawn", {"STABLEHLO_REF_NUM_DEVICES": "2"})
+    assert res["single"] == {"index": 0, "world": 1, "sum": [0.0, 1.0, 2.0]}
+    assert res["all"].startswith("stablehlo_ref does not support PyTorch/XLA's multi-process mode")
+    assert "nprocs=1" in res["all"] and "virtual devices of one process" in res["all"]

@@ -3,7 +3,7 @@
 Run by tests/test_torch_xla.py in a subprocess with PJRT_DEVICE=STABLEHLO_REF
 (one process per part: importing torch + torch_xla costs seconds of CPU):
 
-    PJRT_DEVICE=STABLEHLO_REF python tests/torch_xla_workload.py sweep|models|export|spmd|spmd_late
+    PJRT_DEVICE=STABLEHLO_REF python tests/torch_xla_workload.py sweep|models|export|spmd|spmd_late|spawn
 
 prints one JSON object: per case, "ok", or the error / the largest difference.
 The reference is always PyTorch itself (eager CPU), never this project.
@@ -27,7 +27,8 @@ if sys.argv[1:] == ["spmd"]:
     import torch_xla.runtime as _xr
     _xr.use_spmd()
 
-DEV = torch_xla.device()
+# xmp.spawn refuses to start once the runtime is up: that part opens no device.
+DEV = None if sys.argv[1:] == ["spawn"] else torch_xla.device()
 
 # (atol, rtol) per dtype: XLA computes bf16/f16 elementwise ops in f32 and
 # rounds once, eager CPU sometimes rounds intermediates: differences of an
@@ -591,8 +592,32 @@ def run_spmd_late():
             "eager_y": (x_cpu @ x_cpu.T + (t_cpu * 2).sum()).tolist()}
 
 
+def _spawned(index, out):
+    import torch_xla.core.xla_model as xm
+    import torch_xla.runtime as xr
+    x = torch.arange(3, dtype=torch.float32, device=torch_xla.device()) + index
+    s = xm.all_reduce(xm.REDUCE_SUM, x)  # over a world of one: x itself
+    out.update(index=index, world=xr.world_size(), sum=s.cpu().tolist())
+
+
+def run_spawn():
+    """xmp.spawn: all devices (nprocs=None) is refused with the reason before
+    any process starts; nprocs=1 runs in this process."""
+    import torch_xla.distributed.xla_multiprocessing as xmp
+    out = {}
+    try:
+        xmp.spawn(_spawned, args=({},))
+        out["all"] = "started"
+    except RuntimeError as e:
+        out["all"] = str(e)
+    single = {}
+    xmp.spawn(_spawned, args=(single,), nprocs=1)
+    out["single"] = single
+    return out
+
+
 if __name__ == "__main__":
     part = sys.argv[1]
     result = {"sweep": run_sweep, "models": run_models, "export": run_export, "spmd": run_spmd,
-              "spmd_late": run_spmd_late}[part]()
+              "spmd_late": run_spmd_late, "spawn": run_spawn}[part]()
     print("RESULT " + json.dumps(result))
