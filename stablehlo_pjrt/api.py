@@ -51,6 +51,7 @@ from .handles import (
     read_named_values,
     release,
 )
+from .profiler import HANDLERS as _profiler_handlers
 
 # "PJRT_<name>" -> handler; table.build_api wires each into its slot.
 HANDLERS: dict = {}
@@ -1189,3 +1190,7 @@ def Compile(ptr):
     a.executable = Executable(meta).handle
     if trace.ENABLED:
         trace.note(module=meta.program.text)
+
+
+# The profiler extension's calls (profiler.py), wired by table.py like these.
+HANDLERS.update(_profiler_handlers)

@@ -532,8 +532,10 @@ class LoadedExecutable:
             if len(devices) == 1 and donated and process == (0, 0):
                 return [donation.run_donating(meta.program, argument_lists[0],
                                               inputs, donated)]
-            if len(devices) == 1:
+            if len(devices) == 1 and process != (0, 0):
                 return [meta.program.run(*inputs[0], process=process)]
+            if len(devices) == 1:
+                return [meta.program.run(*inputs[0])]
             # One interpreter process per (replica, partition), in the
             # replica-major order of self.devices / self.logical_ids.
             return meta.program.run_parallel(
