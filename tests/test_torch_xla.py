@@ -174,3 +174,25 @@ def test_xmp_spawn_single_process_runs_and_multiprocess_says_why_not():
     assert res["single"] == {"index": 0, "world": 1, "sum": [0.0, 1.0, 2.0]}
     assert res["all"].startswith("stablehlo_ref does not support PyTorch/XLA's multi-process mode")
     assert "nprocs=1" in res["all"] and "virtual devices of one process" in res["all"]
+
+
+def test_benchmark_torch_system(tmp_path):
+    """`python -m benchmarks --systems torch` (quick sizes): a training step on
+    STABLEHLO_REF and on PJRT_DEVICE=CPU, whose losses agree.  Timings are
+    never asserted here (benchmarks/README.md)."""
+    out = tmp_path / "bench"
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "PJRT_DEVICE")}
+    p = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--repeats", "1",
+                        "--systems", "torch", "--only", "torch_mlp_step", "--out", str(out)],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["workloads"] == [] and report["torch"]["status"] == "ok"
+    (entry,) = report["torch"]["workloads"]
+    assert entry["name"] == "torch_mlp_step"
+    for device in ("ref", "cpu"):
+        r = entry["systems"][device]
+        assert r["status"] == "ok", r
+        assert len(r["losses"]) == 3 and r["repeats"] == 1
+    assert entry["check"] is True and entry["ratio"] > 0
+    assert "| `torch_mlp_step` |" in out.with_suffix(".md").read_text()

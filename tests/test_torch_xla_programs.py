@@ -221,3 +221,15 @@ def test_collective_launched_on_one_device_is_an_error_not_a_hang():
     dev = client.devices[1]
     with pytest.raises(PjrtError, match="execution of .* failed"):
         exe.execute([[_buffer(np.arange(3, dtype=np.int32), dev)]], execute_device=dev)
+
+
+def test_torch_benchmark_system_is_skipped_without_torch_xla(monkeypatch):
+    """`python -m benchmarks` with the torch system and no torch_xla: a
+    'skipped' section, not a failure (the run itself: test_torch_xla.py)."""
+    from benchmarks import runner, torch_step
+    monkeypatch.setattr(torch_step, "available", lambda: False)
+    section = torch_step.run(None, ["torch_mlp_step"], lambda msg: None)
+    assert section == {"status": "skipped", "reason": "torch_xla is not installed",
+                       "workloads": []}
+    text = "\n".join(torch_step.markdown(section, runner.fmt_time, runner.fmt_ratio))
+    assert "Skipped: torch_xla is not installed." in text
