@@ -1,19 +1,12 @@
 """The PJRT profiler extension (stablehlo_pjrt/profiler.py): found and driven
 the way PJRT hosts do (through the API table's extension chain, C function
 pointers), its data read back with XLA's own XSpace parser (jaxlib's
-ProfileData), and end to end under PyTorch/XLA's profiler (skipped without
-torch_xla).
+ProfileData).  Under PyTorch/XLA's profiler: test_torch_xla.py.
 """
 
 from __future__ import annotations
 
 import ctypes
-import glob
-import importlib.util
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,7 +15,6 @@ from jax._src.lib import _profile_data
 from stablehlo_pjrt import _capi as C
 from stablehlo_pjrt import _shim, profiler, table
 
-ROOT = Path(__file__).resolve().parent.parent
 CALL = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
 VOID_CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
@@ -152,34 +144,3 @@ def test_xspace_encoding_round_trips_through_xla():
     assert [(n, d) for _, n, d, _ in got] == [("PJRT_A", 1500), ("PJRT_B", 0), ("PJRT_A", 7)]
     assert got[0][3]["object"] == "x" * profiler._MAX_STAT_CHARS + "..."
     assert got[2][3] == {"error": "boom"}
-
-
-@pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None,
-                    reason="torch_xla is not installed (pip install '.[torch]')")
-def test_pytorch_xla_profiler_sees_the_plugin(tmp_path):
-    """torch_xla.debug.profiler.start_trace/stop_trace on STABLEHLO_REF: no
-    "Profiler API not found" warning, and the TensorBoard profile holds the
-    plugin's plane with the step's compile and execute."""
-    code = f"""
-import torch, torch_xla
-import torch_xla.debug.profiler as xp
-x = torch.arange(8.0).to(torch_xla.device())
-xp.start_trace({str(tmp_path)!r})
-y = (torch.sin(x) * 2).sum()
-torch_xla.sync()
-print(y.item())
-xp.stop_trace()
-"""
-    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "STABLEHLO_PJRT_TRACE")}
-    env["PJRT_DEVICE"] = "STABLEHLO_REF"
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env=env, cwd=ROOT, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    assert "Profiler API not found" not in p.stderr
-    files = glob.glob(str(tmp_path / "**" / "*.xplane.pb"), recursive=True)
-    assert len(files) == 1, files
-    pd = _profile_data.ProfileData.from_file(files[0])
-    names = {e.name for plane in pd.planes if plane.name == profiler.PLANE_NAME
-             for line in plane.lines for e in line.events}
-    assert {"PJRT_Client_Compile", "PJRT_LoadedExecutable_Execute",
-            "PJRT_Buffer_ToHostBuffer"} <= names, names

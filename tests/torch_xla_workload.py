@@ -3,7 +3,7 @@
 Run by tests/test_torch_xla.py in a subprocess with PJRT_DEVICE=STABLEHLO_REF
 (one process per part: importing torch + torch_xla costs seconds of CPU):
 
-    PJRT_DEVICE=STABLEHLO_REF python tests/torch_xla_workload.py sweep|models|export|spmd|spmd_late|spawn
+    PJRT_DEVICE=STABLEHLO_REF python tests/torch_xla_workload.py sweep|models|export|spmd|spawn
 
 prints one JSON object: per case, "ok", or the error / the largest difference.
 The reference is always PyTorch itself (eager CPU), never this project.
@@ -275,7 +275,28 @@ def run_sweep():
         except Exception as e:
             results[name] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
     results.update(random_checks())
-    return results
+    return {"cases": results, "profile": profile_check()}
+
+
+def profile_check():
+    """torch_xla.debug.profiler around a step: the event names of the
+    plugin's plane in the profile it writes (the PJRT profiler extension),
+    read with XLA's XSpace parser (jaxlib)."""
+    import glob
+    import tempfile
+
+    import torch_xla.debug.profiler as xp
+    from jax._src.lib import _profile_data
+    with tempfile.TemporaryDirectory() as d:
+        xp.start_trace(d)
+        y = (torch.arange(8.0, device=DEV) * 3).sum()
+        torch_xla.sync()
+        y.item()
+        xp.stop_trace()
+        files = glob.glob(d + "/**/*.xplane.pb", recursive=True)
+        data = _profile_data.ProfileData.from_file(files[0])
+        return {p.name: sorted({e.name for line in p.lines for e in line.events})
+                for p in data.planes if p.name.startswith("/device:")}
 
 
 def random_checks():
@@ -383,13 +404,15 @@ def train(make, shape, device, steps=3):
 
 
 def run_models():
+    """The models, then (the process can enter SPMD mode only once, and this
+    part has made XLA tensors) use_spmd() after tensors exist."""
     out = {}
     for name, (make, shape) in models().items():
         try:
             out[name] = {"cpu": train(make, shape, "cpu"), "xla": train(make, shape, DEV)}
         except Exception as e:
             out[name] = {"error": f"{type(e).__name__}: {traceback.format_exc()[-600:]}"}
-    return out
+    return {"models": out, "spmd_late": run_spmd_late()}
 
 
 # --------------------------------------------------------------------------
@@ -619,5 +642,5 @@ def run_spawn():
 if __name__ == "__main__":
     part = sys.argv[1]
     result = {"sweep": run_sweep, "models": run_models, "export": run_export, "spmd": run_spmd,
-              "spmd_late": run_spmd_late, "spawn": run_spawn}[part]()
+              "spawn": run_spawn}[part]()
     print("RESULT " + json.dumps(result))
