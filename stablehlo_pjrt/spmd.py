@@ -2,12 +2,16 @@
 
 JAX sends sharded programs unpartitioned (global shapes, ``sdy.sharding``
 attributes; see the interpreter's ``stablehlo_interpreter.spmd`` for the
-geometry). A :class:`SpmdPlan` runs such a program for ``num_partitions``
+geometry); PyTorch/XLA sends them as XLA HLO with GSPMD ``mhlo.sharding``
+strings. A :class:`SpmdPlan` runs such a program for ``num_partitions``
 devices: it assembles each global argument from the devices' shards, runs
 the program once, and cuts every global result into the devices' shards.
 It also chooses the shardings of results the program leaves open (a simple
-forward propagation) and encodes every sharding as the ``xla.OpSharding``
-PJRT reports (jaxlib's message class).
+forward propagation: :func:`_propagate` over sdy shardings,
+:func:`_propagate_gspmd` over GSPMD tilings, the rules XLA's propagation
+follows for the common ops) and encodes every sharding as the
+``xla.OpSharding`` PJRT reports (jaxlib's message class) and, for GSPMD
+programs, into the optimized program XLA's C API client reads them from.
 
 It uses the interpreter through its public names only.
 """
@@ -125,10 +129,12 @@ class SpmdPlan:
     def optimized_program(self, code):
         """The program as PJRT reports it compiled (PJRT_Executable_OptimizedProgram):
         for a GSPMD program, ``code`` (StableHLO bytecode) with every result's
-        sharding as its ``mhlo.sharding``.  XLA's C API client reads a plugin
-        executable's output shardings from that program
-        (PjRtCApiExecutable::GetHloModules), and PyTorch/XLA takes the
-        per-device results for shards of those shardings."""
+        sharding as its ``mhlo.sharding`` and the module's
+        ``mhlo.spmd_output_sharding`` / ``mhlo.spmd_parameters_shardings``
+        (what XLA's partitioner records).  XLA's C API client converts the
+        program back into an HloModule (PjRtCApiExecutable::GetHloModules);
+        PyTorch/XLA reads the output shardings from it and takes each
+        device's result buffer for that device's shard."""
         if not self.gspmd:
             return code
         if self._optimized is None:
