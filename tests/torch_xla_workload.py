@@ -21,9 +21,10 @@ import torch.nn.functional as F
 import torch_xla
 
 if sys.argv[1:] == ["spmd"]:
-    # SPMD mode before any XLA tensor exists (torch_xla.device(), seeds):
-    # enabling it later makes PyTorch/XLA replicate the existing tensors, and
-    # PyTorch/XLA 2.9 then segfaults in ExecuteReplicated (seen here).
+    # SPMD mode before torch_xla.device(): PyTorch/XLA 2.9 segfaults in
+    # ExecuteReplicated when use_spmd() comes after device() but before any
+    # tensor, on PJRT_DEVICE=CPU too (docs/pytorch.md); after tensors it
+    # works (run_spmd_late).
     import torch_xla.runtime as _xr
     _xr.use_spmd()
 
