@@ -634,9 +634,9 @@ def _propagate_gspmd(mlir_module, func_name, plan):
                          for d in range(len(rshape))]
                 merged = combine_tilings(parts, n)
                 put(results[0], merged if merged is not None else best)
-        except ShardingError:
-            raise
         except Exception:  # noqa: BLE001 - propagation is a best effort
+            # (an annotation it cannot read, such as {manual}, leaves the value
+            # unknown: only the layout of results depends on this)
             continue
     return []
 
