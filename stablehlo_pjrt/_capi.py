@@ -727,6 +727,54 @@ class PJRT_Shardings_Extension(Structure):
         (name, P) for name in SHARDINGS_EXTENSION_FUNCTIONS]
 
 
+# The profiler extension (pjrt_c_api_profiler_extension.h, version 1) and
+# the profiler API it points at (xla/backends/profiler/plugin/profiler_c_api.h,
+# PLUGIN_PROFILER_VERSION 1).  Its args structs have no extension_start.
+EXTENSION_TYPE_PROFILER = 1
+# (handler name, PLUGIN_Profiler_Api field)
+PROFILER_API_FIELDS = [
+    ("PLUGIN_Profiler_Create", "create"),
+    ("PLUGIN_Profiler_Destroy", "destroy"),
+    ("PLUGIN_Profiler_Start", "start"),
+    ("PLUGIN_Profiler_Stop", "stop"),
+    ("PLUGIN_Profiler_CollectData", "collect_data"),
+]
+PROFILER_API_FUNCTIONS = [name for name, _ in PROFILER_API_FIELDS]
+
+
+class PLUGIN_Profiler_Api(Structure):
+    _fields_ = ([("struct_size", SIZE), ("priv", P), ("error_destroy", P),
+                 ("error_message", P), ("error_get_code", P)]
+                + [(field, P) for _, field in PROFILER_API_FIELDS])
+
+
+class PJRT_Profiler_Extension(Structure):
+    _fields_ = [("base", PJRT_Extension_Base), ("profiler_api", P),
+                ("traceme_context_id", ctypes.c_int64)]
+
+
+class PLUGIN_Profiler_Create_Args(Structure):
+    _fields_ = [("struct_size", SIZE), ("options", P), ("options_size", SIZE),
+                ("profiler", P)]
+
+
+class PLUGIN_Profiler_Destroy_Args(Structure):
+    _fields_ = [("struct_size", SIZE), ("profiler", P)]
+
+
+class PLUGIN_Profiler_Start_Args(PLUGIN_Profiler_Destroy_Args):
+    pass
+
+
+class PLUGIN_Profiler_Stop_Args(PLUGIN_Profiler_Destroy_Args):
+    pass
+
+
+class PLUGIN_Profiler_CollectData_Args(Structure):
+    _fields_ = [("struct_size", SIZE), ("profiler", P), ("buffer", P),
+                ("buffer_size_in_bytes", SIZE)]
+
+
 class PJRT_Api(Structure):
     _fields_ = ([("struct_size", SIZE), ("extension_start", P),
                  ("pjrt_api_version", PJRT_Api_Version)]
@@ -737,6 +785,9 @@ class PJRT_Api(Structure):
 assert ctypes.sizeof(PJRT_NamedValue) == 56
 assert ctypes.sizeof(PJRT_Buffer_MemoryLayout) == 80
 assert struct_size(PJRT_Api) == 40 + 8 * len(API_FUNCTIONS)
+assert ctypes.sizeof(PLUGIN_Profiler_Api) == 80
+assert ctypes.sizeof(PJRT_Profiler_Extension) == 40
+assert ctypes.sizeof(PLUGIN_Profiler_CollectData_Args) == 32
 
 
 def read_bytes(address: int | None, size: int) -> bytes:

@@ -51,6 +51,7 @@ from .handles import (
     read_named_values,
     release,
 )
+from .profiler import HANDLERS as _profiler_handlers
 
 # "PJRT_<name>" -> handler; table.build_api wires each into its slot.
 HANDLERS: dict = {}
@@ -713,14 +714,15 @@ def Executable_OptimizedProgram(ptr):
         meta._format_c = CString(meta.format)
     program.format = meta._format_c.address
     program.format_size = meta._format_c.size
+    code = meta.optimized_code()
     if not program.code:
-        program.code_size = len(meta.code)
+        program.code_size = len(code)
         return
-    if program.code_size < len(meta.code):
+    if program.code_size < len(code):
         raise invalid_argument(
-            f"program buffer has {program.code_size} bytes, {len(meta.code)} needed")
-    ctypes.memmove(program.code, meta.code, len(meta.code))
-    program.code_size = len(meta.code)
+            f"program buffer has {program.code_size} bytes, {len(code)} needed")
+    ctypes.memmove(program.code, code, len(code))
+    program.code_size = len(code)
 
 
 @handler
@@ -1188,3 +1190,7 @@ def Compile(ptr):
     a.executable = Executable(meta).handle
     if trace.ENABLED:
         trace.note(module=meta.program.text)
+
+
+# The profiler extension's calls (profiler.py), wired by table.py like these.
+HANDLERS.update(_profiler_handlers)

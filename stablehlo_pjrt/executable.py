@@ -241,6 +241,11 @@ class ExecutableMeta:
         protos, ptrs, sizes = cached
         return count, ptrs[1], sizes.ctypes.data
 
+    def optimized_code(self) -> bytes:
+        """What PJRT_Executable_OptimizedProgram returns: the program, with
+        the result shardings an SPMD plan chose written into it."""
+        return self.code if self.spmd is None else self.spmd.optimized_program(self.code)
+
     def serialize(self) -> bytes:
         fmt = self.format.encode()
         payload = fmt + self.options.serialized + self.code
@@ -502,18 +507,33 @@ class LoadedExecutable:
         # run (which may consume donated arrays).
         ownerships = [donation.OutputOwnership(ins, donated, borrowed) for ins in inputs]
         shi = _interpreter()
+        process = (0, 0)
         if execute_device is not None and len(self.devices) > 1:
-            raise unimplemented(
-                f"{self} spans {len(self.devices)} devices; launching it on a single "
-                "device is not supported by stablehlo_ref")
+            # One device of a replicated executable (PyTorch/XLA compiles its
+            # non-SPMD programs for every device as replicas and launches
+            # each on one): that device's replica runs alone.  Collectives
+            # naming other replicas fail there (the interpreter's 1x1 grid)
+            # instead of waiting for replicas that never come.
+            if meta.spmd is not None or meta.num_partitions > 1:
+                raise unimplemented(
+                    f"{self} is partitioned over {meta.num_partitions} devices; "
+                    "launching it on a single device is not supported by stablehlo_ref")
+            if execute_device not in self.devices:
+                raise invalid_argument(
+                    f"{execute_device} is not one of the devices of {self} "
+                    f"({', '.join(str(d) for d in self.devices)})")
+            process = self.logical_ids[self.devices.index(execute_device)]
+
         def run():
             if meta.spmd is not None:
                 # A global-view sharded program: shards in, one global run,
                 # shards out (in partition order = self.devices order).
                 return meta.spmd.run(inputs)
-            if len(devices) == 1 and donated:
+            if len(devices) == 1 and donated and process == (0, 0):
                 return [donation.run_donating(meta.program, argument_lists[0],
                                               inputs, donated)]
+            if len(devices) == 1 and process != (0, 0):
+                return [meta.program.run(*inputs[0], process=process)]
             if len(devices) == 1:
                 return [meta.program.run(*inputs[0])]
             # One interpreter process per (replica, partition), in the
