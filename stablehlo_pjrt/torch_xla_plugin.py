@@ -52,10 +52,11 @@ class StablehloRefPlugin(plugins.DevicePlugin):
         return shim_path()
 
     def physical_chip_count(self) -> int:
-        # PyTorch/XLA 2.9 asks this only to start xmp.spawn's processes
-        # (nprocs=None): one per chip.  Not supported: say why, before any
-        # process starts (nprocs=1 takes another path and works).
-        raise RuntimeError(MULTIPROCESS_UNSUPPORTED)
+        # Every device of this plugin lives in the one host process: one
+        # "chip".  PyTorch/XLA 2.9 asks this to size xmp.spawn (nprocs=None):
+        # one process, whose configure_multiprocess then refuses with the
+        # reason (nprocs=1 takes another path and works).
+        return 1
 
     def client_create_options(self) -> dict:
         # Read by the client (num_devices); the env var keeps precedence
@@ -67,8 +68,9 @@ class StablehloRefPlugin(plugins.DevicePlugin):
         os.environ[NUM_DEVICES_ENV] = "1"
 
     def configure_multiprocess(self, local_rank: int, local_world_size: int) -> None:
-        # Reached by launchers that do not ask physical_chip_count first
-        # (torchrun with several local processes): the same answer.
+        # Called first in every process xmp.spawn (nprocs=None) or torchrun
+        # starts, before PyTorch/XLA sets up replication (which fails on our
+        # device name, see MULTIPROCESS_UNSUPPORTED): say why, there.
         raise RuntimeError(MULTIPROCESS_UNSUPPORTED)
 
 

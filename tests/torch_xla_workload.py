@@ -625,8 +625,9 @@ def _spawned(index, out):
 
 
 def run_spawn():
-    """xmp.spawn: all devices (nprocs=None) is refused with the reason before
-    any process starts; nprocs=1 runs in this process."""
+    """xmp.spawn: all devices (nprocs=None: physical_chip_count() is 1, so one
+    worker process) is refused with the reason by configure_multiprocess in
+    that worker, re-raised here; nprocs=1 runs in this process."""
     import torch_xla.distributed.xla_multiprocessing as xmp
     out = {}
     try:
