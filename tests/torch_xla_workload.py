@@ -342,6 +342,11 @@ def random_checks():
         assert p.dtype == torch.int64
         assert torch.equal(p.sort().values, torch.arange(1000))
         assert not torch.equal(p, torch.arange(1000))
+        # A second call (the same compiled program) draws new numbers, as on
+        # PJRT_DEVICE=CPU: a shuffle per epoch must not repeat itself.
+        q = torch.randperm(1000, device=DEV).cpu()
+        assert torch.equal(q.sort().values, torch.arange(1000))
+        assert not torch.equal(p, q)
 
     run("random.rand_seeded", same_seed_same_values)
     run("random.randperm", randperm_is_permutation)

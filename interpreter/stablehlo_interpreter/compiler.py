@@ -414,6 +414,10 @@ class Program:
         # The embedder's hook for `@stablehlo_ref.host_callback`: the Python
         # callables a module's host callbacks index (ops/host_callback.py).
         self.host_callbacks = ()
+        # State that outlives one run, keyed by the kernel that owns it
+        # (stablehlo.rng's generators advance from run to run, as XLA's
+        # per-executable rng state does).
+        self.state = {}
 
     @property
     def text(self):
