@@ -847,6 +847,7 @@ def test_switch_off_keeps_the_plan(monkeypatch):
 
 def test_small_loops_are_not_compiled(monkeypatch):
     monkeypatch.setattr(loopgen, "ENABLED", True)
+    monkeypatch.setattr(loopgen, "GENERATE_AFTER", 64)
     program = shi.compile(CONTROL)
     program.run(np.float32(1.25), np.int32(loopgen.GENERATE_AFTER // 2), np.int32(3))
     assert not _generated(program)
@@ -876,3 +877,61 @@ def _loop_state(program):
                     if isinstance(c.cell_contents, loopgen.LoopState):
                         return c.cell_contents
     raise AssertionError("no while op")
+
+
+def test_loops_nested_deeper_than_python_allows_still_run(generate_now):
+    # 25 nested while loops of one iteration each (CPython compiles at most
+    # 20 nested blocks): the innermost ones run through their own kernel,
+    # generated separately.
+    depth = 25
+    lines = ["func.func @main(%s0: tensor<i32>) -> tensor<i32> {",
+             "  %c0 = stablehlo.constant dense<0> : tensor<i32>",
+             "  %c1 = stablehlo.constant dense<1> : tensor<i32>",
+             "  %c2 = stablehlo.constant dense<1> : tensor<i32>"]
+
+    def loop(level):
+        if level == depth:
+            return [f"%t{level} = stablehlo.add %s{level}, %c1 : tensor<i32>"], f"%t{level}"
+        inner, res = loop(level + 1)
+        return ([f"%r{level}:2 = stablehlo.while(%j{level} = %c0, %s{level + 1} = %s{level})"
+                 " : tensor<i32>, tensor<i32>",
+                 "cond {",
+                 f"  %p{level} = stablehlo.compare LT, %j{level}, %c2, SIGNED :"
+                 " (tensor<i32>, tensor<i32>) -> tensor<i1>",
+                 f"  stablehlo.return %p{level} : tensor<i1>",
+                 "} do {"] + ["  " + x for x in inner] +
+                [f"  %k{level} = stablehlo.add %j{level}, %c1 : tensor<i32>",
+                 f"  stablehlo.return %k{level}, {res} : tensor<i32>, tensor<i32>", "}"],
+                f"%r{level}#1")
+    body, res = loop(0)
+    text = "\n".join(lines + ["  " + x for x in body] + [f"  return {res} : tensor<i32>", "}"])
+    assert _run_both(text, [np.int32(41)], after=(0,))[0] == 42
+
+
+def test_a_deep_call_chain_in_a_loop_is_inlined(generate_now):
+    n = 300
+    fs = ["""func.func @main(%x: tensor<f32>) -> tensor<f32> {
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %r:2 = stablehlo.while(%i = %c0, %v = %x) : tensor<i32>, tensor<f32>
+  cond {
+    %n = stablehlo.constant dense<5> : tensor<i32>
+    %p = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  } do {
+    %one = stablehlo.constant dense<1> : tensor<i32>
+    %i2 = stablehlo.add %i, %one : tensor<i32>
+    %v2 = func.call @f0(%v) : (tensor<f32>) -> tensor<f32>
+    stablehlo.return %i2, %v2 : tensor<i32>, tensor<f32>
+  }
+  return %r#1 : tensor<f32>
+}"""]
+    for i in range(n):
+        nxt = (f"%0 = func.call @f{i + 1}(%a) : (tensor<f32>) -> tensor<f32>" if i + 1 < n
+               else "%0 = stablehlo.multiply %a, %a : tensor<f32>")
+        fs.append(f"func.func private @f{i}(%a: tensor<f32>) -> tensor<f32> {{\n  {nxt}\n"
+                  "  return %0 : tensor<f32>\n}")
+    text = "\n".join(fs)
+    want = np.float32(1.0001)
+    for _ in range(5):
+        want = want * want
+    assert _run_both(text, [np.float32(1.0001)], after=(0,))[0] == want

@@ -315,10 +315,6 @@ class Val:
         return Val(self.name, self.type, self.scalar, False)
 
 
-class _CannotGenerate(Exception):
-    pass
-
-
 class _Gen:
     """Emits the source of one loop function."""
 
@@ -353,8 +349,6 @@ class _Gen:
         return name
 
     def emit(self, ind, text, op):
-        if ind > _MAX_INDENT:
-            raise _CannotGenerate("nesting too deep")
         self.lines.append((ind, text))
         self.line_ops.append(op)
 
@@ -435,9 +429,10 @@ class _Gen:
                 if callee is not None and callee.name not in self.inline_stack \
                         and self.ops < _MAX_OPS:
                     return self.inline_call(step, env, ind, callee)
-            elif name == "stablehlo.while" and self.loop_nesting < _MAX_LOOP_NESTING:
+            elif name == "stablehlo.while" and self.loop_nesting < _MAX_LOOP_NESTING \
+                    and ind < _MAX_INDENT - 2:
                 return self.inline_while(step, env, ind)
-            elif name in ("stablehlo.if", "stablehlo.case"):
+            elif name in ("stablehlo.if", "stablehlo.case") and ind < _MAX_INDENT - 2:
                 return self.inline_branches(step, env, ind)
             if self.scalar_op(step, env, ind) or self.shape_op(step, env, ind):
                 return None
@@ -627,7 +622,9 @@ class _Gen:
             # Constant operands: fold once, here.
             with np.errstate(all="ignore"):
                 value = eval(expr, self.ns)  # noqa: S307 - our own expression
-            env[out] = self.const(np.asarray(value).reshape(rt.shape))
+            value = np.array(value).reshape(rt.shape)
+            value.flags.writeable = False   # shared by every run, as constants are
+            env[out] = self.const(value)
             return True
         v = Val(self.fresh(), rt, True, False)
         self.emit(ind, f"{v.name} = {expr}", op)
