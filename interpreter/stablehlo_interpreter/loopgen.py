@@ -13,11 +13,13 @@ while op, over all runs) is compiled once into one Python function (``exec``):
 * ops on 0-d values of the common element types (bool, 8- to 64-bit
   integers, f16, bf16, f32, f64, complex) are numpy *scalar* arithmetic:
   ``a + b`` on two ``np.float32`` is the same IEEE operation as the kernel's
-  ``np.add`` on 0-d arrays, integers wrap the same way. Only the op/dtype
-  pairs in the tables below run so, each checked bit for bit against its
-  kernel by tests/test_loopgen.py (specials, overflow, NaN payloads); the
-  rest (max/min of floats, integer division, transcendentals...) call the
-  op's own kernel on 0-d arrays made on the spot;
+  ``np.add`` on 0-d arrays, integers wrap the same way; small helpers do
+  the kernels' special cases (integer division by zero, NaN and signed
+  zeros in float max/min). Only the op/dtype pairs in the tables below run
+  so, each checked bit for bit against its kernel by tests/test_loopgen.py
+  (specials, overflow, NaN payloads); the rest (transcendentals, complex
+  multiply, float remainder...) call the op's own kernel on 0-d arrays made
+  on the spot;
 * dynamic_slice / dynamic_update_slice with scalar start indices and static
   shapes index the array directly (the scan pattern: read row ``i`` of xs,
   write row ``i`` of ys in place), with the kernels' clamping;
@@ -76,39 +78,8 @@ FAST_KIND = {np.dtype(t): k for t, k in [
     (np.complex64, "c"), (np.complex128, "c"),
 ]}
 
-# Scalar forms of elementwise ops, by operand kind; {0}, {1}... are operands.
-# Integer + - * wrap like numpy's integer ufuncs (errors are ignored inside a
-# run, see CompiledLoop); f16/bf16 scalar arithmetic rounds the float32 result
-# once, as the kernels (which compute f16/bf16 in float32) do. Which NaN a
-# float op returns when both operands are NaNs depends on how numpy was
-# compiled: forms marked in NAN_ORDER are checked against the kernels once
-# per process (scalar_forms) and swapped or dropped.
-BINARY = {
-    "stablehlo.add": {"b": "({0} | {1})", "i": "({0} + {1})", "u": "({0} + {1})",
-                      "f": "({0} + {1})", "h": "({0} + {1})", "c": "({0} + {1})"},
-    "stablehlo.subtract": {"i": "({0} - {1})", "u": "({0} - {1})", "f": "({0} - {1})",
-                           "h": "({0} - {1})", "c": "({0} - {1})"},
-    "stablehlo.multiply": {"b": "({0} & {1})", "i": "({0} * {1})", "u": "({0} * {1})",
-                           "f": "({0} * {1})", "h": "({0} * {1})"},
-    "stablehlo.divide": {"f": "({0} / {1})", "h": "({0} / {1})"},
-    "stablehlo.and": {"b": "({0} & {1})", "i": "({0} & {1})", "u": "({0} & {1})"},
-    "stablehlo.or": {"b": "({0} | {1})", "i": "({0} | {1})", "u": "({0} | {1})"},
-    "stablehlo.xor": {"b": "({0} ^ {1})", "i": "({0} ^ {1})", "u": "({0} ^ {1})"},
-    "stablehlo.maximum": {"b": "({0} | {1})", "i": "({0} if {0} > {1} else {1})",
-                          "u": "({0} if {0} > {1} else {1})"},
-    "stablehlo.minimum": {"b": "({0} & {1})", "i": "({0} if {0} < {1} else {1})",
-                          "u": "({0} if {0} < {1} else {1})"},
-    "stablehlo.shift_left": {"u": "({0} << {1})"},
-    "stablehlo.shift_right_logical": {"u": "({0} >> {1})"},
-    "stablehlo.shift_right_arithmetic": {"i": "({0} >> {1})"},
-}
-UNARY = {
-    # bf16 negate/abs are not here: the kernel goes through float32, which
-    # quiets a signaling NaN, the ml_dtypes scalar op does not.
-    "stablehlo.negate": {"i": "(-{0})", "u": "(-{0})", "f": "(-{0})", "c": "(-{0})"},
-    "stablehlo.not": {"b": "(~{0})", "i": "(~{0})", "u": "(~{0})"},
-    "stablehlo.abs": {"i": "abs({0})", "u": "{0}", "f": "abs({0})"},
-}
+# Scalar helpers for ops whose kernels have special cases (division by zero,
+# NaN and signed zeros): the generated code calls them on numpy scalars.
 
 
 def _int_divide(a, b, _ones={}, _max={}):
@@ -182,13 +153,43 @@ def _float_sign(a, _signs={}):
 # Functions the forms call (globals of the generated code).
 HELPERS = {"_idiv": _int_divide, "_irem": _int_remainder, "_fmax": _float_max,
            "_fmin": _float_min, "_isign": _int_sign, "_fsign": _float_sign}
-UNARY["stablehlo.sign"] = {"i": "_isign({0})", "f": "_fsign({0})"}
-for _name, _forms in (("stablehlo.divide", {"i": "_idiv({0}, {1})", "u": "_idiv({0}, {1})"}),
-                      ("stablehlo.remainder", {"i": "_irem({0}, {1})", "u": "_irem({0}, {1})"}),
-                      ("stablehlo.maximum", {"f": "_fmax({0}, {1})"}),
-                      ("stablehlo.minimum", {"f": "_fmin({0}, {1})"})):
-    BINARY.setdefault(_name, {}).update(_forms)
 
+# Scalar forms of elementwise ops, by operand kind; {0}, {1}... are operands.
+# Integer + - * wrap like numpy's integer ufuncs (errors are ignored inside a
+# run, see CompiledLoop); f16/bf16 scalar arithmetic rounds the float32 result
+# once, as the kernels (which compute f16/bf16 in float32) do. Which NaN a
+# float op returns when both operands are NaNs depends on how numpy was
+# compiled: forms marked in NAN_ORDER are checked against the kernels once
+# per process (scalar_forms) and swapped or dropped.
+BINARY = {
+    "stablehlo.add": {"b": "({0} | {1})", "i": "({0} + {1})", "u": "({0} + {1})",
+                      "f": "({0} + {1})", "h": "({0} + {1})", "c": "({0} + {1})"},
+    "stablehlo.subtract": {"i": "({0} - {1})", "u": "({0} - {1})", "f": "({0} - {1})",
+                           "h": "({0} - {1})", "c": "({0} - {1})"},
+    "stablehlo.multiply": {"b": "({0} & {1})", "i": "({0} * {1})", "u": "({0} * {1})",
+                           "f": "({0} * {1})", "h": "({0} * {1})"},
+    "stablehlo.divide": {"f": "({0} / {1})", "h": "({0} / {1})", "i": "_idiv({0}, {1})",
+                         "u": "_idiv({0}, {1})"},
+    "stablehlo.remainder": {"i": "_irem({0}, {1})", "u": "_irem({0}, {1})"},
+    "stablehlo.and": {"b": "({0} & {1})", "i": "({0} & {1})", "u": "({0} & {1})"},
+    "stablehlo.or": {"b": "({0} | {1})", "i": "({0} | {1})", "u": "({0} | {1})"},
+    "stablehlo.xor": {"b": "({0} ^ {1})", "i": "({0} ^ {1})", "u": "({0} ^ {1})"},
+    "stablehlo.maximum": {"b": "({0} | {1})", "i": "({0} if {0} > {1} else {1})",
+                          "u": "({0} if {0} > {1} else {1})", "f": "_fmax({0}, {1})"},
+    "stablehlo.minimum": {"b": "({0} & {1})", "i": "({0} if {0} < {1} else {1})",
+                          "u": "({0} if {0} < {1} else {1})", "f": "_fmin({0}, {1})"},
+    "stablehlo.shift_left": {"u": "({0} << {1})"},
+    "stablehlo.shift_right_logical": {"u": "({0} >> {1})"},
+    "stablehlo.shift_right_arithmetic": {"i": "({0} >> {1})"},
+}
+UNARY = {
+    # bf16 negate/abs are not here: the kernel goes through float32, which
+    # quiets a signaling NaN, the ml_dtypes scalar op does not.
+    "stablehlo.negate": {"i": "(-{0})", "u": "(-{0})", "f": "(-{0})", "c": "(-{0})"},
+    "stablehlo.not": {"b": "(~{0})", "i": "(~{0})", "u": "(~{0})"},
+    "stablehlo.abs": {"i": "abs({0})", "u": "{0}", "f": "abs({0})"},
+    "stablehlo.sign": {"i": "_isign({0})", "f": "_fsign({0})"},
+}
 # The commutative ones may be swapped to pick the NaN the kernel picks.
 NAN_ORDER = {"stablehlo.add": True, "stablehlo.multiply": True,
              "stablehlo.subtract": False, "stablehlo.divide": False,
@@ -197,8 +198,7 @@ _CMP = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 # compare_type each operand kind may carry (None: attribute absent).
 _CMP_TYPES = {"b": (None, "UNSIGNED"), "i": (None, "SIGNED"), "u": (None, "UNSIGNED"),
               "f": (None, "FLOAT"), "h": (None, "FLOAT"), "c": (None, "FLOAT")}
-_F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
-_BOOL = np.dtype(np.bool_)
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
 def convert_form(src, dst):
@@ -250,7 +250,7 @@ def scalar_forms():
         return _FORMS
     from .registry import KERNELS
     forms = {}
-    for table, arity in ((BINARY, 2), (UNARY, 1)):
+    for table in (BINARY, UNARY):
         for name, by_kind in table.items():
             for dtype, k in FAST_KIND.items():
                 form = by_kind.get(k)
