@@ -105,7 +105,9 @@ def while_(op):
                 compiled = state.compiled
                 if compiled is None and state.due():
                     compiled = state.compile(ctx, ccap, bcap)
-                if compiled is not None:
+                if compiled is None:
+                    fast = not state.failed
+                else:
                     res = compiled.run(ctx, ccap, bcap, vals)
                     if res is not None:
                         return wrap(res)
