@@ -841,7 +841,6 @@ def build(program, op, ccap, bcap):
             group.append(Val(g.fresh("c"), t, t is not None and scalar_type(t), False))
         caps.append(group)
     ccaps, bcaps = caps
-    g.emit(1, "pass", op)
     if carries:
         g.emit(1, f"{', '.join(c.name for c in carries)}, = vals", op)
         g.emit(1, "vals.clear()", op)
