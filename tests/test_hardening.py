@@ -111,6 +111,26 @@ def test_bytecode_is_never_parsed_as_text():
     assert "could not read MLIR bytecode" in str(e.value)
 
 
+
+def test_portable_artifact_with_a_large_constant_is_read_as_one():
+    """StableHLO's writer puts the string section (which names the vhlo
+    dialect) after the attributes: with a 100x100 f64 constant it starts past
+    byte 65,536, where the old prefix search stopped, and the artifact was read
+    as plain bytecode ("module has no func.func"). Found by the plugin
+    checker's programs area (8 conformance programs)."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    from stablehlo_interpreter import isolate
+    values = np.arange(100 * 100, dtype=np.float64).reshape(100, 100) / 7
+    dense = ", ".join("[" + ", ".join(repr(float(v)) for v in row) + "]" for row in values)
+    text = ("func.func @main() -> tensor<100x100xf64> {\n"
+            f"  %0 = stablehlo.constant dense<[{dense}]> : tensor<100x100xf64>\n"
+            "  return %0 : tensor<100x100xf64>\n}\n")
+    art = stablehlo.serialize_portable_artifact_str(text, "1.0.0")
+    assert art.find(b"vhlo\x00") > 65536  # the case the prefix search missed
+    assert isolate.is_portable_artifact(art)
+    np.testing.assert_array_equal(shi.compile(art).run()[0], values)
+
 def _nested_ifs(n):
     open_ = '%r = "stablehlo.if"(%p) ({\n'
     close = ('}, {\n %c = stablehlo.constant dense<2.0> : tensor<f32>\n'
