@@ -257,7 +257,8 @@ def Client_DefaultDeviceAssignment(ptr):
     if r < 1 or p < 1:
         raise invalid_argument(f"invalid replica/partition counts {r}x{p}")
     if a.default_assignment_size < r * p:
-        raise invalid_argument(
+        # FAILED_PRECONDITION, as XLA's C API test of this case asks.
+        raise failed_precondition(
             f"default_assignment has room for {a.default_assignment_size} ids, "
             f"{r * p} needed")
     flat = [d for row in c.default_assignment(r, p) for d in row]
@@ -1075,7 +1076,8 @@ def Buffer_DecreaseExternalReferenceCount(ptr):
     a = C.Buffer_DecreaseExternalReferenceCount_Args.from_address(ptr)
     buf = _buffer(a.buffer)
     if buf.external_refs <= 0:
-        raise failed_precondition(f"{buf} has no external references to release")
+        # INVALID_ARGUMENT, as XLA's C API test DecreaseReferenceCountReturnsError asks.
+        raise invalid_argument(f"{buf} has no external references to release")
     buf.external_refs -= 1
 
 
