@@ -957,7 +957,8 @@ def register(reg):
             raise Failed(f"{name} from an older caller (struct_size {view.struct_size}): "
                          f"{_code_name(code)}: {msg} (expected success or INVALID_ARGUMENT)",
                          op=name)
-        return code
+        return (f"{name} refused the older caller's struct_size {view.struct_size} with "
+                f"INVALID_ARGUMENT (allowed): {' '.join(msg.split())[:200]}")
 
     @chk("capi", "struct_size")
     def older_caller_client_create(ctx):
@@ -966,8 +967,9 @@ def register(reg):
         refuses with INVALID_ARGUMENT."""
         p = ctx.plugin
         view, _ = _older(C.Client_Create_Args(), "kv_try_get_callback")
-        if _older_call(p, "PJRT_Client_Create", view) is not None:
-            return
+        refused = _older_call(p, "PJRT_Client_Create", view)
+        if refused is not None:
+            return refused
         from .plugin import Client
         c = Client.__new__(Client)
         c.plugin, c.handle, c._opts = p, view.client, None
@@ -1005,8 +1007,9 @@ def register(reg):
             if args_first_absent:
                 a, raw = _older(a, args_first_absent)
                 keep.append(raw)
-            if _older_call(p, "PJRT_LoadedExecutable_Execute", a) is not None:
-                return
+            refused = _older_call(p, "PJRT_LoadedExecutable_Execute", a)
+            if refused is not None:
+                return refused
             p.finish(events[0], 60, "PJRT_LoadedExecutable_Execute")
             o = c.buffer(out_list[0])
             got = o.to_host()
@@ -1023,13 +1026,13 @@ def register(reg):
         """PJRT_ExecuteOptions from before `context` (0.5x): the fields after
         it (context, call_location, task ids, ...) are absent and must not be
         read; Execute gives the right result, or INVALID_ARGUMENT."""
-        _execute_older(ctx, options_first_absent="context")
+        return _execute_older(ctx, options_first_absent="context")
 
     @chk("capi", "struct_size")
     def older_caller_execute_args(ctx):
         """PJRT_LoadedExecutable_Execute_Args from before execute_device: the
         plugin runs on the executable's own device, or INVALID_ARGUMENT."""
-        _execute_older(ctx, args_first_absent="execute_device")
+        return _execute_older(ctx, args_first_absent="execute_device")
 
     @chk("capi", "struct_size", requires=("serialization",))
     def older_caller_deserialize(ctx):
@@ -1051,8 +1054,9 @@ def register(reg):
         view, _ = _older(C.Executable_DeserializeAndLoad_Args(
             client=c.handle, serialized_executable=ctypes.addressof(buf),
             serialized_executable_size=len(blob)), "overridden_serialized_compile_options")
-        if _older_call(p, "PJRT_Executable_DeserializeAndLoad", view) is not None:
-            return
+        refused = _older_call(p, "PJRT_Executable_DeserializeAndLoad", view)
+        if refused is not None:
+            return refused
         from .plugin import Executable
         exe2 = Executable(c, view.loaded_executable)
         b = c.from_host(np.arange(4, dtype=np.float32))
