@@ -218,7 +218,7 @@ def explain(text: str, args, divergence, reference: list, other: list) -> str | 
     d = divergence
     if d is None or d.op is None or d.innermost.op.name not in SUMMING:
         return None
-    worst, most, ops = 0.0, 0, set()
+    worst, most = 0.0, 0
     for k, (r, o) in enumerate(zip(reference, other)):
         if compare_arrays(f"output #{k}", r, o).ok:
             continue
