@@ -294,7 +294,11 @@ def test_event_create_set_await_across_threads():
     assert result == [(C.ErrorCode.DATA_LOSS, "late failure")]
     err = call("PJRT_Event_Error", C._args("E", [("event", C.P)])(event=ev))
     assert err == (C.ErrorCode.DATA_LOSS, "late failure")
-    again = call("PJRT_Event_Set", C._args("S", [("event", C.P), ("error_code", C.ENUM)])(event=ev))
+    # The whole struct: a smaller one is INVALID_ARGUMENT (pjrt_c_api.h's
+    # struct_size rule; every field of it exists since the first minor).
+    again = call("PJRT_Event_Set", C._args("S", [("event", C.P), ("error_code", C.ENUM),
+                                                 ("error_message", C.P),
+                                                 ("error_message_size", C.SIZE)])(event=ev))
     assert again[0] == C.ErrorCode.FAILED_PRECONDITION
     event_destroy(ev)
 
