@@ -27,7 +27,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SEEDS = HERE / "seeds"
-KINDS = ("module", "executable", "attr", "npz")
+KINDS = ("module", "executable", "attr", "npz", "capi")
 
 # --------------------------------------------------------------------------
 # Mutations
@@ -171,8 +171,13 @@ func.func @main(%a: tensor<2x3xf32>, %b: tensor<i32>) -> tensor<2x3xf32> {
 """
 
 
+def _work_capi(data: bytes):
+    import capi_fuzz  # tests/fuzz, next to this file (the worker's sys.path[0])
+    return capi_fuzz.work(data)
+
+
 WORKERS = {"module": _work_module, "attr": _work_attr, "executable": _work_executable,
-           "npz": _work_npz}
+           "npz": _work_npz, "capi": _work_capi}
 
 
 def _read_cases(stream):
@@ -369,6 +374,10 @@ def generate(kind: str, n: int, seed: int) -> list[bytes]:
     """``n`` cases of ``kind`` from seed ``seed``: mutated seed inputs, or
     generated attribute modules. Half of the executable cases mutate the
     program inside a valid envelope, half the envelope itself."""
+    if kind == "capi":
+        sys.path.insert(0, str(HERE))
+        import capi_fuzz
+        return capi_fuzz.generate(n, seed)
     rng = random.Random(f"{kind}:{seed}")
     if kind == "attr":
         return [attr_module(random_attr(rng), rng.choice(["backend", "frontend", "plain"]))
