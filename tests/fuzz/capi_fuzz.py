@@ -513,7 +513,7 @@ class World:
         stale = self.client.from_host(np.zeros(1, np.float32))
         self.stale = stale.handle
         stale.destroy()
-        self.Client, self.np = Client, np
+        self.Client = Client
 
     # -- objects -----------------------------------------------------------
 
@@ -654,7 +654,7 @@ class World:
             self._clean()
 
     def _run(self, case):
-        C, p, np = self.C, self.plugin, self.np
+        C, p = self.C, self.plugin
         fn = case["fn"]
         cls = self.args_class(fn)
         full = C.struct_size(cls) if cls._fields_ else 16
@@ -1069,8 +1069,6 @@ class World:
         if fn in ("PJRT_Buffer_ReadyEvent", "PJRT_Buffer_ToHostBuffer",
                   "PJRT_Buffer_CopyRawToHost", "PJRT_Event_Create") and a.event:
             self.events.append(a.event)
-        if fn == "PJRT_Event_Error" or fn == "PJRT_Error_GetCode":
-            pass
         if fn == "PJRT_LoadedExecutable_Execute":
             outs, events = self.execute_outputs
             for hnd in list(outs)[:1]:
@@ -1105,8 +1103,9 @@ class World:
 
 
 def _itemsize(t):
-    from stablehlo_pjrt.checker.plugin import DTYPES
     import numpy as np
+
+    from stablehlo_pjrt.checker.plugin import DTYPES
     dt = DTYPES.get(t)
     return np.dtype(dt).itemsize if dt is not None else 1
 
