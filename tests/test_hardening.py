@@ -97,6 +97,25 @@ def test_corpus_bytecode_is_a_load_error_not_a_crash(path):
     assert out.startswith(("LoadError", "CompileError", "UnsupportedOpsError", "compiled"))
 
 
+def test_text_attribute_name_that_is_not_utf8_is_a_load_error():
+    # Before: the process terminated (nanobind's str conversion of the name)
+    # when the compiler read the dictionary key "\\FF \\t\\00c"; found by the
+    # hypothesis-drawn attribute fuzz kind. UTF-8 escapes stay fine.
+    out = run_py(f"""
+        import stablehlo_interpreter as shi
+        try:
+            shi.compile(open({str(CORPUS / "attr_nonutf8_dictkey.mlir")!r}).read())
+        except shi.InterpreterError as e:
+            print(type(e).__name__, str(e).splitlines()[0][:300])
+    """)
+    assert out.startswith("LoadError") and "not valid UTF-8" in out and ":2:" in out
+    ok = '{"\\C3\\A9" = 1 : i64}'
+    text = (CORPUS / "attr_nonutf8_dictkey.mlir").read_text()
+    text = text.replace(text[text.index("{\"\\FF"):text.index(", api_version")], ok)
+    with pytest.raises(shi.InterpreterError, match="unknown custom_call target"):
+        shi.compile(text)
+
+
 def test_nonutf8_function_name_is_a_compile_error():
     with pytest.raises(shi.InterpreterError, match="not valid UTF-8|could not read"):
         shi.compile((CORPUS / "bytecode_nonutf8_name_214.mlirbc").read_bytes())

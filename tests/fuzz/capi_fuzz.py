@@ -446,30 +446,9 @@ def strategies():
 def generate(n: int, seed: int) -> list[bytes]:
     """``n`` distinct cases drawn by hypothesis from ``seed`` (the same seed
     gives the same cases)."""
-    return draw(strategies(), n, seed)
-
-
-def draw(strategy, n: int, seed: int, encode=None) -> list[bytes]:
-    """``n`` distinct examples of ``strategy``, reproducibly from ``seed``
-    (hypothesis.seed; generation only: no shrinking, no example database).
-    ``encode`` turns an example into the case's bytes (default: JSON)."""
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as hseed
-    encode = encode or (lambda c: json.dumps(c, sort_keys=True).encode())
-    out: dict = {}
-    for round_ in range(50):
-        @hseed(seed * 1000 + round_)
-        @settings(max_examples=max(10, n - len(out)), database=None, derandomize=False,
-                  phases=[Phase.generate], suppress_health_check=list(HealthCheck),
-                  deadline=None)
-        @given(strategy)
-        def collect(c):
-            if len(out) < n:
-                out.setdefault(encode(c), None)
-        collect()
-        if len(out) >= n:
-            break
-    return list(out)[:n]
+    from fuzzlib import draw
+    return draw(strategies(), n, seed,
+                encode=lambda c: json.dumps(c, sort_keys=True).encode())
 
 
 # --------------------------------------------------------------------------
