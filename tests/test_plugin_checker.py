@@ -164,6 +164,11 @@ def test_injected_fault_is_caught_and_localized(tmp_path, fault, monkeypatch):
     assert r["area"] == cid.split(".")[0]
 
 
+def test_every_fault_kind_has_a_test():
+    from stablehlo_pjrt import faults
+    assert {f.split(":")[0] for f in FAULTS} == {f.split(":")[0] for f in faults.FAULTS}
+
+
 def test_unknown_fault_is_a_clear_error(monkeypatch):
     from stablehlo_pjrt import faults
     monkeypatch.setenv("STABLEHLO_REF_FAULT", "gremlins")

@@ -275,21 +275,30 @@ def register(reg):
     def memories(ctx):
         """Each addressable device's default memory is among its addressable
         memories, which are among the client's; every memory has a kind and
-        is addressable by the devices that list it; memory ids are unique."""
+        is addressable by the devices that list it; memory ids are unique;
+        Memory_Kind_Id maps the kinds to ids one to one."""
         c, p = ctx.client, ctx.plugin
         a = p.call("PJRT_Client_AddressableMemories",
                    C.Client_AddressableMemories_Args(client=c.handle))
         client_mems = C.read_pointers(a.addressable_memories, a.num_addressable_memories)
         if not client_mems:
             raise Failed("PJRT_Client_AddressableMemories is empty")
-        ids = set()
+        ids, kind_ids = set(), {}
         for m in client_mems:
             mid = p.call("PJRT_Memory_Id", C.Memory_Id_Args(memory=m)).id
             if mid in ids:
                 raise Failed(f"memory id {mid} repeated")
             ids.add(mid)
-            if not c.memory_kind(m):
+            kind = c.memory_kind(m)
+            if not kind:
                 raise Failed(f"memory {mid}: empty kind")
+            if p.has("PJRT_Memory_Kind_Id"):
+                kind_ids.setdefault(kind, set()).add(p.call(
+                    "PJRT_Memory_Kind_Id", C.Memory_Kind_Id_Args(memory=m)).kind_id)
+        # One kind id per kind, and different kinds have different ids.
+        if any(len(v) != 1 for v in kind_ids.values()) or \
+                len({min(v) for v in kind_ids.values()}) != len(kind_ids):
+            raise Failed(f"memory kind ids do not match the kinds one to one: {kind_ids}")
             for fn, cls in (("PJRT_Memory_DebugString", C.Memory_DebugString_Args),
                             ("PJRT_Memory_ToString", C.Memory_ToString_Args)):
                 p.call(fn, cls(memory=m))
@@ -787,12 +796,15 @@ def register(reg):
 
     @chk("capi", "buffers")
     def deleted_buffer_use(ctx):
-        """After PJRT_Buffer_Delete: IsDeleted is true, ToHostBuffer and
-        Execute with it are errors (not crashes), Destroy still works."""
+        """IsDeleted (XLA's test): false for a fresh buffer, true after
+        PJRT_Buffer_Delete; ToHostBuffer and Execute with it are then errors
+        (not crashes); Destroy still works."""
         c = ctx.client
         exe = c.compile(ADD_ONE)
         b = c.from_host(np.arange(4, dtype=np.float32))
         try:
+            if b.is_deleted():
+                raise Failed("IsDeleted is true for a fresh buffer")
             b.delete()
             if not b.is_deleted():
                 raise Failed("IsDeleted is false after Delete")

@@ -853,7 +853,7 @@ class World:
             prog.struct_size = {"full": full, "full+8": full + 8}.get(d["size"], d["size"])
             if prog.struct_size < 16:
                 detectable.append(f"program.struct_size:{prog.struct_size}")
-            if ck[0] in ("null_size", "absurd_size"):
+            if ck[0] in ("null_size", "absurd_size") and _covers(prog, "code_size"):
                 detectable.append(f"program.code:{ck[0]}")
             if ck[0] == "null_size":
                 prog.code, prog.code_size = None, ck[1]
@@ -895,7 +895,8 @@ class World:
             if o.struct_size < 16:
                 detectable.append(f"options.struct_size:{o.struct_size}")
             nd = d["non_donatable"]
-            if nd[0] in ("null_count", "absurd_count"):
+            if nd[0] in ("null_count", "absurd_count") and \
+                    _covers(o, "num_non_donatable_input_indices"):
                 detectable.append(f"non_donatable:{nd[0]}")
             if nd[0] == "valid":
                 o.non_donatable_input_indices = self.int64s(nd[1])
@@ -907,7 +908,8 @@ class World:
                 o.num_non_donatable_input_indices = nd[1]
             if d["send_recv"]:
                 o.num_send_ops = d["send_recv"]   # with NULL callbacks
-                detectable.append("num_send_ops")
+                if _covers(o, "num_send_ops"):    # else absent: an older caller's
+                    detectable.append("num_send_ops")
         return ctypes.addressof(o)
 
     def execute_lists(self, a, mut):
@@ -1079,6 +1081,13 @@ class World:
                 p.error_destroy(err)
         for err in self.errors:
             p.error_destroy(err)
+
+
+def _covers(struct, field) -> bool:
+    """Whether ``struct``'s own struct_size includes ``field`` (a field past it
+    is absent: the plugin reads it as zero, whatever the bytes are)."""
+    f = getattr(type(struct), field)
+    return struct.struct_size >= f.offset + f.size
 
 
 def _itemsize(t):

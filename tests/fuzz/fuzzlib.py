@@ -209,6 +209,14 @@ def npz_strategy():
 
 
 def attr_module(attr: str, where: str = "backend") -> str:
+    """A module carrying ``attr`` on a custom call (its backend_config,
+    frontend attributes or a plain attribute: the unknown target is refused
+    after the attributes are read) or on an add the interpreter runs
+    ("add": a discardable attribute must not stop a program from running)."""
+    if where == "add":
+        return ("func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
+                f"  %0 = stablehlo.add %a, %a {{x = {attr}}} : tensor<2xf32>\n"
+                "  return %0 : tensor<2xf32>\n}\n")
     if where == "backend":
         attrs = f"mhlo.backend_config = {attr}, api_version = 4 : i32"
     elif where == "frontend":
@@ -487,7 +495,7 @@ def generate(kind: str, n: int, seed: int) -> list[bytes]:
     if kind == "attr":
         from hypothesis import strategies as st
         return draw(st.tuples(attr_strategy(), st.sampled_from(
-            ["backend", "frontend", "plain"])).map(lambda t: attr_module(*t)), n, seed)
+            ["backend", "frontend", "plain", "add"])).map(lambda t: attr_module(*t)), n, seed)
     if kind == "npz":
         # Half mutated bytes of valid files, half generated argument sets.
         generated = draw(npz_strategy(), n - n // 2, seed, encode=lambda b: b)
