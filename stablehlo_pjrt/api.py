@@ -1156,7 +1156,8 @@ def _topology(h) -> Topology:
 @handler
 def TopologyDescription_Create(ptr):
     a = C.TopologyDescription_Create_Args.from_address(ptr)
-    C.read_str(a.topology_name, a.topology_name_size, "topology_name")  # one topology
+    # Checked like every caller string, though any name gives the one topology.
+    C.read_str(a.topology_name, a.topology_name_size, "topology_name")
     options = read_named_values(a.create_options, a.num_options)
     a.topology = Topology(configured_num_devices(options)).handle
 
