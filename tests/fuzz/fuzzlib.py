@@ -154,6 +154,7 @@ def attr_strategy():
 
 
 def _dense_text(t):
+    """``dense<...> : tensor<...>`` of (element type, shape, element texts)."""
     ty, shape, values = t
     n = 1
     for d in shape:
@@ -170,6 +171,7 @@ def _dense_text(t):
 
 
 def _nest(values, shape):
+    """Element texts nested in brackets by ``shape`` (row-major)."""
     if len(shape) == 1:
         return "[" + ", ".join(values) + "]"
     step = len(values) // shape[0] if shape[0] else 0
