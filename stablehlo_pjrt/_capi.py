@@ -790,29 +790,73 @@ assert ctypes.sizeof(PJRT_Profiler_Extension) == 40
 assert ctypes.sizeof(PLUGIN_Profiler_CollectData_Args) == 32
 
 
-def read_bytes(address: int | None, size: int) -> bytes:
-    """Copies `size` bytes at `address` (b'' for NULL/0)."""
-    if not address or not size:
+# No user-space mapping is this large (x86-64 and aarch64 have 47-48 bit user
+# address spaces): a size or count at least this big is a caller's garbage,
+# refused before anything is read.
+HUGE_BYTES = 1 << 47
+# numpy arrays (the plugin's buffers) have at most 64 dimensions.
+MAX_RANK = 64
+
+
+class BadArgument(ValueError):
+    """A pointer/size pair no valid call has: a NULL pointer with a nonzero
+    size or count, or a size larger than any mapping. The C dispatcher reads
+    ``pjrt_code``, so a handler that lets it escape answers INVALID_ARGUMENT."""
+
+    pjrt_code = ErrorCode.INVALID_ARGUMENT
+
+
+def check_array(address, count, item, what):
+    """Refuses (BadArgument) ``count`` items of ``item`` bytes at ``address``
+    when no valid call has them: NULL with a nonzero count, or more bytes
+    than any mapping."""
+    if count and not address:
+        raise BadArgument(f"{what} is NULL but its count/size is {count}")
+    if count * item >= HUGE_BYTES:
+        raise BadArgument(f"{what} has count/size {count}, larger than any buffer")
+
+
+def read_bytes(address: int | None, size: int, what: str = "a byte array") -> bytes:
+    """Copies `size` bytes at `address` (b'' for size 0)."""
+    if not size:
         return b""
+    check_array(address, size, 1, what)
     return ctypes.string_at(address, size)
 
 
-def read_str(address: int | None, size: int) -> str:
-    return read_bytes(address, size).decode("utf-8", errors="replace")
+def read_str(address: int | None, size: int, what: str = "a string") -> str:
+    return read_bytes(address, size, what).decode("utf-8", errors="replace")
 
 
-def read_int64s(address: int | None, count: int) -> tuple[int, ...]:
-    if not address or not count:
+def read_int64s(address: int | None, count: int, what: str = "an int64 array") -> tuple[int, ...]:
+    if not count:
         return ()
+    check_array(address, count, 8, what)
     return tuple((c_int64 * count).from_address(address))
 
 
-def read_pointers(address: int | None, count: int) -> list:
-    """Reads `count` pointers (ints, None for NULL) at `address`."""
-    if not address or not count:
-        return []
-    return (c_void_p * count).from_address(address)[:]
+def read_dims(address: int | None, count: int, what: str = "dims") -> tuple[int, ...]:
+    """A shape: at most MAX_RANK non-negative dimensions whose product is
+    below HUGE_BYTES (checked before a buffer of that shape is made)."""
+    if count > MAX_RANK:
+        raise BadArgument(f"{what} has {count} dimensions; at most {MAX_RANK} are supported")
+    dims = read_int64s(address, count, what)
+    if any(d < 0 for d in dims):
+        raise BadArgument(f"{what} {list(dims)} has a negative dimension")
+    n = 1
+    for d in dims:
+        n *= d
+    if n >= HUGE_BYTES:
+        raise BadArgument(f"{what} {list(dims)} has {n} elements, more than any buffer")
+    return dims
 
+
+def read_pointers(address: int | None, count: int, what: str = "a pointer array") -> list:
+    """Reads `count` pointers (ints, None for NULL) at `address`."""
+    if not count:
+        return []
+    check_array(address, count, 8, what)
+    return (c_void_p * count).from_address(address)[:]
 
 
 class SimpleArgs(Structure):

@@ -164,17 +164,40 @@ typedef struct {
   PayloadVisitor visitor; void *user_arg;
 } ErrorForEachPayloadArgs;
 
-static void api_error_destroy(ErrorDestroyArgs *a) { error_free(a->error); }
+/* pjrt_c_api.h's struct_size rule for the args structs implemented in C:
+ * every field of them exists since the first minor version, so a NULL args
+ * pointer or a struct that ends before its last field is a broken caller.
+ * Such a call is refused (INVALID_ARGUMENT; nothing at all for the two
+ * functions returning void) and nothing past what it gave is read or
+ * written. Found by the C API fuzz kind (tests/fuzz/capi_fuzz.py). */
+#define ARGS_OK(a, T, last) \
+  ((a) != NULL && (a)->struct_size >= offsetof(T, last) + sizeof(((T *)0)->last))
+
+static PJRT_Error *bad_args(const char *fn, const char *what) {
+  char buf[200];
+  snprintf(buf, sizeof buf, "%s: %s", fn, what);
+  return error_new_cstr(CODE_INVALID_ARGUMENT, buf);
+}
+#define TOO_SMALL "the args pointer is NULL or its struct_size is smaller than the struct"
+
+static void api_error_destroy(ErrorDestroyArgs *a) {
+  if (ARGS_OK(a, ErrorDestroyArgs, error)) error_free(a->error);
+}
 static void api_error_message(ErrorMessageArgs *a) {
-  a->message = a->error->message;
-  a->message_size = a->error->message_size;
+  if (!ARGS_OK(a, ErrorMessageArgs, message_size)) return;
+  a->message = a->error ? a->error->message : "";
+  a->message_size = a->error ? a->error->message_size : 0;
 }
 static PJRT_Error *api_error_get_code(ErrorGetCodeArgs *a) {
+  if (!ARGS_OK(a, ErrorGetCodeArgs, code)) return bad_args("PJRT_Error_GetCode", TOO_SMALL);
+  if (a->error == NULL) return bad_args("PJRT_Error_GetCode", "error is NULL");
   a->code = a->error->code;
   return NULL;
 }
 static PJRT_Error *api_error_for_each_payload(ErrorForEachPayloadArgs *a) {
-  (void)a;
+  if (!ARGS_OK(a, ErrorForEachPayloadArgs, user_arg))
+    return bad_args("PJRT_Error_ForEachPayload", TOO_SMALL);
+  if (a->error == NULL) return bad_args("PJRT_Error_ForEachPayload", "error is NULL");
   return NULL;
 }
 
@@ -307,6 +330,7 @@ typedef struct {
 static void trace_c_call(const char *name, void *obj);
 
 static PJRT_Error *api_event_destroy(EventArgs *a) {
+  if (!ARGS_OK(a, EventArgs, event)) return bad_args("PJRT_Event_Destroy", TOO_SMALL);
   if (a->event == NULL) return NULL;
   trace_c_call("PJRT_Event_Destroy", a->event);
   event_unref(a->event);
@@ -314,6 +338,7 @@ static PJRT_Error *api_event_destroy(EventArgs *a) {
 }
 
 static PJRT_Error *api_event_is_ready(EventIsReadyArgs *a) {
+  if (!ARGS_OK(a, EventIsReadyArgs, is_ready)) return bad_args("PJRT_Event_IsReady", TOO_SMALL);
   if (a->event == NULL) return error_new_cstr(CODE_INVALID_ARGUMENT, "PJRT_Event_IsReady: event is NULL");
   pthread_mutex_lock(&a->event->mu);
   a->is_ready = a->event->ready != 0;
@@ -323,6 +348,7 @@ static PJRT_Error *api_event_is_ready(EventIsReadyArgs *a) {
 
 static PJRT_Error *api_event_error(EventArgs *a) {
   PJRT_Error *status;
+  if (!ARGS_OK(a, EventArgs, event)) return bad_args("PJRT_Event_Error", TOO_SMALL);
   if (a->event == NULL) return error_new_cstr(CODE_INVALID_ARGUMENT, "PJRT_Event_Error: event is NULL");
   pthread_mutex_lock(&a->event->mu);
   if (!a->event->ready) {
@@ -337,6 +363,7 @@ static PJRT_Error *api_event_error(EventArgs *a) {
 
 static PJRT_Error *api_event_await(EventArgs *a) {
   PJRT_Error *status;
+  if (!ARGS_OK(a, EventArgs, event)) return bad_args("PJRT_Event_Await", TOO_SMALL);
   if (a->event == NULL) return error_new_cstr(CODE_INVALID_ARGUMENT, "PJRT_Event_Await: event is NULL");
   trace_c_call("PJRT_Event_Await", a->event);
   pthread_mutex_lock(&a->event->mu);
@@ -347,7 +374,9 @@ static PJRT_Error *api_event_await(EventArgs *a) {
 }
 
 static PJRT_Error *api_event_on_ready(EventOnReadyArgs *a) {
-  PJRT_Event *ev = a->event;
+  PJRT_Event *ev;
+  if (!ARGS_OK(a, EventOnReadyArgs, user_arg)) return bad_args("PJRT_Event_OnReady", TOO_SMALL);
+  ev = a->event;
   if (ev == NULL || a->callback == NULL)
     return error_new_cstr(CODE_INVALID_ARGUMENT, "PJRT_Event_OnReady: event or callback is NULL");
   trace_c_call("PJRT_Event_OnReady", ev);
@@ -373,12 +402,20 @@ static PJRT_Error *api_event_on_ready(EventOnReadyArgs *a) {
 }
 
 static PJRT_Error *api_event_create(EventCreateArgs *a) {
+  if (!ARGS_OK(a, EventCreateArgs, event)) return bad_args("PJRT_Event_Create", TOO_SMALL);
   a->event = event_new(0, CODE_OK, NULL, 0, 1);
   return a->event ? NULL : &kOutOfMemoryError;
 }
 
 static PJRT_Error *api_event_set(EventSetArgs *a) {
+  if (!ARGS_OK(a, EventSetArgs, error_message_size)) return bad_args("PJRT_Event_Set", TOO_SMALL);
   if (a->event == NULL) return error_new_cstr(CODE_INVALID_ARGUMENT, "PJRT_Event_Set: event is NULL");
+  if (a->error_code < 0 || a->error_code > 16)
+    return bad_args("PJRT_Event_Set", "error_code is not a PJRT_Error_Code (0-16)");
+  if (a->error_message == NULL && a->error_message_size > 0)
+    return bad_args("PJRT_Event_Set", "error_message is NULL but error_message_size is not 0");
+  if (a->error_message_size >= ((size_t)1 << 47))
+    return bad_args("PJRT_Event_Set", "error_message_size is larger than any buffer");
   if (event_set(a->event, a->error_code, a->error_message, a->error_message_size) != 0)
     return error_new_cstr(CODE_FAILED_PRECONDITION, "PJRT_Event_Set: event is already set");
   return NULL;

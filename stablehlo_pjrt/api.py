@@ -65,6 +65,7 @@ def handler(fn):
 
 
 _ARGS = C.args_classes()
+_ARGS["PJRT_AsyncTrackingEvent_Destroy"] = C.SimpleArgs  # args: the event only
 _read_size = ctypes.c_size_t.from_address
 
 
@@ -73,8 +74,20 @@ def _sized(name, fn, size):
     older header passes a smaller args struct: the handler works on a zeroed
     full-size copy (fields the caller does not know read as absent) and only
     the caller's bytes are copied back, so nothing is written past its struct.
-    A larger struct is served in place (its extra fields are never touched)."""
+    A larger struct is served in place (its extra fields are never touched).
+    Arguments the shared readers refuse (_capi.BadArgument: a NULL array with
+    a count, a size larger than any buffer) are INVALID_ARGUMENT naming the
+    function; a MemoryError is RESOURCE_EXHAUSTED."""
     def run(ptr):
+        try:
+            return checked(ptr)
+        except C.BadArgument as e:
+            raise invalid_argument(f"{name}: {e}") from None
+        except MemoryError:
+            raise PjrtError(C.ErrorCode.RESOURCE_EXHAUSTED,
+                            f"{name}: out of host memory") from None
+
+    def checked(ptr):
         if not ptr:
             raise invalid_argument(f"{name}: the args pointer is NULL")
         n = _read_size(ptr).value
@@ -257,8 +270,11 @@ def Client_DefaultDeviceAssignment(ptr):
     r, p = a.num_replicas, a.num_partitions
     if r < 1 or p < 1:
         raise invalid_argument(f"invalid replica/partition counts {r}x{p}")
+    if not a.default_assignment:
+        raise invalid_argument("default_assignment is NULL")
     if a.default_assignment_size < r * p:
-        raise invalid_argument(
+        # FAILED_PRECONDITION, as XLA's C API test of this case asks.
+        raise failed_precondition(
             f"default_assignment has room for {a.default_assignment_size} ids, "
             f"{r * p} needed")
     flat = [d for row in c.default_assignment(r, p) for d in row]
@@ -270,8 +286,9 @@ def Client_BufferFromHostBuffer(ptr):
     a = C.Client_BufferFromHostBuffer_Args.from_address(ptr)
     client = _client(a.client)
     device, memory = device_and_memory(client, a.device, a.memory)
-    dims = C.read_int64s(a.dims, a.num_dims)
-    strides = C.read_int64s(a.byte_strides, a.num_byte_strides) if a.num_byte_strides else None
+    dims = C.read_dims(a.dims, a.num_dims)
+    strides = (C.read_int64s(a.byte_strides, a.num_byte_strides, "byte_strides")
+               if a.num_byte_strides else None)
     # A device layout other than dense major-to-minor only changes how an
     # accelerator would store the data; numpy storage is always logical.
     buf, done = buffer_from_host(client, a.data, a.type, dims, strides,
@@ -288,7 +305,7 @@ def Client_CreateUninitializedBuffer(ptr):
     a = C.Client_CreateUninitializedBuffer_Args.from_address(ptr)
     client = _client(a.client)
     device, memory = device_and_memory(client, a.device, a.memory)
-    dims = C.read_int64s(a.shape_dims, a.shape_num_dims)
+    dims = C.read_dims(a.shape_dims, a.shape_num_dims, "shape_dims")
     array = np.zeros(dims, dtype_of(a.shape_element_type))
     buf = Buffer(array, a.shape_element_type, device, memory)
     a.buffer = buf.handle
@@ -299,10 +316,11 @@ def Client_CreateErrorBuffer(ptr):
     a = C.Client_CreateErrorBuffer_Args.from_address(ptr)
     client = _client(a.client)
     device, memory = device_and_memory(client, None, a.memory)
-    dims = tuple(C.read_int64s(a.shape_dims, a.shape_num_dims))
-    message = C.read_str(a.error_message, a.error_message_size)
-    if a.error_code == C.ErrorCode.OK:
-        raise invalid_argument("an error buffer needs a non-OK error code")
+    dims = tuple(C.read_dims(a.shape_dims, a.shape_num_dims, "shape_dims"))
+    message = C.read_str(a.error_message, a.error_message_size, "error_message")
+    _error_code(a.error_code)
+    if a.shape_element_type != C.BufferType.TOKEN:
+        dtype_of(a.shape_element_type)  # a known element type
     buf = Buffer(None, a.shape_element_type, device, memory,
                  error=(a.error_code, message), shape=dims)
     a.buffer = buf.handle
@@ -316,7 +334,7 @@ def Client_CreateViewOfDeviceBuffer(ptr):
     device, memory = device_and_memory(client, a.device, memory_h)
     if a.layout:
         raise unimplemented("views with an explicit layout are not supported by stablehlo_ref")
-    dims = tuple(C.read_int64s(a.dims, a.num_dims))
+    dims = tuple(C.read_dims(a.dims, a.num_dims))
     view = host_view(a.device_buffer_ptr, dtype_of(a.element_type), dims, None)
     callback = a.on_delete_callback
     user_arg = a.on_delete_callback_arg
@@ -490,6 +508,8 @@ def Device_GetAttributes(ptr):
 def Device_PoisonExecution(ptr):
     a = C.Device_PoisonExecution_Args.from_address(ptr)
     _device(a.device)
+    _error_code(a.error_code)
+    C.read_str(a.error_message, a.error_message_size, "error_message")
     # Executions finish before Execute returns, so none is ever pending.
     a.poisoned = False
 
@@ -770,9 +790,11 @@ def Executable_DeserializeAndLoad(ptr):
     fmt, options_bytes, code = parse_serialized(
         C.read_bytes(a.serialized_executable, a.serialized_executable_size))
     if a.struct_size >= C.struct_size(C.Executable_DeserializeAndLoad_Args) and \
-            a.overridden_serialized_compile_options:
+            (a.overridden_serialized_compile_options or
+             a.overridden_serialized_compile_options_size):
         options_bytes = C.read_bytes(a.overridden_serialized_compile_options,
-                                     a.overridden_serialized_compile_options_size)
+                                     a.overridden_serialized_compile_options_size,
+                                     "overridden_serialized_compile_options")
     # The serialized form is the program itself: "loading" recompiles it.
     meta = compile_program(code, fmt, CompileOptions(options_bytes))
     a.loaded_executable = LoadedExecutable(client, meta).handle
@@ -837,6 +859,30 @@ def LoadedExecutable_IsDeleted(ptr):
 _P = ctypes.c_void_p
 
 
+def _pointer_lists(address, outer: int, inner: int, what: str) -> list[list]:
+    """``outer`` arrays of ``inner`` pointers each, read through the checked
+    readers (Execute's argument lists): a NULL list or absurd count is
+    INVALID_ARGUMENT before anything is read."""
+    lists = C.read_pointers(address, outer, what)
+    return [C.read_pointers(lp, inner, f"{what}[{k}]") for k, lp in enumerate(lists)]
+
+
+def _output_lists(address, outer: int) -> list:
+    """Execute's output lists: ``outer`` non-NULL destinations."""
+    lists = C.read_pointers(address, outer, "output_lists")
+    if any(not lp for lp in lists):
+        raise invalid_argument("an output list (output_lists[k]) is NULL")
+    return lists
+
+
+def _error_code(code: int) -> int:
+    """A PJRT_Error_Code other than OK (1-16), as a caller must give for an error."""
+    if not 1 <= code <= 16:
+        raise invalid_argument(f"error code {code} is not a PJRT_Error_Code other than OK "
+                               "(1-16)")
+    return code
+
+
 @handler
 def LoadedExecutable_Execute(ptr):
     a = C.LoadedExecutable_Execute_Args.from_address(ptr)
@@ -849,19 +895,17 @@ def LoadedExecutable_Execute(ptr):
             raise invalid_argument("PJRT_ExecuteOptions.struct_size is smaller than its header")
         if opts.num_send_ops or opts.num_recv_ops:
             raise unimplemented("send/recv callbacks are not supported by stablehlo_ref")
-        n = opts.num_non_donatable_input_indices
-        non_donatable = (set((ctypes.c_int64 * n).from_address(opts.non_donatable_input_indices))
-                         if n else ())
+        non_donatable = set(C.read_int64s(opts.non_donatable_input_indices,
+                                          opts.num_non_donatable_input_indices,
+                                          "non_donatable_input_indices"))
     else:
         non_donatable = ()
     execute_device = maybe_lookup(a.execute_device, Device) if a.execute_device else None
-    arg_list_ptrs = (_P * num_devices).from_address(a.argument_lists) if num_devices else ()
-    argument_lists = []
-    for lp in arg_list_ptrs:
-        handles = (_P * num_args).from_address(lp)[:] if num_args else []
-        argument_lists.append([lookup(h, Buffer, "PJRT_Buffer") for h in handles])
+    argument_lists = [[lookup(h, Buffer, "PJRT_Buffer") for h in handles]
+                      for handles in _pointer_lists(a.argument_lists, num_devices, num_args,
+                                                    "argument_lists")]
+    out_list_ptrs = _output_lists(a.output_lists, num_devices)
     outputs = exe.execute(argument_lists, execute_device, non_donatable)
-    out_list_ptrs = (_P * num_devices).from_address(a.output_lists)
     for lp, outs in zip(out_list_ptrs, outputs):
         if outs:
             (_P * len(outs)).from_address(lp)[:] = [b.handle for b in outs]
@@ -1029,6 +1073,7 @@ def Buffer_CopyRawToHost(ptr):
             f"raw copy of [{a.offset}, {a.offset + a.transfer_size}) is outside the "
             f"{len(raw)} bytes of {buf}")
     if a.transfer_size:
+        C.check_array(a.dst, a.transfer_size, 1, "dst")
         ctypes.memmove(a.dst, bytes(raw[a.offset:a.offset + a.transfer_size]), a.transfer_size)
     a.event = _shim.event_new(True)
 
@@ -1077,7 +1122,8 @@ def Buffer_DecreaseExternalReferenceCount(ptr):
     a = C.Buffer_DecreaseExternalReferenceCount_Args.from_address(ptr)
     buf = _buffer(a.buffer)
     if buf.external_refs <= 0:
-        raise failed_precondition(f"{buf} has no external references to release")
+        # INVALID_ARGUMENT, as XLA's C API test DecreaseReferenceCountReturnsError asks.
+        raise invalid_argument(f"{buf} has no external references to release")
     buf.external_refs -= 1
 
 
@@ -1086,7 +1132,7 @@ def Buffer_Bitcast(ptr):
     a = C.Buffer_Bitcast_Args.from_address(ptr)
     buf = _buffer(a.buffer)
     array = buf.live_array()
-    dims = tuple(C.read_int64s(a.dims, a.num_dims))
+    dims = tuple(C.read_dims(a.dims, a.num_dims))
     new_dtype = dtype_of(a.element_type)
     nbytes = int(np.prod(dims, dtype=np.int64)) * new_dtype.itemsize
     if nbytes != buf.nbytes:
@@ -1112,6 +1158,8 @@ def _topology(h) -> Topology:
 @handler
 def TopologyDescription_Create(ptr):
     a = C.TopologyDescription_Create_Args.from_address(ptr)
+    # Checked like every caller string, though any name gives the one topology.
+    C.read_str(a.topology_name, a.topology_name_size, "topology_name")
     options = read_named_values(a.create_options, a.num_options)
     a.topology = Topology(configured_num_devices(options)).handle
 
@@ -1186,6 +1234,8 @@ def TopologyDescription_Fingerprint(ptr):
 def Compile(ptr):
     a = C.Compile_Args.from_address(ptr)
     _topology(a.topology)
+    if a.client:
+        _client(a.client)  # optional; if given it must be one of ours
     meta = compile_args(a.program, a.compile_options, a.compile_options_size)
     a.executable = Executable(meta).handle
     if trace.ENABLED:

@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 
 from . import _shim
-from ._capi import BufferType, HostBufferSemantics, MemoryLayoutType
+from ._capi import HUGE_BYTES, BufferType, HostBufferSemantics, MemoryLayoutType
 from .device import Device, Memory
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
 from .handles import int64_array, maybe_lookup, register
@@ -269,6 +269,11 @@ def host_view(data: int, dtype: np.dtype, dims: tuple[int, ...],
         raise invalid_argument("host data pointer is NULL")
     lo = sum(min(0, (d - 1) * s) for d, s in zip(dims, byte_strides))
     hi = sum(max(0, (d - 1) * s) for d, s in zip(dims, byte_strides)) + itemsize
+    if hi - lo >= HUGE_BYTES or data + lo < 0:
+        # No mapping spans this: garbage strides, refused before any read.
+        raise invalid_argument(
+            f"byte strides {list(byte_strides)} of {dims} reach {hi - lo} bytes "
+            f"(from offset {lo}), more than any host buffer")
     raw = (ctypes.c_char * (hi - lo)).from_address(data + lo)
     return np.ndarray(dims, dtype=dtype, buffer=raw, offset=-lo, strides=byte_strides)
 
@@ -380,12 +385,15 @@ def device_and_memory(client, device_h, memory_h):
     first device), else the device's default memory (the client's first
     device when neither is given)."""
     memory = maybe_lookup(memory_h, Memory)
+    given = maybe_lookup(device_h, Device)  # a non-NULL handle must be a live device
     if memory is not None:
         if not memory.devices:
             raise invalid_argument(f"{memory} is attached to no device")
-        device = memory.devices[0]
+        if given is not None and given not in memory.devices:
+            raise invalid_argument(f"{given} cannot address {memory}")
+        device = given or memory.devices[0]
     else:
-        device = maybe_lookup(device_h, Device) or client.devices[0]
+        device = given or client.devices[0]
         memory = device.default_memory
     return device, memory
 

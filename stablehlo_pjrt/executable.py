@@ -365,7 +365,8 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
         # what the executable keeps, serializes and reports as its program.
         code, code_format = hlo_to_stablehlo(code, code_format), "mlir"
     if code_format != "mlir":
-        raise unimplemented(
+        # INVALID_ARGUMENT, as XLA's plugins answer an unknown format.
+        raise invalid_argument(
             f"program format {code_format!r} is not supported by stablehlo_ref "
             "(only 'mlir': StableHLO bytecode, portable artifact or text; and "
             "'hlo'/'hlo_with_config': XLA HloModuleProto, converted to StableHLO)")

@@ -176,9 +176,48 @@ def read_in_this_process(ctx, data):
 
 
 def is_portable_artifact(data):
-    """True if the bytecode names the VHLO dialect (the dialect section lists
-    the names of the dialects it uses; a portable artifact uses `vhlo`)."""
+    """True if the bytecode names the VHLO dialect (the dialect section names
+    the dialects it uses through the string section; a portable artifact
+    uses `vhlo`). The string section is found by walking the section
+    headers: StableHLO's writer puts it last, after the attributes, so with
+    large constants it starts far into the file (a 100x100 f64 constant puts
+    it at byte 160,317)."""
+    strings = _string_section(data)
+    if strings is not None:
+        return b"vhlo\x00" in strings
     return b"vhlo\x00" in data[:65536] or b"vhlo" in data[:4096]
+
+
+def _varint(b, i):
+    """MLIR bytecode's prefix varint at ``b[i]``: (value, next index)."""
+    first = b[i]
+    if first & 1:
+        return first >> 1, i + 1
+    if first == 0:
+        return int.from_bytes(b[i + 1:i + 9], "little"), i + 9
+    n = (first & -first).bit_length()  # trailing zeros + 1 = bytes used
+    return int.from_bytes(b[i:i + n], "little") >> n, i + n
+
+
+def _string_section(data):
+    """The bytes of the bytecode's string section (id 0), or None when the
+    headers do not parse (the caller falls back to a prefix search)."""
+    try:
+        i = _varint(data, 4)[1]              # magic, then the version
+        i = data.index(b"\0", i) + 1         # the producer string
+        while i < len(data):
+            sid = data[i]
+            length, i = _varint(data, i + 1)
+            if sid & 0x80:                   # aligned section: alignment, padding
+                align, i = _varint(data, i)
+                if align > 1:
+                    i += -i % align
+            if sid & 0x7F == 0:
+                return data[i:i + length]
+            i += length
+    except (IndexError, ValueError):
+        return None
+    return None
 
 
 def _text(e):
