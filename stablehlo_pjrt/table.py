@@ -29,8 +29,12 @@ _traced_installed = None
 
 def _is_quiet(name: str) -> bool:
     """Slots that, once Python is gone, should succeed silently (leaking)
-    rather than report an error: jaxlib calls them from destructors."""
-    return name.endswith("_Destroy") or name.endswith("_Delete")
+    rather than report an error: jaxlib calls them from destructors (an
+    external reference is released by the destructor of a numpy view or
+    memoryview, which may run during interpreter shutdown; jaxlib aborts on
+    an error there)."""
+    return (name.endswith("_Destroy") or name.endswith("_Delete")
+            or name == "PJRT_Buffer_DecreaseExternalReferenceCount")
 
 
 def set_tracing(on: bool) -> None:

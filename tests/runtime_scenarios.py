@@ -316,17 +316,116 @@ def memory_kinds(jax, jnp, np):
 # DLPack.
 
 
-@scenario
-def dlpack(jax, jnp, np):
-    dev = jax.devices()[0]
-    a = np.arange(6.0, dtype=np.float32).reshape(2, 3)
-    y = jax.dlpack.from_dlpack(a, device=dev)
-    out = {"import": [y, str(next(iter(y.devices())).platform)]}
-    x = jax.device_put(jnp.arange(3.0), dev)
+def _attempt(f):
     try:
-        out["export"] = np.from_dlpack(x)
-    except Exception as e:  # noqa: BLE001
-        out["export"] = f"{type(e).__name__}: {e}"
+        return f()
+    except Exception as e:  # noqa: BLE001 - the error is the result
+        return f"{type(e).__name__}: {e}"
+
+
+def _dlpack_helpers(jax, dev):
+    """The plugin's DLPack helpers on stablehlo_ref; JAX's own calls on CPU
+    (which needs none): the same user intent on both platforms."""
+    import stablehlo_pjrt
+    if dev.platform == "stablehlo_ref":
+        return stablehlo_pjrt.dlpack_view, stablehlo_pjrt.from_dlpack
+    return (lambda x: x), jax.dlpack.from_dlpack
+
+
+@scenario
+def dlpack_export(jax, jnp, np):
+    import torch
+    dev = jax.devices()[0]
+    view, _ = _dlpack_helpers(jax, dev)
+    x = jax.device_put(jnp.arange(6.0).reshape(2, 3), dev)
+    p = x.unsafe_buffer_pointer()
+    out = {}
+    a = np.asarray(x)
+    out["asarray"] = [a.ctypes.data == p, a.flags.writeable, a]
+    m = memoryview(x)
+    out["memoryview"] = [m.readonly, np.asarray(m)]
+    out["dunder_dlpack"] = _attempt(lambda: type(x.__dlpack__()).__name__)
+    out["np_from_dlpack"] = _attempt(lambda: np.from_dlpack(x))
+    out["np_from_dlpack_cpu"] = _attempt(lambda: np.from_dlpack(x, device="cpu"))
+    out["torch_from_dlpack"] = _attempt(lambda: torch.from_dlpack(x).tolist())
+    out["jax_from_dlpack"] = _attempt(lambda: jax.dlpack.from_dlpack(x))
+    v = view(x)
+    n = np.from_dlpack(v)
+    t = torch.from_dlpack(v)
+    j = jax.dlpack.from_dlpack(v)
+    out["view"] = {"numpy": [n.ctypes.data == p, n.flags.writeable, n],
+                   "torch": [t.data_ptr() == p, t.tolist()],
+                   "jax": [str(next(iter(j.devices())).platform), j]}
+    h = jax.device_put(jnp.arange(3, dtype=jnp.int32),
+                       jax.sharding.SingleDeviceSharding(dev, memory_kind="pinned_host"))
+    hv = np.from_dlpack(view(h))
+    out["pinned_host"] = [hv.ctypes.data == h.unsafe_buffer_pointer(), hv]
+    b = jax.device_put(jnp.array([1, 2], jnp.bfloat16), dev)
+    out["bfloat16"] = torch.from_dlpack(view(b)).float().tolist()
+    return out
+
+
+@scenario
+def dlpack_import(jax, jnp, np):
+    import torch
+    dev = jax.devices()[0]
+    _, imp = _dlpack_helpers(jax, dev)
+    out = {}
+    # 64-byte aligned: XLA CPU views only such memory (else it copies, and
+    # refuses copy=False); stablehlo_ref views any address.
+    raw = np.zeros(8 * 4 + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    a = raw[start:start + 32].view(np.float32)
+    a[:] = np.arange(8)
+    y = imp(a, device=dev, copy=False)
+    out["numpy"] = [y.unsafe_buffer_pointer() == a.ctypes.data, str(y.sharding.memory_kind), y]
+    u = raw[start + 4:start + 20].view(np.float32)
+    out["unaligned_no_copy"] = _attempt(
+        lambda: [imp(u, device=dev, copy=False).unsafe_buffer_pointer() == u.ctypes.data])
+    t = torch.arange(12.0).reshape(3, 4)
+    y = imp(t, device=dev)
+    out["torch"] = [y.unsafe_buffer_pointer() == t.data_ptr(), y]
+    out["torch_transposed"] = imp(t.T, device=dev)
+    out["transposed_no_copy"] = _attempt(lambda: imp(t.T, device=dev, copy=False).tolist())
+    c = imp(a, device=dev, copy=True)
+    out["copy"] = [c.unsafe_buffer_pointer() == a.ctypes.data, c]
+    out["dtypes"] = [str(imp(v, device=dev).dtype) for v in (
+        np.array([True, False]), np.arange(3, dtype=np.int8), np.arange(3, dtype=np.uint16),
+        np.arange(3.0), np.arange(3, dtype=np.complex64), torch.ones(2, dtype=torch.bfloat16))]
+    # Used in a program, then the producer's memory is read through the view.
+    out["in_jit"] = jax.jit(lambda v: v * 2)(imp(a, device=dev))
+    out["public"] = jax.dlpack.from_dlpack(a, device=dev)
+    out["public_no_copy"] = _attempt(lambda: jax.dlpack.from_dlpack(a, device=dev,
+                                                                    copy=False).tolist())
+    return out
+
+
+@scenario
+def dlpack_lifetime(jax, jnp, np):
+    import gc
+
+    import torch
+    dev = jax.devices()[0]
+    view, _ = _dlpack_helpers(jax, dev)
+    out = {}
+    x = jax.device_put(jnp.arange(4.0), dev)
+    v = np.asarray(x)
+    x.delete()
+    out["view_after_delete"] = v
+    donate = jax.jit(lambda a: a + 1, donate_argnums=0)
+    z = jax.device_put(jnp.arange(4.0), dev)
+    w = np.asarray(z)
+    y = donate(z)
+    # XLA CPU does not donate a buffer a view refers to: it copies instead.
+    out["donate_with_view"] = [z.is_deleted(), y, w.tolist()]
+    del w
+    gc.collect()
+    out["donate_after_view"] = [z.is_deleted(), donate(z), z.is_deleted()]
+    d = jax.device_put(jnp.zeros(6), dev)
+    tv = torch.from_dlpack(view(d))
+    e = jax.jit(lambda a: jax.lax.dynamic_update_slice(a, jnp.ones(2), (2,)),
+                donate_argnums=0)(d)
+    out["torch_view_and_in_place"] = [d.is_deleted(), tv.tolist(), e]
     return out
 
 
