@@ -392,8 +392,7 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
             raise unimplemented(f"stablehlo_ref cannot run this sharded program: {e}") from None
     meta = ExecutableMeta(program, code, code_format, options, spmd=plan)
     meta.host_callbacks = callbacks  # keeps the callables alive with the executable
-    meta.aliased_params = donation.aliased_parameters(
-        program, plan.func if plan is not None else None)
+    meta.aliased_params = donation.aliased_parameters(meta)
     return meta
 
 
@@ -488,7 +487,6 @@ class LoadedExecutable:
                 f"{self} runs on {len(devices)} device(s) but {len(argument_lists)} "
                 "argument list(s) were given")
         n_in = len(meta.input_types)
-        donated = donation.donated_parameters(meta.aliased_params, non_donatable)
         inputs = []
         borrowed = []
         for dev, args in zip(devices, argument_lists):
@@ -497,23 +495,28 @@ class LoadedExecutable:
                     f"{meta.name} takes {n_in} argument(s), got {len(args)}")
             inputs.append([b.live_array() for b in args])
             borrowed.extend(b.array for b in args if b.borrowed)
-        donation.check_donations(argument_lists, donated)
+        # Per device, the donated parameters (None: no donation); raises
+        # XLA's errors for a buffer donated twice or donated and also used.
+        donations = donation.plan(meta.aliased_params, argument_lists, non_donatable,
+                                  self.logical_ids if execute_device is None else [(0, 0)])
         # Which results must be copied is decided from the inputs before the
         # run (which may consume donated arrays).
-        ownerships = [donation.OutputOwnership(ins, donated, borrowed) for ins in inputs]
+        ownerships = [donation.OutputOwnership(ins, donations[d] if donations else {}, borrowed)
+                      for d, ins in enumerate(inputs)]
         shi = _interpreter()
         if execute_device is not None and len(self.devices) > 1:
             raise unimplemented(
                 f"{self} spans {len(self.devices)} devices; launching it on a single "
                 "device is not supported by stablehlo_ref")
         def run():
+            if donations:
+                return donation.run_donating(meta, argument_lists, inputs, donations,
+                                             ownerships, num_replicas=meta.num_replicas,
+                                             num_partitions=meta.num_partitions)
             if meta.spmd is not None:
                 # A global-view sharded program: shards in, one global run,
                 # shards out (in partition order = self.devices order).
                 return meta.spmd.run(inputs)
-            if len(devices) == 1 and donated:
-                return [donation.run_donating(meta.program, argument_lists[0],
-                                              inputs, donated)]
             if len(devices) == 1:
                 return [meta.program.run(*inputs[0])]
             # One interpreter process per (replica, partition), in the
@@ -527,12 +530,10 @@ class LoadedExecutable:
             try:
                 results = interrupt.run_limited(run, limit) if limit else run()
             finally:
-                if donated:
+                if donations:
                     # Donated buffers are consumed by the run (also a failed
                     # one, which may have written them), as on XLA.
-                    for args in argument_lists:
-                        for i in donated:
-                            args[i].delete()
+                    donation.consume(argument_lists, donations)
         except KeyboardInterrupt:
             # Ctrl-C: the outputs are error buffers and the interrupt is
             # re-raised in the caller once Execute returns (interrupt.py).

@@ -117,7 +117,12 @@ class SpmdPlan:
                 globals_.append(shards[0])
             else:
                 globals_.append(sh.assemble(shards, self.devices, shape, t.dtype))
-        results = program.run(*globals_, func=self.func)
+        # The list is given up: an argument assembled here from shards is a
+        # fresh array only the run refers to, which in-place kernels
+        # (dynamic_update_slice) may then update instead of copying; a
+        # replicated argument is a device's own buffer array, which its
+        # other references protect (the interpreter checks them).
+        results = program.run_donated(globals_, func=self.func)
         per_device = [[None] * len(results) for _ in self.devices]
         for j, (value, sh, shape) in enumerate(zip(results, self.out_shardings,
                                                    self.out_shapes)):
@@ -125,6 +130,12 @@ class SpmdPlan:
                 parts = [value] * len(self.devices)
             else:
                 parts = sh.split(value, self.devices)
+                if not sh.is_replicated:
+                    # Each device owns its shard, as with XLA's per-device
+                    # memory: a view would keep the whole global result alive
+                    # as long as any one shard lives, and could never be
+                    # donated back for in-place reuse (donation.py).
+                    parts = [np.array(part, order="C") for part in parts]
             for p, part in enumerate(parts):
                 per_device[p][j] = part
         return per_device
