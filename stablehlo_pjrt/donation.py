@@ -248,13 +248,18 @@ class OutputOwnership:
             # references (``target`` and getrefcount's argument); another
             # buffer sharing the array (copies between devices do) adds one.
             if (target is not None and _root(array) != id(target)
-                    and _getrefcount(target) == 2 and target.shape == array.shape
-                    and target.dtype == array.dtype):
-                target.flags.writeable = True
-                np.copyto(target, array)
-                target.flags.writeable = False
+                    and _getrefcount(target) == 2 and target.nbytes == array.nbytes):
                 self.seen.add(id(target))
-                return target
+                target.flags.writeable = True
+                out = target
+                if target.shape != array.shape or target.dtype != array.dtype:
+                    # A buffer donor pairs by size (XLA's rule): the same
+                    # bytes under the output's shape and type.
+                    out = target.reshape(-1).view(array.dtype).reshape(array.shape)
+                np.copyto(out, array)
+                out.flags.writeable = False
+                target.flags.writeable = False
+                return out
             target = None
         root = _root(array)
         must_copy = (root in self.input_roots or root in self.seen

@@ -258,6 +258,97 @@ def donation_deletes_and_aliases(jax, jnp, np):
     return out
 
 
+def _shard_ptrs(a):
+    return [s.data.unsafe_buffer_pointer() for s in a.addressable_shards]
+
+
+@scenario
+def donation_multi_device(jax, jnp, np):
+    """Donation with every device (run with several): pmap, sharded jit with
+    and without out_shardings, replicated, shard_map; whether the donated
+    array is deleted, whether each device's output keeps the donated shard's
+    address, the values, and the error on reuse."""
+    import warnings
+
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+    devs = jax.devices()
+    n = len(devs)
+    mesh = jax.sharding.Mesh(np.array(devs), ("i",))
+    rows = NamedSharding(mesh, P("i"))
+    out = {}
+
+    def case(name, fn, x):
+        before = _shard_ptrs(x)
+        y = fn(x)
+        same = [a == b for a, b in zip(_shard_ptrs(y), before)]
+        out[name] = {"deleted": x.is_deleted(), "kept": same, "values": y,
+                     "reuse": _attempt(lambda: (x + 1).tolist())}
+
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        stack = np.stack([np.arange(4, dtype=np.float32) + i for i in range(n)])
+        case("pmap", jax.pmap(lambda a: a * 2, donate_argnums=0),
+             jax.pmap(lambda a: a + 0)(stack))
+        dus = lambda a: jax.lax.dynamic_update_slice(a, jnp.ones(2, a.dtype), (2,))  # noqa: E731
+        case("pmap_in_place", jax.pmap(dus, donate_argnums=0),
+             jax.pmap(lambda a: a + 0)(np.zeros((n, 6), np.float32)))
+        case("jit_out_shardings", jax.jit(lambda a: a * 2, donate_argnums=0, out_shardings=rows),
+             jax.device_put(jnp.arange(4.0 * n), rows))
+        case("jit_open_shardings", jax.jit(lambda a: a * 2, donate_argnums=0),
+             jax.device_put(jnp.arange(4.0 * n), rows))
+        case("jit_in_place", jax.jit(dus, donate_argnums=0, out_shardings=rows),
+             jax.device_put(jnp.zeros(4 * n), rows))
+        case("shard_map", jax.jit(jax.shard_map(lambda a: a.at[0].set(1.0), mesh=mesh,
+                                                in_specs=P("i"), out_specs=P("i")),
+                                  donate_argnums=0),
+             jax.device_put(jnp.zeros(4 * n), rows))
+        # Shapes differ, bytes agree: JAX leaves it to the compiler (buffer
+        # donor), which aliases by size.
+        case("reshape", jax.jit(lambda a: a.reshape(n, 4) + 1, donate_argnums=0,
+                                out_shardings=NamedSharding(mesh, P("i", None))),
+             jax.device_put(jnp.arange(4.0 * n), rows))
+        x = jax.device_put(jnp.arange(4.0 * n), rows)
+        s = jax.jit(lambda a: a.sum(), donate_argnums=0)(x)
+        out["unusable"] = [x.is_deleted(), s]
+        r = jax.device_put(jnp.arange(4.0), NamedSharding(mesh, P()))
+        y = jax.jit(lambda a: a + 1, donate_argnums=0, out_shardings=NamedSharding(mesh, P()))(r)
+        out["replicated"] = [r.is_deleted(), y]
+        # A shard copied to another device (the plugin's copy shares the
+        # array) must not see the donating program's write.
+        a = jax.device_put(jnp.arange(4.0 * n), rows)
+        b = jax.device_put(a.addressable_shards[0].data, devs[-1])
+        y = jax.jit(dus, donate_argnums=0, out_shardings=rows)(a)
+        out["shared_shard"] = [a.is_deleted(), b, y[:6]]
+        # A training loop: the parameters come back sharded and are donated
+        # again each step.
+        params = jax.device_put(jnp.ones(4 * n), rows)
+        step = jax.jit(lambda p, g: p - 0.5 * g, donate_argnums=0)
+        kept = []
+        for _ in range(3):
+            before = _shard_ptrs(params)
+            old, params = params, step(params, jnp.arange(4.0 * n))
+            kept.append(old.is_deleted() and _shard_ptrs(params) == before)
+        out["loop"] = [kept, params]
+    out["warnings"] = sorted(str(x.message).split("\n")[0] for x in w)
+    return out
+
+
+@scenario
+def donation_clashes(jax, jnp, np):
+    """XLA's errors for a buffer passed twice in a donating call."""
+    x = jnp.arange(4.0)
+    out = {}
+    out["twice"] = _attempt(lambda: jax.jit(lambda a, b: (a + b, a - b),
+                                            donate_argnums=(0, 1))(x, x))
+    out["donated_then_used"] = _attempt(lambda: jax.jit(lambda a, b: (a + b, a - b),
+                                                        donate_argnums=0)(x, x))
+    out["used_then_donated"] = _attempt(lambda: jax.jit(lambda a, b: (a + b, a - b),
+                                                        donate_argnums=1)(x, x))
+    out["alive_after"] = [x.is_deleted(), x]
+    return out
+
+
 @scenario
 def dce_sink_and_empty(jax, jnp, np):
     from jax import lax
