@@ -331,6 +331,7 @@ def Client_CreateViewOfDeviceBuffer(ptr):
 
 
 @handler
+@interrupt.cancel_on_interrupt("compilation")
 def Client_Compile(ptr):
     a = C.Client_Compile_Args.from_address(ptr)
     client = _client(a.client)
@@ -342,6 +343,7 @@ def Client_Compile(ptr):
 
 
 @handler
+@interrupt.cancel_on_interrupt("loading an executable")
 def Client_Load(ptr):
     a = C.Client_Load_Args.from_address(ptr)
     client = _client(a.client)
@@ -759,6 +761,7 @@ def Executable_GetCompileOptions(ptr):
 
 
 @handler
+@interrupt.cancel_on_interrupt("loading a serialized executable")
 def Executable_DeserializeAndLoad(ptr):
     a = C.Executable_DeserializeAndLoad_Args.from_address(ptr)
     client = _client(a.client)
@@ -1176,6 +1179,7 @@ def TopologyDescription_Fingerprint(ptr):
 
 
 @handler
+@interrupt.cancel_on_interrupt("compilation")
 def Compile(ptr):
     a = C.Compile_Args.from_address(ptr)
     _topology(a.topology)

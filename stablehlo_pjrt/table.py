@@ -95,6 +95,10 @@ def build_api() -> None:
         if not trace.ENABLED:
             global _traced_installed
             _traced_installed = False
+        # Ctrl-C pressed while jaxlib is in C++ is taken before the next
+        # handler starts (interrupt.py), not inside it.
+        from . import interrupt
+        interrupt.install_signal_hook()
         _shim.mark_api_ready()
         # At exit, stop pool threads (which do not hold the GIL) from waiting
         # for it; JAX's own atexit cleanup runs on the main thread, which
