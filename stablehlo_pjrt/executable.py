@@ -124,6 +124,14 @@ class CompileOptions:
                 opts = xla_client.CompileOptions.ParseFromString(serialized)
             except Exception as e:
                 raise invalid_argument(f"cannot parse compile options: {e}") from None
+            # XLA applies each override to its DebugOptions, whose fields are
+            # all named xla_*; any other key is an error there (XLA's text).
+            # The interpreter has no XLA passes: xla_* options are accepted
+            # and ignored (their names and value types are not checked: the
+            # DebugOptions schema is not available to Python).
+            for key, _ in sorted(opts.env_option_overrides):
+                if not key.startswith("xla_"):
+                    raise invalid_argument(f"No such compile option: '{key}'")
             build = opts.executable_build_options
             self.num_replicas = max(1, int(build.num_replicas))
             self.num_partitions = max(1, int(build.num_partitions))
@@ -256,6 +264,38 @@ class ExecutableMeta:
         return sum(_nbytes(t) for t in self.output_types)
 
 
+def _check_layout_modes(program) -> None:
+    """Buffers are row-major numpy arrays and executables report the default
+    layout: a program that asks for another one (``mhlo.layout_mode``, from
+    ``jax.experimental.layout.Layout(major_to_minor=...)`` other than the
+    row-major order) is refused here, with the reason, rather than compiled
+    with a layout JAX would then find overridden ("Unexpected XLA layout
+    override")."""
+    entry = program.function()
+    for what, attrs_list, types in (("argument", entry.arg_attrs, entry.input_types),
+                                    ("result", entry.result_attrs, entry.output_types)):
+        for i, attrs in enumerate(attrs_list or ()):
+            mode = attrs.get("mhlo.layout_mode") if isinstance(attrs, dict) else None
+            if mode is None:
+                continue
+            mode = str(mode).strip('"')
+            rank = len(getattr(types[i], "shape", ()) or ()) if i < len(types) else 0
+            row_major = "{" + ",".join(str(d) for d in range(rank - 1, -1, -1)) + "}"
+            if mode in ("default", "auto", row_major):
+                continue
+            m2m = mode
+            if mode.startswith("{") and mode.endswith("}") and ":" not in mode:
+                try:
+                    dims = [int(d) for d in mode[1:-1].split(",") if d.strip()]
+                    m2m = f"Layout(major_to_minor={tuple(reversed(dims))})"
+                except ValueError:
+                    pass
+            raise unimplemented(
+                f"{what} {i} of @{entry.name} asks for the layout {mode} ({m2m}); "
+                "stablehlo_ref keeps arrays in row-major order (major_to_minor="
+                f"{tuple(range(rank))}) and supports only that layout and Layout.AUTO")
+
+
 def _memory_kinds(attr_list, n) -> list[str]:
     kinds = []
     for i in range(n):
@@ -381,6 +421,7 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
         raise invalid_argument(f"stablehlo_ref could not load the program: {e}") from None
     except shi.InterpreterError as e:
         raise invalid_argument(f"stablehlo_ref could not compile the program: {e}") from None
+    _check_layout_modes(program)
     from .callbacks import bind_program
     callbacks = bind_program(program)
     plan = None

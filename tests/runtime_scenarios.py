@@ -525,24 +525,31 @@ def dlpack_lifetime(jax, jnp, np):
 
 @scenario
 def custom_layouts(jax, jnp, np):
-    """jax.experimental.layout: a column-major (major_to_minor=(0, 1)) array
-    put on the device, through a jit with that layout in and out, then into a
-    jit with default layouts."""
+    """jax.experimental.layout: an explicit row-major layout
+    (Layout(major_to_minor=(0, 1)), JAX's default) put on the device, through
+    a jit with that layout in and out, then into a jit with default layouts;
+    Layout.AUTO; and a column-major layout (major_to_minor=(1, 0))."""
     from jax.experimental.layout import Format, Layout
     s = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    col = Format(Layout(major_to_minor=(0, 1)), s)
+    row = Format(Layout(major_to_minor=(0, 1)), s)
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
-    xd = jax.device_put(x, col)
-    f = jax.jit(lambda a: a[:, ::-1] * 2 + a.sum(0), in_shardings=col, out_shardings=col)
+    xd = jax.device_put(x, row)
+    f = jax.jit(lambda a: a[:, ::-1] * 2 + a.sum(0), in_shardings=row, out_shardings=row)
     y = f(xd)
     z = jax.jit(lambda a: a + 1)(y)
     auto = jax.jit(lambda a: a * 2, in_shardings=Format(Layout.AUTO),
                    out_shardings=Format(Layout.AUTO)).lower(
         jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)).compile()
+    col = Format(Layout(major_to_minor=(1, 0)), s)
+
+    def column_major():
+        c = jax.jit(lambda a: a * 2, in_shardings=col, out_shardings=col)(x)
+        return [list(c.format.layout.major_to_minor), np.asarray(c)]
     return {"put": [list(xd.format.layout.major_to_minor), np.asarray(xd)],
             "jit": [list(y.format.layout.major_to_minor), np.asarray(y)],
             "default_after": [list(z.format.layout.major_to_minor), np.asarray(z)],
-            "auto": list(auto.input_formats[0][0].layout.major_to_minor)}
+            "auto": list(auto.input_formats[0][0].layout.major_to_minor),
+            "column_major": _attempt(column_major)}
 
 
 def _plain(tree):
