@@ -88,11 +88,6 @@ def _is_own(frame) -> bool:
     return name.split(".", 1)[0] in _OWN
 
 
-# A one-shot trace function is armed (rearm_interrupt): a second arming
-# would take the first one's function for the tracer to restore.
-_armed: list = []
-
-
 def rearm_interrupt(exc=KeyboardInterrupt) -> None:
     """Raise ``exc`` (KeyboardInterrupt) in the Python code that called into
     jaxlib, at its next line.
@@ -107,8 +102,6 @@ def rearm_interrupt(exc=KeyboardInterrupt) -> None:
     Python's tracing hooks are the only way to run code in a caller's frame;
     JAX has no hook for it (see docs/runtime.md, "JAX internals")."""
     import sys
-    if _armed:
-        return
     frame = sys._getframe(1)
     while frame is not None and _is_own(frame):
         frame = frame.f_back
@@ -116,21 +109,26 @@ def rearm_interrupt(exc=KeyboardInterrupt) -> None:
         import _thread
         _thread.interrupt_main()
         return
+    if getattr(frame.f_trace, "_stablehlo_interrupt", False):
+        return  # this frame is armed already (two calls interrupted before it resumed)
     previous = sys.gettrace()
+    # Armed on another frame that has not resumed yet: restore what that
+    # arming saved, never this module's own global function.
+    previous = getattr(previous, "_stablehlo_previous", previous)
     previous_local = frame.f_trace
 
     def local(f, event, arg):
         if event in ("line", "return", "exception") and f is frame:
             sys.settrace(previous)
             f.f_trace = previous_local
-            _armed.clear()
             raise exc
         return local
 
     def global_trace(f, event, arg):
         return None  # no tracing of other frames
 
-    _armed.append(frame)
+    local._stablehlo_interrupt = True
+    global_trace._stablehlo_previous = previous
     frame.f_trace = local
     frame.f_trace_lines = True
     sys.settrace(global_trace)
