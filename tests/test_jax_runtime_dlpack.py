@@ -134,3 +134,43 @@ def test_jax_hooks_the_helpers_rely_on():
     src = inspect.getsource(array_mod.ArrayImpl.__dlpack_device__)
     assert 'self.platform() == "cpu"' in src
     assert set(jdl._DL_DEVICE_TO_PLATFORM.values()) == {"cpu", "cuda", "rocm"}
+
+
+def test_external_reference_keeps_the_memory_of_a_deleted_buffer():
+    """At the PJRT level: a buffer deleted (or destroyed) while an external
+    reference is held keeps its memory valid until the reference is released
+    (XLA's rule; jaxlib's numpy views rely on it)."""
+    import ctypes
+
+    import numpy as np
+    from test_pjrt_capi import C, destroy_buffer, event_destroy, from_host, ok
+
+    from stablehlo_pjrt import buffer as buffer_mod
+    from stablehlo_pjrt import handles
+
+    client = ok("PJRT_Client_Create", C.Client_Create_Args()).client
+    values = np.arange(4, dtype=np.float32)
+    b, done = from_host(client, values, C.BufferType.F32)
+    event_destroy(done)
+    ok("PJRT_Buffer_IncreaseExternalReferenceCount",
+       C.Buffer_IncreaseExternalReferenceCount_Args(buffer=b))
+    ptr = ok("PJRT_Buffer_OpaqueDeviceMemoryDataPointer",
+             C.Buffer_OpaqueDeviceMemoryDataPointer_Args(buffer=b)).device_memory_ptr
+    ok("PJRT_Buffer_Delete", C.Buffer_Delete_Args(buffer=b))
+    buf = handles._objects[b]
+    assert buf.deleted and buf._held is not None
+    assert np.ctypeslib.as_array((ctypes.c_float * 4).from_address(ptr)).tolist() == \
+        [0.0, 1.0, 2.0, 3.0]
+    ok("PJRT_Buffer_DecreaseExternalReferenceCount",
+       C.Buffer_DecreaseExternalReferenceCount_Args(buffer=b))
+    assert buf._held is None  # released with the last reference
+    destroy_buffer(b)
+    # Destroyed while referenced (a caller bug): leaked, never freed under the view.
+    b2, done = from_host(client, values, C.BufferType.F32)
+    event_destroy(done)
+    ok("PJRT_Buffer_IncreaseExternalReferenceCount",
+       C.Buffer_IncreaseExternalReferenceCount_Args(buffer=b2))
+    held = handles._objects[b2]
+    destroy_buffer(b2)
+    assert held in buffer_mod._ORPHANS and held._held is not None
+    ok("PJRT_Client_Destroy", C.Client_Destroy_Args(client=client))
