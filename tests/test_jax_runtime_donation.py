@@ -104,3 +104,70 @@ def test_parallel_run_consumes_unshared_arguments():
     a = [np.zeros(6, np.float32), np.ones(2, np.float32)]
     r = program.run_parallel([a, list(a)])
     assert a[0].tolist() == [0.0] * 6 and r[0][0].tolist() == [0.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+
+
+DONATING_REPLICATED = """
+module @donating attributes {mhlo.num_replicas = 2 : i32} {
+  func.func public @main(%a: tensor<6xf32> {tf.aliasing_output = 0 : i32}) -> tensor<6xf32> {
+    %u = stablehlo.constant dense<1.0> : tensor<2xf32>
+    %c = stablehlo.constant dense<2> : tensor<i32>
+    %r = stablehlo.dynamic_update_slice %a, %u, %c : (tensor<6xf32>, tensor<2xf32>, tensor<i32>) -> tensor<6xf32>
+    return %r : tensor<6xf32>
+  }
+}
+"""
+
+
+def test_replicated_program_reuses_donated_memory_through_pjrt():
+    """Through the PJRT C API: a program with two replicas (one interpreter
+    process per device) whose donated parameter is updated in place on each
+    device: inputs deleted, each output at its input's address."""
+    import ctypes
+
+    from jax._src.lib import xla_client
+    from test_pjrt_capi import (
+        C,
+        compile_text,
+        destroy_buffer,
+        event_destroy,
+        from_host,
+        ok,
+        to_host,
+    )
+
+    from stablehlo_pjrt.handles import NamedValues
+    opts_nv = NamedValues({"num_devices": 2})
+    c = ok("PJRT_Client_Create", C.Client_Create_Args(
+        create_options=opts_nv.address, num_options=opts_nv.count)).client
+    try:
+        opts = xla_client.CompileOptions()
+        opts.executable_build_options.num_replicas = 2
+        opts.executable_build_options.num_partitions = 1
+        opts.device_assignment = xla_client.DeviceAssignment.create(np.array([[0], [1]]))
+        exe, err = compile_text(c, DONATING_REPLICATED, opts.SerializeAsString())
+        assert err is None, err
+        bufs, ptrs = [], []
+        for k in range(2):
+            b, done = from_host(c, np.full(6, k, np.float32), C.BufferType.F32)
+            event_destroy(done)
+            bufs.append(b)
+            ptrs.append(ok("PJRT_Buffer_UnsafePointer",
+                           C.Buffer_UnsafePointer_Args(buffer=b)).buffer_pointer)
+        lists = [(ctypes.c_void_p * 1)(b) for b in bufs]
+        arg_lists = (ctypes.c_void_p * 2)(*(ctypes.addressof(a) for a in lists))
+        outs = [(ctypes.c_void_p * 1)() for _ in range(2)]
+        out_lists = (ctypes.c_void_p * 2)(*(ctypes.addressof(o) for o in outs))
+        ok("PJRT_LoadedExecutable_Execute", C.LoadedExecutable_Execute_Args(
+            executable=exe, argument_lists=ctypes.addressof(arg_lists), num_devices=2,
+            num_args=1, output_lists=ctypes.addressof(out_lists)))
+        for k in range(2):
+            assert ok("PJRT_Buffer_IsDeleted", C.Buffer_IsDeleted_Args(buffer=bufs[k])).is_deleted
+            out = outs[k][0]
+            assert ok("PJRT_Buffer_UnsafePointer",
+                      C.Buffer_UnsafePointer_Args(buffer=out)).buffer_pointer == ptrs[k]
+            assert to_host(out, np.float32, (6,)).tolist() == [k, k, 1.0, 1.0, k, k]
+            destroy_buffer(out)
+            destroy_buffer(bufs[k])
+        ok("PJRT_LoadedExecutable_Destroy", C.LoadedExecutable_Destroy_Args(executable=exe))
+    finally:
+        ok("PJRT_Client_Destroy", C.Client_Destroy_Args(client=c))
