@@ -242,12 +242,13 @@ class ExecutableMeta:
             return count, 0, 0
         cached = self._shardings_c.get(which)
         if cached is None:
+            # (An empty result tuple still has one sharding: op_shardings.)
             protos = [CString(b) for b in self.spmd.op_shardings(which)]
             ptrs = pointer_array(c.address for c in protos)
             sizes = np.array([c.size for c in protos] or [0], dtype=np.uint64)
             cached = self._shardings_c[which] = (protos, ptrs, sizes)
         protos, ptrs, sizes = cached
-        return count, ptrs[1], sizes.ctypes.data
+        return len(protos), ptrs[1], sizes.ctypes.data
 
     def serialize(self) -> bytes:
         fmt = self.format.encode()

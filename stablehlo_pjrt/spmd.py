@@ -97,6 +97,11 @@ class SpmdPlan:
     def op_shardings(self, which):
         shardings = self.in_shardings if which == "in" else self.out_shardings
         shapes = self.in_shapes if which == "in" else self.out_shapes
+        if which == "out" and not shapes:
+            # No results: XLA reports the sharding of the empty result tuple,
+            # one element (IFRT refuses any other count: "HLO module output
+            # is an empty tuple, but the output sharding has 0 elements").
+            return [encode_op_sharding(REPLICATED)]
         out = []
         for sh, shape in zip(shardings, shapes):
             out.append(op_sharding(sh, 0 if shape is None else len(shape), self.devices))

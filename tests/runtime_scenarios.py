@@ -187,6 +187,17 @@ def debug_print_pmap(jax, jnp, np):
                     devices=jax.devices()[:2])(jnp.arange(2.0))
 
 
+@scenario
+def debug_print_pmap_no_outputs(jax, jnp, np):
+    # A program with no results on several devices: PJRT reports one
+    # sharding for the empty result tuple (JAX's debugging_primitives_test
+    # test_unordered_print_works_in_pmap).
+    jax.pmap(lambda v: jax.debug.print("pmap only {}", v),
+             devices=jax.devices()[:2])(jnp.arange(2.0))
+    jax.effects_barrier()
+    return None
+
+
 # ---------------------------------------------------------------------------
 # Buffer ownership: aliasing and donation.
 
