@@ -175,6 +175,19 @@ def _reusable(buf, array) -> bool:
     return not buf.borrowed and array.__class__ is np.ndarray and array.base is None
 
 
+def _whole(buf, array) -> bool:
+    """A donated shard the sharded-jit path may write its output into:
+    owned memory (as :func:`_reusable`), or a view of all of an array that
+    owns it (an earlier output written into a donated shard under another
+    shape or type)."""
+    if _reusable(buf, array):
+        return True
+    base = array.base
+    return (not buf.borrowed and array.__class__ is np.ndarray and base.__class__ is np.ndarray
+            and base.base is None and array.nbytes == base.nbytes
+            and array.flags.c_contiguous)
+
+
 def run_donating(meta, argument_lists, inputs, donations, ownerships, **parallel):
     """Run ``meta``'s program letting it reuse donated memory; returns the
     per-device result lists like the plain run.
@@ -194,8 +207,9 @@ def run_donating(meta, argument_lists, inputs, donations, ownerships, **parallel
     is not kept alive by a shard."""
     if meta.spmd is not None:
         for args, ins, donated, own in zip(argument_lists, inputs, donations, ownerships):
-            own.reuse = {k: ins[i] for i, k in donated.items() if _reusable(args[i], ins[i])}
-        results = meta.spmd.run(inputs)
+            own.reuse = {k: ins[i] for i, k in donated.items() if _whole(args[i], ins[i])}
+        written_back = set.intersection(*(set(own.reuse) for own in ownerships))
+        results = meta.spmd.run(inputs, written_back=written_back, consume=True)
         for ins, donated in zip(inputs, donations):
             for i in donated:
                 ins[i] = None  # the output owners hold the only references now
@@ -247,8 +261,13 @@ class OutputOwnership:
             # Written only if nothing else refers to the donated shard: two
             # references (``target`` and getrefcount's argument); another
             # buffer sharing the array (copies between devices do) adds one.
-            if (target is not None and _root(array) != id(target)
-                    and _getrefcount(target) == 2 and target.nbytes == array.nbytes):
+            if (target is not None and _root(array) != _root(target)
+                    and _getrefcount(target) == 2 and target.nbytes == array.nbytes
+                    and (target.base is None or _getrefcount(target.base) == 2)):
+                # (A view of a whole array: its base is referenced by the
+                # view alone, and getrefcount's argument.)
+                if target.base is not None:
+                    target = target.base
                 self.seen.add(id(target))
                 target.flags.writeable = True
                 out = target

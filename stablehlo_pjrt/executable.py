@@ -435,6 +435,8 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
     meta = ExecutableMeta(program, code, code_format, options, spmd=plan)
     meta.host_callbacks = callbacks  # keeps the callables alive with the executable
     meta.aliased_params = donation.aliased_parameters(meta)
+    if plan is not None:
+        plan.owned_outputs = frozenset(meta.aliased_params.values())
     return meta
 
 

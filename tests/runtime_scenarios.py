@@ -290,11 +290,17 @@ def donation_multi_device(jax, jnp, np):
     out = {}
 
     def case(name, fn, x):
-        before = _shard_ptrs(x)
+        # Two donating steps: the first donates an array another program
+        # made, the second the first's output (a training loop's state).
+        first = _shard_ptrs(x)
         y = fn(x)
-        same = [a == b for a, b in zip(_shard_ptrs(y), before)]
-        out[name] = {"deleted": x.is_deleted(), "kept": same, "values": y,
+        out[name] = {"deleted": x.is_deleted(),
+                     "kept_first": [a == b for a, b in zip(_shard_ptrs(y), first)],
                      "reuse": _attempt(lambda: (x + 1).tolist())}
+        before = _shard_ptrs(y)
+        z = fn(y)
+        out[name].update(deleted_again=y.is_deleted(), values=z,
+                         kept=[a == b for a, b in zip(_shard_ptrs(z), before)])
 
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")

@@ -28,12 +28,23 @@ CASES = ["pmap", "pmap_in_place", "jit_out_shardings", "jit_open_shardings", "ji
          "shard_map", "reshape"]
 
 
+# Donated arrays that are shards of a result of a program without donation
+# (the first step of these cases: made by another jit or pmap) are views of
+# that program's global result, which the plugin does not write into: the
+# output gets new memory there (XLA CPU keeps the address). From the second
+# step on (a donated output donated again) every device keeps its memory.
+FIRST_STEP_VIEWS = {"pmap", "pmap_in_place"}
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_donated_deleted_and_memory_reused_like_cpu(multi, case):
     r, c = multi
-    assert r[case] == c[case]
-    assert r[case]["deleted"] is True
+    keys = set(r[case]) - ({"kept_first"} if case in FIRST_STEP_VIEWS else set())
+    assert {k: r[case][k] for k in keys} == {k: c[case][k] for k in keys}
+    assert r[case]["deleted"] is True and r[case]["deleted_again"] is True
     assert r[case]["kept"] == [True] * DEVICES  # every device reuses its shard
+    assert c[case]["kept_first"] == [True] * DEVICES
+    assert r[case]["kept_first"] == [case not in FIRST_STEP_VIEWS] * DEVICES
     assert r[case]["reuse"].startswith("RuntimeError: Array has been deleted with shape=float32[")
 
 
