@@ -67,7 +67,7 @@ def test_ctrl_c_during_a_long_compile():
     assert out[1] == "after [2.0, 2.0]", out  # the plugin is still usable
     assert out[2] == "recompiled True", out   # and the program compiles completely
     delay, full = map(float, out[3].split()[1:])
-    assert delay < 1.0 < full, out  # prompt, well before the compile would end
+    assert delay < 1.0 and delay < full / 2, out  # prompt, long before the compile's end
 
 
 PRELUDE = r"""
@@ -125,7 +125,7 @@ MAIN_THREAD_COMPILE = PRELUDE + r"""
 # loads of serialized executables do): the compile stops, the call fails
 # with CANCELLED, KeyboardInterrupt reaches the caller.
 import os, signal, threading, time
-N = 16000
+N = 40000
 body = "\n".join(f"  %v{i + 1} = stablehlo.sine %v{i} : tensor<3xf32>" for i in range(N))
 text = (f"func.func @main(%v0: tensor<3xf32>) -> tensor<3xf32> {{\n{body}\n"
         f"  return %v{N} : tensor<3xf32>\n}}").encode()
@@ -165,13 +165,13 @@ print("times", delay, time.perf_counter() - t0, flush=True)
 @pytest.mark.slow
 def test_ctrl_c_during_a_compile_on_the_main_thread():
     """`python -m pytest -m slow tests/test_jax_runtime_compile_interrupt.py`
-    (about 10 s: two compiles of 16000 ops)."""
+    (about 10 s: two compiles of 40000 ops)."""
     out = _run(MAIN_THREAD_COMPILE)
     assert out[0] == ("KeyboardInterrupt; compile returned (1, 'stablehlo_ref: compilation "
                       "was interrupted (KeyboardInterrupt)')"), out
     assert out[1] == "recompiled True", out
     delay, full = map(float, out[2].split()[1:])
-    assert delay < 1.0 < full, out
+    assert delay < 1.0 and delay < full / 2, out  # prompt, long before the compile's end
 
 
 def test_interrupted_read_restarts_the_helper(monkeypatch):
