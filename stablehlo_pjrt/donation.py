@@ -180,26 +180,26 @@ def _whole(buf, array) -> bool:
     owned memory (as :func:`_reusable`), or a view of all of an array that
     owns it (an earlier output written into a donated shard under another
     shape or type)."""
-    if _reusable(buf, array):
-        return True
+    if buf.borrowed or array.__class__ is not np.ndarray:
+        return False
     base = array.base
-    return (not buf.borrowed and array.__class__ is np.ndarray and base.__class__ is np.ndarray
-            and base.base is None and array.nbytes == base.nbytes
-            and array.flags.c_contiguous)
+    return base is None or (base.__class__ is np.ndarray and base.base is None
+                            and array.nbytes == base.nbytes and array.flags.c_contiguous)
 
 
 def run_donating(meta, argument_lists, inputs, donations, ownerships, **parallel):
     """Run ``meta``'s program letting it reuse donated memory; returns the
     per-device result lists like the plain run.
 
-    One device, or one process per device (pmap, and the plans jaxlib runs
-    per device): each donated buffer gives its array to the run before it
+    One device, or one interpreter process per device (programs with several
+    replicas): each donated buffer gives its array to the run before it
     starts (the buffer is deleted then, as it would be after the run anyway)
     and ``inputs`` is emptied, so that the interpreter holds the only
     reference; kernels with an in-place form (dynamic_update_slice) then
     update it, and an output that is the donated array keeps its address.
 
-    A sharded ``jit`` (one global run): the global arguments are assembled
+    A sharded ``jit``, ``shard_map`` or ``pmap`` (JAX 0.10.2 lowers pmap as a
+    sharded program; one global run): the global arguments are assembled
     from the shards (fresh arrays the run may update in place), and each
     device's donated shard is kept for its aliased output, which is written
     into it after the run (``ownerships[d].reuse``): the output keeps the
