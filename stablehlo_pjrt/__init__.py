@@ -43,6 +43,22 @@ def set_execute_timeout(seconds):
     _set(seconds)
 
 
+def dlpack_view(x):
+    """A zero-copy DLPack producer over a stablehlo_ref array's memory, for
+    ``np.from_dlpack`` / ``torch.from_dlpack`` / ``jax.dlpack.from_dlpack``
+    (JAX refuses ``x.__dlpack__()`` for platforms other than cpu/gpu); see
+    dlpack.py."""
+    from .dlpack import dlpack_view as _view
+    return _view(x)
+
+
+def from_dlpack(external, device=None, copy=None):
+    """A DLPack producer's host memory as a jax.Array on a stablehlo_ref
+    device, zero-copy when row-major; see dlpack.py."""
+    from .dlpack import from_dlpack as _from
+    return _from(external, device=device, copy=copy)
+
+
 def shim_path() -> str:
     """Path of the shared library exporting GetPjrtApi, for frameworks that
     load PJRT plugins by path (e.g. PJRT_NAMES_AND_LIBRARY_PATHS)."""

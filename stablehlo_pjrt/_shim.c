@@ -92,7 +92,8 @@ struct PJRT_Memory {
 };
 
 enum { CODE_OK = 0, CODE_INVALID_ARGUMENT = 3, CODE_FAILED_PRECONDITION = 9,
-       CODE_UNIMPLEMENTED = 12, CODE_INTERNAL = 13, CODE_UNAVAILABLE = 14 };
+       CODE_UNIMPLEMENTED = 12, CODE_INTERNAL = 13, CODE_UNAVAILABLE = 14,
+       CODE_CANCELLED = 1 };
 
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                   */
@@ -486,6 +487,13 @@ typedef struct {
 
 static Slot g_slots[MAX_SLOTS];
 static PyObject *g_trace_hook = NULL;
+/* Called as hook(slot_name, exception) when a Python signal handler raised
+ * as a handler was about to start (Ctrl-C pressed while jaxlib was busy in
+ * C++: the exception would otherwise surface inside whichever handler runs
+ * next, as that call's error). Returns a str to fail the call with CANCELLED
+ * and that text (long calls: compile, execute), None to run the handler; the
+ * hook arranges for the exception to reach the Python caller (interrupt.py). */
+static PyObject *g_interrupt_hook = NULL;
 /* Set by an atexit handler (api.py): from then on, threads that do not
  * already hold the GIL (jaxlib's pool threads destroying objects) no longer
  * wait for it.  A thread blocked in PyGILState_Ensure when finalization
@@ -572,6 +580,36 @@ static PJRT_Error *dispatch(int slot, void *args) {
   /* The caller may hold the GIL with an exception pending; park it so the
    * handler runs in a clean state, and put it back afterwards. */
   PyErr_Fetch(&ptype, &pvalue, &ptb);
+  /* A signal that arrived while jaxlib was in C++ (Ctrl-C during its part of
+   * a compile or dispatch) would raise at the handler's first bytecode, in
+   * the middle of a PJRT call; take it here, before the handler starts. */
+  if (g_interrupt_hook != NULL && PyErr_CheckSignals() < 0) {
+    PyObject *etype, *evalue, *etb;
+    PyErr_Fetch(&etype, &evalue, &etb);
+    PyErr_NormalizeException(&etype, &evalue, &etb);
+    res = PyObject_CallFunction(g_interrupt_hook, "sO", s->name ? s->name : "",
+                                evalue ? evalue : Py_None);
+    Py_XDECREF(etype);
+    Py_XDECREF(evalue);
+    Py_XDECREF(etb);
+    if (res == NULL) {
+      err = error_from_exception(s->name);
+      goto done;
+    }
+    if (PyUnicode_Check(res)) {
+      Py_ssize_t len;
+      const char *msg = PyUnicode_AsUTF8AndSize(res, &len);
+      if (msg == NULL) {
+        PyErr_Clear();
+        err = error_new_cstr(CODE_CANCELLED, "stablehlo_ref: interrupted");
+      } else {
+        err = error_new(CODE_CANCELLED, msg, (size_t)len);
+      }
+      Py_DECREF(res);
+      goto done;
+    }
+    Py_DECREF(res);
+  }
   if (s->handler == NULL) {
     char buf[256];
     snprintf(buf, sizeof buf, "%s is not implemented by the stablehlo_ref plugin",
@@ -592,6 +630,7 @@ static PJRT_Error *dispatch(int slot, void *args) {
       Py_DECREF(res);
     }
   }
+done:
   PyErr_Restore(ptype, pvalue, ptb);
   PyGILState_Release(gstate);
   return err;
@@ -798,6 +837,23 @@ static PyObject *py_memory_new(PyObject *self, PyObject *noargs) {
   return PyLong_FromVoidPtr(m);
 }
 
+static PyObject *py_set_interrupt_hook(PyObject *self, PyObject *hook) {
+  PyObject *old = g_interrupt_hook;
+  (void)self;
+  if (hook == Py_None) {
+    g_interrupt_hook = NULL;
+  } else {
+    if (!PyCallable_Check(hook)) {
+      PyErr_SetString(PyExc_TypeError, "interrupt hook must be callable or None");
+      return NULL;
+    }
+    Py_INCREF(hook);
+    g_interrupt_hook = hook;
+  }
+  Py_XDECREF(old);
+  Py_RETURN_NONE;
+}
+
 static PyObject *py_set_trace_hook(PyObject *self, PyObject *hook) {
   PyObject *old = g_trace_hook;
   (void)self;
@@ -939,6 +995,8 @@ static PyMethodDef kMethods[] = {
     {"event_state", py_event_state, METH_O, "event_state(ptr) -> (ready, code, message)"},
     {"memory_new", py_memory_new, METH_NOARGS, "Allocates a PJRT_Memory with its vtable."},
     {"set_trace_hook", py_set_trace_hook, METH_O, "Hook called as hook(name, ptr)."},
+    {"set_interrupt_hook", py_set_interrupt_hook, METH_O,
+     "Hook called as hook(slot_name, exception) for a signal pending at a call's start."},
     {"begin_exit", py_begin_exit, METH_NOARGS,
      "Interpreter exit has begun: only GIL holders may still enter Python."},
     {"blob_new", py_blob_new, METH_O, "Copies bytes into C memory freed by blob_free."},

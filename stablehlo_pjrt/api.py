@@ -23,10 +23,10 @@ from .buffer import (
     describe_with_value,
     device_and_memory,
     dtype_of,
-    host_view,
     preview,
     short_type,
     to_host,
+    view_of_memory,
 )
 from .client import Client, Topology, configured_num_devices, stablehlo_versions
 from .device import Device, DeviceDescription, Memory
@@ -332,10 +332,7 @@ def Client_CreateViewOfDeviceBuffer(ptr):
     client = _client(a.client)
     memory_h = a.memory if a.struct_size >= C.struct_size(C.Client_CreateViewOfDeviceBuffer_Args) else None
     device, memory = device_and_memory(client, a.device, memory_h)
-    if a.layout:
-        raise unimplemented("views with an explicit layout are not supported by stablehlo_ref")
     dims = tuple(C.read_dims(a.dims, a.num_dims))
-    view = host_view(a.device_buffer_ptr, dtype_of(a.element_type), dims, None)
     callback = a.on_delete_callback
     user_arg = a.on_delete_callback_arg
     device_ptr = a.device_buffer_ptr
@@ -346,13 +343,14 @@ def Client_CreateViewOfDeviceBuffer(ptr):
         def run_on_delete(fn=fn):
             fn(device_ptr, user_arg)
         on_free = run_on_delete
-    buf = Buffer(view, a.element_type, device, memory, on_free=on_free)
-    buf.borrowed = True
+    buf = view_of_memory(device_ptr, a.element_type, dims, a.layout, on_free, device, memory)
     a.buffer = buf.handle
-
+    if trace.ENABLED:
+        trace.note(obj=client, result=str(buf), zero_copy=buf.borrowed, value=preview(buf))
 
 
 @handler
+@interrupt.cancel_on_interrupt("compilation")
 def Client_Compile(ptr):
     a = C.Client_Compile_Args.from_address(ptr)
     client = _client(a.client)
@@ -364,6 +362,7 @@ def Client_Compile(ptr):
 
 
 @handler
+@interrupt.cancel_on_interrupt("loading an executable")
 def Client_Load(ptr):
     a = C.Client_Load_Args.from_address(ptr)
     client = _client(a.client)
@@ -784,6 +783,7 @@ def Executable_GetCompileOptions(ptr):
 
 
 @handler
+@interrupt.cancel_on_interrupt("loading a serialized executable")
 def Executable_DeserializeAndLoad(ptr):
     a = C.Executable_DeserializeAndLoad_Args.from_address(ptr)
     client = _client(a.client)
@@ -936,6 +936,7 @@ def Buffer_Destroy(ptr):
         return
     buf = _buffer(a.buffer)
     buf.delete()
+    buf.orphan()
     release(a.buffer)
     if trace.ENABLED:
         trace.note(obj=buf)
@@ -1018,9 +1019,11 @@ def Buffer_IsDeleted(ptr):
 def Buffer_IsOnCpu(ptr):
     a = C.Buffer_IsOnCpu_Args.from_address(ptr)
     _buffer(a.buffer)
-    # The data is in host memory, but it is only reachable through the PJRT
-    # calls: saying "on CPU" would invite jaxlib to alias it directly.
-    a.is_on_cpu = False
+    # Every memory of a stablehlo_ref device is host memory. Saying so lets
+    # jaxlib alias it as it does XLA CPU's: np.asarray(x) and memoryview(x)
+    # become zero-copy read-only views that hold an external reference (see
+    # Buffer.delete and donation.py for what such a reference guarantees).
+    a.is_on_cpu = True
 
 
 @handler
@@ -1112,19 +1115,13 @@ def Buffer_OpaqueDeviceMemoryDataPointer(ptr):
 @handler
 def Buffer_IncreaseExternalReferenceCount(ptr):
     a = C.Buffer_IncreaseExternalReferenceCount_Args.from_address(ptr)
-    buf = _buffer(a.buffer)
-    buf.live_array()
-    buf.external_refs += 1
+    _buffer(a.buffer).add_external_reference()
 
 
 @handler
 def Buffer_DecreaseExternalReferenceCount(ptr):
     a = C.Buffer_DecreaseExternalReferenceCount_Args.from_address(ptr)
-    buf = _buffer(a.buffer)
-    if buf.external_refs <= 0:
-        # INVALID_ARGUMENT, as XLA's C API test DecreaseReferenceCountReturnsError asks.
-        raise invalid_argument(f"{buf} has no external references to release")
-    buf.external_refs -= 1
+    _buffer(a.buffer).release_external_reference()
 
 
 @handler
@@ -1231,6 +1228,7 @@ def TopologyDescription_Fingerprint(ptr):
 
 
 @handler
+@interrupt.cancel_on_interrupt("compilation")
 def Compile(ptr):
     a = C.Compile_Args.from_address(ptr)
     _topology(a.topology)

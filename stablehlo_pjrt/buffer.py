@@ -146,6 +146,8 @@ def _interpreter_token():
 
 
 TOKEN = Token()
+# Buffers destroyed with external references still held (Buffer.orphan).
+_ORPHANS: list = []
 
 # ----------------------------------------------------------------------------
 # Buffers
@@ -162,7 +164,7 @@ class Buffer:
 
     __slots__ = ("handle", "array", "type", "shape", "device", "memory",
                  "deleted", "nbytes", "error", "on_free", "borrowed", "external_refs",
-                 "_dims_c", "_layout_c", "__weakref__")
+                 "_held", "_dims_c", "_layout_c", "__weakref__")
 
     def __init__(self, array, buffer_type: int, device, memory=None,
                  on_free=None, error: tuple[int, str] | None = None,
@@ -182,7 +184,11 @@ class Buffer:
         # on_free; anything derived from them that outlives this buffer
         # (copies to other devices, execution results) must be copied.
         self.borrowed = on_free is not None
+        # PJRT external references (jaxlib's zero-copy numpy views and DLPack
+        # exports hold one): while any is held the memory must stay valid and
+        # unchanged, even after delete() (see release_external_reference).
         self.external_refs = 0
+        self._held = None
         self._dims_c = None
         self._layout_c = None
         device.allocated(self.nbytes)
@@ -203,11 +209,42 @@ class Buffer:
         if self.deleted:
             return
         self.deleted = True
+        if self.external_refs:
+            # Someone outside holds a pointer to this memory (a numpy view or
+            # DLPack capsule): the buffer is gone, the memory stays (as XLA's
+            # external references keep a deleted buffer's memory) until the
+            # last reference is released.
+            self._held = self.array
+            self.array = None
+            return
         self.array = None
+        self._free()
+
+    def _free(self) -> None:
         self.device.freed(self.nbytes)
         callback, self.on_free = self.on_free, None
         if callback is not None:
             callback()
+
+    def add_external_reference(self) -> None:
+        self.live_array()
+        self.external_refs += 1
+
+    def release_external_reference(self) -> None:
+        if self.external_refs <= 0:
+            # INVALID_ARGUMENT, as XLA's C API test DecreaseReferenceCountReturnsError asks.
+            raise invalid_argument(f"{self} has no external references to release")
+        self.external_refs -= 1
+        if not self.external_refs and self.deleted and self._held is not None:
+            self._held = None
+            self._free()
+
+    def orphan(self) -> None:
+        """PJRT_Buffer_Destroy while external references are held (a caller
+        bug: jaxlib releases them first): the memory is leaked, never freed
+        under a live view."""
+        if self.external_refs:
+            _ORPHANS.append(self)
 
     def describe(self) -> str:
         dims = ",".join(str(d) for d in self.shape)
@@ -316,6 +353,38 @@ def buffer_from_host(client, data: int, buffer_type: int, dims, byte_strides,
     array = np.array(view, dtype=dtype, order="C", copy=True)
     array.flags.writeable = False
     return Buffer(array, buffer_type, device, memory), _shim.event_new(True)
+
+
+def view_of_memory(data: int, buffer_type: int, dims, layout_ptr, on_free, device, memory):
+    """Implements PJRT_Client_CreateViewOfDeviceBuffer (jaxlib's DLPack import).
+
+    Device memory is host memory here, so a row-major view is the buffer
+    itself, zero-copy: borrowed (never written, copied wherever it must
+    outlive the buffer) and handed back through ``on_free`` when the buffer
+    is deleted. Other layouts (a transposed torch tensor, numpy's Fortran
+    order) are copied into a row-major array, the buffers' one storage
+    order, and handed back at once: refusing them would not make jaxlib copy
+    (its fallback asks PJRT C API clients for kMutableZeroCopy host buffers,
+    which jaxlib's C API client itself rejects), and
+    ``stablehlo_pjrt.from_dlpack(..., copy=False)`` refuses such layouts
+    before asking."""
+    if buffer_type == BufferType.TOKEN:
+        raise invalid_argument("a view of device memory cannot be a token buffer")
+    dtype = dtype_of(buffer_type)
+    dims = tuple(int(d) for d in dims)
+    strides = host_layout_strides(layout_ptr, dims, dtype.itemsize)
+    view = host_view(data, dtype, dims, strides)
+    if view.flags.c_contiguous:
+        view.flags.writeable = False
+        buf = Buffer(view, buffer_type, device, memory, on_free=on_free)
+        buf.borrowed = True
+        return buf
+    array = np.array(view, order="C", copy=True)
+    array.flags.writeable = False
+    buf = Buffer(array, buffer_type, device, memory)
+    if on_free is not None:
+        on_free()
+    return buf
 
 
 def host_layout_strides(layout_ptr: int | None, shape, itemsize: int):

@@ -124,6 +124,14 @@ class CompileOptions:
                 opts = xla_client.CompileOptions.ParseFromString(serialized)
             except Exception as e:
                 raise invalid_argument(f"cannot parse compile options: {e}") from None
+            # XLA applies each override to its DebugOptions, whose fields are
+            # all named xla_*; any other key is an error there (XLA's text).
+            # The interpreter has no XLA passes: xla_* options are accepted
+            # and ignored (their names and value types are not checked: the
+            # DebugOptions schema is not available to Python).
+            for key, _ in sorted(opts.env_option_overrides):
+                if not key.startswith("xla_"):
+                    raise invalid_argument(f"No such compile option: '{key}'")
             build = opts.executable_build_options
             self.num_replicas = max(1, int(build.num_replicas))
             self.num_partitions = max(1, int(build.num_partitions))
@@ -234,12 +242,13 @@ class ExecutableMeta:
             return count, 0, 0
         cached = self._shardings_c.get(which)
         if cached is None:
+            # (An empty result tuple still has one sharding: op_shardings.)
             protos = [CString(b) for b in self.spmd.op_shardings(which)]
             ptrs = pointer_array(c.address for c in protos)
             sizes = np.array([c.size for c in protos] or [0], dtype=np.uint64)
             cached = self._shardings_c[which] = (protos, ptrs, sizes)
         protos, ptrs, sizes = cached
-        return count, ptrs[1], sizes.ctypes.data
+        return len(protos), ptrs[1], sizes.ctypes.data
 
     def optimized_code(self) -> bytes:
         """What PJRT_Executable_OptimizedProgram returns: the program, with
@@ -259,6 +268,38 @@ class ExecutableMeta:
 
     def output_bytes(self) -> int:
         return sum(_nbytes(t) for t in self.output_types)
+
+
+def _check_layout_modes(program) -> None:
+    """Buffers are row-major numpy arrays and executables report the default
+    layout: a program that asks for another one (``mhlo.layout_mode``, from
+    ``jax.experimental.layout.Layout(major_to_minor=...)`` other than the
+    row-major order) is refused here, with the reason, rather than compiled
+    with a layout JAX would then find overridden ("Unexpected XLA layout
+    override")."""
+    entry = program.function()
+    for what, attrs_list, types in (("argument", entry.arg_attrs, entry.input_types),
+                                    ("result", entry.result_attrs, entry.output_types)):
+        for i, attrs in enumerate(attrs_list or ()):
+            mode = attrs.get("mhlo.layout_mode") if isinstance(attrs, dict) else None
+            if mode is None:
+                continue
+            mode = str(mode).strip('"')
+            rank = len(getattr(types[i], "shape", ()) or ()) if i < len(types) else 0
+            row_major = "{" + ",".join(str(d) for d in range(rank - 1, -1, -1)) + "}"
+            if mode in ("default", "auto", row_major):
+                continue
+            m2m = mode
+            if mode.startswith("{") and mode.endswith("}") and ":" not in mode:
+                try:
+                    dims = [int(d) for d in mode[1:-1].split(",") if d.strip()]
+                    m2m = f"Layout(major_to_minor={tuple(reversed(dims))})"
+                except ValueError:
+                    pass
+            raise unimplemented(
+                f"{what} {i} of @{entry.name} asks for the layout {mode} ({m2m}); "
+                "stablehlo_ref keeps arrays in row-major order (major_to_minor="
+                f"{tuple(range(rank))}) and supports only that layout and Layout.AUTO")
 
 
 def _memory_kinds(attr_list, n) -> list[str]:
@@ -387,6 +428,7 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
         raise invalid_argument(f"stablehlo_ref could not load the program: {e}") from None
     except shi.InterpreterError as e:
         raise invalid_argument(f"stablehlo_ref could not compile the program: {e}") from None
+    _check_layout_modes(program)
     from .callbacks import bind_program
     callbacks = bind_program(program)
     plan = None
@@ -398,8 +440,9 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
             raise unimplemented(f"stablehlo_ref cannot run this sharded program: {e}") from None
     meta = ExecutableMeta(program, code, code_format, options, spmd=plan)
     meta.host_callbacks = callbacks  # keeps the callables alive with the executable
-    meta.aliased_params = donation.aliased_parameters(
-        program, plan.func if plan is not None else None)
+    meta.aliased_params = donation.aliased_parameters(meta)
+    if plan is not None:
+        plan.owned_outputs = frozenset(meta.aliased_params.values())
     return meta
 
 
@@ -494,7 +537,6 @@ class LoadedExecutable:
                 f"{self} runs on {len(devices)} device(s) but {len(argument_lists)} "
                 "argument list(s) were given")
         n_in = len(meta.input_types)
-        donated = donation.donated_parameters(meta.aliased_params, non_donatable)
         inputs = []
         borrowed = []
         for dev, args in zip(devices, argument_lists):
@@ -503,10 +545,6 @@ class LoadedExecutable:
                     f"{meta.name} takes {n_in} argument(s), got {len(args)}")
             inputs.append([b.live_array() for b in args])
             borrowed.extend(b.array for b in args if b.borrowed)
-        donation.check_donations(argument_lists, donated)
-        # Which results must be copied is decided from the inputs before the
-        # run (which may consume donated arrays).
-        ownerships = [donation.OutputOwnership(ins, donated, borrowed) for ins in inputs]
         shi = _interpreter()
         process = (0, 0)
         if execute_device is not None and len(self.devices) > 1:
@@ -524,15 +562,25 @@ class LoadedExecutable:
                     f"{execute_device} is not one of the devices of {self} "
                     f"({', '.join(str(d) for d in self.devices)})")
             process = self.logical_ids[self.devices.index(execute_device)]
+        # Per device, the donated parameters (None: no donation); raises
+        # XLA's errors for a buffer donated twice or donated and also used.
+        donations = donation.plan(meta.aliased_params, argument_lists, non_donatable,
+                                  self.logical_ids if execute_device is None else [process])
+        # Which results must be copied is decided from the inputs before the
+        # run (which may consume donated arrays).
+        ownerships = [donation.OutputOwnership(ins, donations[d] if donations else {}, borrowed)
+                      for d, ins in enumerate(inputs)]
 
         def run():
+            if donations:
+                return donation.run_donating(meta, argument_lists, inputs, donations,
+                                             ownerships, process=process,
+                                             num_replicas=meta.num_replicas,
+                                             num_partitions=meta.num_partitions)
             if meta.spmd is not None:
                 # A global-view sharded program: shards in, one global run,
                 # shards out (in partition order = self.devices order).
                 return meta.spmd.run(inputs)
-            if len(devices) == 1 and donated and process == (0, 0):
-                return [donation.run_donating(meta.program, argument_lists[0],
-                                              inputs, donated)]
             if len(devices) == 1 and process != (0, 0):
                 return [meta.program.run(*inputs[0], process=process)]
             if len(devices) == 1:
@@ -548,12 +596,10 @@ class LoadedExecutable:
             try:
                 results = interrupt.run_limited(run, limit) if limit else run()
             finally:
-                if donated:
+                if donations:
                     # Donated buffers are consumed by the run (also a failed
                     # one, which may have written them), as on XLA.
-                    for args in argument_lists:
-                        for i in donated:
-                            args[i].delete()
+                    donation.consume(argument_lists, donations)
         except KeyboardInterrupt:
             # Ctrl-C: the outputs are error buffers and the interrupt is
             # re-raised in the caller once Execute returns (interrupt.py).

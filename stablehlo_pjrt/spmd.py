@@ -121,6 +121,11 @@ class SpmdPlan:
     def op_shardings(self, which):
         shardings = self.in_shardings if which == "in" else self.out_shardings
         shapes = self.in_shapes if which == "in" else self.out_shapes
+        if which == "out" and not shapes:
+            # No results: XLA reports the sharding of the empty result tuple,
+            # one element (IFRT refuses any other count: "HLO module output
+            # is an empty tuple, but the output sharding has 0 elements").
+            return [encode_op_sharding(REPLICATED)]
         out = []
         for sh, shape in zip(shardings, shapes):
             out.append(op_sharding(sh, 0 if shape is None else len(shape), self.devices))
@@ -170,8 +175,17 @@ class SpmdPlan:
             self._optimized = buf.getvalue()
         return self._optimized
 
-    def run(self, args_per_partition):
-        """Per-partition argument lists -> per-partition result lists."""
+    # Results whose shards get memory of their own (set at compile time to the
+    # outputs a donated parameter aliases): the next step of a loop donates
+    # them back, and only an array that owns its memory can be reused.
+    # Other results stay views of the global result (no copy).
+    owned_outputs = frozenset()
+
+    def run(self, args_per_partition, written_back=frozenset(), consume=False):
+        """Per-partition argument lists -> per-partition result lists.
+        ``written_back``: results the caller writes into donated shards
+        itself (no own copy needed). ``consume`` (a donating run): the global
+        arguments are given up to the run (see below)."""
         if len(args_per_partition) != self.num_partitions:
             raise ExecutionError(f"got {len(args_per_partition)} argument lists for "
                                  f"{self.num_partitions} partitions")
@@ -188,7 +202,19 @@ class SpmdPlan:
                 globals_.append(whole[tuple(slice(0, n) for n in shape)])
             else:
                 globals_.append(sh.assemble(shards, self.devices, shape, t.dtype))
-        results = program.run(*globals_, func=self.func)
+        if consume:
+            # The list is given up: an argument assembled here from shards is
+            # a fresh array only the run refers to, which in-place kernels
+            # (dynamic_update_slice) may then update instead of copying; a
+            # replicated argument is a device's own buffer array, which its
+            # other references protect (the interpreter checks them). Only
+            # for donating runs: elsewhere it measured slower (1M-element
+            # a * 2 + 1 on 8 devices: 1.9 ms against 1.3 ms of CPU time per
+            # call; freeing the arguments early changes how malloc reuses the
+            # large blocks), while a donating loop gains (2.7 against 3.3 ms).
+            results = program.run_donated(globals_, func=self.func)
+        else:
+            results = program.run(*globals_, func=self.func)
         per_device = [[None] * len(results) for _ in self.devices]
         for j, (value, sh, shape, padded) in enumerate(zip(results, self.out_shardings,
                                                            self.out_shapes, self.out_padded)):
@@ -200,6 +226,9 @@ class SpmdPlan:
                                  self.devices)
             else:
                 parts = sh.split(value, self.devices)
+                if j in self.owned_outputs and j not in written_back \
+                        and not sh.is_replicated:
+                    parts = [np.array(part, order="C") for part in parts]
             for p, part in enumerate(parts):
                 per_device[p][j] = part
         return per_device

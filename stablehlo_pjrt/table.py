@@ -29,8 +29,12 @@ _traced_installed = None
 
 def _is_quiet(name: str) -> bool:
     """Slots that, once Python is gone, should succeed silently (leaking)
-    rather than report an error: jaxlib calls them from destructors."""
-    return name.endswith("_Destroy") or name.endswith("_Delete")
+    rather than report an error: jaxlib calls them from destructors (an
+    external reference is released by the destructor of a numpy view or
+    memoryview, which may run during interpreter shutdown; jaxlib aborts on
+    an error there)."""
+    return (name.endswith("_Destroy") or name.endswith("_Delete")
+            or name == "PJRT_Buffer_DecreaseExternalReferenceCount")
 
 
 def set_tracing(on: bool) -> None:
@@ -91,6 +95,10 @@ def build_api() -> None:
         if not trace.ENABLED:
             global _traced_installed
             _traced_installed = False
+        # Ctrl-C pressed while jaxlib is in C++ is taken before the next
+        # handler starts (interrupt.py), not inside it.
+        from . import interrupt
+        interrupt.install_signal_hook()
         _shim.mark_api_ready()
         # At exit, stop pool threads (which do not hold the GIL) from waiting
         # for it; JAX's own atexit cleanup runs on the main thread, which

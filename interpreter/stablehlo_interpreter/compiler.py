@@ -465,11 +465,13 @@ class Program:
         with np.errstate(all="ignore"):
             return f(ctx, args)
 
-    def run_donated(self, args, func=None, tracer=None):
+    def run_donated(self, args, func=None, tracer=None, process=(0, 0), grid=None):
         """Like :meth:`run` on the list ``args``, which the caller gives up:
         the list is emptied, and an argument array nothing else refers to
         (no other reference, owns its writeable data) may be updated in
-        place by the program (a donated buffer's memory reused)."""
+        place by the program (a donated buffer's memory reused).
+        ``process``/``grid``: as for :meth:`run` (one process of a parallel
+        run, see :meth:`run_parallel`'s ``consume``)."""
         f = self.function(func)
         if len(args) != len(f.input_types):
             raise ArgumentError(
@@ -483,7 +485,7 @@ class Program:
                 tracer = _trace.tracer_from_env()
         if _getrecursionlimit() < RECURSION_LIMIT:
             _setrecursionlimit(RECURSION_LIMIT)
-        ctx = Context(self, tracer=tracer)
+        ctx = Context(self, tracer=tracer, process=process, grid=grid)
         with np.errstate(all="ignore"):
             return f.block.run(ctx, (), coerced, consume=True)
 
