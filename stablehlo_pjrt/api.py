@@ -867,10 +867,12 @@ def _pointer_lists(address, outer: int, inner: int, what: str) -> list[list]:
     return [C.read_pointers(lp, inner, f"{what}[{k}]") for k, lp in enumerate(lists)]
 
 
-def _output_lists(address, outer: int) -> list:
-    """Execute's output lists: ``outer`` non-NULL destinations."""
+def _output_lists(address, outer: int, num_outputs: int) -> list:
+    """Execute's output lists: ``outer`` destinations, non-NULL unless the
+    program has no outputs (jaxlib passes NULL lists then: a pmap of
+    jax.debug.print with no results)."""
     lists = C.read_pointers(address, outer, "output_lists")
-    if any(not lp for lp in lists):
+    if num_outputs and any(not lp for lp in lists):
         raise invalid_argument("an output list (output_lists[k]) is NULL")
     return lists
 
@@ -904,7 +906,7 @@ def LoadedExecutable_Execute(ptr):
     argument_lists = [[lookup(h, Buffer, "PJRT_Buffer") for h in handles]
                       for handles in _pointer_lists(a.argument_lists, num_devices, num_args,
                                                     "argument_lists")]
-    out_list_ptrs = _output_lists(a.output_lists, num_devices)
+    out_list_ptrs = _output_lists(a.output_lists, num_devices, exe.meta.num_outputs)
     outputs = exe.execute(argument_lists, execute_device, non_donatable)
     for lp, outs in zip(out_list_ptrs, outputs):
         if outs:
