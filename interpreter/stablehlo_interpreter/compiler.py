@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import attrs as _attrs
+from . import fusion as _fusion
 from . import quant as _quant
 from . import trace as _trace
 from .arguments import coerce as _coerce
@@ -185,7 +186,9 @@ class Block:
         """The steps as :class:`FastStep` for the plain loop: no list built
         for 1-3 operands, in-place donation and call hand-over decided once."""
         fast = []
-        for fn, ins, out, dead, op in self.steps:
+        # Elementwise chains run as fused steps here only (fusion.py): the
+        # observed loop keeps self.steps, every op visible to tracers.
+        for fn, ins, out, dead, op in _fusion.fuse(self.steps, self.template, self.result_slots):
             n = len(ins)
             dying = ()
             if op is not None and op.name == "func.call" and ins and ins[0] == 0 \

@@ -636,14 +636,37 @@ def _zero_big(r, big):
     return np.where(big, np.zeros_like(r), r)
 
 
+def _one_amount(info, b, a_shape):
+    """The unsigned shift amount as a Python int when ``b`` is one value (0-d,
+    or broadcast from one value over the shifted operand's shape), else None.
+    Fused chains (fusion.py) pass broadcast constants 0-d: one ufunc call
+    with a scalar per chunk, no mask arrays."""
+    if b.ndim == 0:
+        v = b[()]
+    elif b.shape == a_shape and b.size and not any(b.strides):
+        v = b[(0,) * b.ndim]
+    else:
+        return None
+    return int(v) & info.mask
+
+
 def _shift_builder(op, which):
     dt = operand_dtype(op)
     if kind(dt) != "int":
         unsupported_type(op, dt)
     info = IntInfo(dt)
+    native = not info.sub_byte
+    bits = info.bits
+    ucar, scar = (info.ucar, signed_like(dt)) if native else (None, None)
 
     if which == "left":
         def shift_left(a, b):
+            if native:
+                n = _one_amount(info, b, a.shape)
+                if n is not None:   # same bits as below, without mask arrays
+                    if n >= bits:
+                        return np.zeros(np.shape(a), dt)
+                    return np.left_shift(info.upat(a), ucar.type(n)).view(dt)
             amt, big = _shift_amount(info, b, a.shape)
             ua = info.upat(info.to_car(a))
             r = _zero_big(np.left_shift(ua, amt.astype(ua.dtype)), big)
@@ -651,6 +674,12 @@ def _shift_builder(op, which):
         return as_result(shift_left, dt)
     if which == "logical":
         def shift_right_logical(a, b):
+            if native:
+                n = _one_amount(info, b, a.shape)
+                if n is not None:
+                    if n >= bits:
+                        return np.zeros(np.shape(a), dt)
+                    return np.right_shift(info.upat(a), ucar.type(n)).view(dt)
             amt, big = _shift_amount(info, b, a.shape)
             ua = info.upat(info.to_car(a))
             r = _zero_big(np.right_shift(ua, amt.astype(ua.dtype)), big)
@@ -658,6 +687,10 @@ def _shift_builder(op, which):
         return as_result(shift_right_logical, dt)
 
     def shift_right_arithmetic(a, b):
+        if native:
+            n = _one_amount(info, b, a.shape)
+            if n is not None:   # amounts >= the width fill with the sign bit
+                return np.right_shift(info.spat(a), scar.type(min(n, bits - 1))).view(dt)
         amt, big = _shift_amount(info, b, a.shape)
         sa = info.spat(info.to_car(a))
         r = np.right_shift(sa, amt.astype(sa.dtype))
