@@ -64,7 +64,10 @@ MIN_ELEMENTS = 1 << 16
 MIN_THREAD_CHUNKS = 4
 MAX_DEFAULT_THREADS = 4
 
-_FUSIBLE = ELEMENTWISE_OPS - {"stablehlo.constant"}
+# regions.ELEMENTWISE_OPS (what batched region bodies may hold) and the other
+# elementwise chlo ops whose kernels are written for any shape.
+_FUSIBLE = (ELEMENTWISE_OPS | {"chlo.square", "chlo.conj", "chlo.is_inf", "chlo.is_pos_inf",
+                               "chlo.is_neg_inf", "chlo.bessel_i1e"}) - {"stablehlo.constant"}
 _BROADCAST = "stablehlo.broadcast_in_dim"
 
 
@@ -131,11 +134,33 @@ def _member_shape(step):
         if len(ins) == 1 and _size(operand_shapes[0]) == 1:
             return shape, True
         return None
-    if op.name not in _FUSIBLE:
+    if op.name not in _FUSIBLE and not (op.name == "stablehlo.composite"
+                                        and op.attrs.get("name") in _FUSIBLE):
         return None
     if any(s != shape and s != () for s in operand_shapes):
         return None
     return shape, False
+
+
+def _plain_composite(step):
+    """A `stablehlo.composite` of an elementwise chlo op that runs a direct
+    kernel (registry.composite: JAX serializes erf_inv, erfc, lgamma, ...
+    so for plugins) as a plain step of that kernel, so that it can fuse."""
+    op = step.op
+    if op is None or op.name != "stablehlo.composite" or op.attrs.get("name") not in _FUSIBLE \
+            or not step.ins or step.ins[0] != 0:
+        return step
+    from .ops.control import _direct_composite
+    try:
+        direct = _direct_composite(op)
+    except Exception:
+        direct = None
+    if direct is None:
+        return step
+
+    def kernel(*args):
+        return direct(None, (), *args)
+    return step._replace(fn=kernel, ins=step.ins[1:])
 
 
 class _Group:
@@ -155,8 +180,9 @@ def fuse(steps, template, result_slots):
     ``template`` its frame template (constants) and ``result_slots`` the
     slots it returns. Returns a new list; ``steps`` itself is not changed.
     """
-    if not enabled() or len(steps) < 2:
+    if not enabled() or len(steps) < 1:
         return list(steps)
+    steps = [_plain_composite(s) for s in steps]
     kinds = [_member_shape(s) for s in steps]
     if sum(k is not None and not k[1] for k in kinds) < 1:
         return list(steps)
@@ -241,7 +267,7 @@ _EXACT = frozenset("stablehlo." + n for n in """
 add subtract multiply divide remainder maximum minimum negate abs and or xor not compare
 select clamp convert bitcast_convert shift_left shift_right_logical shift_right_arithmetic
 floor ceil sign is_finite round_nearest_even round_nearest_afz
-""".split())
+""".split()) | {"chlo.square"}
 
 # One of these alone gains nothing from chunking (a single memory-bound pass);
 # a lone transcendental still gains the helper threads.
@@ -304,145 +330,200 @@ class FusedChain:
         self.n_inputs = len(inputs)
         local = {slot: k for k, slot in enumerate(inputs)}
         input_shape = {}
+        dtype = {}
         for s in members:
             for slot, t in zip(s.ins, s.op.operand_types):
                 input_shape.setdefault(slot, tuple(t.shape))
+                if slot in local:
+                    dtype.setdefault(local[slot], t.dtype)
         # Invariant values: VIEW (a broadcast member's 0-d value; others see
         # a broadcast view) or FULL (computed from invariant values; others
         # see a full array). 0-d inputs are VIEWs too (they are passed whole).
         invariant = {k: _VIEW for k, slot in enumerate(inputs)
                      if _size(input_shape[slot]) == 1 and input_shape[slot] != shape}
         last_use = {}
+        readers = {}
         for j, s in enumerate(members):
             for slot in s.ins:
                 last_use[local[slot]] = j
+                readers.setdefault(local[slot], []).append(j)
             local[s.out] = len(local)
+            dtype[local[s.out]] = s.op.result_types[0].dtype
         out_index = {slot: k for k, slot in enumerate(outputs)}
         widest = 1
-        plan = []   # (kind, fn, args, res, store, expand, op, dies)
+        plan = []
         for j, s in enumerate(members):
-            args = tuple(local[slot] for slot in s.ins)
-            res = local[s.out]
-            types = list(s.op.operand_types) + list(s.op.result_types)
-            for t in types:
+            m = _Member(s, tuple(local[slot] for slot in s.ins), local[s.out],
+                        out_index.get(s.out))
+            for t in list(s.op.operand_types) + list(s.op.result_types):
                 widest = max(widest, t.dtype.itemsize)
-            expand = ()
-            fn = s.fn
             if s.op.name == _BROADCAST:
-                kind = _HOISTED if args[0] in invariant else _SCALAR
-                invariant[res] = _VIEW
-            elif s.op.name in _EXACT and not any(t.dtype.kind == "c" for t in types):
-                if all(a in invariant for a in args):
-                    kind = _HOISTED
-                    invariant[res] = _FULL
+                m.kind = _HOISTED if m.args[0] in invariant else _SCALAR
+                invariant[m.res] = _VIEW
+            elif _is_exact(s):
+                if all(a in invariant for a in m.args):
+                    m.kind = _HOISTED
+                    invariant[m.res] = _FULL
                 else:
-                    kind = _KERNEL
-                    fn = _direct_ufunc(s) or fn
+                    m.ufunc = _direct_ufunc(s)
+                    bind = getattr(s.fn, "invariant_ufunc", None)
+                    if m.ufunc is None and bind is not None and len(m.args) == 2 \
+                            and m.args[0] not in invariant and m.args[1] in invariant:
+                        m.ufunc, m.bind = bind
             else:
-                kind = _KERNEL
-                expand = tuple((k, invariant[a]) for k, a in enumerate(args) if a in invariant)
-                if not expand:
-                    fn = _direct_ufunc(s) or fn
-            dies = tuple(sorted(v for v, last in last_use.items() if last == j))
-            plan.append((kind, fn, args, res, out_index.get(s.out), expand, s.op, dies))
+                m.expand = tuple((k, invariant[a]) for k, a in enumerate(m.args) if a in invariant)
+                if not m.expand:
+                    m.ufunc = _direct_ufunc(s)
+            m.dies = tuple(sorted(v for v, last in last_use.items() if last == j))
+            plan.append(m)
+        # In place: a ufunc member may write its result over an operand that
+        # dies there, was made by a ufunc member of this chunk (a fresh
+        # array, chunk-shaped) and is read by ufunc members only (no kernel
+        # holds a view of it), of the result's dtype.
+        owned = {m.res for m in plan if m.kind == _KERNEL and m.ufunc is not None}
+        for j, m in enumerate(plan):
+            if m.kind != _KERNEL or m.ufunc is None:
+                continue
+            operands = m.args[:1] if m.bind is not None else m.args
+            for a in operands:
+                if a in owned and a in m.dies and dtype[a] == dtype[m.res] and \
+                        all(plan[r].kind == _KERNEL and plan[r].ufunc is not None
+                            for r in readers[a]):
+                    m.inplace = a
+                    break
         self.plan = tuple(plan)
         self.chunked_inputs = tuple(k for k in range(len(inputs)) if k not in invariant)
+        # Inputs only exact members read (their loops give the same bits
+        # whatever the operand's layout): these may be tiled (_layout).
+        self.exact_inputs = frozenset(
+            k for k in self.chunked_inputs
+            if all(_is_exact(s) for s in members if inputs[k] in s.ins))
         self.out_dtypes = tuple(next(s.op.result_types[0].dtype for s in members if s.out == slot)
                                 for slot in outputs)
-        self.hoisted = tuple(p for p in plan if p[0] == _HOISTED)
+        self.hoisted = tuple(m for m in plan if m.kind == _HOISTED)
+        self.bound = tuple((j, m) for j, m in enumerate(plan) if m.bind is not None)
         # float64 detours of narrower floats double the widest value.
         self.chunk = max(1024, CHUNK_BYTES // max(8, widest))
         self._chunk_fn = self._generate()
 
     def _generate(self):
-        """The per-chunk function: ``chunk(views, inv, targets, lo, hi, cshape)``."""
-        g = {"_bcast": np.broadcast_to, "_full": np.full, "_VIEW": _VIEW,
+        """The per-chunk function: ``chunk(views, tiled, inv, targets, lo, hi, cshape)``."""
+        g = {"_bcast": np.broadcast_to, "_full": np.full,
              "_InterpreterError": InterpreterError, "_fail": self._fail}
-        hoisted = {p[3] for p in self.hoisted} | {k for k in range(self.n_inputs)
+        hoisted = {m.res for m in self.hoisted} | {k for k in range(self.n_inputs)
                                                   if k not in self.chunked_inputs}
-        lines = ["def chunk(views, inv, targets, lo, hi, cshape):", "    m = -1", "    try:"]
+        lines = ["def chunk(views, tiled, inv, targets, lo, hi, cshape):", "    m = -1", "    try:"]
         body = []
         for k in self.chunked_inputs:
-            body.append(f"v{k} = views[{k}][lo:hi]")
+            body.append(f"v{k} = views[{k}][:hi - lo] if tiled[{k}] else views[{k}][lo:hi]")
         used = set()
-        for kind, fn, args, res, store, expand, op, dies in self.plan:
-            used.update(a for a in args if a in hoisted)
+        for m in self.plan:
+            used.update(a for a in m.args if a in hoisted)
         for v in sorted(used):
             body.append(f"v{v} = inv[{v}]")
-        for j, (kind, fn, args, res, store, expand, op, dies) in enumerate(self.plan):
-            if kind == _HOISTED:
+        for j, m in self.bound:
+            body.append(f"b{j} = inv[('bind', {j})]")
+        for j, m in enumerate(self.plan):
+            if m.kind == _HOISTED:
                 continue
             body.append(f"m = {j}")
-            if kind == _SCALAR:
-                body.append(f"v{res} = v{args[0]}.reshape(())")
+            xs = [f"v{a}" for a in m.args]
+            out = f", out=v{m.inplace}" if m.inplace is not None else ""
+            if m.kind == _SCALAR:
+                body.append(f"v{m.res} = v{m.args[0]}.reshape(())")
+            elif m.bind is not None:
+                g[f"f{j}"], g[f"u{j}"] = m.fn, m.ufunc
+                body.append(f"v{m.res} = u{j}({xs[0]}, b{j}{out}) if b{j} is not None "
+                            f"else f{j}({', '.join(xs)})")
+            elif m.ufunc is not None:
+                g[f"u{j}"] = m.ufunc
+                body.append(f"v{m.res} = u{j}({', '.join(xs)}{out})")
             else:
-                g[f"f{j}"] = fn
-                xs = [f"v{a}" for a in args]
-                for k, how in expand:
+                g[f"f{j}"] = m.fn
+                for k, how in m.expand:
                     xs[k] = (f"_bcast({xs[k]}, cshape)" if how == _VIEW
                              else f"_full(cshape, {xs[k]}, {xs[k]}.dtype)")
-                body.append(f"v{res} = f{j}({', '.join(xs)})")
-            if store is not None:
-                body.append(f"targets[{store}][lo:hi] = v{res}")
-            gone = [f"v{d}" for d in dies if d not in hoisted]
+                body.append(f"v{m.res} = f{j}({', '.join(xs)})")
+            if m.store is not None:
+                body.append(f"targets[{m.store}][lo:hi] = v{m.res}")
+            gone = [f"v{d}" for d in m.dies if d not in hoisted]
             if gone:
                 body.append(f"del {', '.join(gone)}")
         lines += ["        " + b for b in body] or ["        pass"]
         lines += ["    except _InterpreterError:", "        raise",
                   "    except Exception as e:", "        _fail(m, e)"]
-        exec(compile("\n".join(lines), f"<fused chain of {len(self.plan)} ops>", "exec"), g)
+        self.source = "\n".join(lines)   # for tests and debugging
+        exec(compile(self.source, f"<fused chain of {len(self.plan)} ops>", "exec"), g)
         return g["chunk"]
 
     def _fail(self, m, e):
-        op = self.plan[m][6] if m >= 0 else self.op.members[0]
+        op = self.plan[m].op if m >= 0 else self.op.members[0]
         raise ExecutionError(f"{op.where()}: {type(e).__name__}: {e}",
                              op.name, op.location) from e
 
     # -- one call
 
     def _layout(self, inputs):
-        """(views, rows): the chunked inputs as the arrays chunks are sliced
-        from, and whether chunks are ranges of the leading axis (rows)
-        rather than of the flat elements. Flat when every chunked input is
-        C-contiguous or one value broadcast."""
+        """``(views, tiled, unit, rows)``: the chunked inputs as the arrays
+        chunks are sliced from (a tiled one is one chunk long, the same for
+        every chunk), the chunk length, and whether chunks are ranges of the
+        leading axis (rows) rather than of the flat elements.
+
+        Flat when every chunked input is C-contiguous, one value broadcast,
+        or -- read by exact members only -- a contiguous block repeated
+        along leading axes (a per-feature vector broadcast over rows): that
+        one is tiled once into a chunk-long buffer, the chunk length a
+        multiple of the block. Otherwise rows, with each input's own strides.
+        """
         shape = self.shape
         views = [None] * len(inputs)
-        chunked = [inputs[k] for k in self.chunked_inputs]
-        for x in chunked:
+        n = self.size
+        period = 1
+        tiled = {}
+        flat = True
+        for k in self.chunked_inputs:
+            x = inputs[k]
             if x.__class__ is not np.ndarray or x.shape != shape:
                 raise ExecutionError(f"{self.op.where()}: internal error: operand of shape "
                                      f"{np.shape(x)}, expected {shape}",
                                      self.op.name, self.op.location)
-        flat = all(x.flags.c_contiguous or not any(x.strides) for x in chunked)
-        n = self.size
-        for k in self.chunked_inputs:
-            x = inputs[k]
-            if not flat:
-                views[k] = x
-            elif x.flags.c_contiguous:
+            if x.flags.c_contiguous:
                 views[k] = x.reshape(-1)
-            else:   # one value broadcast: a flat stride-0 view of it
-                one = x[(slice(0, 1),) * x.ndim].reshape(1)
-                views[k] = np.broadcast_to(one, (n,))
-        return views, not flat
+            elif not any(x.strides):   # one value broadcast: a flat stride-0 view
+                views[k] = np.broadcast_to(x[(slice(0, 1),) * x.ndim].reshape(1), (n,))
+            else:
+                block = _repeated_block(x) if k in self.exact_inputs else None
+                if block is None or block.size > self.chunk:
+                    flat = False
+                    break
+                tiled[k] = block
+                period = np.lcm(period, block.size)
+        if flat and period <= self.chunk:
+            unit = self.chunk // period * period
+            for k, block in tiled.items():
+                views[k] = np.tile(block, unit // block.size)
+            return views, [k in tiled for k in range(len(inputs))], unit, False
+        row = max(1, n // max(1, shape[0]))
+        for k in self.chunked_inputs:
+            views[k] = inputs[k]
+        return views, [False] * len(inputs), max(1, self.chunk // row), True
 
     def __call__(self, *inputs):
         shape = self.shape
-        views, rows = self._layout(inputs)
+        views, tiled, unit, rows = self._layout(inputs)
         outs = [np.empty(shape, dt) for dt in self.out_dtypes]
         if not rows:
-            total, unit, tail = self.size, self.chunk, ()
+            total, tail = self.size, ()
             targets = [o.reshape(-1) for o in outs]
         else:
-            row = max(1, self.size // max(1, shape[0]))
-            total, unit, tail = shape[0], max(1, self.chunk // row), shape[1:]
+            total, tail = shape[0], shape[1:]
             targets = outs
         inv = self._prologue(inputs, targets)
         bounds = [(lo, min(lo + unit, total)) for lo in range(0, total, unit)] or [(0, 0)]
         chunk = self._chunk_fn
 
         def run(lo, hi):
-            chunk(views, inv, targets, lo, hi, (hi - lo,) + tail)
+            chunk(views, tiled, inv, targets, lo, hi, (hi - lo,) + tail)
 
         threads = thread_count() if len(bounds) >= MIN_THREAD_CHUNKS else 1
         if threads > 1 and _POOL_LOCK.acquire(False):
@@ -456,28 +537,69 @@ class FusedChain:
         return outs[0] if self.n_out == 1 else outs
 
     def _prologue(self, inputs, targets):
-        """The invariant values (inputs passed whole, hoisted members), once per call."""
+        """The invariant values (inputs passed whole, hoisted members) and
+        the bound operands of ufunc members, once per call."""
         inv = {}
         for k in range(self.n_inputs):
             if k not in self.chunked_inputs:
                 inv[k] = inputs[k]
-        m = -1
+        j = -1
         try:
-            for m, (kind, fn, args, res, store, expand, op, dies) in enumerate(self.plan):
-                if kind != _HOISTED:
-                    continue
-                if fn is None or op.name == _BROADCAST:
-                    r = inv[args[0]].reshape(())
-                else:
-                    r = fn(*[inv[a] for a in args])
-                inv[res] = r
-                if store is not None:
-                    targets[store][...] = r
+            for j, m in enumerate(self.plan):
+                if m.kind == _HOISTED:
+                    if m.op.name == _BROADCAST:
+                        r = inv[m.args[0]].reshape(())
+                    else:
+                        r = m.fn(*[inv[a] for a in m.args])
+                    inv[m.res] = r
+                    if m.store is not None:
+                        targets[m.store][...] = r
+                elif m.bind is not None:
+                    inv[("bind", j)] = m.bind(inv[m.args[1]])
         except InterpreterError:
             raise
         except Exception as e:
-            self._fail(m, e)
+            self._fail(j, e)
         return inv
+
+
+class _Member:
+    """One op of a fused chain, as the chunk code runs it."""
+
+    __slots__ = ("kind", "fn", "args", "res", "store", "expand", "op", "dies", "ufunc",
+                 "bind", "inplace")
+
+    def __init__(self, step, args, res, store):
+        self.kind = _KERNEL
+        self.fn = step.fn
+        self.op = step.op
+        self.args = args
+        self.res = res
+        self.store = store
+        self.expand = ()      # (operand position, VIEW/FULL) of invariant operands
+        self.dies = ()
+        self.ufunc = None     # call this numpy ufunc instead of the kernel
+        self.bind = None      # ufunc(operand, bind(invariant operand)), or the kernel if None
+        self.inplace = None   # local whose buffer receives the result
+
+
+def _is_exact(step):
+    types = list(step.op.operand_types) + list(step.op.result_types)
+    return step.op.name in _EXACT and not any(t.dtype.kind == "c" for t in types)
+
+
+def _repeated_block(x):
+    """The contiguous block ``x`` repeats along its leading axes (strides 0
+    there, C-contiguous after: a vector broadcast over rows), or None."""
+    k = 0
+    while k < x.ndim and x.strides[k] == 0:
+        k += 1
+    if k == 0:
+        return None
+    block = x[(0,) * k]
+    if not block.flags.c_contiguous or not any(block.strides) and block.size > 1:
+        return None
+    return block.reshape(-1)
 
 
 def _direct_ufunc(step):

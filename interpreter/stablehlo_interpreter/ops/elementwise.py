@@ -671,7 +671,7 @@ def _shift_builder(op, which):
             ua = info.upat(info.to_car(a))
             r = _zero_big(np.left_shift(ua, amt.astype(ua.dtype)), big)
             return info.from_car(r if info.sub_byte else r.astype(dt, copy=False))
-        return as_result(shift_left, dt)
+        return _with_invariant_amount(as_result(shift_left, dt), info, np.left_shift)
     if which == "logical":
         def shift_right_logical(a, b):
             if native:
@@ -684,7 +684,7 @@ def _shift_builder(op, which):
             ua = info.upat(info.to_car(a))
             r = _zero_big(np.right_shift(ua, amt.astype(ua.dtype)), big)
             return info.from_car(r if info.sub_byte else r.astype(dt, copy=False))
-        return as_result(shift_right_logical, dt)
+        return _with_invariant_amount(as_result(shift_right_logical, dt), info, np.right_shift)
 
     def shift_right_arithmetic(a, b):
         if native:
@@ -698,7 +698,31 @@ def _shift_builder(op, which):
             fill = np.where(sa < 0, -np.ones_like(sa), np.zeros_like(sa))
             r = np.where(big, fill, r)
         return info.from_car(r if info.sub_byte else r.astype(dt, copy=False))
-    return as_result(shift_right_arithmetic, dt)
+    return _with_invariant_amount(as_result(shift_right_arithmetic, dt), info, np.right_shift,
+                                  arithmetic=True)
+
+
+def _with_invariant_amount(kernel, info, ufunc, arithmetic=False):
+    """Mark ``kernel`` for fused chains (fusion.py): with an amount that is
+    the same for every element (``b``, 0-d), ``ufunc(a, bind(b))`` gives the
+    kernel's bits when ``bind(b)`` is not None -- unsigned types for the
+    logical shifts (amounts >= the width give 0: bind is None, the kernel
+    runs), signed ones for the arithmetic shift (such amounts shift by
+    width - 1, filling with the sign bit)."""
+    if info.sub_byte or info.signed != arithmetic:
+        return kernel
+    bits, mask = info.bits, info.mask
+    scalar = info.dtype.type
+
+    if arithmetic:
+        def bind(b):
+            return scalar(min(int(b) & mask, bits - 1))
+    else:
+        def bind(b):
+            n = int(b) & mask
+            return scalar(n) if n < bits else None
+    kernel.invariant_ufunc = (ufunc, bind)
+    return kernel
 
 
 @kernel("stablehlo.shift_left")
