@@ -50,6 +50,7 @@ def small_thresholds(monkeypatch):
     monkeypatch.setattr(fusion, "MIN_ELEMENTS", 256)
     monkeypatch.setattr(fusion, "CHUNK_BYTES", 2048)   # 256 8-byte elements
     monkeypatch.setattr(fusion, "MIN_THREAD_CHUNKS", 2)
+    monkeypatch.setattr(fusion, "THREAD_EXACT_CHAINS", True)
     monkeypatch.delenv("STABLEHLO_REF_FUSION", raising=False)
 
 
@@ -324,6 +325,81 @@ def test_groups_close_before_outside_readers(monkeypatch):
     assert [[m.op.name.split(".")[1] for m in c.plan] for c in chains] == [
         ["sine", "broadcast_in_dim", "multiply"], ["cosine", "add"]]
     _assert_same_bits(got, want, "interleaved")
+
+
+TILED = """
+func.func @main(%x: tensor<60x50xf32>, %v: tensor<50xf32>, %w: tensor<40xf64>, %y: tensor<60x40xf64>) -> (tensor<60x50xf32>, tensor<60x40xf64>) {
+  %b = stablehlo.broadcast_in_dim %v, dims = [1] : (tensor<50xf32>) -> tensor<60x50xf32>
+  %0 = stablehlo.subtract %x, %b : tensor<60x50xf32>
+  %1 = stablehlo.multiply %0, %0 : tensor<60x50xf32>
+  %2 = stablehlo.sine %1 : tensor<60x50xf32>
+  %c = stablehlo.broadcast_in_dim %w, dims = [1] : (tensor<40xf64>) -> tensor<60x40xf64>
+  %3 = stablehlo.exponential %c : tensor<60x40xf64>
+  %4 = stablehlo.add %3, %y : tensor<60x40xf64>
+  %5 = stablehlo.tanh %4 : tensor<60x40xf64>
+  return %2, %5 : tensor<60x50xf32>, tensor<60x40xf64>
+}
+"""
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_row_vector_broadcasts(threads, monkeypatch):
+    # A vector broadcast over rows: tiled into a chunk-long buffer when only
+    # exact ops read it (subtract), left strided (chunks of rows) when a
+    # transcendental reads it (exp of float64: numpy's loops may differ
+    # between strided and contiguous operands).
+    rng = np.random.default_rng(4)
+    args = [rng.standard_normal((60, 50)).astype(np.float32), rng.standard_normal(50).astype(np.float32),
+            rng.standard_normal(40), rng.standard_normal((60, 40))]
+    program, got, want = _run_both(TILED, args, monkeypatch, threads)
+    chains = _fused_steps(program)
+    assert len(chains) == 2
+    views = [c._layout([np.asarray(a) for a in inputs])
+             for c, inputs in zip(chains, [(args[0], np.broadcast_to(args[1], (60, 50))),
+                                           (np.broadcast_to(args[2], (60, 40)), args[3])])]
+    assert [v[3] for v in views] == [False, True]   # flat (tiled), rows
+    assert any(views[0][1])
+    _assert_same_bits(got, want, "tiled")
+
+
+ALIASED = f"""
+func.func @main(%a: tensor<{N}xui32>, %b: tensor<{N}xui32>) -> (tensor<{N}xf32>, tensor<{N}xui32>) {{
+  %t = stablehlo.add %a, %b : tensor<{N}xui32>
+  %v = stablehlo.bitcast_convert %t : (tensor<{N}xui32>) -> tensor<{N}xf32>
+  %w = stablehlo.xor %t, %b : tensor<{N}xui32>
+  %r = stablehlo.multiply %v, %v : tensor<{N}xf32>
+  %u = stablehlo.or %w, %a : tensor<{N}xui32>
+  return %r, %u : tensor<{N}xf32>, tensor<{N}xui32>
+}}
+"""
+
+
+def test_no_update_in_place_of_a_value_a_kernel_may_view(monkeypatch):
+    # %t dies at the xor, but bitcast_convert's result is a view of it: the
+    # xor must not write over %t (the or may write over %w).
+    rng = np.random.default_rng(5)
+    args = [rng.integers(0, 2**32, N, dtype=np.uint64).astype(np.uint32) for _ in range(2)]
+    program, got, want = _run_both(ALIASED, args, monkeypatch)
+    (chain,) = _fused_steps(program)
+    assert "out=" in chain.source
+    xor = [m for m in chain.plan if m.op.name == "stablehlo.xor"][0]
+    assert xor.inplace is None
+    _assert_same_bits(got, want, "aliased")
+
+
+def test_helpers_run_chunks_concurrently(monkeypatch):
+    # Both threads are inside a chunk at the same time (the barrier would
+    # time out otherwise); every chunk runs exactly once.
+    barrier = threading.Barrier(2, timeout=30)
+    seen = []
+
+    def run(lo, hi):
+        if lo < 2:
+            barrier.wait()
+        seen.append((lo, threading.current_thread().name))
+    fusion._run_shared(run, [(i, i + 1) for i in range(40)], 2)
+    assert sorted(lo for lo, _ in seen) == list(range(40))
+    assert len({name for lo, name in seen if lo < 2}) == 2
 
 
 def test_real_thresholds_and_large_array(monkeypatch):

@@ -63,6 +63,11 @@ MIN_ELEMENTS = 1 << 16
 # a few chunks, so starting them pays off).
 MIN_THREAD_CHUNKS = 4
 MAX_DEFAULT_THREADS = 4
+# Share chains of exact ops (integer, bit and IEEE basic arithmetic) too. Off:
+# their ufunc calls last a few microseconds per chunk, about what handing the
+# GIL to another thread costs, so two threads ran them no faster than one
+# (measured on threefry rounds, 2 cores); transcendentals take far longer.
+THREAD_EXACT_CHAINS = False
 
 # regions.ELEMENTWISE_OPS (what batched region bodies may hold) and the other
 # elementwise chlo ops whose kernels are written for any shape.
@@ -401,6 +406,11 @@ class FusedChain:
         self.out_dtypes = tuple(next(s.op.result_types[0].dtype for s in members if s.out == slot)
                                 for slot in outputs)
         self.hoisted = tuple(m for m in plan if m.kind == _HOISTED)
+        # A member that is not an exact op (a transcendental, in float64)
+        # costs microseconds per chunk element block; chains of exact ops
+        # are memory-bound ufunc calls too short to share (see _run_shared).
+        self.heavy = any(m.kind == _KERNEL and not _is_exact(s)
+                         for m, s in zip(plan, members))
         self.bound = tuple((j, m) for j, m in enumerate(plan) if m.bind is not None)
         # float64 detours of narrower floats double the widest value.
         self.chunk = max(1024, CHUNK_BYTES // max(8, widest))
@@ -525,7 +535,8 @@ class FusedChain:
         def run(lo, hi):
             chunk(views, tiled, inv, targets, lo, hi, (hi - lo,) + tail)
 
-        threads = thread_count() if len(bounds) >= MIN_THREAD_CHUNKS else 1
+        threads = thread_count() if len(bounds) >= MIN_THREAD_CHUNKS and (
+            self.heavy or THREAD_EXACT_CHAINS) else 1
         if threads > 1 and _POOL_LOCK.acquire(False):
             try:
                 _run_shared(run, bounds, threads)
