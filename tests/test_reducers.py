@@ -204,6 +204,8 @@ def test_narrow_float_sum_is_the_rounded_exact_sum(dt):
     ((8, 300, 5, 7), (1, 2)),           # a middle run
     ((4, 50_000), (1,)),                # a trailing run (pairwise)
     ((3, 5, 7), ()),                    # nothing reduced
+    ((2, 3, 4), (0,)),                  # kept dims merged into one run
+    ((2, 3, 4, 5), (1, 2)),
 ])
 @pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16, np.complex64])
 def test_narrow_sums_in_place_are_correctly_rounded(shape, axes, dt):
@@ -216,6 +218,7 @@ def test_narrow_sums_in_place_are_correctly_rounded(shape, axes, dt):
         x = x + 1j * rng.standard_normal(shape)
     x = x.astype(dt)
     got = reducer("add", dt).reduce(x, axes, np.array(0, dt))
+    assert got.shape == tuple(n for d, n in enumerate(shape) if d not in axes)
     x64 = np.moveaxis(x.astype(np.complex128 if dt == np.complex64 else np.float64), axes,
                       range(x.ndim - len(axes), x.ndim))
     flat = x64.reshape(got.shape + (-1,))

@@ -519,6 +519,16 @@ class FusedChain:
         return views, [False] * len(inputs), max(1, self.chunk // row), True
 
     def __call__(self, *inputs):
+        try:
+            return self._call(inputs)
+        except InterpreterError:
+            raise
+        except Exception as e:   # outside a member's kernel (allocation, layout)
+            op = self.op.members[0]
+            raise ExecutionError(f"{self.op.where()}: {type(e).__name__}: {e}",
+                                 op.name, op.location) from e
+
+    def _call(self, inputs):
         shape = self.shape
         views, tiled, unit, rows = self._layout(inputs)
         outs = [np.empty(shape, dt) for dt in self.out_dtypes]
@@ -529,14 +539,16 @@ class FusedChain:
             total, tail = shape[0], shape[1:]
             targets = outs
         inv = self._prologue(inputs, targets)
+        threads = thread_count() if (self.heavy or THREAD_EXACT_CHAINS) and \
+            total >= MIN_THREAD_CHUNKS * unit else 1
+        if threads > 1 and not self.heavy and not any(tiled):
+            unit *= 2   # exact ops: longer ufunc calls per GIL hand-over
         bounds = [(lo, min(lo + unit, total)) for lo in range(0, total, unit)] or [(0, 0)]
         chunk = self._chunk_fn
 
         def run(lo, hi):
             chunk(views, tiled, inv, targets, lo, hi, (hi - lo,) + tail)
 
-        threads = thread_count() if len(bounds) >= MIN_THREAD_CHUNKS and (
-            self.heavy or THREAD_EXACT_CHAINS) else 1
         if threads > 1 and _POOL_LOCK.acquire(False):
             try:
                 _run_shared(run, bounds, threads)

@@ -209,6 +209,7 @@ def _reduce_runs(ufunc, x, axes, acc):
     of ``x`` is made: batch-norm statistics of an NHWC (64, 32, 32, 16) f32
     array take 0.4 ms instead of 2.8 ms.
     """
+    out_shape = tuple(size for d, size in enumerate(x.shape) if d not in axes)
     runs = []   # [size, reduced]
     for d, size in enumerate(x.shape):
         red = d in axes
@@ -228,7 +229,7 @@ def _reduce_runs(ufunc, x, axes, acc):
             i = next(k for k, (_, red) in enumerate(runs) if red)
             x = ufunc.reduce(x, axis=i, dtype=acc)
             runs.pop(i)
-    return x
+    return np.reshape(x, out_shape)
 
 
 def _reduce_leading(ufunc, x, acc):
