@@ -188,7 +188,7 @@ class Block:
         fast = []
         # Elementwise chains run as fused steps here only (fusion.py): the
         # observed loop keeps self.steps, every op visible to tracers.
-        for fn, ins, out, dead, op in _fusion.fuse(self.steps, self.template, self.result_slots):
+        for fn, ins, out, dead, op in _fusion.fuse(self.steps, self.result_slots):
             n = len(ins)
             dying = ()
             if op is not None and op.name == "func.call" and ins and ins[0] == 0 \

@@ -56,8 +56,8 @@ THREADS_ENV = "STABLEHLO_REF_THREADS"
 # most this much (float64 detours of f32 data included), and chains keep a
 # handful alive: the working set stays within a core's L2 cache.
 CHUNK_BYTES = 1 << 19
-# Fuse shapes of at least this many elements: below two chunks there is no
-# cache reuse to gain, only per-chunk overhead.
+# Fuse shapes of at least this many elements: smaller values stay in cache
+# from one op to the next anyway, and there are no chunks to share.
 MIN_ELEMENTS = 1 << 16
 # Use the helper threads from this many chunks on (each thread gets at least
 # a few chunks, so starting them pays off).
@@ -178,12 +178,12 @@ class _Group:
         self.produced = set()  # slots written by members
 
 
-def fuse(steps, template, result_slots):
+def fuse(steps, result_slots):
     """``steps`` with fusible elementwise chains replaced by fused steps.
 
-    ``steps`` are a block's :class:`compiler.Step` s (``dead`` filled in);
-    ``template`` its frame template (constants) and ``result_slots`` the
-    slots it returns. Returns a new list; ``steps`` itself is not changed.
+    ``steps`` are a block's :class:`compiler.Step` s (``dead`` filled in) and
+    ``result_slots`` the slots it returns. Returns a new list; ``steps``
+    itself is not changed.
     """
     if not enabled() or len(steps) < 1:
         return list(steps)
