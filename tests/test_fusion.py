@@ -402,6 +402,58 @@ def test_helpers_run_chunks_concurrently(monkeypatch):
     assert len({name for lo, name in seen if lo < 2}) == 2
 
 
+@pytest.mark.parametrize("et", ["ui8", "ui32", "ui64", "i8", "i32", "i64"])
+def test_shifts_by_broadcast_amounts(et, monkeypatch):
+    # Amounts broadcast from 0-d constants take one ufunc call with a bound
+    # scalar (ops/elementwise.py invariant_ufunc); amounts >= the width (and
+    # negative ones, huge as unsigned patterns) must still give the kernel's
+    # results: 0 for the logical shifts, the sign fill for the arithmetic one.
+    bits = int(et.lstrip("ui"))
+    amounts = [0, 1, bits - 1, bits, bits + 1, 2 * bits + 3] + ([-1, -bits] if et[0] == "i" else [])
+    t = _t(et)
+    lines, outs = [], []
+    for k, a in enumerate(amounts):
+        lines.append(f"    %c{k} = stablehlo.constant dense<{a}> : tensor<{et}>")
+        lines.append(f"    %b{k} = stablehlo.broadcast_in_dim %c{k}, dims = [] : (tensor<{et}>) -> {t}")
+        for op in ("shift_left", "shift_right_logical", "shift_right_arithmetic"):
+            lines.append(f"    %{op}{k} = stablehlo.{op} %x, %b{k} : {t}")
+            lines.append(f"    %s{op}{k} = stablehlo.xor %{op}{k}, %y : {t}")
+            outs.append(f"%s{op}{k}")
+    text = (f"func.func @main(%x: {t}, %y: {t}) -> ({', '.join([t] * len(outs))}) {{\n"
+            + "\n".join(lines) + f"\n    return {', '.join(outs)} : {', '.join([t] * len(outs))}\n}}\n")
+    rng = np.random.default_rng(6)
+    args = [_special_inputs(et, rng), _special_inputs(et, rng)]
+    program, got, want = _run_both(text, args, monkeypatch)
+    (chain,) = _fused_steps(program)
+    assert any(m.bind is not None for m in chain.plan)
+    _assert_same_bits(got, want, f"shifts {et}")
+
+
+def test_erf_inv_composite_fuses(monkeypatch):
+    # JAX serializes erf_inv for plugins as a composite with a direct kernel
+    # (jax.random.normal): it fuses with the multiply after it.
+    text = f"""
+func.func @main(%x: tensor<{N}xf32>) -> tensor<{N}xf32> {{
+  %0 = stablehlo.composite "chlo.erf_inv" %x {{decomposition = @erf_inv}} : (tensor<{N}xf32>) -> tensor<{N}xf32>
+  %c = stablehlo.constant dense<1.41421354> : tensor<f32>
+  %b = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<f32>) -> tensor<{N}xf32>
+  %1 = stablehlo.multiply %b, %0 : tensor<{N}xf32>
+  return %1 : tensor<{N}xf32>
+}}
+func.func private @erf_inv(%x: tensor<{N}xf32>) -> tensor<{N}xf32> {{
+  %0 = chlo.erf_inv %x : tensor<{N}xf32> -> tensor<{N}xf32>
+  return %0 : tensor<{N}xf32>
+}}
+"""
+    x = np.random.default_rng(7).uniform(-1, 1, N).astype(np.float32)
+    x[:6] = [1.0, -1.0, 0.0, -0.0, np.nan, 2.0]
+    program, got, want = _run_both(text, [x], monkeypatch, "2")
+    (chain,) = _fused_steps(program)
+    assert [m.op.name for m in chain.plan] == ["stablehlo.composite", "stablehlo.broadcast_in_dim",
+                                               "stablehlo.multiply"]
+    _assert_same_bits(got, want, "erf_inv composite")
+
+
 def test_real_thresholds_and_large_array(monkeypatch):
     # The shipped thresholds, a million elements, several threads.
     monkeypatch.undo()
