@@ -381,7 +381,7 @@ def test_no_update_in_place_of_a_value_a_kernel_may_view(monkeypatch):
     args = [rng.integers(0, 2**32, N, dtype=np.uint64).astype(np.uint32) for _ in range(2)]
     program, got, want = _run_both(ALIASED, args, monkeypatch)
     (chain,) = _fused_steps(program)
-    assert "out=" in chain.source
+    assert any(m.inplace is not None for m in chain.plan)
     xor = [m for m in chain.plan if m.op.name == "stablehlo.xor"][0]
     assert xor.inplace is None
     _assert_same_bits(got, want, "aliased")

@@ -438,7 +438,7 @@ class FusedChain:
                 continue
             body.append(f"m = {j}")
             xs = [f"v{a}" for a in m.args]
-            out = f", out=v{m.inplace}" if m.inplace is not None else ""
+            out = f", v{m.inplace}" if m.inplace is not None else ""   # positional out=
             if m.kind == _SCALAR:
                 body.append(f"v{m.res} = v{m.args[0]}.reshape(())")
             elif m.bind is not None:
