@@ -28,7 +28,8 @@ INTS = ["i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64"]
 NP = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "f64": np.float64,
       "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64, "ui8": np.uint8,
       "ui16": np.uint16, "ui32": np.uint32, "ui64": np.uint64, "i1": np.bool_,
-      "complex<f32>": np.complex64, "complex<f64>": np.complex128}
+      "complex<f32>": np.complex64, "complex<f64>": np.complex128, "i4": ml_dtypes.int4,
+      "ui4": ml_dtypes.uint4, "f8E5M2": ml_dtypes.float8_e5m2}
 
 FLOAT_UNARY = ["negate", "abs", "exponential", "exponential_minus_one", "log", "log_plus_one",
                "logistic", "sine", "cosine", "tan", "tanh", "sqrt", "rsqrt", "cbrt", "floor",
@@ -111,7 +112,7 @@ def _direction(rng):
 def build_chain(seed, et, n_ops=14, shape=(N,)):
     rng = np.random.default_rng(seed)
     b = Builder(rng, et, shape=shape)
-    is_float = et in FLOATS
+    is_float = et in FLOATS or et.startswith("f8")
     is_complex = et.startswith("complex")
     for _ in range(n_ops):
         r = rng.random()
@@ -133,7 +134,7 @@ def build_chain(seed, et, n_ops=14, shape=(N,)):
             b.emit("select", [(p, "i1"), x, y], et)
             continue
         if r < 0.26 and not is_complex:   # clamp with 0-d bounds
-            lo, hi = ("-1.5", "2.5") if is_float else ("1", "100")
+            lo, hi = ("-1.5", "2.5") if is_float else ("1", "6" if et.endswith("i4") else "100")
             nlo, nhi = b.new(), b.new()
             b.lines.append(f"    {nlo} = stablehlo.constant dense<{lo}> : tensor<{et}>")
             b.lines.append(f"    {nhi} = stablehlo.constant dense<{hi}> : tensor<{et}>")
@@ -142,6 +143,7 @@ def build_chain(seed, et, n_ops=14, shape=(N,)):
             continue
         if r < 0.32:   # a round trip through another type
             other = {"f32": "f16", "f16": "f32", "bf16": "f32", "f64": "f32", "i8": "i32",
+                     "i4": "i8", "ui4": "i32", "f8E5M2": "bf16",
                      "i16": "ui8", "i32": "i8", "i64": "ui32", "ui8": "i16", "ui16": "i8",
                      "ui32": "f32", "ui64": "i32", "complex<f32>": "complex<f64>",
                      "complex<f64>": "complex<f32>"}[et]
@@ -169,7 +171,7 @@ def build_chain(seed, et, n_ops=14, shape=(N,)):
 
 def _special_inputs(et, rng, n=N):
     dt = np.dtype(NP[et])
-    if dt.kind == "f" or dt == ml_dtypes.bfloat16:
+    if dt.kind == "f" or dt in (np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e5m2)):
         fi = ml_dtypes.finfo(dt)
         special = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, float(fi.max), -float(fi.max),
                             float(fi.tiny), -float(fi.tiny), float(fi.smallest_subnormal), 1.0, -1.0,
@@ -184,12 +186,13 @@ def _special_inputs(et, rng, n=N):
         out = np.empty(n, dt)
         out.real, out.imag = re, im
         return out
-    info = np.iinfo(dt)
-    vals = rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
-    small = rng.integers(-5 if info.min < 0 else 0, 40, n // 3).astype(dt)
-    vals[rng.integers(0, n, n // 3)] = small
-    vals[rng.integers(0, n, 20)] = rng.choice(np.array([info.min, info.max, 0, 1], dt), 20)
-    return vals
+    info = ml_dtypes.iinfo(dt)
+    car = dt if dt.itemsize == 8 else np.dtype(np.int64)   # ml_dtypes ints: through int64
+    vals = rng.integers(int(info.min), int(info.max), n, dtype=car, endpoint=True)
+    small = rng.integers(-5 if info.min < 0 else 0, min(40, int(info.max)), n // 3)
+    vals[rng.integers(0, n, n // 3)] = small.astype(car)
+    vals[rng.integers(0, n, 20)] = rng.choice(np.array([info.min, info.max, 0, 1], car), 20)
+    return vals.astype(dt)
 
 
 def _bits(a):
@@ -224,7 +227,7 @@ def _assert_same_bits(got, want, context):
                                 f"fused {g.reshape(-1)[diff[:5]]} unfused {w.reshape(-1)[diff[:5]]}")
 
 
-@pytest.mark.parametrize("et", FLOATS + INTS + ["complex<f32>", "complex<f64>"])
+@pytest.mark.parametrize("et", FLOATS + INTS + ["complex<f32>", "complex<f64>", "i4", "ui4", "f8E5M2"])
 @pytest.mark.parametrize("seed", range(6))
 def test_random_chain_bit_identical(et, seed, monkeypatch):
     text = build_chain(seed * 101 + len(et), et)
