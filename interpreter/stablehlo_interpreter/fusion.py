@@ -271,7 +271,7 @@ _VIEW, _FULL = 0, 1
 _EXACT = frozenset("stablehlo." + n for n in """
 add subtract multiply divide remainder maximum minimum negate abs and or xor not compare
 select clamp convert bitcast_convert shift_left shift_right_logical shift_right_arithmetic
-floor ceil sign is_finite round_nearest_even round_nearest_afz
+floor ceil sign is_finite round_nearest_even round_nearest_afz sqrt
 """.split()) | {"chlo.square"}
 
 # One of these alone gains nothing from chunking (a single memory-bound pass);
