@@ -242,18 +242,15 @@ def _emit(g, steps, users, keep):
     real = [s for s in fused_members if s.op.name != _BROADCAST]
     if not real or not outputs or (len(real) == 1 and real[0].op.name in _CHEAP):
         return members   # nothing to keep in cache, nothing to share
-    inputs = []
+    inputs = {}   # ordered set
     produced = set()
     for s in fused_members:
         for slot in s.ins:
-            if slot not in produced and slot not in inputs:
-                inputs.append(slot)
+            if slot not in produced:
+                inputs.setdefault(slot)
         produced.add(s.out)
-    dead = []
-    for s in fused_members:
-        for d in s.dead:
-            if d not in dead:
-                dead.append(d)
+    inputs = list(inputs)
+    dead = list(dict.fromkeys(d for s in fused_members for d in s.dead))
     fused = FusedChain(g.shape, fused_members, inputs, outputs)
     out = outputs[0] if len(outputs) == 1 else tuple(outputs)
     return pre + [fused_members[0]._replace(fn=fused, ins=tuple(inputs), out=out,
@@ -354,9 +351,13 @@ class FusedChain:
                 readers.setdefault(local[slot], []).append(j)
             local[s.out] = len(local)
             dtype[local[s.out]] = s.op.result_types[0].dtype
+        dies_at = {}
+        for v, last in last_use.items():
+            dies_at.setdefault(last, []).append(v)
         out_index = {slot: k for k, slot in enumerate(outputs)}
         widest = 1
         plan = []
+        exact = [_is_exact(s) for s in members]
         for j, s in enumerate(members):
             m = _Member(s, tuple(local[slot] for slot in s.ins), local[s.out],
                         out_index.get(s.out))
@@ -365,7 +366,7 @@ class FusedChain:
             if s.op.name == _BROADCAST:
                 m.kind = _HOISTED if m.args[0] in invariant else _SCALAR
                 invariant[m.res] = _VIEW
-            elif _is_exact(s):
+            elif exact[j]:
                 if all(a in invariant for a in m.args):
                     m.kind = _HOISTED
                     invariant[m.res] = _FULL
@@ -379,7 +380,7 @@ class FusedChain:
                 m.expand = tuple((k, invariant[a]) for k, a in enumerate(m.args) if a in invariant)
                 if not m.expand:
                     m.ufunc = _direct_ufunc(s)
-            m.dies = tuple(sorted(v for v, last in last_use.items() if last == j))
+            m.dies = tuple(sorted(dies_at.get(j, ())))
             plan.append(m)
         # In place: a ufunc member may write its result over an operand that
         # dies there, was made by a ufunc member of this chunk (a fresh
@@ -401,16 +402,13 @@ class FusedChain:
         # Inputs only exact members read (their loops give the same bits
         # whatever the operand's layout): these may be tiled (_layout).
         self.exact_inputs = frozenset(
-            k for k in self.chunked_inputs
-            if all(_is_exact(s) for s in members if inputs[k] in s.ins))
-        self.out_dtypes = tuple(next(s.op.result_types[0].dtype for s in members if s.out == slot)
-                                for slot in outputs)
+            k for k in self.chunked_inputs if all(exact[r] for r in readers[k]))
+        self.out_dtypes = tuple(dtype[local[slot]] for slot in outputs)
         self.hoisted = tuple(m for m in plan if m.kind == _HOISTED)
         # A member that is not an exact op (a transcendental, in float64)
         # costs microseconds per chunk element block; chains of exact ops
         # are memory-bound ufunc calls too short to share (see _run_shared).
-        self.heavy = any(m.kind == _KERNEL and not _is_exact(s)
-                         for m, s in zip(plan, members))
+        self.heavy = any(m.kind == _KERNEL and not e for m, e in zip(plan, exact))
         self.bound = tuple((j, m) for j, m in enumerate(plan) if m.bind is not None)
         # float64 detours of narrower floats double the widest value.
         self.chunk = max(1024, CHUNK_BYTES // max(8, widest))
@@ -631,14 +629,20 @@ def _direct_ufunc(step):
     raw = getattr(step.fn, "__wrapped__", None)
     if not isinstance(raw, np.ufunc) or raw.nout != 1 or raw.nin != len(step.ins):
         return None
-    try:
-        with np.errstate(all="ignore"):
-            probe = raw(*[np.zeros((1,), t.dtype) for t in step.op.operand_types])
-    except Exception:
-        return None
-    if probe.__class__ is not np.ndarray or probe.dtype != step.op.result_types[0].dtype:
-        return None
-    return raw
+    key = (raw, tuple(t.dtype for t in step.op.operand_types))
+    out = _UFUNC_RESULT.get(key)
+    if out is None:
+        try:
+            with np.errstate(all="ignore"):
+                probe = raw(*[np.zeros((1,), dt) for dt in key[1]])
+            out = probe.dtype if probe.__class__ is np.ndarray else False
+        except Exception:
+            out = False
+        _UFUNC_RESULT[key] = out
+    return raw if out is not False and out == step.op.result_types[0].dtype else None
+
+
+_UFUNC_RESULT = {}   # (ufunc, operand dtypes) -> result dtype, or False
 
 
 # --------------------------------------------------------------------------
