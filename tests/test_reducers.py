@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import stablehlo_interpreter as shi
+from stablehlo_interpreter import pool
 from stablehlo_interpreter.ops.elementwise import round_f64
 from stablehlo_interpreter.ops.reducers import reducer
 from stablehlo_interpreter.parallel import run_parallel
@@ -206,6 +207,8 @@ def test_narrow_float_sum_is_the_rounded_exact_sum(dt):
     ((3, 5, 7), ()),                    # nothing reduced
     ((2, 3, 4), (0,)),                  # kept dims merged into one run
     ((2, 3, 4, 5), (1, 2)),
+    ((2, 300_000), (1,)),               # long rows: blocks on the helper threads
+    ((600_001,), (0,)),
 ])
 @pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16, np.complex64])
 def test_narrow_sums_in_place_are_correctly_rounded(shape, axes, dt):
@@ -230,6 +233,20 @@ def test_narrow_sums_in_place_are_correctly_rounded(shape, axes, dt):
         want = complex(*[float(np.float32(e)) for e in exact]) if dt == np.complex64 \
             else float(round_f64(np.array(exact[0]), np.dtype(dt)))
         assert g == want, (idx, g, want)
+
+
+@pytest.mark.parametrize("shape,axes", [((64, 32, 32, 16), (0, 1, 2)), ((2000, 16, 64), (0, 2)),
+                                        ((2, 300_000), (1,)), ((600_001,), (0,))])
+def test_large_sums_do_not_depend_on_the_thread_count(shape, axes, monkeypatch):
+    # Large float sums run in chunks on the helper threads (pool.py); the
+    # chunks are the same whatever the thread count, so are the bits.
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    monkeypatch.setattr(pool, "busy", lambda threads: False)
+    got = []
+    for threads in ("1", "3"):
+        monkeypatch.setenv("STABLEHLO_REF_THREADS", threads)
+        got.append(reducer("add", np.float32).reduce(x, axes, np.array(0, np.float32)))
+    assert np.array_equal(got[0].view(np.uint32), got[1].view(np.uint32))
 
 
 def test_float_sum_signed_zero_init():

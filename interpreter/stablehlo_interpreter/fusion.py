@@ -35,22 +35,21 @@ location.
 
 Switches: ``STABLEHLO_REF_FUSION=0`` turns fusion off (read when a plan is
 first run); ``STABLEHLO_REF_THREADS=N`` is the number of threads a fused step
-may use (default: the usable cores, at most 4; 1 = no helper threads). Only
-one fused step at a time uses the helpers: others (several device threads of
-a parallel run, concurrent executions) run their chunks in their own thread.
+may use (pool.py: default the usable cores, at most 4; 1 = no helper
+threads). Only one fused step at a time uses the helpers: others (several
+device threads of a parallel run, concurrent executions) run their chunks in
+their own thread.
 """
 
-import itertools
 import os
-import threading
 
 import numpy as np
 
 from .errors import ExecutionError, InterpreterError
+from .pool import run_chunks, thread_count
 from .regions import ELEMENTWISE_OPS
 
 FUSION_ENV = "STABLEHLO_REF_FUSION"
-THREADS_ENV = "STABLEHLO_REF_THREADS"
 
 # Bytes of the widest value of a chunk. Each live value of a chunk takes at
 # most this much (float64 detours of f32 data included), and chains keep a
@@ -62,7 +61,6 @@ MIN_ELEMENTS = 1 << 16
 # Use the helper threads from this many chunks on (each thread gets at least
 # a few chunks, so starting them pays off).
 MIN_THREAD_CHUNKS = 4
-MAX_DEFAULT_THREADS = 4
 # Share chains of exact ops (integer, bit and IEEE basic arithmetic) too. Off:
 # their ufunc calls last a few microseconds per chunk, about what handing the
 # GIL to another thread costs, so two threads ran them no faster than one
@@ -78,27 +76,6 @@ _BROADCAST = "stablehlo.broadcast_in_dim"
 
 def enabled():
     return os.environ.get(FUSION_ENV, "1") not in ("0", "false", "off", "")
-
-
-_default_threads = []
-
-
-def thread_count():
-    """Threads a fused step may use (``STABLEHLO_REF_THREADS``, read at each
-    call; default: the usable cores, at most MAX_DEFAULT_THREADS)."""
-    v = os.environ.get(THREADS_ENV)
-    if v:
-        try:
-            return max(1, int(v))
-        except ValueError:
-            pass
-    if not _default_threads:
-        try:
-            n = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            n = os.cpu_count() or 1
-        _default_threads.append(max(1, min(n, MAX_DEFAULT_THREADS)))
-    return _default_threads[0]
 
 
 # --------------------------------------------------------------------------
@@ -407,7 +384,7 @@ class FusedChain:
         self.hoisted = tuple(m for m in plan if m.kind == _HOISTED)
         # A member that is not an exact op (a transcendental, in float64)
         # costs microseconds per chunk element block; chains of exact ops
-        # are memory-bound ufunc calls too short to share (see _run_shared).
+        # are memory-bound ufunc calls too short to share (pool.py).
         self.heavy = any(m.kind == _KERNEL and not e for m, e in zip(plan, exact))
         self.bound = tuple((j, m) for j, m in enumerate(plan) if m.bind is not None)
         # float64 detours of narrower floats double the widest value.
@@ -547,14 +524,7 @@ class FusedChain:
         def run(lo, hi):
             chunk(views, tiled, inv, targets, lo, hi, (hi - lo,) + tail)
 
-        if threads > 1 and _POOL_LOCK.acquire(False):
-            try:
-                _run_shared(run, bounds, threads)
-            finally:
-                _POOL_LOCK.release()
-        else:
-            for lo, hi in bounds:
-                run(lo, hi)
+        run_chunks(run, bounds, threads)
         return outs[0] if self.n_out == 1 else outs
 
     def _prologue(self, inputs, targets):
@@ -643,90 +613,3 @@ def _direct_ufunc(step):
 
 
 _UFUNC_RESULT = {}   # (ufunc, operand dtypes) -> result dtype, or False
-
-
-# --------------------------------------------------------------------------
-# The helper threads
-
-
-_POOL_LOCK = threading.Lock()   # one fused step at a time shares its chunks
-_pool = None
-
-
-class _Pool:
-    """Daemon helper threads taking jobs from a queue."""
-
-    def __init__(self):
-        import queue
-        self.jobs = queue.SimpleQueue()
-        self.threads = []
-
-    def ensure(self, n):
-        while len(self.threads) < n:
-            t = threading.Thread(target=self._work, daemon=True,
-                                 name=f"stablehlo-fusion-{len(self.threads)}")
-            t.start()
-            self.threads.append(t)
-
-    def _work(self):
-        while True:
-            job = self.jobs.get()
-            with np.errstate(all="ignore"):
-                job()
-
-
-def _reset_pool():
-    global _pool, _POOL_LOCK
-    _pool = None
-    _POOL_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_pool)
-
-
-def _run_shared(run, bounds, threads):
-    """Run ``run(lo, hi)`` over ``bounds`` in this thread and ``threads - 1``
-    helpers. Chunks are taken from a shared counter, so a helper that is not
-    scheduled (a busy machine) costs nothing: this thread takes its chunks.
-    Returns when every chunk is done; the first error is raised here."""
-    global _pool
-    if _pool is None:
-        _pool = _Pool()
-    _pool.ensure(threads - 1)
-    n = len(bounds)
-    counter = itertools.count()
-    cond = threading.Condition()
-    state = {"done": 0, "error": None, "stop": False}
-
-    def work():
-        while True:
-            c = next(counter)
-            if c >= n:
-                return
-            err = None
-            if not state["stop"]:
-                try:
-                    run(*bounds[c])
-                except BaseException as e:  # noqa: BLE001 - handed to the caller
-                    err = e
-            with cond:
-                if err is not None and state["error"] is None:
-                    state["error"] = err
-                    state["stop"] = True
-                state["done"] += 1
-                if state["done"] == n:
-                    cond.notify_all()
-
-    for _ in range(threads - 1):
-        _pool.jobs.put(work)
-    try:
-        work()
-    except BaseException:
-        state["stop"] = True   # interrupted: helpers skip what is left
-        raise
-    with cond:
-        while state["done"] < n:
-            cond.wait()
-    if state["error"] is not None:
-        raise state["error"]
