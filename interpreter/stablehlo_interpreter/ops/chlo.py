@@ -136,7 +136,8 @@ def _erfinv_narrow(x):
 
     erf_inv(x) = ndtri((1 + x) / 2) / sqrt(2), with (1 + x) / 2 exact for
     these inputs: scipy's ndtri (cephes) is accurate to about 1e-16 and
-    2-3x faster than scipy's erfinv (boost), the cost of jax.random.normal.
+    1.4x faster than scipy's erfinv (boost): 12 ms against 17 ms of process
+    time per million values, most of the cost of jax.random.normal.
     The result is within a few float64 ulps, so rounding it once to float32
     is correct but in the rarest near-ties (tests/test_chlo.py sweeps it
     against scipy's erfinv). +-1 give +-inf, |x| > 1 and NaN give NaN.
