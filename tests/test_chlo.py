@@ -91,7 +91,7 @@ def test_erf_family_edges():
 @pytest.mark.parametrize("et,dtype", [("f32", np.float32), ("f16", np.float16),
                                        ("bf16", ml_dtypes.bfloat16)])
 def test_erf_inv_narrow_floats_are_the_rounded_float64_value(et, dtype):
-    # f32/f16/bf16 take ndtri((1 + x) / 2) / sqrt(2) (ops/chlo.py), 2-3x
+    # f32/f16/bf16 take ndtri((1 + x) / 2) / sqrt(2) (ops/chlo.py), 1.4x
     # faster than scipy's erfinv: the rounded result must be scipy's
     # float64 erfinv rounded once, on random bit patterns of (-1, 1), the
     # values next to +-1, tiny and subnormal values and the special values.
