@@ -48,6 +48,7 @@ import numpy as np
 from .errors import ExecutionError, InterpreterError
 from .pool import run_chunks, thread_count
 from .regions import ELEMENTWISE_OPS
+from .registry import COMPOSITES
 
 FUSION_ENV = "STABLEHLO_REF_FUSION"
 
@@ -127,21 +128,25 @@ def _member_shape(step):
 def _plain_composite(step):
     """A `stablehlo.composite` of an elementwise chlo op that runs a direct
     kernel (registry.composite: JAX serializes erf_inv, erfc, lgamma, ...
-    so for plugins) as a plain step of that kernel, so that it can fuse."""
-    op = step.op
-    if op is None or op.name != "stablehlo.composite" or op.attrs.get("name") not in _FUSIBLE \
-            or not step.ins or step.ins[0] != 0:
-        return step
-    from .ops.control import _direct_composite
-    try:
-        direct = _direct_composite(op)
-    except Exception:
-        direct = None
-    if direct is None:
-        return step
+    so for plugins) as a plain step of that kernel, so that it can fuse.
 
-    def kernel(*args):
-        return direct(None, (), *args)
+    The rules are ops/control.py's _direct_composite (not imported: ops
+    import the compiler, which imports this module): version <= 1, no
+    composite attributes, one result, not float64/complex128 -- else the
+    step stays as it is. tests/test_fusion.py checks the fused result
+    against the unfused run, which takes control.py's decision."""
+    op = step.op
+    if op is None or op.name != "stablehlo.composite" or not step.ins or step.ins[0] != 0:
+        return step
+    builder = COMPOSITES.get(op.attrs.get("name"))
+    if builder is None or op.attrs.get("name") not in _FUSIBLE or op.attrs.get("version", 0) > 1 \
+            or op.attrs.get("composite_attributes") or op.num_results != 1 \
+            or np.dtype(op.result_types[0].dtype) in (np.float64, np.complex128):
+        return step
+    try:
+        kernel = builder(op)
+    except Exception:
+        return step
     return step._replace(fn=kernel, ins=step.ins[1:])
 
 
