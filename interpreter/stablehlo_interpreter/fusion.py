@@ -5,10 +5,10 @@ dozen uint32 add/shift/or/xor ops) runs op by op over whole arrays: every op
 reads and writes megabytes, and memory traffic, not arithmetic, sets the
 time. :func:`fuse` rewrites a block's steps once, when its plan is first
 run: elementwise steps over the same static shape become one *fused step*
-that runs all of them on one chunk of the elements (tens of KiB per value,
-which stays in the core's cache) before moving to the next chunk. Large
-arrays have their chunks shared with helper threads: numpy releases the GIL
-inside a ufunc loop, so two cores work at once.
+that runs all of them on one chunk of the elements (up to 512 KiB per value,
+which stays in the core's cache) before moving to the next chunk. Chains
+with a transcendental share their chunks with helper threads (pool.py):
+numpy releases the GIL inside a ufunc loop, so two cores work at once.
 
 Exactness. Every member is the op's own kernel, called on a chunk instead of
 the whole array. Elementwise kernels compute each element from the same
@@ -64,8 +64,9 @@ MIN_ELEMENTS = 1 << 16
 MIN_THREAD_CHUNKS = 4
 # Share chains of exact ops (integer, bit and IEEE basic arithmetic) too. Off:
 # their ufunc calls last a few microseconds per chunk, about what handing the
-# GIL to another thread costs, so two threads ran them no faster than one
-# (measured on threefry rounds, 2 cores); transcendentals take far longer.
+# GIL to another thread costs; two threads ran threefry rounds no faster than
+# one and burnt 13-50% more CPU (2 cores, a busy machine; with 128K-element
+# chunks plain numpy gained 1.4x in a quieter moment, unconfirmed here).
 THREAD_EXACT_CHAINS = False
 
 # regions.ELEMENTWISE_OPS (what batched region bodies may hold) and the other
