@@ -53,6 +53,31 @@ def test_constant_subgraph_is_folded_and_results_agree(monkeypatch):
     assert k.tolist() == [0, 1, 2, 3] and not k.flags.writeable
 
 
+def test_traced_runs_show_folded_ops_with_their_values(monkeypatch):
+    # Op traces are for reading a program's values op by op: a folded op is
+    # reported where it stands, with the values it computed at compile time,
+    # exactly as the unfolded plan reports it.
+    def trace_of(program):
+        seen = []
+
+        class Recorder:
+            def before(self, op, inputs, depth):
+                seen.append(("in", op.name, op.location, [np.asarray(v).tolist() for v in inputs]))
+
+            def after(self, op, results, depth):
+                seen.append(("out", op.name, [np.asarray(v).tolist() for v in results]))
+
+        program.run(np.arange(16, dtype=np.float32).reshape(4, 4), tracer=Recorder())
+        return seen
+
+    folded, plain = compile_both(MASK, monkeypatch)
+    got = trace_of(folded)
+    assert got == trace_of(plain)
+    assert [e[1] for e in got if e[0] == "out"] == [
+        "stablehlo.iota", "stablehlo.iota", "stablehlo.broadcast_in_dim", "stablehlo.add",
+        "stablehlo.compare", "stablehlo.broadcast_in_dim", "stablehlo.select", "stablehlo.iota"]
+
+
 def test_folding_inside_a_loop_body(monkeypatch):
     text = """
 func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {

@@ -21,6 +21,7 @@ import numpy as np
 
 from . import attrs as _attrs
 from . import fold as _fold
+from . import fusion as _fusion
 from . import quant as _quant
 from . import trace as _trace
 from .arguments import coerce as _coerce
@@ -111,6 +112,16 @@ class Op:
         return f"<Op {self.where()}>"
 
 
+class Folded(NamedTuple):
+    """An op whose operands were all constants, evaluated at compile time
+    (fold.py): its results are in the frame template, it is not a step. A
+    traced run still shows it, with its values, before step ``position``."""
+    position: int
+    ins: tuple
+    outs: tuple
+    op: "Op"
+
+
 class Step(NamedTuple):
     """One op of a block: ``fn`` (the kernel) reads the frame slots ``ins``
     and writes ``out`` (a slot, or a tuple of slots for several results);
@@ -169,7 +180,7 @@ class Block:
 
     __slots__ = ("name", "steps", "template", "arg_slots", "capture_values",
                  "capture_slots", "result_slots", "arg_types", "result_types",
-                 "nslots", "location", "_fast")
+                 "nslots", "location", "_fast", "folded")
 
     def __init__(self, name):
         self.name = name
@@ -183,12 +194,16 @@ class Block:
         self.result_types = []
         self.location = ""
         self._fast = None
+        self.folded = ()  # Folded ops, in program order (for traced runs)
 
     def _fast_steps(self):
         """The steps as :class:`FastStep` for the plain loop: no list built
         for 1-3 operands, in-place donation and call hand-over decided once."""
         fast = []
-        for fn, ins, out, dead, op in self.steps:
+        # Elementwise chains run as fused steps here only (fusion.py): the
+        # observed loop keeps self.steps, every op visible to tracers.
+        for fn, ins, out, dead, op in _fusion.fuse(self.steps, self.result_slots,
+                                                   self.template):
             n = len(ins)
             dying = ()
             if op is not None and op.name == "func.call" and ins and ins[0] == 0 \
@@ -310,8 +325,11 @@ class Block:
         if tracer is not None and hasattr(tracer, "enter_block"):
             tracer.enter_block(self.name, ctx.depth)  # marks loop iterations
         step = None
+        folded = self.folded
         try:
-            for step in self.steps:
+            for i, step in enumerate(self.steps):
+                if folded and folded[0].position <= i:
+                    folded = self._show_folded(ctx, env, folded, i)
                 fn, ins, out, dead, op = step
                 inputs = [env[i] for i in ins]
                 if tracer is not None:
@@ -335,6 +353,8 @@ class Block:
                         env[o] = v
                 for d in dead:
                     env[d] = None
+            if folded:
+                self._show_folded(ctx, env, folded, len(self.steps))
         except InterpreterError:
             raise
         except RecursionError:
@@ -346,6 +366,22 @@ class Block:
         except Exception as e:
             raise _wrap(e, step) from e
         return [env[i] for i in self.result_slots]
+
+    def _show_folded(self, ctx, env, folded, position):
+        """Report the folded ops placed before step ``position`` to the
+        tracer (and validation) with their constant values, as if they had
+        run there; returns the rest of ``folded``."""
+        tracer = ctx.tracer
+        while folded and folded[0].position <= position:
+            f = folded[0]
+            folded = folded[1:]
+            results = [env[o] for o in f.outs]
+            if _DEBUG_VALIDATE:
+                _validate(f.op, results, ctx.state.get("batched", 0))
+            if tracer is not None:
+                tracer.before(f.op, [env[i] for i in f.ins], ctx.depth)
+                tracer.after(f.op, results, ctx.depth)
+        return folded
 
     def bind(self, ctx, captures):
         """A callable running this block as a region in ``ctx``."""
@@ -632,6 +668,7 @@ class _Compiler:
 
         ops = list(b.operations)
         steps = []
+        folded = []
         for idx, op in enumerate(ops):
             o = op.operation
             if idx == len(ops) - 1 and o.name in ("func.return", "stablehlo.return",
@@ -643,6 +680,9 @@ class _Compiler:
                 continue
             step = self._compile_op(o, lookup, new_slot, slots, constants)
             if step is None:
+                continue
+            if step.__class__ is Folded:
+                folded.append(step._replace(position=len(steps)))
                 continue
             steps.append(step)
             for s in step.ins:
@@ -656,6 +696,7 @@ class _Compiler:
                 dead_at.setdefault(i, []).append(s)
         blk.steps = [step._replace(dead=tuple(dead_at.get(i, ())))
                      for i, step in enumerate(steps)]
+        blk.folded = tuple(folded)
         blk.nslots = nslots[0]
         template = [None] * nslots[0]
         for s, v in constants.items():
@@ -746,7 +787,7 @@ class _Compiler:
             if vals is not None:
                 for s, v in zip(out_slots, vals):
                     constants[s] = v
-                return None
+                return Folded(0, tuple(in_slots), tuple(out_slots), op)
         if special or regions:
             cap_ranges = []
             cap_slots = []
