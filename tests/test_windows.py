@@ -2,6 +2,7 @@
 
 import itertools
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -279,7 +280,6 @@ def _rand_values(rng, shape, dt):
     return rng.choice(pool, shape).astype(dt)  # ties, signed zeros, NaN, inf
 
 
-import ml_dtypes  # noqa: E402  (only the random sweeps below need it)
 
 DT = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": ml_dtypes.bfloat16,
       "i8": np.int8, "ui32": np.uint32, "i4": ml_dtypes.int4, "i1": np.bool_}
