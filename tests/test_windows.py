@@ -297,19 +297,28 @@ def _random_window(rng, rank, big=False):
     return shape, wd, ws, bd, wdil, pad
 
 
-@pytest.mark.parametrize("plan", ["auto", "fold", "axes", "view"])
+PLANS = ["auto", "fold", "axes", "long_axes"]
+
+
+def _force_plan(plan, monkeypatch):
+    """Make reduce_window use one plan (ops/windows.py); long_axes: every
+    window axis through the one-call strided reduce."""
+    from stablehlo_interpreter.ops import windows as W
+    if plan == "auto":
+        return
+    if plan == "long_axes":
+        monkeypatch.setattr(W, "_LONG_AXIS", 0)
+    monkeypatch.setattr(W, "_plan", lambda padded, out, wdims, strides, wdil: (
+        ("fold",) if plan == "fold" else ("axes", tuple(a for a, w in enumerate(wdims) if w > 1))))
+
+
+@pytest.mark.parametrize("plan", PLANS)
 @pytest.mark.parametrize("et", sorted(DT))
 def test_reduce_window_exact_kinds_equal_the_spec_fold(et, plan, monkeypatch):
     # max/min (and for integers add/multiply/and/or): order-independent, so
     # every plan must give the spec's sequential fold bit for bit, NaNs,
     # signed zeros and ties included.
-    from stablehlo_interpreter.ops import windows as W
-    if plan != "auto":
-        def forced(padded, out, wdims, strides, wdil):
-            if plan == "axes":
-                return ("axes", tuple(a for a, w in enumerate(wdims) if w > 1))
-            return (plan,)
-        monkeypatch.setattr(W, "_plan", forced)
+    _force_plan(plan, monkeypatch)
     dt = DT[et]
     is_float = np.dtype(dt).kind == "f" or dt == ml_dtypes.bfloat16
     bodies = ["maximum", "minimum"]
@@ -347,17 +356,13 @@ def test_reduce_window_exact_kinds_equal_the_spec_fold(et, plan, monkeypatch):
         assert _canonical(got) == _canonical(exp), (body, shape, wd, ws, bd, wdil, pad.tolist())
 
 
-@pytest.mark.parametrize("plan", ["auto", "fold", "axes", "view"])
+@pytest.mark.parametrize("plan", PLANS)
 @pytest.mark.parametrize("et", ["f32", "f16", "bf16"])
 def test_reduce_window_float_sums_are_correctly_rounded(et, plan, monkeypatch):
     # Float sums accumulate in float64 and round once, whatever the plan: for
     # these few terms of moderate range the float64 sum is exact, so each
     # result is the exact sum rounded to the element type.
-    from stablehlo_interpreter.ops import windows as W
-    if plan != "auto":
-        monkeypatch.setattr(W, "_plan", lambda p, o, wdims, s, d: (
-            ("axes", tuple(a for a, w in enumerate(wdims) if w > 1)) if plan == "axes"
-            else (plan,)))
+    _force_plan(plan, monkeypatch)
     dt = DT[et]
     rng = np.random.default_rng(len(et) + len(plan))
     for trial in range(8):
@@ -370,6 +375,48 @@ def test_reduce_window_float_sums_are_correctly_rounded(et, plan, monkeypatch):
         prog = rw_prog(shape, et, exp.shape, wd, ws, bd, wdil, pad, binop("add", et))
         got = prog.run(x, init)[0]
         np.testing.assert_array_equal(got, exp.astype(dt))
+
+
+@pytest.mark.parametrize("plan", PLANS)
+@pytest.mark.parametrize("et", ["f32", "f64", "bf16", "complex<f32>"])
+def test_reduce_window_sums_of_negative_zeros(et, plan, monkeypatch):
+    # IEEE: a sum is -0 only when every term is -0 (init included).
+    _force_plan(plan, monkeypatch)
+    dt = np.complex64 if et.startswith("complex") else DT[et]
+    x = np.full((3, 20), -0.0).astype(dt)
+    x[0, 5] = 0.0  # windows over it sum to +0
+    for init, window in itertools.product([-0.0, 0.0], [(2, 3), (1, 20)]):
+        exp = reduce_window_ref([x], [np.array(init).astype(dt)], window, (1, 1), (1, 1),
+                                (1, 1), np.zeros((2, 2), int),
+                                lambda a, b: (np.array(a + b).astype(dt),))[0]
+        prog = rw_prog(x.shape, et, exp.shape, window, (1, 1), (1, 1), (1, 1),
+                       np.zeros((2, 2), int), binop("add", et))
+        got = prog.run(x, np.array(init).astype(dt))[0]
+        assert _canonical(got) == _canonical(exp), (init, window)
+
+
+def test_reduce_window_long_windows():
+    # Windows longer than _LONG_AXIS along an axis (sliding maximum / sum of
+    # 40, a global pool) against the spec's fold.
+    rng = np.random.default_rng(11)
+    x = _rand_values(rng, (3, 50), np.float32)
+    for body, fold, init in [("maximum", _spec_max, -np.inf), ("minimum", _spec_min, np.inf)]:
+        for wd, ws, pad in [((1, 40), (1, 1), [[0, 0], [20, 19]]), ((3, 50), (1, 1), [[0, 0]] * 2),
+                            ((2, 17), (1, 3), [[1, 0], [0, 0]])]:
+            pad = np.array(pad)
+            i = np.float32(init)
+            exp = reduce_window_ref([x], [i], wd, ws, (1, 1), (1, 1), pad,
+                                    lambda a, b, f=fold: (np.float32(f(a, b)),))[0]
+            prog = rw_prog(x.shape, "f32", exp.shape, wd, ws, (1, 1), (1, 1), pad,
+                           binop(body, "f32"))
+            got = prog.run(x, np.array(i))[0]
+            assert _canonical(got) == _canonical(exp), (body, wd, ws)
+    y = (rng.standard_normal((3, 50)) * 4).astype(np.float32)
+    exp = reduce_window_ref([y.astype(np.float64)], [np.float64(0)], (1, 40), (1, 1), (1, 1),
+                            (1, 1), np.array([[0, 0], [20, 19]]), lambda a, b: (a + b,))[0]
+    prog = rw_prog(y.shape, "f32", exp.shape, (1, 40), (1, 1), (1, 1), (1, 1),
+                   np.array([[0, 0], [20, 19]]), binop("add", "f32"))
+    np.testing.assert_array_equal(prog.run(y, np.float32(0))[0], exp.astype(np.float32))
 
 
 def sas_prog_body(oshape, sshape, et, wd, ws, pad, cmp, scatter):

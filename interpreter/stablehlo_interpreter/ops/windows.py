@@ -7,8 +7,8 @@ copies per output element:
   ``reducers``) folds strided slices of the padded input, one ufunc call per
   window position over all windows at once, or, when the windows overlap,
   one window axis at a time (a box reduction is separable): whichever reads
-  fewer elements; a long window axis is one ufunc reduce of a
-  ``sliding_window_view``. Float sums and products accumulate in float64;
+  fewer elements; a long window axis is one ufunc reduce over a strided
+  view. Float sums and products accumulate in float64;
 * a prefix-scan window (JAX's cumsum/cummax/cumlogsumexp...) is an O(n)
   accumulate, or a log-depth tree scan for other elementwise bodies;
 * other bodies (several operands, argmax-style pairs, ...) are folded one
@@ -191,34 +191,29 @@ def _tree_scan(body, xs, axis, reverse):
 
 # Windows of up to this many elements may be folded position by position
 # (one ufunc call per position over all windows); larger ones are reduced
-# one window axis at a time or over a strided view of whole windows.
+# one window axis at a time.
 _POSITION_FOLD_MAX = 64
-# A window axis longer than this is reduced in one ufunc call over a
-# sliding_window_view instead of one call per position.
+# A window axis longer than this is reduced in one ufunc call over a strided
+# view instead of one call per position.
 _LONG_AXIS = 16
 # numpy's cost of one ufunc call, counted in elements read (~2 us).
 _CALL_COST = 2000
-# Cost factor of a reduce over a strided view's short inner axes against a
-# binary ufunc on slices (measured ~1.5-3x per element).
-_VIEW_FACTOR = 2
 
 
 def _plan(padded, out, wdims, strides, wdil):
-    """How a known reducer reduces the windows: ``("fold",)``, ``("view",)``
-    or ``("axes", order)``; chosen by the number of elements read.
+    """How a known reducer reduces the windows: ``("fold",)`` or
+    ``("axes", order)``, whichever reads fewer elements.
 
     fold: one call per window position, each reading one element per window;
     axes: the box is separable, so reduce one window axis at a time, the
     axis that shrinks the array most first (each pass reads w slices of the
-    array as it is after that axis); view: one ufunc reduce over the
-    (windows..., window...) strided view.
+    array as it is after that axis).
     """
     nout = int(np.prod(out, dtype=np.int64))
     nwin = int(np.prod(wdims, dtype=np.int64))
     costs = {}
     if nwin <= _POSITION_FOLD_MAX:
         costs[("fold",)] = nwin * (nout + _CALL_COST)
-    costs[("view",)] = _VIEW_FACTOR * nwin * nout + _CALL_COST
     axes = [a for a, w in enumerate(wdims) if w > 1]
     if len(axes) > 1 or nwin > _POSITION_FOLD_MAX:
         shape = [o if w == 1 else p for p, o, w in zip(padded, out, wdims)]
@@ -228,8 +223,7 @@ def _plan(padded, out, wdims, strides, wdil):
             shape[a] = out[a]
             size = int(np.prod(shape, dtype=np.int64))
             w = wdims[a]
-            cost += w * (size + _CALL_COST) if w <= _LONG_AXIS else \
-                _VIEW_FACTOR * w * size + _CALL_COST
+            cost += w * (size + _CALL_COST) if w <= _LONG_AXIS else w * size + _CALL_COST
         costs[("axes", tuple(order))] = cost
     return min(costs, key=costs.get)
 
@@ -259,12 +253,23 @@ def _fold(ufunc, parts, acc, first=None):
 
 def _reduce_axis(ufunc, x, axis, w, d, s, n, acc):
     """Windows along one axis: ``r[..i..] = op_k x[..i*s + k*d..]`` for i < n."""
-    if w > _LONG_AXIS:
-        v = np.lib.stride_tricks.sliding_window_view(x, (w - 1) * d + 1, axis=axis)
-        v = v[_axis_slice(v.ndim, axis, slice(0, (n - 1) * s + 1, s))][..., ::d]
-        return ufunc.reduce(v, axis=-1, dtype=acc)
-    return _fold(ufunc, [x[_axis_slice(x.ndim, axis, slice(k * d, k * d + (n - 1) * s + 1, s))]
-                         for k in range(w)], acc)
+    if w <= _LONG_AXIS:
+        return _fold(ufunc, [x[_axis_slice(x.ndim, axis, slice(k * d, k * d + (n - 1) * s + 1, s))]
+                             for k in range(w)], acc)
+    # One reduce over a (..., window, out, ...) view: with the window axis
+    # before the output axis numpy combines whole rows of the trailing axes
+    # (6x faster than reducing a trailing window axis); converted to acc
+    # first, since casting inside a reduce is buffered and slow.
+    x = x.astype(acc, copy=False)
+    st = x.strides
+    v = np.lib.stride_tricks.as_strided(
+        x, x.shape[:axis] + (w, n) + x.shape[axis + 1:],
+        st[:axis] + (d * st[axis], s * st[axis]) + st[axis + 1:], writeable=False)
+    if ufunc is np.add and acc.kind in "fc":
+        # numpy's reduce starts a sum from +0; -0 is the identity of IEEE
+        # addition (a sum of -0 terms is -0).
+        return ufunc.reduce(v, axis=axis, initial=-np.zeros((), acc))
+    return ufunc.reduce(v, axis=axis)
 
 
 def _reduce_windows(ufunc, padded, geo, acc, first=None, plan=None):
@@ -274,9 +279,6 @@ def _reduce_windows(ufunc, padded, geo, acc, first=None, plan=None):
     if mode[0] == "fold":
         return _fold(ufunc, [padded[geo.position_slices(pos)] for pos in np.ndindex(*geo.wdims)],
                      acc, first)
-    if mode[0] == "view":
-        return ufunc.reduce(geo.view(padded), axis=tuple(range(geo.rank, 2 * geo.rank)),
-                            dtype=acc)
     # Separable: axes with a window of 1 are subsampled (a view), then each
     # window axis is reduced in turn.
     x = padded[tuple(slice(0, (n - 1) * s + 1, s) if w == 1 else slice(None)
@@ -284,7 +286,7 @@ def _reduce_windows(ufunc, padded, geo, acc, first=None, plan=None):
     for a in mode[1]:
         x = _reduce_axis(ufunc, x, a, geo.wdims[a], geo.wdil[a], geo.strides[a],
                          geo.out[a], acc)
-    return np.asarray(x, dtype=acc)
+    return np.asarray(x, dtype=acc)  # each axis pass made a new array
 
 
 def _is_identity(red, init):
@@ -354,10 +356,6 @@ def _reduce_known(red, x, init, geo, res_dtype):
         # fold from init (XLA's order; a conformance file checks it to 3 ULP
         # on a cancelling sum), not a separable regrouping.
         plan = ("fold",)
-    if plan[0] == "view":
-        win = geo.view(padded)
-        res = red.reduce(win, tuple(range(geo.rank, 2 * geo.rank)), init, contiguous_ok=False)
-        return np.ascontiguousarray(res, dtype=res_dtype)
     init_acc = np.asarray(init).astype(red.acc)
     if plan[0] == "fold":
         # init first, then the window in row-major order.
