@@ -311,14 +311,26 @@ def _fix_zero_signs(kind, r, padded, geo, init):
     any combined value -- window element, padding or init -- is +0 (-0).
 
     numpy's maximum/minimum return their second argument on equal values, so
-    the fold's sign of a zero depends on the order; only the windows whose
-    result is zero are looked at again.
+    the fold's sign of a zero depends on the order -- unless the zeros in
+    play all have one sign (after a ReLU, say: no -0), which one compare of
+    the bits finds; else only the windows whose result is zero are looked at
+    again.
     """
     zero = r == 0
     if not zero.any():
         return r
     want_pos = kind == "maximum"
     init = np.asarray(init).astype(r.dtype)
+    u = _UINT[r.dtype.itemsize]
+    bits = padded.view(u)
+    neg_zero = u(1 << (8 * r.dtype.itemsize - 1))
+    signs = {bool(np.signbit(init))} if init == 0 else set()
+    if True not in signs and (bits == neg_zero).any():
+        signs.add(True)
+    if False not in signs and (bits == 0).any():
+        signs.add(False)
+    if len(signs) < 2:
+        return r
     idx = np.unravel_index(np.flatnonzero(zero), r.shape)  # faster than nonzero
     if init == 0 and bool(np.signbit(init)) != want_pos:
         hit = True
