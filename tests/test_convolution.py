@@ -110,6 +110,16 @@ CASES = [
      "fbhw"),
     (3, 4, (6, 7), 4, (5, 5), (1, 1), [(0, 0), (1, 0)], (1, 1), (1, 1), (True, False), 2, 1,
      "nchw"),
+    # a dilated lhs with unit strides (transposed convolutions, input gradients of
+    # strided ones): split by output phase; padding below/above the dilation, crops
+    (2, 4, (4, 5), 6, (3, 2), (1, 1), [(1, 2), (0, -1)], (2, 3), (1, 1), (True, False), 2, 1,
+     "nhwc"),
+    (1, 3, (5, 5), 2, (3, 3), (1, 1), [(2, 2), (2, 2)], (2, 2), (1, 1), (False, False), 1, 1,
+     "nchw"),
+    (4, 2, (3, 4), 4, (4, 3), (1, 1), [(-1, 3), (4, 0)], (3, 2), (1, 1), (False, True), 1, 2,
+     "odd"),
+    (2, 2, (3,), 2, (5,), (1,), [(0, 0)], (3,), (1,), (False,), 1, 1, "ncw"),  # out < kernel
+    (1, 2, (4,), 3, (2,), (1,), [(1, 1)], (3,), (1,), (True,), 1, 1, "nwc"),  # a phase with no taps
 ]
 
 LAYOUTS = {  # (lhs perm, rhs perm, out perm): position of canonical axis k
@@ -133,6 +143,7 @@ PATHS = {  # module constants that force one form (ops/convolution.py)
     "long_dots": {"_SHORT_DOT": 0},                   # im2col, element-type accumulation
     "per_position": {"_SHORT_DOT": 0, "_PER_POSITION_GAIN": 0},
     "kernel_loop": {"_SHORT_DOT": 0, "_IM2COL_LIMIT": 0},
+    "chunked_dots": {"_SHORT_DOT": 0, "_DOT_CHUNK": 2},   # long contractions in chunks
 }
 
 
@@ -281,4 +292,53 @@ def test_convolution_short_f32_dots_are_correctly_rounded():
     for o, y, x in np.ndindex(2, 3, 3):
         exact = sum(Fraction(float(lhs[0, c, y + i, x + j])) * Fraction(float(rhs[o, c, i, j]))
                     for c in range(3) for i in range(3) for j in range(3))
+        assert _is_nearest_f32(got[0, o, y, x], exact), (o, y, x)
+
+
+def test_convolution_long_f32_contractions_sum_chunks_in_float64():
+    # A weight gradient ([f, b, 0, 1] x [i, o, 0, 1] -> [0, 1, b, f]): each
+    # result sums batch x image = 4096 products of random sign. In chunks of
+    # 512 summed in float64 the error relative to the sum of |terms| measured
+    # 1.0e-8; one f32 BLAS sum of all 4096 terms measured 3.0e-8.
+    from numpy.lib.stride_tricks import sliding_window_view
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((16, 8, 16, 16)).astype(np.float32)   # (N, C, H, W)
+    g = rng.standard_normal((16, 4, 16, 16)).astype(np.float32)   # (N, O, H, W)
+    dims = "[f, b, 0, 1]x[i, o, 0, 1]->[0, 1, b, f]"
+    prog = conv_prog(x.shape, g.shape, (3, 3, 8, 4), "f32", "f32", dims, (1, 1),
+                     [(1, 1), (1, 1)], (1, 1), (1, 1), (False, False), 1, 1, False)
+    got = prog.run(x, g)[0]
+
+    def grad(x, g):
+        win = sliding_window_view(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (16, 16),
+                                  axis=(2, 3))  # (N, C, 3, 3, 16, 16)
+        return np.einsum("nohw,ncijhw->ijco", g, win)
+    truth = grad(x.astype(np.float64), g.astype(np.float64))
+    scale = grad(np.abs(x).astype(np.float64), np.abs(g).astype(np.float64))
+    assert (np.abs(got - truth) / scale).max() < 2e-8
+
+
+def test_convolution_dilated_lhs_is_correctly_rounded():
+    # A transposed convolution (lhs dilated by 2, unit strides) runs as four
+    # convolutions of the undilated lhs, summed in float64: every f32 result
+    # is the nearest to the exact value (the zeros of the dilation dropped).
+    from fractions import Fraction
+    rng = np.random.default_rng(9)
+    lhs = rng.standard_normal((1, 4, 4, 5)).astype(np.float32)
+    rhs = rng.standard_normal((3, 4, 3, 3)).astype(np.float32)
+    pad, ld = [(2, 1), (1, 2)], (2, 2)
+    exp_shape = conv_ref(lhs, rhs, (1, 1), pad, ld, (1, 1), (False, True), 1, 1,
+                         np.dtype(np.float64)).shape
+    pl, pr, po = LAYOUTS["nchw"]
+    prog = conv_prog(lhs.shape, rhs.shape, exp_shape, "f32", "f32", dims_string(pl, pr, po),
+                     (1, 1), pad, ld, (1, 1), (False, True), 1, 1, False)
+    got = prog.run(lhs, rhs)[0]
+    for o, y, x in np.ndindex(*exp_shape[1:]):
+        exact = Fraction(0)
+        for c, i, j in np.ndindex(4, 3, 3):
+            qy, qx = y + i - pad[0][0], x + j - pad[1][0]
+            if qy % 2 or qx % 2 or not (0 <= qy // 2 < 4 and 0 <= qx // 2 < 5):
+                continue
+            exact += Fraction(float(lhs[0, c, qy // 2, qx // 2])) * \
+                Fraction(float(rhs[o, c, i, 2 - j]))  # reversed along the last axis
         assert _is_nearest_f32(got[0, o, y, x], exact), (o, y, x)

@@ -4,7 +4,7 @@ The spec defines a convolution as a dot product of every (padded, dilated)
 lhs window with the kernel. Here the lhs is viewed in the canonical order
 ``(N, C, spatial...)`` and the kernel as ``(O, I, spatial...)``; the dot
 products become matrix products (BLAS for floats, one BLAS thread below
-``blas.SMALL_GEMM_MACS`` as for dot_general), in one of three forms:
+``blas.SMALL_GEMM_MACS`` as for dot_general), in one of these forms:
 
 * **im2col**: every window copied once into a matrix (a strided view of the
   padded lhs), one matmul with the kernel. Its layout follows the lhs in
@@ -19,16 +19,22 @@ products become matrix products (BLAS for floats, one BLAS thread below
   C only), then the K shifted partial results are summed in float64.
 * **kernel loop**: im2col too large to materialise: one matmul per kernel
   position, accumulated -- never a loop over output elements.
+* **polyphase**: an lhs dilated by d with unit strides (a transposed
+  convolution, the input gradient of a strided one) is mostly zeros; its
+  outputs split into prod(d) phases, each a plain convolution of the
+  undilated lhs with every d-th kernel tap (``_polyphase``).
 
 Accuracy: short dot products (up to ``_SHORT_DOT`` terms, e.g. a first
-layer's 3 channels x 3x3) are computed in float64 (complex128), where
-products of f32 values are exact, and rounded once: the correctly rounded
-value but under extreme cancellation. Longer ones accumulate in the work
-type (narrow floats in f32) with the contraction in XLA's (K..., C) order
-as XLA's CPU kernels do -- on the CNN layers measured the error against a
-float64 truth equals XLA CPU's -- except that the per-position form adds its
-K partial sums in float64, and the weight-gradient form contracts over
-(C, K...), both more accurate than XLA CPU there (docs/accuracy.md).
+layer's 3 channels x 3x3) and the polyphase sub-convolutions are computed in
+float64 (complex128), where products of f32 values are exact, and rounded
+once: the correctly rounded value but under extreme cancellation. Longer
+ones accumulate in the work type (narrow floats in f32) with the
+contraction in XLA's (K..., C) order, the same sums as XLA CPU's kernels on
+the layers measured, except that: the per-position form adds its K partial
+sums in float64; contractions over more than ``2 * _DOT_CHUNK`` terms (a
+weight gradient's sum over batch x image) are cut into chunks whose f32
+sums are added in float64. On a CNN step's layers every form is at least as
+accurate as XLA CPU (docs/accuracy.md).
 """
 
 import numpy as np
@@ -41,6 +47,10 @@ from ..registry import Unsupported, kernel
 _IM2COL_LIMIT = 1 << 24
 # Dot products up to this length are computed in float64 / complex128.
 _SHORT_DOT = 32
+# Contractions longer than 2 * _DOT_CHUNK terms are computed in chunks of
+# at least _DOT_CHUNK (at most _MAX_CHUNKS of them) summed in float64.
+_DOT_CHUNK = 512
+_MAX_CHUNKS = 32
 # The per-position form is used when the padded lhs times the output
 # features is at most 1/_PER_POSITION_GAIN of im2col's windows times the
 # input features (it then moves less data; 0 forces it where it applies).
@@ -95,7 +105,7 @@ def _finish(acc, result_dtype):
     return acc.astype(result_dtype, copy=False)
 
 
-def _matmul(a, b):
+def _gemm(a, b):
     """np.matmul; float products below SMALL_GEMM_MACS multiply-adds on one
     BLAS thread (on a busy machine threads spin and wait for each other:
     blas.py)."""
@@ -107,14 +117,35 @@ def _matmul(a, b):
     return np.matmul(a, b)
 
 
+def _matmul(a, b):
+    """``a @ b``; a long f32 / complex64 contraction (a weight gradient's sum
+    over batch and image) in chunks of at least _DOT_CHUNK terms whose
+    partial products are summed in float64 / complex128 (at most
+    _MAX_CHUNKS calls): its error is that of one chunk's sum, not of a
+    thousands-long one in the element type."""
+    k = a.shape[-1]
+    if a.dtype not in (np.float32, np.complex64) or k <= 2 * _DOT_CHUNK:
+        return _gemm(a, b)
+    step = max(_DOT_CHUNK, -(-k // _MAX_CHUNKS))
+    acc = None
+    for k0 in range(0, k, step):
+        part = _gemm(a[..., k0:k0 + step], b[..., k0:k0 + step, :])
+        if acc is None:
+            acc = part.astype(_wide(part.dtype))
+        else:
+            np.add(acc, part, out=acc)
+    return acc
+
+
 def _window_slices(kpos, rhs_dil, out_sp, strides):
     """Slices of the padded spatial axes read by kernel position ``kpos``."""
     return tuple(slice(k * d, k * d + (n - 1) * s + 1, s)
                  for k, d, n, s in zip(kpos, rhs_dil, out_sp, strides))
 
 
-def make_convolution(attrs, result_dtype):
-    """Runtime function ``conv(lhs, rhs, padding)`` for one op occurrence."""
+def make_convolution(attrs, result_dtype, wide=False):
+    """Runtime function ``conv(lhs, rhs, padding)`` for one op occurrence
+    (``wide``: every float dot product in float64, as the short ones)."""
     dn = attrs["dimension_numbers"]
     ib, if_ = dn["input_batch_dimension"], dn["input_feature_dimension"]
     isp = tuple(dn["input_spatial_dimensions"])
@@ -142,6 +173,15 @@ def make_convolution(attrs, result_dtype):
     # Channels-first im2col when the lhs features lie outside (before) its
     # spatial dims in memory, as in NCHW; channels-last otherwise.
     channels_first = ns > 0 and if_ < min(isp)
+    if any(d > 1 for d in lhs_dil) and all(s == 1 for s in strides) \
+            and all(d == 1 for d in rhs_dil):
+        # A dilated lhs (a transposed convolution, the input gradient of a
+        # strided one) is mostly zeros: split the output by phase instead.
+        plain = dict(attrs, lhs_dilation=(1,) * ns, window_reversal=(False,) * ns)
+        # Its sub-convolutions sum in float64: the zeros' removal changes
+        # the order of the f32 sums (from XLA's), and costs a quarter or less.
+        return _polyphase(make_convolution(plain, result_dtype, wide=True), lhs_dil, reversal, dn, B,
+                          np.dtype(result_dtype))
 
     def conv(lhs, rhs, padding):
         pad = np.asarray(padding, dtype=np.int64).reshape(ns, 2) if padding is not None \
@@ -169,7 +209,7 @@ def make_convolution(attrs, result_dtype):
             res = np.zeros((Nb, B * G * Og) + tuple(out_sp), dtype=work)
             return np.ascontiguousarray(_finish(np.transpose(res, out_perm),
                                                 np.dtype(result_dtype)))
-        short = Cg * ksize <= _SHORT_DOT
+        short = wide or Cg * ksize <= _SHORT_DOT
         calc = _wide(work) if short else work
         geo = (N, C, P, K, out_sp, Nb, Cg, Og, nout, ksize)
         if not short and work.kind in "fc" and _PER_POSITION_GAIN * npad * Og <= nout * Cg \
@@ -225,7 +265,7 @@ def make_convolution(attrs, result_dtype):
 
     def _im2col_cf(lhs, rhs, pad, geo, calc):
         """Channels-first im2col: columns (Cg, K...) per window. When the
-        output rows are longer than the kernel rows, per image (Cg*K) x
+        output rows are at least as long as the kernel rows, per image (Cg*K) x
         (out...), so that the kernel (Og, Cg*K) times it gives (Og, out...)
         -- NCHW -- directly; else (as in a weight gradient: a large "kernel",
         a few outputs) rows (out..., Nb) times the kernel transposed, so that
@@ -240,9 +280,9 @@ def make_convolution(attrs, result_dtype):
         win = win[sel]  # (B, Nb, G, Cg, out..., K...)
         out_axes = tuple(range(4, 4 + ns))
         k_axes = tuple(range(4 + ns, 4 + 2 * ns))
-        run_out = out_sp[-1] if strides[-1] == 1 else 1
-        run_k = K[-1] if rhs_dil[-1] == 1 else 1
-        if run_out >= run_k:
+        # The copy's inner loop runs along the last output or kernel axis:
+        # the longer one.
+        if out_sp[-1] >= K[-1]:
             # (B, G, Nb, K..., Cg, out...): the contraction runs over (K..., Cg)
             # as in the channels-last form (and XLA's kernels): the same sums.
             cols = np.ascontiguousarray(win.transpose((0, 2, 1) + k_axes + (3,) + out_axes))
@@ -309,6 +349,56 @@ def make_convolution(attrs, result_dtype):
         return acc.reshape((Nb, B * G * Og) + tuple(out_sp))
 
     return conv
+
+
+def _polyphase(conv, lhs_dil, reversal, dn, batch_groups, result_dtype):
+    """A stride-1 convolution of an lhs dilated by d as prod(d) convolutions
+    of the undilated lhs (``conv``: the same op without lhs dilation).
+
+    Along one spatial axis, output o = d*m + p reads padded position o + k,
+    which holds lhs element (o + k - lo) / d when that divides: only the
+    kernel taps k = c + d*j with c = (lo - p) mod d, and then element
+    m + j + e with e = (p + c - lo) / d. So the outputs of phase p are a
+    plain convolution of the lhs with the taps c, c + d, ... and padding -e
+    before: the same products, without the zeros.
+    """
+    isp = tuple(dn["input_spatial_dimensions"])
+    ksp = tuple(dn["kernel_spatial_dimensions"])
+    osp = tuple(dn["output_spatial_dimensions"])
+    ns = len(isp)
+    rev_axes = tuple(a for a, r in zip(ksp, reversal) if r)
+
+    def conv_dilated(lhs, rhs, padding):
+        pad = np.asarray(padding, dtype=np.int64).reshape(ns, 2) if padding is not None \
+            else np.zeros((ns, 2), dtype=np.int64)
+        if rev_axes:
+            rhs = np.flip(rhs, rev_axes)
+        S = [lhs.shape[a] for a in isp]
+        K = [rhs.shape[a] for a in ksp]
+        dims = [0] * (ns + 2)
+        dims[dn["output_batch_dimension"]] = lhs.shape[dn["input_batch_dimension"]] // batch_groups
+        dims[dn["output_feature_dimension"]] = rhs.shape[dn["kernel_output_feature_dimension"]]
+        for a, n, d, k, (lo, hi) in zip(osp, S, lhs_dil, K, pad.tolist()):
+            padded = max(0, (n - 1) * d + 1 + lo + hi) if n > 0 else max(0, lo + hi)
+            dims[a] = 0 if (padded == 0 or k > padded) else padded - k + 1
+        out = np.zeros(dims, dtype=result_dtype)
+        for phase in np.ndindex(*lhs_dil):
+            sub_pad, ridx, oidx = [], [slice(None)] * rhs.ndim, [slice(None)] * out.ndim
+            empty = False
+            for p, d, n, k, ka, oa, lo in zip(phase, lhs_dil, S, K, ksp, osp, pad[:, 0].tolist()):
+                m = -(-(dims[oa] - p) // d) if dims[oa] > p else 0  # outputs of this phase
+                c = (lo - p) % d
+                kc = -(-(k - c) // d) if k > c else 0  # taps c, c + d, ...
+                e = (p + c - lo) // d
+                sub_pad.append((-e, m + kc - 1 - n + e))
+                ridx[ka] = slice(c, None, d)
+                oidx[oa] = slice(p, None, d)
+                empty = empty or m == 0 or kc == 0
+            if not empty:
+                out[tuple(oidx)] = conv(lhs, rhs[tuple(ridx)], np.array(sub_pad, np.int64))
+        return out
+
+    return conv_dilated
 
 
 def _sum(parts, acc):
