@@ -468,3 +468,26 @@ def test_select_and_scatter_random_configurations(et):
         exp = sas_ref(x, src, init, wd, ws, pad[:, 0], cmps[cmp], sc)
         got = sas_prog_body(shape, sshape, et, wd, ws, pad, cmp, scatter).run(x, src, init)[0]
         assert _canonical(got) == _canonical(exp), (cmp, scatter, shape, wd, ws, pad.tolist())
+
+
+def test_reduce_window_rank0_and_results_own_their_memory():
+    # A rank-0 operand keeps rank 0 (with the spec's zero sign: max(-0, +0)
+    # is +0), and a body that returns its argument still gives a result that
+    # shares no memory with the operand (there is no padding copy in between).
+    prog = shi.compile("""
+func.func @main(%x: tensor<f32>, %i: tensor<f32>) -> tensor<f32> {
+  %r = "stablehlo.reduce_window"(%x, %i) ({
+  ^bb0(%a0: tensor<f32>, %a1: tensor<f32>):
+""" + binop("maximum", "f32") + """
+  }) {window_dimensions = array<i64>} : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  return %r : tensor<f32>
+}""")
+    got = prog.run(np.float32(-0.0), np.float32(0.0))[0]
+    assert got.shape == () and not np.signbit(got)
+    body = "    stablehlo.return %a1 : tensor<f32>"
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    prog = rw_prog(x.shape, "f32", x.shape, (1, 1), (1, 1), (1, 1), (1, 1),
+                   np.zeros((2, 2), int), body)
+    got = prog.run(x, np.float32(0))[0]
+    np.testing.assert_array_equal(got, x)
+    assert not np.shares_memory(got, x)

@@ -17,7 +17,7 @@ copies per output element:
 * select_and_scatter folds `select` over window positions for all windows at
   once (strided slices of the operand), keeping the selected position per
   window; when windows do not overlap every operand element receives at most
-  one update, written with one masked copy per window position; otherwise
+  one update, scatter(init, source), written in one assignment; otherwise
   `scatter` is applied to the selected elements with the scatter machinery
   of gather_scatter (ufunc.at or conflict-free rounds, in source order).
 """
@@ -71,7 +71,6 @@ class _Windows:
         self.rank = r
         self.empty = (0 in self.out) or (0 in wdims)
         self.unpadded = not any(self.lo) and not any(self.hi) and not any(self.interior)
-        self.padded_shape = tuple(padded)
         self.plan = _plan(padded, self.out, wdims, strides, wdil)
 
     def pad(self, x, init):
@@ -331,14 +330,18 @@ def _fix_zero_signs(kind, r, padded, geo, init):
         signs.add(False)
     if len(signs) < 2:
         return r
-    idx = np.unravel_index(np.flatnonzero(zero), r.shape)  # faster than nonzero
-    if init == 0 and bool(np.signbit(init)) != want_pos:
-        hit = True
+    if r.ndim == 0:
+        idx, win_idx = (), (None,)
     else:
-        win = geo.view(padded)[idx]  # (zeros, window...)
-        hit = ((win == 0) & (np.signbit(win) != want_pos)).reshape(len(idx[0]), -1).any(axis=1)
+        idx = win_idx = np.unravel_index(np.flatnonzero(zero), r.shape)  # faster than nonzero
+    if init == 0 and bool(np.signbit(init)) != want_pos:
+        hit = np.ones(1, dtype=bool)
+    else:
+        win = geo.view(padded)[win_idx]  # (zeros, window...)
+        hit = ((win == 0) & (np.signbit(win) != want_pos)).reshape(win.shape[0], -1).any(axis=1)
     neg = np.logical_not(hit) if want_pos else hit
-    r[idx] = np.where(neg, -np.zeros((), r.dtype), np.zeros((), r.dtype))
+    vals = np.where(neg, -np.zeros((), r.dtype), np.zeros((), r.dtype))
+    r[idx] = vals if r.ndim else vals[0]
     return r
 
 
@@ -355,7 +358,7 @@ def _reduce_known(red, x, init, geo, res_dtype):
             red.ufunc(init_acc, r, out=r)
         if red.signed_zero:
             r = _fix_zero_signs(red.kind, r, padded, geo, init)
-        return np.ascontiguousarray(r, dtype=res_dtype)
+        return np.asarray(r, dtype=res_dtype, order="C")  # (ascontiguousarray makes 0-d 1-d)
     # Float/complex add and multiply: accumulate in float64/complex128 and
     # round once (the padded input stays in its own type; ml_dtypes floats
     # go through f32, exactly).
@@ -450,7 +453,9 @@ def reduce_window(op):
             sl = geo.position_slices(pos)
             acc = _call_elementwise(body_fn, batchable,
                                     acc + [p[sl] for p in padded], geo.out)
-        out = [np.ascontiguousarray(a, dtype=dt) for a, dt in zip(acc, res_dtypes)]
+        # Copies: a body returning its argument leaves views of the operand
+        # (no padding copy in between), which a result must not share.
+        out = [np.array(a, dtype=dt, order="C") for a, dt in zip(acc, res_dtypes)]
         return out[0] if n == 1 else out
     return run
 
