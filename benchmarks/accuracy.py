@@ -10,6 +10,10 @@ computed in float64 (complex128) from the very inputs the backends get
 (bf16/f16/f32 values are exact in float64); cumulative sums use a float64
 compensated scan, so the truth is exact well below float32's resolution.
 
+Convolutions have outputs near zero whose relative error means nothing; their
+error is ``max |got - truth| / (|x| * |w|)``: relative to the same convolution of
+the absolute values (the sum of the absolute terms of each dot product).
+
 ``--check`` exits non-zero if ours is less accurate than XLA CPU on any case
 marked ``strict`` (the pure reductions and scans; see the table's notes).
 XLA CPU's numbers vary with the host CPU, so no unit test compares with them:
@@ -78,9 +82,9 @@ def cases(quick):
     mid = 5_000 if quick else 100_000
     out = []
 
-    def add(name, dt, fn, build, truth, strict=True, note=""):
+    def add(name, dt, fn, build, truth, strict=True, note="", scale=None):
         out.append(dict(name=name, dtype=dt, fn=fn, build=build, truth=truth,
-                        strict=strict, note=note))
+                        strict=strict, note=note, scale=scale))
 
     # The issue's table (f32).
     add(f"x.mean(axis=0), x ({big}, 4) uniform [0,1)", "f32", lambda x: x.mean(axis=0),
@@ -147,13 +151,105 @@ def cases(quick):
     add(f"lax.cumlogsumexp, {mid} f32", "f32", lambda x: lax.cumlogsumexp(x),
         lambda: _uniform((mid,), "f32", -3, 3), lambda x: _logcumsumexp_truth(x, 0),
         note="the body's exp/log1p round in f32 on both backends")
+    _window_and_conv_cases(add, quick)
     return out
 
 
-def _rel_error(got, truth):
+def _sum_pool_truth(x, win, strides, axes):
+    """Window sums (no padding) in float64 over a strided view: exact here."""
+    from numpy.lib.stride_tricks import sliding_window_view
+    v = sliding_window_view(_wide(x), win, axis=axes)
+    sel = [slice(None)] * x.ndim
+    for a, st in zip(axes, strides):
+        sel[a] = slice(None, None, st)
+    return v[tuple(sel)].sum(axis=tuple(range(x.ndim, x.ndim + len(axes))))
+
+
+def _conv_nchw(x, w):
+    """float64 NCHW x OIHW convolution, stride 1, SAME padding (odd kernels)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+    kh, kw = w.shape[2:]
+    xp = np.pad(x, ((0, 0), (0, 0), (kh // 2, kh // 2), (kw // 2, kw // 2)))
+    win = sliding_window_view(xp, (kh, kw), axis=(2, 3))  # (N, C, H, W, kh, kw)
+    return np.einsum("nchwij,ocij->nohw", win, w, optimize=True)
+
+
+def _conv_filter_grad(x, g, kshape):
+    """d(sum(conv(x, w) * g))/dw for the convolution above, in float64."""
+    from numpy.lib.stride_tricks import sliding_window_view
+    kh, kw = kshape
+    xp = np.pad(x, ((0, 0), (0, 0), (kh // 2, kh // 2), (kw // 2, kw // 2)))
+    win = sliding_window_view(xp, (kh, kw), axis=(2, 3))
+    return np.einsum("nohw,nchwij->ocij", g, win, optimize=True)
+
+
+def _conv_data_grad(w, g):
+    """d(sum(conv(x, w) * g))/dx: the transposed convolution, in float64."""
+    kh, kw = w.shape[2:]
+    n, _, h, wd = g.shape
+    out = np.zeros((n, w.shape[1], h + kh - 1, wd + kw - 1))
+    for i in range(kh):
+        for j in range(kw):
+            out[:, :, i:i + h, j:j + wd] += np.einsum("nohw,oc->nchw", g, w[:, :, i, j])
+    return out[:, :, kh // 2:kh // 2 + h, kw // 2:kw // 2 + wd]
+
+
+def _window_and_conv_cases(add, quick):
+    """Pooling window sums and the convolutions of a CNN training step."""
+    import jax
+    from jax import lax
+
+    nb = 4 if quick else 32
+    for dt in ("f32", "bf16"):
+        add(f"sum pool 3x3 stride 1, NHWC ({nb},32,32,16) uniform [0,1)", dt,
+            lambda x: lax.reduce_window(x, np.array(0, x.dtype), lax.add, (1, 3, 3, 1),
+                                        (1, 1, 1, 1), "VALID"),
+            (lambda d: (lambda: _uniform((nb, 32, 32, 16), d)))(dt),
+            lambda x: _sum_pool_truth(x, (3, 3), (1, 1), (1, 2)))
+        add(f"sum pool 2x2 stride 2, NCHW ({nb},16,32,32) uniform [0,1)", dt,
+            lambda x: lax.reduce_window(x, np.array(0, x.dtype), lax.add, (1, 1, 2, 2),
+                                        (1, 1, 2, 2), "VALID"),
+            (lambda d: (lambda: _uniform((nb, 16, 32, 32), d)))(dt),
+            lambda x: _sum_pool_truth(x, (2, 2), (2, 2), (2, 3)))
+
+    def normal(*shapes, seed=0):
+        r = _rng(seed)
+        return tuple(r.standard_normal(s).astype(np.float32) for s in shapes)
+
+    def conv(x, w):
+        return lax.conv_general_dilated(x, w, (1, 1), "SAME")
+
+    note_f32 = "f32 accumulation in XLA's order: the same sums as XLA CPU here"
+    for c_in, hw, c_out in ((3, 32, 16), (16, 16, 16)):
+        xs, ws = (nb, c_in, hw, hw), (c_out, c_in, 3, 3)
+        short = c_in * 9 <= 32
+        tag = f"NCHW ({nb},{c_in},{hw},{hw}) * ({c_out},{c_in},3,3)"
+        add(f"conv {tag}" + (" (27-term dots)" if short else ""), "f32",
+            lambda a: conv(*a), (lambda s=xs, t=ws: normal(s, t)),
+            lambda a: _conv_nchw(*map(_wide, a)),
+            scale=lambda a: _conv_nchw(*(np.abs(_wide(v)) for v in a)),
+            strict=short, note="" if short else note_f32)
+        gs = (nb, c_out, hw, hw)
+        add(f"conv weight gradient, {tag}", "f32",
+            (lambda t: lambda a: jax.vjp(lambda w: conv(a[0], w), np.zeros(t, np.float32))[1](
+                a[1])[0])(ws),
+            (lambda s=xs, g=gs: normal(s, g, seed=1)),
+            (lambda t: lambda a: _conv_filter_grad(*map(_wide, a), t[2:]))(ws),
+            scale=(lambda t: lambda a: _conv_filter_grad(*(np.abs(_wide(v)) for v in a),
+                                                         t[2:]))(ws))
+        add(f"conv input gradient, {tag}", "f32",
+            (lambda s: lambda a: jax.vjp(lambda x: conv(x, a[0]), np.zeros(s, np.float32))[1](
+                a[1])[0])(xs),
+            (lambda t=ws, g=gs: normal(t, g, seed=2)),
+            lambda a: _conv_data_grad(*map(_wide, a)),
+            scale=lambda a: _conv_data_grad(*(np.abs(_wide(v)) for v in a)),
+            strict=c_in < c_out, note="" if c_in < c_out else note_f32)
+
+
+def _rel_error(got, truth, scale=None):
     got = _wide(np.asarray(got))
     truth = np.asarray(truth)
-    denom = np.abs(truth)
+    denom = np.abs(truth) if scale is None else np.asarray(scale)
     denom = np.where(denom == 0, 1.0, denom)
     return float(np.max(np.abs(got - truth) / denom))
 
@@ -168,10 +264,11 @@ def run(quick=False, only=None):
             continue
         x = c["build"]()
         truth = c["truth"](x)
+        scale = c["scale"](x) if c["scale"] else None
         errs = {}
         for label, dev in (("xla_cpu", cpu), ("stablehlo_ref", ref)):
             got = jax.jit(c["fn"])(jax.device_put(x, dev))
-            errs[label] = _rel_error(np.asarray(got), truth)
+            errs[label] = _rel_error(np.asarray(got), truth, scale)
         rows.append(dict(name=c["name"], dtype=c["dtype"], strict=c["strict"], note=c["note"],
                          xla_cpu=errs["xla_cpu"], stablehlo_ref=errs["stablehlo_ref"],
                          ok=errs["stablehlo_ref"] <= errs["xla_cpu"]))

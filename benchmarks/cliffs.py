@@ -11,10 +11,13 @@ each op is jitted once, its inputs are put on each device, it is called once
 (compilation) and then timed ``--repeats`` times (stopping after
 ``--budget`` seconds per system); the table gives medians and ours/XLA.
 
-Loops (``steps`` > 1) are dominated by per-iteration dispatch; their rows
-also give the time per step, and they are judged by ``--max-step-us``
+Loops (``steps`` > 1) also give the time per step. Scalar loops are
+dominated by per-iteration dispatch and are judged by ``--max-step-us``
 instead of ``--max-ratio`` (the issue's goal: no op over 10x XLA CPU except
-scalar loops, which should cost at most 1.5 us per step).
+scalar loops, which should cost at most 1.5 us per step); a loop whose body
+is array work (``array_body``: scan_array's 256x256 matrix-vector product
+per step takes XLA CPU itself over 2 us) is judged by ``--max-ratio`` like
+any other op.
 
 Outputs are compared (sum and absolute sum of every output, as in
 runner.py): a fast wrong answer shows as MISMATCH. The markdown goes to
@@ -52,14 +55,15 @@ class Op:
     build: object          # build(quick) -> (fn, args)
     steps: int = 1         # loop iterations in one call (per-step time reported)
     steps_quick: int = 1   # the same at --quick sizes
+    array_body: bool = False  # a loop of array work: judged by ratio, not per step
 
 
 OPS: list[Op] = []
 
 
-def op(name, group, description, steps=1, steps_quick=1):
+def op(name, group, description, steps=1, steps_quick=1, array_body=False):
     def deco(build):
-        OPS.append(Op(name, group, description, build, steps, steps_quick))
+        OPS.append(Op(name, group, description, build, steps, steps_quick, array_body))
         return build
     return deco
 
@@ -503,7 +507,8 @@ def _while(q):
     return fn, (np.float32(1.0),)
 
 
-@op("scan_array", "loop", "lax.scan of 100 steps over a (256,) f32 carry (RNN-like)", steps=100, steps_quick=5)
+@op("scan_array", "loop", "lax.scan of 100 steps over a (256,) f32 carry (RNN-like)", steps=100, steps_quick=5,
+    array_body=True)
 def _scan_array(q):
     import jax.numpy as jnp
     from jax import lax
@@ -572,6 +577,7 @@ def run_op(o, quick, repeats, budget):
     steps = o.steps_quick if quick else o.steps
     if o.steps > 1:
         entry["steps"] = steps
+        entry["array_body"] = o.array_body
         if ref["status"] == "ok":
             entry["ref_per_step_s"] = ref["median_s"] / steps
     return entry
@@ -618,9 +624,10 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.cliffs", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes (the smoke test)")
     p.add_argument("--max-ratio", type=float, default=None,
-                   help="exit 1 when a non-loop op is more than R times slower than XLA CPU")
+                   help="exit 1 when an op (other than a scalar loop) is more than R times "
+                        "slower than XLA CPU")
     p.add_argument("--max-step-us", type=float, default=None,
-                   help="exit 1 when a loop costs more than U microseconds per step")
+                   help="exit 1 when a scalar loop costs more than U microseconds per step")
     p.add_argument("--only", action="append", default=[], help="op name, or a substring of names (repeatable, comma-separated)")
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--budget", type=float, default=5.0, help="seconds of timed calls per op and system")
@@ -653,7 +660,7 @@ def main(argv=None):
               if any(r["status"] != "ok" for r in e["systems"].values()) or e.get("agree") is False]
     if args.max_ratio is not None or args.max_step_us is not None:
         for e in report["ops"]:
-            if "ref_per_step_s" in e:
+            if "ref_per_step_s" in e and not e.get("array_body"):
                 if args.max_step_us is not None and e["ref_per_step_s"] * 1e6 > args.max_step_us:
                     over.append(f"{e['name']} ({e['ref_per_step_s'] * 1e6:.1f} µs/step)")
             elif args.max_ratio is not None and e.get("ratio", 0) > args.max_ratio:

@@ -10,10 +10,13 @@ import sys
 import time
 from pathlib import Path
 
+from . import torch_step
 from .worker import MARK
 from .workloads import BY_NAME, WORKLOADS
 
-SYSTEMS = ("ref", "cpu", "cpp")
+# torch: PyTorch/XLA training steps (torch_step.py), its own table.
+SYSTEMS = ("ref", "cpu", "cpp", "torch")
+JAX_SYSTEMS = ("ref", "cpu", "cpp")
 SYSTEM_TITLES = {"ref": "stablehlo_ref (ours)", "cpu": "XLA CPU",
                  "cpp": "C++ interpreter"}
 PLATFORM_ENV = {"ref": "stablehlo_ref", "cpu": "cpu", "cpp": "cpu"}
@@ -185,7 +188,7 @@ def summarize(name, per_system):
         r = {k: v for k, v in rec.items() if k not in ("outputs", "name", "system",
                                                         "traceback")}
         entry["systems"][system] = r
-    ref, cpu, cpp = (per_system.get(s) for s in SYSTEMS)
+    ref, cpu, cpp = (per_system.get(s) for s in JAX_SYSTEMS)
     ok = lambda r: r is not None and r["status"] == "ok"  # noqa: E731
     ratios = {}
     if ok(ref) and ok(cpu):
@@ -309,27 +312,16 @@ def _cell(entry, system):
     return "error"
 
 
-def markdown(report):
-    m = report["machine"]
-    lines = ["# Benchmarks", ""]
-    lines.append(f"Run {report['date']} with `python -m benchmarks "
-                 f"{' '.join(report['argv'])}`".rstrip() + ".")
-    lines.append("")
-    cpu = m.get("cpu", platform.processor() or "?")
-    lines.append(f"Machine: {cpu}, {m.get('cpus')} cores, {m.get('memory_gb')} GB; "
-                 f"Python {m.get('python')}, jax/jaxlib {m.get('jax')}, numpy {m.get('numpy')}; "
-                 f"load average at start {', '.join(f'{x:.2f}' for x in m.get('load_avg', []))}.")
-    if m.get("env"):
-        lines.append("Environment: " + ", ".join(f"`{k}={v}`" for k, v in m["env"].items())
-                     + ".")
-    lines.append("")
+def _jax_section(report):
+    """The JAX workloads' tables (systems ref, cpu, cpp)."""
+    lines = []
     lines.append("Median wall time per call (after a warm-up call that compiles); "
                  "`ours/XLA` is how many times slower than XLA CPU we are, "
                  "`C++/ours` how many times faster than the C++ reference interpreter "
                  "(`>` where it timed out: a lower bound). "
                  "`ok` means the outputs of the systems agree.")
     lines.append("")
-    systems = report["systems"]
+    systems = [s for s in report["systems"] if s in JAX_SYSTEMS]
     head = ["workload"] + [SYSTEM_TITLES[s] for s in systems]
     if "ref" in systems and "cpu" in systems:
         head.append("ours/XLA")
@@ -373,6 +365,27 @@ def markdown(report):
             extra = f" (ours: {fmt_time(e['ref_per_step_s'])} per step)"
         lines.append(f"- `{e['name']}`: {e['description']}{extra}")
     lines.append("")
+    return lines
+
+
+def markdown(report):
+    m = report["machine"]
+    lines = ["# Benchmarks", ""]
+    lines.append(f"Run {report['date']} with `python -m benchmarks "
+                 f"{' '.join(report['argv'])}`".rstrip() + ".")
+    lines.append("")
+    cpu = m.get("cpu", platform.processor() or "?")
+    lines.append(f"Machine: {cpu}, {m.get('cpus')} cores, {m.get('memory_gb')} GB; "
+                 f"Python {m.get('python')}, jax/jaxlib {m.get('jax')}, numpy {m.get('numpy')}; "
+                 f"load average at start {', '.join(f'{x:.2f}' for x in m.get('load_avg', []))}.")
+    if m.get("env"):
+        lines.append("Environment: " + ", ".join(f"`{k}={v}`" for k, v in m["env"].items())
+                     + ".")
+    lines.append("")
+    if report["workloads"]:
+        lines += _jax_section(report)
+    if report.get("torch") is not None:
+        lines += torch_step.markdown(report["torch"], fmt_time, fmt_ratio)
     return "\n".join(lines)
 
 
@@ -385,8 +398,9 @@ def main(argv=None):
                    help="run only workloads whose name contains this (repeatable, "
                         "or comma-separated)")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per workload")
-    p.add_argument("--systems", default="ref,cpu,cpp",
-                   help="comma-separated subset of ref,cpu,cpp")
+    p.add_argument("--systems", default="ref,cpu,cpp,torch",
+                   help="comma-separated subset of ref,cpu,cpp,torch (torch: "
+                        "PyTorch/XLA steps, skipped without torch_xla)")
     p.add_argument("--cpp-timeout", type=float, default=120.0,
                    help="seconds per workload for the C++ interpreter")
     p.add_argument("--timeout", type=float, default=1800.0,
@@ -406,7 +420,13 @@ def main(argv=None):
     systems = [s for s in SYSTEMS if s in systems]
     only = [x for o in args.only for x in o.split(",") if x]
     names = [w.name for w in WORKLOADS if not only or any(o in w.name for o in only)]
-    if not names:
+    torch_names = [w.name for w in torch_step.WORKLOADS
+                   if not only or any(o in w.name for o in only)]
+    if "torch" not in systems:
+        torch_names = []
+    if not any(s in JAX_SYSTEMS for s in systems):
+        names = []
+    if not names and not torch_names:
         p.error(f"no workload matches {only}")
 
     def log(msg):
@@ -416,8 +436,11 @@ def main(argv=None):
     log(f"machine: {info.get('cpu')} x{info.get('cpus')}, load {info.get('load_avg')}")
     per = {n: {} for n in names}
     for system in systems:
+        if system == "torch" or not names:
+            continue
         for name, rec in run_system(system, names, args, log).items():
             per[name][system] = rec
+    torch_section = torch_step.run(args, torch_names, log) if torch_names else None
     try:
         info["load_avg_end"] = list(os.getloadavg())
     except OSError:
@@ -426,7 +449,8 @@ def main(argv=None):
               "argv": list(argv if argv is not None else sys.argv[1:]),
               "machine": info, "systems": systems, "quick": args.quick,
               "repeats": args.repeats, "cpp_timeout_s": args.cpp_timeout,
-              "workloads": [summarize(n, per[n]) for n in names]}
+              "workloads": [summarize(n, per[n]) for n in names],
+              "torch": torch_section}
     report["targets"] = evaluate_targets(report["workloads"])
     out = Path(args.out) if args.out else RESULTS_DIR / ("quick" if args.quick else "latest")
     out.parent.mkdir(parents=True, exist_ok=True)

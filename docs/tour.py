@@ -51,7 +51,7 @@ step("4. execute: BufferFromHostBuffer, Execute, events")
 out = compiled(1)
 
 # --- Step 5: the result comes back ---------------------------------------------
-step("5. the result comes back: ToHostBuffer")
+step("5. the result comes back: read in place")
 value = int(out)
 say("result ->", value)
 

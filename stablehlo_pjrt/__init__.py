@@ -51,6 +51,20 @@ def set_execution_mode(mode):
     same (auto, 1, 0). See dispatch.py."""
     from .dispatch import set_mode
     set_mode(mode)
+def dlpack_view(x):
+    """A zero-copy DLPack producer over a stablehlo_ref array's memory, for
+    ``np.from_dlpack`` / ``torch.from_dlpack`` / ``jax.dlpack.from_dlpack``
+    (JAX refuses ``x.__dlpack__()`` for platforms other than cpu/gpu); see
+    dlpack.py."""
+    from .dlpack import dlpack_view as _view
+    return _view(x)
+
+
+def from_dlpack(external, device=None, copy=None):
+    """A DLPack producer's host memory as a jax.Array on a stablehlo_ref
+    device, zero-copy when row-major; see dlpack.py."""
+    from .dlpack import from_dlpack as _from
+    return _from(external, device=device, copy=copy)
 
 
 def shim_path() -> str:

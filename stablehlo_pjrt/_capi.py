@@ -727,6 +727,54 @@ class PJRT_Shardings_Extension(Structure):
         (name, P) for name in SHARDINGS_EXTENSION_FUNCTIONS]
 
 
+# The profiler extension (pjrt_c_api_profiler_extension.h, version 1) and
+# the profiler API it points at (xla/backends/profiler/plugin/profiler_c_api.h,
+# PLUGIN_PROFILER_VERSION 1).  Its args structs have no extension_start.
+EXTENSION_TYPE_PROFILER = 1
+# (handler name, PLUGIN_Profiler_Api field)
+PROFILER_API_FIELDS = [
+    ("PLUGIN_Profiler_Create", "create"),
+    ("PLUGIN_Profiler_Destroy", "destroy"),
+    ("PLUGIN_Profiler_Start", "start"),
+    ("PLUGIN_Profiler_Stop", "stop"),
+    ("PLUGIN_Profiler_CollectData", "collect_data"),
+]
+PROFILER_API_FUNCTIONS = [name for name, _ in PROFILER_API_FIELDS]
+
+
+class PLUGIN_Profiler_Api(Structure):
+    _fields_ = ([("struct_size", SIZE), ("priv", P), ("error_destroy", P),
+                 ("error_message", P), ("error_get_code", P)]
+                + [(field, P) for _, field in PROFILER_API_FIELDS])
+
+
+class PJRT_Profiler_Extension(Structure):
+    _fields_ = [("base", PJRT_Extension_Base), ("profiler_api", P),
+                ("traceme_context_id", ctypes.c_int64)]
+
+
+class PLUGIN_Profiler_Create_Args(Structure):
+    _fields_ = [("struct_size", SIZE), ("options", P), ("options_size", SIZE),
+                ("profiler", P)]
+
+
+class PLUGIN_Profiler_Destroy_Args(Structure):
+    _fields_ = [("struct_size", SIZE), ("profiler", P)]
+
+
+class PLUGIN_Profiler_Start_Args(PLUGIN_Profiler_Destroy_Args):
+    pass
+
+
+class PLUGIN_Profiler_Stop_Args(PLUGIN_Profiler_Destroy_Args):
+    pass
+
+
+class PLUGIN_Profiler_CollectData_Args(Structure):
+    _fields_ = [("struct_size", SIZE), ("profiler", P), ("buffer", P),
+                ("buffer_size_in_bytes", SIZE)]
+
+
 class PJRT_Api(Structure):
     _fields_ = ([("struct_size", SIZE), ("extension_start", P),
                  ("pjrt_api_version", PJRT_Api_Version)]
@@ -737,31 +785,78 @@ class PJRT_Api(Structure):
 assert ctypes.sizeof(PJRT_NamedValue) == 56
 assert ctypes.sizeof(PJRT_Buffer_MemoryLayout) == 80
 assert struct_size(PJRT_Api) == 40 + 8 * len(API_FUNCTIONS)
+assert ctypes.sizeof(PLUGIN_Profiler_Api) == 80
+assert ctypes.sizeof(PJRT_Profiler_Extension) == 40
+assert ctypes.sizeof(PLUGIN_Profiler_CollectData_Args) == 32
 
 
-def read_bytes(address: int | None, size: int) -> bytes:
-    """Copies `size` bytes at `address` (b'' for NULL/0)."""
-    if not address or not size:
+# No user-space mapping is this large (x86-64 and aarch64 have 47-48 bit user
+# address spaces): a size or count at least this big is a caller's garbage,
+# refused before anything is read.
+HUGE_BYTES = 1 << 47
+# numpy arrays (the plugin's buffers) have at most 64 dimensions.
+MAX_RANK = 64
+
+
+class BadArgument(ValueError):
+    """A pointer/size pair no valid call has: a NULL pointer with a nonzero
+    size or count, or a size larger than any mapping. The C dispatcher reads
+    ``pjrt_code``, so a handler that lets it escape answers INVALID_ARGUMENT."""
+
+    pjrt_code = ErrorCode.INVALID_ARGUMENT
+
+
+def check_array(address, count, item, what):
+    """Refuses (BadArgument) ``count`` items of ``item`` bytes at ``address``
+    when no valid call has them: NULL with a nonzero count, or more bytes
+    than any mapping."""
+    if count and not address:
+        raise BadArgument(f"{what} is NULL but its count/size is {count}")
+    if count * item >= HUGE_BYTES:
+        raise BadArgument(f"{what} has count/size {count}, larger than any buffer")
+
+
+def read_bytes(address: int | None, size: int, what: str = "a byte array") -> bytes:
+    """Copies `size` bytes at `address` (b'' for size 0)."""
+    if not size:
         return b""
+    check_array(address, size, 1, what)
     return ctypes.string_at(address, size)
 
 
-def read_str(address: int | None, size: int) -> str:
-    return read_bytes(address, size).decode("utf-8", errors="replace")
+def read_str(address: int | None, size: int, what: str = "a string") -> str:
+    return read_bytes(address, size, what).decode("utf-8", errors="replace")
 
 
-def read_int64s(address: int | None, count: int) -> tuple[int, ...]:
-    if not address or not count:
+def read_int64s(address: int | None, count: int, what: str = "an int64 array") -> tuple[int, ...]:
+    if not count:
         return ()
+    check_array(address, count, 8, what)
     return tuple((c_int64 * count).from_address(address))
 
 
-def read_pointers(address: int | None, count: int) -> list:
-    """Reads `count` pointers (ints, None for NULL) at `address`."""
-    if not address or not count:
-        return []
-    return (c_void_p * count).from_address(address)[:]
+def read_dims(address: int | None, count: int, what: str = "dims") -> tuple[int, ...]:
+    """A shape: at most MAX_RANK non-negative dimensions whose product is
+    below HUGE_BYTES (checked before a buffer of that shape is made)."""
+    if count > MAX_RANK:
+        raise BadArgument(f"{what} has {count} dimensions; at most {MAX_RANK} are supported")
+    dims = read_int64s(address, count, what)
+    if any(d < 0 for d in dims):
+        raise BadArgument(f"{what} {list(dims)} has a negative dimension")
+    n = 1
+    for d in dims:
+        n *= d
+    if n >= HUGE_BYTES:
+        raise BadArgument(f"{what} {list(dims)} has {n} elements, more than any buffer")
+    return dims
 
+
+def read_pointers(address: int | None, count: int, what: str = "a pointer array") -> list:
+    """Reads `count` pointers (ints, None for NULL) at `address`."""
+    if not count:
+        return []
+    check_array(address, count, 8, what)
+    return (c_void_p * count).from_address(address)[:]
 
 
 class SimpleArgs(Structure):

@@ -92,7 +92,8 @@ struct PJRT_Memory {
 };
 
 enum { CODE_OK = 0, CODE_INVALID_ARGUMENT = 3, CODE_FAILED_PRECONDITION = 9,
-       CODE_UNIMPLEMENTED = 12, CODE_INTERNAL = 13, CODE_UNAVAILABLE = 14 };
+       CODE_UNIMPLEMENTED = 12, CODE_INTERNAL = 13, CODE_UNAVAILABLE = 14,
+       CODE_CANCELLED = 1 };
 
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                   */
@@ -164,17 +165,40 @@ typedef struct {
   PayloadVisitor visitor; void *user_arg;
 } ErrorForEachPayloadArgs;
 
-static void api_error_destroy(ErrorDestroyArgs *a) { error_free(a->error); }
+/* pjrt_c_api.h's struct_size rule for the args structs implemented in C:
+ * every field of them exists since the first minor version, so a NULL args
+ * pointer or a struct that ends before its last field is a broken caller.
+ * Such a call is refused (INVALID_ARGUMENT; nothing at all for the two
+ * functions returning void) and nothing past what it gave is read or
+ * written. Found by the C API fuzz kind (tests/fuzz/capi_fuzz.py). */
+#define ARGS_OK(a, T, last) \
+  ((a) != NULL && (a)->struct_size >= offsetof(T, last) + sizeof(((T *)0)->last))
+
+static PJRT_Error *bad_args(const char *fn, const char *what) {
+  char buf[200];
+  snprintf(buf, sizeof buf, "%s: %s", fn, what);
+  return error_new_cstr(CODE_INVALID_ARGUMENT, buf);
+}
+#define TOO_SMALL "the args pointer is NULL or its struct_size is smaller than the struct"
+
+static void api_error_destroy(ErrorDestroyArgs *a) {
+  if (ARGS_OK(a, ErrorDestroyArgs, error)) error_free(a->error);
+}
 static void api_error_message(ErrorMessageArgs *a) {
-  a->message = a->error->message;
-  a->message_size = a->error->message_size;
+  if (!ARGS_OK(a, ErrorMessageArgs, message_size)) return;
+  a->message = a->error ? a->error->message : "";
+  a->message_size = a->error ? a->error->message_size : 0;
 }
 static PJRT_Error *api_error_get_code(ErrorGetCodeArgs *a) {
+  if (!ARGS_OK(a, ErrorGetCodeArgs, code)) return bad_args("PJRT_Error_GetCode", TOO_SMALL);
+  if (a->error == NULL) return bad_args("PJRT_Error_GetCode", "error is NULL");
   a->code = a->error->code;
   return NULL;
 }
 static PJRT_Error *api_error_for_each_payload(ErrorForEachPayloadArgs *a) {
-  (void)a;
+  if (!ARGS_OK(a, ErrorForEachPayloadArgs, user_arg))
+    return bad_args("PJRT_Error_ForEachPayload", TOO_SMALL);
+  if (a->error == NULL) return bad_args("PJRT_Error_ForEachPayload", "error is NULL");
   return NULL;
 }
 
@@ -307,6 +331,7 @@ typedef struct {
 static void trace_c_call(const char *name, void *obj);
 
 static PJRT_Error *api_event_destroy(EventArgs *a) {
+  if (!ARGS_OK(a, EventArgs, event)) return bad_args("PJRT_Event_Destroy", TOO_SMALL);
   if (a->event == NULL) return NULL;
   trace_c_call("PJRT_Event_Destroy", a->event);
   event_unref(a->event);
@@ -314,6 +339,7 @@ static PJRT_Error *api_event_destroy(EventArgs *a) {
 }
 
 static PJRT_Error *api_event_is_ready(EventIsReadyArgs *a) {
+  if (!ARGS_OK(a, EventIsReadyArgs, is_ready)) return bad_args("PJRT_Event_IsReady", TOO_SMALL);
   if (a->event == NULL) return error_new_cstr(CODE_INVALID_ARGUMENT, "PJRT_Event_IsReady: event is NULL");
   pthread_mutex_lock(&a->event->mu);
   a->is_ready = a->event->ready != 0;
@@ -323,6 +349,7 @@ static PJRT_Error *api_event_is_ready(EventIsReadyArgs *a) {
 
 static PJRT_Error *api_event_error(EventArgs *a) {
   PJRT_Error *status;
+  if (!ARGS_OK(a, EventArgs, event)) return bad_args("PJRT_Event_Error", TOO_SMALL);
   if (a->event == NULL) return error_new_cstr(CODE_INVALID_ARGUMENT, "PJRT_Event_Error: event is NULL");
   pthread_mutex_lock(&a->event->mu);
   if (!a->event->ready) {
@@ -340,6 +367,7 @@ static int python_gone(void);
 static PJRT_Error *api_event_await(EventArgs *a) {
   PJRT_Error *status;
   PyThreadState *saved = NULL;
+  if (!ARGS_OK(a, EventArgs, event)) return bad_args("PJRT_Event_Await", TOO_SMALL);
   if (a->event == NULL) return error_new_cstr(CODE_INVALID_ARGUMENT, "PJRT_Event_Await: event is NULL");
   trace_c_call("PJRT_Event_Await", a->event);
   pthread_mutex_lock(&a->event->mu);
@@ -358,7 +386,9 @@ static PJRT_Error *api_event_await(EventArgs *a) {
 }
 
 static PJRT_Error *api_event_on_ready(EventOnReadyArgs *a) {
-  PJRT_Event *ev = a->event;
+  PJRT_Event *ev;
+  if (!ARGS_OK(a, EventOnReadyArgs, user_arg)) return bad_args("PJRT_Event_OnReady", TOO_SMALL);
+  ev = a->event;
   if (ev == NULL || a->callback == NULL)
     return error_new_cstr(CODE_INVALID_ARGUMENT, "PJRT_Event_OnReady: event or callback is NULL");
   trace_c_call("PJRT_Event_OnReady", ev);
@@ -384,12 +414,20 @@ static PJRT_Error *api_event_on_ready(EventOnReadyArgs *a) {
 }
 
 static PJRT_Error *api_event_create(EventCreateArgs *a) {
+  if (!ARGS_OK(a, EventCreateArgs, event)) return bad_args("PJRT_Event_Create", TOO_SMALL);
   a->event = event_new(0, CODE_OK, NULL, 0, 1);
   return a->event ? NULL : &kOutOfMemoryError;
 }
 
 static PJRT_Error *api_event_set(EventSetArgs *a) {
+  if (!ARGS_OK(a, EventSetArgs, error_message_size)) return bad_args("PJRT_Event_Set", TOO_SMALL);
   if (a->event == NULL) return error_new_cstr(CODE_INVALID_ARGUMENT, "PJRT_Event_Set: event is NULL");
+  if (a->error_code < 0 || a->error_code > 16)
+    return bad_args("PJRT_Event_Set", "error_code is not a PJRT_Error_Code (0-16)");
+  if (a->error_message == NULL && a->error_message_size > 0)
+    return bad_args("PJRT_Event_Set", "error_message is NULL but error_message_size is not 0");
+  if (a->error_message_size >= ((size_t)1 << 47))
+    return bad_args("PJRT_Event_Set", "error_message_size is larger than any buffer");
   if (event_set(a->event, a->error_code, a->error_message, a->error_message_size) != 0)
     return error_new_cstr(CODE_FAILED_PRECONDITION, "PJRT_Event_Set: event is already set");
   return NULL;
@@ -478,6 +516,13 @@ typedef struct {
 
 static Slot g_slots[MAX_SLOTS];
 static PyObject *g_trace_hook = NULL;
+/* Called as hook(slot_name, exception) when a Python signal handler raised
+ * as a handler was about to start (Ctrl-C pressed while jaxlib was busy in
+ * C++: the exception would otherwise surface inside whichever handler runs
+ * next, as that call's error). Returns a str to fail the call with CANCELLED
+ * and that text (long calls: compile, execute), None to run the handler; the
+ * hook arranges for the exception to reach the Python caller (interrupt.py). */
+static PyObject *g_interrupt_hook = NULL;
 /* Set by an atexit handler (api.py): from then on, threads that do not
  * already hold the GIL (jaxlib's pool threads destroying objects) no longer
  * wait for it.  A thread blocked in PyGILState_Ensure when finalization
@@ -609,6 +654,36 @@ static PJRT_Error *dispatch(int slot, void *args) {
   /* The caller may hold the GIL with an exception pending; park it so the
    * handler runs in a clean state, and put it back afterwards. */
   PyErr_Fetch(&ptype, &pvalue, &ptb);
+  /* A signal that arrived while jaxlib was in C++ (Ctrl-C during its part of
+   * a compile or dispatch) would raise at the handler's first bytecode, in
+   * the middle of a PJRT call; take it here, before the handler starts. */
+  if (g_interrupt_hook != NULL && PyErr_CheckSignals() < 0) {
+    PyObject *etype, *evalue, *etb;
+    PyErr_Fetch(&etype, &evalue, &etb);
+    PyErr_NormalizeException(&etype, &evalue, &etb);
+    res = PyObject_CallFunction(g_interrupt_hook, "sO", s->name ? s->name : "",
+                                evalue ? evalue : Py_None);
+    Py_XDECREF(etype);
+    Py_XDECREF(evalue);
+    Py_XDECREF(etb);
+    if (res == NULL) {
+      err = error_from_exception(s->name);
+      goto done;
+    }
+    if (PyUnicode_Check(res)) {
+      Py_ssize_t len;
+      const char *msg = PyUnicode_AsUTF8AndSize(res, &len);
+      if (msg == NULL) {
+        PyErr_Clear();
+        err = error_new_cstr(CODE_CANCELLED, "stablehlo_ref: interrupted");
+      } else {
+        err = error_new(CODE_CANCELLED, msg, (size_t)len);
+      }
+      Py_DECREF(res);
+      goto done;
+    }
+    Py_DECREF(res);
+  }
   if (s->handler == NULL) {
     char buf[256];
     snprintf(buf, sizeof buf, "%s is not implemented by the stablehlo_ref plugin",
@@ -644,6 +719,7 @@ static PJRT_Error *dispatch(int slot, void *args) {
       }
     }
   }
+done:
   PyErr_Restore(ptype, pvalue, ptb);
   PyGILState_Release(gstate);
   return err;
@@ -889,6 +965,23 @@ static PyObject *py_memory_new(PyObject *self, PyObject *noargs) {
   /* Memories live as long as the process: jaxlib caches wrappers in their
    * user data and may look them up until exit. */
   return PyLong_FromVoidPtr(m);
+}
+
+static PyObject *py_set_interrupt_hook(PyObject *self, PyObject *hook) {
+  PyObject *old = g_interrupt_hook;
+  (void)self;
+  if (hook == Py_None) {
+    g_interrupt_hook = NULL;
+  } else {
+    if (!PyCallable_Check(hook)) {
+      PyErr_SetString(PyExc_TypeError, "interrupt hook must be callable or None");
+      return NULL;
+    }
+    Py_INCREF(hook);
+    g_interrupt_hook = hook;
+  }
+  Py_XDECREF(old);
+  Py_RETURN_NONE;
 }
 
 static PyObject *py_set_trace_hook(PyObject *self, PyObject *hook) {
@@ -1152,6 +1245,8 @@ static PyMethodDef kMethods[] = {
     {"event_state", py_event_state, METH_O, "event_state(ptr) -> (ready, code, message)"},
     {"memory_new", py_memory_new, METH_NOARGS, "Allocates a PJRT_Memory with its vtable."},
     {"set_trace_hook", py_set_trace_hook, METH_O, "Hook called as hook(name, ptr)."},
+    {"set_interrupt_hook", py_set_interrupt_hook, METH_O,
+     "Hook called as hook(slot_name, exception) for a signal pending at a call's start."},
     {"begin_exit", py_begin_exit, METH_NOARGS,
      "Interpreter exit has begun: only GIL holders may still enter Python."},
     {"blob_new", py_blob_new, METH_O, "Copies bytes into C memory freed by blob_free."},

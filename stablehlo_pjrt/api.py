@@ -23,10 +23,10 @@ from .buffer import (
     describe_with_value,
     device_and_memory,
     dtype_of,
-    host_view,
     preview,
     short_type,
     to_host,
+    view_of_memory,
 )
 from .client import Client, Topology, configured_num_devices, stablehlo_versions
 from .device import Device, DeviceDescription, Memory
@@ -42,7 +42,6 @@ from .executable import (
     parse_serialized,
 )
 from .handles import (
-    CString,
     NamedValues,
     c_blob,
     c_helper,
@@ -51,6 +50,7 @@ from .handles import (
     read_named_values,
     release,
 )
+from .profiler import HANDLERS as _profiler_handlers
 
 # "PJRT_<name>" -> handler; table.build_api wires each into its slot.
 HANDLERS: dict = {}
@@ -107,6 +107,7 @@ def getter(in_field, *out_fields):
 
 
 _ARGS = C.args_classes()
+_ARGS["PJRT_AsyncTrackingEvent_Destroy"] = C.SimpleArgs  # args: the event only
 _read_size = ctypes.c_size_t.from_address
 
 
@@ -115,8 +116,20 @@ def _sized(name, fn, size):
     older header passes a smaller args struct: the handler works on a zeroed
     full-size copy (fields the caller does not know read as absent) and only
     the caller's bytes are copied back, so nothing is written past its struct.
-    A larger struct is served in place (its extra fields are never touched)."""
+    A larger struct is served in place (its extra fields are never touched).
+    Arguments the shared readers refuse (_capi.BadArgument: a NULL array with
+    a count, a size larger than any buffer) are INVALID_ARGUMENT naming the
+    function; a MemoryError is RESOURCE_EXHAUSTED."""
     def run(ptr):
+        try:
+            return checked(ptr)
+        except C.BadArgument as e:
+            raise invalid_argument(f"{name}: {e}") from None
+        except MemoryError:
+            raise PjrtError(C.ErrorCode.RESOURCE_EXHAUSTED,
+                            f"{name}: out of host memory") from None
+
+    def checked(ptr):
         if not ptr:
             raise invalid_argument(f"{name}: the args pointer is NULL")
         n = _read_size(ptr).value
@@ -299,8 +312,11 @@ def Client_DefaultDeviceAssignment(ptr):
     r, p = a.num_replicas, a.num_partitions
     if r < 1 or p < 1:
         raise invalid_argument(f"invalid replica/partition counts {r}x{p}")
+    if not a.default_assignment:
+        raise invalid_argument("default_assignment is NULL")
     if a.default_assignment_size < r * p:
-        raise invalid_argument(
+        # FAILED_PRECONDITION, as XLA's C API test of this case asks.
+        raise failed_precondition(
             f"default_assignment has room for {a.default_assignment_size} ids, "
             f"{r * p} needed")
     flat = [d for row in c.default_assignment(r, p) for d in row]
@@ -312,8 +328,9 @@ def Client_BufferFromHostBuffer(ptr):
     a = C.Client_BufferFromHostBuffer_Args.from_address(ptr)
     client = _client(a.client)
     device, memory = device_and_memory(client, a.device, a.memory)
-    dims = C.read_int64s(a.dims, a.num_dims)
-    strides = C.read_int64s(a.byte_strides, a.num_byte_strides) if a.num_byte_strides else None
+    dims = C.read_dims(a.dims, a.num_dims)
+    strides = (C.read_int64s(a.byte_strides, a.num_byte_strides, "byte_strides")
+               if a.num_byte_strides else None)
     # A device layout other than dense major-to-minor only changes how an
     # accelerator would store the data; numpy storage is always logical.
     buf, done = buffer_from_host(client, a.data, a.type, dims, strides,
@@ -330,7 +347,7 @@ def Client_CreateUninitializedBuffer(ptr):
     a = C.Client_CreateUninitializedBuffer_Args.from_address(ptr)
     client = _client(a.client)
     device, memory = device_and_memory(client, a.device, a.memory)
-    dims = C.read_int64s(a.shape_dims, a.shape_num_dims)
+    dims = C.read_dims(a.shape_dims, a.shape_num_dims, "shape_dims")
     array = np.zeros(dims, dtype_of(a.shape_element_type))
     buf = Buffer(array, a.shape_element_type, device, memory)
     a.buffer = buf.handle
@@ -341,10 +358,11 @@ def Client_CreateErrorBuffer(ptr):
     a = C.Client_CreateErrorBuffer_Args.from_address(ptr)
     client = _client(a.client)
     device, memory = device_and_memory(client, None, a.memory)
-    dims = tuple(C.read_int64s(a.shape_dims, a.shape_num_dims))
-    message = C.read_str(a.error_message, a.error_message_size)
-    if a.error_code == C.ErrorCode.OK:
-        raise invalid_argument("an error buffer needs a non-OK error code")
+    dims = tuple(C.read_dims(a.shape_dims, a.shape_num_dims, "shape_dims"))
+    message = C.read_str(a.error_message, a.error_message_size, "error_message")
+    _error_code(a.error_code)
+    if a.shape_element_type != C.BufferType.TOKEN:
+        dtype_of(a.shape_element_type)  # a known element type
     buf = Buffer(None, a.shape_element_type, device, memory,
                  error=(a.error_code, message), shape=dims)
     a.buffer = buf.handle
@@ -356,10 +374,7 @@ def Client_CreateViewOfDeviceBuffer(ptr):
     client = _client(a.client)
     memory_h = a.memory if a.struct_size >= C.struct_size(C.Client_CreateViewOfDeviceBuffer_Args) else None
     device, memory = device_and_memory(client, a.device, memory_h)
-    if a.layout:
-        raise unimplemented("views with an explicit layout are not supported by stablehlo_ref")
-    dims = tuple(C.read_int64s(a.dims, a.num_dims))
-    view = host_view(a.device_buffer_ptr, dtype_of(a.element_type), dims, None)
+    dims = tuple(C.read_dims(a.dims, a.num_dims))
     callback = a.on_delete_callback
     user_arg = a.on_delete_callback_arg
     device_ptr = a.device_buffer_ptr
@@ -370,13 +385,14 @@ def Client_CreateViewOfDeviceBuffer(ptr):
         def run_on_delete(fn=fn):
             fn(device_ptr, user_arg)
         on_free = run_on_delete
-    buf = Buffer(view, a.element_type, device, memory, on_free=on_free)
-    buf.borrowed = True
+    buf = view_of_memory(device_ptr, a.element_type, dims, a.layout, on_free, device, memory)
     a.buffer = buf.handle
-
+    if trace.ENABLED:
+        trace.note(obj=client, result=str(buf), zero_copy=buf.borrowed, value=preview(buf))
 
 
 @handler
+@interrupt.cancel_on_interrupt("compilation")
 def Client_Compile(ptr):
     a = C.Client_Compile_Args.from_address(ptr)
     client = _client(a.client)
@@ -388,6 +404,7 @@ def Client_Compile(ptr):
 
 
 @handler
+@interrupt.cancel_on_interrupt("loading an executable")
 def Client_Load(ptr):
     a = C.Client_Load_Args.from_address(ptr)
     client = _client(a.client)
@@ -532,12 +549,11 @@ def Device_GetAttributes(ptr):
 def Device_PoisonExecution(ptr):
     a = C.Device_PoisonExecution_Args.from_address(ptr)
     d = _device(a.device)
+    code = _error_code(a.error_code)
+    message = C.read_str(a.error_message, a.error_message_size, "error_message")
     # Fails the earliest queued (not yet started) run with this launch id on
     # the device (dispatch.poison); one that runs or has finished is not.
-    if a.error_code == C.ErrorCode.OK:
-        raise invalid_argument("PJRT_Device_PoisonExecution needs a non-OK error code")
-    a.poisoned = dispatch.poison(d, a.launch_id, a.error_code,
-                                 C.read_str(a.error_message, a.error_message_size))
+    a.poisoned = dispatch.poison(d, a.launch_id, code, message)
 
 
 @handler
@@ -804,15 +820,18 @@ def Executable_GetCompileOptions(ptr):
 
 
 @handler
+@interrupt.cancel_on_interrupt("loading a serialized executable")
 def Executable_DeserializeAndLoad(ptr):
     a = C.Executable_DeserializeAndLoad_Args.from_address(ptr)
     client = _client(a.client)
     fmt, options_bytes, code = parse_serialized(
         C.read_bytes(a.serialized_executable, a.serialized_executable_size))
     if a.struct_size >= C.struct_size(C.Executable_DeserializeAndLoad_Args) and \
-            a.overridden_serialized_compile_options:
+            (a.overridden_serialized_compile_options or
+             a.overridden_serialized_compile_options_size):
         options_bytes = C.read_bytes(a.overridden_serialized_compile_options,
-                                     a.overridden_serialized_compile_options_size)
+                                     a.overridden_serialized_compile_options_size,
+                                     "overridden_serialized_compile_options")
     # The serialized form is the program itself: "loading" recompiles it.
     meta = compile_program(code, fmt, CompileOptions(options_bytes))
     a.loaded_executable = LoadedExecutable(client, meta).handle
@@ -877,6 +896,37 @@ def LoadedExecutable_IsDeleted(ptr):
 _P = ctypes.c_void_p
 
 
+def _pointer_lists(address, outer: int, inner: int, what: str) -> list[list]:
+    """``outer`` arrays of ``inner`` pointers each (Execute's argument
+    lists), as ints: a NULL list or absurd count is INVALID_ARGUMENT before
+    anything is read (the checks of the checked readers, ``_capi``); the
+    reading is one C loop (``_shim.read_pointer_lists``)."""
+    C.check_array(address, outer, 8, what)
+    C.check_array(1, inner, 8, f"{what}[k]")  # the count alone
+    try:
+        return _shim.read_pointer_lists(address or 0, outer, inner)
+    except ValueError as e:  # a NULL list with a count
+        raise C.BadArgument(f"{what}: {e} but its count is {inner}") from None
+
+
+def _output_lists(address, outer: int, num_outputs: int) -> None:
+    """Checks Execute's output lists: ``outer`` destinations, non-NULL
+    unless the program has no outputs (jaxlib passes NULL lists then: a pmap
+    of jax.debug.print with no results). ``_shim.write_pointer_lists``
+    writes them."""
+    lists = C.read_pointers(address, outer, "output_lists")
+    if num_outputs and not all(lists):
+        raise invalid_argument("an output list (output_lists[k]) is NULL")
+
+
+def _error_code(code: int) -> int:
+    """A PJRT_Error_Code other than OK (1-16), as a caller must give for an error."""
+    if not 1 <= code <= 16:
+        raise invalid_argument(f"error code {code} is not a PJRT_Error_Code other than OK "
+                               "(1-16)")
+    return code
+
+
 @handler
 def LoadedExecutable_Execute(ptr):
     a = C.LoadedExecutable_Execute_Args.from_address(ptr)
@@ -889,16 +939,18 @@ def LoadedExecutable_Execute(ptr):
             raise invalid_argument("PJRT_ExecuteOptions.struct_size is smaller than its header")
         if opts.num_send_ops or opts.num_recv_ops:
             raise unimplemented("send/recv callbacks are not supported by stablehlo_ref")
-        n = opts.num_non_donatable_input_indices
-        non_donatable = (set((ctypes.c_int64 * n).from_address(opts.non_donatable_input_indices))
-                         if n else ())
+        non_donatable = set(C.read_int64s(opts.non_donatable_input_indices,
+                                          opts.num_non_donatable_input_indices,
+                                          "non_donatable_input_indices"))
         launch_id = opts.launch_id
     else:
         non_donatable = ()
         launch_id = 0
     execute_device = maybe_lookup(a.execute_device, Device) if a.execute_device else None
-    argument_lists = [[lookup(h, Buffer, "PJRT_Buffer") for h in handles] for handles in
-                      _shim.read_pointer_lists(a.argument_lists, num_devices, num_args)]
+    argument_lists = [[lookup(h, Buffer, "PJRT_Buffer") for h in handles]
+                      for handles in _pointer_lists(a.argument_lists, num_devices, num_args,
+                                                    "argument_lists")]
+    _output_lists(a.output_lists, num_devices, exe.meta.num_outputs)
     outputs = exe.execute(argument_lists, execute_device, non_donatable, launch_id)
     _shim.write_pointer_lists(a.output_lists, [[b.handle for b in outs] for outs in outputs])
     events = a.device_complete_events
@@ -935,6 +987,7 @@ def Buffer_Destroy(h):
         return
     buf = _buffer(h)
     buf.delete()
+    buf.orphan()
     release(h)
     if trace.ENABLED:
         trace.note(obj=buf)
@@ -1005,9 +1058,12 @@ def Buffer_IsDeleted(h):
 @getter("buffer", "is_on_cpu")
 def Buffer_IsOnCpu(h):
     _buffer(h)
-    # The data is in host memory, but it is only reachable through the PJRT
-    # calls: saying "on CPU" would invite jaxlib to alias it directly.
-    return False
+    # Every memory of a stablehlo_ref device is host memory. Saying so lets
+    # jaxlib alias it as it does XLA CPU's: np.asarray(x) and memoryview(x)
+    # become zero-copy read-only views that hold an external reference (see
+    # Buffer.delete and donation.py for what such a reference guarantees;
+    # taking one waits for a pending output's data).
+    return True
 
 
 @handler
@@ -1061,6 +1117,7 @@ def Buffer_CopyRawToHost(ptr):
             f"raw copy of [{a.offset}, {a.offset + a.transfer_size}) is outside the "
             f"{len(raw)} bytes of {buf}")
     if a.transfer_size:
+        C.check_array(a.dst, a.transfer_size, 1, "dst")
         ctypes.memmove(a.dst, bytes(raw[a.offset:a.offset + a.transfer_size]), a.transfer_size)
     a.event = _shim.event_new(True)
 
@@ -1108,18 +1165,13 @@ def Buffer_OpaqueDeviceMemoryDataPointer(ptr):
 @handler
 def Buffer_IncreaseExternalReferenceCount(ptr):
     a = C.Buffer_IncreaseExternalReferenceCount_Args.from_address(ptr)
-    buf = _buffer(a.buffer)
-    buf.live_array()
-    buf.external_refs += 1
+    _buffer(a.buffer).add_external_reference()
 
 
 @handler
 def Buffer_DecreaseExternalReferenceCount(ptr):
     a = C.Buffer_DecreaseExternalReferenceCount_Args.from_address(ptr)
-    buf = _buffer(a.buffer)
-    if buf.external_refs <= 0:
-        raise failed_precondition(f"{buf} has no external references to release")
-    buf.external_refs -= 1
+    _buffer(a.buffer).release_external_reference()
 
 
 @handler
@@ -1127,7 +1179,7 @@ def Buffer_Bitcast(ptr):
     a = C.Buffer_Bitcast_Args.from_address(ptr)
     buf = _buffer(a.buffer)
     array = buf.live_array()
-    dims = tuple(C.read_int64s(a.dims, a.num_dims))
+    dims = tuple(C.read_dims(a.dims, a.num_dims))
     new_dtype = dtype_of(a.element_type)
     nbytes = int(np.prod(dims, dtype=np.int64)) * new_dtype.itemsize
     if nbytes != buf.nbytes:
@@ -1153,6 +1205,8 @@ def _topology(h) -> Topology:
 @handler
 def TopologyDescription_Create(ptr):
     a = C.TopologyDescription_Create_Args.from_address(ptr)
+    # Checked like every caller string, though any name gives the one topology.
+    C.read_str(a.topology_name, a.topology_name_size, "topology_name")
     options = read_named_values(a.create_options, a.num_options)
     a.topology = Topology(configured_num_devices(options)).handle
 
@@ -1224,10 +1278,17 @@ def TopologyDescription_Fingerprint(ptr):
 
 
 @handler
+@interrupt.cancel_on_interrupt("compilation")
 def Compile(ptr):
     a = C.Compile_Args.from_address(ptr)
     _topology(a.topology)
+    if a.client:
+        _client(a.client)  # optional; if given it must be one of ours
     meta = compile_args(a.program, a.compile_options, a.compile_options_size)
     a.executable = Executable(meta).handle
     if trace.ENABLED:
         trace.note(module=meta.program.text)
+
+
+# The profiler extension's calls (profiler.py), wired by table.py like these.
+HANDLERS.update(_profiler_handlers)

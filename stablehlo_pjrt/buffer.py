@@ -15,7 +15,7 @@ import ml_dtypes
 import numpy as np
 
 from . import _shim, dispatch
-from ._capi import BufferType, HostBufferSemantics, MemoryLayoutType
+from ._capi import HUGE_BYTES, BufferType, HostBufferSemantics, MemoryLayoutType
 from .device import Device, Memory
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
 from .event import Completion
@@ -148,6 +148,8 @@ def _interpreter_token():
 
 
 TOKEN = Token()
+# Buffers destroyed with external references still held (Buffer.orphan).
+_ORPHANS: list = []
 
 # ----------------------------------------------------------------------------
 # Buffers
@@ -182,7 +184,7 @@ class Buffer:
 
     __slots__ = ("handle", "array", "type", "shape", "device", "memory",
                  "deleted", "nbytes", "error", "on_free", "borrowed", "external_refs",
-                 "pins", "ready", "_dims_c", "_layout_c", "__weakref__")
+                 "pins", "ready", "_held", "_deferred", "_dims_c", "_layout_c", "__weakref__")
 
     def __init__(self, array, buffer_type: int, device, memory=None,
                  on_free=None, error: tuple[int, str] | None = None,
@@ -205,8 +207,13 @@ class Buffer:
         # on_free; anything derived from them that outlives this buffer
         # (copies to other devices, execution results) must be copied.
         self.borrowed = on_free is not None
+        # PJRT external references (jaxlib's zero-copy numpy views and DLPack
+        # exports hold one): while any is held the memory must stay valid and
+        # unchanged, even after delete() (see release_external_reference).
         self.external_refs = 0
+        self._held = None
         self.pins = 0
+        self._deferred = False  # deleted while pinned: the last unpin() lets go
         self.ready = ready
         self._dims_c = None
         self._layout_c = None
@@ -243,11 +250,29 @@ class Buffer:
                 return
             self.deleted = True
             if self.pins:
-                return  # released by the last unpin()
-        self._release()
+                # Queued or running work reads the data: the last unpin()
+                # lets go of it.
+                self._deferred = True
+                return
+            free = self._let_go()
+        if free:
+            self._free()
 
-    def _release(self) -> None:
+    def _let_go(self) -> bool:
+        """Drops the data of a deleted buffer nothing pins (under _STATE);
+        True when the memory is free now (the caller calls _free())."""
+        if self.external_refs:
+            # Someone outside holds a pointer to this memory (a numpy view or
+            # DLPack capsule): the buffer is gone, the memory stays (as XLA's
+            # external references keep a deleted buffer's memory) until the
+            # last reference is released.
+            self._held = self.array
+            self.array = None
+            return False
         self.array = None
+        return True
+
+    def _free(self) -> None:
         self.device.freed(self.nbytes)
         callback, self.on_free = self.on_free, None
         if callback is not None:
@@ -260,9 +285,12 @@ class Buffer:
     def unpin(self) -> None:
         with _STATE:
             self.pins -= 1
-            release = self.pins == 0 and self.deleted
-        if release:
-            self._release()
+            free = False
+            if self.pins == 0 and self._deferred:
+                self._deferred = False
+                free = self._let_go()
+        if free:
+            self._free()
 
     def take_array(self):
         """The data of a donated buffer, handed over to the run that
@@ -271,6 +299,8 @@ class Buffer:
         pinned by that run only."""
         with _STATE:
             array, self.array = self.array, None
+        if array is None:
+            raise failed_precondition(f"buffer {self.describe()} has no data (deleted)")
         return array
 
     def fulfil(self, array=None, error: tuple[int, str] | None = None) -> None:
@@ -296,6 +326,36 @@ class Buffer:
         if self.array is None:
             raise failed_precondition(f"buffer {self.describe()} has no data (deleted)")
         return self.array
+
+    def add_external_reference(self) -> None:
+        # Waits for a pending output's data (jaxlib reads results in place
+        # through an external reference and OpaqueDeviceMemoryDataPointer:
+        # the address handed out must be the final one).
+        self.live_array()
+        with _STATE:
+            if self.deleted:  # (by another thread since)
+                raise failed_precondition(
+                    f"buffer {self.describe()} has been deleted or donated")
+            self.external_refs += 1
+
+    def release_external_reference(self) -> None:
+        with _STATE:
+            if self.external_refs <= 0:
+                # INVALID_ARGUMENT, as XLA's C API test DecreaseReferenceCountReturnsError asks.
+                raise invalid_argument(f"{self} has no external references to release")
+            self.external_refs -= 1
+            free = not self.external_refs and self.deleted and self._held is not None
+            if free:
+                self._held = None
+        if free:
+            self._free()
+
+    def orphan(self) -> None:
+        """PJRT_Buffer_Destroy while external references are held (a caller
+        bug: jaxlib releases them first): the memory is leaked, never freed
+        under a live view."""
+        if self.external_refs:
+            _ORPHANS.append(self)
 
     def describe(self) -> str:
         dims = ",".join(str(d) for d in self.shape)
@@ -357,6 +417,11 @@ def host_view(data: int, dtype: np.dtype, dims: tuple[int, ...],
         raise invalid_argument("host data pointer is NULL")
     lo = sum(min(0, (d - 1) * s) for d, s in zip(dims, byte_strides))
     hi = sum(max(0, (d - 1) * s) for d, s in zip(dims, byte_strides)) + itemsize
+    if hi - lo >= HUGE_BYTES or data + lo < 0:
+        # No mapping spans this: garbage strides, refused before any read.
+        raise invalid_argument(
+            f"byte strides {list(byte_strides)} of {dims} reach {hi - lo} bytes "
+            f"(from offset {lo}), more than any host buffer")
     raw = (ctypes.c_char * (hi - lo)).from_address(data + lo)
     return np.ndarray(dims, dtype=dtype, buffer=raw, offset=-lo, strides=byte_strides)
 
@@ -399,6 +464,38 @@ def buffer_from_host(client, data: int, buffer_type: int, dims, byte_strides,
     array = np.array(view, dtype=dtype, order="C", copy=True)
     array.flags.writeable = False
     return Buffer(array, buffer_type, device, memory), _shim.event_new(True)
+
+
+def view_of_memory(data: int, buffer_type: int, dims, layout_ptr, on_free, device, memory):
+    """Implements PJRT_Client_CreateViewOfDeviceBuffer (jaxlib's DLPack import).
+
+    Device memory is host memory here, so a row-major view is the buffer
+    itself, zero-copy: borrowed (never written, copied wherever it must
+    outlive the buffer) and handed back through ``on_free`` when the buffer
+    is deleted. Other layouts (a transposed torch tensor, numpy's Fortran
+    order) are copied into a row-major array, the buffers' one storage
+    order, and handed back at once: refusing them would not make jaxlib copy
+    (its fallback asks PJRT C API clients for kMutableZeroCopy host buffers,
+    which jaxlib's C API client itself rejects), and
+    ``stablehlo_pjrt.from_dlpack(..., copy=False)`` refuses such layouts
+    before asking."""
+    if buffer_type == BufferType.TOKEN:
+        raise invalid_argument("a view of device memory cannot be a token buffer")
+    dtype = dtype_of(buffer_type)
+    dims = tuple(int(d) for d in dims)
+    strides = host_layout_strides(layout_ptr, dims, dtype.itemsize)
+    view = host_view(data, dtype, dims, strides)
+    if view.flags.c_contiguous:
+        view.flags.writeable = False
+        buf = Buffer(view, buffer_type, device, memory, on_free=on_free)
+        buf.borrowed = True
+        return buf
+    array = np.array(view, order="C", copy=True)
+    array.flags.writeable = False
+    buf = Buffer(array, buffer_type, device, memory)
+    if on_free is not None:
+        on_free()
+    return buf
 
 
 def host_layout_strides(layout_ptr: int | None, shape, itemsize: int):
@@ -495,12 +592,15 @@ def device_and_memory(client, device_h, memory_h):
     first device), else the device's default memory (the client's first
     device when neither is given)."""
     memory = maybe_lookup(memory_h, Memory)
+    given = maybe_lookup(device_h, Device)  # a non-NULL handle must be a live device
     if memory is not None:
         if not memory.devices:
             raise invalid_argument(f"{memory} is attached to no device")
-        device = memory.devices[0]
+        if given is not None and given not in memory.devices:
+            raise invalid_argument(f"{given} cannot address {memory}")
+        device = given or memory.devices[0]
     else:
-        device = maybe_lookup(device_h, Device) or client.devices[0]
+        device = given or client.devices[0]
         memory = device.default_memory
     return device, memory
 

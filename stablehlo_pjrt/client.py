@@ -7,7 +7,7 @@ import json
 import os
 
 from .device import Device, DeviceDescription
-from .error import invalid_argument, not_found
+from .error import invalid_argument
 from .handles import CString, NamedValues, pointer_array, register
 
 PLATFORM_NAME = "stablehlo_ref"
@@ -145,7 +145,9 @@ class Client:
     def device_by_id(self, device_id: int) -> Device:
         d = self._devices_by_id.get(device_id)
         if d is None:
-            raise not_found(
+            # INVALID_ARGUMENT, as XLA's plugins answer (its C API test
+            # LookupDeviceNegativeId/OutOfRangeId asks for that code).
+            raise invalid_argument(
                 f"no stablehlo_ref device with id {device_id} (the client has "
                 f"{len(self.devices)}; set {NUM_DEVICES_ENV} for more)")
         return d
@@ -153,7 +155,7 @@ class Client:
     def device_by_hardware_id(self, hw_id: int) -> Device:
         d = self._devices_by_hw.get(hw_id)
         if d is None:
-            raise not_found(f"no addressable stablehlo_ref device with local hardware id {hw_id}")
+            raise invalid_argument(f"no addressable stablehlo_ref device with local hardware id {hw_id}")
         return d
 
     def default_assignment(self, replicas: int, partitions: int) -> list[list[int]]:

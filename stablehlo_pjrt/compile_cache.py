@@ -24,8 +24,19 @@ PLATFORM_NAME = "stablehlo_ref"
 
 
 def enable(platform: str = PLATFORM_NAME) -> None:
+    """Wrap JAX's check (no public registration exists in JAX 0.10.2: its
+    platform list is a local variable of the function). Raises, naming what
+    changed, if the check is gone or no longer takes a backend;
+    tests/test_jax_runtime_hooks.py pins that JAX still consults it through
+    the module attribute."""
+    import inspect
+
     from jax._src import compilation_cache as cc
-    original = cc.is_cache_used
+    original = getattr(cc, "is_cache_used", None)
+    if original is None or list(inspect.signature(original).parameters) != ["backend"]:
+        raise RuntimeError("jax._src.compilation_cache.is_cache_used(backend) is gone or "
+                           "changed in this JAX: JAX changed how it decides which platforms "
+                           "use the persistent compilation cache")
     if getattr(original, "_stablehlo_ref_platform", None) == platform:
         return
 

@@ -133,6 +133,14 @@ class CompileOptions:
                 opts = xla_client.CompileOptions.ParseFromString(serialized)
             except Exception as e:
                 raise invalid_argument(f"cannot parse compile options: {e}") from None
+            # XLA applies each override to its DebugOptions, whose fields are
+            # all named xla_*; any other key is an error there (XLA's text).
+            # The interpreter has no XLA passes: xla_* options are accepted
+            # and ignored (their names and value types are not checked: the
+            # DebugOptions schema is not available to Python).
+            for key, _ in sorted(opts.env_option_overrides):
+                if not key.startswith("xla_"):
+                    raise invalid_argument(f"No such compile option: '{key}'")
             build = opts.executable_build_options
             self.num_replicas = max(1, int(build.num_replicas))
             self.num_partitions = max(1, int(build.num_partitions))
@@ -244,12 +252,18 @@ class ExecutableMeta:
             return count, 0, 0
         cached = self._shardings_c.get(which)
         if cached is None:
+            # (An empty result tuple still has one sharding: op_shardings.)
             protos = [CString(b) for b in self.spmd.op_shardings(which)]
             ptrs = pointer_array(c.address for c in protos)
             sizes = np.array([c.size for c in protos] or [0], dtype=np.uint64)
             cached = self._shardings_c[which] = (protos, ptrs, sizes)
         protos, ptrs, sizes = cached
-        return count, ptrs[1], sizes.ctypes.data
+        return len(protos), ptrs[1], sizes.ctypes.data
+
+    def optimized_code(self) -> bytes:
+        """What PJRT_Executable_OptimizedProgram returns: the program, with
+        the result shardings an SPMD plan chose written into it."""
+        return self.code if self.spmd is None else self.spmd.optimized_program(self.code)
 
     def optimized_program(self) -> tuple[CString, bytes]:
         """(format, code) for PJRT_Executable_OptimizedProgram: the program
@@ -257,16 +271,21 @@ class ExecutableMeta:
         config ("hlo_with_config"), converted once with jaxlib's StableHLO ->
         HLO converter; the StableHLO itself ("mlir") if that fails. jaxlib
         asks for it three times per compile (layouts, cost analysis) and
-        converts an "mlir" program to HLO on every request, ~4 ms each."""
+        converts an "mlir" program to HLO on every request, ~4 ms each.
+        A GSPMD program (PyTorch/XLA) stays StableHLO: :meth:`optimized_code`
+        writes its result shardings into it, which XLA's C API client reads
+        back."""
         cached = self._optimized
         if cached is None:
-            fmt, code = self.format, self.code
+            fmt, code = self.format, self.optimized_code()
             try:
+                if self.spmd is not None and self.spmd.gspmd:
+                    raise NotImplementedError
                 from jax._src.lib import xla_client
 
                 from .hlo_program import with_config
                 computation = xla_client._xla.mlir.mlir_module_to_xla_computation(
-                    self.code, use_tuple_args=False, return_tuple=False)
+                    code, use_tuple_args=False, return_tuple=False)
                 hlo = with_config(computation.as_serialized_hlo_module_proto(),
                                   self.num_replicas, self.num_partitions)
                 if hlo is not None:
@@ -289,6 +308,38 @@ class ExecutableMeta:
 
     def output_bytes(self) -> int:
         return sum(_nbytes(t) for t in self.output_types)
+
+
+def _check_layout_modes(program) -> None:
+    """Buffers are row-major numpy arrays and executables report the default
+    layout: a program that asks for another one (``mhlo.layout_mode``, from
+    ``jax.experimental.layout.Layout(major_to_minor=...)`` other than the
+    row-major order) is refused here, with the reason, rather than compiled
+    with a layout JAX would then find overridden ("Unexpected XLA layout
+    override")."""
+    entry = program.function()
+    for what, attrs_list, types in (("argument", entry.arg_attrs, entry.input_types),
+                                    ("result", entry.result_attrs, entry.output_types)):
+        for i, attrs in enumerate(attrs_list or ()):
+            mode = attrs.get("mhlo.layout_mode") if isinstance(attrs, dict) else None
+            if mode is None:
+                continue
+            mode = str(mode).strip('"')
+            rank = len(getattr(types[i], "shape", ()) or ()) if i < len(types) else 0
+            row_major = "{" + ",".join(str(d) for d in range(rank - 1, -1, -1)) + "}"
+            if mode in ("default", "auto", row_major):
+                continue
+            m2m = mode
+            if mode.startswith("{") and mode.endswith("}") and ":" not in mode:
+                try:
+                    dims = [int(d) for d in mode[1:-1].split(",") if d.strip()]
+                    m2m = f"Layout(major_to_minor={tuple(reversed(dims))})"
+                except ValueError:
+                    pass
+            raise unimplemented(
+                f"{what} {i} of @{entry.name} asks for the layout {mode} ({m2m}); "
+                "stablehlo_ref keeps arrays in row-major order (major_to_minor="
+                f"{tuple(range(rank))}) and supports only that layout and Layout.AUTO")
 
 
 def _memory_kinds(attr_list, n) -> list[str]:
@@ -395,7 +446,8 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
         # what the executable keeps, serializes and reports as its program.
         code, code_format = hlo_to_stablehlo(code, code_format), "mlir"
     if code_format != "mlir":
-        raise unimplemented(
+        # INVALID_ARGUMENT, as XLA's plugins answer an unknown format.
+        raise invalid_argument(
             f"program format {code_format!r} is not supported by stablehlo_ref "
             "(only 'mlir': StableHLO bytecode, portable artifact or text; and "
             "'hlo'/'hlo_with_config': XLA HloModuleProto, converted to StableHLO)")
@@ -416,6 +468,7 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
         raise invalid_argument(f"stablehlo_ref could not load the program: {e}") from None
     except shi.InterpreterError as e:
         raise invalid_argument(f"stablehlo_ref could not compile the program: {e}") from None
+    _check_layout_modes(program)
     from .callbacks import bind_program
     callbacks = bind_program(program)
     plan = None
@@ -427,8 +480,9 @@ def compile_program(code: bytes, code_format: str, options: CompileOptions) -> E
             raise unimplemented(f"stablehlo_ref cannot run this sharded program: {e}") from None
     meta = ExecutableMeta(program, code, code_format, options, spmd=plan)
     meta.host_callbacks = callbacks  # keeps the callables alive with the executable
-    meta.aliased_params = donation.aliased_parameters(
-        program, plan.func if plan is not None else None)
+    meta.aliased_params = donation.aliased_parameters(meta)
+    if plan is not None:
+        plan.owned_outputs = frozenset(meta.aliased_params.values())
     return meta
 
 
@@ -559,7 +613,7 @@ class LoadedExecutable:
             if len(args) != n_in:
                 raise invalid_argument(
                     f"{meta.name} takes {n_in} argument(s), got {len(args)}")
-        donated = donation.donated_parameters(meta.aliased_params, non_donatable)
+        process = self._process(execute_device)
         try:
             # Programs with host callbacks run inline (XLA CPU runs them
             # synchronously too), so do runs under an op tracer.
@@ -568,13 +622,38 @@ class LoadedExecutable:
         except KeyboardInterrupt:  # while waiting for the queue to drain
             dispatch.cancel_all()
             return self._interrupted(devices)
+        # Per device, the donated parameters (None: no donation); raises
+        # XLA's errors for a buffer donated twice or donated and also used.
+        donations = donation.plan(meta.aliased_params, argument_lists, non_donatable,
+                                  self.logical_ids if execute_device is None else [process])
         if inline:
-            return self._execute_now(devices, argument_lists, donated, execute_device)
-        return self._dispatch(devices, argument_lists, donated, execute_device, launch_id)
+            return self._execute_now(devices, argument_lists, donations, process)
+        return self._dispatch(devices, argument_lists, donations, process, launch_id)
+
+    def _process(self, execute_device) -> tuple[int, int]:
+        """(replica, partition) of a launch on one device of the executable;
+        (0, 0) for a launch on all of them."""
+        if execute_device is None or len(self.devices) == 1:
+            return (0, 0)
+        # One device of a replicated executable (PyTorch/XLA compiles its
+        # non-SPMD programs for every device as replicas and launches
+        # each on one): that device's replica runs alone.  Collectives
+        # naming other replicas fail there (the interpreter's 1x1 grid)
+        # instead of waiting for replicas that never come.
+        meta = self.meta
+        if meta.spmd is not None or meta.num_partitions > 1:
+            raise unimplemented(
+                f"{self} is partitioned over {meta.num_partitions} devices; "
+                "launching it on a single device is not supported by stablehlo_ref")
+        if execute_device not in self.devices:
+            raise invalid_argument(
+                f"{execute_device} is not one of the devices of {self} "
+                f"({', '.join(str(d) for d in self.devices)})")
+        return self.logical_ids[self.devices.index(execute_device)]
 
     # -- inline --------------------------------------------------------------
 
-    def _execute_now(self, devices, argument_lists, donated, execute_device) -> Outputs:
+    def _execute_now(self, devices, argument_lists, donations, process) -> Outputs:
         meta = self.meta
         inputs = []
         borrowed = []
@@ -590,24 +669,20 @@ class LoadedExecutable:
                 if b.borrowed:
                     borrowed.append(b.array)
             inputs.append(row)
-        if donated:
-            donation.check_donations(argument_lists, donated)
-        if execute_device is not None:
-            self._check_device(execute_device)
         # Which results must be copied is decided from the inputs before the
         # run (which may consume donated arrays).
-        ownerships = [donation.OutputOwnership(ins, donated, borrowed) for ins in inputs]
+        ownerships = [donation.OutputOwnership(ins, donations[d] if donations else {}, borrowed)
+                      for d, ins in enumerate(inputs)]
         t0 = perf_counter_ns()
         try:
             try:
-                results = self._run(devices, argument_lists, inputs, donated)
+                results = self._run(devices, argument_lists, inputs, donations, ownerships,
+                                    process)
             finally:
-                if donated:
+                if donations:
                     # Donated buffers are consumed by the run (also a failed
                     # one, which may have written them), as on XLA.
-                    for args in argument_lists:
-                        for i in donated:
-                            args[i].delete()
+                    donation.consume(argument_lists, donations)
         except KeyboardInterrupt:
             # Ctrl-C: the outputs are error buffers and the interrupt is
             # re-raised in the caller once Execute returns (interrupt.py).
@@ -625,27 +700,26 @@ class LoadedExecutable:
     def _ran(self, ns: int) -> None:
         self.run_ns = ns if not self.run_ns else (3 * self.run_ns + ns) >> 2
 
-    def _check_device(self, execute_device):
-        if execute_device is not None and len(self.devices) > 1:
-            raise unimplemented(
-                f"{self} spans {len(self.devices)} devices; launching it on a single "
-                "device is not supported by stablehlo_ref")
-
-    def _run(self, devices, argument_lists, inputs, donated):
-        """Runs the plan on ``inputs`` (per device): the per-device result
-        lists. A failure is a PjrtError naming the op; KeyboardInterrupt and
-        dispatch.Cancelled pass through."""
+    def _run(self, devices, argument_lists, inputs, donations, ownerships, process):
+        """Runs the plan on ``inputs`` (per device; ``donations`` and
+        ``ownerships`` as :func:`donation.run_donating` takes them): the
+        per-device result lists. A failure is a PjrtError naming the op;
+        KeyboardInterrupt and dispatch.Cancelled pass through."""
         meta = self.meta
         shi = _interpreter()
 
         def run():
+            if donations:
+                return donation.run_donating(meta, argument_lists, inputs, donations,
+                                             ownerships, process=process,
+                                             num_replicas=meta.num_replicas,
+                                             num_partitions=meta.num_partitions)
             if meta.spmd is not None:
                 # A global-view sharded program: shards in, one global run,
                 # shards out (in partition order = self.devices order).
                 return meta.spmd.run(inputs)
-            if len(devices) == 1 and donated:
-                return [donation.run_donating(meta.program, argument_lists[0],
-                                              inputs, donated)]
+            if len(devices) == 1 and process != (0, 0):
+                return [meta.program.run(*inputs[0], process=process)]
             if len(devices) == 1:
                 return [meta.program.run(*inputs[0])]
             # One interpreter process per (replica, partition), in the
@@ -658,7 +732,7 @@ class LoadedExecutable:
         try:
             if limit:
                 return interrupt.run_limited(run, limit)
-            if len(devices) == 1 and not donated and meta.spmd is None:
+            if len(devices) == 1 and not donations and meta.spmd is None and process == (0, 0):
                 return [meta.program.run(*inputs[0])]  # the common case, without run()
             return run()
         except interrupt.ExecutionTimeout:
@@ -676,15 +750,12 @@ class LoadedExecutable:
 
     # -- on the worker -------------------------------------------------------
 
-    def _dispatch(self, devices, argument_lists, donated, execute_device,
-                  launch_id) -> Outputs:
+    def _dispatch(self, devices, argument_lists, donations, process, launch_id) -> Outputs:
         meta = self.meta
         # Everything that can be checked before the run fails here, as inline.
         for args in argument_lists:
             for b in args:
                 b.check_alive()
-        donation.check_donations(argument_lists, donated)
-        self._check_device(execute_device)
         if meta.spmd is None:
             for args in argument_lists:
                 self._check_arguments(args)
@@ -712,14 +783,12 @@ class LoadedExecutable:
                     b.pin()
                     if b.borrowed and b.array is not None and b.type != BufferType.TOKEN:
                         snapshots[k, i] = np.array(b.array, copy=True)
-            if donated:
+            if donations:
                 # Consumed at dispatch, as XLA does: deleted as the caller sees
                 # it, their data kept for the run (pinned).
-                for args in argument_lists:
-                    for i in donated:
-                        args[i].delete()
-            task = _ExecuteTask(self, devices, argument_lists, donated, outputs, done,
-                                launch_id, snapshots)
+                donation.consume(argument_lists, donations)
+            task = _ExecuteTask(self, devices, argument_lists, donations, process, outputs,
+                                done, launch_id, snapshots)
         except BaseException:
             dispatch.unreserve()
             raise
@@ -815,15 +884,16 @@ class _ExecuteTask(dispatch.Task):
     """One Execute on the worker: its argument buffers (pinned until it
     finishes), its pending outputs and their Completion."""
 
-    __slots__ = ("exe", "argument_lists", "donated", "outputs", "completion",
+    __slots__ = ("exe", "argument_lists", "donations", "process", "outputs", "completion",
                  "snapshots", "values", "error")
 
-    def __init__(self, exe, devices, argument_lists, donated, outputs, completion, launch_id,
-                 snapshots):
+    def __init__(self, exe, devices, argument_lists, donations, process, outputs, completion,
+                 launch_id, snapshots):
         super().__init__(exe, devices, launch_id)
         self.exe = exe
         self.argument_lists = argument_lists
-        self.donated = donated
+        self.donations = donations  # per device {parameter: output}, or None
+        self.process = process
         self.outputs = outputs
         self.completion = completion
         self.snapshots = snapshots  # (device index, argument index) -> data read at dispatch
@@ -832,12 +902,12 @@ class _ExecuteTask(dispatch.Task):
 
     def work(self):
         exe = self.exe
-        donated = self.donated
-        single = len(self.devices) == 1 and exe.meta.spmd is None
+        donations = self.donations
         inputs = []
         snapshots = self.snapshots
         try:
             for k, args in enumerate(self.argument_lists):
+                donated = donations[k] if donations else ()
                 row = []
                 for i, b in enumerate(args):
                     if snapshots and (k, i) in snapshots:
@@ -850,16 +920,23 @@ class _ExecuteTask(dispatch.Task):
                         raise PjrtError(ErrorCode.INTERNAL,
                                         f"stablehlo_ref: argument #{i} ({b}) of "
                                         f"{exe.meta.name} is not ready when its run starts")
-                    if single and i in donated and not b.borrowed and b.error is None:
-                        row.append(b.take_array())  # the run may update it in place
+                    if i in donated and b.error is None:
+                        # Consumed at dispatch and pinned by this run alone:
+                        # the run takes the only reference, so that it may
+                        # update the memory in place or keep it for the
+                        # aliased output (donation.run_donating), as inline.
+                        row.append(b.take_array())
                     else:
                         row.append(b.pinned_data())
                 inputs.append(row)
+            row = b = None
             # (No caller-owned memory reaches the run: borrowed buffers were
             # copied at dispatch.)
-            ownerships = [donation.OutputOwnership(ins, donated, ()) for ins in inputs]
+            ownerships = [donation.OutputOwnership(ins, donations[d] if donations else {}, ())
+                          for d, ins in enumerate(inputs)]
             t0 = perf_counter_ns()
-            results = exe._run(self.devices, self.argument_lists, inputs, donated)
+            results = exe._run(self.devices, self.argument_lists, inputs, donations, ownerships,
+                               self.process)
             exe._ran(perf_counter_ns() - t0)
             inputs = self.snapshots = None
             self.values = [exe._result_values(res, own)

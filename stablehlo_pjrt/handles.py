@@ -141,20 +141,22 @@ class NamedValues:
 
 def read_named_values(address: int | None, count: int) -> dict:
     """Decodes a caller-provided PJRT_NamedValue array into a dict."""
-    from ._capi import NamedValueType, PJRT_NamedValue, read_int64s, read_str
+    from ._capi import NamedValueType, PJRT_NamedValue, check_array, read_int64s, read_str
     out = {}
-    if not address or not count:
+    if not count:
         return out
+    check_array(address, count, ctypes.sizeof(PJRT_NamedValue), "the named values")
     arr = (PJRT_NamedValue * count).from_address(address)
     for nv in arr:
-        name = read_str(nv.name, nv.name_size)
+        name = read_str(nv.name, nv.name_size, "a named value's name")
         t = nv.type
         if t == NamedValueType.kString:
-            out[name] = read_str(nv.string_value, nv.value_size)
+            out[name] = read_str(nv.string_value, nv.value_size, f"named value {name!r}")
         elif t == NamedValueType.kInt64:
             out[name] = int(nv.int64_value)
         elif t == NamedValueType.kInt64List:
-            out[name] = list(read_int64s(nv.int64_array_value, nv.value_size))
+            out[name] = list(read_int64s(nv.int64_array_value, nv.value_size,
+                                         f"named value {name!r}"))
         elif t == NamedValueType.kFloat:
             out[name] = float(nv.float_value)
         elif t == NamedValueType.kBool:

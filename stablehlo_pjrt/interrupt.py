@@ -88,16 +88,19 @@ def _is_own(frame) -> bool:
     return name.split(".", 1)[0] in _OWN
 
 
-def rearm_interrupt() -> None:
-    """Raise KeyboardInterrupt in the Python code that called into jaxlib,
-    at its next line.
+def rearm_interrupt(exc=KeyboardInterrupt) -> None:
+    """Raise ``exc`` (KeyboardInterrupt) in the Python code that called into
+    jaxlib, at its next line.
 
     Re-raising the signal (``_thread.interrupt_main``) would fire at the next
     bytecode, which is still this handler or the next plugin handler jaxlib
     calls (jaxlib turns that into an error, or aborts on it). Instead a
     one-shot trace function is put on the first caller frame outside the
-    plugin: its next 'line' event raises KeyboardInterrupt there, then tracing
-    is restored to what it was (a debugger's or coverage's trace function)."""
+    plugin: its next 'line', 'return' or 'exception' event (the PJRT error
+    jaxlib raises arrives as one) raises ``exc`` there, then tracing is
+    restored to what it was (a debugger's or coverage's trace function).
+    Python's tracing hooks are the only way to run code in a caller's frame;
+    JAX has no hook for it (see docs/runtime.md, "JAX internals")."""
     import sys
     frame = sys._getframe(1)
     while frame is not None and _is_own(frame):
@@ -106,19 +109,88 @@ def rearm_interrupt() -> None:
         import _thread
         _thread.interrupt_main()
         return
+    if getattr(frame.f_trace, "_stablehlo_interrupt", False):
+        return  # this frame is armed already (two calls interrupted before it resumed)
     previous = sys.gettrace()
+    # Armed on another frame that has not resumed yet: restore what that
+    # arming saved, never this module's own global function.
+    previous = getattr(previous, "_stablehlo_previous", previous)
     previous_local = frame.f_trace
 
     def local(f, event, arg):
         if event in ("line", "return", "exception") and f is frame:
             sys.settrace(previous)
             f.f_trace = previous_local
-            raise KeyboardInterrupt
+            raise exc
         return local
 
     def global_trace(f, event, arg):
         return None  # no tracing of other frames
 
+    local._stablehlo_interrupt = True
+    global_trace._stablehlo_previous = previous
     frame.f_trace = local
     frame.f_trace_lines = True
     sys.settrace(global_trace)
+
+
+# ---------------------------------------------------------------------------
+# Ctrl-C during compilation, and signals that arrive between PJRT calls.
+#
+# Signals reach Python in the main thread only. jaxlib 0.10.2 compiles on a
+# worker thread while the main thread waits in BlockUntilReadyWithCancel,
+# which checks for signals every 200 ms: Ctrl-C during a JAX compile raises
+# KeyboardInterrupt there, by jaxlib itself, and the compile in progress runs
+# to its end on the worker (nothing tells the plugin that its caller gave
+# up; its result is dropped). What runs on the main thread (loading a cached
+# or serialized executable, Execute, every other PJRT call, compiles of other
+# frameworks) is handled here.
+
+# Calls that may run long: a signal pending when one starts cancels it.
+CANCEL_AT_START = frozenset({
+    "PJRT_Client_Compile", "PJRT_Compile", "PJRT_Executable_DeserializeAndLoad",
+    "PJRT_Client_Load", "PJRT_LoadedExecutable_Execute"})
+INTERRUPTED = "was interrupted (KeyboardInterrupt)"
+
+
+def on_pending_signal(slot: str, exc) -> str | None:
+    """The shim calls this when a Python signal handler raised as PJRT call
+    ``slot`` was about to start: Ctrl-C pressed while jaxlib was in C++
+    (serializing a module, preparing a dispatch). Without it the
+    KeyboardInterrupt would surface inside whichever handler runs next, as
+    that call's INTERNAL error (jaxlib aborts the process on an error from
+    some calls). Long calls (compile, execute) are cancelled: returns the
+    CANCELLED error's text. Others run as usual. Either way ``exc`` is raised
+    in the Python caller (:func:`rearm_interrupt`)."""
+    rearm_interrupt(KeyboardInterrupt() if exc is None else exc)
+    if slot in CANCEL_AT_START:
+        return f"stablehlo_ref: {slot} {INTERRUPTED} before it started"
+    return None
+
+
+def cancel_on_interrupt(what: str):
+    """Decorator for compile/load handlers: Ctrl-C inside (on the main
+    thread) stops the work, the call fails with CANCELLED and
+    KeyboardInterrupt reaches the caller (:func:`rearm_interrupt`)."""
+    def wrap(fn):
+        import functools
+
+        @functools.wraps(fn)
+        def run(ptr):
+            try:
+                return fn(ptr)
+            except KeyboardInterrupt:
+                from ._capi import ErrorCode
+                from .error import PjrtError
+                rearm_interrupt()
+                raise PjrtError(ErrorCode.CANCELLED,
+                                f"stablehlo_ref: {what} {INTERRUPTED}") from None
+        return run
+    return wrap
+
+
+def install_signal_hook() -> None:
+    """Take pending signals at the start of every PJRT call (the shim calls
+    :func:`on_pending_signal`)."""
+    from . import _shim
+    _shim.set_interrupt_hook(on_pending_signal)

@@ -42,22 +42,16 @@ def initialize() -> None:
     except Exception:  # noqa: BLE001 - must never break plugin initialization
         logger.warning("stablehlo_ref: could not register linalg lowerings", exc_info=True)
     try:
-        # Donation: JAX emits input/output aliasing (tf.aliasing_output) only
-        # for the platforms on this list; JAX has no public registration for
-        # it (in-tree plugins such as "neuron" are listed in JAX's source),
-        # so the plugin joins the list. The plugin then honours the aliasing
-        # like XLA (stablehlo_pjrt/donation.py).
-        from jax._src.interpreters import mlir
-        if PLATFORM_NAME not in mlir._platforms_with_donation:
-            mlir._platforms_with_donation.append(PLATFORM_NAME)
+        enable_donation(PLATFORM_NAME)
     except Exception:  # noqa: BLE001 - must never break plugin initialization
-        logger.warning("stablehlo_ref: could not enable buffer donation", exc_info=True)
+        logger.warning("stablehlo_ref: buffer donation is off: %s", _reason(), exc_info=True)
     try:
         # JAX's persistent compilation cache (jax_compilation_cache_dir).
         from .compile_cache import enable
         enable(PLATFORM_NAME)
     except Exception:  # noqa: BLE001 - must never break plugin initialization
-        logger.warning("stablehlo_ref: could not enable the compilation cache", exc_info=True)
+        logger.warning("stablehlo_ref: the persistent compilation cache is off: %s",
+                       _reason(), exc_info=True)
     try:
         # jax.debug.print / debug.callback / pure_callback / io_callback.
         from .callbacks import register_callback_lowerings
@@ -71,3 +65,32 @@ def initialize() -> None:
         register_accurate_lowerings(PLATFORM_NAME)
     except Exception:  # noqa: BLE001 - must never break plugin initialization
         logger.warning("stablehlo_ref: could not register elementwise lowerings", exc_info=True)
+
+
+def enable_donation(platform: str = PLATFORM_NAME) -> None:
+    """Make JAX emit input/output aliasing (``tf.aliasing_output``,
+    ``jax.buffer_donor``) for ``donate_argnums`` on ``platform``.
+
+    JAX lowers donations only for the platforms on
+    ``jax._src.interpreters.mlir._platforms_with_donation`` (cpu, cuda, rocm,
+    tpu and the in-tree "neuron" in 0.10.2); neither ``register_plugin`` nor
+    the ``jax_plugins`` conventions nor any config option adds one, so the
+    plugin joins the list (donation.py then honours the aliasing as XLA
+    does). Raises, naming what changed, if that list is gone; initialize()
+    then logs a warning and donations are ignored with JAX's "Some donated
+    buffers were not usable" (tests/test_jax_runtime_hooks.py pins it)."""
+    from jax._src.interpreters import mlir
+    platforms = getattr(mlir, "_platforms_with_donation", None)
+    if not isinstance(platforms, list):
+        raise RuntimeError(
+            "jax._src.interpreters.mlir._platforms_with_donation is not a list in this JAX "
+            f"({type(platforms).__name__}): JAX changed how it decides which platforms get "
+            "buffer donation")
+    if platform not in platforms:
+        platforms.append(platform)
+
+
+def _reason() -> str:
+    import jax
+    return (f"JAX {jax.__version__} differs from the JAX internals this plugin was written "
+            "against (see docs/runtime.md, 'JAX internals the plugin relies on')")

@@ -29,8 +29,12 @@ _traced_installed = None
 
 def _is_quiet(name: str) -> bool:
     """Slots that, once Python is gone, should succeed silently (leaking)
-    rather than report an error: jaxlib calls them from destructors."""
-    return name.endswith("_Destroy") or name.endswith("_Delete")
+    rather than report an error: jaxlib calls them from destructors (an
+    external reference is released by the destructor of a numpy view or
+    memoryview, which may run during interpreter shutdown; jaxlib aborts on
+    an error there)."""
+    return (name.endswith("_Destroy") or name.endswith("_Delete")
+            or name == "PJRT_Buffer_DecreaseExternalReferenceCount")
 
 
 def set_tracing(on: bool) -> None:
@@ -106,6 +110,10 @@ def build_api() -> None:
         if not trace.ENABLED:
             global _traced_installed
             _traced_installed = False
+        # Ctrl-C pressed while jaxlib is in C++ is taken before the next
+        # handler starts (interrupt.py), not inside it.
+        from . import interrupt
+        interrupt.install_signal_hook()
         _shim.mark_api_ready()
         # At exit, stop pool threads (which do not hold the GIL) from waiting
         # for it; JAX's own atexit cleanup runs on the main thread, which
@@ -131,17 +139,34 @@ _extensions = []  # keeps the extension structs alive (they live as long as the 
 
 
 def _build_extensions() -> int:
-    """The chain of PJRT extensions the plugin offers; returns its head."""
+    """The chain of PJRT extensions the plugin offers; returns its head:
+    shardings (output/parameter shardings of executables), then the profiler
+    (profiler.py)."""
+    first = len(C.API_FUNCTIONS)
+    profiler_first = first + len(C.SHARDINGS_EXTENSION_FUNCTIONS)
+    if profiler_first + len(C.PROFILER_API_FUNCTIONS) > _shim.MAX_SLOTS:
+        raise RuntimeError("the shim has too few trampolines for the extensions")
     ext = C.PJRT_Shardings_Extension()
     ext.base.struct_size = C.struct_size(C.PJRT_Shardings_Extension)
     ext.base.type = C.EXTENSION_TYPE_SHARDINGS
-    ext.base.next = None
-    first = len(C.API_FUNCTIONS)
-    if first + len(C.SHARDINGS_EXTENSION_FUNCTIONS) > _shim.MAX_SLOTS:
-        raise RuntimeError("the shim has too few trampolines for the extensions")
     for k, name in enumerate(C.SHARDINGS_EXTENSION_FUNCTIONS):
         setattr(ext, name, _set_slot(first + k, name))
-    _extensions.append(ext)
+    # The profiler API's errors are PJRT_Errors of the shim (same args layout).
+    profiler_api = C.PLUGIN_Profiler_Api()
+    profiler_api.struct_size = ctypes.sizeof(C.PLUGIN_Profiler_Api)
+    profiler_api.error_destroy = _c_functions["PJRT_Error_Destroy"]
+    profiler_api.error_message = _c_functions["PJRT_Error_Message"]
+    profiler_api.error_get_code = _c_functions["PJRT_Error_GetCode"]
+    for k, (name, field) in enumerate(C.PROFILER_API_FIELDS):
+        setattr(profiler_api, field, _shim.set_slot(profiler_first + k, name,
+                                                    _HANDLERS.get(name), _is_quiet(name)))
+    prof = C.PJRT_Profiler_Extension()
+    prof.base.struct_size = ctypes.sizeof(C.PJRT_Profiler_Extension)
+    prof.base.type = C.EXTENSION_TYPE_PROFILER
+    prof.base.next = None
+    prof.profiler_api = ctypes.addressof(profiler_api)
+    ext.base.next = ctypes.addressof(prof)
+    _extensions.extend([ext, profiler_api, prof])
     return ctypes.addressof(ext)
 
 

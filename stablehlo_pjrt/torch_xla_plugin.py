@@ -19,13 +19,23 @@ from torch_xla.experimental import plugins
 from . import shim_path
 from .client import NUM_DEVICES_ENV, configured_num_devices
 
+MULTIPROCESS_UNSUPPORTED = (
+    "stablehlo_ref does not support PyTorch/XLA's multi-process mode (xmp.spawn "
+    "without nprocs=1, torchrun with several local processes): its devices are "
+    "virtual devices of one process, with no collectives across processes, and "
+    "PyTorch/XLA 2.9 cannot set up replication for a device type whose name has "
+    "a '_' (its parse_xla_device reads 'STABLEHLO_REF:0' as no device). Use "
+    "xmp.spawn(fn, nprocs=1) for one device, or SPMD (torch_xla.distributed.spmd) "
+    "over STABLEHLO_REF_NUM_DEVICES devices in one process.")
+
 
 class StablehloRefPlugin(plugins.DevicePlugin):
     """The numpy StableHLO reference interpreter as a PyTorch/XLA device.
 
     One process drives all the client's devices (STABLEHLO_REF_NUM_DEVICES,
     default 1): SPMD (`torch_xla.distributed.spmd`) shards over them.
-    Multi-process runs (`xmp.spawn`/`torchrun`) give each process one device.
+    Multi-process runs (`xmp.spawn` without nprocs=1, `torchrun` with several
+    local processes) are refused with the reason (MULTIPROCESS_UNSUPPORTED).
     """
 
     def __init__(self):
@@ -36,13 +46,17 @@ class StablehloRefPlugin(plugins.DevicePlugin):
         # "STABLEHLO_REF": without this alias xr.host_index() and xmp.spawn
         # raise KeyError('STABLEHLO').  (The C++ side uses the full name.)
         plugins._plugin_registry.setdefault("STABLEHLO", self)
+        _sync_before_forcing_spmd()
 
     def library_path(self) -> str:
         return shim_path()
 
     def physical_chip_count(self) -> int:
-        # The number of processes xmp.spawn starts: one per device.
-        return configured_num_devices()
+        # Every device of this plugin lives in the one host process: one
+        # "chip".  PyTorch/XLA 2.9 asks this to size xmp.spawn (nprocs=None):
+        # one process, whose configure_multiprocess then refuses with the
+        # reason (nprocs=1 takes another path and works).
+        return 1
 
     def client_create_options(self) -> dict:
         # Read by the client (num_devices); the env var keeps precedence
@@ -54,6 +68,41 @@ class StablehloRefPlugin(plugins.DevicePlugin):
         os.environ[NUM_DEVICES_ENV] = "1"
 
     def configure_multiprocess(self, local_rank: int, local_world_size: int) -> None:
-        # Each spawned process owns one device of its own client; processes do
-        # not share buffers (stablehlo_ref has no cross-process collectives).
-        os.environ[NUM_DEVICES_ENV] = "1"
+        # Called first in every process xmp.spawn (nprocs=None) or torchrun
+        # starts, before PyTorch/XLA sets up replication (which fails on our
+        # device name, see MULTIPROCESS_UNSUPPORTED): say why, there.
+        raise RuntimeError(MULTIPROCESS_UNSUPPORTED)
+
+
+def _selected() -> bool:
+    """Is this plugin the process's PyTorch/XLA device (PJRT_DEVICE)?"""
+    return os.environ.get("PJRT_DEVICE", "").upper() == "STABLEHLO_REF"
+
+
+def _sync_before_forcing_spmd() -> None:
+    """Make ``torch_xla.runtime.use_spmd()`` after XLA tensors exist work.
+
+    use_spmd() then calls ``torch_xla._XLAC._xla_force_spmd_device()``, which
+    copies every live tensor to the SPMD device while holding the GIL; a
+    tensor with pending operations is computed on PyTorch/XLA's worker
+    thread, which calls into this plugin, whose handlers are Python and wait
+    for the GIL: a deadlock (a C++ plugin such as PJRT_DEVICE=CPU needs no
+    GIL and replicates them).  Running the pending operations first
+    (torch_xla.sync(), which releases the GIL) leaves only host copies, which
+    PyTorch/XLA makes on the calling thread.  Installed once, for this
+    plugin only (other devices call PyTorch/XLA's function unchanged)."""
+    import torch_xla
+
+    original = getattr(torch_xla._XLAC, "_xla_force_spmd_device", None)
+    if original is None or getattr(original, "_stablehlo_ref_wrapper", False):
+        return
+
+    def force_spmd_device():
+        if _selected():
+            import torch_xla.core.xla_model as xm
+            torch_xla.sync()
+            xm.wait_device_ops()
+        return original()
+
+    force_spmd_device._stablehlo_ref_wrapper = True
+    torch_xla._XLAC._xla_force_spmd_device = force_spmd_device

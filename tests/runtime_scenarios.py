@@ -187,6 +187,17 @@ def debug_print_pmap(jax, jnp, np):
                     devices=jax.devices()[:2])(jnp.arange(2.0))
 
 
+@scenario
+def debug_print_pmap_no_outputs(jax, jnp, np):
+    # A program with no results on several devices: PJRT reports one
+    # sharding for the empty result tuple (JAX's debugging_primitives_test
+    # test_unordered_print_works_in_pmap).
+    jax.pmap(lambda v: jax.debug.print("pmap only {}", v),
+             devices=jax.devices()[:2])(jnp.arange(2.0))
+    jax.effects_barrier()
+    return None
+
+
 # ---------------------------------------------------------------------------
 # Buffer ownership: aliasing and donation.
 
@@ -258,6 +269,103 @@ def donation_deletes_and_aliases(jax, jnp, np):
     return out
 
 
+def _shard_ptrs(a):
+    return [s.data.unsafe_buffer_pointer() for s in a.addressable_shards]
+
+
+@scenario
+def donation_multi_device(jax, jnp, np):
+    """Donation with every device (run with several): pmap, sharded jit with
+    and without out_shardings, replicated, shard_map; whether the donated
+    array is deleted, whether each device's output keeps the donated shard's
+    address, the values, and the error on reuse."""
+    import warnings
+
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+    devs = jax.devices()
+    n = len(devs)
+    mesh = jax.sharding.Mesh(np.array(devs), ("i",))
+    rows = NamedSharding(mesh, P("i"))
+    out = {}
+
+    def case(name, fn, x):
+        # Two donating steps: the first donates an array another program
+        # made, the second the first's output (a training loop's state).
+        first = _shard_ptrs(x)
+        y = fn(x)
+        out[name] = {"deleted": x.is_deleted(),
+                     "kept_first": [a == b for a, b in zip(_shard_ptrs(y), first)],
+                     "reuse": _attempt(lambda: (x + 1).tolist())}
+        before = _shard_ptrs(y)
+        z = fn(y)
+        out[name].update(deleted_again=y.is_deleted(), values=z,
+                         kept=[a == b for a, b in zip(_shard_ptrs(z), before)])
+
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        stack = np.stack([np.arange(4, dtype=np.float32) + i for i in range(n)])
+        case("pmap", jax.pmap(lambda a: a * 2, donate_argnums=0),
+             jax.pmap(lambda a: a + 0)(stack))
+        dus = lambda a: jax.lax.dynamic_update_slice(a, jnp.ones(2, a.dtype), (2,))  # noqa: E731
+        case("pmap_in_place", jax.pmap(dus, donate_argnums=0),
+             jax.pmap(lambda a: a + 0)(np.zeros((n, 6), np.float32)))
+        case("jit_out_shardings", jax.jit(lambda a: a * 2, donate_argnums=0, out_shardings=rows),
+             jax.device_put(jnp.arange(4.0 * n), rows))
+        case("jit_open_shardings", jax.jit(lambda a: a * 2, donate_argnums=0),
+             jax.device_put(jnp.arange(4.0 * n), rows))
+        case("jit_in_place", jax.jit(dus, donate_argnums=0, out_shardings=rows),
+             jax.device_put(jnp.zeros(4 * n), rows))
+        case("shard_map", jax.jit(jax.shard_map(lambda a: a.at[0].set(1.0), mesh=mesh,
+                                                in_specs=P("i"), out_specs=P("i")),
+                                  donate_argnums=0),
+             jax.device_put(jnp.zeros(4 * n), rows))
+        # Shapes differ, bytes agree: JAX leaves it to the compiler (buffer
+        # donor), which aliases by size.
+        case("reshape", jax.jit(lambda a: a.reshape(n, 4) + 1, donate_argnums=0,
+                                out_shardings=NamedSharding(mesh, P("i", None))),
+             jax.device_put(jnp.arange(4.0 * n), rows))
+        x = jax.device_put(jnp.arange(4.0 * n), rows)
+        s = jax.jit(lambda a: a.sum(), donate_argnums=0)(x)
+        out["unusable"] = [x.is_deleted(), s]
+        r = jax.device_put(jnp.arange(4.0), NamedSharding(mesh, P()))
+        y = jax.jit(lambda a: a + 1, donate_argnums=0, out_shardings=NamedSharding(mesh, P()))(r)
+        out["replicated"] = [r.is_deleted(), y]
+        # A shard copied to another device (the plugin's copy shares the
+        # array) must not see the donating program's write.
+        a = jax.device_put(jnp.arange(4.0 * n), rows)
+        b = jax.device_put(a.addressable_shards[0].data, devs[-1])
+        y = jax.jit(dus, donate_argnums=0, out_shardings=rows)(a)
+        out["shared_shard"] = [a.is_deleted(), b, y[:6]]
+        # A training loop: the parameters come back sharded and are donated
+        # again each step.
+        params = jax.device_put(jnp.ones(4 * n), rows)
+        step = jax.jit(lambda p, g: p - 0.5 * g, donate_argnums=0)
+        kept = []
+        for _ in range(3):
+            before = _shard_ptrs(params)
+            old, params = params, step(params, jnp.arange(4.0 * n))
+            kept.append(old.is_deleted() and _shard_ptrs(params) == before)
+        out["loop"] = [kept, params]
+    out["warnings"] = sorted(str(x.message).split("\n")[0] for x in w)
+    return out
+
+
+@scenario
+def donation_clashes(jax, jnp, np):
+    """XLA's errors for a buffer passed twice in a donating call."""
+    x = jnp.arange(4.0)
+    out = {}
+    out["twice"] = _attempt(lambda: jax.jit(lambda a, b: (a + b, a - b),
+                                            donate_argnums=(0, 1))(x, x))
+    out["donated_then_used"] = _attempt(lambda: jax.jit(lambda a, b: (a + b, a - b),
+                                                        donate_argnums=0)(x, x))
+    out["used_then_donated"] = _attempt(lambda: jax.jit(lambda a, b: (a + b, a - b),
+                                                        donate_argnums=1)(x, x))
+    out["alive_after"] = [x.is_deleted(), x]
+    return out
+
+
 @scenario
 def dce_sink_and_empty(jax, jnp, np):
     from jax import lax
@@ -316,17 +424,116 @@ def memory_kinds(jax, jnp, np):
 # DLPack.
 
 
-@scenario
-def dlpack(jax, jnp, np):
-    dev = jax.devices()[0]
-    a = np.arange(6.0, dtype=np.float32).reshape(2, 3)
-    y = jax.dlpack.from_dlpack(a, device=dev)
-    out = {"import": [y, str(next(iter(y.devices())).platform)]}
-    x = jax.device_put(jnp.arange(3.0), dev)
+def _attempt(f):
     try:
-        out["export"] = np.from_dlpack(x)
-    except Exception as e:  # noqa: BLE001
-        out["export"] = f"{type(e).__name__}: {e}"
+        return f()
+    except Exception as e:  # noqa: BLE001 - the error is the result
+        return f"{type(e).__name__}: {e}"
+
+
+def _dlpack_helpers(jax, dev):
+    """The plugin's DLPack helpers on stablehlo_ref; JAX's own calls on CPU
+    (which needs none): the same user intent on both platforms."""
+    import stablehlo_pjrt
+    if dev.platform == "stablehlo_ref":
+        return stablehlo_pjrt.dlpack_view, stablehlo_pjrt.from_dlpack
+    return (lambda x: x), jax.dlpack.from_dlpack
+
+
+@scenario
+def dlpack_export(jax, jnp, np):
+    import torch
+    dev = jax.devices()[0]
+    view, _ = _dlpack_helpers(jax, dev)
+    x = jax.device_put(jnp.arange(6.0).reshape(2, 3), dev)
+    p = x.unsafe_buffer_pointer()
+    out = {}
+    a = np.asarray(x)
+    out["asarray"] = [a.ctypes.data == p, a.flags.writeable, a]
+    m = memoryview(x)
+    out["memoryview"] = [m.readonly, np.asarray(m)]
+    out["dunder_dlpack"] = _attempt(lambda: type(x.__dlpack__()).__name__)
+    out["np_from_dlpack"] = _attempt(lambda: np.from_dlpack(x))
+    out["np_from_dlpack_cpu"] = _attempt(lambda: np.from_dlpack(x, device="cpu"))
+    out["torch_from_dlpack"] = _attempt(lambda: torch.from_dlpack(x).tolist())
+    out["jax_from_dlpack"] = _attempt(lambda: jax.dlpack.from_dlpack(x))
+    v = view(x)
+    n = np.from_dlpack(v)
+    t = torch.from_dlpack(v)
+    j = jax.dlpack.from_dlpack(v)
+    out["view"] = {"numpy": [n.ctypes.data == p, n.flags.writeable, n],
+                   "torch": [t.data_ptr() == p, t.tolist()],
+                   "jax": [str(next(iter(j.devices())).platform), j]}
+    h = jax.device_put(jnp.arange(3, dtype=jnp.int32),
+                       jax.sharding.SingleDeviceSharding(dev, memory_kind="pinned_host"))
+    hv = np.from_dlpack(view(h))
+    out["pinned_host"] = [hv.ctypes.data == h.unsafe_buffer_pointer(), hv]
+    b = jax.device_put(jnp.array([1, 2], jnp.bfloat16), dev)
+    out["bfloat16"] = torch.from_dlpack(view(b)).float().tolist()
+    return out
+
+
+@scenario
+def dlpack_import(jax, jnp, np):
+    import torch
+    dev = jax.devices()[0]
+    _, imp = _dlpack_helpers(jax, dev)
+    out = {}
+    # 64-byte aligned: XLA CPU views only such memory (else it copies, and
+    # refuses copy=False); stablehlo_ref views any address.
+    raw = np.zeros(8 * 4 + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    a = raw[start:start + 32].view(np.float32)
+    a[:] = np.arange(8)
+    y = imp(a, device=dev, copy=False)
+    out["numpy"] = [y.unsafe_buffer_pointer() == a.ctypes.data, str(y.sharding.memory_kind), y]
+    u = raw[start + 4:start + 20].view(np.float32)
+    out["unaligned_no_copy"] = _attempt(
+        lambda: [imp(u, device=dev, copy=False).unsafe_buffer_pointer() == u.ctypes.data])
+    t = torch.arange(12.0).reshape(3, 4)
+    y = imp(t, device=dev)
+    out["torch"] = [y.unsafe_buffer_pointer() == t.data_ptr(), y]
+    out["torch_transposed"] = imp(t.T, device=dev)
+    out["transposed_no_copy"] = _attempt(lambda: imp(t.T, device=dev, copy=False).tolist())
+    c = imp(a, device=dev, copy=True)
+    out["copy"] = [c.unsafe_buffer_pointer() == a.ctypes.data, c]
+    out["dtypes"] = [str(imp(v, device=dev).dtype) for v in (
+        np.array([True, False]), np.arange(3, dtype=np.int8), np.arange(3, dtype=np.uint16),
+        np.arange(3.0), np.arange(3, dtype=np.complex64), torch.ones(2, dtype=torch.bfloat16))]
+    # Used in a program, then the producer's memory is read through the view.
+    out["in_jit"] = jax.jit(lambda v: v * 2)(imp(a, device=dev))
+    out["public"] = jax.dlpack.from_dlpack(a, device=dev)
+    out["public_no_copy"] = _attempt(lambda: jax.dlpack.from_dlpack(a, device=dev,
+                                                                    copy=False).tolist())
+    return out
+
+
+@scenario
+def dlpack_lifetime(jax, jnp, np):
+    import gc
+
+    import torch
+    dev = jax.devices()[0]
+    view, _ = _dlpack_helpers(jax, dev)
+    out = {}
+    x = jax.device_put(jnp.arange(4.0), dev)
+    v = np.asarray(x)
+    x.delete()
+    out["view_after_delete"] = v
+    donate = jax.jit(lambda a: a + 1, donate_argnums=0)
+    z = jax.device_put(jnp.arange(4.0), dev)
+    w = np.asarray(z)
+    y = donate(z)
+    # XLA CPU does not donate a buffer a view refers to: it copies instead.
+    out["donate_with_view"] = [z.is_deleted(), y, w.tolist()]
+    del w
+    gc.collect()
+    out["donate_after_view"] = [z.is_deleted(), donate(z), z.is_deleted()]
+    d = jax.device_put(jnp.zeros(6), dev)
+    tv = torch.from_dlpack(view(d))
+    e = jax.jit(lambda a: jax.lax.dynamic_update_slice(a, jnp.ones(2), (2,)),
+                donate_argnums=0)(d)
+    out["torch_view_and_in_place"] = [d.is_deleted(), tv.tolist(), e]
     return out
 
 
@@ -335,24 +542,31 @@ def dlpack(jax, jnp, np):
 
 @scenario
 def custom_layouts(jax, jnp, np):
-    """jax.experimental.layout: a column-major (major_to_minor=(0, 1)) array
-    put on the device, through a jit with that layout in and out, then into a
-    jit with default layouts."""
+    """jax.experimental.layout: an explicit row-major layout
+    (Layout(major_to_minor=(0, 1)), JAX's default) put on the device, through
+    a jit with that layout in and out, then into a jit with default layouts;
+    Layout.AUTO; and a column-major layout (major_to_minor=(1, 0))."""
     from jax.experimental.layout import Format, Layout
     s = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    col = Format(Layout(major_to_minor=(0, 1)), s)
+    row = Format(Layout(major_to_minor=(0, 1)), s)
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
-    xd = jax.device_put(x, col)
-    f = jax.jit(lambda a: a[:, ::-1] * 2 + a.sum(0), in_shardings=col, out_shardings=col)
+    xd = jax.device_put(x, row)
+    f = jax.jit(lambda a: a[:, ::-1] * 2 + a.sum(0), in_shardings=row, out_shardings=row)
     y = f(xd)
     z = jax.jit(lambda a: a + 1)(y)
     auto = jax.jit(lambda a: a * 2, in_shardings=Format(Layout.AUTO),
                    out_shardings=Format(Layout.AUTO)).lower(
         jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)).compile()
+    col = Format(Layout(major_to_minor=(1, 0)), s)
+
+    def column_major():
+        c = jax.jit(lambda a: a * 2, in_shardings=col, out_shardings=col)(x)
+        return [list(c.format.layout.major_to_minor), np.asarray(c)]
     return {"put": [list(xd.format.layout.major_to_minor), np.asarray(xd)],
             "jit": [list(y.format.layout.major_to_minor), np.asarray(y)],
             "default_after": [list(z.format.layout.major_to_minor), np.asarray(z)],
-            "auto": list(auto.input_formats[0][0].layout.major_to_minor)}
+            "auto": list(auto.input_formats[0][0].layout.major_to_minor),
+            "column_major": _attempt(column_major)}
 
 
 def _plain(tree):

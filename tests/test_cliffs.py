@@ -27,6 +27,9 @@ def test_sweep_covers_the_issue_groups():
     names = [o.name for o in cliffs.OPS]
     assert len(names) == len(set(names))
     assert all(o.steps_quick > 1 for o in cliffs.OPS if o.group == "loop")
+    # Scalar loops are judged per step, loops of array work by the ratio.
+    array_loops = {o.name for o in cliffs.OPS if o.array_body}
+    assert array_loops == {"scan_array"}
 
 
 def test_quick_run_table_and_max_ratio(tmp_path):

@@ -34,6 +34,14 @@ KNOWN_FAILURES |= {
     ("testdata", "cumsum_complex64_8_9.mlir"),
     ("testdata", "reduce_window_add_float32_12_12.mlir"),
 }
+# Likewise a convolution of 3-term dot products whose expected values are XLA
+# CPU's float32 loop, up to 32 ULP from the exact value: the reference
+# computes short dot products in float64 and rounds once (ops/convolution.py);
+# tests/test_convolution.py::test_suite_short_convolution_is_correctly_rounded
+# checks that its results on this file are the correctly rounded ones.
+KNOWN_FAILURES |= {
+    ("testdata", "conv_general_dilated_float32_2_3_9_float32_12_1_3.mlir"),
+}
 
 
 @pytest.mark.skipif(not SUITE.is_dir(), reason=f"no conformance suite at {SUITE}")

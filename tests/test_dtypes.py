@@ -143,6 +143,45 @@ def test_total_order_key_nan_signs_f32():
     assert (keys[1:] > keys[:-1]).all()
 
 
+def _plain_total_order_key(x):
+    """total_order_key as first written: uint64 bits, np.where on the sign."""
+    dt = x.dtype
+    width = dtypes.bit_width(dt)
+    bits = x.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[dt.itemsize])
+    bits = bits.astype(np.uint64)
+    if width != dt.itemsize * 8:
+        bits = bits & np.uint64((1 << width) - 1)
+    if float(dtypes.finfo(dt).min) >= 0:
+        return bits
+    sign = np.uint64(1 << (width - 1))
+    full = np.uint64((1 << width) - 1)
+    return np.where(bits & sign, ~bits & full, bits | sign)
+
+
+@pytest.mark.parametrize("dt", SIGNED_FLOATS + [np.dtype(ml_dtypes.float8_e8m0fnu)], ids=str)
+def test_total_order_key_same_keys_as_plain_formula(dt):
+    """The keys (built in the format's own width, one xor) are those of the
+    plain uint64 formula: every bit pattern of the formats up to 16 bits,
+    random ones and the edges (zeros, NaN payloads, infinities) of f32/f64."""
+    if dt.itemsize <= 2:
+        x = _all_values(dt)
+    else:
+        u = {4: np.uint32, 8: np.uint64}[dt.itemsize]
+        w = dt.itemsize * 8
+        edges = np.array([0, 1, 1 << (w - 1), (1 << (w - 1)) + 1, (1 << w) - 1,
+                          (1 << (w - 1)) - 1], dtype=u)
+        rnd = np.random.default_rng(0).integers(0, np.iinfo(u).max, 100_000, dtype=u,
+                                                endpoint=True)
+        x = np.concatenate([edges, rnd]).view(dt)
+    want = _plain_total_order_key(x)
+    got = dtypes.total_order_key(x)
+    assert got.dtype == np.uint64 and np.array_equal(got, want)
+    col = x[: (x.size // 4) * 4].reshape(-1, 4)[:, 1]          # a strided view
+    assert np.array_equal(dtypes.total_order_key(col), _plain_total_order_key(col))
+    s = dtypes.total_order_key(x[3:4].reshape(()))                # 0-d stays an array
+    assert isinstance(s, np.ndarray) and s.shape == () and s == want[3]
+
+
 @pytest.mark.parametrize("dt", ["int8", "int64", "uint8", "uint64", "int4", "uint4", "int2", "bool"])
 def test_total_order_key_integers(dt):
     dt = np.dtype(getattr(ml_dtypes, dt, None) or dt)

@@ -97,6 +97,25 @@ def test_corpus_bytecode_is_a_load_error_not_a_crash(path):
     assert out.startswith(("LoadError", "CompileError", "UnsupportedOpsError", "compiled"))
 
 
+def test_text_attribute_name_that_is_not_utf8_is_a_load_error():
+    # Before: the process terminated (nanobind's str conversion of the name)
+    # when the compiler read the dictionary key "\\FF \\t\\00c"; found by the
+    # hypothesis-drawn attribute fuzz kind. UTF-8 escapes stay fine.
+    out = run_py(f"""
+        import stablehlo_interpreter as shi
+        try:
+            shi.compile(open({str(CORPUS / "attr_nonutf8_dictkey.mlir")!r}).read())
+        except shi.InterpreterError as e:
+            print(type(e).__name__, str(e).splitlines()[0][:300])
+    """)
+    assert out.startswith("LoadError") and "not valid UTF-8" in out and ":2:" in out
+    ok = '{"\\C3\\A9" = 1 : i64}'
+    text = (CORPUS / "attr_nonutf8_dictkey.mlir").read_text()
+    text = text.replace(text[text.index("{\"\\FF"):text.index(", api_version")], ok)
+    with pytest.raises(shi.InterpreterError, match="unknown custom_call target"):
+        shi.compile(text)
+
+
 def test_nonutf8_function_name_is_a_compile_error():
     with pytest.raises(shi.InterpreterError, match="not valid UTF-8|could not read"):
         shi.compile((CORPUS / "bytecode_nonutf8_name_214.mlirbc").read_bytes())
@@ -110,6 +129,26 @@ def test_bytecode_is_never_parsed_as_text():
     assert "as MLIR bytecode" not in str(e.value)  # the old fallback's wording
     assert "could not read MLIR bytecode" in str(e.value)
 
+
+
+def test_portable_artifact_with_a_large_constant_is_read_as_one():
+    """StableHLO's writer puts the string section (which names the vhlo
+    dialect) after the attributes: with a 100x100 f64 constant it starts past
+    byte 65,536, where the old prefix search stopped, and the artifact was read
+    as plain bytecode ("module has no func.func"). Found by the plugin
+    checker's programs area (8 conformance programs)."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    from stablehlo_interpreter import isolate
+    values = np.arange(100 * 100, dtype=np.float64).reshape(100, 100) / 7
+    dense = ", ".join("[" + ", ".join(repr(float(v)) for v in row) + "]" for row in values)
+    text = ("func.func @main() -> tensor<100x100xf64> {\n"
+            f"  %0 = stablehlo.constant dense<[{dense}]> : tensor<100x100xf64>\n"
+            "  return %0 : tensor<100x100xf64>\n}\n")
+    art = stablehlo.serialize_portable_artifact_str(text, "1.0.0")
+    assert art.find(b"vhlo\x00") > 65536  # the case the prefix search missed
+    assert isolate.is_portable_artifact(art)
+    np.testing.assert_array_equal(shi.compile(art).run()[0], values)
 
 def _nested_ifs(n):
     open_ = '%r = "stablehlo.if"(%p) ({\n'

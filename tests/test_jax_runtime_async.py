@@ -268,6 +268,9 @@ def op_tracer_runs_inline():
     threads = set()
     f = jax.jit(lambda v: jnp.sin(v) * 2)
     x = jax.device_put(jnp.ones(2), dev)
+    # (jnp.ones is a program too: done before the tracer's scope, which is
+    # process-wide and would see it run on the worker.)
+    x.block_until_ready()
     with use_tracer(Threads(keep_values=False)) as rec:
         y = f(x)
         ready = y.is_ready()

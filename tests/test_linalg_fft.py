@@ -344,3 +344,42 @@ def test_exported_shape_polymorphic_top_k_and_shape_assertion():
         np.testing.assert_array_equal(g, np.asarray(w))
     with pytest.raises(shi.ExecutionError, match="polymorphic shapes"):
         prog.run(rand((3, 5), np.float32))  # 5 != 2*3
+
+
+@pytest.mark.parametrize("shape,fi,dt,et", [((8, 16, 32, 32), 1, np.float32, "f32"),
+                                            ((64, 8, 8, 16), 3, ml_dtypes.bfloat16, "bf16"),
+                                            ((16, 8192), 0, np.float16, "f16")])
+def test_batch_norm_chunked_statistics_and_normalization(shape, fi, dt, et):
+    # Large operands are normalized chunk by chunk in float64 (ops/batch_norm.py):
+    # the statistics must be the float64 mean and variance rounded once, the
+    # outputs within one rounding of the float64 formula.
+    from stablehlo_interpreter.dtypes import ulp_distance
+    from stablehlo_interpreter.ops.elementwise import round_f64
+    c = shape[fi]
+    t = "tensor<" + "x".join(map(str, shape)) + f"x{et}>"
+    v = f"tensor<{c}x{et}>"
+    text = f"""func.func @main(%x: {t}, %s: {v}, %o: {v}) -> ({t}, {v}, {v}, {t}) {{
+  %out, %m, %var = "stablehlo.batch_norm_training"(%x, %s, %o) {{epsilon = 0.001 : f32, feature_index = {fi} : i64}} : ({t}, {v}, {v}) -> ({t}, {v}, {v})
+  %i = "stablehlo.batch_norm_inference"(%x, %s, %o, %m, %var) {{epsilon = 0.001 : f32, feature_index = {fi} : i64}} : ({t}, {v}, {v}, {v}, {v}) -> {t}
+  return %out, %m, %var, %i : {t}, {v}, {v}, {t}
+}}"""
+    x = (RS.standard_normal(shape) * 3 + 5).astype(dt)
+    s, o = (RS.standard_normal(c) + 1).astype(dt), RS.standard_normal(c).astype(dt)
+    out, mean, var, inf = shi.compile(text).run(x, s, o)
+    axes = tuple(d for d in range(len(shape)) if d != fi)
+    bshape = tuple(c if d == fi else 1 for d in range(len(shape)))
+    x64 = x.astype(np.float64)
+    m64 = x64.mean(axis=axes, keepdims=True)
+    v64 = ((x64 - m64) ** 2).mean(axis=axes, keepdims=True)
+    np.testing.assert_array_equal(mean, round_f64(m64.reshape(-1), np.dtype(dt)))
+    np.testing.assert_array_equal(var, round_f64(v64.reshape(-1), np.dtype(dt)))
+    want = (x64 - m64) / np.sqrt(v64 + float(np.float32(0.001))) * s.astype(np.float64).reshape(bshape) \
+        + o.astype(np.float64).reshape(bshape)
+    # Our statistics and numpy's pairwise mean differ in the last float64 bits.
+    assert ulp_distance(out, round_f64(want, np.dtype(dt))).max() <= 1
+    m_in = mean.astype(np.float64).reshape(bshape)
+    v_in = var.astype(np.float64).reshape(bshape)
+    eps = float(np.float32(0.001))   # the attribute is an f32
+    want_inf = (x64 - m_in) / np.sqrt(v_in + eps) * s.astype(np.float64).reshape(bshape) \
+        + o.astype(np.float64).reshape(bshape)
+    np.testing.assert_array_equal(inf, round_f64(want_inf, np.dtype(dt)))

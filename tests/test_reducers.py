@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 import stablehlo_interpreter as shi
+from stablehlo_interpreter import pool
+from stablehlo_interpreter.ops.elementwise import round_f64
 from stablehlo_interpreter.ops.reducers import reducer
 from stablehlo_interpreter.parallel import run_parallel
 
@@ -194,6 +196,57 @@ def test_narrow_float_sum_is_the_rounded_exact_sum(dt):
     for k in range(3):
         exact = math.fsum(x[:, k].astype(np.float64))
         assert float(got[k]) == float(np.array(exact).astype(dt))
+
+
+@pytest.mark.parametrize("shape,axes", [
+    ((64, 32, 32, 16), (0, 1, 2)),      # batch-norm statistics (leading run, two levels)
+    ((100_003, 4), (0,)),               # a leading run with rows left over
+    ((2000, 16, 64), (0, 2)),           # leading and trailing runs
+    ((8, 300, 5, 7), (1, 2)),           # a middle run
+    ((4, 50_000), (1,)),                # a trailing run (pairwise)
+    ((3, 5, 7), ()),                    # nothing reduced
+    ((2, 3, 4), (0,)),                  # kept dims merged into one run
+    ((2, 3, 4, 5), (1, 2)),
+    ((2, 300_000), (1,)),               # long rows: blocks on the helper threads
+    ((600_001,), (0,)),
+])
+@pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16, np.complex64])
+def test_narrow_sums_in_place_are_correctly_rounded(shape, axes, dt):
+    # Narrow floats are reduced where they lie, run by run, in float64
+    # (complex128) -- no transposed copy. The result must be the exact sum
+    # (math.fsum) rounded once, on data with cancellation.
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape) * np.exp(rng.uniform(-8, 8, shape))
+    if dt == np.complex64:
+        x = x + 1j * rng.standard_normal(shape)
+    x = x.astype(dt)
+    got = reducer("add", dt).reduce(x, axes, np.array(0, dt))
+    assert got.shape == tuple(n for d, n in enumerate(shape) if d not in axes)
+    x64 = np.moveaxis(x.astype(np.complex128 if dt == np.complex64 else np.float64), axes,
+                      range(x.ndim - len(axes), x.ndim))
+    flat = x64.reshape(got.shape + (-1,))
+    for idx in np.ndindex(got.shape):
+        v = flat[idx]
+        parts = [v.real, v.imag] if dt == np.complex64 else [v]
+        exact = [math.fsum(p) for p in parts]
+        g = complex(got[idx]) if dt == np.complex64 else float(got[idx])
+        want = complex(*[float(np.float32(e)) for e in exact]) if dt == np.complex64 \
+            else float(round_f64(np.array(exact[0]), np.dtype(dt)))
+        assert g == want, (idx, g, want)
+
+
+@pytest.mark.parametrize("shape,axes", [((64, 32, 32, 16), (0, 1, 2)), ((2000, 16, 64), (0, 2)),
+                                        ((2, 300_000), (1,)), ((600_001,), (0,))])
+def test_large_sums_do_not_depend_on_the_thread_count(shape, axes, monkeypatch):
+    # Large float sums run in chunks on the helper threads (pool.py); the
+    # chunks are the same whatever the thread count, so are the bits.
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    monkeypatch.setattr(pool, "busy", lambda threads: False)
+    got = []
+    for threads in ("1", "3"):
+        monkeypatch.setenv("STABLEHLO_REF_THREADS", threads)
+        got.append(reducer("add", np.float32).reduce(x, axes, np.array(0, np.float32)))
+    assert np.array_equal(got[0].view(np.uint32), got[1].view(np.uint32))
 
 
 def test_float_sum_signed_zero_init():

@@ -40,7 +40,7 @@ def test_tour_runs_and_matches_page():
                                f"makes in that step: {sorted(cited - made)}")
     assert "PJRT_Client_Compile" in ran[3] and "module:" in ran[3]
     assert "PJRT_LoadedExecutable_Execute" in ran[4]
-    assert "PJRT_Buffer_ToHostBuffer" in ran[5]
+    assert "PJRT_Buffer_OpaqueDeviceMemoryDataPointer" in ran[5]
     assert "PJRT_LoadedExecutable_Destroy" in ran[6]
 
 

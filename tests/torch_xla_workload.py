@@ -3,7 +3,7 @@
 Run by tests/test_torch_xla.py in a subprocess with PJRT_DEVICE=STABLEHLO_REF
 (one process per part: importing torch + torch_xla costs seconds of CPU):
 
-    PJRT_DEVICE=STABLEHLO_REF python tests/torch_xla_workload.py sweep|models|export|spmd
+    PJRT_DEVICE=STABLEHLO_REF python tests/torch_xla_workload.py sweep|models|export|spmd|spawn
 
 prints one JSON object: per case, "ok", or the error / the largest difference.
 The reference is always PyTorch itself (eager CPU), never this project.
@@ -21,13 +21,15 @@ import torch.nn.functional as F
 import torch_xla
 
 if sys.argv[1:] == ["spmd"]:
-    # SPMD mode before any XLA tensor exists (torch_xla.device(), seeds):
-    # enabling it later makes PyTorch/XLA replicate the existing tensors, and
-    # PyTorch/XLA 2.9 then segfaults in ExecuteReplicated (seen here).
+    # SPMD mode before torch_xla.device(): PyTorch/XLA 2.9 segfaults in
+    # ExecuteReplicated when use_spmd() comes after device() but before any
+    # tensor, on PJRT_DEVICE=CPU too (docs/pytorch.md); after tensors it
+    # works (run_spmd_late).
     import torch_xla.runtime as _xr
     _xr.use_spmd()
 
-DEV = torch_xla.device()
+# xmp.spawn refuses to start once the runtime is up: that part opens no device.
+DEV = None if sys.argv[1:] == ["spawn"] else torch_xla.device()
 
 # (atol, rtol) per dtype: XLA computes bf16/f16 elementwise ops in f32 and
 # rounds once, eager CPU sometimes rounds intermediates: differences of an
@@ -274,7 +276,28 @@ def run_sweep():
         except Exception as e:
             results[name] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
     results.update(random_checks())
-    return results
+    return {"cases": results, "profile": profile_check()}
+
+
+def profile_check():
+    """torch_xla.debug.profiler around a step: the event names of the
+    plugin's plane in the profile it writes (the PJRT profiler extension),
+    read with XLA's XSpace parser (jaxlib)."""
+    import glob
+    import tempfile
+
+    import torch_xla.debug.profiler as xp
+    from jax._src.lib import _profile_data
+    with tempfile.TemporaryDirectory() as d:
+        xp.start_trace(d)
+        y = (torch.arange(8.0, device=DEV) * 3).sum()
+        torch_xla.sync()
+        y.item()
+        xp.stop_trace()
+        files = glob.glob(d + "/**/*.xplane.pb", recursive=True)
+        data = _profile_data.ProfileData.from_file(files[0])
+        return {p.name: sorted({e.name for line in p.lines for e in line.events})
+                for p in data.planes if p.name.startswith("/device:")}
 
 
 def random_checks():
@@ -312,7 +335,21 @@ def random_checks():
         assert abs(kept - 0.75) < 0.03, kept
         torch.testing.assert_close(y[y != 0], torch.full_like(y[y != 0], 1 / 0.75))
 
+    def randperm_is_permutation():
+        # PyTorch/XLA's randperm: a Fisher-Yates shuffle of rng draws (HLO
+        # with the legacy dynamic-slice form, rewritten by the plugin).
+        p = torch.randperm(1000, device=DEV).cpu()
+        assert p.dtype == torch.int64
+        assert torch.equal(p.sort().values, torch.arange(1000))
+        assert not torch.equal(p, torch.arange(1000))
+        # A second call (the same compiled program) draws new numbers, as on
+        # PJRT_DEVICE=CPU: a shuffle per epoch must not repeat itself.
+        q = torch.randperm(1000, device=DEV).cpu()
+        assert torch.equal(q.sort().values, torch.arange(1000))
+        assert not torch.equal(p, q)
+
     run("random.rand_seeded", same_seed_same_values)
+    run("random.randperm", randperm_is_permutation)
     run("random.randn_moments", normal_moments)
     run("random.dropout", dropout_fraction)
     return out
@@ -373,13 +410,15 @@ def train(make, shape, device, steps=3):
 
 
 def run_models():
+    """The models, then (the process can enter SPMD mode only once, and this
+    part has made XLA tensors) use_spmd() after tensors exist."""
     out = {}
     for name, (make, shape) in models().items():
         try:
             out[name] = {"cpu": train(make, shape, "cpu"), "xla": train(make, shape, DEV)}
         except Exception as e:
             out[name] = {"error": f"{type(e).__name__}: {traceback.format_exc()[-600:]}"}
-    return out
+    return {"models": out, "spmd_late": run_spmd_late()}
 
 
 # --------------------------------------------------------------------------
@@ -426,7 +465,22 @@ def run_export():
 
 
 # --------------------------------------------------------------------------
-# SPMD: a mesh of the client's devices (STABLEHLO_REF_NUM_DEVICES=4).
+# SPMD: a mesh of the client's devices (STABLEHLO_REF_NUM_DEVICES=4, or
+# PJRT_DEVICE=CPU CPU_NUM_DEVICES=4 for PyTorch/XLA's own CPU plugin: the
+# test compares the two).
+
+
+def _shards(t):
+    """(sharding spec, [(device, replica, shard values)]) of an XLA tensor:
+    what the devices hold, as PyTorch/XLA sees it."""
+    import torch_xla.core.xla_model as xm
+    xm.wait_device_ops()
+    spec = torch_xla._XLAC._get_xla_sharding_spec(t)
+    data = torch_xla._XLAC._get_local_shards([t])[0]
+    reps = torch_xla._XLAC._get_local_shard_replica_and_indices([t])[0]
+    shards = [[str(dev).split(":")[-1], rep, d.cpu().tolist()]
+              for (d, dev), (rep, _) in zip(data, reps)]
+    return spec, shards
 
 
 def run_spmd():
@@ -436,7 +490,11 @@ def run_spmd():
 
     n = xr.global_runtime_device_count()
     mesh = xs.Mesh(np.arange(n), (n // 2, 2), ("data", "model"))
-    out = {"devices": n}
+    out = {"devices": n, "tensors": {}}
+
+    def record(name, t):
+        spec, shards = _shards(t)
+        out["tensors"][name] = {"spec": spec, "shards": shards, "value": t.cpu().tolist()}
 
     def make():
         return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 3))
@@ -462,16 +520,134 @@ def run_spmd():
                 torch_xla.sync()
             losses.append(loss.item())
         if shard:
-            out["input_sharding"] = torch_xla._XLAC._get_xla_sharding_spec(x)
-            out["weight_sharding"] = torch_xla._XLAC._get_xla_sharding_spec(model[0].weight)
+            record("x", x)
+            for pname, prm in model.named_parameters():
+                record(f"param.{pname}", prm)
+                record(f"grad.{pname}", prm.grad)
         return losses
 
     out["cpu"] = step_losses("cpu", False)
     out["spmd"] = step_losses(DEV, True)
+
+    # Not SPMD: PyTorch/XLA's count_nonzero dtype, on whatever device this runs.
+    out["count_nonzero"] = {}
+    for dt in (torch.int32, torch.float32, torch.bool):
+        t = torch.tensor([[1, 0, 3], [0, 0, 2]]).to(dt)
+        got = torch.count_nonzero(t.to(DEV), 1).cpu()
+        out["count_nonzero"][str(dt)] = [str(got.dtype), got.tolist()]
+
+    # One program per case on sharded inputs: the results' shardings are
+    # what the plugin chose (XLA's sharding propagation on PJRT_DEVICE=CPU).
+    gen = torch.Generator().manual_seed(2)
+    a_cpu = torch.randn(8, 4, generator=gen)
+    b_cpu = torch.randn(4, 6, generator=gen)
+    c_cpu = torch.randn(8, 4, generator=gen)
+
+    def inputs():
+        a, b, c = a_cpu.to(DEV), b_cpu.to(DEV), c_cpu.to(DEV)
+        xs.mark_sharding(a, mesh, ("data", None))
+        xs.mark_sharding(b, mesh, (None, "model"))
+        xs.mark_sharding(c, mesh, (None, "model"))
+        return a, b, c
+
+    def constrained(a, b):
+        h = a @ b
+        if h.device.type == "xla":  # an in-graph Sharding custom call
+            xs.mark_sharding(h, mesh, ("model", "data"))
+        return h * 2
+
+    cases = {
+        "matmul_2d": lambda a, b, c: a @ b,
+        "elementwise_merge": lambda a, b, c: torch.tanh(a) + c,
+        "broadcast_scalar": lambda a, b, c: a * 3 + 1,
+        "reduce_sharded_dim": lambda a, b, c: a.sum(0),
+        "reduce_free_dim": lambda a, b, c: a.sum(1),
+        "transpose": lambda a, b, c: a.t().contiguous() * 1,
+        "reshape_split": lambda a, b, c: a.reshape(2, 4, 4) + 0,
+        "softmax": lambda a, b, c: F.softmax(a @ b, -1),
+        "gelu_erf": lambda a, b, c: F.gelu(a),
+        "in_graph_constraint": lambda a, b, c: constrained(a, b),
+        "cumsum": lambda a, b, c: a.cumsum(0),
+        "sort_free_dim": lambda a, b, c: a.sort(1).values,
+        "slice_free_dim": lambda a, b, c: a[:, 1:3] * 2,
+        "cat_free_dim": lambda a, b, c: torch.cat([a, a], 1),
+        "max_pool": lambda a, b, c: F.max_pool1d(a[None], 2)[0],
+        "argmax": lambda a, b, c: a.argmax(1),
+        "sort_sharded_dim": lambda a, b, c: a.sort(0).values,
+        "flip": lambda a, b, c: a.flip(0),
+        "pad_free_dim": lambda a, b, c: F.pad(a, (1, 1)),
+        "slice_sharded_dim": lambda a, b, c: a[2:6] * 2,
+    }
+    for name, fn in cases.items():
+        a, b, c = inputs()
+        r = fn(a, b, c)
+        torch_xla.sync()
+        record(f"op.{name}", r)
+        want = fn(a_cpu, b_cpu, c_cpu)
+        out["tensors"][f"op.{name}"]["eager"] = want.tolist()
+    # Uneven: 3 rows in 2 shards (PyTorch/XLA pads the last shard).
+    u_cpu = torch.randn(3, 5, generator=gen)
+    u = u_cpu.to(DEV)
+    xs.mark_sharding(u, mesh, ("data", "model"))
+    r = torch.exp(u) @ u.t()
+    torch_xla.sync()
+    record("uneven.input", u)
+    record("op.uneven", r)
+    out["tensors"]["op.uneven"]["eager"] = (torch.exp(u_cpu) @ u_cpu.t()).tolist()
+    return out
+
+
+def run_spmd_late():
+    """use_spmd() after XLA tensors exist (one with a pending operation):
+    PyTorch/XLA replicates them onto the SPMD device (with this plugin,
+    after running their pending operations: torch_xla_plugin.py)."""
+    import numpy as np
+    import torch_xla.distributed.spmd as xs
+    import torch_xla.runtime as xr
+
+    t_cpu = torch.arange(16, dtype=torch.float32).reshape(4, 4)
+    t = t_cpu.to(DEV) * 2  # pending: computed when use_spmd() replicates it
+    xr.use_spmd()
+    n = xr.global_runtime_device_count()
+    mesh = xs.Mesh(np.arange(n), (n // 2, 2), ("data", "model"))
+    x_cpu = torch.arange(64, dtype=torch.float32).reshape(8, 8) / 10
+    x = x_cpu.to(DEV)
+    xs.mark_sharding(x, mesh, ("data", None))
+    y = x @ x.T + t.sum()
+    torch_xla.sync()
+    return {"devices": n, "t": t.cpu().tolist(), "y": y.cpu().tolist(),
+            "y_spec": torch_xla._XLAC._get_xla_sharding_spec(y),
+            "eager_t": (t_cpu * 2).tolist(),
+            "eager_y": (x_cpu @ x_cpu.T + (t_cpu * 2).sum()).tolist()}
+
+
+def _spawned(index, out):
+    import torch_xla.core.xla_model as xm
+    import torch_xla.runtime as xr
+    x = torch.arange(3, dtype=torch.float32, device=torch_xla.device()) + index
+    s = xm.all_reduce(xm.REDUCE_SUM, x)  # over a world of one: x itself
+    out.update(index=index, world=xr.world_size(), sum=s.cpu().tolist())
+
+
+def run_spawn():
+    """xmp.spawn: all devices (nprocs=None: physical_chip_count() is 1, so one
+    worker process) is refused with the reason by configure_multiprocess in
+    that worker, re-raised here; nprocs=1 runs in this process."""
+    import torch_xla.distributed.xla_multiprocessing as xmp
+    out = {}
+    try:
+        xmp.spawn(_spawned, args=({},))
+        out["all"] = "started"
+    except RuntimeError as e:
+        out["all"] = str(e)
+    single = {}
+    xmp.spawn(_spawned, args=(single,), nprocs=1)
+    out["single"] = single
     return out
 
 
 if __name__ == "__main__":
     part = sys.argv[1]
-    result = {"sweep": run_sweep, "models": run_models, "export": run_export, "spmd": run_spmd}[part]()
+    result = {"sweep": run_sweep, "models": run_models, "export": run_export, "spmd": run_spmd,
+              "spawn": run_spawn}[part]()
     print("RESULT " + json.dumps(result))

@@ -20,6 +20,8 @@ from typing import NamedTuple
 import numpy as np
 
 from . import attrs as _attrs
+from . import fold as _fold
+from . import fusion as _fusion
 from . import quant as _quant
 from . import trace as _trace
 from .arguments import coerce as _coerce
@@ -74,6 +76,8 @@ def _trace_env_set() -> bool:
     if _ENVIRON_DATA is not None:
         return _TRACE_ENV_KEY in _ENVIRON_DATA
     return _TRACE_ENV in os.environ
+# STABLEHLO_REF_NO_FOLD=1 keeps every op in the plan (fold.py), for debugging.
+_FOLD_ENABLED = os.environ.get("STABLEHLO_REF_NO_FOLD", "") in ("", "0")
 
 
 # Frames of a location's call stack that are not the user's code: JAX's own
@@ -144,6 +148,16 @@ class Op:
         return f"<Op {self.where()}>"
 
 
+class Folded(NamedTuple):
+    """An op whose operands were all constants, evaluated at compile time
+    (fold.py): its results are in the frame template, it is not a step. A
+    traced run still shows it, with its values, before step ``position``."""
+    position: int
+    ins: tuple
+    outs: tuple
+    op: "Op"
+
+
 class Step(NamedTuple):
     """One op of a block: ``fn`` (the kernel) reads the frame slots ``ins``
     and writes ``out`` (a slot, or a tuple of slots for several results);
@@ -202,7 +216,7 @@ class Block:
 
     __slots__ = ("name", "steps", "template", "arg_slots", "capture_values",
                  "capture_slots", "result_slots", "arg_types", "result_types",
-                 "nslots", "location", "_fast")
+                 "nslots", "location", "_fast", "folded")
 
     def __init__(self, name):
         self.name = name
@@ -216,12 +230,16 @@ class Block:
         self.result_types = []
         self.location = ""
         self._fast = None
+        self.folded = ()  # Folded ops, in program order (for traced runs)
 
     def _fast_steps(self):
         """The steps as :class:`FastStep` for the plain loop: no list built
         for 1-3 operands, in-place donation and call hand-over decided once."""
         fast = []
-        for fn, ins, out, dead, op in self.steps:
+        # Elementwise chains run as fused steps here only (fusion.py): the
+        # observed loop keeps self.steps, every op visible to tracers.
+        for fn, ins, out, dead, op in _fusion.fuse(self.steps, self.result_slots,
+                                                   self.template):
             n = len(ins)
             dying = ()
             if op is not None and op.name == "func.call" and ins and ins[0] == 0 \
@@ -343,8 +361,11 @@ class Block:
         if tracer is not None and hasattr(tracer, "enter_block"):
             tracer.enter_block(self.name, ctx.depth)  # marks loop iterations
         step = None
+        folded = self.folded
         try:
-            for step in self.steps:
+            for i, step in enumerate(self.steps):
+                if folded and folded[0].position <= i:
+                    folded = self._show_folded(ctx, env, folded, i)
                 fn, ins, out, dead, op = step
                 inputs = [env[i] for i in ins]
                 if tracer is not None:
@@ -368,6 +389,8 @@ class Block:
                         env[o] = v
                 for d in dead:
                     env[d] = None
+            if folded:
+                self._show_folded(ctx, env, folded, len(self.steps))
         except InterpreterError:
             raise
         except RecursionError:
@@ -379,6 +402,22 @@ class Block:
         except Exception as e:
             raise _wrap(e, step) from e
         return [env[i] for i in self.result_slots]
+
+    def _show_folded(self, ctx, env, folded, position):
+        """Report the folded ops placed before step ``position`` to the
+        tracer (and validation) with their constant values, as if they had
+        run there; returns the rest of ``folded``."""
+        tracer = ctx.tracer
+        while folded and folded[0].position <= position:
+            f = folded[0]
+            folded = folded[1:]
+            results = [env[o] for o in f.outs]
+            if _DEBUG_VALIDATE:
+                _validate(f.op, results, ctx.state.get("batched", 0))
+            if tracer is not None:
+                tracer.before(f.op, [env[i] for i in f.ins], ctx.depth)
+                tracer.after(f.op, results, ctx.depth)
+        return folded
 
     def bind(self, ctx, captures):
         """A callable running this block as a region in ``ctx``."""
@@ -447,6 +486,10 @@ class Program:
         # The embedder's hook for `@stablehlo_ref.host_callback`: the Python
         # callables a module's host callbacks index (ops/host_callback.py).
         self.host_callbacks = ()
+        # State that outlives one run, keyed by the kernel that owns it
+        # (stablehlo.rng's generators advance from run to run, as XLA's
+        # per-executable rng state does).
+        self.state = {}
 
     @property
     def text(self):
@@ -493,11 +536,13 @@ class Program:
         ctx = Context(self, tracer=tracer, process=process, grid=grid)
         return _run_ignoring_fp_errors(f.block.run, ctx, (), args)
 
-    def run_donated(self, args, func=None, tracer=None):
+    def run_donated(self, args, func=None, tracer=None, process=(0, 0), grid=None):
         """Like :meth:`run` on the list ``args``, which the caller gives up:
         the list is emptied, and an argument array nothing else refers to
         (no other reference, owns its writeable data) may be updated in
-        place by the program (a donated buffer's memory reused)."""
+        place by the program (a donated buffer's memory reused).
+        ``process``/``grid``: as for :meth:`run` (one process of a parallel
+        run, see :meth:`run_parallel`'s ``consume``)."""
         f = self.function(func)
         if len(args) != len(f.input_types):
             raise ArgumentError(
@@ -511,7 +556,7 @@ class Program:
                 tracer = _trace.tracer_from_env()
         if _getrecursionlimit() < RECURSION_LIMIT:
             _setrecursionlimit(RECURSION_LIMIT)
-        ctx = Context(self, tracer=tracer)
+        ctx = Context(self, tracer=tracer, process=process, grid=grid)
         return _run_ignoring_fp_errors(f.block.run, ctx, (), coerced, True)
 
     def run_parallel(self, args_per_process=None, num_replicas=None, num_partitions=None,
@@ -657,6 +702,7 @@ class _Compiler:
 
         ops = list(b.operations)
         steps = []
+        folded = []
         for idx, op in enumerate(ops):
             o = op.operation
             if idx == len(ops) - 1 and o.name in ("func.return", "stablehlo.return",
@@ -668,6 +714,9 @@ class _Compiler:
                 continue
             step = self._compile_op(o, lookup, new_slot, slots, constants)
             if step is None:
+                continue
+            if step.__class__ is Folded:
+                folded.append(step._replace(position=len(steps)))
                 continue
             steps.append(step)
             for s in step.ins:
@@ -681,6 +730,7 @@ class _Compiler:
                 dead_at.setdefault(i, []).append(s)
         blk.steps = [step._replace(dead=tuple(dead_at.get(i, ())))
                      for i, step in enumerate(steps)]
+        blk.folded = tuple(folded)
         blk.nslots = nslots[0]
         template = [None] * nslots[0]
         for s, v in constants.items():
@@ -764,6 +814,14 @@ class _Compiler:
             except Exception as e:
                 self.unsupported.append((name, loc, f"bad constant: {e}"))
             return None
+        if not special and not regions and all(s in constants for s in in_slots) \
+                and _FOLD_ENABLED:
+            # Every operand is a constant: evaluate once, here (fold.py).
+            vals = _fold.fold(op, fn, [constants[s] for s in in_slots])
+            if vals is not None:
+                for s, v in zip(out_slots, vals):
+                    constants[s] = v
+                return Folded(0, tuple(in_slots), tuple(out_slots), op)
         if special or regions:
             cap_ranges = []
             cap_slots = []

@@ -105,19 +105,20 @@ def check_bytecode(data):
                 _PROC = _start()
             proc = _PROC
             try:
-                proc.stdin.write(struct.pack("<Q", len(data)) + data)
-                proc.stdin.flush()
-            except (BrokenPipeError, OSError):
-                _stop(proc)
-                _PROC = None
-                if attempt:
-                    raise Rejected("the bytecode reader process could not be started")
-                continue
-            try:
+                try:
+                    proc.stdin.write(struct.pack("<Q", len(data)) + data)
+                    proc.stdin.flush()
+                except (BrokenPipeError, OSError):
+                    _stop(proc)
+                    _PROC = None
+                    if attempt:
+                        raise Rejected("the bytecode reader process could not be started")
+                    continue
                 reply = _reply(proc)
             except BaseException:
-                # Interrupted (Ctrl-C) mid-reply: the helper's answer is still
-                # in the pipe, and the next request would read it. Start over.
+                # Interrupted (Ctrl-C) mid-request: the helper's answer
+                # would be read as the next request's. Stop it; the next
+                # read starts a fresh one.
                 _stop(proc)
                 _PROC = None
                 raise
@@ -222,9 +223,107 @@ def read_in_this_process(ctx, data):
 
 
 def is_portable_artifact(data):
-    """True if the bytecode names the VHLO dialect (the dialect section lists
-    the names of the dialects it uses; a portable artifact uses `vhlo`)."""
-    return b"vhlo\x00" in data[:65536] or b"vhlo" in data[:4096]
+    """True if the bytecode uses the VHLO dialect (a portable artifact does).
+
+    The dialect section names its dialects by index into the string section,
+    which comes first and grows with the program (function names, attribute
+    names): in JAX's artifact of a program with 2000 functions "vhlo" sits
+    150 kB in, so looking near the start misreads big programs as plain
+    bytecode. The two sections are read here (MLIR has no Python call that
+    lists a bytecode's dialects without reading all of it); for bytes that do
+    not parse, any "vhlo" string decides, and the reader reports the rest."""
+    try:
+        return "vhlo" in bytecode_dialects(data)
+    except (IndexError, ValueError):
+        return b"vhlo\x00" in data
+
+
+def _varint(data, pos):
+    """MLIR bytecode's prefix varint at ``pos``: (value, next position). The
+    count of trailing zero bits of the first byte is the number of bytes that
+    follow (all eight when the first byte is 0)."""
+    first = data[pos]
+    if first & 1:
+        return first >> 1, pos + 1
+    if first == 0:
+        if pos + 9 > len(data):
+            raise ValueError("truncated varint")
+        return int.from_bytes(data[pos + 1:pos + 9], "little"), pos + 9
+    n = (first & -first).bit_length() - 1
+    if pos + 1 + n > len(data):
+        raise ValueError("truncated varint")
+    return int.from_bytes(data[pos:pos + 1 + n], "little") >> (n + 1), pos + 1 + n
+
+
+def _section(data, pos):
+    """(section id, its bytes, next position): an id byte (high bit: an
+    alignment varint and 0xCB padding follow), a length varint, the bytes."""
+    if pos >= len(data):
+        raise ValueError("truncated section")
+    head = data[pos]
+    length, pos = _varint(data, pos + 1)
+    if head & 0x80:
+        align, pos = _varint(data, pos)
+        if align > 1:
+            while pos % align and pos < len(data) and data[pos] == 0xCB:
+                pos += 1
+    end = pos + length
+    if end > len(data):
+        raise ValueError("truncated section")
+    return head & 0x7F, data[pos:end], end
+
+
+def bytecode_dialects(data):
+    """The dialect names an MLIR bytecode file uses (its dialect section)."""
+    data = bytes(data)
+    if data[:4] != b"ML\xefR":
+        raise ValueError("not MLIR bytecode")
+    version, pos = _varint(data, 4)
+    pos = data.index(b"\x00", pos) + 1  # the producer string
+    strings = dialect_section = None
+    while pos < len(data) and (strings is None or dialect_section is None):
+        sid, body, pos = _section(data, pos)
+        if sid == 0:
+            strings = _string_table(body)
+        elif sid == 1:
+            dialect_section = body
+    if strings is None or dialect_section is None:
+        raise ValueError("no string or dialect section")
+    count, p = _varint(dialect_section, 0)
+    if count > len(dialect_section):
+        raise ValueError("bad dialect count")
+    names = []
+    for _ in range(count):
+        index, p = _varint(dialect_section, p)
+        if version >= 1:  # kDialectVersioning: the low bit flags a version section
+            has_version, index = index & 1, index >> 1
+            names.append(strings[index])
+            if has_version:
+                _, _, p = _section(dialect_section, p)
+        else:
+            names.append(strings[index])
+    return names
+
+
+def _string_table(body):
+    """The string section: a count, then the sizes (null terminator
+    included) of the strings from the last to the first, whose bytes end
+    the section in order."""
+    count, p = _varint(body, 0)
+    if count > len(body):  # every string takes a size byte at least
+        raise ValueError("bad string count")
+    sizes = []
+    for _ in range(count):
+        size, p = _varint(body, p)
+        sizes.append(size)
+    end = len(body)
+    out = [""] * count
+    for i, size in zip(range(count - 1, -1, -1), sizes):
+        if size < 1 or size > end:
+            raise ValueError("bad string size")
+        out[i] = body[end - size:end - 1].decode("utf-8", "replace")
+        end -= size
+    return out
 
 
 def _text(e):
@@ -312,6 +411,11 @@ def _serve():
     _die_with_parent()
     if os.getppid() == 1:
         return 0
+    # Ctrl-C in a terminal signals the whole process group: the parent
+    # decides (it stops this helper if it was waiting for it), so that a
+    # keypress never reads as "the reader crashed on these bytes".
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     # One context for up to 64 reads (making one costs more than most reads;
     # a fresh one now and then bounds what uniquing keeps), as in loader.py.

@@ -108,6 +108,7 @@ def load(data, *, name="<input>", trusted=False):
                 "portable artifact; the bytes are neither UTF-8 text (invalid byte at "
                 f"offset {e.start}) nor start with the MLIR bytecode magic 'ML\\xefR'") from None
     check_text_nesting(data, name)
+    check_text_names(data, name)
     with MLIR_LOCK:
         ctx = module_context()
         with ctx:
@@ -169,6 +170,45 @@ def check_text_nesting(text, name="<input>"):
             f"{name}:{line}: brackets/regions nest deeper than {MAX_NESTING} levels "
             "(MLIR's parser recurses once per level and would overflow the stack; "
             "STABLEHLO_REF_MAX_NESTING raises the limit)")
+
+
+_ESCAPE = re.compile(r'\\([0-9A-Fa-f]{2})|\\(.)', re.S)
+_SIMPLE_ESCAPES = {"n": b"\n", "t": b"\t", "\\": b"\\", '"': b'"'}
+
+
+def _literal_bytes(literal):
+    """The bytes an MLIR string literal (without its quotes) stands for."""
+    out, pos = bytearray(), 0
+    for e in _ESCAPE.finditer(literal):
+        out += literal[pos:e.start()].encode("utf-8")
+        out += (bytes([int(e.group(1), 16)]) if e.group(1) else
+                _SIMPLE_ESCAPES.get(e.group(2), e.group(2).encode("utf-8")))
+        pos = e.end()
+    out += literal[pos:].encode("utf-8")
+    return bytes(out)
+
+
+def check_text_names(text, name="<input>"):
+    """Refuse a quoted attribute name (a string literal followed by ``=``)
+    that is not UTF-8 once its escapes are decoded (``{"\\FF" = 1}``): the
+    MLIR bindings terminate the process when the compiler reads such a name
+    (found by the attribute fuzz kind; bytecode gets the same check in the
+    isolation helper). Only text with a backslash is scanned."""
+    if "\\" not in text:
+        return
+    for m in _STRING.finditer(text):
+        literal = m.group(0)[1:-1]
+        if "\\" not in literal or not text[m.end():m.end() + 64].lstrip().startswith("="):
+            continue
+        data = _literal_bytes(literal)
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            line = text.count("\n", 0, m.start()) + 1
+            raise LoadError(
+                f"{name}:{line}: the attribute name {m.group(0)[:40]} is not valid UTF-8 "
+                "once its escapes are decoded (the MLIR Python bindings abort reading such "
+                "a name)") from None
 
 
 def _load_bytecode(data, name, trusted=False):

@@ -271,7 +271,8 @@ class _Barrier:
 
 
 def run_parallel(program, args_per_process=None, num_replicas=None, num_partitions=None,
-                 *, func=None, programs=None, infeed=None, timeout=None, grid=None):
+                 *, func=None, programs=None, infeed=None, timeout=None, grid=None,
+                 consume=False):
     """Run ``program`` on every process of a process grid; one thread each.
 
     * ``programs``: function names as ``programs[replica_id][partition_id]``
@@ -285,6 +286,10 @@ def run_parallel(program, args_per_process=None, num_replicas=None, num_partitio
       by ``(replica_id, partition_id)``. None means no arguments.
     * ``infeed`` / ``timeout``: see :class:`ProcessGrid`; or pass a fresh
       ``grid`` (e.g. to read ``grid.outfeed`` afterwards; a grid serves one run).
+    * ``consume``: ``args_per_process`` is a list of argument lists the
+      caller gives up (each is emptied): as with :meth:`Program.run_donated`,
+      an argument array nothing else refers to may be updated in place
+      (donated buffers of a multi-device run).
 
     Returns the list of each process's output list, in process order. If a
     process fails, the others are stopped and its error is raised, naming
@@ -317,6 +322,14 @@ def run_parallel(program, args_per_process=None, num_replicas=None, num_partitio
         if missing:
             raise InterpreterError(f"no arguments for process(es) {missing}")
         args = [list(args_per_process[p]) for p in procs]
+    elif consume:
+        # The caller's own lists: run_donated empties each, so that the
+        # process's frame holds the only reference to an unshared argument.
+        args = args_per_process
+        if len(args) != len(procs):
+            raise InterpreterError(
+                f"got arguments for {len(args)} process(es), the "
+                f"{grid.num_replicas}x{grid.num_partitions} grid has {len(procs)}")
     else:
         args = [list(a) for a in args_per_process]
         if len(args) != len(procs):
@@ -330,7 +343,11 @@ def run_parallel(program, args_per_process=None, num_replicas=None, num_partitio
     def body(i):
         proc = procs[i]
         try:
-            results[i] = program.run(*args[i], func=names[i], process=proc, grid=grid)
+            if consume:
+                results[i] = program.run_donated(args[i], func=names[i], process=proc,
+                                                 grid=grid)
+            else:
+                results[i] = program.run(*args[i], func=names[i], process=proc, grid=grid)
         except BaseException as e:  # noqa: BLE001 - reported below, never lost
             errors[i] = e
             grid.abort(proc, e)

@@ -275,21 +275,30 @@ def register(reg):
     def memories(ctx):
         """Each addressable device's default memory is among its addressable
         memories, which are among the client's; every memory has a kind and
-        is addressable by the devices that list it; memory ids are unique."""
+        is addressable by the devices that list it; memory ids are unique;
+        Memory_Kind_Id maps the kinds to ids one to one."""
         c, p = ctx.client, ctx.plugin
         a = p.call("PJRT_Client_AddressableMemories",
                    C.Client_AddressableMemories_Args(client=c.handle))
         client_mems = C.read_pointers(a.addressable_memories, a.num_addressable_memories)
         if not client_mems:
             raise Failed("PJRT_Client_AddressableMemories is empty")
-        ids = set()
+        ids, kind_ids = set(), {}
         for m in client_mems:
             mid = p.call("PJRT_Memory_Id", C.Memory_Id_Args(memory=m)).id
             if mid in ids:
                 raise Failed(f"memory id {mid} repeated")
             ids.add(mid)
-            if not c.memory_kind(m):
+            kind = c.memory_kind(m)
+            if not kind:
                 raise Failed(f"memory {mid}: empty kind")
+            if p.has("PJRT_Memory_Kind_Id"):
+                kind_ids.setdefault(kind, set()).add(p.call(
+                    "PJRT_Memory_Kind_Id", C.Memory_Kind_Id_Args(memory=m)).kind_id)
+        # One kind id per kind, and different kinds have different ids.
+        if any(len(v) != 1 for v in kind_ids.values()) or \
+                len({min(v) for v in kind_ids.values()}) != len(kind_ids):
+            raise Failed(f"memory kind ids do not match the kinds one to one: {kind_ids}")
             for fn, cls in (("PJRT_Memory_DebugString", C.Memory_DebugString_Args),
                             ("PJRT_Memory_ToString", C.Memory_ToString_Args)):
                 p.call(fn, cls(memory=m))
@@ -633,18 +642,22 @@ def register(reg):
 
     @chk("capi", "compile", params=sorted(BAD_PROGRAMS))
     def compile_error(ctx, name):
-        """A bad program is an error with a message (INVALID_ARGUMENT,
-        UNIMPLEMENTED for an unknown format), never a crash or an executable."""
+        """A bad program is an error with a message (INVALID_ARGUMENT for an
+        unknown format), never a crash or an executable."""
         fmt, code = BAD_PROGRAMS[name]
-        codes = (E.INVALID_ARGUMENT, E.UNIMPLEMENTED, E.FAILED_PRECONDITION, E.INTERNAL,
-                 E.UNKNOWN)
+        # CompileInvalidProgramFormat (XLA's test): an unknown format is
+        # INVALID_ARGUMENT.
+        codes = (E.INVALID_ARGUMENT,) if name == "unknown_format" else (
+            E.INVALID_ARGUMENT, E.UNIMPLEMENTED, E.FAILED_PRECONDITION, E.INTERNAL, E.UNKNOWN)
         _expect_error(lambda: ctx.client.compile(code, fmt), f"compiling {name}", codes)
 
     @chk("capi", "compile")
     def bad_compile_options(ctx):
-        """Compile options that are not a CompileOptionsProto are an error."""
-        _expect_error(lambda: ctx.client.compile(ADD_ONE, options=b"\xff\xff\xff garbage"),
-                      "compiling with garbage options")
+        """CompileInvalidOption (XLA's test): compile options that are not a
+        CompileOptionsProto are INVALID_ARGUMENT."""
+        for opts in (b"\xff\xff\xff garbage", b"invalid compile options"):
+            _expect_error(lambda: ctx.client.compile(ADD_ONE, options=opts),
+                          f"compiling with options {opts!r}", (E.INVALID_ARGUMENT,))
 
     # -- executable metadata -----------------------------------------------------
 
@@ -783,12 +796,15 @@ def register(reg):
 
     @chk("capi", "buffers")
     def deleted_buffer_use(ctx):
-        """After PJRT_Buffer_Delete: IsDeleted is true, ToHostBuffer and
-        Execute with it are errors (not crashes), Destroy still works."""
+        """IsDeleted (XLA's test): false for a fresh buffer, true after
+        PJRT_Buffer_Delete; ToHostBuffer and Execute with it are then errors
+        (not crashes); Destroy still works."""
         c = ctx.client
         exe = c.compile(ADD_ONE)
         b = c.from_host(np.arange(4, dtype=np.float32))
         try:
+            if b.is_deleted():
+                raise Failed("IsDeleted is true for a fresh buffer")
             b.delete()
             if not b.is_deleted():
                 raise Failed("IsDeleted is false after Delete")
@@ -919,3 +935,381 @@ def register(reg):
         finally:
             b.destroy()
 
+
+    # -- older callers: fields a newer header appended -----------------------------
+    #
+    # A caller built against an older pjrt_c_api.h passes a struct that ends
+    # before the fields later minors appended. The bytes after its
+    # struct_size belong to the caller (here: 0xA5 canaries, which as a
+    # pointer fault): a plugin reading them as fields crashes or misbehaves.
+    # It must treat them as absent, or refuse the call with INVALID_ARGUMENT
+    # (XLA's plugins of 0.106 refuse every smaller struct).
+
+    def _older(args, first_absent: str):
+        """A copy of ``args`` whose struct_size stops before ``first_absent``,
+        with canary bytes from there on: (view, raw bytes)."""
+        size = getattr(type(args), first_absent).offset
+        raw = (ctypes.c_ubyte * (ctypes.sizeof(args) + 64))()
+        ctypes.memmove(raw, ctypes.addressof(args), ctypes.sizeof(args))
+        for i in range(size, len(raw)):
+            raw[i] = 0xA5
+        view = type(args).from_buffer(raw)
+        view.struct_size = size
+        return view, raw
+
+    def _older_call(p, name, view):
+        """Calls with the view's own struct_size: None on success, or the
+        error code (only INVALID_ARGUMENT is accepted)."""
+        err = p.raw_call(name, view, struct_size=view.struct_size)
+        if not err:
+            return None
+        code, msg = p.error_info(err)
+        p.error_destroy(err)
+        if code != E.INVALID_ARGUMENT:
+            raise Failed(f"{name} from an older caller (struct_size {view.struct_size}): "
+                         f"{_code_name(code)}: {msg} (expected success or INVALID_ARGUMENT)",
+                         op=name)
+        return (f"{name} refused the older caller's struct_size {view.struct_size} with "
+                f"INVALID_ARGUMENT (allowed): {' '.join(msg.split())[:200]}")
+
+    @chk("capi", "struct_size")
+    def older_caller_client_create(ctx):
+        """PJRT_Client_Create_Args from before kv_try_get_callback (0.6x): the
+        plugin creates a working client without reading the absent fields, or
+        refuses with INVALID_ARGUMENT."""
+        p = ctx.plugin
+        view, _ = _older(C.Client_Create_Args(), "kv_try_get_callback")
+        refused = _older_call(p, "PJRT_Client_Create", view)
+        if refused is not None:
+            return refused
+        from .plugin import Client
+        c = Client.__new__(Client)
+        c.plugin, c.handle, c._opts = p, view.client, None
+        try:
+            x = np.arange(3, dtype=np.float32)
+            b = c.from_host(x)
+            if not np.array_equal(b.to_host(), x):
+                raise Failed("the client made from an older struct transfers wrong data")
+            b.destroy()
+        finally:
+            c.close()
+
+    def _execute_older(ctx, options_first_absent=None, args_first_absent=None):
+        c, p = ctx.client, ctx.plugin
+        exe = c.compile(ADD_ONE)
+        b = c.from_host(np.arange(4, dtype=np.float32))
+        try:
+            arg_list = (c_void_p * 1)(b.handle)
+            arg_lists = (c_void_p * 1)(ctypes.addressof(arg_list))
+            out_list = (c_void_p * 1)()
+            out_lists = (c_void_p * 1)(ctypes.addressof(out_list))
+            events = (c_void_p * 1)()
+            opts = C.PJRT_ExecuteOptions()
+            opts.struct_size = C.struct_size(C.PJRT_ExecuteOptions)
+            keep = []
+            if options_first_absent:
+                opts, raw = _older(opts, options_first_absent)
+                keep.append(raw)
+            a = C.LoadedExecutable_Execute_Args(
+                executable=exe.handle, options=ctypes.addressof(opts),
+                argument_lists=ctypes.addressof(arg_lists), num_devices=1, num_args=1,
+                output_lists=ctypes.addressof(out_lists),
+                device_complete_events=ctypes.addressof(events))
+            a.struct_size = C.struct_size(C.LoadedExecutable_Execute_Args)
+            if args_first_absent:
+                a, raw = _older(a, args_first_absent)
+                keep.append(raw)
+            refused = _older_call(p, "PJRT_LoadedExecutable_Execute", a)
+            if refused is not None:
+                return refused
+            p.finish(events[0], 60, "PJRT_LoadedExecutable_Execute")
+            o = c.buffer(out_list[0])
+            got = o.to_host()
+            o.destroy()
+            if not np.array_equal(got, np.arange(4, dtype=np.float32) + 1):
+                raise Failed(f"add_one gave {got} for an older caller",
+                             op="PJRT_LoadedExecutable_Execute")
+        finally:
+            b.destroy()
+            exe.destroy()
+
+    @chk("capi", "struct_size")
+    def older_caller_execute_options(ctx):
+        """PJRT_ExecuteOptions from before `context` (0.5x): the fields after
+        it (context, call_location, task ids, ...) are absent and must not be
+        read; Execute gives the right result, or INVALID_ARGUMENT."""
+        return _execute_older(ctx, options_first_absent="context")
+
+    @chk("capi", "struct_size")
+    def older_caller_execute_args(ctx):
+        """PJRT_LoadedExecutable_Execute_Args from before execute_device: the
+        plugin runs on the executable's own device, or INVALID_ARGUMENT."""
+        return _execute_older(ctx, args_first_absent="execute_device")
+
+    @chk("capi", "struct_size", requires=("serialization",))
+    def older_caller_deserialize(ctx):
+        """PJRT_Executable_DeserializeAndLoad_Args from before
+        overridden_serialized_compile_options: the executable loads with its
+        own options (or INVALID_ARGUMENT)."""
+        c, p = ctx.client, ctx.plugin
+        exe = c.compile(ADD_ONE)
+        try:
+            s = p.call("PJRT_Executable_Serialize", C.Executable_Serialize_Args(
+                executable=exe.executable))
+            blob = C.read_bytes(s.serialized_bytes, s.serialized_bytes_size)
+            if s.serialized_executable_deleter:
+                ctypes.CFUNCTYPE(None, c_void_p)(s.serialized_executable_deleter)(
+                    s.serialized_executable)
+        finally:
+            exe.destroy()
+        buf = ctypes.create_string_buffer(blob, len(blob))
+        view, _ = _older(C.Executable_DeserializeAndLoad_Args(
+            client=c.handle, serialized_executable=ctypes.addressof(buf),
+            serialized_executable_size=len(blob)), "overridden_serialized_compile_options")
+        refused = _older_call(p, "PJRT_Executable_DeserializeAndLoad", view)
+        if refused is not None:
+            return refused
+        from .plugin import Executable
+        exe2 = Executable(c, view.loaded_executable)
+        b = c.from_host(np.arange(4, dtype=np.float32))
+        try:
+            o = c.buffer(exe2.execute([b])[0][0])
+            if not np.array_equal(o.to_host(), np.arange(4, dtype=np.float32) + 1):
+                raise Failed("the executable loaded by an older caller computes something "
+                             "else")
+            o.destroy()
+        finally:
+            b.destroy()
+            exe2.destroy()
+
+    # -- behaviours XLA's own C API tests check --------------------------------
+    #
+    # xla/pjrt/c/pjrt_c_api_test.cc and xla/pjrt/plugin/test/ (gtest suites
+    # linked into the plugin's build); each check names the test it follows.
+
+    @chk("capi", "attributes")
+    def attribute_names(ctx):
+        """PluginAttributes (XLA's test of that name): the names are unique and
+        include xla_version, stablehlo_current_version and
+        stablehlo_minimum_version (JAX serializes programs for the version the
+        plugin declares)."""
+        a = ctx.plugin.call("PJRT_Plugin_Attributes", C.Plugin_Attributes_Args())
+        names = []
+        if a.num_attributes:
+            for nv in (C.PJRT_NamedValue * a.num_attributes).from_address(a.attributes):
+                names.append(C.read_str(nv.name, nv.name_size))
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise Failed(f"attribute names repeated: {dup}")
+        missing = [n for n in ("xla_version", "stablehlo_current_version",
+                               "stablehlo_minimum_version") if n not in names]
+        if missing:
+            raise Failed(f"attributes missing: {missing} (has {names})")
+
+    @chk("capi", "client")
+    def device_zero(ctx):
+        """DeviceId, LookupDevice, DeviceLocalHardwareId and
+        LookupAddressableDevice (XLA's tests): the first device has id 0 and
+        local hardware id 0; LookupDevice(0) and LookupAddressableDevice(0)
+        find it; every device id is >= 0."""
+        c, p = ctx.client, ctx.plugin
+        devs = c.devices()
+        ids = []
+        for d in devs:
+            desc = p.call("PJRT_Device_GetDescription",
+                          C.Device_GetDescription_Args(device=d)).device_description
+            ids.append(p.call("PJRT_DeviceDescription_Id",
+                              C.DeviceDescription_Id_Args(device_description=desc)).id)
+        if any(i < 0 for i in ids):
+            raise Failed(f"negative device ids: {ids}")
+        if ids[0] != 0:
+            raise Failed(f"the first device has id {ids[0]}, not 0")
+        d0 = p.call("PJRT_Client_LookupDevice", C.Client_LookupDevice_Args(
+            client=c.handle, id=0)).device
+        if d0 != devs[0]:
+            raise Failed("LookupDevice(0) is not the first device")
+        hw = p.call("PJRT_Device_LocalHardwareId",
+                    C.Device_LocalHardwareId_Args(device=devs[0])).local_hardware_id
+        if hw != 0:
+            raise Failed(f"the first device has local hardware id {hw}, not 0")
+        a0 = p.call("PJRT_Client_LookupAddressableDevice",
+                    C.Client_LookupAddressableDevice_Args(
+                        client=c.handle, local_hardware_id=0)).addressable_device
+        if a0 != devs[0]:
+            raise Failed("LookupAddressableDevice(0) is not the first device")
+
+    @chk("capi", "errors", params=["-1", "num_devices"])
+    def lookup_device_bad_id(ctx, which):
+        """LookupDeviceNegativeId / LookupDeviceOutOfRangeId (XLA's tests):
+        LookupDevice(-1) and LookupDevice(number of devices) are
+        INVALID_ARGUMENT."""
+        c, p = ctx.client, ctx.plugin
+        did = -1 if which == "-1" else len(c.devices())
+        _expect_error(lambda: p.call("PJRT_Client_LookupDevice", C.Client_LookupDevice_Args(
+            client=c.handle, id=did)), f"LookupDevice({did})", (E.INVALID_ARGUMENT,))
+
+    @chk("capi", "client")
+    def default_device_assignment(ctx):
+        """GetDefaultDeviceAssignmentNominal (XLA's test): an assignment for
+        min(2, devices) replicas x 1 partition is given, with ids of the
+        client's devices, each once."""
+        c, p = ctx.client, ctx.plugin
+        n = min(2, len(c.devices()))
+        out = (ctypes.c_int * n)()
+        p.call("PJRT_Client_DefaultDeviceAssignment", C.Client_DefaultDeviceAssignment_Args(
+            client=c.handle, num_replicas=n, num_partitions=1, default_assignment_size=n,
+            default_assignment=ctypes.addressof(out)))
+        ids = set()
+        for d in c.devices():
+            desc = p.call("PJRT_Device_GetDescription",
+                          C.Device_GetDescription_Args(device=d)).device_description
+            ids.add(p.call("PJRT_DeviceDescription_Id",
+                           C.DeviceDescription_Id_Args(device_description=desc)).id)
+        got = list(out)
+        if len(set(got)) != n or not set(got) <= ids:
+            raise Failed(f"default assignment {got}: not {n} distinct ids of {sorted(ids)}")
+
+    @chk("capi", "errors")
+    def default_device_assignment_too_small(ctx):
+        """GetDefaultDeviceAssignmentBufferTooSmall (XLA's test): room for 7
+        ids where 4 replicas x 2 partitions need 8 is FAILED_PRECONDITION,
+        and nothing is written past the 7."""
+        c, p = ctx.client, ctx.plugin
+        out = (ctypes.c_int * 9)(*([-7] * 9))
+        _expect_error(lambda: p.call(
+            "PJRT_Client_DefaultDeviceAssignment", C.Client_DefaultDeviceAssignment_Args(
+                client=c.handle, num_replicas=4, num_partitions=2, default_assignment_size=7,
+                default_assignment=ctypes.addressof(out))),
+            "DefaultDeviceAssignment(4x2) into 7 ints", (E.FAILED_PRECONDITION,))
+        if list(out)[7:] != [-7, -7]:
+            raise Failed("wrote past default_assignment_size")
+
+    @chk("capi", "events")
+    def await_done_with_host_buffer(ctx):
+        """BufferTransferImmutableUntilTransferCompletes (XLA's test): Await on
+        done_with_host_buffer returns without error."""
+        c, p = ctx.client, ctx.plugin
+        x = np.arange(4, dtype=np.float32) + 41
+        b = c.from_host(x, semantics=C.HostBufferSemantics.kImmutableUntilTransferCompletes,
+                        wait_done=False)
+        try:
+            if b.done_event:
+                p.event_await(b.done_event)
+                p.event_destroy(b.done_event)
+            if not np.array_equal(b.to_host(), x):
+                raise Failed("the buffer does not hold the data")
+        finally:
+            b.destroy()
+
+    @chk("capi", "compile")
+    def compile_hlo_module(ctx):
+        """CompileXlaComputation (XLA's test): a serialized HloModuleProto
+        (format "hlo") of XLA's TupleCreate program compiles; run, its three
+        outputs are its inputs (the first plus one). A plugin that takes only
+        StableHLO answers UNIMPLEMENTED or INVALID_ARGUMENT: unsupported."""
+        from jax._src.lib import xla_client as xc
+        text = ("func.func public @main(%v1: tensor<f32>, %v2: tensor<3xf32>, "
+                "%v3: tensor<2x3xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<2x3xf32>) {\n"
+                "  %one = stablehlo.constant dense<1.0> : tensor<f32>\n"
+                "  %0 = stablehlo.add %v1, %one : tensor<f32>\n"
+                "  return %0, %v2, %v3 : tensor<f32>, tensor<3xf32>, tensor<2x3xf32>\n}\n")
+        proto = xc._xla.mlir.mlir_module_to_xla_computation(
+            text, use_tuple_args=False, return_tuple=True).as_serialized_hlo_module_proto()
+        c = ctx.client
+        try:
+            exe = c.compile(proto, fmt="hlo")
+        except PluginError as e:
+            if e.code in (E.UNIMPLEMENTED, E.INVALID_ARGUMENT):
+                raise Unsupported(f"format 'hlo': {e}") from None
+            raise
+        ins = [np.array(2.5, np.float32), np.arange(3, dtype=np.float32),
+               np.arange(6, dtype=np.float32).reshape(2, 3)]
+        bufs = [c.from_host(x) for x in ins]
+        try:
+            outs = [c.buffer(h) for h in exe.execute(bufs)[0]]
+            got = [o.to_host() for o in outs]
+            for o in outs:
+                o.destroy()
+            want = [ins[0] + 1, ins[1], ins[2]]
+            if len(got) != 3 or any(g.shape != w.shape or not np.array_equal(g, w)
+                                    for g, w in zip(got, want)):
+                raise Failed(f"the HLO program gave {got}, expected {want}")
+        finally:
+            for b in bufs:
+                b.destroy()
+            exe.destroy()
+
+    @chk("capi", "compile")
+    def compile_only_with_client_topology(ctx):
+        """CompileWithSharedTopology (xla/pjrt/plugin/test): PJRT_Compile of a
+        pass-through i32 program for the client's own topology
+        (PJRT_Client_TopologyDescription) gives an executable with one
+        output. Unsupported when the plugin has no compile-only path."""
+        c, p = ctx.client, ctx.plugin
+        for name in ("PJRT_Client_TopologyDescription", "PJRT_Compile"):
+            if not p.has(name):
+                raise Unsupported(f"{name} is not in the table")
+        topo = p.call("PJRT_Client_TopologyDescription",
+                      C.Client_TopologyDescription_Args(client=c.handle)).topology
+        code = (b"module { func.func @main(%arg0: tensor<i32>) -> tensor<i32> {\n"
+                b"  return %arg0 : tensor<i32> } }")
+        code_buf = ctypes.create_string_buffer(code, len(code))
+        fmt = ctypes.create_string_buffer(b"mlir", 4)
+        prog = C.PJRT_Program(code=ctypes.addressof(code_buf), code_size=len(code),
+                              format=ctypes.addressof(fmt), format_size=4)
+        prog.struct_size = C.struct_size(C.PJRT_Program)
+        opts = compile_options()
+        opts_buf = ctypes.create_string_buffer(opts, len(opts))
+        try:
+            a = p.call("PJRT_Compile", C.Compile_Args(
+                topology=topo, program=ctypes.addressof(prog),
+                compile_options=ctypes.addressof(opts_buf), compile_options_size=len(opts)))
+        except PluginError as e:
+            # XLA's CPU plugin of 0.106 answers NOT_FOUND "No compiler factory
+            # for platform": it has no compile-only compiler registered.
+            if e.code in (E.UNIMPLEMENTED, E.NOT_FOUND):
+                raise Unsupported(f"no compile-only path: {e}") from None
+            raise
+        try:
+            n = p.call("PJRT_Executable_NumOutputs", C.Executable_NumOutputs_Args(
+                executable=a.executable)).num_outputs
+            if n != 1:
+                raise Failed(f"the compiled pass-through program has {n} outputs")
+        finally:
+            p.call("PJRT_Executable_Destroy", C.Executable_Destroy_Args(
+                executable=a.executable))
+
+    @chk("capi", "buffers")
+    def external_reference_count(ctx):
+        """IncreaseAndDecreaseReferenceCount and
+        DecreaseReferenceCountReturnsError (XLA's tests): increase then
+        decrease succeed; a decrease with no reference held is
+        INVALID_ARGUMENT."""
+        c, p = ctx.client, ctx.plugin
+        b = c.from_host(np.arange(4, dtype=np.float32))
+        try:
+            p.call("PJRT_Buffer_IncreaseExternalReferenceCount",
+                   C.Buffer_IncreaseExternalReferenceCount_Args(buffer=b.handle))
+            p.call("PJRT_Buffer_DecreaseExternalReferenceCount",
+                   C.Buffer_DecreaseExternalReferenceCount_Args(buffer=b.handle))
+            _expect_error(lambda: p.call(
+                "PJRT_Buffer_DecreaseExternalReferenceCount",
+                C.Buffer_DecreaseExternalReferenceCount_Args(buffer=b.handle)),
+                "DecreaseExternalReferenceCount with no reference held",
+                (E.INVALID_ARGUMENT,))
+        finally:
+            b.destroy()
+
+    @chk("capi", "buffers")
+    def opaque_device_memory_pointer(ctx):
+        """OpaqueDeviceMemoryDataPointer (XLA's test): non-NULL for a buffer."""
+        c, p = ctx.client, ctx.plugin
+        b = c.from_host(np.arange(4, dtype=np.float32))
+        try:
+            ptr = p.call("PJRT_Buffer_OpaqueDeviceMemoryDataPointer",
+                         C.Buffer_OpaqueDeviceMemoryDataPointer_Args(
+                             buffer=b.handle)).device_memory_ptr
+            if not ptr:
+                raise Failed("the device memory pointer is NULL")
+        finally:
+            b.destroy()

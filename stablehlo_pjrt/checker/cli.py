@@ -30,6 +30,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "(default: $STABLEHLO_SUITE or ../shared/stablehlo-suite)")
     k.add_argument("--timeout", type=float, default=120.0,
                    help="seconds one check may take before it counts as hung (default 120)")
+    k.add_argument("--jobs", "-j", type=int,
+                   help="worker processes at once (default: one per CPU, at most 4)")
+    k.add_argument("--shard", help="K/N: run the K-th of N interleaved parts of the selected "
+                   "checks (for parallel CI jobs; K counts from 1)")
     k.add_argument("--json", help="write the full report as JSON")
     k.add_argument("--md", help="write the report as Markdown")
     k.add_argument("--list", action="store_true", help="list the selected checks and exit")
@@ -60,8 +64,9 @@ def plugin_meta(path: str) -> dict:
 def run(a) -> int:
     from .capabilities import Capabilities
     from .context import default_suite
-    from .core import select
+    from .core import select, shard
     from .registry import build
+    from .runner import default_jobs
     from .runner import run as run_checks
     if not os.path.isfile(a.plugin):
         print(f"stablehlo-ref check-plugin: error: no such file: {a.plugin}", file=sys.stderr)
@@ -77,20 +82,32 @@ def run(a) -> int:
         print(f"stablehlo-ref check-plugin: error: no check matches --only {a.only}",
               file=sys.stderr)
         return 2
+    if a.shard:
+        try:
+            k, n = (int(x) for x in a.shard.split("/"))
+            if not 1 <= k <= n:
+                raise ValueError
+        except ValueError:
+            print(f"stablehlo-ref check-plugin: error: --shard {a.shard}: expected K/N with "
+                  "1 <= K <= N", file=sys.stderr)
+            return 2
+        checks = shard(checks, k, n)
     if a.list:
         for c in checks:
             print(c.id + (f"  (requires {', '.join(c.requires)})" if c.requires else ""))
         return 0
     path = os.path.abspath(a.plugin)
     t0 = time.perf_counter()
+    jobs = a.jobs or default_jobs()
     meta = {"plugin": path, **plugin_meta(path), "capabilities": caps.to_json(),
-            "suite": suite}
+            "suite": suite, "jobs": jobs, **({"shard": a.shard} if a.shard else {})}
 
     def progress(r):
         if a.verbose:
             print(f"{r.status:11} {r.id}", flush=True)
 
-    results = run_checks(path, checks, caps.to_json(), suite, a.timeout, on_result=progress)
+    results = run_checks(path, checks, caps.to_json(), suite, a.timeout, on_result=progress,
+                         jobs=jobs)
     meta["seconds"] = round(time.perf_counter() - t0, 1)
     print(report.text(results, meta, verbose=a.verbose))
     report.write(results, meta, a.json, a.md)

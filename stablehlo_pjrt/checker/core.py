@@ -1,7 +1,8 @@
 """Checks, their outcomes and the registry the runner enumerates.
 
 A check is a function ``fn(ctx, *params)`` registered under an id
-``area.group.name[param]``. It passes by returning; it reports a failure by
+``area.group.name[param]``. It passes by returning (a string it returns is
+kept as a note on the passed result: why a difference is not a failure); it reports a failure by
 raising :class:`Failed` (with the detail and, for programs, the first
 divergent op), a capability the plugin lacks by raising :class:`Unsupported`
 (or letting a PJRT UNIMPLEMENTED error escape), and a check that does not
@@ -106,12 +107,14 @@ def run_check(check: Check, ctx) -> Result:
     """Runs one check in this process and classifies how it ended."""
     from .plugin import EventTimeout, PluginError
     t0 = time.perf_counter()
-    status, detail, op = "passed", "", None
+    status, detail, op, notes = "passed", "", None, []
     try:
         missing = [r for r in check.requires if not ctx.capabilities.allows(r)]
         if missing:
             raise Skipped(f"requires {', '.join(missing)} (not declared by the plugin)")
-        check.fn(ctx, *check.params)
+        note = check.fn(ctx, *check.params)
+        if isinstance(note, str):
+            notes.append(note)
     except Failed as e:
         status, detail, op = "failed", e.detail, e.op
     except Unsupported as e:
@@ -130,7 +133,7 @@ def run_check(check: Check, ctx) -> Result:
         where = f" (at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
         status, detail = "failed", f"{type(e).__name__}: {e}{where}"
     return Result(check.id, check.area, check.group, status, detail, op,
-                  time.perf_counter() - t0)
+                  time.perf_counter() - t0, notes)
 
 
 def select(checks, only=(), exclude=()) -> list[Check]:
@@ -141,3 +144,9 @@ def select(checks, only=(), exclude=()) -> list[Check]:
                    f"{c.area}.{c.group}" == p or p in c.id for p in pats)
     out = [c for c in checks if not only or match(c, only)]
     return [c for c in out if not match(c, exclude)] if exclude else out
+
+
+def shard(checks, k: int, n: int) -> list[Check]:
+    """The ``k``-th (from 1) of ``n`` interleaved parts of ``checks``: every
+    area is spread over the parts, so they take about the same time."""
+    return [c for i, c in enumerate(checks) if i % n == k - 1]

@@ -28,6 +28,8 @@ def pytest_addoption(parser):
     g.addoption("--pjrt-suite", help="StableHLO conformance suite folder (programs area)")
     g.addoption("--pjrt-timeout", type=float, default=120.0,
                 help="seconds one check may take before it counts as hung")
+    g.addoption("--pjrt-jobs", type=int,
+                help="checker worker processes at once (default: one per CPU, at most 4)")
 
 
 def pytest_configure(config):
@@ -75,13 +77,15 @@ def _results(config) -> dict:
     state = config._pjrt_state
     if state["results"] is None:
         from .capabilities import Capabilities
-        from .runner import run
+        from .runner import default_jobs, run
         suite, reg = _checks(config)
         caps = Capabilities.load(config.getoption("--pjrt-capabilities"))
         checks = [reg.checks[i] for i in state.get("selected", [])]
         path = os.path.abspath(config.getoption("--pjrt-plugin"))
+        jobs = config.getoption("--pjrt-jobs") or default_jobs()
         state["results"] = {r.id: r for r in run(path, checks, caps.to_json(), suite,
-                                                   config.getoption("--pjrt-timeout"))}
+                                                   config.getoption("--pjrt-timeout"),
+                                                   jobs=jobs)}
     return state["results"]
 
 

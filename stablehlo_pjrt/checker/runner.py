@@ -5,7 +5,8 @@ plugin and creating a client once per batch, as a framework would). If the
 worker dies (signal, abort, exit) or exceeds its time, the check that was
 running is re-run alone in a fresh process: if it dies again it is
 ``crashed`` (with the signal or exit status and the last lines of stderr);
-the checks after it in the batch go on in a new batch.
+the checks after it in the batch go on in a new batch. With ``jobs`` > 1,
+that many workers run at once, each on its own batch.
 """
 
 from __future__ import annotations
@@ -93,47 +94,76 @@ def _worker_env() -> dict:
     return env
 
 
+def _run_chunk(plugin, chunk, capabilities, suite, timeout, report) -> None:
+    """Runs ``chunk`` (checks of one area) in batches until each has a
+    result: a check that dies with its batch is re-run alone, the checks
+    after it go on in a new batch."""
+    pending = list(chunk)
+    while pending:
+        results, running, death = _run_batch(plugin, pending, capabilities, suite, timeout)
+        for c in pending:
+            if c.id in results:
+                report(results[c.id])
+        if running is None:
+            return
+        crashed = next(c for c in pending if c.id == running)
+        if len(pending) > 1:
+            # Alone in a fresh process: a crash there is the check's own.
+            again, _, death2 = _run_batch(plugin, [crashed], capabilities, suite, timeout)
+            if crashed.id in again:
+                r = again[crashed.id]
+                r.notes.append("crashed the process when run after other checks of "
+                               f"its batch ({death.splitlines()[0]}); alone it gives "
+                               "this result")
+            else:
+                r = Result(crashed.id, crashed.area, crashed.group, "crashed", death2)
+        else:
+            r = Result(crashed.id, crashed.area, crashed.group, "crashed", death)
+        report(r)
+        pending = [c for c in pending if c.id not in results and c.id != crashed.id]
+
+
+def default_jobs() -> int:
+    """Worker processes at once: one per CPU, at most 4 (each loads the
+    plugin and JAX: a few hundred MB)."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
 def run(plugin: str, checks: list[Check], capabilities: dict | None = None,
         suite: str | None = None, timeout: float = 120.0, on_result=None,
-        batch: dict | None = None) -> list[Result]:
+        batch: dict | None = None, jobs: int = 1) -> list[Result]:
     """Runs ``checks`` against the plugin at ``plugin``; returns their results
-    in the order given. ``on_result(result)`` is called as each is known."""
+    in the order given. ``on_result(result)`` is called as each is known.
+    ``jobs`` worker processes run at once (each on its own batch)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
     capabilities = capabilities or {}
     sizes = dict(BATCH, **(batch or {}))
-    by_id = {}
+    by_id: dict = {}
+    lock = threading.Lock()
+
+    def report(r: Result) -> None:
+        with lock:
+            by_id[r.id] = r
+            if on_result:
+                on_result(r)
+
     areas: dict[str, list[Check]] = {}
     for c in checks:
         areas.setdefault(c.area, []).append(c)
+    chunks = []
     for area, todo in areas.items():
         size = sizes.get(area, 40)
-        pending = list(todo)
-        while pending:
-            chunk, pending = pending[:size], pending[size:]
-            results, running, death = _run_batch(plugin, chunk, capabilities, suite, timeout)
-            for c in chunk:
-                if c.id in results:
-                    by_id[c.id] = results[c.id]
-                    if on_result:
-                        on_result(results[c.id])
-            if running is None:
-                continue
-            crashed = next(c for c in chunk if c.id == running)
-            if len(chunk) > 1:
-                # Alone in a fresh process: a crash there is the check's own.
-                again, running2, death2 = _run_batch(plugin, [crashed], capabilities, suite,
-                                                     timeout)
-                if crashed.id in again:
-                    r = again[crashed.id]
-                    r.notes.append("crashed the process when run after other checks of "
-                                   f"its batch ({death.splitlines()[0]}); alone it gives "
-                                   "this result")
-                else:
-                    r = Result(crashed.id, crashed.area, crashed.group, "crashed", death2)
-            else:
-                r = Result(crashed.id, crashed.area, crashed.group, "crashed", death)
-            by_id[crashed.id] = r
-            if on_result:
-                on_result(r)
-            rest = [c for c in chunk if c.id not in by_id]
-            pending = rest + pending
+        if jobs > 1:
+            # Enough batches to keep every worker busy to the end.
+            size = max(1, min(size, -(-len(todo) // (2 * jobs))))
+        chunks += [todo[k:k + size] for k in range(0, len(todo), size)]
+    if jobs <= 1 or len(chunks) == 1:
+        for chunk in chunks:
+            _run_chunk(plugin, chunk, capabilities, suite, timeout, report)
+    else:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for f in [pool.submit(_run_chunk, plugin, chunk, capabilities, suite, timeout,
+                                  report) for chunk in chunks]:
+                f.result()
     return [by_id[c.id] for c in checks]

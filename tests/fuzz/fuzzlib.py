@@ -27,7 +27,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SEEDS = HERE / "seeds"
-KINDS = ("module", "executable", "attr", "npz")
+KINDS = ("module", "executable", "attr", "npz", "capi")
 
 # --------------------------------------------------------------------------
 # Mutations
@@ -68,42 +68,157 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
 
 
 # --------------------------------------------------------------------------
-# Generated inputs (structure-aware: attributes nested in dictionaries)
-
-_DENSE = [
-    ("f32", lambda r: f"{r.uniform(-9, 9):.3f}"),
-    ("f64", lambda r: r.choice(["1.5", "0x7FF8000000000000", "-0.0"])),
-    ("i32", lambda r: str(r.randint(-5, 5))),
-    ("i1", lambda r: r.choice(["true", "false"])),
-    ("bf16", lambda r: "2.5"),
-    ("complex<f32>", lambda r: f"({r.randint(-3, 3)}.0,{r.randint(-3, 3)}.0)"),
-    ("complex<f64>", lambda r: "(1.0,2.0)"),
-    ("ui8", lambda r: str(r.randint(0, 255))),
-    ("i4", lambda r: str(r.randint(-8, 7))),
-]
+# Generated inputs (structure-aware, drawn by hypothesis: attributes nested in
+# dictionaries and arrays, .npz argument sets of any dtype and shape)
 
 
-def random_attr(rng: random.Random, depth: int = 0) -> str:
-    k = rng.randrange(8 if depth < 4 else 4)
-    if k == 0:
-        return f"{rng.randint(-2**40, 2**40)} : i64"
-    if k == 1:
-        return '"' + rng.choice(["x", "a b", "\\00\\FF", ""]) + '"'
-    if k == 2:
-        return rng.choice(["unit", "true", "1.5 : f32", "array<i64: 1, 2>", "@f"])
-    if k in (3, 4):
-        t, gen = rng.choice(_DENSE)
-        n = rng.randint(0, 3)
-        if n == 0:
-            return f"dense<{gen(rng)}> : tensor<{t}>"
-        return f"dense<[{', '.join(gen(rng) for _ in range(n))}]> : tensor<{n}x{t}>"
-    if k in (5, 6):
-        items = [f"k{i} = {random_attr(rng, depth + 1)}" for i in range(rng.randint(0, 3))]
-        return "{" + ", ".join(items) + "}"
-    return "[" + ", ".join(random_attr(rng, depth + 1) for _ in range(rng.randint(0, 3))) + "]"
+def draw(strategy, n: int, seed: int, encode=None) -> list[bytes]:
+    """``n`` distinct examples of ``strategy``, reproducibly from ``seed``
+    (hypothesis.seed; generation only: no shrinking, no example database).
+    ``encode`` turns an example into the case's bytes (default: UTF-8 text)."""
+    import warnings
+
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hseed
+    from hypothesis.errors import HypothesisWarning
+    warnings.filterwarnings("ignore", category=HypothesisWarning)  # repr of big strategies
+    encode = encode or (lambda c: c.encode())
+    out: dict = {}
+    for round_ in range(50):
+        @hseed(seed * 1000 + round_)
+        @settings(max_examples=max(10, n - len(out)), database=None, derandomize=False,
+                  phases=[Phase.generate], suppress_health_check=list(HealthCheck),
+                  deadline=None)
+        @given(strategy)
+        def collect(c):
+            if len(out) < n:
+                out.setdefault(encode(c), None)
+        collect()
+        if len(out) >= n:
+            break
+    return list(out)[:n]
+
+
+# (element type, strategy of one element's text) for dense attributes; values
+# outside a type's range and NaN/inf payloads are part of what is drawn.
+def _dense_elements():
+    from hypothesis import strategies as st
+
+    def hexfloat(bits):
+        return st.integers(0, 2 ** bits - 1).map(lambda v: f"0x{v:0{bits // 4}X}")
+    fl = st.floats(allow_nan=False, allow_infinity=False, width=32).map(repr)
+    return [
+        ("f32", st.one_of(fl, hexfloat(32))),
+        ("f64", st.one_of(st.floats(allow_nan=False, allow_infinity=False).map(repr),
+                          hexfloat(64))),
+        ("f16", hexfloat(16)),
+        ("bf16", st.one_of(st.sampled_from(["2.5", "-0.0", "1.0e38"]), hexfloat(16))),
+        ("i32", st.integers(-2 ** 31, 2 ** 31).map(str)),
+        ("i64", st.integers(-2 ** 63, 2 ** 63 - 1).map(str)),
+        ("ui8", st.integers(0, 256).map(str)),
+        ("i4", st.integers(-8, 8).map(str)),
+        ("i1", st.sampled_from(["true", "false"])),
+        ("complex<f32>", st.tuples(st.integers(-3, 3), st.integers(-3, 3)).map(
+            lambda t: f"({t[0]}.0,{t[1]}.0)")),
+        ("complex<f64>", st.tuples(fl, fl).map(lambda t: f"({t[0]},{t[1]})")),
+    ]
+
+
+def attr_strategy():
+    """MLIR attribute text: scalars, strings with escapes, symbol refs,
+    dense tensors of every element type (complex ones too: the bindings
+    abort on those inside dictionaries), nested in arrays and dictionaries."""
+    from hypothesis import strategies as st
+    dense = st.sampled_from(_dense_elements()).flatmap(lambda te: st.tuples(
+        st.just(te[0]), st.lists(st.integers(0, 3), max_size=2),
+        st.lists(te[1], min_size=0, max_size=9)).map(_dense_text))
+    # String literals: plain characters, a quote, escapes of bytes that are
+    # not UTF-8 (\\FF) or NUL.
+    string = st.lists(st.sampled_from(list("ab c_") + ['\\"', "\\t", "\\00", "\\FF", "é"]),
+                      max_size=6).map(lambda t: '"' + "".join(t) + '"')
+    scalar = st.one_of(
+        st.integers(-2 ** 63, 2 ** 63 - 1).map(lambda v: f"{v} : i64"),
+        st.integers(-2 ** 40, 2 ** 40).map(lambda v: f"{v} : i32"),
+        string,
+        st.sampled_from(["unit", "true", "false", "1.5 : f32", "array<i64: 1, 2>",
+                         "array<i64>", "@f", "@\"x y\"", "0x7FC00000 : f32",
+                         "dense<> : tensor<0xf32>", "#stablehlo<comparison_direction LT>",
+                         "i32", "tensor<2xf32>"]),
+        dense, dense)
+    key = st.one_of(st.from_regex(r"[a-z_][a-z0-9_]{0,5}", fullmatch=True), string)
+    return st.recursive(scalar, lambda inner: st.one_of(
+        st.lists(inner, max_size=3).map(lambda xs: "[" + ", ".join(xs) + "]"),
+        st.lists(st.tuples(key, inner), max_size=3, unique_by=lambda kv: kv[0]).map(
+            lambda kvs: "{" + ", ".join(f"{k} = {v}" for k, v in kvs) + "}")),
+        max_leaves=10)
+
+
+def _dense_text(t):
+    """``dense<...> : tensor<...>`` of (element type, shape, element texts)."""
+    ty, shape, values = t
+    n = 1
+    for d in shape:
+        n *= d
+    if not values:
+        return f"dense<> : tensor<0x{ty}>"
+    if n == len(values) or not shape:
+        vals = values[:1] if not shape else values
+        body = vals[0] if not shape else _nest(vals, shape)
+        dims = "x".join(str(d) for d in shape)
+        return f"dense<{body}> : tensor<{dims + 'x' if dims else ''}{ty}>"
+    # A count that does not match the shape: a splat, or a parse error.
+    return f"dense<[{', '.join(values)}]> : tensor<{'x'.join(map(str, shape)) or '1'}x{ty}>"
+
+
+def _nest(values, shape):
+    """Element texts nested in brackets by ``shape`` (row-major)."""
+    if len(shape) == 1:
+        return "[" + ", ".join(values) + "]"
+    step = len(values) // shape[0] if shape[0] else 0
+    return "[" + ", ".join(_nest(values[i * step:(i + 1) * step], shape[1:])
+                           for i in range(shape[0])) + "]"
+
+
+def npz_strategy():
+    """.npz bytes of 0-4 arrays of any dtype (object, string, structured,
+    bfloat16 included) and small shape, positional or named."""
+    import io
+
+    import ml_dtypes
+    import numpy as np
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+    dtypes = st.sampled_from([np.float32, np.float64, np.float16, np.int32, np.int64,
+                              np.int8, np.uint64, np.bool_, np.complex64,
+                              np.dtype("U3"), np.dtype("S2"),
+                              np.dtype([("a", np.int32), ("b", np.float32)])])
+    shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)
+    array = dtypes.flatmap(lambda dt: hnp.arrays(dt, shapes))
+    # bfloat16 (hypothesis has no strategy for it): any 16-bit pattern.
+    bf16 = hnp.arrays(np.uint16, shapes).map(lambda a: a.view(ml_dtypes.bfloat16))
+    obj = st.just(np.array([1, "x", None], dtype=object))
+    arrays = st.lists(st.one_of(array, array, array, bf16, obj), max_size=4)
+
+    def save(t):
+        items, named = t
+        buf = io.BytesIO()
+        if named:
+            np.savez(buf, **{f"k{i}": a for i, a in enumerate(items)})
+        else:
+            np.savez(buf, *items)
+        return buf.getvalue()
+    return st.tuples(arrays, st.booleans()).map(save)
 
 
 def attr_module(attr: str, where: str = "backend") -> str:
+    """A module carrying ``attr`` on a custom call (its backend_config,
+    frontend attributes or a plain attribute: the unknown target is refused
+    after the attributes are read) or on an add the interpreter runs
+    ("add": a discardable attribute must not stop a program from running)."""
+    if where == "add":
+        return ("func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
+                f"  %0 = stablehlo.add %a, %a {{x = {attr}}} : tensor<2xf32>\n"
+                "  return %0 : tensor<2xf32>\n}\n")
     if where == "backend":
         attrs = f"mhlo.backend_config = {attr}, api_version = 4 : i32"
     elif where == "frontend":
@@ -171,8 +286,13 @@ func.func @main(%a: tensor<2x3xf32>, %b: tensor<i32>) -> tensor<2x3xf32> {
 """
 
 
+def _work_capi(data: bytes):
+    import capi_fuzz  # tests/fuzz, next to this file (the worker's sys.path[0])
+    return capi_fuzz.work(data)
+
+
 WORKERS = {"module": _work_module, "attr": _work_attr, "executable": _work_executable,
-           "npz": _work_npz}
+           "npz": _work_npz, "capi": _work_capi}
 
 
 def _read_cases(stream):
@@ -369,10 +489,19 @@ def generate(kind: str, n: int, seed: int) -> list[bytes]:
     """``n`` cases of ``kind`` from seed ``seed``: mutated seed inputs, or
     generated attribute modules. Half of the executable cases mutate the
     program inside a valid envelope, half the envelope itself."""
+    if kind == "capi":
+        sys.path.insert(0, str(HERE))
+        import capi_fuzz
+        return capi_fuzz.generate(n, seed)
     rng = random.Random(f"{kind}:{seed}")
     if kind == "attr":
-        return [attr_module(random_attr(rng), rng.choice(["backend", "frontend", "plain"]))
-                .encode() for _ in range(n)]
+        from hypothesis import strategies as st
+        return draw(st.tuples(attr_strategy(), st.sampled_from(
+            ["backend", "frontend", "plain", "add"])).map(lambda t: attr_module(*t)), n, seed)
+    if kind == "npz":
+        # Half mutated bytes of valid files, half generated argument sets.
+        generated = draw(npz_strategy(), n - n // 2, seed, encode=lambda b: b)
+        return [mutate(rng.choice(seed_files("npz")), rng) for _ in range(n // 2)] + generated
     if kind == "executable":
         codes = seed_files("module")
         out = []

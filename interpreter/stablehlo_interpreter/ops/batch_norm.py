@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import dtypes
 from ..registry import Unsupported, kernel
+from .elementwise import round_f64
 
 
 def _setup(op):
@@ -32,6 +33,47 @@ def _f64(x):
     return x.astype(np.float64)
 
 
+# Operands are normalized in chunks of about this many elements along their
+# first non-feature axis: a chunk's float64 temporaries stay in cache instead
+# of four full-size float64 copies of the operand.
+_CHUNK_ELEMS = 1 << 16
+
+
+def _chunks(shape, fi):
+    """``(axis, bounds)``: ranges of the first axis that is not the feature
+    axis, of about _CHUNK_ELEMS elements each; None for rank 1."""
+    axis = 0 if fi != 0 else 1
+    if len(shape) <= axis or shape[axis] == 0:
+        return None
+    per = int(np.prod(shape, dtype=np.int64)) // shape[axis]
+    step = max(1, _CHUNK_ELEMS // max(1, per))
+    return axis, [(lo, min(lo + step, shape[axis])) for lo in range(0, shape[axis], step)]
+
+
+def _take(a, axis, lo, hi):
+    return a[lo:hi] if axis == 0 else a[:, lo:hi]
+
+
+def _normalize(x, mean, var, scale, offset, eps, bshape, dtype, fi):
+    """(x - mean) / sqrt(var + eps) * scale + offset in float64, rounded once
+    to ``dtype``; the per-feature vectors are float64 already."""
+    m, sc, of = mean.reshape(bshape), scale.reshape(bshape), offset.reshape(bshape)
+    d = np.sqrt(var.reshape(bshape) + eps)
+    chunks = _chunks(x.shape, fi)
+    if chunks is None:
+        return round_f64((_f64(x) - m) / d * sc + of, dtype)
+    axis, bounds = chunks
+    out = np.empty(x.shape, dtype)
+    for lo, hi in bounds:
+        c = _f64(_take(x, axis, lo, hi))
+        c -= m
+        c /= d
+        c *= sc
+        c += of
+        _take(out, axis, lo, hi)[...] = round_f64(c, dtype)
+    return out
+
+
 @kernel("stablehlo.batch_norm_inference")
 def batch_norm_inference(op):
     """spec: batch_norm_inference (docs/spec.md#batch_norm_inference).
@@ -42,10 +84,34 @@ def batch_norm_inference(op):
     dtype, fi, eps, bshape, axes = _setup(op)
 
     def run(operand, scale, offset, mean, variance):
-        x = _f64(operand)
-        norm = (x - _f64(mean).reshape(bshape)) / np.sqrt(_f64(variance).reshape(bshape) + eps)
-        return (norm * _f64(scale).reshape(bshape) + _f64(offset).reshape(bshape)).astype(dtype)
+        return _normalize(operand, _f64(mean), _f64(variance), _f64(scale), _f64(offset),
+                          eps, bshape, dtype, fi)
     return run
+
+
+def _statistics(x, fi, bshape, axes):
+    """Per-feature mean and biased variance of ``x`` in float64: each chunk's
+    sums accumulated in float64 (no float64 copy of ``x``), the variance
+    from the centred values (two passes, the spec's formula)."""
+    n = x.size // x.shape[fi]
+    chunks = _chunks(x.shape, fi)
+    if chunks is None:
+        x64 = _f64(x)
+        mean = x64.mean(axis=axes, keepdims=True)
+        c = x64 - mean
+        return mean, (c * c).mean(axis=axes, keepdims=True)
+    axis, bounds = chunks
+    total = np.zeros(bshape)
+    for lo, hi in bounds:
+        total += np.add.reduce(_take(x, axis, lo, hi), axis=axes, dtype=np.float64, keepdims=True)
+    mean = total / n
+    squares = np.zeros(bshape)
+    for lo, hi in bounds:
+        c = _f64(_take(x, axis, lo, hi))
+        c -= mean
+        c *= c
+        squares += np.add.reduce(c, axis=axes, keepdims=True)
+    return mean, squares / n
 
 
 @kernel("stablehlo.batch_norm_training")
@@ -59,17 +125,12 @@ def batch_norm_training(op):
     fdtype = op.result_types[1].dtype
 
     def run(operand, scale, offset):
-        x = _f64(operand)
-        if x.size == 0:
-            mean = np.full(bshape, np.nan)
+        if operand.size == 0:
+            mean = var = np.full(bshape, np.nan)
         else:
-            mean = x.mean(axis=axes, keepdims=True)
-        centered = x - mean
-        var = (centered * centered).mean(axis=axes, keepdims=True) if x.size else mean
-        norm = centered / np.sqrt(var + eps)
-        out = norm * _f64(scale).reshape(bshape) + _f64(offset).reshape(bshape)
-        return [out.astype(dtype), mean.reshape(-1).astype(fdtype),
-                var.reshape(-1).astype(fdtype)]
+            mean, var = _statistics(operand, fi, bshape, axes)
+        out = _normalize(operand, mean, var, _f64(scale), _f64(offset), eps, bshape, dtype, fi)
+        return [out, round_f64(mean.reshape(-1), fdtype), round_f64(var.reshape(-1), fdtype)]
     return run
 
 

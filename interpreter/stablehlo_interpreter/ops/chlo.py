@@ -15,6 +15,7 @@ import scipy.special as sps
 
 from .. import dtypes
 from ..registry import KERNELS, Unsupported, composite, kernel
+from .elementwise import round_f64
 
 # --------------------------------------------------------------------------
 # Elementwise helpers
@@ -33,7 +34,7 @@ def _real_fn(op, fn):
 
     def run(*xs):
         with np.errstate(all="ignore"):
-            return np.asarray(fn(*[x.astype(np.float64) for x in xs])).astype(dtype)
+            return round_f64(np.asarray(fn(*[x.astype(np.float64) for x in xs])), dtype)
     return run
 
 
@@ -120,8 +121,50 @@ _unary("chlo.tan", np.tan, doc="chlo.tan: tangent.")
 _unary("chlo.erf", sps.erf, complex_ok=False, doc="chlo.erf: error function.")
 _unary("chlo.erfc", sps.erfc, complex_ok=False,
        doc="chlo.erfc: complementary error function 1 - erf(x), without cancellation.")
-_unary("chlo.erf_inv", sps.erfinv, complex_ok=False,
-       doc="chlo.erf_inv: inverse error function (+-inf at +-1, NaN outside [-1, 1]).")
+
+
+# Below this |x|, erf_inv(x) = x * sqrt(pi)/2 to float64 precision (the next
+# term, pi/12 x^2, is under 2^-53); above it, (1 + x) / 2 is exact in float64
+# for any float32 x (its 24 significant bits lie above 2^-53).
+_ERFINV_LINEAR = 2.0 ** -26
+_SQRT_PI_2 = 0.88622692545275801365   # sqrt(pi) / 2
+_SQRT_1_2 = 0.70710678118654752440    # 1 / sqrt(2)
+
+
+def _erfinv_narrow(x):
+    """erf_inv of float64 values that are float32 (or narrower) numbers.
+
+    erf_inv(x) = ndtri((1 + x) / 2) / sqrt(2), with (1 + x) / 2 exact for
+    these inputs: scipy's ndtri (cephes) is accurate to about 1e-16 and
+    1.4x faster than scipy's erfinv (boost): 12 ms against 17 ms of process
+    time per million values, most of the cost of jax.random.normal.
+    The result is within a few float64 ulps, so rounding it once to float32
+    is correct but in the rarest near-ties (tests/test_chlo.py sweeps it
+    against scipy's erfinv). +-1 give +-inf, |x| > 1 and NaN give NaN.
+    """
+    out = sps.ndtri((1.0 + x) * 0.5)
+    out *= _SQRT_1_2
+    small = np.abs(x) < _ERFINV_LINEAR
+    if small.any():
+        out = np.where(small, x * _SQRT_PI_2, out)   # keeps the sign of zero
+    return out
+
+
+@kernel("chlo.erf_inv")
+def erf_inv(op):
+    """chlo.erf_inv: inverse error function (+-inf at +-1, NaN outside [-1, 1]).
+
+    float64 operands use scipy's erfinv; narrower floats (float32, float16,
+    bfloat16, ...) the ndtri form of _erfinv_narrow, rounded once."""
+    t = op.operand_types[0]
+    if not _is_float_type(t):
+        raise Unsupported(f"chlo.erf_inv of {t.element_type}")
+    if np.dtype(t.dtype) == np.float64:
+        return _real_fn(op, sps.erfinv)
+    if np.dtype(t.dtype).itemsize > 4:
+        raise Unsupported(f"chlo.erf_inv of {t.element_type}")
+    return _real_fn(op, _erfinv_narrow)
+
 _unary("chlo.bessel_i1e", sps.i1e, complex_ok=False,
        doc="chlo.bessel_i1e: exponentially scaled modified Bessel function of order 1.")
 

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from .. import loopgen as _loopgen
 from ..registry import COMPOSITES, Unsupported, kernel, one_or_many
 
 
@@ -81,8 +82,14 @@ def composite(op):
 
 @kernel("stablehlo.while", special=True)
 def while_(op):
-    """spec: while. Runs `body` while `cond` yields true."""
+    """spec: while. Runs `body` while `cond` yields true.
+
+    After loopgen.GENERATE_AFTER iterations (summed over runs) the loop is
+    compiled into one generated Python function (loopgen.py) that runs the
+    remaining iterations and later runs; tracing and validating runs stay
+    on the plain plan."""
     wrap = one_or_many(op)
+    state = _loopgen.LoopState(op)
 
     def run(ctx, regions, *operands):
         cond, body = regions
@@ -93,10 +100,31 @@ def while_(op):
             # Bound blocks: run them directly (one call level less per
             # iteration; this loop is the per-iteration overhead).
             crun, brun, ccap, bcap = cb.run, bb.run, cond.captures, body.captures
+            fast = state.usable(ctx)
+            if fast:
+                compiled = state.compiled
+                if compiled is None and state.due():
+                    compiled = state.compile(ctx, ccap, bcap)
+                if compiled is None:
+                    fast = not state.failed
+                else:
+                    res = compiled.run(ctx, ccap, bcap, vals)
+                    if res is not None:
+                        return wrap(res)
+                    fast = False   # values not of the compiled types
             while crun(ctx, ccap, vals)[0]:
                 # The body consumes the carried list: values it alone holds
                 # may then be updated in place (dynamic_update_slice).
                 vals = brun(ctx, bcap, vals, True)
+                if fast:
+                    state.count += 1
+                    if state.due():
+                        compiled = state.compile(ctx, ccap, bcap)
+                        fast = False
+                        if compiled is not None:
+                            res = compiled.run(ctx, ccap, bcap, vals)
+                            if res is not None:
+                                return wrap(res)
             return wrap(vals)
         while cond(*vals)[0]:
             vals = body(*vals)

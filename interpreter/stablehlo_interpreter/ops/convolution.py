@@ -1,22 +1,60 @@
 """convolution and dynamic_conv.
 
 The spec defines a convolution as a dot product of every (padded, dilated)
-lhs window with the kernel. Here the lhs is brought to the canonical layout
-``(N, C, spatial...)`` and the kernel to ``(O, I, spatial...)``; the windows
-become a strided view of the padded lhs (im2col) and the dot products one
-batched matmul per group (BLAS for floats). Large problems loop over kernel
-positions instead of materialising im2col -- never over output elements.
+lhs window with the kernel. Here the lhs is viewed in the canonical order
+``(N, C, spatial...)`` and the kernel as ``(O, I, spatial...)``; the dot
+products become matrix products (BLAS for floats, one BLAS thread below
+``blas.SMALL_GEMM_MACS`` as for dot_general), in one of these forms:
+
+* **im2col**: every window copied once into a matrix (a strided view of the
+  padded lhs), one matmul with the kernel. Its layout follows the lhs in
+  memory: channels-last rows ``(N, out...)`` x columns ``(K..., C)`` for
+  NHWC-like inputs; channels-first ``(K..., C)`` x ``(out...)`` per image for
+  NCHW-like ones, so that the copy reads contiguous runs and the kernel
+  times it is the NCHW result, or rows ``(out..., N)`` x ``(C, K...)`` when
+  the kernel is wider than the output (weight gradients: a few outputs).
+* **per kernel position** (fewer output than input features, e.g. the
+  input gradient of a layer with few channels): one matmul of the whole
+  padded lhs with the kernel's K positions side by side (contracting over
+  C only), then the K shifted partial results are summed in float64.
+* **kernel loop**: im2col too large to materialise: one matmul per kernel
+  position, accumulated -- never a loop over output elements.
+* **polyphase**: an lhs dilated by d with unit strides (a transposed
+  convolution, the input gradient of a strided one) is mostly zeros; its
+  outputs split into prod(d) phases, each a plain convolution of the
+  undilated lhs with every d-th kernel tap (``_polyphase``).
+
+Accuracy: short dot products (up to ``_SHORT_DOT`` terms, e.g. a first
+layer's 3 channels x 3x3) and the polyphase sub-convolutions are computed in
+float64 (complex128), where products of f32 values are exact, and rounded
+once: the correctly rounded value but under extreme cancellation. Longer
+ones accumulate in the work type (narrow floats in f32) with the
+contraction in XLA's (K..., C) order, the same sums as XLA CPU's kernels on
+the layers measured, except that: the per-position form adds its K partial
+sums in float64; contractions over more than ``2 * _DOT_CHUNK`` terms (a
+weight gradient's sum over batch x image) are cut into chunks whose f32
+sums are added in float64. On a CNN step's layers every form is at least as
+accurate as XLA CPU (docs/accuracy.md).
 """
 
 import numpy as np
 
+from .. import blas as _blas
 from .. import dtypes
 from ..registry import Unsupported, kernel
 
 # im2col is materialised when it has at most this many elements.
 _IM2COL_LIMIT = 1 << 24
-# Dot products up to this length are summed term by term (see conv()).
-_SEQUENTIAL_DOT = 32
+# Dot products up to this length are computed in float64 / complex128.
+_SHORT_DOT = 32
+# Contractions longer than 2 * _DOT_CHUNK terms are computed in chunks of
+# at least _DOT_CHUNK (at most _MAX_CHUNKS of them) summed in float64.
+_DOT_CHUNK = 512
+_MAX_CHUNKS = 32
+# The per-position form is used when the padded lhs times the output
+# features is at most 1/_PER_POSITION_GAIN of im2col's windows times the
+# input features (it then moves less data; 0 forces it where it applies).
+_PER_POSITION_GAIN = 2
 
 
 def pad_spatial(x, lo, hi, interior, axes):
@@ -47,6 +85,15 @@ def _work_dtype(result_dtype):
     return np.dtype(result_dtype)
 
 
+def _wide(work):
+    """Accumulation type of short dot products: float64 / complex128."""
+    if work.kind == "f":
+        return np.dtype(np.float64)
+    if work.kind == "c":
+        return np.dtype(np.complex128)
+    return work
+
+
 def _finish(acc, result_dtype):
     if dtypes.is_bool(result_dtype):
         return acc != 0
@@ -58,8 +105,47 @@ def _finish(acc, result_dtype):
     return acc.astype(result_dtype, copy=False)
 
 
-def make_convolution(attrs, result_dtype):
-    """Runtime function ``conv(lhs, rhs, padding)`` for one op occurrence."""
+def _gemm(a, b):
+    """np.matmul; float products below SMALL_GEMM_MACS multiply-adds on one
+    BLAS thread (on a busy machine threads spin and wait for each other:
+    blas.py)."""
+    if a.dtype.kind in "fc":
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        macs = int(np.prod(batch, dtype=np.int64)) * a.shape[-2] * a.shape[-1] * b.shape[-1]
+        if macs < _blas.SMALL_GEMM_MACS:
+            return _blas.small_product(np.matmul, a, b)
+    return np.matmul(a, b)
+
+
+def _matmul(a, b):
+    """``a @ b``; a long f32 / complex64 contraction (a weight gradient's sum
+    over batch and image) in chunks of at least _DOT_CHUNK terms whose
+    partial products are summed in float64 / complex128 (at most
+    _MAX_CHUNKS calls): its error is that of one chunk's sum, not of a
+    thousands-long one in the element type."""
+    k = a.shape[-1]
+    if a.dtype not in (np.float32, np.complex64) or k <= 2 * _DOT_CHUNK:
+        return _gemm(a, b)
+    step = max(_DOT_CHUNK, -(-k // _MAX_CHUNKS))
+    acc = None
+    for k0 in range(0, k, step):
+        part = _gemm(a[..., k0:k0 + step], b[..., k0:k0 + step, :])
+        if acc is None:
+            acc = part.astype(_wide(part.dtype))
+        else:
+            np.add(acc, part, out=acc)
+    return acc
+
+
+def _window_slices(kpos, rhs_dil, out_sp, strides):
+    """Slices of the padded spatial axes read by kernel position ``kpos``."""
+    return tuple(slice(k * d, k * d + (n - 1) * s + 1, s)
+                 for k, d, n, s in zip(kpos, rhs_dil, out_sp, strides))
+
+
+def make_convolution(attrs, result_dtype, wide=False):
+    """Runtime function ``conv(lhs, rhs, padding)`` for one op occurrence
+    (``wide``: every float dot product in float64, as the short ones)."""
     dn = attrs["dimension_numbers"]
     ib, if_ = dn["input_batch_dimension"], dn["input_feature_dimension"]
     isp = tuple(dn["input_spatial_dimensions"])
@@ -84,25 +170,32 @@ def make_convolution(attrs, result_dtype):
     for k, d in enumerate(osp):
         out_perm[d] = 2 + k
     rev_axes = tuple(2 + k for k in range(ns) if reversal[k])
+    # Channels-first im2col when the lhs features lie outside (before) its
+    # spatial dims in memory, as in NCHW; channels-last otherwise.
+    channels_first = ns > 0 and if_ < min(isp)
+    if any(d > 1 for d in lhs_dil) and all(s == 1 for s in strides) \
+            and all(d == 1 for d in rhs_dil):
+        # A dilated lhs (a transposed convolution, the input gradient of a
+        # strided one) is mostly zeros: split the output by phase instead.
+        plain = dict(attrs, lhs_dilation=(1,) * ns, window_reversal=(False,) * ns)
+        # Its sub-convolutions sum in float64: the zeros' removal changes
+        # the order of the f32 sums (from XLA's), and costs a quarter or less.
+        return _polyphase(make_convolution(plain, result_dtype, wide=True), lhs_dil, reversal, dn, B,
+                          np.dtype(result_dtype))
 
     def conv(lhs, rhs, padding):
-        # Padding is applied in channels-last order (N, spatial..., C), the
-        # layout the im2col path reads from; `lhs` is the (N, C, spatial...)
-        # view of it.
-        lhs_cl = np.transpose(lhs, (ib,) + isp + (if_,)).astype(work, copy=False)
-        rhs = np.transpose(rhs, (ko, ki) + ksp).astype(work, copy=False)
         pad = np.asarray(padding, dtype=np.int64).reshape(ns, 2) if padding is not None \
             else np.zeros((ns, 2), dtype=np.int64)
-        lhs_cl = pad_spatial(lhs_cl, pad[:, 0], pad[:, 1], [d - 1 for d in lhs_dil],
-                             range(1, ns + 1))
-        lhs = np.moveaxis(lhs_cl, -1, 1)
+        rhs = np.transpose(rhs, (ko, ki) + ksp).astype(work, copy=False)
         if rev_axes:
             # Reversing every lhs window equals reversing the kernel.
             rhs = np.flip(rhs, rev_axes)
-        N, C = lhs.shape[:2]
-        P = lhs.shape[2:]
+        N, C = lhs.shape[ib], lhs.shape[if_]
         O, I = rhs.shape[:2]
         K = rhs.shape[2:]
+        S = [lhs.shape[d] for d in isp]
+        P = [max(0, (n - 1) * d + 1 + lo + hi) if n > 0 else max(0, lo + hi)
+             for n, d, (lo, hi) in zip(S, lhs_dil, pad.tolist())]
         dwin = [(k - 1) * d + 1 if k > 0 else 0 for k, d in zip(K, rhs_dil)]
         out_sp = [0 if (p == 0 or w > p) else (p - w) // s + 1
                   for p, w, s in zip(P, dwin, strides)]
@@ -111,63 +204,211 @@ def make_convolution(attrs, result_dtype):
             raise ValueError(f"kernel input features {I} != lhs features/group {Cg}")
         nout = int(np.prod(out_sp, dtype=np.int64))
         ksize = int(np.prod(K, dtype=np.int64))
+        npad = int(np.prod(P, dtype=np.int64))
         if nout == 0 or Nb == 0 or Og == 0 or ksize == 0 or Cg == 0:
-            acc = np.zeros((B, G, Nb, nout, Og), dtype=work)
-        else:
-            # lhs (B, Nb, G, Cg, P...) -> per group (B, G, Nb, Cg, P...)
-            L = lhs.reshape((B, Nb, G, Cg) + tuple(P)).swapaxes(1, 2)
-            # kernel (B, G, Og, Cg, K...) -> (B, G, Cg*K, Og) matching im2col.
-            R = rhs.reshape((B, G, Og, Cg) + tuple(K))
-            if Cg * ksize <= _SEQUENTIAL_DOT:
-                # Short dot products: accumulate term by term (kernel position
-                # outer, input feature inner), each product rounded, as XLA's
-                # CPU loops do; a BLAS dot would fuse and reorder them.
-                acc = np.zeros((B, G, Nb) + tuple(out_sp) + (Og,), dtype=work)
-                for kpos in np.ndindex(*K):
-                    sl = (slice(None),) * 4 + tuple(
-                        slice(k * d, k * d + (n - 1) * s + 1, s)
-                        for k, d, n, s in zip(kpos, rhs_dil, out_sp, strides))
-                    part = L[sl]  # (B, G, Nb, Cg, out...)
-                    wk = R[(Ellipsis,) + kpos]  # (B, G, Og, Cg)
-                    for c in range(Cg):
-                        x = part[:, :, :, c][..., None]
-                        w = wk[:, :, :, c].reshape((B, G, 1) + (1,) * ns + (Og,))
-                        acc += x * w
-                acc = acc.reshape(B, G, Nb * nout, Og)
-            elif Nb * nout * Cg * ksize <= _IM2COL_LIMIT or ksize == 1:
-                # Channels-last im2col: rows (Nb, out...), columns (K..., Cg),
-                # so the copy moves runs of Cg contiguous elements.
-                Lc = np.moveaxis(lhs_cl.reshape((B, Nb) + tuple(P) + (G, Cg)),
-                                 2 + ns, 1)  # (B, G, Nb, P..., Cg)
-                win = np.lib.stride_tricks.sliding_window_view(
-                    Lc, dwin, axis=tuple(range(3, 3 + ns)))
-                sel = (slice(None),) * 3 + tuple(slice(None, None, s) for s in strides) \
-                    + (slice(None),) + tuple(slice(None, None, d) for d in rhs_dil)
-                win = win[sel]  # (B, G, Nb, out..., Cg, K...)
-                # -> (B, G, Nb, out..., K..., Cg)
-                order = tuple(range(3 + ns)) + tuple(range(4 + ns, 4 + 2 * ns)) + (3 + ns,)
-                cols = np.ascontiguousarray(win.transpose(order)).reshape(
-                    B, G, Nb * nout, ksize * Cg)
-                # kernel (B, G, Og, Cg, K...) -> (B, G, K..., Cg, Og)
-                korder = (0, 1) + tuple(range(4, 4 + ns)) + (3, 2)
-                Rm = np.ascontiguousarray(R.transpose(korder)).reshape(
-                    B, G, ksize * Cg, Og)
-                acc = np.matmul(cols, Rm)
+            res = np.zeros((Nb, B * G * Og) + tuple(out_sp), dtype=work)
+            return np.ascontiguousarray(_finish(np.transpose(res, out_perm),
+                                                np.dtype(result_dtype)))
+        short = wide or Cg * ksize <= _SHORT_DOT
+        calc = _wide(work) if short else work
+        geo = (N, C, P, K, out_sp, Nb, Cg, Og, nout, ksize)
+        if not short and work.kind in "fc" and _PER_POSITION_GAIN * npad * Og <= nout * Cg \
+                and Nb * npad * ksize * Og <= _IM2COL_LIMIT:
+            res = _per_position(lhs, rhs, pad, geo, calc, channels_first)
+        elif Nb * nout * Cg * ksize <= _IM2COL_LIMIT or ksize == 1:
+            if channels_first:
+                res = _im2col_cf(lhs, rhs, pad, geo, calc)
             else:
-                acc = np.zeros((B, G, Nb * nout, Og), dtype=work)
-                for kpos in np.ndindex(*K):
-                    sl = (slice(None),) * 4 + tuple(
-                        slice(k * d, k * d + (n - 1) * s + 1, s)
-                        for k, d, n, s in zip(kpos, rhs_dil, out_sp, strides))
-                    part = L[sl]  # (B, G, Nb, Cg, out...)
-                    part = np.moveaxis(part, 3, -1).reshape(B, G, Nb * nout, Cg)
-                    acc += np.matmul(part, R[(Ellipsis,) + kpos].swapaxes(-1, -2))
-            acc = acc.reshape(B, G, Nb, nout, Og)
-        # Feature index o = (b * G + g) * Og + og (spec: concatenate groups).
-        res = acc.transpose(2, 0, 1, 4, 3).reshape((Nb, B * G * Og) + tuple(out_sp))
+                res = _im2col_cl(lhs, rhs, pad, geo, calc)
+        else:
+            res = _kernel_loop(lhs, rhs, pad, geo, calc)
+        # res: canonical (Nb, B*G*Og, out...), feature o = (b * G + g) * Og + og
+        # (spec: the groups' results concatenated).
         res = np.transpose(res, out_perm)
+        if res.dtype != work and work.kind in "iub":
+            res = res.astype(work)
+        # (float64 results of short dots round once, to the result type)
         return np.ascontiguousarray(_finish(res, np.dtype(result_dtype)))
+
+    def padded_lhs(lhs, pad, order, calc):
+        """The lhs as ``order`` (canonical axes), padded and dilated, in ``calc``."""
+        # Operands are converted to the result type first (the spec's
+        # mixed-type reading), then to the calculation type (exact).
+        x = np.transpose(lhs, order).astype(work, copy=False).astype(calc, copy=False)
+        if not pad.any() and all(d == 1 for d in lhs_dil):
+            return x
+        return pad_spatial(x, pad[:, 0], pad[:, 1], [d - 1 for d in lhs_dil],
+                           [order.index(d) for d in isp])
+
+    def _im2col_cl(lhs, rhs, pad, geo, calc):
+        """Channels-last im2col: rows (Nb, out...), columns (K..., Cg)."""
+        N, C, P, K, out_sp, Nb, Cg, Og, nout, ksize = geo
+        x = padded_lhs(lhs, pad, (ib,) + isp + (if_,), calc)  # (N, P..., C)
+        Lc = np.moveaxis(x.reshape((B, Nb) + tuple(P) + (G, Cg)), 2 + ns, 1)
+        # Lc: (B, G, Nb, P..., Cg)
+        win = np.lib.stride_tricks.sliding_window_view(
+            Lc, [(k - 1) * d + 1 for k, d in zip(K, rhs_dil)], axis=tuple(range(3, 3 + ns)))
+        sel = (slice(None),) * 3 + tuple(slice(None, None, s) for s in strides) \
+            + (slice(None),) + tuple(slice(None, None, d) for d in rhs_dil)
+        win = win[sel]  # (B, G, Nb, out..., Cg, K...)
+        order = tuple(range(3 + ns)) + tuple(range(4 + ns, 4 + 2 * ns)) + (3 + ns,)
+        cols = np.ascontiguousarray(win.transpose(order)).reshape(B, G, Nb * nout, ksize * Cg)
+        # kernel (B, G, Og, Cg, K...) -> (B, G, K..., Cg, Og)
+        R = rhs.reshape((B, G, Og, Cg) + tuple(K))
+        korder = (0, 1) + tuple(range(4, 4 + ns)) + (3, 2)
+        Rm = np.ascontiguousarray(R.transpose(korder), dtype=calc).reshape(B, G, ksize * Cg, Og)
+        acc = _matmul(cols, Rm).reshape((B, G, Nb) + tuple(out_sp) + (Og,))
+        # -> (Nb, B, G, Og, out...)
+        acc = np.moveaxis(acc, 3 + ns, 3)
+        acc = acc.transpose((2, 0, 1) + tuple(range(3, 4 + ns)))
+        return acc.reshape((Nb, B * G * Og) + tuple(out_sp))
+
+    def _im2col_cf(lhs, rhs, pad, geo, calc):
+        """Channels-first im2col: columns (Cg, K...) per window. When the
+        output rows are at least as long as the kernel rows, per image (Cg*K) x
+        (out...), so that the kernel (Og, Cg*K) times it gives (Og, out...)
+        -- NCHW -- directly; else (as in a weight gradient: a large "kernel",
+        a few outputs) rows (out..., Nb) times the kernel transposed, so that
+        the copy moves whole kernel rows."""
+        N, C, P, K, out_sp, Nb, Cg, Og, nout, ksize = geo
+        x = padded_lhs(lhs, pad, (ib, if_) + isp, calc)  # (N, C, P...)
+        L = x.reshape((B, Nb, G, Cg) + tuple(P))
+        win = np.lib.stride_tricks.sliding_window_view(
+            L, [(k - 1) * d + 1 for k, d in zip(K, rhs_dil)], axis=tuple(range(4, 4 + ns)))
+        sel = (slice(None),) * 4 + tuple(slice(None, None, s) for s in strides) \
+            + tuple(slice(None, None, d) for d in rhs_dil)
+        win = win[sel]  # (B, Nb, G, Cg, out..., K...)
+        out_axes = tuple(range(4, 4 + ns))
+        k_axes = tuple(range(4 + ns, 4 + 2 * ns))
+        # The copy's inner loop runs along the last output or kernel axis:
+        # the longer one.
+        if out_sp[-1] >= K[-1]:
+            # (B, G, Nb, K..., Cg, out...): the contraction runs over (K..., Cg)
+            # as in the channels-last form (and XLA's kernels): the same sums.
+            cols = np.ascontiguousarray(win.transpose((0, 2, 1) + k_axes + (3,) + out_axes))
+            cols = cols.reshape(B, G, Nb, ksize * Cg, nout)
+            R = rhs.reshape((B, G, Og, Cg, ksize)).swapaxes(-1, -2)
+            R = np.ascontiguousarray(R, dtype=calc).reshape(B, G, 1, Og, ksize * Cg)
+            acc = _matmul(R, cols)  # (B, G, Nb, Og, nout)
+            acc = acc.transpose(2, 0, 1, 3, 4)
+        else:
+            R = np.ascontiguousarray(rhs, dtype=calc).reshape(B, G, Og, Cg * ksize)
+            # (B, G, out..., Nb, Cg, K...)
+            cols = np.ascontiguousarray(win.transpose((0, 2) + out_axes + (1, 3) + k_axes))
+            cols = cols.reshape(B, G, nout * Nb, Cg * ksize)
+            acc = _matmul(cols, R.swapaxes(-1, -2))  # (B, G, nout * Nb, Og)
+            acc = acc.reshape(B, G, nout, Nb, Og).transpose(3, 0, 1, 4, 2)
+        return acc.reshape((Nb, B * G * Og) + tuple(out_sp))
+
+    def _per_position(lhs, rhs, pad, geo, calc, cf):
+        """sum over kernel positions k of (lhs x kernel[k]) shifted by k: one
+        matmul over the padded lhs contracting Cg, K partials summed in
+        float64 (complex128)."""
+        N, C, P, K, out_sp, Nb, Cg, Og, nout, ksize = geo
+        acc_t = _wide(calc)
+        R = rhs.reshape((B, G, Og, Cg, ksize))
+        if cf:
+            x = padded_lhs(lhs, pad, (ib, if_) + isp, calc)  # (N, C, P...)
+            L = x.reshape((B, Nb, G, Cg, int(np.prod(P)))).swapaxes(1, 2)  # (B, G, Nb, Cg, P)
+            # (B, G, 1, K*Og, Cg) @ (B, G, Nb, Cg, P) -> (B, G, Nb, K, Og, P...)
+            W = np.ascontiguousarray(R.transpose(0, 1, 4, 2, 3), dtype=calc).reshape(
+                B, G, 1, ksize * Og, Cg)
+            Z = _matmul(W, L).reshape((B, G, Nb, ksize, Og) + tuple(P))
+            parts = [Z[(slice(None),) * 3 + (j, slice(None))
+                       + _window_slices(kpos, rhs_dil, out_sp, strides)]
+                     for j, kpos in enumerate(np.ndindex(*K))]
+            acc = _sum(parts, acc_t)  # (B, G, Nb, Og, out...)
+            acc = acc.transpose((2, 0, 1) + tuple(range(3, 4 + ns)))
+        else:
+            x = padded_lhs(lhs, pad, (ib,) + isp + (if_,), calc)  # (N, P..., C)
+            L = np.moveaxis(x.reshape((B, Nb) + tuple(P) + (G, Cg)), 2 + ns, 1)
+            L = L.reshape(B, G, Nb * int(np.prod(P)), Cg)
+            W = np.ascontiguousarray(R.transpose(0, 1, 3, 4, 2), dtype=calc).reshape(
+                B, G, Cg, ksize * Og)
+            Z = _matmul(L, W).reshape((B, G, Nb) + tuple(P) + (ksize, Og))
+            parts = [Z[(slice(None),) * 3 + _window_slices(kpos, rhs_dil, out_sp, strides)
+                       + (j, slice(None))]
+                     for j, kpos in enumerate(np.ndindex(*K))]
+            acc = _sum(parts, acc_t)  # (B, G, Nb, out..., Og)
+            acc = np.moveaxis(acc, 3 + ns, 3).transpose((2, 0, 1) + tuple(range(3, 4 + ns)))
+        return acc.reshape((Nb, B * G * Og) + tuple(out_sp))
+
+    def _kernel_loop(lhs, rhs, pad, geo, calc):
+        """One matmul per kernel position (im2col too large)."""
+        N, C, P, K, out_sp, Nb, Cg, Og, nout, ksize = geo
+        x = padded_lhs(lhs, pad, (ib, if_) + isp, calc)  # (N, C, P...)
+        L = x.reshape((B, Nb, G, Cg) + tuple(P)).swapaxes(1, 2)  # (B, G, Nb, Cg, P...)
+        R = rhs.reshape((B, G, Og, Cg) + tuple(K)).astype(calc, copy=False)
+        acc = np.zeros((B, G, Nb * nout, Og), dtype=calc)
+        for kpos in np.ndindex(*K):
+            part = L[(slice(None),) * 4 + _window_slices(kpos, rhs_dil, out_sp, strides)]
+            part = np.moveaxis(part, 3, -1).reshape(B, G, Nb * nout, Cg)
+            acc += _matmul(part, np.ascontiguousarray(R[(Ellipsis,) + kpos].swapaxes(-1, -2)))
+        acc = acc.reshape((B, G, Nb) + tuple(out_sp) + (Og,))
+        acc = np.moveaxis(acc, 3 + ns, 3).transpose((2, 0, 1) + tuple(range(3, 4 + ns)))
+        return acc.reshape((Nb, B * G * Og) + tuple(out_sp))
+
     return conv
+
+
+def _polyphase(conv, lhs_dil, reversal, dn, batch_groups, result_dtype):
+    """A stride-1 convolution of an lhs dilated by d as prod(d) convolutions
+    of the undilated lhs (``conv``: the same op without lhs dilation).
+
+    Along one spatial axis, output o = d*m + p reads padded position o + k,
+    which holds lhs element (o + k - lo) / d when that divides: only the
+    kernel taps k = c + d*j with c = (lo - p) mod d, and then element
+    m + j + e with e = (p + c - lo) / d. So the outputs of phase p are a
+    plain convolution of the lhs with the taps c, c + d, ... and padding -e
+    before: the same products, without the zeros.
+    """
+    isp = tuple(dn["input_spatial_dimensions"])
+    ksp = tuple(dn["kernel_spatial_dimensions"])
+    osp = tuple(dn["output_spatial_dimensions"])
+    ns = len(isp)
+    rev_axes = tuple(a for a, r in zip(ksp, reversal) if r)
+
+    def conv_dilated(lhs, rhs, padding):
+        pad = np.asarray(padding, dtype=np.int64).reshape(ns, 2) if padding is not None \
+            else np.zeros((ns, 2), dtype=np.int64)
+        if rev_axes:
+            rhs = np.flip(rhs, rev_axes)
+        S = [lhs.shape[a] for a in isp]
+        K = [rhs.shape[a] for a in ksp]
+        dims = [0] * (ns + 2)
+        dims[dn["output_batch_dimension"]] = lhs.shape[dn["input_batch_dimension"]] // batch_groups
+        dims[dn["output_feature_dimension"]] = rhs.shape[dn["kernel_output_feature_dimension"]]
+        for a, n, d, k, (lo, hi) in zip(osp, S, lhs_dil, K, pad.tolist()):
+            padded = max(0, (n - 1) * d + 1 + lo + hi) if n > 0 else max(0, lo + hi)
+            dims[a] = 0 if (padded == 0 or k > padded) else padded - k + 1
+        out = np.zeros(dims, dtype=result_dtype)
+        for phase in np.ndindex(*lhs_dil):
+            sub_pad, ridx, oidx = [], [slice(None)] * rhs.ndim, [slice(None)] * out.ndim
+            empty = False
+            for p, d, n, k, ka, oa, lo in zip(phase, lhs_dil, S, K, ksp, osp, pad[:, 0].tolist()):
+                m = -(-(dims[oa] - p) // d) if dims[oa] > p else 0  # outputs of this phase
+                c = (lo - p) % d
+                kc = -(-(k - c) // d) if k > c else 0  # taps c, c + d, ...
+                e = (p + c - lo) // d
+                sub_pad.append((-e, m + kc - 1 - n + e))
+                ridx[ka] = slice(c, None, d)
+                oidx[oa] = slice(p, None, d)
+                empty = empty or m == 0 or kc == 0
+            if not empty:
+                out[tuple(oidx)] = conv(lhs, rhs[tuple(ridx)], np.array(sub_pad, np.int64))
+        return out
+
+    return conv_dilated
+
+
+def _sum(parts, acc):
+    """parts[0] + parts[1] + ... in dtype ``acc`` (the first add converts)."""
+    if len(parts) == 1:
+        return np.array(parts[0], dtype=acc)
+    r = np.add(parts[0], parts[1], dtype=acc)
+    for p in parts[2:]:
+        np.add(r, p, out=r)
+    return r
 
 
 def _check(op):
@@ -181,7 +422,8 @@ def convolution(op):
     """spec: convolution. `precision_config` is ignored, as the spec allows.
 
     Operands are converted to the result element type first (integers then
-    wrap around in that type); narrow floats accumulate in f32.
+    wrap around in that type); narrow floats accumulate in f32, short float
+    dot products in float64.
     """
     _check(op)
     padding = op.attrs.get("padding")

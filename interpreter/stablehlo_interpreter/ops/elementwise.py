@@ -636,28 +636,61 @@ def _zero_big(r, big):
     return np.where(big, np.zeros_like(r), r)
 
 
+def _one_amount(info, b, a_shape):
+    """The unsigned shift amount as a Python int when ``b`` is one value (0-d,
+    or broadcast from one value over the shifted operand's shape), else None.
+    Fused chains (fusion.py) pass broadcast constants 0-d: one ufunc call
+    with a scalar per chunk, no mask arrays."""
+    if b.ndim == 0:
+        v = b[()]
+    elif b.shape == a_shape and b.size and not any(b.strides):
+        v = b[(0,) * b.ndim]
+    else:
+        return None
+    return int(v) & info.mask
+
+
 def _shift_builder(op, which):
     dt = operand_dtype(op)
     if kind(dt) != "int":
         unsupported_type(op, dt)
     info = IntInfo(dt)
+    native = not info.sub_byte
+    bits = info.bits
+    ucar, scar = (info.ucar, signed_like(dt)) if native else (None, None)
 
     if which == "left":
         def shift_left(a, b):
+            if native:
+                n = _one_amount(info, b, a.shape)
+                if n is not None:   # same bits as below, without mask arrays
+                    if n >= bits:
+                        return np.zeros(np.shape(a), dt)
+                    return np.left_shift(info.upat(a), ucar.type(n)).view(dt)
             amt, big = _shift_amount(info, b, a.shape)
             ua = info.upat(info.to_car(a))
             r = _zero_big(np.left_shift(ua, amt.astype(ua.dtype)), big)
             return info.from_car(r if info.sub_byte else r.astype(dt, copy=False))
-        return as_result(shift_left, dt)
+        return _with_invariant_amount(as_result(shift_left, dt), info, np.left_shift)
     if which == "logical":
         def shift_right_logical(a, b):
+            if native:
+                n = _one_amount(info, b, a.shape)
+                if n is not None:
+                    if n >= bits:
+                        return np.zeros(np.shape(a), dt)
+                    return np.right_shift(info.upat(a), ucar.type(n)).view(dt)
             amt, big = _shift_amount(info, b, a.shape)
             ua = info.upat(info.to_car(a))
             r = _zero_big(np.right_shift(ua, amt.astype(ua.dtype)), big)
             return info.from_car(r if info.sub_byte else r.astype(dt, copy=False))
-        return as_result(shift_right_logical, dt)
+        return _with_invariant_amount(as_result(shift_right_logical, dt), info, np.right_shift)
 
     def shift_right_arithmetic(a, b):
+        if native:
+            n = _one_amount(info, b, a.shape)
+            if n is not None:   # amounts >= the width fill with the sign bit
+                return np.right_shift(info.spat(a), scar.type(min(n, bits - 1))).view(dt)
         amt, big = _shift_amount(info, b, a.shape)
         sa = info.spat(info.to_car(a))
         r = np.right_shift(sa, amt.astype(sa.dtype))
@@ -665,7 +698,31 @@ def _shift_builder(op, which):
             fill = np.where(sa < 0, -np.ones_like(sa), np.zeros_like(sa))
             r = np.where(big, fill, r)
         return info.from_car(r if info.sub_byte else r.astype(dt, copy=False))
-    return as_result(shift_right_arithmetic, dt)
+    return _with_invariant_amount(as_result(shift_right_arithmetic, dt), info, np.right_shift,
+                                  arithmetic=True)
+
+
+def _with_invariant_amount(kernel, info, ufunc, arithmetic=False):
+    """Mark ``kernel`` for fused chains (fusion.py): with an amount that is
+    the same for every element (``b``, 0-d), ``ufunc(a, bind(b))`` gives the
+    kernel's bits when ``bind(b)`` is not None -- unsigned types for the
+    logical shifts (amounts >= the width give 0: bind is None, the kernel
+    runs), signed ones for the arithmetic shift (such amounts shift by
+    width - 1, filling with the sign bit)."""
+    if info.sub_byte or info.signed != arithmetic:
+        return kernel
+    bits, mask = info.bits, info.mask
+    scalar = info.dtype.type
+
+    if arithmetic:
+        def bind(b):
+            return scalar(min(int(b) & mask, bits - 1))
+    else:
+        def bind(b):
+            n = int(b) & mask
+            return scalar(n) if n < bits else None
+    kernel.invariant_ufunc = (ufunc, bind)
+    return kernel
 
 
 @kernel("stablehlo.shift_left")

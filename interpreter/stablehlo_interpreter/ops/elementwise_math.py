@@ -12,6 +12,8 @@ import numpy as np
 from ..registry import kernel
 from .elementwise import (
     C128,
+    F16,
+    F32,
     F64,
     _complex_divide,
     _via,
@@ -151,7 +153,13 @@ def tanh(op):
 
 @kernel("stablehlo.sqrt")
 def sqrt(op):
-    """spec: sqrt. Correctly rounded (sqrt in float64 then one rounding is exact)."""
+    """spec: sqrt. Correctly rounded: IEEE 754 requires it of every sqrt
+    (numpy's float16/float32 loops included, on every host), so those types
+    skip the float64 detour; others take it (one rounding of the float64
+    root is exact)."""
+    dt = operand_dtype(op)
+    if dt in (F16, F32):
+        return as_result(np.sqrt, result_dtype(op))
     return _transcendental(op, np.sqrt, np.sqrt)
 
 

@@ -1,11 +1,14 @@
 """Indexed data movement: gather, dynamic_gather and scatter.
 
 Both ops map every element of one side (the gather result, the scatter
-updates) to an index of the other side (the operand). The kernels build that
-whole index grid at once with numpy broadcasting -- one integer array per
-operand dimension, shaped like the result/updates -- and then use advanced
-indexing, so no Python code runs per element. Grid parts that only depend on
-static shapes are cached per shape combination.
+updates) to an index of the other side (the operand). The kernels compute
+that map as one row-major linear operand index per element, from the
+un-broadcast parts (a start index per batch position, an offset per window
+position) with numpy broadcasting, and then move the data with one
+``np.take`` / ``ufunc.at`` call, so no Python code runs per element. The most
+common gather (one indexed axis, full slices elsewhere: ``x[idx]``) is a
+single ``np.take`` along that axis. Grid parts that only depend on static
+shapes are cached per shape combination.
 """
 
 import numpy as np
@@ -30,16 +33,6 @@ def as_index(a):
     return a.astype(np.int64)
 
 
-def _start_index_vectors(indices, index_vector_dim):
-    """Start indices with the index vector moved last: shape ``B + (K,)``.
-
-    ``index_vector_dim == rank`` means an implicit trailing dimension of 1.
-    """
-    if index_vector_dim >= indices.ndim:
-        return indices[..., None]
-    return np.moveaxis(indices, index_vector_dim, -1)
-
-
 def _batch_position(d_start, index_vector_dim):
     """Axis of the batch index (indices without the index vector) for d_start."""
     return d_start - (0 if d_start < index_vector_dim else 1)
@@ -58,7 +51,22 @@ def _place(arr_shape_b, full_rank, batch_axes):
 
 
 class _GatherPlan:
-    """Static part of a gather for one (operand, indices, slice sizes) shape."""
+    """Static part of a gather for one (operand, indices, slice sizes) shape.
+
+    Two schedules, both plain copies of operand elements (so bit-identical):
+
+    * ``take``: one start index component, full slices along every other
+      operand dim and a slice of 1 along the indexed one (``x[idx]``, row and
+      embedding lookups, the probe of ``jnp.searchsorted``): one
+      ``np.take(mode="clip")`` along that axis -- its clip to ``[0, n - 1]``
+      is the spec's clamp to ``[0, dim - slice_size]`` -- and a transpose
+      into the result's dim order (a view).
+    * ``linear``: everything else (``take_along_axis``, multi-dim starts,
+      windows). The row-major linear operand index of every result element
+      is a precomputed static part (offsets within the slice, batching
+      aranges) plus the clamped start components times their strides; one
+      ``np.take`` on the flat operand reads them all.
+    """
 
     def __init__(self, dn, operand_shape, index_shape, slice_sizes):
         rank = len(operand_shape)
@@ -82,39 +90,145 @@ class _GatherPlan:
         for d, od in zip(kept, offset_dims):
             self.result_shape[od] = slice_sizes[d]
         self.result_shape = tuple(self.result_shape)
-        self.batch_dims = batch_dims
-        self.batch_shape = batch_shape
+        self.empty = (int(np.prod(self.result_shape, dtype=np.int64)) == 0)
         # Clamp bounds per start index component (spec: clamp to
         # dim(operand) - slice_sizes).
-        self.upper = np.array([operand_shape[d] - slice_sizes[d]
-                               for d in self.start_index_map], dtype=np.int64)
-        # Static per-dimension parts: offsets within the slice plus the batching
-        # index (an arange over the matching batch axis).
-        static = [np.zeros((1,) * out_rank, dtype=np.int64) for _ in range(rank)]
+        self.upper = [max(int(operand_shape[d] - slice_sizes[d]), 0)
+                      for d in self.start_index_map]
+        self.start_shape = _place(batch_shape, out_rank, batch_dims)
+        sim = self.start_index_map
+        if (len(sim) == 1 and not obatch and collapsed <= {sim[0]}
+                and slice_sizes[sim[0]] == 1 and operand_shape[sim[0]] >= 1
+                and all(slice_sizes[d] == operand_shape[d] for d in range(rank)
+                        if d != sim[0])):
+            self.mode = "take"
+            d = sim[0]
+            self.axis = d
+            nb = len(batch_shape)
+            # np.take's result dims: operand dims before d, the batch dims,
+            # (d itself as a size-1 dim when it is not collapsed), the rest.
+            self.keep_d = d not in collapsed
+            take_axis = {k: k for k in range(d)}
+            if self.keep_d:
+                take_axis[d] = d + nb
+            for k in range(d + 1, rank):
+                take_axis[k] = k + nb - 1 + (1 if self.keep_d else 0)
+            perm = [0] * out_rank
+            for j, r in enumerate(batch_dims):
+                perm[r] = d + j
+            for k, od in zip(kept, offset_dims):
+                perm[od] = take_axis[k]
+            self.perm = None if perm == list(range(out_rank)) else tuple(perm)
+            return
+        self.mode = "linear"
+        strides = [1] * rank
+        for d in range(rank - 2, -1, -1):
+            strides[d] = strides[d + 1] * int(operand_shape[d + 1])
+        # Linear indices in int32 when the operand allows (half the memory
+        # traffic; np.take reads them as fast as int64).
+        lin_dt = np.int32 if int(np.prod(operand_shape, dtype=np.int64)) < 2**31 else np.int64
+        self.lin_dt = np.dtype(lin_dt)
+        self.strides = [strides[d] for d in sim]
+        # Static part of the linear index: offsets within the slice plus the
+        # batching index (an arange over the matching batch axis).
+        static = np.zeros((1,) * out_rank, dtype=lin_dt)
         for d, od in zip(kept, offset_dims):
             shape = [1] * out_rank
             shape[od] = slice_sizes[d]
-            static[d] = np.arange(slice_sizes[d], dtype=np.int64).reshape(shape)
+            static = static + (np.arange(slice_sizes[d], dtype=lin_dt)
+                               * lin_dt(strides[d])).reshape(shape)
         for od_, is_ in zip(obatch, ibatch):
             ax = batch_dims[_batch_position(is_, ivd)]
             shape = [1] * out_rank
             shape[ax] = self.result_shape[ax]
-            static[od_] = np.arange(self.result_shape[ax], dtype=np.int64).reshape(shape)
-        self.static = static
-        self.start_shape = _place(batch_shape, out_rank, batch_dims)
-        self.empty = (int(np.prod(self.result_shape, dtype=np.int64)) == 0)
+            static = static + (np.arange(self.result_shape[ax], dtype=lin_dt)
+                               * lin_dt(strides[od_])).reshape(shape)
+        self.static = static if static.any() else None
+        # The starts' shape holds the sum (no window dims wider than 1).
+        self.static_into_starts = all(n == 1 or n == m for n, m in
+                                      zip(static.shape, self.start_shape))
 
     def __call__(self, operand, indices):
         if self.empty:
             return np.empty(self.result_shape, dtype=operand.dtype)
-        starts = _start_index_vectors(as_index(indices), self.ivd)
-        # Clamp so the whole slice stays in bounds (spec: gather semantics).
-        starts = np.clip(starts, 0, np.maximum(self.upper, 0))
-        idx = list(self.static)
-        for k, d in enumerate(self.start_index_map):
-            idx[d] = idx[d] + starts[..., k].reshape(self.start_shape)
-        # A 0-d result of advanced indexing is a numpy scalar: keep it an array.
-        return np.asarray(operand[tuple(idx)])
+        indices = _take_index(indices)
+        if self.mode == "take":
+            idx = indices if self.ivd >= indices.ndim else _component(indices, self.ivd, 0)
+            out = np.take(operand, idx, axis=self.axis, mode="clip")
+            if self.keep_d:
+                out = np.expand_dims(out, self.axis + idx.ndim)
+            if self.perm is not None:
+                out = out.transpose(self.perm)
+            # A 0-d result of take is a numpy scalar: keep it an array.
+            return np.asarray(out)
+        lin = None
+        ivd_last = self.ivd >= indices.ndim
+        for k, stride in enumerate(self.strides):
+            s = indices if ivd_last else _component(indices, self.ivd, k)
+            # Clamp in the index type (values stay within it), then scale and
+            # sum in place in the linear index type: few full-size temporaries.
+            c = np.asarray(_clamp(s, self.upper[k]))  # ufuncs make 0-d results scalars
+            if c is s or c.dtype != self.lin_dt:
+                c = c.astype(self.lin_dt)
+            c = c.reshape(self.start_shape)
+            if stride != 1:
+                np.multiply(c, self.lin_dt.type(stride), out=c)
+            lin = c if lin is None else np.add(lin, c, out=lin)
+        if self.static is not None:
+            if lin is None:
+                lin = self.static
+            elif self.static_into_starts:
+                np.add(lin, self.static, out=lin)
+            else:
+                lin = lin + self.static
+        if lin is None:
+            lin = np.zeros((1,) * len(self.result_shape), dtype=self.lin_dt)
+        lin = np.broadcast_to(lin, self.result_shape)
+        flat = operand.reshape(-1)  # a copy only for a non-contiguous operand
+        return np.asarray(flat.take(lin))
+
+
+# Index types np.take and np.clip handle natively; others (uint64, which does
+# not cast to intp, and the ml_dtypes sub-byte ints) go through as_index.
+_NATIVE_INDEX = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64,
+                                                np.uint8, np.uint16, np.uint32))
+
+
+def _component(indices, ivd, k):
+    """Start index component ``k`` (a view of ``indices`` without ``ivd``)."""
+    return indices[(slice(None),) * ivd + (k,)]
+
+
+_INT_RANGE = {}
+
+
+def _int_range(dt):
+    r = _INT_RANGE.get(dt)
+    if r is None:
+        info = np.iinfo(dt)
+        r = _INT_RANGE[dt] = (int(info.min), int(info.max))
+    return r
+
+
+# Below this many elements np.clip's Python wrappers cost more than a second
+# pass of np.maximum/np.minimum.
+_SMALL = 4096
+
+
+def _clamp(s, upper):
+    """``s`` clamped to ``[0, upper]`` in its own integer type."""
+    lo, hi = _int_range(s.dtype)
+    if upper >= hi:
+        return np.maximum(s, s.dtype.type(0)) if lo < 0 else s
+    if s.size < _SMALL:
+        z = s.dtype.type(0)
+        return np.minimum(np.maximum(s, z) if lo < 0 else s, s.dtype.type(upper))
+    return np.clip(s, 0, upper)
+
+
+def _take_index(indices):
+    indices = np.asarray(indices)
+    return indices if indices.dtype in _NATIVE_INDEX else as_index(indices)
 
 
 def _gather_runner(dn, static_slice_sizes=None):
@@ -159,8 +273,12 @@ class _ScatterPlan:
     """Static part of a scatter: the linear operand index of every update element.
 
     Update elements whose result index is out of bounds are dropped (spec:
-    `updated_results = results` for them); ``order`` lists the kept elements
-    in row-major update order, which is the schedule applied.
+    `updated_results = results` for them); the kept ones, in row-major update
+    order, are the schedule applied. Per operand dim the index is a start
+    component (shaped like the scatter batch), an offset (an arange over a
+    window or batching dim, static) or both; the linear index and the bounds
+    test are built from those un-broadcast parts, with the common cases --
+    a start alone, no offset, stride 1 -- kept in the index type.
     """
 
     def __init__(self, dn, input_shape, index_shape, update_shape):
@@ -179,17 +297,35 @@ class _ScatterPlan:
                                   scatter_dims)
         window_operand_dims = [d for d in range(rank) if d not in inserted
                                and d not in ibatch]
-        static = [np.zeros((1,) * urank, dtype=np.int64) for _ in range(rank)]
+        strides = [1] * rank
+        for d in range(rank - 2, -1, -1):
+            strides[d] = strides[d + 1] * int(input_shape[d + 1])
+        # Offsets per operand dim (None: 0) and their static part of the
+        # linear index and of the bounds test, for dims without a start.
+        offsets = [None] * rank
         for d, ud in zip(window_operand_dims, uwd):
             shape = [1] * urank
             shape[ud] = update_shape[ud]
-            static[d] = np.arange(update_shape[ud], dtype=np.int64).reshape(shape)
+            offsets[d] = np.arange(update_shape[ud], dtype=np.int64).reshape(shape)
         for d, sd in zip(ibatch, sbatch):
             ax = scatter_dims[_batch_position(sd, ivd)]
             shape = [1] * urank
             shape[ax] = update_shape[ax]
-            static[d] = np.arange(update_shape[ax], dtype=np.int64).reshape(shape)
-        self.static = static
+            offsets[d] = np.arange(update_shape[ax], dtype=np.int64).reshape(shape)
+        started = set(self.sd2od)
+        static_lin = 0
+        static_ok = True
+        for d in range(rank):
+            o = offsets[d]
+            if d in started or o is None:
+                continue
+            static_lin = static_lin + o * np.int64(strides[d])
+            if o.size > input_shape[d]:
+                static_ok = static_ok & (o < input_shape[d])
+        self.static_lin = static_lin
+        self.static_ok = static_ok
+        self.started = [(k, d, offsets[d], int(input_shape[d]), strides[d])
+                        for k, d in enumerate(self.sd2od)]
         self.update_shape = tuple(update_shape)
         self.size = int(np.prod(update_shape, dtype=np.int64))
 
@@ -198,27 +334,45 @@ class _ScatterPlan:
         if self.size == 0:
             z = np.zeros(0, dtype=np.int64)
             return z, z
-        starts = _start_index_vectors(as_index(indices), self.ivd)
-        idx = list(self.static)
-        for k, d in enumerate(self.sd2od):
-            idx[d] = idx[d] + starts[..., k].reshape(self.start_shape)
-        # Bounds and the row-major linear index on the un-broadcast index
-        # arrays (a start per update row, an offset per window element):
-        # one full-size array is built, for `lin`.
-        ok = True
-        lin = np.int64(0)
-        stride = 1
-        for i, n in zip(reversed(idx), reversed(self.input_shape)):
-            ok = ok & ((i >= 0) & (i < n))
-            lin = lin + i * np.int64(stride)
-            stride *= int(n)
+        indices = _take_index(indices)
+        ivd_last = self.ivd >= indices.ndim
+        lin = self.static_lin
+        ok = self.static_ok
+        for k, d, off, n, stride in self.started:
+            s = indices if ivd_last else _component(indices, self.ivd, k)
+            s = s.reshape(self.start_shape)
+            if off is not None:
+                s = s.astype(np.int64) + off
+            ok_d = _in_bounds(s, n)
+            if ok_d is not None:
+                ok = ok_d if ok is True else ok & ok_d
+            if stride != 1:
+                s = np.multiply(s, stride, dtype=np.int64)
+            if isinstance(lin, int) and lin == 0:
+                lin = s
+            else:
+                lin = np.add(lin, s, dtype=np.int64)
         lin = np.broadcast_to(lin, self.update_shape).reshape(-1)
-        ok = np.broadcast_to(ok, self.update_shape)
-        if ok.all():
+        if ok is True or ok.all():
             # Every element in bounds: ``pos`` selects all of them (a view).
-            return lin.astype(np.int64, copy=False), slice(None)
-        pos = np.flatnonzero(ok)
-        return lin[pos].astype(np.int64, copy=False), pos
+            return lin, slice(None)
+        pos = np.flatnonzero(np.broadcast_to(ok, self.update_shape))
+        return lin[pos], pos
+
+
+def _in_bounds(i, n):
+    """``0 <= i < n`` for an integer array ``i`` (None: always true).
+
+    One comparison: a signed index viewed as unsigned of its width puts the
+    negative ones above every valid index.
+    """
+    dt = i.dtype
+    hi = _int_range(dt)[1]
+    if dt.kind == "u":
+        return None if n > hi else i < n
+    if n > hi:
+        return i >= 0
+    return i.view(dt.str.replace("i", "u")) < n
 
 
 def replaced_args(block):
@@ -274,14 +428,13 @@ def apply_updates(results, lin, values, body, batchable, fast, region):
         fast.at(results[0], lin, values[0])
         return
     if fast is not None and fast[0] == "replace":
-        # Last write per target wins (positions >= n are updates).
-        rev = lin[::-1]
-        _, first = np.unique(rev, return_index=True)
-        keep = lin.size - 1 - first
+        # Result i takes update p - n (p >= n) or keeps its value (p == i,
+        # see update_strategy): the last write per target wins.
+        keep = last_writes(lin, results[0].size)
         tgt = lin[keep]
         for i, p in enumerate(fast[1]):
-            src = values[p - n] if p >= n else results[p]
-            results[i][tgt] = src[keep] if p >= n else src[tgt]
+            if p >= n:
+                results[i][tgt] = values[p - n][keep]
         return
     if batchable:
         for sel in occurrence_rounds(lin):
@@ -300,10 +453,31 @@ def apply_updates(results, lin, values, body, batchable, fast, region):
             r[t] = o
 
 
+def last_writes(lin, size):
+    """Positions ``j`` of ``lin`` that no later position overwrites
+    (``lin[k] != lin[j]`` for all ``k > j``), in increasing order."""
+    m = lin.size
+    if m <= 1:
+        return np.arange(m)
+    if size <= 4 * m:
+        # Dense: the largest position per target, in O(m + size).
+        last = np.full(size, -1, dtype=np.int64)
+        pos = np.arange(m, dtype=np.int64)
+        np.maximum.at(last, lin, pos)
+        return np.flatnonzero(last[lin] == pos)
+    rev = lin[::-1]
+    _, first = np.unique(rev, return_index=True)
+    return np.sort(m - 1 - first)
+
+
 def update_strategy(op, block, dtype):
     """Pick the fast path for a scatter-like update body at compile time."""
     rep = replaced_args(block)
-    if rep is not None:
+    n = len(block.result_slots)
+    if rep is not None and all(p == i or p >= n for i, p in enumerate(rep)):
+        # Only updates and kept values: the last update per target decides.
+        # (A body returning another result's value, e.g. a swap, depends on
+        # the order of duplicate updates: the general paths below run it.)
         return ("replace", rep), False
     kind = reducer_kind(block)
     if kind is not None:

@@ -15,8 +15,29 @@ def compute_dtype(dtype):
     return np.complex128 if dtypes.is_complex(dtype) else np.float64
 
 
+# Up to this many matrices, one LAPACK ?potrf call each (single-threaded
+# below blas.SMALL_GEMM_MACS); more go to numpy's batched gufunc, whose fixed
+# cost per call (copies into Fortran order, its own threading) is ~2x a
+# potrf of 256x256 but is shared by the whole batch.
+_POTRF_MAX_BATCH = 16
+
+
 def _cholesky_lower(h):
-    """Lower Cholesky factors of the Hermitian batch ``h``; NaN where not PD."""
+    """Lower Cholesky factors of the Hermitian batch ``h`` (only its lower
+    triangle is read); NaN where not positive definite (LAPACK's info > 0)."""
+    batch = h.shape[:-2]
+    n = h.shape[-1]
+    if int(np.prod(batch, dtype=np.int64)) <= _POTRF_MAX_BATCH:
+        from scipy.linalg import lapack
+        potrf, = lapack.get_lapack_funcs(("potrf",), (h,))
+        call = small_lapack if n ** 3 < SMALL_GEMM_MACS else (
+            lambda f, *args, **kw: f(*args, **kw))
+        out = np.empty(h.shape, dtype=h.dtype)
+        for idx in np.ndindex(*batch):
+            c, info = call(potrf, h[idx], lower=1, clean=1)
+            out[idx] = c if info == 0 else np.nan
+        return out
+    h = np.tril(h) + np.conj(np.swapaxes(np.tril(h, -1), -1, -2))
     try:
         return np.linalg.cholesky(h)
     except np.linalg.LinAlgError:
@@ -35,10 +56,11 @@ def _cholesky_lower(h):
 def cholesky(op):
     """spec: cholesky (docs/spec.md#cholesky).
 
-    Reads only the triangle `lower` names (the input is taken as Hermitian).
-    The other triangle of the result, implementation-defined by the spec, is
-    zero, and a matrix that is not positive definite gives all NaNs: both as
-    XLA CPU does.
+    Reads only the triangle `lower` names (the input is taken as Hermitian;
+    for complex input the imaginary part of the diagonal is ignored, as
+    LAPACK's ?potrf does). The other triangle of the result,
+    implementation-defined by the spec, is zero, and a matrix that is not
+    positive definite gives all NaNs: both as XLA CPU does.
     """
     lower = bool(op.attrs.get("lower", False))
     out_dtype = op.result_types[0].dtype
@@ -48,19 +70,16 @@ def cholesky(op):
         if a.size == 0:
             return np.zeros(a.shape, dtype=out_dtype)
         a = a.astype(cdt)
-        if lower:
-            tri = np.tril(a)
-            h = tri + np.conj(np.swapaxes(np.tril(a, -1), -1, -2))
-        else:
-            tri = np.triu(a)
-            h = tri + np.conj(np.swapaxes(np.triu(a, 1), -1, -2))
         if dtypes.is_complex(cdt):
-            # The diagonal of a Hermitian matrix is real.
-            idx = np.arange(h.shape[-1])
-            h[..., idx, idx] = h[..., idx, idx].real
-        ll = _cholesky_lower(h)
-        res = ll if lower else np.conj(np.swapaxes(ll, -1, -2))
-        return np.ascontiguousarray(res).astype(out_dtype)
+            a = a.copy()
+            idx = np.arange(a.shape[-1])
+            a[..., idx, idx] = a[..., idx, idx].real
+        if lower:
+            return np.ascontiguousarray(_cholesky_lower(a)).astype(out_dtype)
+        # The upper factor U = L^H of the Hermitian matrix whose lower
+        # triangle is the conjugate transpose of a's upper one.
+        ll = _cholesky_lower(np.conj(np.swapaxes(a, -1, -2)))
+        return np.ascontiguousarray(np.conj(np.swapaxes(ll, -1, -2))).astype(out_dtype)
     return run
 
 
@@ -92,19 +111,21 @@ def _trsm(a, b, batch, left, lower, unit, trans):
     """Batched triangular solve by one BLAS ?trsm per matrix (scipy's BLAS)."""
     from scipy.linalg import blas
     fn, = blas.get_blas_funcs(("trsm",), (a, b))
-    a = np.broadcast_to(a, batch + a.shape[-2:])
-    b = np.broadcast_to(b, batch + b.shape[-2:])
     t = _TRANS[trans]
     if t == 2 and not np.iscomplexobj(a):
         t = 1
-    out = np.empty(b.shape, dtype=b.dtype)
     # One BLAS thread below SMALL_GEMM_MACS (see blas.py: on a busy 2-core
     # machine a threaded 64x64 trsm waits ~20 ms for its second thread).
     call = small_lapack if a.shape[-1] ** 2 * max(b.shape[-2:]) < SMALL_GEMM_MACS else (
         lambda f, *args, **kw: f(*args, **kw))
+    kw = {"side": 0 if left else 1, "lower": int(lower), "trans_a": t, "diag": int(unit)}
+    if not batch:
+        return call(fn, 1.0, a, b, overwrite_b=1, **kw)   # b: the caller's copy
+    a = np.broadcast_to(a, batch + a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:])
+    out = np.empty(b.shape, dtype=b.dtype)
     for idx in np.ndindex(*batch):
-        out[idx] = call(fn, 1.0, a[idx], b[idx], side=0 if left else 1,
-                        lower=int(lower), trans_a=t, diag=int(unit))
+        out[idx] = call(fn, 1.0, a[idx], b[idx], **kw)
     return out
 
 
@@ -130,13 +151,19 @@ def triangular_solve(op):
         if b.size == 0 or a.size == 0:
             # Shapes may be dynamic: the result has b's shape.
             return np.zeros(b.shape, dtype=out_dtype)
+        if a.ndim == 2 and b.ndim == 2:
+            # One matrix: convert straight into the Fortran order BLAS
+            # reads (C-ordered operands would be copied once more).
+            a = np.asfortranarray(a, dtype=cdt)
+            b = np.array(b, dtype=cdt, order="F")    # a copy: trsm overwrites it
+            return _trsm(a, b, (), left, lower, unit, trans).astype(out_dtype, order="C")
         a = a.astype(cdt)
         b = b.astype(cdt)
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         if int(np.prod(batch, dtype=np.int64)) <= a.shape[-1]:
             # Few matrices: one BLAS ?trsm call each (no pivoting or
             # singularity check, so a zero diagonal gives inf/NaN as XLA).
-            return _trsm(a, b, batch, left, lower, unit, trans).astype(out_dtype)
+            return _trsm(a, b, batch, left, lower, unit, trans).astype(out_dtype, order="C")
         m = np.tril(a) if lower else np.triu(a)
         eff_lower = lower
         if trans != "NO_TRANSPOSE":

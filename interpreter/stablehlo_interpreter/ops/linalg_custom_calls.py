@@ -450,19 +450,22 @@ def lu(op):
     cdt = compute_dtype(t.dtype)
 
     def run(a):
-        a = np.asarray(a).astype(cdt)
+        a = np.asarray(a)
         batch = a.shape[:-2]
         m, n = a.shape[-2:]
         k = min(m, n)
-        lu_out = np.empty(a.shape, dtype=cdt)
+        lu_out = np.empty(a.shape, dtype=out_dtypes[0])
         piv = np.zeros(batch + (k,), dtype=np.int64)
         if a.size:
-            getrf = _lapack("getrf", a)
+            getrf = _lapack("getrf", np.empty((m, n), cdt))
             for idx in np.ndindex(*batch):
-                f, p, info = getrf(a[idx])
+                # Converted straight into the Fortran order getrf works in,
+                # which it then overwrites (no further copy).
+                x = np.array(a[idx], dtype=cdt, order="F")
+                f, p, info = getrf(x, overwrite_a=1)
                 if info < 0:   # an illegal argument: never for valid shapes
                     raise ValueError(f"@stablehlo_ref.lu: getrf info={info}")
-                lu_out[idx] = f
+                lu_out[idx] = f    # rounds once to the result type
                 piv[idx] = p
         perm = pivots_to_permutation(piv, m)
         return _results([lu_out, piv, perm], out_dtypes)

@@ -32,6 +32,7 @@ evaluation.
 import numpy as np
 
 from .. import dtypes
+from ..pool import run_chunks
 from ..regions import reducer_kind
 
 F64 = np.dtype(np.float64)
@@ -53,6 +54,10 @@ _ARITH = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum,
 # narrower floats is far more accurate than one rounding of the result.
 _DIMS_LAST_MIN = 64
 _DIMS_LAST_MAX_KEPT = 16
+# Float sums of at least _PAR_MIN elements run in chunks of about _PAR_CHUNK
+# elements on the helper threads (pool.py): one long ufunc call per chunk.
+_PAR_MIN = 1 << 19
+_PAR_CHUNK = 1 << 17
 # Block length of the two-level float64 scan (sqrt(n) minimises the error
 # bound ~(n/B + B) eps; this is what it is for n = 1e6).
 _SCAN_BLOCK = 1024
@@ -131,6 +136,17 @@ class Reducer:
             n *= x.shape[a]
         kept = x.size // n if n else 0
         trailing = axes == tuple(range(x.ndim - len(axes), x.ndim))
+        if contiguous_ok and len(axes) and x.flags.c_contiguous and \
+                (x.dtype in dtypes.ML_FLOATS or self.acc.itemsize > x.dtype.itemsize):
+            # Narrow floats into a float64 (complex128) accumulator: reduce
+            # the array where it lies, run by run (no transposed copy).
+            if x.dtype in dtypes.ML_FLOATS:
+                x = x.astype(self.acc)
+            r = _reduce_runs(self.ufunc, x, axes, self.acc)
+            r = np.asarray(self.ufunc(init.astype(self.acc), r))
+            if self.kind == "add" and self.acc.kind == "f":
+                r = _negative_zero_sums(r, x, axes, init)
+            return r.astype(self.dtype)
         if contiguous_ok and len(axes) and n >= _DIMS_LAST_MIN and \
                 kept <= _DIMS_LAST_MAX_KEPT and (not trailing or not x.flags.c_contiguous):
             keep = [d for d in range(x.ndim) if d not in axes]
@@ -183,6 +199,108 @@ class Reducer:
             r = _blocked_cumsum(x, axis)
         r = self.ufunc(init.astype(self.acc), r)
         return np.asarray(r).astype(self.dtype)
+
+
+def _reduce_runs(ufunc, x, axes, acc):
+    """``ufunc`` reduction of C-contiguous ``x`` over ``axes`` in dtype ``acc``,
+    in place: adjacent axes merge into runs, reduced runs go innermost first.
+
+    A trailing run is contiguous: numpy's pairwise reduction (error ~log2(n)
+    eps of the accumulator). A leading run of ``n`` rows is summed in two
+    levels of about sqrt(n) terms each (``_reduce_leading``; error ~2 sqrt(n)
+    eps), a run in the middle sequentially (error ~n eps). With a float64
+    accumulator for float32 and narrower data each is far below one rounding
+    of the result (n eps64 < eps32 up to n = 2**29), and no transposed copy
+    of ``x`` is made: batch-norm statistics of an NHWC (64, 32, 32, 16) f32
+    array take 0.4 ms instead of 2.8 ms.
+    """
+    out_shape = tuple(size for d, size in enumerate(x.shape) if d not in axes)
+    runs = []   # [size, reduced]
+    for d, size in enumerate(x.shape):
+        red = d in axes
+        if runs and runs[-1][1] == red:
+            runs[-1][0] *= size
+        else:
+            runs.append([size, red])
+    x = x.reshape([size for size, _ in runs])
+    while any(red for _, red in runs):
+        if runs[-1][1]:
+            x = _reduce_last(ufunc, x, acc)
+            runs.pop()
+        elif runs[0][1]:
+            x = _reduce_leading(ufunc, x, acc)
+            runs.pop(0)
+        else:
+            i = next(k for k, (_, red) in enumerate(runs) if red)
+            x = ufunc.reduce(x, axis=i, dtype=acc)
+            runs.pop(i)
+    return np.reshape(x, out_shape)
+
+
+def _ranges(n, width):
+    return [(lo, min(lo + width, n)) for lo in range(0, n, width)]
+
+
+def _reduce_last(ufunc, x, acc):
+    """``ufunc.reduce(x, axis=-1, dtype=acc)`` of C-contiguous ``x``; from
+    _PAR_MIN elements on in chunks of about _PAR_CHUNK (whole rows, or
+    blocks of a long row whose partial results are then reduced pairwise)
+    on the helper threads. The chunks do not depend on the thread count."""
+    n = x.shape[-1]
+    if x.size < _PAR_MIN or n == 0:
+        return ufunc.reduce(x, axis=-1, dtype=acc)
+    rows = x.size // n
+    x2 = x.reshape(rows, n)
+    if n <= _PAR_CHUNK:
+        out = np.empty(rows, acc)
+
+        def run(lo, hi):
+            out[lo:hi] = ufunc.reduce(x2[lo:hi], axis=-1, dtype=acc)
+        run_chunks(run, _ranges(rows, max(1, _PAR_CHUNK // n)))
+    else:
+        blocks = _ranges(n, _PAR_CHUNK)
+        partial = np.empty((rows, len(blocks)), acc)
+
+        def run(lo, hi):
+            for j in range(lo, hi):
+                a, b = blocks[j]
+                partial[:, j] = ufunc.reduce(x2[:, a:b], axis=-1, dtype=acc)
+        run_chunks(run, [(j, j + 1) for j in range(len(blocks))])
+        out = ufunc.reduce(partial, axis=-1)
+    return out.reshape(x.shape[:-1])
+
+
+def _reduce_leading(ufunc, x, acc):
+    """``ufunc.reduce(x, axis=0, dtype=acc)`` for C-contiguous ``x`` in two
+    levels: ``b`` blocks of ``m`` rows are combined position by position
+    (one streaming pass over ``x``, ``b`` terms each), then the ``m`` partial
+    rows (and any rows left over). Error ~(b + m) eps instead of n eps."""
+    n = x.shape[0]
+    if n < 4 * _SCAN_BLOCK // 16:
+        return ufunc.reduce(x, axis=0, dtype=acc)
+    b = max(2, int(np.sqrt(n)))
+    m = n // b
+    head = x[:b * m].reshape((b, m * (x.size // n)))
+    if head.size >= _PAR_MIN:
+        # Groups of rows on the helper threads, then their partial rows in
+        # order: a third level of the same kind (the groups do not depend on
+        # the thread count).
+        bounds = _ranges(b, max(1, _PAR_CHUNK // head.shape[1]))
+        groups = np.empty((len(bounds), head.shape[1]), acc)
+
+        def run(lo, hi):
+            for k in range(lo, hi):
+                r0, r1 = bounds[k]
+                groups[k] = ufunc.reduce(head[r0:r1], axis=0, dtype=acc)
+        run_chunks(run, [(k, k + 1) for k in range(len(bounds))])
+        partial = ufunc.reduce(groups, axis=0)
+    else:
+        partial = ufunc.reduce(head, axis=0, dtype=acc)
+    partial = partial.reshape((m,) + x.shape[1:])
+    r = ufunc.reduce(partial, axis=0)
+    if b * m < n:
+        r = ufunc(r, ufunc.reduce(x[b * m:], axis=0, dtype=acc))
+    return r
 
 
 def _blocked_cumsum(x, axis):

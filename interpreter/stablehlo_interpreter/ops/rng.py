@@ -257,11 +257,19 @@ _RNG_KEY = "rng.generator"
 
 
 def _generator(ctx):
-    g = ctx.state.get(_RNG_KEY)
+    """The generator of this program and process, created on first use.
+
+    It lives with the compiled program, not the run: like XLA's
+    per-executable rng state, each execution continues where the last one
+    stopped (a `torch.randperm` per epoch must not repeat the same
+    permutation), and a freshly compiled program replays the same sequence
+    (seeded by replica and partition, so devices differ)."""
+    generators = ctx.program.state.setdefault(_RNG_KEY, {})
+    g = generators.get(ctx.process)
     if g is None:
         replica, partition = ctx.process
-        g = np.random.default_rng([0x5EED, int(replica), int(partition)])
-        ctx.state[_RNG_KEY] = g
+        g = generators.setdefault(ctx.process,
+                                  np.random.default_rng([0x5EED, int(replica), int(partition)]))
     return g
 
 

@@ -4,16 +4,22 @@ Windows are strided views of the padded (and base-dilated) input, never
 copies per output element:
 
 * reduce_window with a known reducer (add, max, ...; the shared table of
-  ``reducers``) reduces a ``sliding_window_view`` in one ufunc call (small
-  float-sum windows fold position by position in float64);
+  ``reducers``) folds strided slices of the padded input, one ufunc call per
+  window position over all windows at once, or, when the windows overlap,
+  one window axis at a time (a box reduction is separable): whichever reads
+  fewer elements; a long window axis is one ufunc reduce over a strided
+  view. Float sums and products accumulate in float64;
 * a prefix-scan window (JAX's cumsum/cummax/cumlogsumexp...) is an O(n)
   accumulate, or a log-depth tree scan for other elementwise bodies;
 * other bodies (several operands, argmax-style pairs, ...) are folded one
   window position at a time over all windows at once when the body is
   elementwise (``regions.is_batchable``), else element by element;
 * select_and_scatter folds `select` over window positions for all windows at
-  once, then applies `scatter` to the selected positions with the scatter
-  machinery of gather_scatter (ufunc.at or conflict-free rounds).
+  once (strided slices of the operand), keeping the selected position per
+  window; when windows do not overlap every operand element receives at most
+  one update, scatter(init, source), written in one assignment; otherwise
+  `scatter` is applied to the selected elements with the scatter machinery
+  of gather_scatter (ufunc.at or conflict-free rounds, in source order).
 """
 
 import numpy as np
@@ -64,8 +70,13 @@ class _Windows:
         self.wdims, self.strides, self.wdil = wdims, strides, wdil
         self.rank = r
         self.empty = (0 in self.out) or (0 in wdims)
+        self.unpadded = not any(self.lo) and not any(self.hi) and not any(self.interior)
+        self.plan = _plan(padded, self.out, wdims, strides, wdil)
 
     def pad(self, x, init):
+        """The padded input (``x`` itself, not a copy, when there is no padding)."""
+        if self.unpadded:
+            return x
         return pad_value(x, init, self.lo, self.hi, self.interior)
 
     def position_slices(self, pos):
@@ -177,10 +188,199 @@ def _tree_scan(body, xs, axis, reverse):
     return ys
 
 
-# Windows of up to this many elements are folded position by position
-# (vectorized over all windows, in the accumulation dtype); larger ones are
-# reduced over a strided view in one ufunc call.
+# Windows of up to this many elements may be folded position by position
+# (one ufunc call per position over all windows); larger ones are reduced
+# one window axis at a time.
 _POSITION_FOLD_MAX = 64
+# A window axis longer than this is reduced in one ufunc call over a strided
+# view instead of one call per position.
+_LONG_AXIS = 16
+# numpy's cost of one ufunc call, counted in elements read (~2 us).
+_CALL_COST = 2000
+
+
+def _plan(padded, out, wdims, strides, wdil):
+    """How a known reducer reduces the windows: ``("fold",)`` or
+    ``("axes", order)``, whichever reads fewer elements.
+
+    fold: one call per window position, each reading one element per window;
+    axes: the box is separable, so reduce one window axis at a time, the
+    axis that shrinks the array most first (each pass reads w slices of the
+    array as it is after that axis).
+    """
+    nout = int(np.prod(out, dtype=np.int64))
+    nwin = int(np.prod(wdims, dtype=np.int64))
+    costs = {}
+    if nwin <= _POSITION_FOLD_MAX:
+        costs[("fold",)] = nwin * (nout + _CALL_COST)
+    axes = [a for a, w in enumerate(wdims) if w > 1]
+    if len(axes) > 1 or nwin > _POSITION_FOLD_MAX:
+        shape = [o if w == 1 else p for p, o, w in zip(padded, out, wdims)]
+        order = sorted(axes, key=lambda a: out[a] / max(shape[a], 1))
+        cost = 0
+        for a in order:
+            shape[a] = out[a]
+            size = int(np.prod(shape, dtype=np.int64))
+            w = wdims[a]
+            cost += w * (size + _CALL_COST) if w <= _LONG_AXIS else w * size + _CALL_COST
+        costs[("axes", tuple(order))] = cost
+    return min(costs, key=costs.get)
+
+
+def _axis_slice(ndim, axis, sl):
+    idx = [slice(None)] * ndim
+    idx[axis] = sl
+    return tuple(idx)
+
+
+def _fold(ufunc, parts, acc, first=None):
+    """``first op p0 op p1 ...`` (left to right) over the arrays ``parts``,
+    in dtype ``acc``; the first call allocates the result (with the
+    conversion to ``acc`` inside the ufunc), the others update it in place."""
+    r = first
+    for v in parts:
+        if r is None:
+            r = v
+        elif r is first or r is parts[0]:
+            r = ufunc(r, v, dtype=acc)
+        else:
+            ufunc(r, v, out=r)
+    if r is parts[0] or r is first:
+        r = np.array(r, dtype=acc)  # a single term: a copy in acc
+    return r
+
+
+def _reduce_axis(ufunc, x, axis, w, d, s, n, acc):
+    """Windows along one axis: ``r[..i..] = op_k x[..i*s + k*d..]`` for i < n."""
+    if w <= _LONG_AXIS:
+        return _fold(ufunc, [x[_axis_slice(x.ndim, axis, slice(k * d, k * d + (n - 1) * s + 1, s))]
+                             for k in range(w)], acc)
+    # One reduce over a (..., window, out, ...) view: with the window axis
+    # before the output axis numpy combines whole rows of the trailing axes
+    # (6x faster than reducing a trailing window axis); converted to acc
+    # first, since casting inside a reduce is buffered and slow.
+    x = x.astype(acc, copy=False)
+    st = x.strides
+    v = np.lib.stride_tricks.as_strided(
+        x, x.shape[:axis] + (w, n) + x.shape[axis + 1:],
+        st[:axis] + (d * st[axis], s * st[axis]) + st[axis + 1:], writeable=False)
+    if ufunc is np.add and acc.kind in "fc":
+        # numpy's reduce starts a sum from +0; -0 is the identity of IEEE
+        # addition (a sum of -0 terms is -0).
+        return ufunc.reduce(v, axis=axis, initial=-np.zeros((), acc))
+    return ufunc.reduce(v, axis=axis)
+
+
+def _reduce_windows(ufunc, padded, geo, acc, first=None, plan=None):
+    """``op`` over every window of ``padded``, in dtype ``acc``, as ``plan``
+    (default ``geo.plan``) says; ``first`` (fold only) is combined first."""
+    mode = plan or geo.plan
+    if mode[0] == "fold":
+        return _fold(ufunc, [padded[geo.position_slices(pos)] for pos in np.ndindex(*geo.wdims)],
+                     acc, first)
+    # Separable: axes with a window of 1 are subsampled (a view), then each
+    # window axis is reduced in turn.
+    x = padded[tuple(slice(0, (n - 1) * s + 1, s) if w == 1 else slice(None)
+                     for n, s, w in zip(geo.out, geo.strides, geo.wdims))]
+    for a in mode[1]:
+        x = _reduce_axis(ufunc, x, a, geo.wdims[a], geo.wdil[a], geo.strides[a],
+                         geo.out[a], acc)
+    return np.asarray(x, dtype=acc)  # each axis pass made a new array
+
+
+def _is_identity(red, init):
+    """True if ``body(init, v) == v`` for every value: applying init may be skipped."""
+    kind, acc = red.kind, red.acc
+    if acc == np.bool_:
+        return bool(init) == (kind in ("multiply", "minimum", "and"))
+    if acc.kind == "f":
+        v = float(np.asarray(init).astype(acc))
+        return (kind == "maximum" and v == -np.inf) or (kind == "minimum" and v == np.inf)
+    if acc.kind in "iu" and acc == red.dtype:
+        v = int(init)
+        info = np.iinfo(acc)
+        ident = {"add": 0, "or": 0, "xor": 0, "multiply": 1, "maximum": info.min,
+                 "minimum": info.max, "and": -1 if acc.kind == "i" else info.max}
+        return v == ident[kind]
+    return False
+
+
+def _fix_zero_signs(kind, r, padded, geo, init):
+    """Give zero results of a float max (min) the spec's sign: +0 (-0) when
+    any combined value -- window element, padding or init -- is +0 (-0).
+
+    numpy's maximum/minimum return their second argument on equal values, so
+    the fold's sign of a zero depends on the order -- unless the zeros in
+    play all have one sign (after a ReLU, say: no -0), which one compare of
+    the bits finds; else only the windows whose result is zero are looked at
+    again.
+    """
+    zero = r == 0
+    if not zero.any():
+        return r
+    want_pos = kind == "maximum"
+    init = np.asarray(init).astype(r.dtype)
+    u = _UINT[r.dtype.itemsize]
+    bits = padded.view(u)
+    neg_zero = u(1 << (8 * r.dtype.itemsize - 1))
+    signs = {bool(np.signbit(init))} if init == 0 else set()
+    if True not in signs and (bits == neg_zero).any():
+        signs.add(True)
+    if False not in signs and (bits == 0).any():
+        signs.add(False)
+    if len(signs) < 2:
+        return r
+    if r.ndim == 0:
+        idx, win_idx = (), (None,)
+    else:
+        idx = win_idx = np.unravel_index(np.flatnonzero(zero), r.shape)  # faster than nonzero
+    if init == 0 and bool(np.signbit(init)) != want_pos:
+        hit = np.ones(1, dtype=bool)
+    else:
+        win = geo.view(padded)[win_idx]  # (zeros, window...)
+        hit = ((win == 0) & (np.signbit(win) != want_pos)).reshape(win.shape[0], -1).any(axis=1)
+    neg = np.logical_not(hit) if want_pos else hit
+    vals = np.where(neg, -np.zeros((), r.dtype), np.zeros((), r.dtype))
+    r[idx] = vals if r.ndim else vals[0]
+    return r
+
+
+def _reduce_known(red, x, init, geo, res_dtype):
+    """reduce_window with a body from the reducer table (``reducers``)."""
+    if red.exact:
+        # Order-independent: bit-identical to the spec's sequential fold.
+        if x.dtype != red.acc:
+            x = x.astype(red.acc)
+        init_acc = np.asarray(init).astype(red.acc)
+        padded = geo.pad(x, init_acc)
+        r = _reduce_windows(red.ufunc, padded, geo, red.acc)
+        if not _is_identity(red, init):
+            red.ufunc(init_acc, r, out=r)
+        if red.signed_zero:
+            r = _fix_zero_signs(red.kind, r, padded, geo, init)
+        return np.asarray(r, dtype=res_dtype, order="C")  # (ascontiguousarray makes 0-d 1-d)
+    # Float/complex add and multiply: accumulate in float64/complex128 and
+    # round once (the padded input stays in its own type; ml_dtypes floats
+    # go through f32, exactly).
+    if x.dtype in dtypes.ML_FLOATS:
+        x = x.astype(np.float32)
+    padded = geo.pad(x, np.asarray(init).astype(x.dtype))
+    plan = geo.plan
+    if x.dtype == red.acc and int(np.prod(geo.wdims)) <= _POSITION_FOLD_MAX:
+        # float64/complex128 have no wider accumulator: keep the row-major
+        # fold from init (XLA's order; a conformance file checks it to 3 ULP
+        # on a cancelling sum), not a separable regrouping.
+        plan = ("fold",)
+    init_acc = np.asarray(init).astype(red.acc)
+    if plan[0] == "fold":
+        # init first, then the window in row-major order.
+        r = _reduce_windows(red.ufunc, padded, geo, red.acc, first=init_acc, plan=plan)
+    else:
+        r = _reduce_windows(red.ufunc, padded, geo, red.acc)
+        # init first, as the fold combines it (an IEEE sum of -0 terms is
+        # -0 only if init is -0 too).
+        r = red.ufunc(init_acc, r, out=r)
+    return r.astype(res_dtype)
 
 
 @kernel("stablehlo.reduce_window", special=True)
@@ -245,27 +445,7 @@ def reduce_window(op):
                     out = [np.ascontiguousarray(a, dtype=dt) for a, dt in zip(out, res_dtypes)]
                     return out[0] if n == 1 else out
         if red is not None:
-            x = inputs[0]
-            small = int(np.prod(wdims)) <= _POSITION_FOLD_MAX
-            if not red.exact and small:
-                # Float add/multiply, small window: fold the positions into a
-                # float64 accumulator over all windows at once, round once
-                # (the padded input stays in its own type; ml_dtypes floats
-                # go through f32, exactly).
-                if x.dtype in dtypes.ML_FLOATS:
-                    x = x.astype(np.float32)
-                padded = geo.pad(x, np.asarray(inits[0]).astype(x.dtype))
-                acc = np.empty(geo.out, dtype=red.acc)
-                acc[...] = np.asarray(inits[0]).astype(red.acc)
-                for pos in np.ndindex(*wdims):
-                    red.ufunc(acc, padded[geo.position_slices(pos)], out=acc)
-                return acc.astype(res_dtypes[0])
-            if x.dtype != red.acc and red.exact:
-                x = x.astype(red.acc)
-            padded = geo.pad(x, np.asarray(inits[0]).astype(x.dtype))
-            win = geo.view(padded)
-            res = red.reduce(win, tuple(range(rank, 2 * rank)), inits[0], contiguous_ok=False)
-            return np.ascontiguousarray(res, dtype=res_dtypes[0])
+            return _reduce_known(red, inputs[0], inits[0], geo, res_dtypes[0])
         padded = [geo.pad(x, i) for x, i in zip(inputs, inits)]
         acc = [np.broadcast_to(i, geo.out) for i in inits]
         body_fn = batched(ctx, regions[0]) if batchable else regions[0]
@@ -273,7 +453,9 @@ def reduce_window(op):
             sl = geo.position_slices(pos)
             acc = _call_elementwise(body_fn, batchable,
                                     acc + [p[sl] for p in padded], geo.out)
-        out = [np.ascontiguousarray(a, dtype=dt) for a, dt in zip(acc, res_dtypes)]
+        # Copies: a body returning its argument leaves views of the operand
+        # (no padding copy in between), which a result must not share.
+        out = [np.array(a, dtype=dt, order="C") for a, dt in zip(acc, res_dtypes)]
         return out[0] if n == 1 else out
     return run
 
@@ -295,11 +477,15 @@ def select_and_scatter(op):
     padding = op.attrs.get("padding")
     padding = np.zeros((rank, 2), dtype=np.int64) if padding is None else \
         np.asarray(padding, dtype=np.int64).reshape(rank, 2)
-    lo = [int(p) for p in padding[:, 0]]
+    lo = tuple(int(p) for p in padding[:, 0])
     select_body, scatter_body = op.regions
     sel_batchable = is_batchable(select_body)
     dtype = op.result_types[0].dtype
     fast, sc_batchable = update_strategy(op, scatter_body, dtype)
+    # Windows that do not overlap: every operand element lies in at most one
+    # window, so it receives at most one update, scatter(init, source).
+    disjoint = all(s >= w for s, w in zip(strides, wdims))
+    cache = {}
 
     def run(ctx, regions, operand, source, init):
         select, scatter = regions
@@ -308,35 +494,136 @@ def select_and_scatter(op):
         if sc_batchable:
             scatter = batched(ctx, scatter)
         shape = operand.shape
-        sshape = source.shape
-        result = np.full(shape, init, dtype=dtype).reshape(-1)
+        result = np.full(shape, init, dtype=dtype)
         if source.size == 0 or operand.size == 0:
-            return result.reshape(shape)
-        have = np.zeros(sshape, dtype=bool)
-        sel_val = np.zeros(sshape, dtype=operand.dtype)
-        sel_lin = np.zeros(sshape, dtype=np.int64)
-        for pos in np.ndindex(*wdims):
-            # Operand coordinates of this window position for every source index.
-            coords = [np.arange(ns) * s + p - l
-                      for ns, s, p, l in zip(sshape, strides, pos, lo)]
-            valid_1d = [(c >= 0) & (c < n) for c, n in zip(coords, shape)]
-            valid = np.ones(sshape, dtype=bool)
-            for ax, v in enumerate(valid_1d):
-                valid &= v.reshape([-1 if a == ax else 1 for a in range(rank)])
-            if not valid.any():
+            return result
+        key = (shape, source.shape)
+        geo = cache.get(key)
+        if geo is None:
+            geo = cache[key] = _SelectGeometry(shape, source.shape, wdims, strides, lo)
+        ext = geo.extend(operand)
+        # Fold `select` over the window positions, all windows at once; the
+        # selected position's index k only grows, so it is a running max.
+        pos_dtype = np.uint8 if len(geo.slices) <= 255 else np.int32
+        sel_val = sel_pos = have = None
+        for k in range(len(geo.slices)):
+            valid = geo.valid[k]
+            if valid is False:
                 continue
-            clipped = [np.clip(c, 0, n - 1) for c, n in zip(coords, shape)]
-            grid = np.ix_(*clipped)
-            vals = operand[grid]
-            lin = np.ravel_multi_index(grid, shape)
-            keep = _call_elementwise(select, sel_batchable, [sel_val, vals], sshape)[0]
-            take = valid & ~(have & np.asarray(keep, dtype=bool))
-            sel_val = np.where(take, vals, sel_val)
-            sel_lin = np.where(take, lin, sel_lin)
-            have |= valid
-        targets = sel_lin[have]
-        values = [np.asarray(source)[have]]
-        apply_updates([result], targets, values, scatter_body, sc_batchable, fast,
-                      scatter)
-        return result.reshape(shape)
+            vals = ext[geo.slices[k]]
+            if sel_val is None:
+                # The first valid position of a window is taken as it is.
+                sel_val = vals
+                sel_pos = np.full(source.shape, k, dtype=pos_dtype)
+                if valid is not True:
+                    have = np.broadcast_to(valid, source.shape).copy()
+                continue
+            keep = np.asarray(_call_elementwise(select, sel_batchable, [sel_val, vals],
+                                                source.shape)[0], dtype=bool)
+            # take = valid & ~(have & keep); `have is None` means all windows have one.
+            take = ~keep if have is None else ~(have & keep)
+            if valid is not True:
+                take &= valid
+                if have is not None:
+                    have |= valid
+            elif have is not None:
+                have = None
+            sel_val = _blend(take, vals, sel_val)
+            np.maximum(sel_pos, np.multiply(take, k, dtype=pos_dtype), out=sel_pos)
+        if sel_val is None or (have is not None and not have.any()):
+            return result
+        targets = geo.base_lin + np.take(geo.offsets, sel_pos)
+        source = np.asarray(source)
+        if have is None:
+            targets = targets.reshape(-1)
+            values = source.reshape(-1)
+        else:
+            targets = targets[have]
+            values = source[have]
+        flat = result.reshape(-1)
+        if disjoint and sc_batchable:
+            # Windows that do not overlap: each element receives at most one
+            # update, scatter(init, source): one batched body call, written
+            # in one assignment.
+            flat[targets] = broadcast_results(
+                scatter(np.broadcast_to(init, values.shape), values), values.shape)[0]
+        else:
+            apply_updates([flat], targets, [values], scatter_body, sc_batchable, fast, scatter)
+        return flat.reshape(shape)
     return run
+
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _blend(mask, a, b):
+    """``np.where(mask, a, b)`` (same dtypes) as bit operations: numpy's where
+    branches per element and mispredicts on random masks (0.47 ms for 131k
+    f32 against 0.05 ms here); bit-exact for every value, NaNs included."""
+    u = _UINT.get(a.dtype.itemsize)
+    if u is None or a.dtype != b.dtype:
+        return np.where(mask, a, b)
+    m = np.negative(mask, dtype=u)
+    ai, bi = a.view(u), b.view(u)
+    r = np.bitwise_xor(ai, bi)
+    np.bitwise_and(r, m, out=r)
+    np.bitwise_xor(r, bi, out=r)
+    return r.view(a.dtype)
+
+
+class _SelectGeometry:
+    """Window positions of one select_and_scatter as strided slices.
+
+    The operand is read through ``ext``: the operand placed in a frame large
+    enough for every window (``extend``); window position k of every window
+    is ``ext[slices[k]]``. ``valid[k]`` says which windows have an operand
+    element (not padding) at position k: True (all), False (none) or a
+    boolean array broadcastable to the source shape.
+    """
+
+    def __init__(self, shape, sshape, wdims, strides, lo):
+        # Operand coordinate of window i, position p: i * s + p - lo.
+        self.shape = shape
+        first = [-l for l in lo]
+        last = [(ns - 1) * s + w - 1 - l for ns, s, w, l in zip(sshape, strides, wdims, lo)]
+        self.start = [min(0, f) for f in first]               # frame origin
+        self.frame = tuple(max(n - 1, e) - b + 1 for n, e, b in zip(shape, last, self.start))
+        self.same = all(b == 0 for b in self.start) and self.frame == tuple(shape)
+        r = len(shape)
+        self.slices, self.valid = [], []
+        offsets = []
+        cstrides = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(r)]
+        for pos in np.ndindex(*wdims):
+            sl, masks = [], []
+            for d in range(r):
+                f = first[d] + pos[d] - self.start[d]
+                sl.append(slice(f, f + (sshape[d] - 1) * strides[d] + 1, strides[d]))
+                c = np.arange(sshape[d]) * strides[d] + pos[d] - lo[d]
+                ok = (c >= 0) & (c < shape[d])
+                if not ok.all():
+                    masks.append((d, ok))
+            self.slices.append(tuple(sl))
+            valid = True
+            for d, ok in masks:
+                if not ok.any():
+                    valid = False
+                    break
+                m = ok.reshape([-1 if a == d else 1 for a in range(r)])
+                valid = m if valid is True else valid & m
+            self.valid.append(valid)
+            offsets.append(sum(p * c for p, c in zip(pos, cstrides)))
+        self.offsets = np.array(offsets, dtype=np.int64)
+        base = np.zeros((1,) * r, dtype=np.int64)
+        for d in range(r):
+            c = (np.arange(sshape[d], dtype=np.int64) * strides[d] - lo[d]) * cstrides[d]
+            base = base + c.reshape([-1 if a == d else 1 for a in range(r)])
+        self.base_lin = base  # linear operand index of each window's origin
+
+    def extend(self, x):
+        """``x`` in the frame (``x`` itself when the frame is the operand);
+        the frame around it is never selected (``valid``)."""
+        if self.same:
+            return x
+        out = np.zeros(self.frame, dtype=x.dtype)
+        out[tuple(slice(-b, -b + n) for b, n in zip(self.start, self.shape))] = x
+        return out

@@ -1,0 +1,640 @@
+"""Fusion of elementwise chains: one step, run in cache-sized chunks on a few threads.
+
+A chain such as ``tanh(x) * exp(-x * x) + sin(x)`` or a threefry round (a
+dozen uint32 add/shift/or/xor ops) runs op by op over whole arrays: every op
+reads and writes megabytes, and memory traffic, not arithmetic, sets the
+time. :func:`fuse` rewrites a block's steps once, when its plan is first
+run: elementwise steps over the same static shape become one *fused step*
+that runs all of them on one chunk of the elements (up to 512 KiB per value,
+which stays in the core's cache) before moving to the next chunk. Chains
+with a transcendental share their chunks with helper threads (pool.py):
+numpy releases the GIL inside a ufunc loop, so two cores work at once.
+
+Exactness. Every member is the op's own kernel, called on a chunk instead of
+the whole array. Elementwise kernels compute each element from the same
+elements of their operands only, so each result element is bit-identical to
+the unfused run (``tests/test_fusion.py`` checks it over dtypes, wraparound,
+NaN, infinities and signed zeros). Values of size-1 operands broadcast by a
+member ``broadcast_in_dim`` stay broadcast views, as unfused.
+
+Where it applies. Members are ops of :data:`regions.ELEMENTWISE_OPS` with one
+result of a static shape of at least :data:`MIN_ELEMENTS` elements, operands
+of that shape or 0-d (select's predicate, clamp's bounds), no quantized
+types, and ``broadcast_in_dim`` of a one-element operand to that shape. A
+group is closed (becomes its fused step, placed where its last member was)
+before any other step that reads one of its values or frees a value it
+reads, so every step still sees what it saw unfused. Values only used inside
+the group are never stored; the others are written to the frame.
+
+Observability. Tracing (``STABLEHLO_REF_TRACE_OPS``, tracers) and
+``STABLEHLO_REF_VALIDATE`` run the unfused steps (the compiler's observed
+loop uses ``Block.steps``, which fusion leaves alone), so every original op
+shows with its values. A kernel error in a fused step is reported as the
+unfused run reports it: :class:`ExecutionError` naming the member op and its
+location.
+
+Switches: ``STABLEHLO_REF_FUSION=0`` turns fusion off (read when a plan is
+first run); ``STABLEHLO_REF_THREADS=N`` is the number of threads a fused step
+may use (pool.py: default the usable cores, at most 4; 1 = no helper
+threads). Only one fused step at a time uses the helpers: others (several
+device threads of a parallel run, concurrent executions) run their chunks in
+their own thread.
+"""
+
+import os
+
+import numpy as np
+
+from .errors import ExecutionError, InterpreterError
+from .pool import run_chunks, thread_count
+from .regions import ELEMENTWISE_OPS
+from .registry import COMPOSITES
+
+FUSION_ENV = "STABLEHLO_REF_FUSION"
+
+# Bytes of the widest value of a chunk. Each live value of a chunk takes at
+# most this much (float64 detours of f32 data included), and chains keep a
+# handful alive: the working set stays within a core's L2 cache.
+CHUNK_BYTES = 1 << 19
+# Fuse shapes of at least this many elements: smaller values stay in cache
+# from one op to the next anyway, and there are no chunks to share.
+MIN_ELEMENTS = 1 << 16
+# Use the helper threads from this many chunks on (each thread gets at least
+# a few chunks, so starting them pays off).
+MIN_THREAD_CHUNKS = 4
+# Share chains of exact ops (integer, bit and IEEE basic arithmetic) too. Off:
+# their ufunc calls last a few microseconds per chunk, about what handing the
+# GIL to another thread costs; two threads ran threefry rounds no faster than
+# one and burnt 13-50% more CPU (2 cores, a busy machine; with 128K-element
+# chunks plain numpy gained 1.4x in a quieter moment, unconfirmed here).
+THREAD_EXACT_CHAINS = False
+
+# regions.ELEMENTWISE_OPS (what batched region bodies may hold) and the other
+# elementwise chlo ops whose kernels are written for any shape.
+_FUSIBLE = (ELEMENTWISE_OPS | {"chlo.square", "chlo.conj", "chlo.is_inf", "chlo.is_pos_inf",
+                               "chlo.is_neg_inf", "chlo.bessel_i1e"}) - {"stablehlo.constant"}
+_BROADCAST = "stablehlo.broadcast_in_dim"
+
+
+def enabled():
+    return os.environ.get(FUSION_ENV, "1") not in ("0", "false", "off", "")
+
+
+# --------------------------------------------------------------------------
+# Compile time: grouping steps
+
+
+def _static_shape(t):
+    shape = getattr(t, "shape", None)
+    if shape is None or getattr(t, "quant", None) is not None or getattr(t, "dtype", None) is None:
+        return None
+    if any(d is None for d in shape):
+        return None
+    return tuple(int(d) for d in shape)
+
+
+def _size(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _member_shape(step):
+    """The shape a step can be fused over, and whether it is a broadcast of a
+    one-element operand (else None)."""
+    fn, ins, out, dead, op = step
+    if op is None or out.__class__ is not int or op.regions or 0 in ins:
+        return None
+    if len(op.result_types) != 1:
+        return None
+    shape = _static_shape(op.result_types[0])
+    if shape is None or _size(shape) < MIN_ELEMENTS:
+        return None
+    operand_shapes = [_static_shape(t) for t in op.operand_types]
+    if any(s is None for s in operand_shapes) or len(operand_shapes) != len(ins):
+        return None
+    if op.name == _BROADCAST:
+        if len(ins) == 1 and _size(operand_shapes[0]) == 1:
+            return shape, True
+        return None
+    if op.name not in _FUSIBLE and not (op.name == "stablehlo.composite"
+                                        and op.attrs.get("name") in _FUSIBLE):
+        return None
+    if any(s != shape and s != () for s in operand_shapes):
+        return None
+    return shape, False
+
+
+def _plain_composite(step):
+    """A `stablehlo.composite` of an elementwise chlo op that runs a direct
+    kernel (registry.composite: JAX serializes erf_inv, erfc, lgamma, ...
+    so for plugins) as a plain step of that kernel, so that it can fuse.
+
+    The rules are ops/control.py's _direct_composite (not imported: ops
+    import the compiler, which imports this module): version <= 1, no
+    composite attributes, one result, not float64/complex128 -- else the
+    step stays as it is. tests/test_fusion.py checks the fused result
+    against the unfused run, which takes control.py's decision."""
+    op = step.op
+    if op is None or op.name != "stablehlo.composite" or not step.ins or step.ins[0] != 0:
+        return step
+    builder = COMPOSITES.get(op.attrs.get("name"))
+    if builder is None or op.attrs.get("name") not in _FUSIBLE or op.attrs.get("version", 0) > 1 \
+            or op.attrs.get("composite_attributes") or op.num_results != 1 \
+            or np.dtype(op.result_types[0].dtype) in (np.float64, np.complex128):
+        return step
+    try:
+        kernel = builder(op)
+    except Exception:
+        return step
+    return step._replace(fn=kernel, ins=step.ins[1:])
+
+
+class _Group:
+    __slots__ = ("shape", "members", "reads", "produced")
+
+    def __init__(self, shape):
+        self.shape = shape
+        self.members = []     # step indices, in program order
+        self.reads = set()    # slots read by members
+        self.produced = set()  # slots written by members
+
+
+def fuse(steps, result_slots, constants=()):
+    """``steps`` with fusible elementwise chains replaced by fused steps.
+
+    ``steps`` are a block's :class:`compiler.Step` s (``dead`` filled in) and
+    ``result_slots`` the slots it returns; ``constants`` is the block's frame
+    template (the plan's constants by slot, None elsewhere). Returns a new
+    list; ``steps`` itself is not changed.
+    """
+    if not enabled() or len(steps) < 1:
+        return list(steps)
+    steps = [_plain_composite(s) for s in steps]
+    kinds = [_member_shape(s) for s in steps]
+    if sum(k is not None and not k[1] for k in kinds) < 1:
+        return list(steps)
+    users = {}
+    for i, s in enumerate(steps):
+        for slot in s.ins:
+            users.setdefault(slot, []).append(i)
+    keep = set(result_slots)
+
+    out = []
+    groups = {}   # shape -> open _Group
+
+    def close(g):
+        del groups[g.shape]
+        out.extend(_emit(g, steps, users, keep, constants))
+
+    for i, step in enumerate(steps):
+        kind = kinds[i]
+        if kind is not None:
+            shape = kind[0]
+            g = groups.get(shape)
+            if g is None:
+                g = groups[shape] = _Group(shape)
+            g.members.append(i)
+            g.reads.update(step.ins)
+            g.produced.add(step.out)
+            continue
+        # Another step: the groups whose values it reads, or whose inputs it
+        # frees, must run before it.
+        dead = set(step.dead)
+        for g in list(groups.values()):
+            if not g.produced.isdisjoint(step.ins) or not g.reads.isdisjoint(dead):
+                close(g)
+        out.append(step)
+    for g in list(groups.values()):
+        close(g)
+    return out
+
+
+def _one_value(v):
+    """Is ``v`` one value broadcast to a shape (all strides 0)? A plan
+    constant folded from ``broadcast_in_dim`` of a scalar (fold.py) is."""
+    return v.__class__ is np.ndarray and v.ndim > 0 and v.size > 0 and not any(v.strides)
+
+
+def _emit(g, steps, users, keep, constants=()):
+    """The steps replacing group ``g``: one fused step, or the members
+    themselves when fusing gains nothing."""
+    member_set = set(g.members)
+    members = [steps[i] for i in g.members]
+    outputs = [s.out for s in members
+               if s.out in keep or any(u not in member_set for u in users.get(s.out, ()))]
+    # A broadcast whose view is needed outside stays a step of its own (run
+    # just before the fused step): fused, it would be materialised.
+    pre = [s for s in members if s.op.name == _BROADCAST and s.out in outputs]
+    fused_members = [s for s in members if not (s.op.name == _BROADCAST and s.out in outputs)]
+    outputs = [slot for slot in outputs if slot not in {s.out for s in pre}]
+    real = [s for s in fused_members if s.op.name != _BROADCAST]
+    if not real or not outputs or (len(real) == 1 and real[0].op.name in _CHEAP):
+        return members   # nothing to keep in cache, nothing to share
+    inputs = {}   # ordered set
+    produced = set()
+    for s in fused_members:
+        for slot in s.ins:
+            if slot not in produced:
+                inputs.setdefault(slot)
+        produced.add(s.out)
+    inputs = list(inputs)
+    dead = list(dict.fromkeys(d for s in fused_members for d in s.dead))
+    # Inputs that are one constant value broadcast (a folded broadcast_in_dim
+    # of a scalar) are invariant, like the 0-d value of a broadcast member:
+    # hoisted, bound as a shift amount, never chunked.
+    one_value = {slot for slot in inputs
+                 if slot < len(constants) and _one_value(constants[slot])}
+    fused = FusedChain(g.shape, fused_members, inputs, outputs, one_value)
+    out = outputs[0] if len(outputs) == 1 else tuple(outputs)
+    return pre + [fused_members[0]._replace(fn=fused, ins=tuple(inputs), out=out,
+                                            dead=tuple(dead), op=fused.op)]
+
+
+# Member kinds of a FusedChain program, and how a 0-d value is expanded.
+_KERNEL, _SCALAR, _HOISTED = 0, 1, 2
+_VIEW, _FULL = 0, 1
+
+# Ops whose result bits are fixed by the spec whatever the numpy loop (IEEE
+# basic arithmetic, integer and bit ops, comparisons, selection, conversion;
+# not on complex numbers, whose numpy loops round differently): they may
+# take 0-d operands for broadcast ones.
+_EXACT = frozenset("stablehlo." + n for n in """
+add subtract multiply divide remainder maximum minimum negate abs and or xor not compare
+select clamp convert bitcast_convert shift_left shift_right_logical shift_right_arithmetic
+floor ceil sign is_finite round_nearest_even round_nearest_afz sqrt
+""".split()) | {"chlo.square"}
+
+# One of these alone gains nothing from chunking (a single memory-bound pass);
+# a lone transcendental still gains the helper threads.
+_CHEAP = frozenset("stablehlo." + n for n in """
+add subtract multiply maximum minimum negate abs and or xor not compare select clamp
+convert bitcast_convert real imag shift_left shift_right_logical shift_right_arithmetic
+floor ceil sign is_finite
+""".split())
+
+
+class FusedOp:
+    """Stands for a fused step's ops where a step's ``op`` is expected."""
+
+    __slots__ = ("name", "location", "members", "regions", "attrs")
+
+    def __init__(self, members):
+        self.name = "fusion"
+        self.members = members
+        self.location = members[0].location
+        self.regions = ()
+        self.attrs = {}
+
+    def where(self):
+        return (f"fused {', '.join(m.name for m in self.members)} at {self.location}")
+
+    def __repr__(self):
+        return f"<FusedOp {self.where()}>"
+
+
+# --------------------------------------------------------------------------
+# Run time
+
+
+class FusedChain:
+    """The kernel of a fused step: ``fn(*inputs) -> output or [outputs]``.
+
+    Values are *chunked* (a slice of the elements per chunk) or *invariant*
+    (the same for every chunk: 0-d operands, and what is computed from them
+    alone). A member ``broadcast_in_dim`` of a one-element value yields that
+    value 0-d; members of :data:`_EXACT` (IEEE-exact and integer ops, whose
+    kernels accept broadcastable operands) take invariant operands so -- one
+    ufunc call with a 0-d operand per chunk, no broadcast view -- and, when
+    all their operands are invariant, run once per call instead of once per
+    chunk. Other members get what they get unfused: a broadcast view of a
+    broadcast member's value, a full array of a computed one (a
+    transcendental's numpy loop may differ between strided and contiguous
+    operands; the exact ops cannot). A member whose kernel is a numpy ufunc
+    returning the result type (``as_result`` of a ufunc) calls the ufunc
+    directly when one of its operands is chunked.
+
+    The per-chunk code is generated once (Python source, one local variable
+    per value), so a chunk costs the members' calls and little else.
+    """
+
+    def __init__(self, shape, members, inputs, outputs, one_value=frozenset()):
+        self.shape = shape
+        self.size = _size(shape)
+        self.op = FusedOp([s.op for s in members])
+        self.n_out = len(outputs)
+        self.n_inputs = len(inputs)
+        local = {slot: k for k, slot in enumerate(inputs)}
+        input_shape = {}
+        dtype = {}
+        for s in members:
+            for slot, t in zip(s.ins, s.op.operand_types):
+                input_shape.setdefault(slot, tuple(t.shape))
+                if slot in local:
+                    dtype.setdefault(local[slot], t.dtype)
+        # Invariant values: VIEW (a broadcast member's 0-d value; others see
+        # a broadcast view) or FULL (computed from invariant values; others
+        # see a full array). 0-d inputs are VIEWs too (they are passed whole),
+        # and inputs of one value broadcast (``one_value``: their first
+        # element is passed, 0-d).
+        invariant = {k: _VIEW for k, slot in enumerate(inputs)
+                     if _size(input_shape[slot]) == 1 and input_shape[slot] != shape
+                     or slot in one_value}
+        self.one_value_inputs = {k: (0,) * len(input_shape[slot]) + (Ellipsis,)
+                                 for k, slot in enumerate(inputs) if slot in one_value}
+        last_use = {}
+        readers = {}
+        for j, s in enumerate(members):
+            for slot in s.ins:
+                last_use[local[slot]] = j
+                readers.setdefault(local[slot], []).append(j)
+            local[s.out] = len(local)
+            dtype[local[s.out]] = s.op.result_types[0].dtype
+        dies_at = {}
+        for v, last in last_use.items():
+            dies_at.setdefault(last, []).append(v)
+        out_index = {slot: k for k, slot in enumerate(outputs)}
+        widest = 1
+        plan = []
+        exact = [_is_exact(s) for s in members]
+        for j, s in enumerate(members):
+            m = _Member(s, tuple(local[slot] for slot in s.ins), local[s.out],
+                        out_index.get(s.out))
+            for t in list(s.op.operand_types) + list(s.op.result_types):
+                widest = max(widest, t.dtype.itemsize)
+            if s.op.name == _BROADCAST:
+                m.kind = _HOISTED if m.args[0] in invariant else _SCALAR
+                invariant[m.res] = _VIEW
+            elif exact[j]:
+                if all(a in invariant for a in m.args):
+                    m.kind = _HOISTED
+                    invariant[m.res] = _FULL
+                else:
+                    m.ufunc = _direct_ufunc(s)
+                    bind = getattr(s.fn, "invariant_ufunc", None)
+                    if m.ufunc is None and bind is not None and len(m.args) == 2 \
+                            and m.args[0] not in invariant and m.args[1] in invariant:
+                        m.ufunc, m.bind = bind
+            else:
+                m.expand = tuple((k, invariant[a]) for k, a in enumerate(m.args) if a in invariant)
+                if not m.expand:
+                    m.ufunc = _direct_ufunc(s)
+            m.dies = tuple(sorted(dies_at.get(j, ())))
+            plan.append(m)
+        # In place: a ufunc member may write its result over an operand that
+        # dies there, was made by a ufunc member of this chunk (a fresh
+        # array, chunk-shaped) and is read by ufunc members only (no kernel
+        # holds a view of it), of the result's dtype.
+        owned = {m.res for m in plan if m.kind == _KERNEL and m.ufunc is not None}
+        for j, m in enumerate(plan):
+            if m.kind != _KERNEL or m.ufunc is None:
+                continue
+            operands = m.args[:1] if m.bind is not None else m.args
+            for a in operands:
+                if a in owned and a in m.dies and dtype[a] == dtype[m.res] and \
+                        all(plan[r].kind == _KERNEL and plan[r].ufunc is not None
+                            for r in readers[a]):
+                    m.inplace = a
+                    break
+        self.plan = tuple(plan)
+        self.chunked_inputs = tuple(k for k in range(len(inputs)) if k not in invariant)
+        # Inputs only exact members read (their loops give the same bits
+        # whatever the operand's layout): these may be tiled (_layout).
+        self.exact_inputs = frozenset(
+            k for k in self.chunked_inputs if all(exact[r] for r in readers[k]))
+        self.out_dtypes = tuple(dtype[local[slot]] for slot in outputs)
+        self.hoisted = tuple(m for m in plan if m.kind == _HOISTED)
+        # A member that is not an exact op (a transcendental, in float64)
+        # costs microseconds per chunk element block; chains of exact ops
+        # are memory-bound ufunc calls too short to share (pool.py).
+        self.heavy = any(m.kind == _KERNEL and not e for m, e in zip(plan, exact))
+        self.bound = tuple((j, m) for j, m in enumerate(plan) if m.bind is not None)
+        # float64 detours of narrower floats double the widest value.
+        self.chunk = max(1024, CHUNK_BYTES // max(8, widest))
+        self._chunk_fn = self._generate()
+
+    def _generate(self):
+        """The per-chunk function: ``chunk(views, tiled, inv, targets, lo, hi, cshape)``."""
+        g = {"_bcast": np.broadcast_to, "_full": np.full,
+             "_InterpreterError": InterpreterError, "_fail": self._fail}
+        hoisted = {m.res for m in self.hoisted} | {k for k in range(self.n_inputs)
+                                                  if k not in self.chunked_inputs}
+        lines = ["def chunk(views, tiled, inv, targets, lo, hi, cshape):", "    m = -1", "    try:"]
+        body = []
+        for k in self.chunked_inputs:
+            body.append(f"v{k} = views[{k}][:hi - lo] if tiled[{k}] else views[{k}][lo:hi]")
+        used = set()
+        for m in self.plan:
+            used.update(a for a in m.args if a in hoisted)
+        for v in sorted(used):
+            body.append(f"v{v} = inv[{v}]")
+        for j, m in self.bound:
+            body.append(f"b{j} = inv[('bind', {j})]")
+        for j, m in enumerate(self.plan):
+            if m.kind == _HOISTED:
+                continue
+            body.append(f"m = {j}")
+            xs = [f"v{a}" for a in m.args]
+            out = f", v{m.inplace}" if m.inplace is not None else ""   # positional out=
+            if m.kind == _SCALAR:
+                body.append(f"v{m.res} = v{m.args[0]}.reshape(())")
+            elif m.bind is not None:
+                g[f"f{j}"], g[f"u{j}"] = m.fn, m.ufunc
+                body.append(f"v{m.res} = u{j}({xs[0]}, b{j}{out}) if b{j} is not None "
+                            f"else f{j}({', '.join(xs)})")
+            elif m.ufunc is not None:
+                g[f"u{j}"] = m.ufunc
+                body.append(f"v{m.res} = u{j}({', '.join(xs)}{out})")
+            else:
+                g[f"f{j}"] = m.fn
+                for k, how in m.expand:
+                    xs[k] = (f"_bcast({xs[k]}, cshape)" if how == _VIEW
+                             else f"_full(cshape, {xs[k]}, {xs[k]}.dtype)")
+                body.append(f"v{m.res} = f{j}({', '.join(xs)})")
+            if m.store is not None:
+                body.append(f"targets[{m.store}][lo:hi] = v{m.res}")
+            gone = [f"v{d}" for d in m.dies if d not in hoisted]
+            if gone:
+                body.append(f"del {', '.join(gone)}")
+        lines += ["        " + b for b in body] or ["        pass"]
+        lines += ["    except _InterpreterError:", "        raise",
+                  "    except Exception as e:", "        _fail(m, e)"]
+        self.source = "\n".join(lines)   # for tests and debugging
+        exec(compile(self.source, f"<fused chain of {len(self.plan)} ops>", "exec"), g)
+        return g["chunk"]
+
+    def _fail(self, m, e):
+        op = self.plan[m].op if m >= 0 else self.op.members[0]
+        raise ExecutionError(f"{op.where()}: {type(e).__name__}: {e}",
+                             op.name, op.location) from e
+
+    # -- one call
+
+    def _layout(self, inputs):
+        """``(views, tiled, unit, rows)``: the chunked inputs as the arrays
+        chunks are sliced from (a tiled one is one chunk long, the same for
+        every chunk), the chunk length, and whether chunks are ranges of the
+        leading axis (rows) rather than of the flat elements.
+
+        Flat when every chunked input is C-contiguous, one value broadcast,
+        or -- read by exact members only -- a contiguous block repeated
+        along leading axes (a per-feature vector broadcast over rows): that
+        one is tiled once into a chunk-long buffer, the chunk length a
+        multiple of the block. Otherwise rows, with each input's own strides.
+        """
+        shape = self.shape
+        views = [None] * len(inputs)
+        n = self.size
+        period = 1
+        tiled = {}
+        flat = True
+        for k in self.chunked_inputs:
+            x = inputs[k]
+            if x.__class__ is not np.ndarray or x.shape != shape:
+                raise ExecutionError(f"{self.op.where()}: internal error: operand of shape "
+                                     f"{np.shape(x)}, expected {shape}",
+                                     self.op.name, self.op.location)
+            if x.flags.c_contiguous:
+                views[k] = x.reshape(-1)
+            elif not any(x.strides):   # one value broadcast: a flat stride-0 view
+                views[k] = np.broadcast_to(x[(slice(0, 1),) * x.ndim].reshape(1), (n,))
+            else:
+                block = _repeated_block(x) if k in self.exact_inputs else None
+                if block is None or block.size > self.chunk:
+                    flat = False
+                    break
+                tiled[k] = block
+                period = np.lcm(period, block.size)
+        if flat and period <= self.chunk:
+            unit = self.chunk // period * period
+            for k, block in tiled.items():
+                views[k] = np.tile(block, unit // block.size)
+            return views, [k in tiled for k in range(len(inputs))], unit, False
+        row = max(1, n // max(1, shape[0]))
+        for k in self.chunked_inputs:
+            views[k] = inputs[k]
+        return views, [False] * len(inputs), max(1, self.chunk // row), True
+
+    def __call__(self, *inputs):
+        try:
+            return self._call(inputs)
+        except InterpreterError:
+            raise
+        except Exception as e:   # outside a member's kernel (allocation, layout)
+            op = self.op.members[0]
+            raise ExecutionError(f"{self.op.where()}: {type(e).__name__}: {e}",
+                                 op.name, op.location) from e
+
+    def _call(self, inputs):
+        shape = self.shape
+        views, tiled, unit, rows = self._layout(inputs)
+        outs = [np.empty(shape, dt) for dt in self.out_dtypes]
+        if not rows:
+            total, tail = self.size, ()
+            targets = [o.reshape(-1) for o in outs]
+        else:
+            total, tail = shape[0], shape[1:]
+            targets = outs
+        inv = self._prologue(inputs, targets)
+        threads = thread_count() if (self.heavy or THREAD_EXACT_CHAINS) and \
+            total >= MIN_THREAD_CHUNKS * unit else 1
+        if threads > 1 and not self.heavy and not any(tiled):
+            unit *= 2   # exact ops: longer ufunc calls per GIL hand-over
+        bounds = [(lo, min(lo + unit, total)) for lo in range(0, total, unit)] or [(0, 0)]
+        chunk = self._chunk_fn
+
+        def run(lo, hi):
+            chunk(views, tiled, inv, targets, lo, hi, (hi - lo,) + tail)
+
+        run_chunks(run, bounds, threads)
+        return outs[0] if self.n_out == 1 else outs
+
+    def _prologue(self, inputs, targets):
+        """The invariant values (inputs passed whole, hoisted members) and
+        the bound operands of ufunc members, once per call."""
+        inv = {}
+        for k in range(self.n_inputs):
+            if k not in self.chunked_inputs:
+                first = self.one_value_inputs.get(k)
+                # A one-value input as its first element, a 0-d view.
+                inv[k] = inputs[k] if first is None else inputs[k][first]
+        j = -1
+        try:
+            for j, m in enumerate(self.plan):
+                if m.kind == _HOISTED:
+                    if m.op.name == _BROADCAST:
+                        r = inv[m.args[0]].reshape(())
+                    else:
+                        r = m.fn(*[inv[a] for a in m.args])
+                    inv[m.res] = r
+                    if m.store is not None:
+                        targets[m.store][...] = r
+                elif m.bind is not None:
+                    inv[("bind", j)] = m.bind(inv[m.args[1]])
+        except InterpreterError:
+            raise
+        except Exception as e:
+            self._fail(j, e)
+        return inv
+
+
+class _Member:
+    """One op of a fused chain, as the chunk code runs it."""
+
+    __slots__ = ("kind", "fn", "args", "res", "store", "expand", "op", "dies", "ufunc",
+                 "bind", "inplace")
+
+    def __init__(self, step, args, res, store):
+        self.kind = _KERNEL
+        self.fn = step.fn
+        self.op = step.op
+        self.args = args
+        self.res = res
+        self.store = store
+        self.expand = ()      # (operand position, VIEW/FULL) of invariant operands
+        self.dies = ()
+        self.ufunc = None     # call this numpy ufunc instead of the kernel
+        self.bind = None      # ufunc(operand, bind(invariant operand)), or the kernel if None
+        self.inplace = None   # local whose buffer receives the result
+
+
+def _is_exact(step):
+    types = list(step.op.operand_types) + list(step.op.result_types)
+    return step.op.name in _EXACT and not any(t.dtype.kind == "c" for t in types)
+
+
+def _repeated_block(x):
+    """The contiguous block ``x`` repeats along its leading axes (strides 0
+    there, C-contiguous after: a vector broadcast over rows), or None."""
+    k = 0
+    while k < x.ndim and x.strides[k] == 0:
+        k += 1
+    if k == 0:
+        return None
+    block = x[(0,) * k]
+    if not block.flags.c_contiguous or not any(block.strides) and block.size > 1:
+        return None
+    return block.reshape(-1)
+
+
+def _direct_ufunc(step):
+    """The numpy ufunc a member's kernel wraps (``as_result(ufunc, dtype)``)
+    when calling it directly gives the result type, else None."""
+    raw = getattr(step.fn, "__wrapped__", None)
+    if not isinstance(raw, np.ufunc) or raw.nout != 1 or raw.nin != len(step.ins):
+        return None
+    key = (raw, tuple(t.dtype for t in step.op.operand_types))
+    out = _UFUNC_RESULT.get(key)
+    if out is None:
+        try:
+            with np.errstate(all="ignore"):
+                probe = raw(*[np.zeros((1,), dt) for dt in key[1]])
+            out = probe.dtype if probe.__class__ is np.ndarray else False
+        except Exception:
+            out = False
+        _UFUNC_RESULT[key] = out
+    return raw if out is not False and out == step.op.result_types[0].dtype else None
+
+
+_UFUNC_RESULT = {}   # (ufunc, operand dtypes) -> result dtype, or False
