@@ -277,6 +277,76 @@ def op_tracer_runs_inline():
     ops = sorted({op.name for op, *_ in rec.events})
     return [ready, threads == {threading.get_ident()},
             "stablehlo.sine" in ops and "stablehlo.multiply" in ops]
+
+
+@scenario
+def zero_copy_reads_wait_for_the_data():
+    # Buffers report host memory (PJRT_Buffer_IsOnCpu): np.asarray takes an
+    # external reference and asks for the data's address, possibly before
+    # the output is ready; both wait for it, so the address handed out is
+    # the final one. dlpack_view goes the same way.
+    out = []
+    for read in (np.asarray, lambda y: np.from_dlpack(stablehlo_pjrt.dlpack_view(y))):
+        f, gate = gated()
+        x = jax.device_put(jnp.arange(4.0), dev)
+        y = f(x)
+        threading.Timer(0.3, gate.set).start()
+        pending = not y.is_ready()
+        view = read(y)
+        out.append([pending, view.tolist(), view.ctypes.data == y.unsafe_buffer_pointer()])
+    return out
+
+
+@scenario
+def donation_on_the_worker_like_inline():
+    # A donated buffer updated in place keeps its address on the worker as
+    # inline (dynamic_update_slice's in-place form; sharded jit and pmap
+    # write their outputs into the donated shards); one a numpy view holds
+    # (an external reference) is copied instead, and the view never changes.
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax import lax
+    g = jax.jit(lambda v: lax.dynamic_update_slice(v, jnp.full((1,), 7.0), (0,)),
+                donate_argnums=0)
+    make = jax.jit(lambda: jnp.arange(1000.0), device=dev)
+    x = make()
+    x.block_until_ready()
+    p = x.unsafe_buffer_pointer()
+    y = g(x)
+    single = [y.unsafe_buffer_pointer() == p, x.is_deleted(), float(y[0]), float(y[1])]
+    held = make()
+    view = np.asarray(held)
+    z = g(held)
+    copied = [view[:2].tolist(), np.asarray(z)[:2].tolist()]
+    s = NamedSharding(Mesh(np.array(devs), ("x",)), P("x"))
+    h = jax.jit(lambda v: v * 2 + 1, donate_argnums=0, out_shardings=s)
+    v = h(jax.device_put(jnp.arange(4.0), s))
+    v.block_until_ready()
+    before = [sh.data.unsafe_buffer_pointer() for sh in v.addressable_shards]
+    w = h(v)
+    sharded = [before == [sh.data.unsafe_buffer_pointer() for sh in w.addressable_shards],
+               v.is_deleted(), np.asarray(w).tolist()]
+    pm = jax.pmap(lambda v: v * 3, donate_argnums=0, devices=devs)
+    a = pm(jnp.ones((2, 2)))
+    a.block_until_ready()
+    pa = [sh.data.unsafe_buffer_pointer() for sh in a.addressable_shards]
+    b = pm(a)
+    pmapped = [pa == [sh.data.unsafe_buffer_pointer() for sh in b.addressable_shards],
+               a.is_deleted(), np.asarray(b).tolist()]
+    return [single, copied, sharded, pmapped]
+
+
+@scenario
+def rng_state_advances_in_dispatch_order():
+    # stablehlo.rng's state lives with the program and advances run to run:
+    # a fresh compile gives the same sequence in every mode.
+    from jax import lax
+    seqs = []
+    for mode in ("sync", "async", "auto"):
+        stablehlo_pjrt.set_execution_mode(mode)
+        f = jax.jit(lambda k: lax.rng_uniform(jnp.float32(0), jnp.float32(1), (3,)) + k * 0)
+        seqs.append([np.asarray(y).tolist() for y in [f(jnp.float32(i)) for i in range(4)]])
+    stablehlo_pjrt.set_execution_mode("async")
+    return [seqs[0] == seqs[1] == seqs[2], seqs[0][0] != seqs[0][1]]
 '''
 
 EXIT_SCRIPT = r'''
@@ -385,6 +455,23 @@ def test_trace_shows_enqueue_start_and_finish(results):
 
 def test_op_tracer_runs_inline(results):
     assert _value(results, "op_tracer_runs_inline") == [True, True, True]
+
+
+def test_zero_copy_reads_wait_for_the_data(results):
+    assert _value(results, "zero_copy_reads_wait_for_the_data") == [
+        [True, [1.0, 3.0, 5.0, 7.0], True]] * 2
+
+
+def test_donation_on_the_worker_like_inline(results):
+    single, copied, sharded, pmapped = _value(results, "donation_on_the_worker_like_inline")
+    assert single == [True, True, 7.0, 1.0]
+    assert copied == [[0.0, 1.0], [7.0, 1.0]]
+    assert sharded == [True, True, [3.0, 7.0, 11.0, 15.0]]
+    assert pmapped == [True, True, [[9.0, 9.0], [9.0, 9.0]]]
+
+
+def test_rng_state_advances_in_dispatch_order(results):
+    assert _value(results, "rng_state_advances_in_dispatch_order") == [True, True]
 
 
 def test_exit_with_work_in_flight():
