@@ -144,3 +144,31 @@ def test_xspace_encoding_round_trips_through_xla():
     assert [(n, d) for _, n, d, _ in got] == [("PJRT_A", 1500), ("PJRT_B", 0), ("PJRT_A", 7)]
     assert got[0][3]["object"] == "x" * profiler._MAX_STAT_CHARS + "..."
     assert got[2][3] == {"error": "boom"}
+
+
+def test_jax_profiler_trace_collects_the_plugin_plane(tmp_path):
+    """jax.profiler.trace on stablehlo_ref: the written profile has the
+    plugin's plane with the PJRT calls of the traced program (jax_plugin
+    registers the profiler extension with JAX's profiler)."""
+    import subprocess
+    import sys
+    import textwrap
+    script = textwrap.dedent(f"""
+        import glob, jax, jax.numpy as jnp
+        from jax._src.lib import _profile_data
+        f = jax.jit(lambda x: jnp.sin(x) + 1)
+        x = jnp.ones(4)
+        f(x).block_until_ready()
+        with jax.profiler.trace({str(tmp_path)!r}):
+            f(x).block_until_ready()
+        (path,) = glob.glob({str(tmp_path)!r} + "/**/*.xplane.pb", recursive=True)
+        pd = _profile_data.ProfileData.from_file(path)
+        (plane,) = [p for p in pd.planes if p.name == {profiler.PLANE_NAME!r}]
+        print(sorted({{e.name for line in plane.lines for e in line.events}}))
+    """)
+    env = dict(__import__("os").environ, JAX_PLATFORMS="stablehlo_ref")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    names = eval(out.stdout.strip().splitlines()[-1])
+    assert "PJRT_LoadedExecutable_Execute" in names, names
