@@ -60,6 +60,15 @@ def initialize() -> None:
         logger.warning("stablehlo_ref: could not register host callback lowerings",
                        exc_info=True)
     try:
+        # jax.profiler.trace(...) collects the plugin's PJRT call trace
+        # (profiler.py): JAX registers a plugin's profiler extension itself
+        # only for plugins loaded by library path, not for a C API capsule.
+        from jax._src.lib import _profiler
+        _profiler.register_plugin_profiler(table.capsule())
+    except Exception:  # noqa: BLE001 - must never break plugin initialization
+        logger.warning("stablehlo_ref: jax.profiler will not see the plugin: %s", _reason(),
+                       exc_info=True)
+    try:
         # Correctly rounded logistic / erfc / erf_inv / lgamma / digamma.
         from .lowerings import register_accurate_lowerings
         register_accurate_lowerings(PLATFORM_NAME)
