@@ -37,6 +37,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
 /* Types from pjrt_c_api.h that the C part implements.  Layouts must match  */
@@ -523,12 +524,33 @@ static PyObject *g_trace_hook = NULL;
  * and that text (long calls: compile, execute), None to run the handler; the
  * hook arranges for the exception to reach the Python caller (interrupt.py). */
 static PyObject *g_interrupt_hook = NULL;
-/* Set by an atexit handler (api.py): from then on, threads that do not
- * already hold the GIL (jaxlib's pool threads destroying objects) no longer
- * wait for it.  A thread blocked in PyGILState_Ensure when finalization
- * starts is killed with pthread_exit, which aborts the process when it
- * unwinds through jaxlib's C++ frames. */
-static volatile int g_exiting = 0;
+/* Set by the plugin's exit handler (shutdown.py): from then on, threads that
+ * do not already hold the GIL (jaxlib's pool threads destroying objects) no
+ * longer wait for it.  A thread blocked in PyGILState_Ensure when
+ * finalization starts is killed with pthread_exit, which aborts the process
+ * ("terminate called without an active exception") when it unwinds through
+ * jaxlib's C++ frames.  g_foreign_calls counts the calls in progress from
+ * such threads (counted before g_exiting is read, both sequentially
+ * consistent): begin_exit waits, with the GIL released, for the ones that
+ * started before it, so that none is still waiting for the GIL when
+ * finalization starts. */
+static int g_exiting = 0;
+static int g_foreign_calls = 0;
+
+static int exiting(void) { return __atomic_load_n(&g_exiting, __ATOMIC_SEQ_CST); }
+
+/* Enter/leave a call from a thread that does not hold the GIL: enter returns
+ * 0 (and counts nothing) once the plugin is exiting. */
+static int foreign_enter(void) {
+  __atomic_add_fetch(&g_foreign_calls, 1, __ATOMIC_SEQ_CST);
+  if (exiting()) {
+    __atomic_sub_fetch(&g_foreign_calls, 1, __ATOMIC_SEQ_CST);
+    return 0;
+  }
+  return 1;
+}
+
+static void foreign_leave(void) { __atomic_sub_fetch(&g_foreign_calls, 1, __ATOMIC_SEQ_CST); }
 
 static int python_gone(void) {
   if (!Py_IsInitialized()) return 1;
@@ -642,8 +664,9 @@ static PJRT_Error *dispatch(int slot, void *args) {
   PJRT_Error *err = NULL;
   PyGILState_STATE gstate;
   PyObject *ptype, *pvalue, *ptb, *arg, *res;
+  int foreign = 0;
 
-  if (python_gone() || (g_exiting && !PyGILState_Check())) {
+  if (python_gone() || (!PyGILState_Check() && !(foreign = foreign_enter()))) {
     /* Destroy-like calls at exit: leaking is the right thing to do. */
     if (s->quiet) return NULL;
     return error_new_cstr(CODE_UNAVAILABLE,
@@ -722,6 +745,7 @@ static PJRT_Error *dispatch(int slot, void *args) {
 done:
   PyErr_Restore(ptype, pvalue, ptb);
   PyGILState_Release(gstate);
+  if (foreign) foreign_leave();
   return err;
 }
 
@@ -731,7 +755,9 @@ done:
 static void trace_c_call(const char *name, void *obj) {
   PyGILState_STATE gstate;
   PyObject *ptype, *pvalue, *ptb, *res;
-  if (g_trace_hook == NULL || python_gone() || (g_exiting && !PyGILState_Check())) return;
+  int foreign = 0;
+  if (g_trace_hook == NULL || python_gone() || (!PyGILState_Check() && !(foreign = foreign_enter())))
+    return;
   gstate = PyGILState_Ensure();
   if (g_trace_hook != NULL) {
     PyErr_Fetch(&ptype, &pvalue, &ptb);
@@ -741,6 +767,7 @@ static void trace_c_call(const char *name, void *obj) {
     PyErr_Restore(ptype, pvalue, ptb);
   }
   PyGILState_Release(gstate);
+  if (foreign) foreign_leave();
 }
 
 #define T1(i) static PJRT_Error *tramp_##i(void *a) { return dispatch(i, a); }
@@ -1161,10 +1188,23 @@ static PyObject *py_c_helpers(PyObject *self, PyObject *noargs) {
                        "noop_deleter", PyLong_FromVoidPtr((void *)noop_deleter));
 }
 
-static PyObject *py_begin_exit(PyObject *self, PyObject *noargs) {
-  (void)self; (void)noargs;
-  g_exiting = 1;
-  Py_RETURN_NONE;
+/* begin_exit(timeout_s=5.0) -> calls still in progress: from now on threads
+ * without the GIL are no longer served (see g_exiting); waits, with the GIL
+ * released, up to timeout_s for those already inside a call (some waiting
+ * for the GIL) to leave. */
+static PyObject *py_begin_exit(PyObject *self, PyObject *args) {
+  double timeout = 5.0, waited = 0.0;
+  int left;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "|d", &timeout)) return NULL;
+  __atomic_store_n(&g_exiting, 1, __ATOMIC_SEQ_CST);
+  while ((left = __atomic_load_n(&g_foreign_calls, __ATOMIC_SEQ_CST)) > 0 && waited < timeout) {
+    Py_BEGIN_ALLOW_THREADS
+    usleep(1000);
+    Py_END_ALLOW_THREADS
+    waited += 0.001;
+  }
+  return PyLong_FromLong(left);
 }
 
 static PyObject *py_call_slot(PyObject *self, PyObject *args) {
@@ -1247,8 +1287,9 @@ static PyMethodDef kMethods[] = {
     {"set_trace_hook", py_set_trace_hook, METH_O, "Hook called as hook(name, ptr)."},
     {"set_interrupt_hook", py_set_interrupt_hook, METH_O,
      "Hook called as hook(slot_name, exception) for a signal pending at a call's start."},
-    {"begin_exit", py_begin_exit, METH_NOARGS,
-     "Interpreter exit has begun: only GIL holders may still enter Python."},
+    {"begin_exit", py_begin_exit, METH_VARARGS,
+     "begin_exit(timeout_s=5.0): interpreter exit has begun, only GIL holders may still "
+     "enter Python; waits for calls already in progress; returns how many are left."},
     {"blob_new", py_blob_new, METH_O, "Copies bytes into C memory freed by blob_free."},
     {"blob_data", py_blob_data, METH_O, "Address of a blob's bytes."},
     {"c_helpers", py_c_helpers, METH_NOARGS, "Addresses of C deleters."},

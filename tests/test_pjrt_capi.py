@@ -340,6 +340,51 @@ def test_event_await_holding_the_gil_lets_python_complete_it():
     assert out.stdout.strip() == "awaited None"
 
 
+_BEGIN_EXIT = """
+import ctypes, threading, time
+from stablehlo_pjrt import _shim, table
+table.build_api()
+SLOT = _shim.MAX_SLOTS - 1
+entered = threading.Event()
+
+def slow(ptr):
+    entered.set()
+    time.sleep(0.3)
+
+tramp = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(
+    _shim.set_slot(SLOT, "Test_Slow", slow, False))
+# CFUNCTYPE releases the GIL: to the shim these are threads without it.
+results = []
+t = threading.Thread(target=lambda: results.append(tramp(None)))
+t.start()
+entered.wait(10)
+t0 = time.perf_counter()
+left = _shim.begin_exit(5.0)
+waited = time.perf_counter() - t0
+t.join(10)
+late = tramp(None)  # a new call from a thread without the GIL: refused
+info = _shim.error_info(late) if late else None
+print("RESULT", left, results == [None], 0.1 < waited < 2.0, info)
+"""
+
+
+def test_begin_exit_waits_for_calls_in_progress():
+    """_shim.begin_exit (the last step of the plugin's exit handler): calls
+    already in progress from threads without the GIL finish first (waited
+    for with the GIL released; a thread still waiting for the GIL when
+    finalization starts is killed and aborts the process), later ones are
+    refused (quiet ones succeed, leaking). In a subprocess: begin_exit is
+    for good."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _BEGIN_EXIT], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")][0]
+    assert line.startswith("RESULT 0 True True (14, "), line  # 14: UNAVAILABLE
+    assert "shutting down" in line
+
+
 def test_memory_vtable_user_data(client):
     dev = devices_of(client)[0]
     mem = ok("PJRT_Device_DefaultMemory", C.Device_DefaultMemory_Args(device=dev)).memory
