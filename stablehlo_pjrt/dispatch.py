@@ -45,14 +45,13 @@ Modes (``STABLEHLO_REF_ASYNC`` or :func:`set_mode`):
 from __future__ import annotations
 
 import _thread
-import atexit
 import collections
 import ctypes
 import os
 import threading
 import time
 
-from . import trace
+from . import shutdown, trace
 from ._capi import ErrorCode
 from .error import PjrtError
 
@@ -316,7 +315,7 @@ def reserve() -> None:
     unreserve()."""
     if not _at_exit_registered:
         _at_exit_registered.append(True)
-        atexit.register(_shutdown)
+        shutdown.add_step("plugin queue", shutdown.DISPATCH, _shutdown)
     _install_sigint()
     _worker.reserve()
 

@@ -11,12 +11,12 @@ every Python slot between the bare and the traced handler.
 
 from __future__ import annotations
 
-import atexit
 import ctypes
+import sys
 import threading
 
 from . import _capi as C
-from . import _shim, api, trace
+from . import _shim, api, shutdown, trace
 from .oracle import chrome_trace
 
 _HANDLERS = api.HANDLERS
@@ -117,22 +117,21 @@ def build_api() -> None:
         _shim.mark_api_ready()
         # At exit, stop pool threads (which do not hold the GIL) from waiting
         # for it; JAX's own atexit cleanup runs on the main thread, which
-        # holds the GIL, and is still served (see _shim.c).
-        atexit.register(_begin_exit)
+        # holds the GIL, and is still served (see _shim.c, shutdown.py).
+        shutdown.add_step("jax ordered effects", shutdown.JAX_EFFECTS, _wait_for_jax_effects)
+        shutdown.add_step("begin exit", shutdown.BEGIN_EXIT, _shim.begin_exit)
 
 
-def _begin_exit():
+def _wait_for_jax_effects():
     # JAX's own atexit handler waits for the runtime tokens of ordered
     # effects (jax.debug.print(ordered=True), io_callback(ordered=True)) with
     # the GIL released, which the shim refuses once exiting (and jaxlib
-    # aborts on that error). This handler runs first (atexit is LIFO): wait
-    # for them while the plugin still serves every thread.
-    try:
-        from jax._src import dispatch
-        dispatch.runtime_tokens.block_until_ready()
-    except Exception:  # noqa: BLE001 - best effort at exit
-        pass
-    _shim.begin_exit()
+    # aborts on that error): wait for them while the plugin still serves
+    # every thread. (Not in a process that never imported JAX.)
+    if "jax" not in sys.modules:
+        return
+    from jax._src import dispatch
+    dispatch.runtime_tokens.block_until_ready()
 
 
 _extensions = []  # keeps the extension structs alive (they live as long as the API)
