@@ -57,7 +57,7 @@ def _with_returns(text: str, extend):
     from jaxlib.mlir.dialects import func
 
     import stablehlo_interpreter as shi
-    from stablehlo_interpreter.loader import MLIR_LOCK
+    from stablehlo_interpreter import MLIR_LOCK
     mod = shi.load(text, name="<summation bound>")
     with MLIR_LOCK, mod.context, ir.Location.unknown():
         module = ir.Module.parse(text)
@@ -131,7 +131,7 @@ def _producer(text: str, k: int):
     from jaxlib.mlir import ir
 
     import stablehlo_interpreter as shi
-    from stablehlo_interpreter.loader import MLIR_LOCK
+    from stablehlo_interpreter import MLIR_LOCK
     mod = shi.load(text, name="<summation bound>")
     with MLIR_LOCK, mod.context:
         module = ir.Module.parse(text)
@@ -214,7 +214,7 @@ def explain(text: str, args, divergence, reference: list, other: list) -> str | 
     must be produced by a plain sum (directly, or as the result of a
     func.call whose callee returns it), with the plugin's value within the
     summation-order bound of that sum at every element."""
-    from stablehlo_interpreter.compare import compare_arrays
+    from stablehlo_interpreter import compare_arrays
     d = divergence
     if d is None or d.op is None or d.innermost.op.name not in SUMMING:
         return None

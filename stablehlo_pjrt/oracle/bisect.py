@@ -29,9 +29,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 import stablehlo_interpreter as shi
-from stablehlo_interpreter import MLIR_LOCK
-from stablehlo_interpreter.compare import compare_arrays
-from stablehlo_interpreter.trace import summarize
+from stablehlo_interpreter import MLIR_LOCK, compare_arrays, summarize
 
 # run(module_text, args) -> list of numpy arrays, one per result of @main.
 Runner = Callable[[str, Sequence[np.ndarray]], Sequence[np.ndarray]]
