@@ -37,6 +37,8 @@ from stablehlo_interpreter import (
     parse_sharding_per_value,
 )
 
+from .mlir_funcs import find_func
+
 
 class SpmdPlan:
     """Arguments/results shardings of an SPMD program's entry function.
@@ -147,12 +149,8 @@ class SpmdPlan:
             texts = [gspmd_text(b) for b in self.op_shardings("out")]
             module = load(code, name="optimized program", trusted=True)
             with MLIR_LOCK, module.context:
-                for op in module.mlir.body.operations:
-                    o = op.operation
-                    if o.name == "func.func" and \
-                            attribute_text(decode_attribute(o, "sym_name")) == self.func:
-                        break
-                else:
+                o = find_func(module.mlir, self.func)
+                if o is None:
                     return code
                 old = list(o.attributes["res_attrs"]) if "res_attrs" in o.attributes \
                     else [None] * len(texts)
@@ -253,12 +251,7 @@ def _propagate(mlir_module, func_name, meshes):
 
     Only the choice of result layouts for results the program leaves
     unspecified depends on this: values never do."""
-    func = None
-    for op in mlir_module.body.operations:
-        o = op.operation
-        if o.name == "func.func" and attribute_text(decode_attribute(o, "sym_name")) == func_name:
-            func = o
-            break
+    func = find_func(mlir_module, func_name)
     if func is None or not func.regions or not func.regions[0].blocks:
         return []
     block = func.regions[0].blocks[0]
@@ -548,12 +541,7 @@ def _propagate_gspmd(mlir_module, func_name, plan):
 
     Only the layout of results the program leaves unannotated depends on
     this; the values never do (the program runs unpartitioned)."""
-    func = None
-    for op in mlir_module.body.operations:
-        o = op.operation
-        if o.name == "func.func" and attribute_text(decode_attribute(o, "sym_name")) == func_name:
-            func = o
-            break
+    func = find_func(mlir_module, func_name)
     if func is None or not func.regions or not func.regions[0].blocks:
         return []
     devices = plan.devices
