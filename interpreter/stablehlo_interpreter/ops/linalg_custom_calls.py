@@ -41,7 +41,7 @@ import numpy as np
 from .. import blas as _blas
 from .. import dtypes
 from ..registry import Unsupported, custom_call
-from .linalg import compute_dtype
+from .linalg import matrix_call_types
 
 
 def _config(op):
@@ -54,19 +54,6 @@ def _config(op):
         raise Unsupported(f"@{op.attrs.get('call_target_name')}: backend_config "
                           f"must be a dictionary, got {cfg!r}")
     return cfg
-
-
-def _signature(op, num_results=None, why=""):
-    """(compute dtype, result dtypes) of a custom call whose first operand is
-    a float or complex matrix: checks that, and the number of results when
-    ``num_results`` is given (``why``: what decides it, for the error)."""
-    t = op.operand_types[0]
-    if not (dtypes.is_float(t.dtype) or dtypes.is_complex(t.dtype)):
-        raise Unsupported(f"@{op.attrs.get('call_target_name')} of {t.element_type}")
-    if num_results is not None and op.num_results != num_results:
-        raise Unsupported(f"@{op.attrs.get('call_target_name')} with {op.num_results} "
-                          f"result(s), not {num_results}{why}")
-    return compute_dtype(t.dtype), [r.dtype for r in op.result_types]
 
 
 def _lapack(name, a):
@@ -137,7 +124,7 @@ def svd(op):
     driver = str(cfg.get("driver", "gesdd"))
     if driver not in ("gesdd", "gesvd"):
         raise Unsupported(f"@stablehlo_ref.svd driver {driver!r}")
-    cdt, out_dtypes = _signature(op, 3 if compute_uv else 1, f" (compute_uv={compute_uv})")
+    cdt, out_dtypes = matrix_call_types(op, 3 if compute_uv else 1, f" (compute_uv={compute_uv})")
 
     def run(a):
         a = np.asarray(a).astype(cdt)
@@ -178,7 +165,7 @@ def eig(op):
     cfg = _config(op)
     left = bool(cfg.get("compute_left", False))
     right = bool(cfg.get("compute_right", False))
-    cdt, out_dtypes = _signature(op, 1 + left + right,
+    cdt, out_dtypes = matrix_call_types(op, 1 + left + right,
                                  f" (compute_left={left}, compute_right={right})")
 
     def run(a):
@@ -214,7 +201,7 @@ def schur(op):
     """
     import scipy.linalg
     vectors = bool(_config(op).get("compute_schur_vectors", True))
-    cdt, out_dtypes = _signature(op, 1 + vectors, f" (compute_schur_vectors={vectors})")
+    cdt, out_dtypes = matrix_call_types(op, 1 + vectors, f" (compute_schur_vectors={vectors})")
     output = "complex" if dtypes.is_complex(cdt) else "real"
 
     def run(a):
@@ -247,7 +234,7 @@ def hessenberg(op):
     and the Householder vectors (implicit leading 1) below it; taus has n-1
     entries.
     """
-    cdt, out_dtypes = _signature(op, 2)
+    cdt, out_dtypes = matrix_call_types(op, 2)
 
     def run(a):
         a = np.asarray(a).astype(cdt)
@@ -276,7 +263,7 @@ def tridiagonal(op):
     overwritten with the Householder vectors. d (n, real) is the diagonal,
     e (n-1, real) the off-diagonal, taus (n-1) the reflector scalars.
     """
-    cdt, out_dtypes = _signature(op, 4)
+    cdt, out_dtypes = matrix_call_types(op, 4)
     lower = bool(_config(op).get("lower", True))
     name = "hetrd" if dtypes.is_complex(cdt) else "sytrd"
 
@@ -359,7 +346,7 @@ def geqp3_call(op):
     jpvt is 1-based as in LAPACK (nonzero on entry: a column fixed in front);
     a' holds R above and the Householder vectors below the diagonal.
     """
-    cdt, out_dtypes = _signature(op, 3)
+    cdt, out_dtypes = matrix_call_types(op, 3)
 
     def run(a, jpvt):
         a = np.asarray(a).astype(cdt)
@@ -415,7 +402,7 @@ def lu(op):
     singular matrix (getrf's info > 0) is factored all the same, as on XLA
     CPU; no finiteness check (NaN propagates through LAPACK as on XLA CPU).
     """
-    cdt, out_dtypes = _signature(op, 3)
+    cdt, out_dtypes = matrix_call_types(op, 3)
 
     def run(a):
         a = np.asarray(a)
@@ -465,7 +452,7 @@ def geqrf_call(op):
     a' holds R on and above the diagonal and the Householder vectors (implicit
     leading 1) below it; taus has min(m, n) entries.
     """
-    cdt, out_dtypes = _signature(op, 2)
+    cdt, out_dtypes = matrix_call_types(op, 2)
 
     def run(a):
         a = np.asarray(a).astype(cdt)
@@ -492,7 +479,7 @@ def householder_product_call(op):
     H(i) = I - taus[i] v_i v_i^H, v_i the i-th column of a below the
     diagonal with an implicit 1 on it.
     """
-    cdt, (out_dtype,) = _signature(op, 1)
+    cdt, (out_dtype,) = matrix_call_types(op, 1)
     name = "ungqr" if dtypes.is_complex(cdt) else "orgqr"
 
     def run(a, taus):
@@ -524,7 +511,7 @@ def ormqr_call(op):
     op(Q) = Q^H when transpose; Q = H(0) ... H(k-1) from a's columns below
     the diagonal (k = len(taus)) as for householder_product.
     """
-    cdt, (out_dtype,) = _signature(op, 1)
+    cdt, (out_dtype,) = matrix_call_types(op, 1)
     cfg = _config(op)
     left = bool(cfg.get("left", True))
     transpose = bool(cfg.get("transpose", False))
