@@ -28,6 +28,16 @@ def interpreter_cli(*args, timeout=60):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def module_files(folder, module: str, *args):
+    """``folder/m.mlir`` holding ``module`` and ``folder/in.npz`` holding
+    ``args`` (what ``stablehlo-ref run --args`` reads): their paths."""
+    m = folder / "m.mlir"
+    m.write_text(module)
+    npz = folder / "in.npz"
+    np.savez(npz, *args)
+    return m, npz
+
+
 def marked_results(cmd, env, mark: str, timeout: float) -> dict:
     """Run a results-printing subprocess: every stdout line starting with
     ``mark`` is a JSON record with a "name"; a timeout is a result too (the
