@@ -485,19 +485,7 @@ class Program:
         otherwise); ``cast=True`` converts them, refusing values the
         conversion would change (arguments.py).
         """
-        f = self.function(func)
-        if len(args) != len(f.input_types):
-            raise ArgumentError(
-                f"@{f.name} takes {len(f.input_types)} argument(s), got {len(args)}")
-        args = [_coerce(a, t, i, f.name, cast) for i, (a, t) in
-                enumerate(zip(args, f.input_types))]
-        if tracer is None:
-            tracer = _trace.ACTIVE
-            if tracer is None and _TRACE_ENV in os.environ:
-                tracer = _trace.tracer_from_env()
-        if _getrecursionlimit() < RECURSION_LIMIT:
-            _setrecursionlimit(RECURSION_LIMIT)
-        ctx = Context(self, tracer=tracer, process=process, grid=grid)
+        f, args, ctx = self._start(args, func, tracer, process, grid, cast)
         with np.errstate(all="ignore"):
             return f(ctx, args)
 
@@ -508,22 +496,27 @@ class Program:
         place by the program (a donated buffer's memory reused).
         ``process``/``grid``: as for :meth:`run` (one process of a parallel
         run, see :meth:`run_parallel`'s ``consume``)."""
+        f, coerced, ctx = self._start(args, func, tracer, process, grid, False)
+        args.clear()
+        with np.errstate(all="ignore"):
+            return f.block.run(ctx, (), coerced, consume=True)
+
+    def _start(self, args, func, tracer, process, grid, cast):
+        """What a run needs: the function, its checked arguments (a new list)
+        and the execution context, with the tracer in effect."""
         f = self.function(func)
         if len(args) != len(f.input_types):
             raise ArgumentError(
                 f"@{f.name} takes {len(f.input_types)} argument(s), got {len(args)}")
-        coerced = [_coerce(a, t, i, f.name) for i, (a, t) in
+        coerced = [_coerce(a, t, i, f.name, cast) for i, (a, t) in
                    enumerate(zip(args, f.input_types))]
-        args.clear()
         if tracer is None:
             tracer = _trace.ACTIVE
             if tracer is None and _TRACE_ENV in os.environ:
                 tracer = _trace.tracer_from_env()
         if _getrecursionlimit() < RECURSION_LIMIT:
             _setrecursionlimit(RECURSION_LIMIT)
-        ctx = Context(self, tracer=tracer, process=process, grid=grid)
-        with np.errstate(all="ignore"):
-            return f.block.run(ctx, (), coerced, consume=True)
+        return f, coerced, Context(self, tracer=tracer, process=process, grid=grid)
 
     def run_parallel(self, args_per_process=None, num_replicas=None, num_partitions=None,
                      **kwargs):

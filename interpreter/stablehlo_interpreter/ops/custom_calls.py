@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import dtypes
 from ..registry import Unsupported, custom_call
-from .linalg import compute_dtype
+from .linalg import matrix_call_types
 
 # --------------------------------------------------------------------------
 # Annotations: identity.
@@ -124,20 +124,10 @@ def householder_product(a, taus):
     return q
 
 
-def _check_float(op, t):
-    if not (dtypes.is_float(t.dtype) or dtypes.is_complex(t.dtype)):
-        raise Unsupported(f"@{op.attrs.get('call_target_name')} of {t.element_type}")
-
-
 @custom_call("Qr")
 def qr(op):
     """@Qr (geqrf): (a) -> (R and Householder vectors, taus), LAPACK's layout."""
-    t = op.operand_types[0]
-    _check_float(op, t)
-    if op.num_results != 2:
-        raise Unsupported("@Qr with other than 2 results")
-    out_a, out_tau = (r.dtype for r in op.result_types)
-    cdt = compute_dtype(t.dtype)
+    cdt, (out_a, out_tau) = matrix_call_types(op, 2)
 
     def run(a):
         ra, taus = householder_qr(a.astype(cdt))
@@ -148,10 +138,7 @@ def qr(op):
 @custom_call("ProductOfElementaryHouseholderReflectors")
 def product_of_householder_reflectors(op):
     """@ProductOfElementaryHouseholderReflectors (orgqr/ungqr): (a, taus) -> Q."""
-    t = op.operand_types[0]
-    _check_float(op, t)
-    out = op.result_types[0].dtype
-    cdt = compute_dtype(t.dtype)
+    cdt, (out,) = matrix_call_types(op, 1)
 
     def run(a, taus):
         return householder_product(a.astype(cdt), taus.astype(cdt)).astype(out)
@@ -197,12 +184,7 @@ def lu_partial_pivoting(a):
 @custom_call("LuDecomposition")
 def lu_decomposition(op):
     """@LuDecomposition: (a) -> (lu, pivots, permutation) with partial pivoting."""
-    t = op.operand_types[0]
-    _check_float(op, t)
-    if op.num_results != 3:
-        raise Unsupported("@LuDecomposition with other than 3 results")
-    out_lu, out_piv, out_perm = (r.dtype for r in op.result_types)
-    cdt = compute_dtype(t.dtype)
+    cdt, (out_lu, out_piv, out_perm) = matrix_call_types(op, 3)
 
     def run(a):
         lu, piv, perm = lu_partial_pivoting(a.astype(cdt))
@@ -221,13 +203,10 @@ def eigh(op):
     backend_config is "lower,sort_eigenvalues,max_iter,tol"; the triangle
     `lower` names is read. numpy's eigh returns sorted eigenvalues either way.
     """
-    t = op.operand_types[0]
-    _check_float(op, t)
+    cdt, (out_v, out_w) = matrix_call_types(op, 2)
     cfg = str(op.attrs.get("backend_config", "") or "")
     parts = [p.strip() for p in cfg.split(",")]
     lower = parts[0] != "0" if parts and parts[0] else True
-    out_v, out_w = (r.dtype for r in op.result_types)
-    cdt = compute_dtype(t.dtype)
 
     def run(a):
         a = a.astype(cdt)
