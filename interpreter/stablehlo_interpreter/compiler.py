@@ -22,6 +22,7 @@ import numpy as np
 from . import attrs as _attrs
 from . import fold as _fold
 from . import fusion as _fusion
+from . import heap as _heap
 from . import quant as _quant
 from . import trace as _trace
 from .arguments import coerce as _coerce
@@ -843,6 +844,7 @@ def compile(module_or_data, *, name="<input>"):  # noqa: A001 - the natural name
     Raises :class:`UnsupportedOpsError` listing every op that cannot run.
     """
     module = load(module_or_data, name=name)
+    _heap.tune()   # once per process: freed arrays stay for the next run (heap.py)
     with MLIR_LOCK, module.context:
         try:
             program = _Compiler(module, name).compile()

@@ -25,6 +25,7 @@ batched, with 0-d constants mixed with arrays) and returns an np.ndarray of
 exactly the result dtype.
 """
 
+import ml_dtypes
 import numpy as np
 
 from .. import dtypes
@@ -317,12 +318,38 @@ def multiply(op):
                          float_fn=np.multiply, complex_fn=_complex_multiply)
 
 
+def _one_value(b, a_shape):
+    """``b`` as a Python int when it is one value (0-d, or broadcast from one
+    value over the other operand's shape: a broadcast constant, the divisor
+    of JAX's floor_divide), else None."""
+    if b.ndim == 0:
+        return int(b[()])
+    if b.shape == a_shape and b.size and not any(b.strides):
+        return int(b[(0,) * b.ndim])
+    return None
+
+
 def _int_divide(info):
     """Truncating integer division with XLA's results for the undefined cases."""
     all_ones = -1 if info.signed else info.max
 
     def divide(a, b):
+        d = _one_value(b, np.shape(a))
+        if d is not None and d != 0 and d != -1:
+            # One divisor, never a special case: no masks. An unsigned
+            # power of two is a shift, another divisor one floor_divide by
+            # a scalar (numpy divides by a scalar with libdivide); signed
+            # values truncate as below, from the C remainder.
+            car = np.asarray(a).dtype
+            if not info.signed:
+                if d & (d - 1) == 0:
+                    return np.right_shift(a, car.type(d.bit_length() - 1))
+                return np.floor_divide(a, car.type(d))
+            ds = car.type(d)
+            return np.floor_divide(np.subtract(a, np.fmod(a, ds)), ds)
         zero = b == 0
+        if not info.signed and b.dtype == a.dtype and not zero.any():
+            return np.floor_divide(a, b)    # unsigned: floor is truncation
         bad = zero
         if info.signed:
             # INT_MIN / -1 overflows: divide by 1 instead, giving INT_MIN.
@@ -580,7 +607,15 @@ def _bitwise(op, np_fn):
     if k == "int":
         info = IntInfo(dt)
         return as_result(_int_binary(info, np_fn), dt)
-    return as_result(np_fn, dt)
+
+    def bool_bitwise(a, b):
+        if (a.ndim == 0) != (b.ndim == 0):
+            # numpy's bool loops with one 0-d operand (a fused chain's
+            # broadcast constant) run ~20x slower than with two arrays; on
+            # the bytes (0 and 1) the bit operation is the same.
+            return np_fn(a.view(np.uint8), b.view(np.uint8)).view(BOOL)
+        return np_fn(a, b)
+    return as_result(bool_bitwise, dt)
 
 
 @kernel("stablehlo.and")
@@ -805,6 +840,27 @@ def _complex_compare(direction):
     return compare_complex
 
 
+# Float types whose bits, read as a signed integer of their width, give the
+# total order after one xor (below); the other floats go through
+# dtypes.total_order_key (uint64 keys).
+_NATIVE_TOTALORDER = frozenset({F16, F32, F64, np.dtype(ml_dtypes.bfloat16)})
+
+
+def _total_order_signed(x, signed):
+    """Signed integer keys of ``x`` (a float array of a type in
+    :data:`_NATIVE_TOTALORDER`) in its own width, whose signed order is
+    IEEE totalOrder: non-negative floats keep their bits, negative ones get
+    every bit but the sign flipped (``s ^ ((s >> (w - 1)) & MAX)``), so
+    -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN and NaNs by payload, as
+    dtypes.total_order_key orders them, in three passes of the native type
+    instead of widening to uint64."""
+    s = np.asarray(x).view(signed)
+    m = s >> signed.type(signed.itemsize * 8 - 1)
+    m &= signed.type(np.iinfo(signed).max)   # in place (0-d: numpy scalars rebind)
+    m ^= s
+    return m
+
+
 @kernel("stablehlo.compare")
 def compare(op):
     """spec: compare. FLOAT uses IEEE quiet comparisons; TOTALORDER orders
@@ -824,6 +880,12 @@ def compare(op):
     if k == "float":
         car = exact_carrier(dt)
         if ctype == "TOTALORDER":
+            signed = _SIGNED_OF[dt.itemsize] if dt in _NATIVE_TOTALORDER else None
+            if signed is not None:
+                def compare_totalorder_native(a, b):
+                    return fn(_total_order_signed(a, signed), _total_order_signed(b, signed))
+                return as_result(compare_totalorder_native, BOOL)
+
             def compare_totalorder(a, b):
                 return fn(dtypes.total_order_key(a.astype(car, copy=False)),
                           dtypes.total_order_key(b.astype(car, copy=False)))
@@ -852,6 +914,15 @@ def select(op):
     def select(pred, on_true, on_false):
         if pred.ndim == 0 and on_true.shape == on_false.shape:
             return on_true if pred else on_false
+        if pred.size >= _BIT_SELECT_MIN and pred.dtype == BOOL:
+            # A mask that is all false or all true (NaN/-0 canonicalisation
+            # in jnp.searchsorted, the bounds masks of take_along_axis and of
+            # gathers with in-range indices) picks a whole operand: any()
+            # and all() stop at the first element that decides them, so a
+            # mixed mask costs about nothing here.
+            pick = on_false if not pred.any() else (on_true if pred.all() else None)
+            if pick is not None and pick.shape == pred.shape:
+                return pick
         if pred.size >= _BIT_SELECT_MIN and on_true.dtype == on_false.dtype \
                 and on_true.dtype.itemsize in _UINT_OF_SIZE and pred.dtype == BOOL:
             return _bit_select(pred, on_true, on_false)
