@@ -361,3 +361,140 @@ def test_malloc_thresholds_are_set_once_unless_the_user_chose():
     assert _tuned({"STABLEHLO_REF_MALLOC": "0"}) == "False"
     assert _tuned({"MALLOC_TOP_PAD_": "1048576"}) == "False"
 
+
+
+# --------------------------------------------------------------------------
+# argmax / argmin reductions (ops/reduce.py arg_reduce)
+
+
+def _argmax_body(direction, vt, it, ctype, tie="LT"):
+    return (f"  reducer(%a: tensor<{vt}>, %b: tensor<{vt}>) (%i: tensor<{it}>, %j: tensor<{it}>) {{\n"
+            f"    %0 = stablehlo.compare {direction}, %a, %b, {ctype} : (tensor<{vt}>, tensor<{vt}>) -> tensor<i1>\n"
+            f"    %1 = stablehlo.compare NE, %a, %a, {ctype} : (tensor<{vt}>, tensor<{vt}>) -> tensor<i1>\n"
+            f"    %2 = stablehlo.or %0, %1 : tensor<i1>\n"
+            f"    %3 = stablehlo.compare EQ, %a, %b, {ctype} : (tensor<{vt}>, tensor<{vt}>) -> tensor<i1>\n"
+            f"    %4 = stablehlo.compare {tie}, %i, %j, SIGNED : (tensor<{it}>, tensor<{it}>) -> tensor<i1>\n"
+            f"    %5 = stablehlo.and %3, %4 : tensor<i1>\n"
+            f"    %6 = stablehlo.or %2, %5 : tensor<i1>\n"
+            f"    %7 = stablehlo.select %2, %a, %b : tensor<i1>, tensor<{vt}>\n"
+            f"    %8 = stablehlo.select %6, %i, %j : tensor<i1>, tensor<{it}>\n"
+            f"    stablehlo.return %7, %8 : tensor<{vt}>, tensor<{it}>\n  }}\n")
+
+
+def _argmax_text(shape, d, direction, vt, ctype, iota=True, tie="LT"):
+    out = tuple(n for k, n in enumerate(shape) if k != d)
+    idx = (f"  %idx = stablehlo.iota dim = {d} : {tt(shape, 'i32')}\n" if iota else "")
+    params = f"%x: {tt(shape, vt)}, %v0: tensor<{vt}>, %i0: tensor<i32>" + \
+        ("" if iota else f", %idx: {tt(shape, 'i32')}")
+    return (f"func.func @main({params}) -> ({tt(out, vt)}, {tt(out, 'i32')}) {{\n" + idx +
+            f"  %r:2 = stablehlo.reduce(%x init: %v0), (%idx init: %i0) across dimensions = [{d}] :"
+            f" ({tt(shape, vt)}, {tt(shape, 'i32')}, tensor<{vt}>, tensor<i32>) -> "
+            f"({tt(out, vt)}, {tt(out, 'i32')})\n" + _argmax_body(direction, vt, "i32", ctype, tie) +
+            f"  return %r#0, %r#1 : {tt(out, vt)}, {tt(out, 'i32')}\n}}")
+
+
+def _fold(x, idx, v0, i0, d, direction, tie_lt=True):
+    """The spec's sequential schedule of the body, element by element."""
+    xm, im = np.moveaxis(x, d, -1), np.moveaxis(idx, d, -1)
+    vals = np.empty(xm.shape[:-1], x.dtype)
+    inds = np.empty(xm.shape[:-1], np.int32)
+    for r in np.ndindex(*xm.shape[:-1]):
+        av, ai = v0[()], i0[()]
+        for bv, bi in zip(xm[r], im[r]):
+            better = av > bv if direction == "GT" else av < bv
+            pick = bool(better) or bool(av != av)
+            pick_i = pick or bool(av == bv and (ai < bi if tie_lt else ai > bi))
+            av, ai = (av if pick else bv), (ai if pick_i else bi)
+        vals[r], inds[r] = av, ai
+    return vals, inds
+
+
+def _arg_values(vt, shape, rng):
+    dt = D.from_element_type(vt)
+    if vt == "i1":
+        return rng.random(shape) < 0.3
+    if np.dtype(dt).kind in "iu":
+        return rng.integers(0, 5, shape).astype(dt)   # many ties
+    x = rng.choice(np.array([0.0, -0.0, 1.0, -1.0, 2.0, -np.inf, np.inf], np.float64), shape)
+    x[rng.random(shape) < 0.03] = np.nan
+    x = x.astype(dt)
+    x[0] = -0.0    # a row of zeros only: value of the last zero, index of the first
+    x[1, ::2] = 0.0
+    return x
+
+
+@pytest.mark.parametrize("vt,ctype", [("f32", "FLOAT"), ("f64", "FLOAT"), ("f16", "FLOAT"),
+                                      ("i32", "SIGNED"), ("ui8", "UNSIGNED"), ("i1", "UNSIGNED")])
+@pytest.mark.parametrize("direction", ["GT", "LT"])
+@pytest.mark.parametrize("d", [0, 1])
+def test_argmax_argmin_reductions_match_the_sequential_schedule(vt, ctype, direction, d):
+    rng = np.random.default_rng(hash((vt, direction, d)) % 1000)
+    shape = (9, 23)
+    x = _arg_values(vt, shape, rng)
+    idx = np.broadcast_to(np.arange(shape[d], dtype=np.int32).reshape(
+        (-1, 1) if d == 0 else (1, -1)), shape)
+    dt = D.from_element_type(vt)
+    inits = [np.array(v).astype(dt) for v in ([0, 1] if vt in ("i1", "ui8") else
+                                              [0, -1, 3] if vt == "i32" else
+                                              [-np.inf, np.inf, -0.0, 0.0, np.nan])]
+    program = shi.compile(_argmax_text(shape, d, direction, vt, ctype))
+    for v0 in inits:
+        for i0 in (np.array(0, np.int32), np.array(5, np.int32)):
+            got = program.run(x, v0, i0)
+            want = _fold(x, idx, v0, i0, d, direction)
+            assert same_bits(got[0], want[0]) and same_bits(got[1], want[1]), (v0, i0)
+
+
+def test_argmax_with_an_index_operand_that_is_not_an_iota():
+    # Not JAX's iota: ties go to the smaller index value, wherever it is.
+    rng = np.random.default_rng(9)
+    x = rng.integers(0, 3, (6, 17)).astype(np.float32)
+    idx = rng.permutation(6 * 17).reshape(6, 17).astype(np.int32)
+    v0, i0 = np.array(-np.inf, np.float32), np.array(0, np.int32)
+    got = shi.compile(_argmax_text((6, 17), 1, "GT", "f32", "FLOAT", iota=False)).run(x, v0, i0, idx)
+    want = _fold(x, idx, v0, i0, 1, "GT")
+    assert same_bits(got[0], want[0]) and same_bits(got[1], want[1])
+
+
+def test_other_bodies_are_not_taken_for_argmax():
+    # Ties to the larger index (GT on the indices): not the argmax body.
+    rng = np.random.default_rng(10)
+    x = rng.integers(0, 3, (6, 17)).astype(np.float32)
+    idx = np.broadcast_to(np.arange(17, dtype=np.int32), (6, 17))
+    v0, i0 = np.array(-np.inf, np.float32), np.array(0, np.int32)
+    text = _argmax_text((6, 17), 1, "GT", "f32", "FLOAT", tie="GT")
+    got = shi.compile(text).run(x, v0, i0)
+    want = _fold(x, idx, v0, i0, 1, "GT", tie_lt=False)
+    assert same_bits(got[0], want[0]) and same_bits(got[1], want[1])
+    # TOTALORDER comparisons order -0 below +0 and NaNs by sign: not taken.
+    x = np.array([[0.0, -0.0, np.nan, -np.nan, 1.0]], np.float32)
+    text = _argmax_text((1, 5), 1, "GT", "f32", "TOTALORDER")
+    got = shi.compile(text).run(x, v0, i0)
+    assert int(got[1][0]) == int(np.argmax(D.total_order_key(x[0])))   # +NaN is the largest
+
+
+def _reduce_body(text):
+    program = shi.compile(text)
+    (step,) = [s for s in program.functions["main"].block.steps if s.op.name == "stablehlo.reduce"]
+    return step.op.regions[0]
+
+
+def test_arg_reducer_kind_recognises_jax_bodies_only(monkeypatch):
+    from stablehlo_interpreter.ops import reduce as reduce_mod
+    from stablehlo_interpreter.regions import arg_reducer_kind
+    assert arg_reducer_kind(_reduce_body(_argmax_text((3, 4), 1, "GT", "f32", "FLOAT"))) == "max"
+    assert arg_reducer_kind(_reduce_body(_argmax_text((3, 4), 0, "LT", "i32", "SIGNED"))) == "min"
+    assert arg_reducer_kind(_reduce_body(_argmax_text((3, 4), 1, "GT", "f32", "FLOAT", tie="GT"))) is None
+    assert arg_reducer_kind(_reduce_body(_argmax_text((3, 4), 1, "GT", "f32", "TOTALORDER"))) is None
+    assert arg_reducer_kind(_reduce_body(_argmax_text((3, 4), 1, "GE", "f32", "FLOAT"))) is None
+    # The fast kernel runs for an iota index, not for an index argument.
+    calls = []
+    real = reduce_mod.arg_reduce
+    monkeypatch.setattr(reduce_mod, "arg_reduce", lambda *a: calls.append(1) or real(*a))
+    x = np.zeros((3, 4), np.float32)
+    v0, i0 = np.array(-np.inf, np.float32), np.array(0, np.int32)
+    shi.compile(_argmax_text((3, 4), 1, "GT", "f32", "FLOAT")).run(x, v0, i0)
+    assert calls == [1]
+    idx = np.zeros((3, 4), np.int32)
+    shi.compile(_argmax_text((3, 4), 1, "GT", "f32", "FLOAT", iota=False)).run(x, v0, i0, idx)
+    assert calls == [1]

@@ -824,8 +824,13 @@ class _Compiler:
 
 
 def _special_step(fn, regions, cap_ranges, n_operands):
-    """Adapt ``fn(ctx, regions, *operands)`` to the frame calling convention."""
-    if not regions:
+    """Adapt ``fn(ctx, regions, *operands)`` to the frame calling convention.
+
+    A kernel marked ``regions_unused`` (a reduce whose body is one known op,
+    run as a ufunc) gets no bound regions: binding them per call costs more
+    than a small reduction."""
+    if not regions or (getattr(fn, "regions_unused", False)
+                       and all(a == b for a, b in cap_ranges)):
         def step(ctx, *vals):
             return fn(ctx, (), *vals)
         return step

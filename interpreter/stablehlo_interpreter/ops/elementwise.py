@@ -364,6 +364,11 @@ def _int_divide(info):
 def _int_remainder(info):
     """C remainder (sign of the dividend); x % 0 = x and INT_MIN % -1 = 0 (XLA)."""
     def remainder(a, b):
+        d = _one_value(b, np.shape(a))
+        if d is not None and d != 0 and d != -1:
+            # One divisor, not a special case (jnp.remainder's x % 2): the
+            # C remainder itself, no masks.
+            return np.fmod(a, np.asarray(a).dtype.type(d))
         zero = b == 0
         bad = zero
         if info.signed:

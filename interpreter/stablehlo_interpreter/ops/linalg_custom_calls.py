@@ -68,12 +68,22 @@ def _lapack(name, a):
     with one BLAS thread: on this 2-core, shared machine OpenBLAS's threads
     otherwise wait for each other (a 64x64 ?trsm took 20 ms instead of 20 us).
     """
-    from scipy.linalg import lapack
-    fn, = lapack.get_lapack_funcs((name,), (a,))
     m, n = a.shape[-2:] if a.ndim >= 2 else (a.shape[-1], 1)
-    if m * n * min(m, n) < _blas.SMALL_GEMM_MACS:
-        return functools.partial(_blas.small_lapack, fn)
+    small = m * n * min(m, n) < _blas.SMALL_GEMM_MACS
+    key = (name, a.dtype, small)
+    fn = _LAPACK_CACHE.get(key)
+    if fn is None:
+        # get_lapack_funcs costs microseconds per call (a 64x64 getrf costs
+        # 15): looked up once per routine, dtype and threading.
+        from scipy.linalg import lapack
+        fn, = lapack.get_lapack_funcs((name,), (a,))
+        if small:
+            fn = functools.partial(_blas.small_lapack, fn)
+        _LAPACK_CACHE[key] = fn
     return fn
+
+
+_LAPACK_CACHE = {}
 
 
 def _nan_like(shape, dtype):
@@ -422,11 +432,12 @@ def pivots_to_permutation(piv, m):
     piv = np.asarray(piv)
     batch = piv.shape[:-1]
     out = np.empty(batch + (m,), dtype=np.int64)
-    for idx in np.ndindex(*batch):
+    if piv.size and (int(piv.min()) < 0 or int(piv.max()) >= m):
+        bad = piv[(piv < 0) | (piv >= m)].reshape(-1)[0]
+        raise ValueError(f"pivot {bad} out of range [0, {m})")
+    for idx in (np.ndindex(*batch) if batch else ((),)):
         perm = list(range(m))
         for i, p in enumerate(piv[idx].tolist()):
-            if not 0 <= p < m:
-                raise ValueError(f"pivot {p} out of range [0, {m})")
             perm[i], perm[p] = perm[p], perm[i]
         out[idx] = perm
     return out

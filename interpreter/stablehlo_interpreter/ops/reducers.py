@@ -132,8 +132,10 @@ class Reducer:
         ``contiguous_ok=False`` keeps a strided view (e.g. of overlapping
         windows) in place instead of copying it dims-last.
         """
-        axes = tuple(sorted(a % x.ndim for a in axes)) if x.ndim else ()
         init = np.asarray(init)
+        if x.ndim == 1 and len(axes) == 1 and 0 < x.shape[0] < _PAR_MIN and x.flags.c_contiguous:
+            return self._reduce_vector(x, init)
+        axes = tuple(sorted(a % x.ndim for a in axes)) if x.ndim else ()
         if any(x.shape[a] == 0 for a in axes):
             shape = tuple(s for d, s in enumerate(x.shape) if d not in axes)
             return np.full(shape, init, dtype=self.dtype)
@@ -179,6 +181,26 @@ class Reducer:
         r = np.asarray(self.ufunc(init.astype(self.acc), r))
         if self.kind == "add" and self.acc.kind == "f":
             r = _negative_zero_sums(r, x, axes, init)
+        return r.astype(self.dtype)
+
+    def _reduce_vector(self, x, init):
+        """:meth:`reduce` of a short contiguous vector to a scalar: the same
+        ufunc calls as the general paths take for it (``_reduce_last``: one
+        pairwise ``ufunc.reduce`` in the accumulator), without their
+        bookkeeping, which costs more than reducing the 64 diagonal entries
+        of ``det``."""
+        if self.exact:
+            xa = x if x.dtype == self.acc else x.astype(self.acc)
+            r = self.ufunc(init.astype(self.acc), self.ufunc.reduce(xa, axis=(0,)))
+            if self.signed_zero:
+                r = _fix_zero_sign(self.kind, np.asarray(r), xa, (0,), init)
+            return np.asarray(r).astype(self.dtype)
+        if x.dtype in dtypes.ML_FLOATS:
+            x = x.astype(self.acc)
+        r = np.asarray(self.ufunc(init.astype(self.acc),
+                                  self.ufunc.reduce(x, axis=-1, dtype=self.acc)))
+        if self.kind == "add" and self.acc.kind == "f":
+            r = _negative_zero_sums(r, x, (0,), init)
         return r.astype(self.dtype)
 
     def combine(self, values):
