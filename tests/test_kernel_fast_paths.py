@@ -80,6 +80,24 @@ def test_select_uniform_and_mixed_masks(et, mask):
     assert same_bits(got, np.where(p, t, f))
 
 
+@pytest.mark.parametrize("et", ["f32", "f64", "i8", "bf16"])
+def test_select_of_large_arrays_in_blocks(et):
+    # Above 2 blocks the bit select runs block by block (ops/elementwise.py
+    # _SELECT_BLOCK): contiguous operands, a broadcast scalar, a ragged end,
+    # and a strided operand (not blocked).
+    from stablehlo_interpreter.ops import elementwise as ew
+    dt = D.from_element_type(et)
+    n = 2 * ew._SELECT_BLOCK + 777
+    rng = np.random.default_rng(11)
+    t, f = _special(dt, n, rng), _special(dt, n, rng)
+    p = rng.random(n) < 0.5
+    c = _special(dt, 3, rng)[:1].reshape(())
+    for tt_, ff in ((t, f), (t, np.broadcast_to(c, (n,))), (np.broadcast_to(c, (n,)), f),
+                    (t, c), (_special(dt, 2 * n, rng)[::2], f)):
+        got = ew._bit_select(p, tt_, ff)
+        assert same_bits(got, np.where(p, tt_, ff))
+
+
 def test_selected_operand_is_not_updated_in_place_later():
     # A uniform mask returns an operand itself; a later op that may update
     # its dying first operand in place (add's donation) must not change the
@@ -498,3 +516,89 @@ def test_arg_reducer_kind_recognises_jax_bodies_only(monkeypatch):
     idx = np.zeros((3, 4), np.int32)
     shi.compile(_argmax_text((3, 4), 1, "GT", "f32", "FLOAT", iota=False)).run(x, v0, i0, idx)
     assert calls == [1]
+
+
+# --------------------------------------------------------------------------
+# float32 sine through tan(x / 2) (ops/elementwise_math.py sin_f32)
+
+
+def _sin_ref(x):
+    with np.errstate(all="ignore"):
+        return np.sin(np.asarray(x, np.float32).astype(np.float64)).astype(np.float32)
+
+
+def _sin_inputs():
+    rng = np.random.default_rng(12)
+    # Every 4th float32 of [1, 2) and every 64th of [2, 1024).
+    parts = [np.arange(0x3F800000, 0x40000000, 4, dtype=np.uint32).view(np.float32),
+             np.arange(0x40000000, 0x44800000, 64, dtype=np.uint32).view(np.float32)]
+    for scale in (1e-30, 1e-6, 0.01, 1.0, 3.0, 30.0, 300.0, 1000.0, 1e5, 1e30):
+        parts.append((rng.standard_normal(1 << 16) * scale).astype(np.float32))
+    # The float32 values around the first 330 multiples of pi (sin near 0,
+    # tan(x / 2) near 0 or a pole).
+    base = (np.arange(1, 331) * np.pi).astype(np.float32).view(np.uint32).astype(np.int64)
+    near = (base[:, None] + np.arange(-300, 301)[None, :]).astype(np.uint32).view(np.float32)
+    parts += [near.ravel(), -near.ravel()]
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-45, -1e-45, 1.17549435e-38,
+                        3.4028235e38, -3.4028235e38, 1023.99994, 1024.0, -1024.0, np.pi / 2], np.float32)
+    payload = np.array([0x7FC00123, 0xFFC00456, 0x7F800001], np.uint32).view(np.float32)
+    parts += [np.resize(np.concatenate([special, payload]), 1000)]   # also a whole special array
+    return np.concatenate(parts)
+
+
+def test_float32_sine_is_the_float64_sine_rounded():
+    from stablehlo_interpreter.ops.elementwise_math import sin_f32
+    x = _sin_inputs()
+    with np.errstate(all="ignore"):
+        for lo in range(0, x.size, 1 << 17):     # the fused chains' chunk size
+            assert same_bits(sin_f32(x[lo:lo + (1 << 17)]), _sin_ref(x[lo:lo + (1 << 17)])), lo
+    # Strided, broadcast, 2-d and small operands.
+    with np.errstate(all="ignore"):
+        assert same_bits(sin_f32(x[: 1 << 16][::3]), _sin_ref(x[: 1 << 16][::3]))
+        b = np.broadcast_to(np.float32(2.5), (300,))
+        assert same_bits(sin_f32(b), _sin_ref(b))
+        m = x[: 1 << 14].reshape(128, 128)
+        assert same_bits(sin_f32(m), _sin_ref(m))
+        assert same_bits(sin_f32(x[:10]), _sin_ref(x[:10]))
+
+
+def test_float32_sine_through_a_program():
+    n = 1 << 17
+    x = _sin_inputs()[-n:]
+    text = (f"func.func @main(%x: {tt((n,), 'f32')}) -> {tt((n,), 'f32')} {{\n"
+            f"  %s = stablehlo.sine %x : {tt((n,), 'f32')}\n"
+            f"  return %s : {tt((n,), 'f32')}\n}}")
+    assert same_bits(shi.compile(text).run(x)[0], _sin_ref(x))
+    text0 = ("func.func @main(%x: tensor<f32>) -> tensor<f32> {\n"
+             "  %s = stablehlo.sine %x : tensor<f32>\n  return %s : tensor<f32>\n}")
+    got = shi.compile(text0).run(np.float32(1.5))[0]
+    assert got.shape == () and same_bits(got, _sin_ref(np.float32(1.5)))
+
+
+def test_float32_sine_guard_absorbs_a_less_accurate_tan(monkeypatch):
+    # A tan 2000 float64 ULPs off (far worse than any libm's) must still
+    # give np.sin's float32 bits: the elements whose rounding it could flip
+    # lie within the guard and take np.sin. Without the guard about 1 in
+    # 100,000 results would differ.
+    from stablehlo_interpreter.ops import elementwise_math as em
+    redone = []
+    real_sin = np.sin
+
+    def off_tan(t, out):
+        real = np.tan(t, out=out)
+        real *= 1 + 2000 * 2.0 ** -52
+        return real
+
+    def counting_sin(x, *a, **k):
+        redone.append(np.size(x))
+        return real_sin(x, *a, **k)
+    monkeypatch.setattr(em, "_tan", off_tan)
+    x = _sin_inputs()
+    x = x[np.isfinite(x) & (np.abs(x) < 1000)][: 3 << 20]
+    with np.errstate(all="ignore"):
+        want = _sin_ref(x)
+        monkeypatch.setattr(em.np, "sin", counting_sin)
+        got = np.concatenate([em.sin_f32(x[lo:lo + (1 << 17)]) for lo in range(0, x.size, 1 << 17)])
+    monkeypatch.setattr(em.np, "sin", real_sin)
+    assert same_bits(got, want)
+    assert sum(redone) > x.size / 10_000   # the guard did take elements
