@@ -86,6 +86,21 @@ def _lapack(name, a):
 _LAPACK_CACHE = {}
 
 
+def _threads_for(x):
+    """How to call a LAPACK driver (scipy.linalg/np.linalg) on matrix ``x``:
+    with one BLAS thread below blas.SMALL_GEMM_MACS (as :func:`_lapack`: on
+    a busy 2-core machine a threaded 128x128 gesdd took 0.5 s of CPU time
+    instead of 2 ms, its threads spinning while they wait for each other)."""
+    m, n = x.shape[-2:]
+    if m * n * min(m, n) < _blas.SMALL_GEMM_MACS:
+        return _blas.small_lapack
+    return _call
+
+
+def _call(fn, *args, **kwargs):
+    return fn(*args, **kwargs)
+
+
 def _nan_like(shape, dtype):
     return np.full(shape, np.nan, dtype=dtype)
 
@@ -159,8 +174,8 @@ def svd(op):
             x = a[idx]
             if not np.all(np.isfinite(x)):
                 return None
-            r = scipy.linalg.svd(x, full_matrices=full, compute_uv=compute_uv,
-                                 check_finite=False, lapack_driver=driver)
+            r = _threads_for(x)(scipy.linalg.svd, x, full_matrices=full, compute_uv=compute_uv,
+                                check_finite=False, lapack_driver=driver)
             return (r,) if not compute_uv else (r[1], r[0], r[2])
 
         _each_matrix(batch, one, outs)
@@ -203,9 +218,10 @@ def eig(op):
             x = a[idx]
             if not np.all(np.isfinite(x)):
                 return None
+            call = _threads_for(x)
             if not (left or right):
-                return (scipy.linalg.eigvals(x, check_finite=False),)
-            r = scipy.linalg.eig(x, left=left, right=right, check_finite=False)
+                return (call(scipy.linalg.eigvals, x, check_finite=False),)
+            r = call(scipy.linalg.eig, x, left=left, right=right, check_finite=False)
             return tuple(r)
 
         _each_matrix(batch, one, outs)
@@ -247,7 +263,7 @@ def schur(op):
                 return None
             if x.shape[-1] == 0:
                 return (x, x)
-            tt, z = scipy.linalg.schur(x, output=output, check_finite=False)
+            tt, z = _threads_for(x)(scipy.linalg.schur, x, output=output, check_finite=False)
             return (tt, z)
 
         _each_matrix(batch, one, outs)
