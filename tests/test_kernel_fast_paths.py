@@ -18,7 +18,12 @@ import stablehlo_interpreter as shi
 from stablehlo_interpreter import dtypes as D
 from stablehlo_interpreter import fusion
 
-N = 8192   # at least the select fast path's minimum (ops/elementwise.py)
+N = 1 << 15   # at least the select fast paths' minimum sizes (ops/elementwise.py)
+
+
+def test_sizes_reach_the_fast_paths():
+    from stablehlo_interpreter.ops import elementwise as ew
+    assert N >= ew._UNIFORM_MIN and N >= ew._BIT_SELECT_MIN
 
 
 def tt(shape, et):
