@@ -22,6 +22,7 @@ import numpy as np
 from . import attrs as _attrs
 from . import fold as _fold
 from . import fusion as _fusion
+from . import heap as _heap
 from . import quant as _quant
 from . import trace as _trace
 from .arguments import coerce as _coerce
@@ -816,8 +817,13 @@ class _Compiler:
 
 
 def _special_step(fn, regions, cap_ranges, n_operands):
-    """Adapt ``fn(ctx, regions, *operands)`` to the frame calling convention."""
-    if not regions:
+    """Adapt ``fn(ctx, regions, *operands)`` to the frame calling convention.
+
+    A kernel marked ``regions_unused`` (a reduce whose body is one known op,
+    run as a ufunc) gets no bound regions: binding them per call costs more
+    than a small reduction."""
+    if not regions or (getattr(fn, "regions_unused", False)
+                       and all(a == b for a, b in cap_ranges)):
         def step(ctx, *vals):
             return fn(ctx, (), *vals)
         return step
@@ -836,6 +842,7 @@ def compile(module_or_data, *, name="<input>"):  # noqa: A001 - the natural name
     Raises :class:`UnsupportedOpsError` listing every op that cannot run.
     """
     module = load(module_or_data, name=name)
+    _heap.tune()   # once per process: freed arrays stay for the next run (heap.py)
     with MLIR_LOCK, module.context:
         try:
             program = _Compiler(module, name).compile()

@@ -23,6 +23,7 @@ import re
 import numpy as np
 
 from .. import dtypes
+from ..blas import SMALL_GEMM_MACS, small_lapack
 from ..registry import Unsupported, custom_call
 from .linalg import matrix_call_types
 
@@ -213,8 +214,11 @@ def eigh(op):
         if a.size == 0:
             return [a.astype(out_v), np.zeros(a.shape[:-1], dtype=out_w)]
         uplo = "L" if lower else "U"
+        # One BLAS thread for small matrices (linalg_custom_calls._threads_for).
+        n = a.shape[-1]
+        call = small_lapack if n ** 3 < SMALL_GEMM_MACS else (lambda f, *x, **k: f(*x, **k))
         try:
-            w, v = np.linalg.eigh(a, UPLO=uplo)
+            w, v = call(np.linalg.eigh, a, UPLO=uplo)
         except np.linalg.LinAlgError:
             w, v = None, None
         bad = ~np.all(np.isfinite(a), axis=(-2, -1))
@@ -228,7 +232,7 @@ def eigh(op):
                 if bad[idx]:
                     continue
                 try:
-                    w[idx], v[idx] = np.linalg.eigh(a[idx], UPLO=uplo)
+                    w[idx], v[idx] = call(np.linalg.eigh, a[idx], UPLO=uplo)
                 except np.linalg.LinAlgError:
                     pass
         return [v.astype(out_v), w.astype(out_w)]

@@ -63,12 +63,37 @@ def _lapack(name, a):
     with one BLAS thread: on this 2-core, shared machine OpenBLAS's threads
     otherwise wait for each other (a 64x64 ?trsm took 20 ms instead of 20 us).
     """
-    from scipy.linalg import lapack
-    fn, = lapack.get_lapack_funcs((name,), (a,))
     m, n = a.shape[-2:] if a.ndim >= 2 else (a.shape[-1], 1)
-    if m * n * min(m, n) < _blas.SMALL_GEMM_MACS:
-        return functools.partial(_blas.small_lapack, fn)
+    small = m * n * min(m, n) < _blas.SMALL_GEMM_MACS
+    key = (name, a.dtype, small)
+    fn = _LAPACK_CACHE.get(key)
+    if fn is None:
+        # get_lapack_funcs costs microseconds per call (a 64x64 getrf costs
+        # 15): looked up once per routine, dtype and threading.
+        from scipy.linalg import lapack
+        fn, = lapack.get_lapack_funcs((name,), (a,))
+        if small:
+            fn = functools.partial(_blas.small_lapack, fn)
+        _LAPACK_CACHE[key] = fn
     return fn
+
+
+_LAPACK_CACHE = {}
+
+
+def _threads_for(x):
+    """How to call a LAPACK driver (scipy.linalg/np.linalg) on matrix ``x``:
+    with one BLAS thread below blas.SMALL_GEMM_MACS (as :func:`_lapack`: on
+    a busy 2-core machine a threaded 128x128 gesdd took 0.5 s of CPU time
+    instead of 2 ms, its threads spinning while they wait for each other)."""
+    m, n = x.shape[-2:]
+    if m * n * min(m, n) < _blas.SMALL_GEMM_MACS:
+        return _blas.small_lapack
+    return _call
+
+
+def _call(fn, *args, **kwargs):
+    return fn(*args, **kwargs)
 
 
 def _nan_like(shape, dtype):
@@ -141,8 +166,8 @@ def svd(op):
             x = a[idx]
             if not np.all(np.isfinite(x)):
                 return None
-            r = scipy.linalg.svd(x, full_matrices=full, compute_uv=compute_uv,
-                                 check_finite=False, lapack_driver=driver)
+            r = _threads_for(x)(scipy.linalg.svd, x, full_matrices=full, compute_uv=compute_uv,
+                                check_finite=False, lapack_driver=driver)
             return (r,) if not compute_uv else (r[1], r[0], r[2])
 
         return _each_matrix(batch, one, outs, out_dtypes)
@@ -179,9 +204,10 @@ def eig(op):
             x = a[idx]
             if not np.all(np.isfinite(x)):
                 return None
+            call = _threads_for(x)
             if not (left or right):
-                return (scipy.linalg.eigvals(x, check_finite=False),)
-            r = scipy.linalg.eig(x, left=left, right=right, check_finite=False)
+                return (call(scipy.linalg.eigvals, x, check_finite=False),)
+            r = call(scipy.linalg.eig, x, left=left, right=right, check_finite=False)
             return tuple(r)
 
         return _each_matrix(batch, one, outs, out_dtypes)
@@ -215,7 +241,7 @@ def schur(op):
                 return None
             if x.shape[-1] == 0:
                 return (x, x)
-            tt, z = scipy.linalg.schur(x, output=output, check_finite=False)
+            tt, z = _threads_for(x)(scipy.linalg.schur, x, output=output, check_finite=False)
             return (tt, z)
 
         return _each_matrix(batch, one, outs, out_dtypes)
@@ -382,11 +408,12 @@ def pivots_to_permutation(piv, m):
     piv = np.asarray(piv)
     batch = piv.shape[:-1]
     out = np.empty(batch + (m,), dtype=np.int64)
-    for idx in np.ndindex(*batch):
+    if piv.size and (int(piv.min()) < 0 or int(piv.max()) >= m):
+        bad = piv[(piv < 0) | (piv >= m)].reshape(-1)[0]
+        raise ValueError(f"pivot {bad} out of range [0, {m})")
+    for idx in (np.ndindex(*batch) if batch else ((),)):
         perm = list(range(m))
         for i, p in enumerate(piv[idx].tolist()):
-            if not 0 <= p < m:
-                raise ValueError(f"pivot {p} out of range [0, {m})")
             perm[i], perm[p] = perm[p], perm[i]
         out[idx] = perm
     return out
