@@ -122,8 +122,8 @@ class Client:
         self.process_index = 0
         # Programs arrive as bytecode, read first by an isolated helper
         # process (stablehlo_interpreter/isolate.py): start it now.
-        from stablehlo_interpreter import isolate
-        isolate.prestart()
+        from stablehlo_interpreter import prestart_bytecode_reader
+        prestart_bytecode_reader()
         self.interpreter_name = "stablehlo_interpreter"
         n = configured_num_devices(self.options)
         self.devices = [Device(self, i, i, n) for i in range(n)]

@@ -533,17 +533,16 @@ def _interrupted_text(meta) -> str:
     return f"stablehlo_ref execution of {meta.name} was interrupted (KeyboardInterrupt)"
 
 
-_op_trace = None
+_active_tracer = None
 
 
 def _op_tracer_active() -> bool:
-    """Whether an op tracer (stablehlo_interpreter.trace.tracing, the oracle
+    """Whether an op tracer (stablehlo_interpreter.use_tracer, the oracle
     tools) is active now: the program then runs inline, inside its scope."""
-    global _op_trace
-    if _op_trace is None:
-        from stablehlo_interpreter import trace as op_trace
-        _op_trace = op_trace
-    return _op_trace.ACTIVE is not None
+    global _active_tracer
+    if _active_tracer is None:
+        _active_tracer = _interpreter().active_tracer
+    return _active_tracer() is not None
 
 
 class LoadedExecutable:
@@ -799,18 +798,16 @@ class LoadedExecutable:
         """The interpreter's argument check (dtype and shape of each
         parameter), done at dispatch: data still being computed is checked
         through a stand-in of its type."""
-        from stablehlo_interpreter.arguments import coerce
         shi = _interpreter()
         meta = self.meta
-        func = meta.program.function()
-        for i, (b, t) in enumerate(zip(args, meta.input_types)):
+        for i, b in enumerate(args):
             if b.type == BufferType.TOKEN:
                 continue
             value = b.array
             if value is None:
                 value = np.broadcast_to(np.zeros((), dtype_of(b.type)), b.shape)
             try:
-                coerce(value, t, i, func.name)
+                meta.program.check_argument(i, value)
             except shi.InterpreterError as e:
                 raise invalid_argument(
                     f"stablehlo_ref execution of {meta.name} failed: {e}") from None

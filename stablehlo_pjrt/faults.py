@@ -56,16 +56,10 @@ def install(handlers: dict) -> None:
 def _break_kernel(name: str) -> None:
     import numpy as np
 
-    import stablehlo_interpreter.ops  # noqa: F401 - registers every kernel
-    from stablehlo_interpreter import registry
+    import stablehlo_interpreter as shi
 
     from . import dispatch
     op = name if "." in name else f"stablehlo.{name}"
-    builder = registry.KERNELS.get(op)
-    if builder is None:
-        raise ValueError(f"{ENV}=op:{name}: no kernel named {op}")
-    if op in registry.SPECIAL:
-        raise ValueError(f"{ENV}=op:{name}: only ops without regions can be broken")
 
     def wrong(v):
         v = np.asarray(v)
@@ -75,9 +69,7 @@ def _break_kernel(name: str) -> None:
             return (v + 1).astype(v.dtype)
         return (v * (1 + 2.0 ** -6) + 2.0 ** -6).astype(v.dtype)
 
-    def faulty_builder(o, _b=builder):
-        fn = _b(o)
-
+    def faulty(fn):
         def run(*xs):
             r = fn(*xs)
             if not _executing and not dispatch.on_worker():
@@ -88,7 +80,12 @@ def _break_kernel(name: str) -> None:
             return [wrong(x) for x in r] if isinstance(r, (list, tuple)) else wrong(r)
         return run
 
-    registry.KERNELS[op] = faulty_builder
+    try:
+        shi.wrap_kernel(op, faulty)
+    except KeyError:
+        raise ValueError(f"{ENV}=op:{name}: no kernel named {op}") from None
+    except ValueError:
+        raise ValueError(f"{ENV}=op:{name}: only ops without regions can be broken") from None
 
 
 _executing = 0  # > 0 while PJRT_LoadedExecutable_Execute runs (an inline run)

@@ -37,6 +37,8 @@ from stablehlo_interpreter import (
     parse_sharding_per_value,
 )
 
+from .mlir_funcs import find_func
+
 
 class SpmdPlan:
     """Arguments/results shardings of an SPMD program's entry function.
@@ -147,12 +149,8 @@ class SpmdPlan:
             texts = [gspmd_text(b) for b in self.op_shardings("out")]
             module = load(code, name="optimized program", trusted=True)
             with MLIR_LOCK, module.context:
-                for op in module.mlir.body.operations:
-                    o = op.operation
-                    if o.name == "func.func" and \
-                            attribute_text(decode_attribute(o, "sym_name")) == self.func:
-                        break
-                else:
+                o = find_func(module.mlir, self.func)
+                if o is None:
                     return code
                 old = list(o.attributes["res_attrs"]) if "res_attrs" in o.attributes \
                     else [None] * len(texts)
@@ -245,6 +243,25 @@ _KEEP_TILING = {"stablehlo.slice", "stablehlo.sort", "stablehlo.reduce_window",
                 "stablehlo.dynamic_update_slice", "stablehlo.scatter"}
 
 
+class _Known(dict):
+    """MLIR value -> what a propagation pass knows of it (a sharding or a
+    tiling); ``get`` of a value that cannot be a key is None."""
+
+    def get(self, v, default=None):
+        try:
+            return dict.get(self, v, default)
+        except TypeError:
+            return default
+
+
+def _shape_of(v):
+    """The shape of MLIR value ``v``; None for tokens and tuples."""
+    try:
+        return tuple(int(d) for d in v.type.shape)
+    except Exception:  # noqa: BLE001 - tokens, tuples
+        return None
+
+
 def _propagate(mlir_module, func_name, meshes):
     """Shardings of the values ``func_name`` returns, by a simple forward
     pass over its top-level ops (arguments, sharding constraints, manual
@@ -253,16 +270,11 @@ def _propagate(mlir_module, func_name, meshes):
 
     Only the choice of result layouts for results the program leaves
     unspecified depends on this: values never do."""
-    func = None
-    for op in mlir_module.body.operations:
-        o = op.operation
-        if o.name == "func.func" and attribute_text(decode_attribute(o, "sym_name")) == func_name:
-            func = o
-            break
+    func = find_func(mlir_module, func_name)
     if func is None or not func.regions or not func.regions[0].blocks:
         return []
     block = func.regions[0].blocks[0]
-    known = {}
+    known = _Known()
     arg_attrs = decode_attribute(func, "arg_attrs") if "arg_attrs" in func.attributes \
         else []
     for i, arg in enumerate(block.arguments):
@@ -273,18 +285,6 @@ def _propagate(mlir_module, func_name, meshes):
                 known[arg] = parse_sharding(text, meshes)
             except ShardingError:
                 pass
-
-    def get(v):
-        try:
-            return known.get(v)
-        except TypeError:
-            return None
-
-    def shape_of(v):
-        try:
-            return tuple(v.type.shape)
-        except Exception:  # noqa: BLE001 - tokens, tuples
-            return None
 
     def remap(sh, dims_map, ndim):
         """Result sharding with result dim r taking operand dim dims_map[r]."""
@@ -309,7 +309,7 @@ def _propagate(mlir_module, func_name, meshes):
         try:
             results = list(o.results)
             if name in ("func.return", "stablehlo.return"):
-                return [get(v) for v in o.operands]
+                return [known.get(v) for v in o.operands]
             if not results:
                 continue
             if name in ("sdy.sharding_constraint", "sdy.reshard"):
@@ -319,13 +319,13 @@ def _propagate(mlir_module, func_name, meshes):
                         str(o.attributes["out_shardings"]), meshes)):
                     known[v] = sh
             elif name == "stablehlo.transpose":
-                sh = get(o.operands[0])
+                sh = known.get(o.operands[0])
                 if sh is not None:
                     perm = list(decode_attribute(o, "permutation"))
                     known[results[0]] = remap(sh, perm, len(perm))
             elif name == "stablehlo.reduce":
                 n = len(results)
-                sh = get(o.operands[0])
+                sh = known.get(o.operands[0])
                 if sh is not None:
                     red = set(int(d) for d in decode_attribute(o, "dimensions"))
                     keep = [d for d in range(len(sh.dims)) if d not in red]
@@ -333,9 +333,9 @@ def _propagate(mlir_module, func_name, meshes):
                         known[v] = remap(sh, keep, len(keep))
                 del n
             elif name == "stablehlo.broadcast_in_dim":
-                sh = get(o.operands[0])
-                rshape = shape_of(results[0])
-                ishape = shape_of(o.operands[0])
+                sh = known.get(o.operands[0])
+                rshape = _shape_of(results[0])
+                ishape = _shape_of(o.operands[0])
                 if sh is not None and rshape is not None and ishape is not None:
                     bdims = [int(d) for d in decode_attribute(o, "broadcast_dimensions")]
                     m = [None] * len(rshape)
@@ -352,8 +352,8 @@ def _propagate(mlir_module, func_name, meshes):
                 lb, rb = nums("lhs_batching_dimensions"), nums("rhs_batching_dimensions")
                 lc, rc = nums("lhs_contracting_dimensions"), nums("rhs_contracting_dimensions")
                 lhs, rhs = o.operands[0], o.operands[1]
-                ls, rs = get(lhs), get(rhs)
-                lsh, rsh = shape_of(lhs), shape_of(rhs)
+                ls, rs = known.get(lhs), known.get(rhs)
+                lsh, rsh = _shape_of(lhs), _shape_of(rhs)
                 if (ls is not None or rs is not None) and lsh is not None and rsh is not None:
                     lf = [d for d in range(len(lsh)) if d not in lb and d not in lc]
                     rf = [d for d in range(len(rsh)) if d not in rb and d not in rc]
@@ -380,11 +380,11 @@ def _propagate(mlir_module, func_name, meshes):
                         base.mesh, dims, [], [], None
                     known[results[0]] = out
             elif name not in _ELEMENTWISE_SKIP and not len(o.regions) and len(results) == 1:
-                rshape = shape_of(results[0])
+                rshape = _shape_of(results[0])
                 if rshape is not None and o.operands and all(
-                        shape_of(v) == rshape for v in o.operands):
+                        _shape_of(v) == rshape for v in o.operands):
                     for v in o.operands:
-                        sh = get(v)
+                        sh = known.get(v)
                         if sh is not None:
                             known[results[0]] = sh
                             break
@@ -548,37 +548,20 @@ def _propagate_gspmd(mlir_module, func_name, plan):
 
     Only the layout of results the program leaves unannotated depends on
     this; the values never do (the program runs unpartitioned)."""
-    func = None
-    for op in mlir_module.body.operations:
-        o = op.operation
-        if o.name == "func.func" and attribute_text(decode_attribute(o, "sym_name")) == func_name:
-            func = o
-            break
+    func = find_func(mlir_module, func_name)
     if func is None or not func.regions or not func.regions[0].blocks:
         return []
     devices = plan.devices
     n = len(devices)
     block = func.regions[0].blocks[0]
-    known = {}
+    known = _Known()
     for arg, sh in zip(block.arguments, plan.in_shardings):
         t = Tiling.of(sh, devices)
         if t is not None:
             known[arg] = t
 
-    def get(v):
-        try:
-            return known.get(v)
-        except TypeError:
-            return None
-
-    def shape_of(v):
-        try:
-            return tuple(int(d) for d in v.type.shape)
-        except Exception:  # noqa: BLE001 - tokens, tuples, dynamic shapes
-            return None
-
     def put(v, t):
-        t = None if t is None else t.fit(shape_of(v))
+        t = None if t is None else t.fit(_shape_of(v))
         if t is not None and t.tiles > 1:
             known[v] = t
 
@@ -586,7 +569,7 @@ def _propagate_gspmd(mlir_module, func_name, plan):
         o = op.operation
         name = o.name
         if name in ("func.return", "stablehlo.return"):
-            return [get(v) for v in o.operands]
+            return [known.get(v) for v in o.operands]
         results = list(o.results)
         if not results:
             continue
@@ -599,13 +582,13 @@ def _propagate_gspmd(mlir_module, func_name, plan):
                     text = attribute_text(decode_attribute(o, "mhlo.sharding"))
                     put(results[0], Tiling.of(parse_gspmd_sharding(text, n), devices))
             elif name == "stablehlo.transpose":
-                t = get(operands[0])
+                t = known.get(operands[0])
                 if t is not None:
                     put(results[0], t.columns([int(d) for d in
                                                decode_attribute(o, "permutation")]))
             elif name == "stablehlo.broadcast_in_dim":
-                t = get(operands[0])
-                rshape, ishape = shape_of(results[0]), shape_of(operands[0])
+                t = known.get(operands[0])
+                rshape, ishape = _shape_of(results[0]), _shape_of(operands[0])
                 if t is not None and rshape is not None and ishape is not None:
                     src = [None] * len(rshape)
                     for i, r in enumerate(int(d) for d in
@@ -614,12 +597,12 @@ def _propagate_gspmd(mlir_module, func_name, plan):
                             src[r] = i
                     put(results[0], t.columns(src))
             elif name == "stablehlo.reshape":
-                t = get(operands[0])
-                rshape, ishape = shape_of(results[0]), shape_of(operands[0])
+                t = known.get(operands[0])
+                rshape, ishape = _shape_of(results[0]), _shape_of(operands[0])
                 if t is not None and rshape is not None and ishape is not None:
                     put(results[0], t.columns(_reshape_sources(ishape, rshape, t)))
             elif name == "stablehlo.reduce":
-                inputs = [get(v) for v in operands[:len(results)]]
+                inputs = [known.get(v) for v in operands[:len(results)]]
                 t = next((x for x in inputs if x is not None), None)
                 if t is not None:
                     red = {int(d) for d in decode_attribute(o, "dimensions")}
@@ -627,21 +610,21 @@ def _propagate_gspmd(mlir_module, func_name, plan):
                     for v in results:
                         put(v, t.columns(keep))
             elif name in ("stablehlo.dot", "stablehlo.dot_general"):
-                put(results[0], _dot_tiling(o, name, get, shape_of, n))
+                put(results[0], _dot_tiling(o, name, known, n))
             elif name in _KEEP_TILING:
                 # XLA keeps the operand's tiling on these, even along the
                 # dimension they slice, sort, pad, concatenate or scan
                 # (cumsum is a reduce_window); uneven ones are untiled by put.
-                rank = len(shape_of(results[0]) or ())
-                t = next((get(v) for v in operands if get(v) is not None
-                          and len(get(v).counts) == rank), None)
+                rank = len(_shape_of(results[0]) or ())
+                t = next((known.get(v) for v in operands if known.get(v) is not None
+                          and len(known.get(v).counts) == rank), None)
                 for v in results:
                     put(v, t)
             elif name == "stablehlo.reverse":
                 # The tiles stay where they are: the device holding tile i
                 # holds tile count-1-i of the result (XLA reverses the tile
                 # assignment).
-                t = get(operands[0])
+                t = known.get(operands[0])
                 if t is not None:
                     index = t.index.copy()
                     for d in (int(x) for x in decode_attribute(o, "dimensions")):
@@ -652,8 +635,8 @@ def _propagate_gspmd(mlir_module, func_name, plan):
                 # like mhlo.erf): tiled like the operands of the result's
                 # shape; two operands' tilings are merged dimension by
                 # dimension when they hold together.
-                rshape = shape_of(results[0])
-                same = [get(v) for v in operands if shape_of(v) == rshape]
+                rshape = _shape_of(results[0])
+                same = [known.get(v) for v in operands if _shape_of(v) == rshape]
                 same = [t for t in same if t is not None]
                 if rshape is None or not same:
                     continue
@@ -670,13 +653,13 @@ def _propagate_gspmd(mlir_module, func_name, plan):
     return []
 
 
-def _dot_tiling(o, name, get, shape_of, n):
+def _dot_tiling(o, name, known, n):
     """A dot's result tiling: batch dimensions as the lhs (else the rhs)
     tiles them, then the lhs's and the rhs's free dimensions as they are
     tiled (contracting dimensions drop out: the result is whole)."""
     lhs, rhs = o.operands[0], o.operands[1]
-    lt, rt = get(lhs), get(rhs)
-    lsh, rsh = shape_of(lhs), shape_of(rhs)
+    lt, rt = known.get(lhs), known.get(rhs)
+    lsh, rsh = _shape_of(lhs), _shape_of(rhs)
     if (lt is None and rt is None) or lsh is None or rsh is None:
         return None
     lb, rb, lc, rc = _dot_dims(o, name, len(lsh))

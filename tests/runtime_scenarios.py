@@ -637,3 +637,16 @@ def run(platform: str, names, devices: int = 2, extra_env=None) -> dict:
         raise AssertionError(f"{platform}: no result for {missing} (exit {proc.returncode}):\n"
                              f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return out
+
+
+def run_both(names, devices: int = 2) -> tuple:
+    """:func:`run` on stablehlo_ref and on XLA CPU: (ref records, cpu records)."""
+    return run("stablehlo_ref", names, devices=devices), run("cpu", names, devices=devices)
+
+
+def values_of(results, name: str) -> tuple:
+    """(stablehlo_ref's values, XLA CPU's values) of scenario ``name`` in
+    :func:`run_both`'s ``results``; both must have run without an error."""
+    ref, cpu = (r[name] for r in results)
+    assert ref["error"] is None and cpu["error"] is None, (ref["error"], cpu["error"])
+    return ref["values"], cpu["values"]

@@ -2,7 +2,8 @@
 
 import numpy as np
 import pytest
-from testkit import interpreter_cli
+from testkit import interpreter_cli as cli
+from testkit import module_files
 
 MODULE = """
 func.func @main(%a: tensor<2xf32>, %b: tensor<2xf32>) -> (tensor<2xf32>, tensor<i32>) {
@@ -24,18 +25,12 @@ func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {
 """
 
 
-def cli(*args):
-    return interpreter_cli(*args)
-
-
 @pytest.fixture
 def files(tmp_path):
-    m = tmp_path / "m.mlir"
-    m.write_text(MODULE)
+    m, args = module_files(tmp_path, MODULE, np.array([1, 2], np.float32),
+                           np.array([3, 4.5], np.float32))
     u = tmp_path / "u.mlir"
     u.write_text(UNSUPPORTED)
-    args = tmp_path / "in.npz"
-    np.savez(args, np.array([1, 2], np.float32), np.array([3, 4.5], np.float32))
     return tmp_path, m, u, args
 
 

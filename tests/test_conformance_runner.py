@@ -311,3 +311,32 @@ def test_killed_worker_is_replaced(tmp_path, monkeypatch):
     assert "SIGKILL" in by["hang"]["message"]
     assert by["after_hang"]["status"] == "passed"
     assert len(started) == 2
+
+
+def test_args_parse_into_arrays_of_the_spec_types():
+    # --args goes through the interpreter's public parse_attribute (dense
+    # elements decoded as constants are); every element type family.
+    import ml_dtypes
+    import numpy as np
+
+    from stablehlo_conformance.worker import parse_args
+    vals = parse_args('[dense<[1, -2]> : tensor<2xi4>, dense<1.5> : tensor<2x2xbf16>, '
+                      'dense<[(1.0, -2.0)]> : tensor<1xcomplex<f32>>, dense<true> : tensor<i1>, '
+                      'dense<[]> : tensor<0xf64>]')
+    assert [(v.dtype, v.shape) for v in vals] == [
+        (np.dtype(ml_dtypes.int4), (2,)), (np.dtype(ml_dtypes.bfloat16), (2, 2)),
+        (np.dtype(np.complex64), (1,)), (np.dtype(np.bool_), ()), (np.dtype(np.float64), (0,))]
+    assert vals[0].tolist() == [1, -2] and float(vals[1][1, 1]) == 1.5
+    assert vals[2].tolist() == [1 - 2j] and vals[3].item() is True
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[dense<1> : tensor<2xi32>", "expectected array attribute string"),  # unparseable
+    ("dense<1> : tensor<2xi32>", "expectected array attribute string"),   # not an array
+    ("[4.0 : f32]", "expected dense elements attribute for args elements"),
+    ("[dense<1> : tensor<i32>, array<i64: 1, 2>]", "expected dense elements attribute"),
+])
+def test_malformed_args_say_what_upstream_says(text, message):
+    from stablehlo_conformance.worker import ArgsError, parse_args
+    with pytest.raises(ArgsError, match=message):
+        parse_args(text)

@@ -187,8 +187,11 @@ def test_gather_fast_schedules_match_plain_kernel(seed):
         if rng.random() < 0.2 and operand.ndim >= 2:
             operand = np.asfortranarray(operand)          # non-contiguous operands
         indices = random_indices(rng, ishape, it, bound)
+        before = indices.copy()
         plan = gs._GatherPlan(dn, oshape, ishape, sizes)
         got = plan(operand, indices)
+        # The linear index is summed in place: never into the indices.
+        assert same_bits(indices, before), (dn, oshape, ishape, sizes, it)
         want = _reference_gather(dn, operand, indices, sizes)
         assert same_bits(got, want), (dn, oshape, ishape, sizes, et, it)
         assert isinstance(got, np.ndarray)

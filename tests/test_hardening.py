@@ -423,7 +423,7 @@ def test_object_arrays_in_npz_are_a_user_error(tmp_path):
     np.savez(f, np.array([{"a": 1}], dtype=object), np.int32(1))
     func = shi.compile(_TWO).function()
     with pytest.raises(cli.UserError, match="cannot read arguments"):
-        cli._load_args(str(f), func)
+        cli.load_args(str(f), func)
 
 
 def test_locations_show_the_users_frame_first():

@@ -22,7 +22,7 @@ SILENT = {"pure_callback_values", "pure_callback_under_grad", "io_callback_in_sc
 
 @pytest.fixture(scope="module")
 def results():
-    return rs.run("stablehlo_ref", NAMES), rs.run("cpu", NAMES)
+    return rs.run_both(NAMES)
 
 
 def _close(a, b):

@@ -31,17 +31,11 @@ REFUSED_EXPORT = ("JaxRuntimeError: INVALID_ARGUMENT: Device stablehlo_ref:0 can
 
 @pytest.fixture(scope="module")
 def results():
-    return rs.run("stablehlo_ref", NAMES, devices=1), rs.run("cpu", NAMES, devices=1)
-
-
-def _pair(results, name):
-    ref, cpu = (r[name] for r in results)
-    assert ref["error"] is None and cpu["error"] is None, (ref["error"], cpu["error"])
-    return ref["values"], cpu["values"]
+    return rs.run_both(NAMES, devices=1)
 
 
 def test_export_like_cpu_where_jax_allows(results):
-    r, c = _pair(results, "dlpack_export")
+    r, c = rs.values_of(results, "dlpack_export")
     x = [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
     assert r["asarray"] == c["asarray"] == [True, False, x]
     assert r["memoryview"] == c["memoryview"] == [True, x]
@@ -55,7 +49,7 @@ def test_export_like_cpu_where_jax_allows(results):
 
 
 def test_export_refused_by_jax(results):
-    r, c = _pair(results, "dlpack_export")
+    r, c = rs.values_of(results, "dlpack_export")
     assert c["dunder_dlpack"] == "PyCapsule"
     assert c["np_from_dlpack"] == c["torch_from_dlpack"] == c["jax_from_dlpack"] \
         == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
@@ -66,7 +60,7 @@ def test_export_refused_by_jax(results):
 
 
 def test_import_zero_copy(results):
-    r, c = _pair(results, "dlpack_import")
+    r, c = rs.values_of(results, "dlpack_import")
     a = [float(i) for i in range(8)]
     assert r["numpy"] == c["numpy"] == [True, "device", a]
     assert r["torch"] == c["torch"]
@@ -85,7 +79,7 @@ def test_import_zero_copy(results):
 
 
 def test_import_differences(results):
-    r, c = _pair(results, "dlpack_import")
+    r, c = rs.values_of(results, "dlpack_import")
     # CPU views a transposed tensor with a custom layout; stablehlo_ref
     # buffers are row-major, so that needs a copy, which copy=False refuses.
     assert c["transposed_no_copy"] == r["torch_transposed"]
@@ -103,7 +97,7 @@ def test_import_differences(results):
 
 
 def test_views_outlive_and_block_donation_like_cpu(results):
-    r, c = _pair(results, "dlpack_lifetime")
+    r, c = rs.values_of(results, "dlpack_lifetime")
     assert r == c
     assert r["view_after_delete"] == [0.0, 1.0, 2.0, 3.0]
     assert r["donate_with_view"] == [False, [1.0, 2.0, 3.0, 4.0], [0.0, 1.0, 2.0, 3.0]]

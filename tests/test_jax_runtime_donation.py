@@ -18,10 +18,7 @@ DEVICES = 8
 @pytest.fixture(scope="module")
 def multi():
     names = ["donation_multi_device"]
-    ref = rs.run("stablehlo_ref", names, devices=DEVICES)["donation_multi_device"]
-    cpu = rs.run("cpu", names, devices=DEVICES)["donation_multi_device"]
-    assert ref["error"] is None and cpu["error"] is None, (ref["error"], cpu["error"])
-    return ref["values"], cpu["values"]
+    return rs.values_of(rs.run_both(names, devices=DEVICES), "donation_multi_device")
 
 
 CASES = ["pmap", "pmap_in_place", "jit_out_shardings", "jit_open_shardings", "jit_in_place",
@@ -60,11 +57,8 @@ def test_other_donations_like_cpu(multi):
 
 
 def test_clashes_like_cpu():
-    ref = rs.run("stablehlo_ref", ["donation_clashes"], devices=1)["donation_clashes"]
-    cpu = rs.run("cpu", ["donation_clashes"], devices=1)["donation_clashes"]
-    assert ref["error"] is None and cpu["error"] is None
-    assert ref["values"] == cpu["values"]
-    v = ref["values"]
+    v, c = rs.values_of(rs.run_both(["donation_clashes"], devices=1), "donation_clashes")
+    assert v == c
     assert v["twice"] == ("JaxRuntimeError: INVALID_ARGUMENT: Attempt to donate the same buffer "
                           "twice in Execute() (flattened argument 1, replica 0, partition 0, "
                           "first use: 0). Toy example for this bug: `f(donate(a), donate(a))`.")

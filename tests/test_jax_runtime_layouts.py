@@ -14,13 +14,11 @@ NAMES = ["custom_layouts"]
 
 @pytest.fixture(scope="module")
 def results():
-    return rs.run("stablehlo_ref", NAMES, devices=1), rs.run("cpu", NAMES, devices=1)
+    return rs.run_both(NAMES, devices=1)
 
 
 def test_layouts_like_cpu(results):
-    ref, cpu = (r["custom_layouts"] for r in results)
-    assert ref["error"] is None and cpu["error"] is None, (ref["error"], cpu["error"])
-    r, c = ref["values"], cpu["values"]
+    r, c = rs.values_of(results, "custom_layouts")
     for key in ("put", "jit", "default_after", "auto"):
         assert r[key] == c[key], key
     x = np.arange(12, dtype=np.float32).reshape(3, 4)

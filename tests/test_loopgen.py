@@ -19,6 +19,7 @@ import itertools
 import ml_dtypes
 import numpy as np
 import pytest
+from testkit import DONATION_SCAN, count_donations
 
 import stablehlo_interpreter as shi
 import stablehlo_interpreter.compiler as compiler
@@ -762,55 +763,12 @@ def test_a_deadline_stops_a_generated_loop_in_an_op(generate_now):
     assert _generated(program)
 
 
-DONATION_SCAN = """
-func.func @main(%xs: tensor<6x2xf32>) -> (tensor<6x2xf32>, tensor<6x2xf32>) {
-  %z = stablehlo.constant dense<0.0> : tensor<6x2xf32>
-  %i0 = stablehlo.constant dense<0> : tensor<i32>
-  %r:3 = stablehlo.while(%i = %i0, %ys = %z, %ws = %z) : tensor<i32>, tensor<6x2xf32>, tensor<6x2xf32>
-  cond {
-    %n = stablehlo.constant dense<6> : tensor<i32>
-    %p = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
-    stablehlo.return %p : tensor<i1>
-  } do {
-    %row = func.call @row(%xs, %i) : (tensor<6x2xf32>, tensor<i32>) -> tensor<1x2xf32>
-    %ys2 = func.call @put(%ys, %row, %i) : (tensor<6x2xf32>, tensor<1x2xf32>, tensor<i32>) -> tensor<6x2xf32>
-    %one = stablehlo.constant dense<1> : tensor<i32>
-    %i2 = stablehlo.add %i, %one : tensor<i32>
-    stablehlo.return %i2, %ys2, RESULT : tensor<i32>, tensor<6x2xf32>, tensor<6x2xf32>
-  }
-  return %r#1, %xs : tensor<6x2xf32>, tensor<6x2xf32>
-}
-func.func private @row(%xs: tensor<6x2xf32>, %i: tensor<i32>) -> tensor<1x2xf32> {
-  %c = stablehlo.constant dense<0> : tensor<i32>
-  %s = stablehlo.dynamic_slice %xs, %i, %c, sizes = [1, 2] : (tensor<6x2xf32>, tensor<i32>, tensor<i32>) -> tensor<1x2xf32>
-  return %s : tensor<1x2xf32>
-}
-func.func private @put(%ys: tensor<6x2xf32>, %row: tensor<1x2xf32>, %i: tensor<i32>) -> tensor<6x2xf32> {
-  %c = stablehlo.constant dense<0> : tensor<i32>
-  %u = stablehlo.dynamic_update_slice %ys, %row, %i, %c : (tensor<6x2xf32>, tensor<1x2xf32>, tensor<i32>, tensor<i32>) -> tensor<6x2xf32>
-  return %u : tensor<6x2xf32>
-}
-"""
-
-
-def _count_donations(monkeypatch):
-    seen = []
-    orig = compiler._getrefcount
-
-    def getrefcount(x):
-        n = orig(x) - 1  # this wrapper's own argument
-        seen.append(n)
-        return n
-    monkeypatch.setattr(compiler, "_getrefcount", getrefcount)
-    return seen
-
-
 @pytest.mark.parametrize("shared", [True, False])
 def test_generated_loop_updates_in_place_only_when_unshared(generate_now, monkeypatch, shared):
     # Returned twice, the updated array is shared by both loop values: it
     # must be copied every iteration. Returned once, the loop owns it and
     # updates it in place from the second iteration on.
-    seen = _count_donations(monkeypatch)
+    seen = count_donations(monkeypatch)
     text = DONATION_SCAN.replace("RESULT", "%ys2" if shared else "%ws")
     xs = np.arange(12, dtype=np.float32).reshape(6, 2)
     keep = xs.copy()

@@ -4,7 +4,8 @@
 import ml_dtypes
 import numpy as np
 import pytest
-from testkit import interpreter_cli
+from testkit import interpreter_cli as cli
+from testkit import module_files
 
 from stablehlo_interpreter.compare import compare_arrays, compare_outputs
 from stablehlo_interpreter.dtypes import ulp_distance
@@ -70,16 +71,9 @@ def test_structural_problems():
     assert not r.ok and "missing" in str(r)
 
 
-def cli(*args):
-    return interpreter_cli(*args)
-
-
 @pytest.fixture
 def files(tmp_path):
-    m = tmp_path / "m.mlir"
-    m.write_text(MODULE)
-    args = tmp_path / "in.npz"
-    np.savez(args, A, B)
+    m, args = module_files(tmp_path, MODULE, A, B)
     return tmp_path, m, args
 
 

@@ -179,6 +179,38 @@ def test_unknown_fault_is_a_clear_error(monkeypatch):
     before = dict(handlers)
     faults.install(handlers)
     assert handlers == before
+    # A kernel that does not exist, or one with regions, is refused before
+    # anything changes.
+    for fault, message in [("op:no_such_op", "no kernel named stablehlo.no_such_op"),
+                           ("op:while", "only ops without regions")]:
+        monkeypatch.setenv("STABLEHLO_REF_FAULT", fault)
+        with pytest.raises(ValueError, match=message):
+            faults.install(dict(before, PJRT_LoadedExecutable_Execute=object()))
+
+
+def test_wrap_kernel_wraps_what_later_compiles_run():
+    # The interpreter's hook behind op:NAME: programs compiled after the
+    # wrap run the wrapper; the kernel is restored afterwards.
+    import numpy as np
+
+    import stablehlo_interpreter as shi
+    from stablehlo_interpreter import registry
+    text = """func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {
+      %0 = stablehlo.negate %a : tensor<2xf32>
+      func.return %0 : tensor<2xf32>
+    }"""
+    x = np.array([1.0, -2.0], np.float32)
+    original = registry.KERNELS["stablehlo.negate"]
+    try:
+        shi.wrap_kernel("stablehlo.negate", lambda fn: lambda v: fn(v) + np.float32(10))
+        assert shi.compile(text).run(x)[0].tolist() == [9.0, 12.0]
+    finally:
+        registry.KERNELS["stablehlo.negate"] = original
+    assert shi.compile(text).run(x)[0].tolist() == [-1.0, 2.0]
+    with pytest.raises(KeyError):
+        shi.wrap_kernel("stablehlo.no_such_op", lambda fn: fn)
+    with pytest.raises(ValueError, match="special kernel"):
+        shi.wrap_kernel("stablehlo.while", lambda fn: fn)
 
 
 # ---------------------------------------------------------------------------

@@ -28,6 +28,16 @@ def interpreter_cli(*args, timeout=60):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def module_files(folder, module: str, *args):
+    """``folder/m.mlir`` holding ``module`` and ``folder/in.npz`` holding
+    ``args`` (what ``stablehlo-ref run --args`` reads): their paths."""
+    m = folder / "m.mlir"
+    m.write_text(module)
+    npz = folder / "in.npz"
+    np.savez(npz, *args)
+    return m, npz
+
+
 def marked_results(cmd, env, mark: str, timeout: float) -> dict:
     """Run a results-printing subprocess: every stdout line starting with
     ``mark`` is a JSON record with a "name"; a timeout is a result too (the
@@ -47,3 +57,55 @@ def marked_results(cmd, env, mark: str, timeout: float) -> dict:
             results[r["name"]] = r
     results["__process__"] = {"rc": rc, "stderr": err[-4000:]}
     return results
+
+
+# A scan-like loop (JAX's scan: a row read, a row written per iteration)
+# whose body returns RESULT as its third loop value: "%ys2" (the updated
+# array, then shared by two loop values: it must be copied every
+# iteration) or "%ws" (the loop owns it: updated in place). Used by the
+# plan's donation tests and by the generated loops' (test_loopgen.py).
+DONATION_SCAN = """
+func.func @main(%xs: tensor<6x2xf32>) -> (tensor<6x2xf32>, tensor<6x2xf32>) {
+  %z = stablehlo.constant dense<0.0> : tensor<6x2xf32>
+  %i0 = stablehlo.constant dense<0> : tensor<i32>
+  %r:3 = stablehlo.while(%i = %i0, %ys = %z, %ws = %z) : tensor<i32>, tensor<6x2xf32>, tensor<6x2xf32>
+  cond {
+    %n = stablehlo.constant dense<6> : tensor<i32>
+    %p = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  } do {
+    %row = func.call @row(%xs, %i) : (tensor<6x2xf32>, tensor<i32>) -> tensor<1x2xf32>
+    %ys2 = func.call @put(%ys, %row, %i) : (tensor<6x2xf32>, tensor<1x2xf32>, tensor<i32>) -> tensor<6x2xf32>
+    %one = stablehlo.constant dense<1> : tensor<i32>
+    %i2 = stablehlo.add %i, %one : tensor<i32>
+    stablehlo.return %i2, %ys2, RESULT : tensor<i32>, tensor<6x2xf32>, tensor<6x2xf32>
+  }
+  return %r#1, %xs : tensor<6x2xf32>, tensor<6x2xf32>
+}
+func.func private @row(%xs: tensor<6x2xf32>, %i: tensor<i32>) -> tensor<1x2xf32> {
+  %c = stablehlo.constant dense<0> : tensor<i32>
+  %s = stablehlo.dynamic_slice %xs, %i, %c, sizes = [1, 2] : (tensor<6x2xf32>, tensor<i32>, tensor<i32>) -> tensor<1x2xf32>
+  return %s : tensor<1x2xf32>
+}
+func.func private @put(%ys: tensor<6x2xf32>, %row: tensor<1x2xf32>, %i: tensor<i32>) -> tensor<6x2xf32> {
+  %c = stablehlo.constant dense<0> : tensor<i32>
+  %u = stablehlo.dynamic_update_slice %ys, %row, %i, %c : (tensor<6x2xf32>, tensor<1x2xf32>, tensor<i32>, tensor<i32>) -> tensor<6x2xf32>
+  return %u : tensor<6x2xf32>
+}
+"""
+
+
+def count_donations(monkeypatch):
+    """The reference counts the plan checks before updating an array in
+    place (compiler._getrefcount, 2: nothing else holds it), as a list that
+    grows while programs run."""
+    from stablehlo_interpreter import compiler
+    seen = []
+    orig = compiler._getrefcount
+
+    def getrefcount(x):
+        n = orig(x) - 1  # this wrapper's own argument
+        seen.append(n)
+        return n
+    monkeypatch.setattr(compiler, "_getrefcount", getrefcount)
+    return seen

@@ -42,27 +42,20 @@ _USAGE = "--args=[dense<1> : tensor<2xi32>, ...]"
 
 def parse_args(text):
     """Parse `--args="[dense<...> : tensor<...>, ...]"` into numpy arrays."""
-    from jaxlib.mlir import ir
+    import numpy as np
 
-    from stablehlo_interpreter import attrs as _attrs
-    from stablehlo_interpreter.loader import MLIR_LOCK, new_context
-    with MLIR_LOCK:
-        ctx = new_context()
-        with ctx, ir.Location.unknown():
-            try:
-                attr = ir.Attribute.parse(text)
-            except Exception:
-                attr = None
-            if attr is None or not isinstance(attr, ir.ArrayAttr):
-                raise ArgsError("expectected array attribute string for args, i.e. "
-                                + _USAGE)
-            out = []
-            for a in ir.ArrayAttr(attr):
-                if not isinstance(a, ir.DenseElementsAttr):
-                    raise ArgsError("expected dense elements attribute for args "
-                                    "elements, i.e. " + _USAGE)
-                out.append(_attrs.dense_to_numpy(a))
-            return out
+    import stablehlo_interpreter as shi
+    try:
+        values = shi.parse_attribute(text)
+    except shi.LoadError:
+        values = None
+    if not isinstance(values, list):
+        raise ArgsError("expectected array attribute string for args, i.e. " + _USAGE)
+    for v in values:
+        if not isinstance(v, np.ndarray):
+            raise ArgsError("expected dense elements attribute for args elements, i.e. "
+                            + _USAGE)
+    return values
 
 
 def roundtrip(text):
@@ -104,7 +97,7 @@ class _Compiled:
 
 def run_case(case, compiled, outputs):
     """Run one case; returns (status, message)."""
-    from stablehlo_interpreter.ops.interpreter_ops import format_value
+    from stablehlo_interpreter import format_value
     kind = case["kind"]
     group = case.get("group")
     buf = io.StringIO()
@@ -169,8 +162,7 @@ def serve(conn, memory_limit_mb=0):
     except OSError:
         pass
     os.environ.setdefault("STABLEHLO_REF_PROBE_DIR", "")
-    import stablehlo_interpreter  # noqa: F401  (import once, up front)
-    from stablehlo_interpreter import ops  # noqa: F401
+    import stablehlo_interpreter  # noqa: F401 - once, up front: every kernel registers
     while True:
         try:
             task = conn.recv()

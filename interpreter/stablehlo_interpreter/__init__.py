@@ -7,19 +7,42 @@
 It knows nothing of PJRT: it loads a module, compiles it to a plan once and
 runs the plan many times.
 
-Public surface for embedders (the PJRT plugin uses these names only):
-`compile`/`Program` (`Program.run`, `Program.function`, `Program.module`:
-the loaded `Module`, whose `mlir`/`context` are read with `MLIR_LOCK`
-held), `load`/`Module`, the error classes, the types, `dtypes`,
-`decode_attribute` (an MLIR op attribute as a Python value),
-`format_location` (an MLIR location as the text errors use) and the Shardy
-sharding geometry (`Mesh`, `Sharding`, `ShardingError`, `module_meshes`,
-`parse_sharding`, `parse_sharding_per_value`, `attribute_text`) on which the
-plugin plans sharded programs.
+This module is the interpreter's public surface: the names in ``__all__``
+below, plus three public modules, ``dtypes`` (element types), ``mlir_text``
+(scanning printed MLIR at the top level of its brackets) and ``cli`` (the
+``stablehlo-ref`` command line: ``main``, ``load_args``, ``UserError``).
+Everything else in the package is private. The PJRT plugin
+(``stablehlo_pjrt``), the conformance runner (``stablehlo_conformance``) and
+the benchmarks use these names only; an import-linter contract in
+pyproject.toml (run by ``.ci/lint``) checks it. The tests may look inside.
+
+* Loading and running: ``load``/``Module`` (its ``mlir``/``context`` are
+  read with ``MLIR_LOCK`` held), ``compile``/``Program`` (``Program.run``,
+  ``Program.function``, ``Program.check_argument``, ``Program.module``: the
+  loaded ``Module``),
+  ``prestart_bytecode_reader`` (start the isolated process that reads
+  bytecode first, ahead of the first load), the error classes and the types.
+* MLIR pieces: ``decode_attribute`` (an op's attribute as a Python value),
+  ``parse_attribute`` (attribute text as a Python value), ``format_location``
+  (a location as the text errors use), ``format_value`` (a runtime value as
+  the reference interpreter prints it).
+* Comparing outputs: ``compare_outputs``, ``compare_arrays`` and their
+  ``ComparisonReport`` (dtype-aware tolerances, see compare.py).
+* Observing a run: the tracers ``OpTracer``, ``NanFinder`` (raises
+  ``NonFiniteError``) and ``Recorder``, ``use_tracer`` (for runs that are
+  not given one, such as the plugin's), ``active_tracer`` (the one in effect)
+  and ``summarize`` (a value in one line).
+* Shardy sharding geometry, on which the plugin plans sharded programs:
+  ``Mesh``, ``Sharding``, ``ShardingError``, ``module_meshes``,
+  ``parse_sharding``, ``parse_sharding_per_value``, ``parse_gspmd_sharding``,
+  ``attribute_text``.
+* ``wrap_kernel``: make one op's kernel run through a wrapper (the plugin's
+  fault injection breaks a kernel with it).
 """
 
 from . import dtypes, ops  # noqa: F401 - importing ops registers every kernel
-from .attrs import decode_attribute
+from .attrs import decode_attribute, parse_attribute
+from .compare import ComparisonReport, compare_arrays, compare_outputs
 from .compiler import Program, compile, format_location
 from .errors import (
     ArgumentError,
@@ -30,7 +53,10 @@ from .errors import (
     LoadError,
     UnsupportedOpsError,
 )
+from .isolate import prestart as prestart_bytecode_reader
 from .loader import MLIR_LOCK, Module, load
+from .ops.interpreter_ops import format_value
+from .registry import wrap_kernel
 from .spmd import (
     Mesh,
     Sharding,
@@ -41,16 +67,35 @@ from .spmd import (
     parse_sharding,
     parse_sharding_per_value,
 )
+from .trace import (
+    NanFinder,
+    NonFiniteError,
+    OpTracer,
+    Recorder,
+    active_tracer,
+    summarize,
+    use_tracer,
+)
 from .types import TOKEN, OtherType, TensorType, Token, TokenType, TupleType
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "compile", "load", "Program", "Module", "dtypes",
+    # loading and running
+    "compile", "load", "Program", "Module", "MLIR_LOCK", "prestart_bytecode_reader",
     "InterpreterError", "LoadError", "CompileError", "UnsupportedOpsError",
     "ExecutionError", "CheckFailure", "ArgumentError",
-    "TensorType", "TupleType", "TokenType", "OtherType", "Token", "TOKEN",
-    "MLIR_LOCK", "decode_attribute", "format_location",
+    "TensorType", "TupleType", "TokenType", "OtherType", "Token", "TOKEN", "dtypes",
+    # MLIR pieces
+    "decode_attribute", "parse_attribute", "format_location", "format_value",
+    # comparing outputs
+    "compare_outputs", "compare_arrays", "ComparisonReport",
+    # observing a run
+    "OpTracer", "NanFinder", "NonFiniteError", "Recorder", "use_tracer", "active_tracer",
+    "summarize",
+    # sharding geometry
     "Mesh", "Sharding", "ShardingError", "attribute_text", "module_meshes", "parse_sharding",
     "parse_sharding_per_value", "parse_gspmd_sharding",
+    # fault injection
+    "wrap_kernel",
 ]

@@ -10,7 +10,9 @@ import re
 import numpy as np
 
 from . import dtypes
-from .mlir_text import value_end
+from .errors import LoadError
+from .loader import MLIR_LOCK, new_context
+from .mlir_text import split_top, value_end
 from .types import from_mlir
 
 # Element types numpy can take straight from the attribute's buffer.
@@ -238,7 +240,6 @@ def _decode_dict(d):
 
 def _decode_entry_text(dict_text, name):
     """Decode entry ``name`` of a dictionary attribute from its printed form."""
-    from .mlir_text import split_top
     body = dict_text.strip()
     if body.startswith("{") and body.endswith("}"):
         body = body[1:-1]
@@ -304,6 +305,28 @@ def decode_text(text):
         ttype = from_mlir(ir.Type.parse(text[text.rfind("> : ") + 4:]))
         return _parse_dense_text(text, ttype.shape, ttype.dtype)
     return decode(ir.Attribute.parse(text))
+
+
+def parse_attribute(text):
+    """The value of MLIR attribute ``text`` (e.g. ``[dense<1> : tensor<2xi32>]``,
+    the conformance files' ``--args``), decoded as op attributes are
+    (:func:`decode`: dense elements as numpy arrays, arrays as lists, ...).
+    Parsed in a context of its own; LoadError when MLIR cannot parse it."""
+    from jaxlib.mlir import ir
+    with MLIR_LOCK, new_context(), ir.Location.unknown():
+        try:
+            attr = ir.Attribute.parse(text)
+        except Exception as e:  # MLIRError: the parser's diagnostics
+            raise LoadError(f"cannot parse the attribute {text[:80]!r}: {e}") from None
+        try:
+            return decode(attr)
+        except TypeError:
+            # The bindings cannot hand out some dense elements inside an array
+            # as objects ("Can't cast unknown element type": complex ones);
+            # decode those from the printed text, as decode_attribute does.
+            if not isinstance(attr, ir.ArrayAttr):
+                raise
+            return [decode_text(t.strip()) for t in split_top(str(attr)[1:-1])]
 
 
 def _attr_text_from_asm(asm, name):

@@ -51,7 +51,12 @@ def _compile(path):
     return shi.compile(_read_module(path), name=path)
 
 
-def _load_args(path, func, cast=False):
+def load_args(path, func, cast=False):
+    """The arguments of ``func`` (a ``Program.function``) from the ``--args``
+    file ``path`` (an ``.npz``, arrays in stored order, or one ``.npy``; None:
+    no arguments), checked (``cast``: converted) against its parameters.
+    UserError for a file that cannot be read or does not fit; also used by
+    the plugin's ``stablehlo-ref bisect``."""
     from .arguments import coerce
     if path is None:
         arrays = []
@@ -129,7 +134,7 @@ def _program_and_args(a):
         func = program.function(a.func)
     except Exception as e:
         raise UserError(str(e)) from None
-    return program, func, _load_args(a.args, func, a.cast)
+    return program, func, load_args(a.args, func, a.cast)
 
 
 def cmd_run(a):

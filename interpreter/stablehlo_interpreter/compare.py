@@ -86,7 +86,7 @@ class LeafDiff:
 
 
 @dataclass
-class Report:
+class ComparisonReport:
     """The comparison of every output; ``ok`` when all of them match."""
 
     leaves: list
@@ -232,7 +232,7 @@ def compare_outputs(reference, other, names=None, *, rtol=None, atol=None, ulp=N
         leaves.append(LeafDiff(name=name, ok=False, shape=np.shape(o),
                                dtype=str(np.asarray(o).dtype),
                                problem=f"extra output in {other_name} (not in {reference_name})"))
-    return Report(leaves, reference_name, other_name)
+    return ComparisonReport(leaves, reference_name, other_name)
 
 
 def _flatten_values(values, names):

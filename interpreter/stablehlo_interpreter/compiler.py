@@ -22,6 +22,7 @@ import numpy as np
 from . import attrs as _attrs
 from . import fold as _fold
 from . import fusion as _fusion
+from . import heap as _heap
 from . import quant as _quant
 from . import trace as _trace
 from .arguments import coerce as _coerce
@@ -521,20 +522,16 @@ class Program:
         otherwise); ``cast=True`` converts them, refusing values the
         conversion would change (arguments.py).
         """
-        f = self.function(func)
-        if len(args) != len(f.input_types):
-            raise ArgumentError(
-                f"@{f.name} takes {len(f.input_types)} argument(s), got {len(args)}")
-        args = [_coerce(a, t, i, f.name, cast) for i, (a, t) in
-                enumerate(zip(args, f.input_types))]
-        if tracer is None:
-            tracer = _trace.ACTIVE
-            if tracer is None and _trace_env_set():
-                tracer = _trace.tracer_from_env()
-        if _getrecursionlimit() < RECURSION_LIMIT:
-            _setrecursionlimit(RECURSION_LIMIT)
-        ctx = Context(self, tracer=tracer, process=process, grid=grid)
+        f, args, ctx = self._start(args, func, tracer, process, grid, cast)
         return _run_ignoring_fp_errors(f.block.run, ctx, (), args)
+
+    def check_argument(self, i, value, func=None):
+        """Raises ArgumentError when ``value`` cannot be argument #i of
+        ``func`` (dtype and shape, as :meth:`run` checks them), running
+        nothing: the plugin checks the arguments of a program it queues when
+        it queues it."""
+        f = self.function(func)
+        _coerce(value, f.input_types[i], i, f.name)
 
     def run_donated(self, args, func=None, tracer=None, process=(0, 0), grid=None):
         """Like :meth:`run` on the list ``args``, which the caller gives up:
@@ -543,21 +540,26 @@ class Program:
         place by the program (a donated buffer's memory reused).
         ``process``/``grid``: as for :meth:`run` (one process of a parallel
         run, see :meth:`run_parallel`'s ``consume``)."""
+        f, coerced, ctx = self._start(args, func, tracer, process, grid, False)
+        args.clear()
+        return _run_ignoring_fp_errors(f.block.run, ctx, (), coerced, True)
+
+    def _start(self, args, func, tracer, process, grid, cast):
+        """What a run needs: the function, its checked arguments (a new list)
+        and the execution context, with the tracer in effect."""
         f = self.function(func)
         if len(args) != len(f.input_types):
             raise ArgumentError(
                 f"@{f.name} takes {len(f.input_types)} argument(s), got {len(args)}")
-        coerced = [_coerce(a, t, i, f.name) for i, (a, t) in
+        coerced = [_coerce(a, t, i, f.name, cast) for i, (a, t) in
                    enumerate(zip(args, f.input_types))]
-        args.clear()
         if tracer is None:
             tracer = _trace.ACTIVE
             if tracer is None and _trace_env_set():
                 tracer = _trace.tracer_from_env()
         if _getrecursionlimit() < RECURSION_LIMIT:
             _setrecursionlimit(RECURSION_LIMIT)
-        ctx = Context(self, tracer=tracer, process=process, grid=grid)
-        return _run_ignoring_fp_errors(f.block.run, ctx, (), coerced, True)
+        return f, coerced, Context(self, tracer=tracer, process=process, grid=grid)
 
     def run_parallel(self, args_per_process=None, num_replicas=None, num_partitions=None,
                      **kwargs):
@@ -857,8 +859,13 @@ class _Compiler:
 
 
 def _special_step(fn, regions, cap_ranges, n_operands):
-    """Adapt ``fn(ctx, regions, *operands)`` to the frame calling convention."""
-    if not regions:
+    """Adapt ``fn(ctx, regions, *operands)`` to the frame calling convention.
+
+    A kernel marked ``regions_unused`` (a reduce whose body is one known op,
+    run as a ufunc) gets no bound regions: binding them per call costs more
+    than a small reduction."""
+    if not regions or (getattr(fn, "regions_unused", False)
+                       and all(a == b for a, b in cap_ranges)):
         def step(ctx, *vals):
             return fn(ctx, (), *vals)
         return step
@@ -877,6 +884,7 @@ def compile(module_or_data, *, name="<input>"):  # noqa: A001 - the natural name
     Raises :class:`UnsupportedOpsError` listing every op that cannot run.
     """
     module = load(module_or_data, name=name)
+    _heap.tune()   # once per process: freed arrays stay for the next run (heap.py)
     with MLIR_LOCK, module.context:
         try:
             program = _Compiler(module, name).compile()

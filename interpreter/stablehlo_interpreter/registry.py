@@ -51,6 +51,26 @@ def kernel(*names, special=False):
     return deco
 
 
+def wrap_kernel(name, wrap):
+    """Make programs compiled from now on run ``wrap(fn)`` where the plain
+    kernel of op ``name`` would run ``fn`` (the plugin's fault injection,
+    stablehlo_pjrt/faults.py, breaks one kernel this way). Raises KeyError
+    when no kernel is registered under ``name`` and ValueError for a special
+    kernel (an op with regions or that needs the execution context), whose
+    runtime callable takes more than the operands."""
+    builder = KERNELS.get(name)
+    if builder is None:
+        raise KeyError(name)
+    if name in SPECIAL:
+        raise ValueError(f"{name} is a special kernel (regions or execution context)")
+
+    def wrapped(op, _builder=builder):
+        return wrap(_builder(op))
+    wrapped.__doc__ = builder.__doc__
+    wrapped.__name__ = builder.__name__
+    KERNELS[name] = wrapped
+
+
 def simple(*names):
     """Register a kernel that needs nothing from the op: ``fn`` is the kernel."""
     def deco(fn):

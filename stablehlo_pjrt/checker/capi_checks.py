@@ -72,6 +72,17 @@ def _expect_error(fn, what: str, codes=None):
     raise Failed(f"{what}: the call succeeded, an error was expected")
 
 
+def _serialized(ctx, exe) -> bytes:
+    """PJRT_Executable_Serialize of ``exe``: its bytes (the plugin's copy freed)."""
+    s = ctx.plugin.call("PJRT_Executable_Serialize", C.Executable_Serialize_Args(
+        executable=exe.executable))
+    blob = C.read_bytes(s.serialized_bytes, s.serialized_bytes_size)
+    if s.serialized_executable_deleter:
+        ctypes.CFUNCTYPE(None, c_void_p)(s.serialized_executable_deleter)(
+            s.serialized_executable)
+    return blob
+
+
 def _code_name(c):
     return {v: k for k, v in vars(E).items() if not k.startswith("_")}.get(c, str(c))
 
@@ -761,12 +772,7 @@ def register(reg):
         c, p = ctx.client, ctx.plugin
         exe = c.compile(ADD_ONE)
         try:
-            s = p.call("PJRT_Executable_Serialize", C.Executable_Serialize_Args(
-                executable=exe.executable))
-            blob = C.read_bytes(s.serialized_bytes, s.serialized_bytes_size)
-            if s.serialized_executable_deleter:
-                ctypes.CFUNCTYPE(None, c_void_p)(s.serialized_executable_deleter)(
-                    s.serialized_executable)
+            blob = _serialized(ctx, exe)
             if not blob:
                 raise Failed("Serialize returned no bytes")
             buf = ctypes.create_string_buffer(blob, len(blob))
@@ -1054,12 +1060,7 @@ def register(reg):
         c, p = ctx.client, ctx.plugin
         exe = c.compile(ADD_ONE)
         try:
-            s = p.call("PJRT_Executable_Serialize", C.Executable_Serialize_Args(
-                executable=exe.executable))
-            blob = C.read_bytes(s.serialized_bytes, s.serialized_bytes_size)
-            if s.serialized_executable_deleter:
-                ctypes.CFUNCTYPE(None, c_void_p)(s.serialized_executable_deleter)(
-                    s.serialized_executable)
+            blob = _serialized(ctx, exe)
         finally:
             exe.destroy()
         buf = ctypes.create_string_buffer(blob, len(blob))

@@ -165,7 +165,7 @@ def run_bisect(a) -> int:
         return 2
     try:
         program = shi.compile(module, name=a.module)
-        args = icli._load_args(a.args, program.function(None))
+        args = icli.load_args(a.args, program.function(None))
     except icli.UserError as e:
         print(f"stablehlo-ref bisect: error: {e}", file=sys.stderr)
         return 2

@@ -185,7 +185,7 @@ def register(reg):
             return jax.lax.psum(jnp.sin(v), "i")
         a = np.asarray(jax.pmap(f, axis_name="i", devices=subject[:2])(x))
         b = np.asarray(jax.pmap(f, axis_name="i", devices=ref[:2])(x))
-        from stablehlo_interpreter.compare import compare_outputs
+        from stablehlo_interpreter import compare_outputs
         rep = compare_outputs([b], [a], names=["psum"], reference_name="stablehlo_ref",
                               other_name="plugin")
         if not rep.ok:

@@ -78,7 +78,7 @@ def foreign_module(chunk: str, entry: str) -> str:
     from jaxlib.mlir.dialects import func, stablehlo
 
     import stablehlo_interpreter as shi
-    from stablehlo_interpreter.loader import MLIR_LOCK
+    from stablehlo_interpreter import MLIR_LOCK
     for marker in _INTERPRETER_ONLY:
         if marker in chunk:
             raise Skipped(f"uses {marker}, which only an interpreter has")
@@ -232,7 +232,7 @@ def run_program(ctx, text: str, args=()) -> str | None:
     differ only as two summation orders of one dot/convolution/reduction
     may (checker.summation) pass: the note saying so is returned."""
     import stablehlo_interpreter as shi
-    from stablehlo_interpreter.compare import compare_outputs
+    from stablehlo_interpreter import compare_outputs
     try:
         ref = [np.asarray(v) for v in shi.compile(text, name="<program>").run(*args)]
     except Exception as e:  # noqa: BLE001

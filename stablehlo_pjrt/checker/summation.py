@@ -42,41 +42,26 @@ def _finfo(dtype):
         return None
 
 
-def _main_of(module):
-    from jaxlib.mlir import ir
-    return next(op.operation for op in module.body.operations
-                if op.operation.name == "func.func"
-                and ir.StringAttr(op.operation.attributes["sym_name"]).value == "main")
-
-
 def _with_returns(text: str, extend):
     """(module text, number of original outputs) where @main also returns the
     values ``extend(module, main body ops)`` builds before its return (None
     from ``extend``: give up, return None)."""
     from jaxlib.mlir import ir
-    from jaxlib.mlir.dialects import func
 
     import stablehlo_interpreter as shi
-    from stablehlo_interpreter.loader import MLIR_LOCK
+    from stablehlo_interpreter import MLIR_LOCK
+
+    from ..mlir_funcs import find_func, return_also
     mod = shi.load(text, name="<summation bound>")
     with MLIR_LOCK, mod.context, ir.Location.unknown():
         module = ir.Module.parse(text)
-        main = _main_of(module)
+        main = find_func(module, "main")
         body = list(main.regions[0].blocks[0].operations)
-        ret = body[-1].operation
-        n_out = len(ret.operands)
+        n_out = len(body[-1].operation.operands)
         extra = extend(module, [o.operation for o in body])
         if extra is None:
             return None
-        values = list(ret.operands) + extra
-        with ir.InsertionPoint(ret), ret.location:
-            func.ReturnOp(values)
-        ret.erase()
-        ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
-        main.attributes["function_type"] = ir.TypeAttr.get(
-            ir.FunctionType.get(list(ftype.inputs), [v.type for v in values]))
-        if "res_attrs" in main.attributes:
-            del main.attributes["res_attrs"]
+        return_also(main, extra)
         if not module.operation.verify():
             return None
         return module.operation.get_asm(enable_debug_info=True), n_out
@@ -131,11 +116,13 @@ def _producer(text: str, k: int):
     from jaxlib.mlir import ir
 
     import stablehlo_interpreter as shi
-    from stablehlo_interpreter.loader import MLIR_LOCK
+    from stablehlo_interpreter import MLIR_LOCK
+
+    from ..mlir_funcs import find_func
     mod = shi.load(text, name="<summation bound>")
     with MLIR_LOCK, mod.context:
         module = ir.Module.parse(text)
-        body = [o.operation for o in _main_of(module).regions[0].blocks[0].operations]
+        body = [o.operation for o in find_func(module, "main").regions[0].blocks[0].operations]
         v = body[-1].operands[k]
         for i, op in enumerate(body[:-1]):
             for r, res in enumerate(op.results):
@@ -214,7 +201,7 @@ def explain(text: str, args, divergence, reference: list, other: list) -> str | 
     must be produced by a plain sum (directly, or as the result of a
     func.call whose callee returns it), with the plugin's value within the
     summation-order bound of that sum at every element."""
-    from stablehlo_interpreter.compare import compare_arrays
+    from stablehlo_interpreter import compare_arrays
     d = divergence
     if d is None or d.op is None or d.innermost.op.name not in SUMMING:
         return None

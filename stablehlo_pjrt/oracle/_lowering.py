@@ -38,16 +38,15 @@ def lower(fn, *args) -> tuple[str, list[np.ndarray]]:
     else:
         lowered = jax.jit(fn, keep_unused=True).lower(*args)
     module = lowered.compiler_ir("stablehlo")
-    from jaxlib.mlir import ir
+    from ..mlir_funcs import find_func
     with module.context:
-        for op in module.body.operations:
-            op = op.operation
-            if op.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == "main":
-                n = len(op.regions[0].blocks[0].arguments)
-                if n != len(leaves):
-                    raise ValueError(
-                        f"the lowered @main takes {n} argument(s) but the call has "
-                        f"{len(leaves)} array leaves (a jitted function without "
-                        "keep_unused=True drops unused arguments; pass the plain function)")
+        main = find_func(module, "main")
+        if main is not None:
+            n = len(main.regions[0].blocks[0].arguments)
+            if n != len(leaves):
+                raise ValueError(
+                    f"the lowered @main takes {n} argument(s) but the call has "
+                    f"{len(leaves)} array leaves (a jitted function without "
+                    "keep_unused=True drops unused arguments; pass the plain function)")
         text = module.operation.get_asm(enable_debug_info=True)
     return text, [np.asarray(x) for x in leaves]

@@ -29,9 +29,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 import stablehlo_interpreter as shi
-from stablehlo_interpreter import MLIR_LOCK
-from stablehlo_interpreter.compare import compare_arrays
-from stablehlo_interpreter.trace import summarize
+from stablehlo_interpreter import MLIR_LOCK, compare_arrays, summarize
+
+from ..mlir_funcs import entry_func, find_func, func_name, return_also
 
 # run(module_text, args) -> list of numpy arrays, one per result of @main.
 Runner = Callable[[str, Sequence[np.ndarray]], Sequence[np.ndarray]]
@@ -70,8 +70,8 @@ class ModuleVariants:
         self._module = shi.load(module, name=name)
         with MLIR_LOCK, self._module.context:
             self.text = self._module.mlir.operation.get_asm(enable_debug_info=True)
-            main = self._main(self._module.mlir)
-            self.main_name = ir.StringAttr(main.attributes["sym_name"]).value
+            main = entry_func(self._module.mlir)
+            self.main_name = func_name(main)
             self.ops: list[Candidate] = []
             self.num_outputs = len(ir.FunctionType(
                 ir.TypeAttr(main.attributes["function_type"]).value).results)
@@ -95,20 +95,6 @@ class ModuleVariants:
                     index=i, name=op.name,
                     location=shi.format_location(op.location),
                     text=_op_text(op), result_numbers=tensor_results, reads=reads))
-
-    @staticmethod
-    def _main(module):
-        from jaxlib.mlir import ir
-        funcs = [op.operation for op in module.body.operations
-                 if op.operation.name == "func.func"]
-        for f in funcs:
-            if ir.StringAttr(f.attributes["sym_name"]).value == "main":
-                return f
-        public = [f for f in funcs if "sym_visibility" not in f.attributes or
-                  ir.StringAttr(f.attributes["sym_visibility"]).value != "private"]
-        if not public:
-            raise ValueError("module has no @main and no public function")
-        return public[0]
 
     @staticmethod
     def _values_read(op):
@@ -136,28 +122,15 @@ class ModuleVariants:
         """Module text whose @main returns its outputs followed by the tensor
         results of the ops ``indices`` (in that order)."""
         from jaxlib.mlir import ir
-        from jaxlib.mlir.dialects import func
         with MLIR_LOCK, self._module.context, ir.Location.unknown():
             module = ir.Module.parse(self.text)
-            main = self._main(module)
+            main = entry_func(module)
             body = list(main.regions[0].blocks[0].operations)
-            ret = body[-1].operation
             extra = []
             for i in indices:
                 op = body[i].operation
                 extra.extend(op.results[r] for r in self.ops[i].result_numbers)
-            values = list(ret.operands) + extra
-            with ir.InsertionPoint(ret), ret.location:
-                func.ReturnOp(values)
-            ret.erase()
-            ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
-            main.attributes["function_type"] = ir.TypeAttr.get(
-                ir.FunctionType.get(list(ftype.inputs), [v.type for v in values]))
-            if "res_attrs" in main.attributes:
-                # One dictionary per result: the new results carry none.
-                old = list(ir.ArrayAttr(main.attributes["res_attrs"]))
-                main.attributes["res_attrs"] = ir.ArrayAttr.get(
-                    old + [ir.DictAttr.get({}) for _ in extra])
+            return_also(main, extra)
             if not module.operation.verify():
                 raise RuntimeError("internal error: the rewritten module does not verify")
             return module.operation.get_asm(enable_debug_info=True)
@@ -461,7 +434,7 @@ _MAX_ITERATIONS = 10000
 
 def _sources_of_main(module):
     """{value: ("arg", k) | ("op", i, r)} over the top level of @main."""
-    main = ModuleVariants._main(module)
+    main = entry_func(module)
     where = {}
     for k, a in enumerate(main.regions[0].blocks[0].arguments):
         where[a] = ("arg", k)
@@ -539,12 +512,8 @@ def _callee_module(text: str, callee: str) -> str:
     from jaxlib.mlir import ir
     with MLIR_LOCK, shi.load(text).context as ctx, ir.Location.unknown(ctx):
         module = ir.Module.parse(text)
-        main = ModuleVariants._main(module)
-        target = None
-        for op in module.body.operations:
-            op = op.operation
-            if op.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == callee:
-                target = op
+        main = entry_func(module)
+        target = find_func(module, callee)
         if target is None:
             raise _CannotDescend(f"no function @{callee}")
         if target == main:
@@ -563,7 +532,7 @@ def _top_op(text, index):
     from jaxlib.mlir import ir
     with MLIR_LOCK, shi.load(text).context:
         module = ir.Module.parse(text)
-        main = ModuleVariants._main(module)
+        main = entry_func(module)
         op = list(main.regions[0].blocks[0].operations)[index].operation
         attrs = {}
         for name in ("callee", "decomposition"):

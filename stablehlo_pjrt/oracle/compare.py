@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stablehlo_interpreter.compare import Report, compare_outputs
+from stablehlo_interpreter import ComparisonReport, compare_outputs
 
 REFERENCE_PLATFORM = "stablehlo_ref"
 
@@ -37,14 +37,14 @@ def run_on(platform: str, fn, *args):
 
 
 def compare(fn, *args, against: str = "cpu", rtol=None, atol=None, ulp=None,
-            reference: str = REFERENCE_PLATFORM) -> Report:
+            reference: str = REFERENCE_PLATFORM) -> ComparisonReport:
     """Runs ``fn(*args)`` under ``jax.jit`` on the reference (stablehlo_ref)
     and on the ``against`` platform and compares every output leaf.
 
     Integers and bools must be equal; floats within ``rtol``/``atol``
-    (defaults per dtype, see stablehlo_interpreter.compare) or within ``ulp``
+    (defaults per dtype, see stablehlo_interpreter/compare.py) or within ``ulp``
     representable values if given; NaN matches only NaN. Returns a
-    :class:`~stablehlo_interpreter.compare.Report`: ``report.ok``, and
+    :class:`~stablehlo_interpreter.ComparisonReport`: ``report.ok``, and
     ``str(report)`` names each differing output with its max abs/rel error,
     where the worst element is and how many elements differ.
     """

@@ -1,16 +1,16 @@
 """Op-level tracing, NaN finding and probes for JAX functions.
 
 These run the function's StableHLO directly on the interpreter with a
-tracer from stablehlo_interpreter.trace. To observe the runs the PJRT
-plugin makes (``jax.jit(f)(x)`` on stablehlo_ref) instead, wrap them in
-``stablehlo_interpreter.trace.use_tracer(...)`` or set
+tracer of the interpreter's (``stablehlo_interpreter.OpTracer``, ...). To
+observe the runs the PJRT plugin makes (``jax.jit(f)(x)`` on stablehlo_ref)
+instead, wrap them in ``stablehlo_interpreter.use_tracer(...)`` or set
 STABLEHLO_REF_TRACE_OPS=1 (or =nan).
 """
 
 from __future__ import annotations
 
 import stablehlo_interpreter as shi
-from stablehlo_interpreter.trace import NanFinder, NonFiniteError, OpTracer, Recorder
+from stablehlo_interpreter import NanFinder, NonFiniteError, OpTracer, Recorder
 
 from ._lowering import lower
 

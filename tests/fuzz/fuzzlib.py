@@ -273,7 +273,7 @@ def _work_npz(data: bytes):
         f.write(data)
         f.flush()
         try:
-            cli._load_args(f.name, _NPZ_FUNC)
+            cli.load_args(f.name, _NPZ_FUNC)
         except (cli.UserError, shi.InterpreterError):
             return "err"
     return "ok"

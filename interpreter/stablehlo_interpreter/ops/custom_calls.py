@@ -23,8 +23,9 @@ import re
 import numpy as np
 
 from .. import dtypes
+from ..blas import SMALL_GEMM_MACS, small_lapack
 from ..registry import Unsupported, custom_call
-from .linalg import compute_dtype
+from .linalg import matrix_call_types
 
 # --------------------------------------------------------------------------
 # Annotations: identity.
@@ -124,20 +125,10 @@ def householder_product(a, taus):
     return q
 
 
-def _check_float(op, t):
-    if not (dtypes.is_float(t.dtype) or dtypes.is_complex(t.dtype)):
-        raise Unsupported(f"@{op.attrs.get('call_target_name')} of {t.element_type}")
-
-
 @custom_call("Qr")
 def qr(op):
     """@Qr (geqrf): (a) -> (R and Householder vectors, taus), LAPACK's layout."""
-    t = op.operand_types[0]
-    _check_float(op, t)
-    if op.num_results != 2:
-        raise Unsupported("@Qr with other than 2 results")
-    out_a, out_tau = (r.dtype for r in op.result_types)
-    cdt = compute_dtype(t.dtype)
+    cdt, (out_a, out_tau) = matrix_call_types(op, 2)
 
     def run(a):
         ra, taus = householder_qr(a.astype(cdt))
@@ -148,10 +139,7 @@ def qr(op):
 @custom_call("ProductOfElementaryHouseholderReflectors")
 def product_of_householder_reflectors(op):
     """@ProductOfElementaryHouseholderReflectors (orgqr/ungqr): (a, taus) -> Q."""
-    t = op.operand_types[0]
-    _check_float(op, t)
-    out = op.result_types[0].dtype
-    cdt = compute_dtype(t.dtype)
+    cdt, (out,) = matrix_call_types(op, 1)
 
     def run(a, taus):
         return householder_product(a.astype(cdt), taus.astype(cdt)).astype(out)
@@ -197,12 +185,7 @@ def lu_partial_pivoting(a):
 @custom_call("LuDecomposition")
 def lu_decomposition(op):
     """@LuDecomposition: (a) -> (lu, pivots, permutation) with partial pivoting."""
-    t = op.operand_types[0]
-    _check_float(op, t)
-    if op.num_results != 3:
-        raise Unsupported("@LuDecomposition with other than 3 results")
-    out_lu, out_piv, out_perm = (r.dtype for r in op.result_types)
-    cdt = compute_dtype(t.dtype)
+    cdt, (out_lu, out_piv, out_perm) = matrix_call_types(op, 3)
 
     def run(a):
         lu, piv, perm = lu_partial_pivoting(a.astype(cdt))
@@ -221,21 +204,21 @@ def eigh(op):
     backend_config is "lower,sort_eigenvalues,max_iter,tol"; the triangle
     `lower` names is read. numpy's eigh returns sorted eigenvalues either way.
     """
-    t = op.operand_types[0]
-    _check_float(op, t)
+    cdt, (out_v, out_w) = matrix_call_types(op, 2)
     cfg = str(op.attrs.get("backend_config", "") or "")
     parts = [p.strip() for p in cfg.split(",")]
     lower = parts[0] != "0" if parts and parts[0] else True
-    out_v, out_w = (r.dtype for r in op.result_types)
-    cdt = compute_dtype(t.dtype)
 
     def run(a):
         a = a.astype(cdt)
         if a.size == 0:
             return [a.astype(out_v), np.zeros(a.shape[:-1], dtype=out_w)]
         uplo = "L" if lower else "U"
+        # One BLAS thread for small matrices (linalg_custom_calls._threads_for).
+        n = a.shape[-1]
+        call = small_lapack if n ** 3 < SMALL_GEMM_MACS else (lambda f, *x, **k: f(*x, **k))
         try:
-            w, v = np.linalg.eigh(a, UPLO=uplo)
+            w, v = call(np.linalg.eigh, a, UPLO=uplo)
         except np.linalg.LinAlgError:
             w, v = None, None
         bad = ~np.all(np.isfinite(a), axis=(-2, -1))
@@ -249,7 +232,7 @@ def eigh(op):
                 if bad[idx]:
                     continue
                 try:
-                    w[idx], v[idx] = np.linalg.eigh(a[idx], UPLO=uplo)
+                    w[idx], v[idx] = call(np.linalg.eigh, a[idx], UPLO=uplo)
                 except np.linalg.LinAlgError:
                     pass
         return [v.astype(out_v), w.astype(out_w)]

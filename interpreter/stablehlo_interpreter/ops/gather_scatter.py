@@ -124,9 +124,10 @@ class _GatherPlan:
         strides = [1] * rank
         for d in range(rank - 2, -1, -1):
             strides[d] = strides[d + 1] * int(operand_shape[d + 1])
-        # Linear indices in int32 when the operand allows (half the memory
-        # traffic; np.take reads them as fast as int64).
-        lin_dt = np.int32 if int(np.prod(operand_shape, dtype=np.int64)) < 2**31 else np.int64
+        # Linear indices in np.intp, which np.take uses: it converts any
+        # other index type to a temporary intp array first (1e6 int32
+        # indices took 1.34 ms to take, 0.78 ms as intp).
+        lin_dt = np.intp
         self.lin_dt = np.dtype(lin_dt)
         self.strides = [strides[d] for d in sim]
         # Static part of the linear index: offsets within the slice plus the
@@ -163,29 +164,44 @@ class _GatherPlan:
             return np.asarray(out)
         lin = None
         ivd_last = self.ivd >= indices.ndim
+        lt = self.lin_dt
+        static = self.static
         for k, stride in enumerate(self.strides):
             s = indices if ivd_last else _component(indices, self.ivd, k)
-            # Clamp in the index type (values stay within it), then scale and
-            # sum in place in the linear index type: few full-size temporaries.
+            # Clamp in the index type (values stay within it), then widen,
+            # scale and sum into the linear index in one ufunc call each:
+            # few full-size temporaries.
             c = np.asarray(_clamp(s, self.upper[k]))  # ufuncs make 0-d results scalars
-            if c is s or c.dtype != self.lin_dt:
-                c = c.astype(self.lin_dt)
+            fresh = c is not s   # ours to update in place (never the indices)
             c = c.reshape(self.start_shape)
             if stride != 1:
-                np.multiply(c, self.lin_dt.type(stride), out=c)
-            lin = c if lin is None else np.add(lin, c, out=lin)
-        if self.static is not None:
-            if lin is None:
-                lin = self.static
-            elif self.static_into_starts:
-                np.add(lin, self.static, out=lin)
+                c = np.asarray(np.multiply(c, lt.type(stride), dtype=lt))
+                fresh = True
+            if lin is not None:
+                np.add(lin, c, out=lin)
+            elif static is not None and self.static_into_starts:
+                # The first start and the static part, in one pass.
+                lin = np.asarray(np.add(c, static, dtype=lt))
+                static = None
             else:
-                lin = lin + self.static
+                lin = c if fresh and c.dtype == lt else c.astype(lt)
+        if static is not None:
+            if lin is None:
+                lin = static
+            elif self.static_into_starts:
+                np.add(lin, static, out=lin)
+            else:
+                lin = lin + static
         if lin is None:
-            lin = np.zeros((1,) * len(self.result_shape), dtype=self.lin_dt)
-        lin = np.broadcast_to(lin, self.result_shape)
+            lin = np.zeros((1,) * len(self.result_shape), dtype=lt)
+        if lin.shape != self.result_shape:
+            # (np.take copies a broadcast view into a fresh intp array: not
+            # when the starts already have the result's shape.)
+            lin = np.broadcast_to(lin, self.result_shape)
         flat = operand.reshape(-1)  # a copy only for a non-contiguous operand
-        return np.asarray(flat.take(lin))
+        # Every linear index is in bounds (clamped starts, offsets within the
+        # slice): "clip" only skips numpy's bounds-error path.
+        return np.asarray(flat.take(lin, mode="clip"))
 
 
 # Index types np.take and np.clip handle natively; others (uint64, which does

@@ -15,6 +15,20 @@ def compute_dtype(dtype):
     return np.complex128 if dtypes.is_complex(dtype) else np.float64
 
 
+def matrix_call_types(op, num_results=None, why=""):
+    """(compute dtype, result dtypes) of a linear-algebra custom call
+    (custom_calls.py, linalg_custom_calls.py) whose first operand is a float
+    or complex matrix: checks that, and the number of results when
+    ``num_results`` is given (``why``: what decides it, for the error)."""
+    t = op.operand_types[0]
+    if not (dtypes.is_float(t.dtype) or dtypes.is_complex(t.dtype)):
+        raise Unsupported(f"@{op.attrs.get('call_target_name')} of {t.element_type}")
+    if num_results is not None and op.num_results != num_results:
+        raise Unsupported(f"@{op.attrs.get('call_target_name')} with {op.num_results} "
+                          f"result(s), not {num_results}{why}")
+    return compute_dtype(t.dtype), [r.dtype for r in op.result_types]
+
+
 # Up to this many matrices, one LAPACK ?potrf call each (single-threaded
 # below blas.SMALL_GEMM_MACS); more go to numpy's batched gufunc, whose fixed
 # cost per call (copies into Fortran order, its own threading) is ~2x a

@@ -41,7 +41,7 @@ import numpy as np
 from .. import blas as _blas
 from .. import dtypes
 from ..registry import Unsupported, custom_call
-from .linalg import compute_dtype
+from .linalg import matrix_call_types
 
 
 def _config(op):
@@ -56,11 +56,6 @@ def _config(op):
     return cfg
 
 
-def _check_float(op, t):
-    if not (dtypes.is_float(t.dtype) or dtypes.is_complex(t.dtype)):
-        raise Unsupported(f"@{op.attrs.get('call_target_name')} of {t.element_type}")
-
-
 def _lapack(name, a):
     """scipy's LAPACK routine ``name`` for the dtype of ``a`` (d or z prefix).
 
@@ -68,12 +63,37 @@ def _lapack(name, a):
     with one BLAS thread: on this 2-core, shared machine OpenBLAS's threads
     otherwise wait for each other (a 64x64 ?trsm took 20 ms instead of 20 us).
     """
-    from scipy.linalg import lapack
-    fn, = lapack.get_lapack_funcs((name,), (a,))
     m, n = a.shape[-2:] if a.ndim >= 2 else (a.shape[-1], 1)
-    if m * n * min(m, n) < _blas.SMALL_GEMM_MACS:
-        return functools.partial(_blas.small_lapack, fn)
+    small = m * n * min(m, n) < _blas.SMALL_GEMM_MACS
+    key = (name, a.dtype, small)
+    fn = _LAPACK_CACHE.get(key)
+    if fn is None:
+        # get_lapack_funcs costs microseconds per call (a 64x64 getrf costs
+        # 15): looked up once per routine, dtype and threading.
+        from scipy.linalg import lapack
+        fn, = lapack.get_lapack_funcs((name,), (a,))
+        if small:
+            fn = functools.partial(_blas.small_lapack, fn)
+        _LAPACK_CACHE[key] = fn
     return fn
+
+
+_LAPACK_CACHE = {}
+
+
+def _threads_for(x):
+    """How to call a LAPACK driver (scipy.linalg/np.linalg) on matrix ``x``:
+    with one BLAS thread below blas.SMALL_GEMM_MACS (as :func:`_lapack`: on
+    a busy 2-core machine a threaded 128x128 gesdd took 0.5 s of CPU time
+    instead of 2 ms, its threads spinning while they wait for each other)."""
+    m, n = x.shape[-2:]
+    if m * n * min(m, n) < _blas.SMALL_GEMM_MACS:
+        return _blas.small_lapack
+    return _call
+
+
+def _call(fn, *args, **kwargs):
+    return fn(*args, **kwargs)
 
 
 def _nan_like(shape, dtype):
@@ -86,8 +106,9 @@ def _results(outs, out_dtypes):
     return res[0] if len(res) == 1 else res
 
 
-def _each_matrix(batch, fn, outs):
-    """Call ``fn(idx) -> tuple`` for every batch index and store into ``outs``.
+def _each_matrix(batch, fn, outs, out_dtypes):
+    """Call ``fn(idx) -> tuple`` for every batch index and store into
+    ``outs``; returns them as the kernel's result (:func:`_results`).
 
     A matrix for which ``fn`` raises LinAlgError / ValueError (LAPACK's
     ``info != 0``) or whose results are requested for a non-finite input gets
@@ -106,6 +127,7 @@ def _each_matrix(batch, fn, outs):
                     out[idx] = np.nan
             else:
                 out[idx] = vals[k]
+    return _results(outs, out_dtypes)
 
 
 # --------------------------------------------------------------------------
@@ -121,18 +143,13 @@ def svd(op):
     m x k, vt is n x n or k x n, k = min(m, n).
     """
     import scipy.linalg
-    t = op.operand_types[0]
-    _check_float(op, t)
     cfg = _config(op)
     full = bool(cfg.get("full_matrices", True))
     compute_uv = bool(cfg.get("compute_uv", True))
     driver = str(cfg.get("driver", "gesdd"))
     if driver not in ("gesdd", "gesvd"):
         raise Unsupported(f"@stablehlo_ref.svd driver {driver!r}")
-    if op.num_results != (3 if compute_uv else 1):
-        raise Unsupported("@stablehlo_ref.svd: result count does not match compute_uv")
-    out_dtypes = [r.dtype for r in op.result_types]
-    cdt = compute_dtype(t.dtype)
+    cdt, out_dtypes = matrix_call_types(op, 3 if compute_uv else 1, f" (compute_uv={compute_uv})")
 
     def run(a):
         a = np.asarray(a).astype(cdt)
@@ -149,12 +166,11 @@ def svd(op):
             x = a[idx]
             if not np.all(np.isfinite(x)):
                 return None
-            r = scipy.linalg.svd(x, full_matrices=full, compute_uv=compute_uv,
-                                 check_finite=False, lapack_driver=driver)
+            r = _threads_for(x)(scipy.linalg.svd, x, full_matrices=full, compute_uv=compute_uv,
+                                check_finite=False, lapack_driver=driver)
             return (r,) if not compute_uv else (r[1], r[0], r[2])
 
-        _each_matrix(batch, one, outs)
-        return _results(outs, out_dtypes)
+        return _each_matrix(batch, one, outs, out_dtypes)
     return run
 
 
@@ -171,16 +187,11 @@ def eig(op):
     component; vl are left eigenvectors, vl[:, j]^H a = w[j] vl[:, j]^H.
     """
     import scipy.linalg
-    t = op.operand_types[0]
-    _check_float(op, t)
     cfg = _config(op)
     left = bool(cfg.get("compute_left", False))
     right = bool(cfg.get("compute_right", False))
-    if op.num_results != 1 + left + right:
-        raise Unsupported("@stablehlo_ref.eig: result count does not match "
-                          "compute_left / compute_right")
-    out_dtypes = [r.dtype for r in op.result_types]
-    cdt = compute_dtype(t.dtype)
+    cdt, out_dtypes = matrix_call_types(op, 1 + left + right,
+                                 f" (compute_left={left}, compute_right={right})")
 
     def run(a):
         a = np.asarray(a).astype(cdt)
@@ -193,13 +204,13 @@ def eig(op):
             x = a[idx]
             if not np.all(np.isfinite(x)):
                 return None
+            call = _threads_for(x)
             if not (left or right):
-                return (scipy.linalg.eigvals(x, check_finite=False),)
-            r = scipy.linalg.eig(x, left=left, right=right, check_finite=False)
+                return (call(scipy.linalg.eigvals, x, check_finite=False),)
+            r = call(scipy.linalg.eig, x, left=left, right=right, check_finite=False)
             return tuple(r)
 
-        _each_matrix(batch, one, outs)
-        return _results(outs, out_dtypes)
+        return _each_matrix(batch, one, outs, out_dtypes)
     return run
 
 
@@ -215,16 +226,9 @@ def schur(op):
     (quasi-triangular, 2x2 blocks for complex pairs) Schur form.
     """
     import scipy.linalg
-    t = op.operand_types[0]
-    _check_float(op, t)
-    cfg = _config(op)
-    vectors = bool(cfg.get("compute_schur_vectors", True))
-    if op.num_results != 1 + vectors:
-        raise Unsupported("@stablehlo_ref.schur: result count does not match "
-                          "compute_schur_vectors")
-    out_dtypes = [r.dtype for r in op.result_types]
-    cdt = compute_dtype(t.dtype)
-    output = "complex" if dtypes.is_complex(t.dtype) else "real"
+    vectors = bool(_config(op).get("compute_schur_vectors", True))
+    cdt, out_dtypes = matrix_call_types(op, 1 + vectors, f" (compute_schur_vectors={vectors})")
+    output = "complex" if dtypes.is_complex(cdt) else "real"
 
     def run(a):
         a = np.asarray(a).astype(cdt)
@@ -237,11 +241,10 @@ def schur(op):
                 return None
             if x.shape[-1] == 0:
                 return (x, x)
-            tt, z = scipy.linalg.schur(x, output=output, check_finite=False)
+            tt, z = _threads_for(x)(scipy.linalg.schur, x, output=output, check_finite=False)
             return (tt, z)
 
-        _each_matrix(batch, one, outs)
-        return _results(outs, out_dtypes)
+        return _each_matrix(batch, one, outs, out_dtypes)
     return run
 
 
@@ -257,12 +260,7 @@ def hessenberg(op):
     and the Householder vectors (implicit leading 1) below it; taus has n-1
     entries.
     """
-    t = op.operand_types[0]
-    _check_float(op, t)
-    if op.num_results != 2:
-        raise Unsupported("@stablehlo_ref.hessenberg with other than 2 results")
-    out_dtypes = [r.dtype for r in op.result_types]
-    cdt = compute_dtype(t.dtype)
+    cdt, out_dtypes = matrix_call_types(op, 2)
 
     def run(a):
         a = np.asarray(a).astype(cdt)
@@ -279,8 +277,7 @@ def hessenberg(op):
                 return None
             return (ht, tau)
 
-        _each_matrix(batch, one, outs)
-        return _results(outs, out_dtypes)
+        return _each_matrix(batch, one, outs, out_dtypes)
     return run
 
 
@@ -292,14 +289,9 @@ def tridiagonal(op):
     overwritten with the Householder vectors. d (n, real) is the diagonal,
     e (n-1, real) the off-diagonal, taus (n-1) the reflector scalars.
     """
-    t = op.operand_types[0]
-    _check_float(op, t)
-    if op.num_results != 4:
-        raise Unsupported("@stablehlo_ref.tridiagonal with other than 4 results")
+    cdt, out_dtypes = matrix_call_types(op, 4)
     lower = bool(_config(op).get("lower", True))
-    out_dtypes = [r.dtype for r in op.result_types]
-    cdt = compute_dtype(t.dtype)
-    name = "hetrd" if dtypes.is_complex(t.dtype) else "sytrd"
+    name = "hetrd" if dtypes.is_complex(cdt) else "sytrd"
 
     def run(a):
         a = np.asarray(a).astype(cdt)
@@ -315,8 +307,7 @@ def tridiagonal(op):
                 return None
             return (c, d, e, tau)
 
-        _each_matrix(batch, one, outs)
-        return _results(outs, out_dtypes)
+        return _each_matrix(batch, one, outs, out_dtypes)
     return run
 
 
@@ -381,12 +372,7 @@ def geqp3_call(op):
     jpvt is 1-based as in LAPACK (nonzero on entry: a column fixed in front);
     a' holds R above and the Householder vectors below the diagonal.
     """
-    t = op.operand_types[0]
-    _check_float(op, t)
-    if op.num_results != 3:
-        raise Unsupported("@stablehlo_ref.geqp3 with other than 3 results")
-    out_dtypes = [r.dtype for r in op.result_types]
-    cdt = compute_dtype(t.dtype)
+    cdt, out_dtypes = matrix_call_types(op, 3)
 
     def run(a, jpvt):
         a = np.asarray(a).astype(cdt)
@@ -422,11 +408,12 @@ def pivots_to_permutation(piv, m):
     piv = np.asarray(piv)
     batch = piv.shape[:-1]
     out = np.empty(batch + (m,), dtype=np.int64)
-    for idx in np.ndindex(*batch):
+    if piv.size and (int(piv.min()) < 0 or int(piv.max()) >= m):
+        bad = piv[(piv < 0) | (piv >= m)].reshape(-1)[0]
+        raise ValueError(f"pivot {bad} out of range [0, {m})")
+    for idx in (np.ndindex(*batch) if batch else ((),)):
         perm = list(range(m))
         for i, p in enumerate(piv[idx].tolist()):
-            if not 0 <= p < m:
-                raise ValueError(f"pivot {p} out of range [0, {m})")
             perm[i], perm[p] = perm[p], perm[i]
         out[idx] = perm
     return out
@@ -442,12 +429,7 @@ def lu(op):
     singular matrix (getrf's info > 0) is factored all the same, as on XLA
     CPU; no finiteness check (NaN propagates through LAPACK as on XLA CPU).
     """
-    t = op.operand_types[0]
-    _check_float(op, t)
-    if op.num_results != 3:
-        raise Unsupported("@stablehlo_ref.lu with other than 3 results")
-    out_dtypes = [r.dtype for r in op.result_types]
-    cdt = compute_dtype(t.dtype)
+    cdt, out_dtypes = matrix_call_types(op, 3)
 
     def run(a):
         a = np.asarray(a)
@@ -497,12 +479,7 @@ def geqrf_call(op):
     a' holds R on and above the diagonal and the Householder vectors (implicit
     leading 1) below it; taus has min(m, n) entries.
     """
-    t = op.operand_types[0]
-    _check_float(op, t)
-    if op.num_results != 2:
-        raise Unsupported("@stablehlo_ref.geqrf with other than 2 results")
-    out_dtypes = [r.dtype for r in op.result_types]
-    cdt = compute_dtype(t.dtype)
+    cdt, out_dtypes = matrix_call_types(op, 2)
 
     def run(a):
         a = np.asarray(a).astype(cdt)
@@ -529,11 +506,8 @@ def householder_product_call(op):
     H(i) = I - taus[i] v_i v_i^H, v_i the i-th column of a below the
     diagonal with an implicit 1 on it.
     """
-    t = op.operand_types[0]
-    _check_float(op, t)
-    out_dtype = op.result_types[0].dtype
-    cdt = compute_dtype(t.dtype)
-    name = "ungqr" if dtypes.is_complex(t.dtype) else "orgqr"
+    cdt, (out_dtype,) = matrix_call_types(op, 1)
+    name = "ungqr" if dtypes.is_complex(cdt) else "orgqr"
 
     def run(a, taus):
         a = np.asarray(a).astype(cdt)
@@ -564,14 +538,11 @@ def ormqr_call(op):
     op(Q) = Q^H when transpose; Q = H(0) ... H(k-1) from a's columns below
     the diagonal (k = len(taus)) as for householder_product.
     """
-    t = op.operand_types[0]
-    _check_float(op, t)
+    cdt, (out_dtype,) = matrix_call_types(op, 1)
     cfg = _config(op)
     left = bool(cfg.get("left", True))
     transpose = bool(cfg.get("transpose", False))
-    out_dtype = op.result_types[0].dtype
-    cdt = compute_dtype(t.dtype)
-    cplx = dtypes.is_complex(t.dtype)
+    cplx = dtypes.is_complex(cdt)
     name = "unmqr" if cplx else "ormqr"
     trans = ("C" if cplx else "T") if transpose else "N"
     side = "L" if left else "R"

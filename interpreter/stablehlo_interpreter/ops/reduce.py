@@ -18,7 +18,8 @@ values combined first.
 
 import numpy as np
 
-from ..regions import batched, broadcast_results, is_batchable, reducer_kind
+from ..attrs import decode_attribute
+from ..regions import arg_reducer_kind, batched, broadcast_results, is_batchable, reducer_kind
 from ..registry import Unsupported, kernel
 from .reducers import reducer
 
@@ -99,10 +100,12 @@ def reduce(op):
     if fast is not None:
         def run_fast(ctx, regions, x, init):
             return fast.reduce(prepare([x])[0], dims, init)
+        run_fast.regions_unused = True   # compiler._special_step binds none
         return run_fast
 
     is_batched = is_batchable(body)
     strategy = tree_reduce if is_batched else loop_reduce
+    arg_kind = _arg_reduce(op, dims, out_dtypes) if is_batched and n == 2 else None
 
     def run(ctx, regions, *operands):
         xs = prepare(list(operands[:n]))
@@ -112,7 +115,64 @@ def reduce(op):
             if x.shape != shape:
                 raise ValueError(f"reduce: inputs have different shapes {shape} and {x.shape}")
         region = batched(ctx, regions[0]) if is_batched else regions[0]
-        res = strategy(region, xs, inits, dims)
+        if arg_kind is not None and shape[dims[0]] > 0:
+            res = arg_reduce(arg_kind, region, xs, inits, dims[0])
+        else:
+            res = strategy(region, xs, inits, dims)
         res = [r if r.dtype == d else r.astype(d) for r, d in zip(res, out_dtypes)]
         return res[0] if n == 1 else res
     return run
+
+
+# Value types np.argmax/np.argmin order as the comparisons of the body do
+# (NaN first, -0 == +0).
+_ARG_VALUE_TYPES = frozenset(np.dtype(t) for t in (
+    np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
+    np.uint8, np.uint16, np.uint32, np.uint64, np.bool_))
+
+
+def _arg_reduce(op, dims, out_dtypes):
+    """"max"/"min" when this reduce is JAX's argmax/argmin: the argmax body
+    (regions.arg_reducer_kind) over one dim whose index operand is an
+    ``iota`` along it (ascending positions, no wraparound), else None."""
+    kind = arg_reducer_kind(op.regions[0])
+    if kind is None or len(dims) != 1 or op.raw is None:
+        return None
+    vt, it = op.operand_types[0], op.operand_types[1]
+    if np.dtype(out_dtypes[0]) not in _ARG_VALUE_TYPES or np.dtype(vt.dtype) != np.dtype(out_dtypes[0]) \
+            or np.dtype(it.dtype).kind not in "iu" or np.dtype(it.dtype) != np.dtype(out_dtypes[1]):
+        return None
+    d = dims[0]
+    size = vt.shape[d] if vt.shape is not None and d < len(vt.shape) else None
+    if size is None or size - 1 > np.iinfo(it.dtype).max:
+        return None
+    try:
+        owner = op.raw.operands[1].owner
+        if getattr(owner, "name", None) != "stablehlo.iota" or \
+                int(decode_attribute(owner, "iota_dimension")) != d:
+            return None
+    except Exception:
+        return None
+    return kind
+
+
+def arg_reduce(kind, body, xs, inits, d):
+    """The argmax/argmin reduce of ``xs`` = (values, iota along ``d``) over
+    ``d``: the body is associative (regions.arg_reducer_kind), so the
+    result is the sequential schedule's, computed without rounds of body
+    calls: np.argmax/np.argmin (the first NaN, else the first extreme) give
+    the index; the value is the last extreme element's (it differs from the
+    first only between -0 and +0); then the body once with the inits."""
+    x, idx = xs
+    pick = np.argmax if kind == "max" else np.argmin
+    pos = np.expand_dims(pick(x, axis=d), d)
+    val = np.take_along_axis(x, pos, axis=d)
+    if x.dtype.kind == "f":
+        zero = val == 0
+        if zero.any():
+            n = x.shape[d]
+            last = n - 1 - np.argmax(np.flip(x == 0, axis=d), axis=d)
+            val = np.where(zero, np.take_along_axis(x, np.expand_dims(last, d), axis=d), val)
+    ind = np.take_along_axis(idx, pos, axis=d)
+    val, ind = np.squeeze(val, d), np.squeeze(ind, d)
+    return broadcast_results(body(*inits, val, ind), val.shape)
