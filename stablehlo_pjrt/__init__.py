@@ -43,6 +43,14 @@ def set_execute_timeout(seconds):
     _set(seconds)
 
 
+def set_execution_mode(mode):
+    """How later Executes run: ``"auto"`` (default: on the worker thread,
+    asynchronously, unless the program is cheap and nothing is queued),
+    ``"async"`` (always on the worker) or ``"sync"`` (always inside the
+    Execute call); the environment variable STABLEHLO_REF_ASYNC sets the
+    same (auto, 1, 0). See dispatch.py."""
+    from .dispatch import set_mode
+    set_mode(mode)
 def dlpack_view(x):
     """A zero-copy DLPack producer over a stablehlo_ref array's memory, for
     ``np.from_dlpack`` / ``torch.from_dlpack`` / ``jax.dlpack.from_dlpack``

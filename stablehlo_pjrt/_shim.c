@@ -37,6 +37,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
 /* Types from pjrt_c_api.h that the C part implements.  Layouts must match  */
@@ -362,15 +363,26 @@ static PJRT_Error *api_event_error(EventArgs *a) {
   return status;
 }
 
+static int python_gone(void);
+
 static PJRT_Error *api_event_await(EventArgs *a) {
   PJRT_Error *status;
+  PyThreadState *saved = NULL;
   if (!ARGS_OK(a, EventArgs, event)) return bad_args("PJRT_Event_Await", TOO_SMALL);
   if (a->event == NULL) return error_new_cstr(CODE_INVALID_ARGUMENT, "PJRT_Event_Await: event is NULL");
   trace_c_call("PJRT_Event_Await", a->event);
   pthread_mutex_lock(&a->event->mu);
+  if (!a->event->ready) {
+    /* The plugin's worker thread completes pending events and needs the GIL
+     * to do so: a caller that holds it while waiting would wait forever. */
+    pthread_mutex_unlock(&a->event->mu);
+    if (!python_gone() && PyGILState_Check()) saved = PyEval_SaveThread();
+    pthread_mutex_lock(&a->event->mu);
+  }
   while (!a->event->ready) pthread_cond_wait(&a->event->cv, &a->event->mu);
   status = event_status(a->event);
   pthread_mutex_unlock(&a->event->mu);
+  if (saved != NULL) PyEval_RestoreThread(saved);
   return status;
 }
 
@@ -479,10 +491,28 @@ static const MemoryFunctionTable kMemoryVtable = {
 static _Alignas(16) unsigned char g_api[API_STORAGE_BYTES];
 static int g_api_ready = 0;
 
+#define MAX_GETTER_OUTS 2
+
 typedef struct {
   PyObject *handler; /* strong ref; NULL -> UNIMPLEMENTED */
   char *name;
   int quiet;         /* return NULL instead of an error once Python is gone */
+  /* Fast paths, taken only when the args pointer is not NULL and the
+   * caller's struct_size is at least args_size (otherwise `handler`, which
+   * applies pjrt_c_api.h's struct_size rules and reports bad args, runs):
+   *   direct(args_address): the handler without the struct_size wrapper;
+   *   getter(handle): for calls that only read one object and write fields:
+   *     C reads the handle at in_offset, calls getter, and writes what it
+   *     returns (an int, or a tuple of n_outs ints; None is 0) into the
+   *     out fields (offset, size in bytes: 1 bool, 4 int32, 8 size_t or
+   *     pointer). */
+  PyObject *direct;
+  PyObject *getter;
+  size_t args_size;
+  size_t in_offset;
+  int n_outs;
+  size_t out_offset[MAX_GETTER_OUTS];
+  int out_size[MAX_GETTER_OUTS];
 } Slot;
 
 static Slot g_slots[MAX_SLOTS];
@@ -494,12 +524,33 @@ static PyObject *g_trace_hook = NULL;
  * and that text (long calls: compile, execute), None to run the handler; the
  * hook arranges for the exception to reach the Python caller (interrupt.py). */
 static PyObject *g_interrupt_hook = NULL;
-/* Set by an atexit handler (api.py): from then on, threads that do not
- * already hold the GIL (jaxlib's pool threads destroying objects) no longer
- * wait for it.  A thread blocked in PyGILState_Ensure when finalization
- * starts is killed with pthread_exit, which aborts the process when it
- * unwinds through jaxlib's C++ frames. */
-static volatile int g_exiting = 0;
+/* Set by the plugin's exit handler (shutdown.py): from then on, threads that
+ * do not already hold the GIL (jaxlib's pool threads destroying objects) no
+ * longer wait for it.  A thread blocked in PyGILState_Ensure when
+ * finalization starts is killed with pthread_exit, which aborts the process
+ * ("terminate called without an active exception") when it unwinds through
+ * jaxlib's C++ frames.  g_foreign_calls counts the calls in progress from
+ * such threads (counted before g_exiting is read, both sequentially
+ * consistent): begin_exit waits, with the GIL released, for the ones that
+ * started before it, so that none is still waiting for the GIL when
+ * finalization starts. */
+static int g_exiting = 0;
+static int g_foreign_calls = 0;
+
+static int exiting(void) { return __atomic_load_n(&g_exiting, __ATOMIC_SEQ_CST); }
+
+/* Enter/leave a call from a thread that does not hold the GIL: enter returns
+ * 0 (and counts nothing) once the plugin is exiting. */
+static int foreign_enter(void) {
+  __atomic_add_fetch(&g_foreign_calls, 1, __ATOMIC_SEQ_CST);
+  if (exiting()) {
+    __atomic_sub_fetch(&g_foreign_calls, 1, __ATOMIC_SEQ_CST);
+    return 0;
+  }
+  return 1;
+}
+
+static void foreign_leave(void) { __atomic_sub_fetch(&g_foreign_calls, 1, __ATOMIC_SEQ_CST); }
 
 static int python_gone(void) {
   if (!Py_IsInitialized()) return 1;
@@ -563,13 +614,59 @@ static PJRT_Error *error_from_exception(const char *slot_name) {
   return err;
 }
 
+/* Writes a getter's result into the args struct; -1 with an exception set
+ * if the result does not fit the declared fields. */
+static int write_one(char *dst, int size, PyObject *v) {
+  if (v == Py_None) {
+    memset(dst, 0, (size_t)size);
+    return 0;
+  }
+  if (size == 1) {
+    int b = PyObject_IsTrue(v);
+    if (b < 0) return -1;
+    *(bool *)dst = b != 0;
+    return 0;
+  }
+  if (!PyLong_Check(v)) {
+    PyErr_Format(PyExc_TypeError, "getter returned %s, not an int", Py_TYPE(v)->tp_name);
+    return -1;
+  }
+  if (size == 4) {
+    long x = PyLong_AsLong(v);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    *(int32_t *)dst = (int32_t)x;
+    return 0;
+  }
+  {
+    unsigned long long x = PyLong_AsUnsignedLongLong(v);
+    if (x == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    memcpy(dst, &x, 8);
+    return 0;
+  }
+}
+
+static int write_getter_outputs(const Slot *s, char *args, PyObject *res) {
+  int i;
+  if (s->n_outs == 0) return 0;
+  if (s->n_outs == 1) return write_one(args + s->out_offset[0], s->out_size[0], res);
+  if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != s->n_outs) {
+    PyErr_Format(PyExc_TypeError, "getter must return a tuple of %d values", s->n_outs);
+    return -1;
+  }
+  for (i = 0; i < s->n_outs; i++)
+    if (write_one(args + s->out_offset[i], s->out_size[i], PyTuple_GET_ITEM(res, i)) != 0)
+      return -1;
+  return 0;
+}
+
 static PJRT_Error *dispatch(int slot, void *args) {
   Slot *s = &g_slots[slot];
   PJRT_Error *err = NULL;
   PyGILState_STATE gstate;
   PyObject *ptype, *pvalue, *ptb, *arg, *res;
+  int foreign = 0;
 
-  if (python_gone() || (g_exiting && !PyGILState_Check())) {
+  if (python_gone() || (!PyGILState_Check() && !(foreign = foreign_enter()))) {
     /* Destroy-like calls at exit: leaking is the right thing to do. */
     if (s->quiet) return NULL;
     return error_new_cstr(CODE_UNAVAILABLE,
@@ -616,23 +713,39 @@ static PJRT_Error *dispatch(int slot, void *args) {
              s->name ? s->name : "this PJRT function");
     err = error_new_cstr(CODE_UNIMPLEMENTED, buf);
   } else {
-    arg = PyLong_FromVoidPtr(args);
-    res = arg ? PyObject_CallOneArg(s->handler, arg) : NULL;
-    Py_XDECREF(arg);
-    if (res == NULL) {
-      err = error_from_exception(s->name);
-    } else {
-      if (res != Py_None) {
-        /* A handler may also return a PJRT_Error* it built itself. */
-        err = (PJRT_Error *)PyLong_AsVoidPtr(res);
-        if (err == NULL && PyErr_Occurred()) err = error_from_exception(s->name);
+    int full = args != NULL && s->args_size && *(const size_t *)args >= s->args_size;
+    if (full && s->getter != NULL) {
+      void *handle = *(void *const *)((const char *)args + s->in_offset);
+      arg = PyLong_FromVoidPtr(handle);
+      res = arg ? PyObject_CallOneArg(s->getter, arg) : NULL;
+      Py_XDECREF(arg);
+      if (res == NULL) {
+        err = error_from_exception(s->name);
+      } else {
+        if (write_getter_outputs(s, (char *)args, res) != 0) err = error_from_exception(s->name);
+        Py_DECREF(res);
       }
-      Py_DECREF(res);
+    } else {
+      PyObject *fn = full && s->direct != NULL ? s->direct : s->handler;
+      arg = PyLong_FromVoidPtr(args);
+      res = arg ? PyObject_CallOneArg(fn, arg) : NULL;
+      Py_XDECREF(arg);
+      if (res == NULL) {
+        err = error_from_exception(s->name);
+      } else {
+        if (res != Py_None) {
+          /* A handler may also return a PJRT_Error* it built itself. */
+          err = (PJRT_Error *)PyLong_AsVoidPtr(res);
+          if (err == NULL && PyErr_Occurred()) err = error_from_exception(s->name);
+        }
+        Py_DECREF(res);
+      }
     }
   }
 done:
   PyErr_Restore(ptype, pvalue, ptb);
   PyGILState_Release(gstate);
+  if (foreign) foreign_leave();
   return err;
 }
 
@@ -642,7 +755,9 @@ done:
 static void trace_c_call(const char *name, void *obj) {
   PyGILState_STATE gstate;
   PyObject *ptype, *pvalue, *ptb, *res;
-  if (g_trace_hook == NULL || python_gone() || (g_exiting && !PyGILState_Check())) return;
+  int foreign = 0;
+  if (g_trace_hook == NULL || python_gone() || (!PyGILState_Check() && !(foreign = foreign_enter())))
+    return;
   gstate = PyGILState_Ensure();
   if (g_trace_hook != NULL) {
     PyErr_Fetch(&ptype, &pvalue, &ptb);
@@ -652,6 +767,7 @@ static void trace_c_call(const char *name, void *obj) {
     PyErr_Restore(ptype, pvalue, ptb);
   }
   PyGILState_Release(gstate);
+  if (foreign) foreign_leave();
 }
 
 #define T1(i) static PJRT_Error *tramp_##i(void *a) { return dispatch(i, a); }
@@ -674,34 +790,75 @@ static void *const g_trampolines[MAX_SLOTS] = {
 /* Python module functions                                                  */
 /* ------------------------------------------------------------------------ */
 
-static PyObject *py_set_slot(PyObject *self, PyObject *args) {
-  int slot, quiet;
+static PyObject *py_set_slot(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"index", "name", "handler", "quiet", "direct", "args_size",
+                           "getter", "in_offset", "outs", NULL};
+  int slot, quiet, n_outs = 0, i;
   const char *name;
-  PyObject *handler;
+  PyObject *handler, *direct = Py_None, *getter = Py_None, *outs = NULL;
+  Py_ssize_t args_size = 0, in_offset = 0;
+  size_t out_offset[MAX_GETTER_OUTS] = {0};
+  int out_size[MAX_GETTER_OUTS] = {0};
   (void)self;
-  if (!PyArg_ParseTuple(args, "isOp", &slot, &name, &handler, &quiet)) return NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "isOp|OnOnO", kwlist, &slot, &name, &handler,
+                                   &quiet, &direct, &args_size, &getter, &in_offset, &outs))
+    return NULL;
   if (slot < 0 || slot >= MAX_SLOTS) {
     PyErr_Format(PyExc_IndexError, "slot %d out of range (max %d)", slot, MAX_SLOTS);
     return NULL;
   }
-  if (handler != Py_None && !PyCallable_Check(handler)) {
-    PyErr_SetString(PyExc_TypeError, "handler must be callable or None");
+  if ((handler != Py_None && !PyCallable_Check(handler)) ||
+      (direct != Py_None && !PyCallable_Check(direct)) ||
+      (getter != Py_None && !PyCallable_Check(getter))) {
+    PyErr_SetString(PyExc_TypeError, "handler, direct and getter must be callable or None");
     return NULL;
+  }
+  if (args_size < 0 || in_offset < 0) {
+    PyErr_SetString(PyExc_ValueError, "args_size and in_offset must be >= 0");
+    return NULL;
+  }
+  if (getter != Py_None) {
+    /* outs: ((offset, size), ...), each field inside the args struct. */
+    if (outs == NULL || !PyTuple_Check(outs) || PyTuple_GET_SIZE(outs) > MAX_GETTER_OUTS ||
+        (size_t)in_offset + sizeof(void *) > (size_t)args_size) {
+      PyErr_SetString(PyExc_ValueError, "a getter needs 0-2 outs and in_offset inside args_size");
+      return NULL;
+    }
+    n_outs = (int)PyTuple_GET_SIZE(outs);
+    for (i = 0; i < n_outs; i++) {
+      Py_ssize_t off;
+      int size;
+      if (!PyArg_ParseTuple(PyTuple_GET_ITEM(outs, i), "ni", &off, &size)) return NULL;
+      if (off < 0 || (size != 1 && size != 4 && size != 8) ||
+          (size_t)off + (size_t)size > (size_t)args_size) {
+        PyErr_SetString(PyExc_ValueError, "getter out field outside the args struct");
+        return NULL;
+      }
+      out_offset[i] = (size_t)off;
+      out_size[i] = size;
+    }
   }
   {
     char *copy = strdup(name);
-    PyObject *old = g_slots[slot].handler;
+    Slot *s = &g_slots[slot];
+    PyObject *old = s->handler, *old_direct = s->direct, *old_getter = s->getter;
     if (copy == NULL) return PyErr_NoMemory();
-    free(g_slots[slot].name);
-    g_slots[slot].name = copy;
-    g_slots[slot].quiet = quiet;
-    if (handler == Py_None) {
-      g_slots[slot].handler = NULL;
-    } else {
-      Py_INCREF(handler);
-      g_slots[slot].handler = handler;
+    free(s->name);
+    s->name = copy;
+    s->quiet = quiet;
+    s->handler = handler == Py_None ? NULL : (Py_INCREF(handler), handler);
+    s->direct = direct == Py_None ? NULL : (Py_INCREF(direct), direct);
+    s->getter = getter == Py_None ? NULL : (Py_INCREF(getter), getter);
+    s->args_size = (size_t)args_size;
+    s->in_offset = (size_t)in_offset;
+    s->n_outs = n_outs;
+    for (i = 0; i < MAX_GETTER_OUTS; i++) {
+      s->out_offset[i] = out_offset[i];
+      s->out_size[i] = out_size[i];
     }
     Py_XDECREF(old);
+    Py_XDECREF(old_direct);
+    Py_XDECREF(old_getter);
   }
   return PyLong_FromVoidPtr(g_trampolines[slot]);
 }
@@ -905,6 +1062,125 @@ static PyObject *py_blob_data(PyObject *self, PyObject *arg) {
   return PyLong_FromVoidPtr(b->data);
 }
 
+/* read_pointer_lists(lists, n_lists, n_each) -> [[address, ...], ...]: the
+ * n_each pointers of each of the n_lists arrays that `lists` points to (the
+ * argument lists of PJRT_LoadedExecutable_Execute), as ints (0 for NULL).
+ * One C loop instead of a ctypes array type per list on every Execute. */
+static PyObject *py_read_pointer_lists(PyObject *self, PyObject *args) {
+  PyObject *addr, *out, *row;
+  Py_ssize_t n_lists, n_each, i, j;
+  void *const *lists;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "Onn", &addr, &n_lists, &n_each)) return NULL;
+  if (n_lists < 0 || n_each < 0) {
+    PyErr_SetString(PyExc_ValueError, "negative count");
+    return NULL;
+  }
+  lists = (void *const *)PyLong_AsVoidPtr(addr);
+  if (lists == NULL && PyErr_Occurred()) return NULL;
+  if (lists == NULL && n_lists) {
+    PyErr_SetString(PyExc_ValueError, "NULL list of pointer lists");
+    return NULL;
+  }
+  out = PyList_New(n_lists);
+  if (out == NULL) return NULL;
+  for (i = 0; i < n_lists; i++) {
+    void *const *items = (void *const *)lists[i];
+    if (items == NULL && n_each) {
+      Py_DECREF(out);
+      PyErr_Format(PyExc_ValueError, "pointer list #%zd is NULL", i);
+      return NULL;
+    }
+    row = PyList_New(n_each);
+    if (row == NULL) {
+      Py_DECREF(out);
+      return NULL;
+    }
+    for (j = 0; j < n_each; j++) {
+      PyObject *v = PyLong_FromVoidPtr(items[j]);
+      if (v == NULL) {
+        Py_DECREF(row);
+        Py_DECREF(out);
+        return NULL;
+      }
+      PyList_SET_ITEM(row, j, v);
+    }
+    PyList_SET_ITEM(out, i, row);
+  }
+  return out;
+}
+
+/* write_pointer_lists(lists, rows): writes row i (a sequence of ints) into
+ * the pointer array lists[i] (Execute's output lists). */
+static PyObject *py_write_pointer_lists(PyObject *self, PyObject *args) {
+  PyObject *addr, *rows, *fast_rows, *fast;
+  Py_ssize_t i, j, n;
+  void **const *lists;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "OO", &addr, &rows)) return NULL;
+  lists = (void **const *)PyLong_AsVoidPtr(addr);
+  if (lists == NULL && PyErr_Occurred()) return NULL;
+  fast_rows = PySequence_Fast(rows, "rows must be a sequence");
+  if (fast_rows == NULL) return NULL;
+  n = PySequence_Fast_GET_SIZE(fast_rows);
+  if (lists == NULL && n) {
+    Py_DECREF(fast_rows);
+    PyErr_SetString(PyExc_ValueError, "NULL list of pointer lists");
+    return NULL;
+  }
+  for (i = 0; i < n; i++) {
+    Py_ssize_t m;
+    fast = PySequence_Fast(PySequence_Fast_GET_ITEM(fast_rows, i), "rows must hold sequences");
+    if (fast == NULL) {
+      Py_DECREF(fast_rows);
+      return NULL;
+    }
+    m = PySequence_Fast_GET_SIZE(fast);
+    if (m && lists[i] == NULL) {
+      Py_DECREF(fast);
+      Py_DECREF(fast_rows);
+      PyErr_Format(PyExc_ValueError, "pointer list #%zd is NULL", i);
+      return NULL;
+    }
+    for (j = 0; j < m; j++) {
+      void *v = PyLong_AsVoidPtr(PySequence_Fast_GET_ITEM(fast, j));
+      if (v == NULL && PyErr_Occurred()) {
+        Py_DECREF(fast);
+        Py_DECREF(fast_rows);
+        return NULL;
+      }
+      lists[i][j] = v;
+    }
+    Py_DECREF(fast);
+  }
+  Py_DECREF(fast_rows);
+  Py_RETURN_NONE;
+}
+
+/* ready_events(address, n): writes n new ready PJRT_Events (owned by the
+ * caller) into the pointer array at `address` (Execute's
+ * device_complete_events for an inline run). */
+static PyObject *py_ready_events(PyObject *self, PyObject *args) {
+  PyObject *addr;
+  Py_ssize_t n, i;
+  PJRT_Event **events;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "On", &addr, &n)) return NULL;
+  events = (PJRT_Event **)PyLong_AsVoidPtr(addr);
+  if (events == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NULL event array");
+    return NULL;
+  }
+  for (i = 0; i < n; i++) {
+    events[i] = event_new(1, CODE_OK, NULL, 0, 1);
+    if (events[i] == NULL) {
+      while (i-- > 0) event_unref(events[i]);
+      return PyErr_NoMemory();
+    }
+  }
+  Py_RETURN_NONE;
+}
+
 static PyObject *py_c_helpers(PyObject *self, PyObject *noargs) {
   (void)self; (void)noargs;
   return Py_BuildValue("{s:N,s:N}",
@@ -912,10 +1188,23 @@ static PyObject *py_c_helpers(PyObject *self, PyObject *noargs) {
                        "noop_deleter", PyLong_FromVoidPtr((void *)noop_deleter));
 }
 
-static PyObject *py_begin_exit(PyObject *self, PyObject *noargs) {
-  (void)self; (void)noargs;
-  g_exiting = 1;
-  Py_RETURN_NONE;
+/* begin_exit(timeout_s=5.0) -> calls still in progress: from now on threads
+ * without the GIL are no longer served (see g_exiting); waits, with the GIL
+ * released, up to timeout_s for those already inside a call (some waiting
+ * for the GIL) to leave. */
+static PyObject *py_begin_exit(PyObject *self, PyObject *args) {
+  double timeout = 5.0, waited = 0.0;
+  int left;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "|d", &timeout)) return NULL;
+  __atomic_store_n(&g_exiting, 1, __ATOMIC_SEQ_CST);
+  while ((left = __atomic_load_n(&g_foreign_calls, __ATOMIC_SEQ_CST)) > 0 && waited < timeout) {
+    Py_BEGIN_ALLOW_THREADS
+    usleep(1000);
+    Py_END_ALLOW_THREADS
+    waited += 0.001;
+  }
+  return PyLong_FromLong(left);
 }
 
 static PyObject *py_call_slot(PyObject *self, PyObject *args) {
@@ -976,8 +1265,9 @@ static PyObject *py_call_slot_with_pending_error(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef kMethods[] = {
-    {"set_slot", py_set_slot, METH_VARARGS,
-     "set_slot(index, name, handler, quiet) -> trampoline address"},
+    {"set_slot", (PyCFunction)(void (*)(void))py_set_slot, METH_VARARGS | METH_KEYWORDS,
+     "set_slot(index, name, handler, quiet, direct=None, args_size=0, getter=None, "
+     "in_offset=0, outs=()) -> trampoline address"},
     {"c_functions", py_c_functions, METH_NOARGS,
      "Addresses of the PJRT functions implemented in C."},
     {"api_address", py_api_address, METH_NOARGS,
@@ -997,11 +1287,18 @@ static PyMethodDef kMethods[] = {
     {"set_trace_hook", py_set_trace_hook, METH_O, "Hook called as hook(name, ptr)."},
     {"set_interrupt_hook", py_set_interrupt_hook, METH_O,
      "Hook called as hook(slot_name, exception) for a signal pending at a call's start."},
-    {"begin_exit", py_begin_exit, METH_NOARGS,
-     "Interpreter exit has begun: only GIL holders may still enter Python."},
+    {"begin_exit", py_begin_exit, METH_VARARGS,
+     "begin_exit(timeout_s=5.0): interpreter exit has begun, only GIL holders may still "
+     "enter Python; waits for calls already in progress; returns how many are left."},
     {"blob_new", py_blob_new, METH_O, "Copies bytes into C memory freed by blob_free."},
     {"blob_data", py_blob_data, METH_O, "Address of a blob's bytes."},
     {"c_helpers", py_c_helpers, METH_NOARGS, "Addresses of C deleters."},
+    {"read_pointer_lists", py_read_pointer_lists, METH_VARARGS,
+     "read_pointer_lists(lists, n_lists, n_each) -> list of lists of addresses"},
+    {"write_pointer_lists", py_write_pointer_lists, METH_VARARGS,
+     "write_pointer_lists(lists, rows) writes row i into the array lists[i]"},
+    {"ready_events", py_ready_events, METH_VARARGS,
+     "ready_events(address, n) writes n new ready PJRT_Event* at address"},
     {"call_slot", py_call_slot, METH_VARARGS, "call_slot(index, args_ptr) -> PJRT_Error*"},
     {"call_slot_with_pending_error", py_call_slot_with_pending_error, METH_VARARGS,
      "call_slot with a KeyError pending -> (PJRT_Error*, survived)"},

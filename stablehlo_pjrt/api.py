@@ -15,7 +15,7 @@ import ctypes
 import numpy as np
 
 from . import _capi as C
-from . import _shim, interrupt, trace
+from . import _shim, dispatch, interrupt, trace
 from .buffer import (
     Buffer,
     buffer_from_host,
@@ -42,7 +42,6 @@ from .executable import (
     parse_serialized,
 )
 from .handles import (
-    CString,
     NamedValues,
     c_blob,
     c_helper,
@@ -55,13 +54,56 @@ from .profiler import HANDLERS as _profiler_handlers
 
 # "PJRT_<name>" -> handler; table.build_api wires each into its slot.
 HANDLERS: dict = {}
+# "PJRT_<name>" -> size of the args struct this plugin reads (the C
+# trampoline calls the handler without the _sized wrapper when the caller's
+# struct is at least that large).
+ARGS_SIZES: dict = {}
+# "PJRT_<name>" -> (getter, in_offset, ((out_offset, out_size), ...)): calls
+# that read one object and write fields, served by the C trampoline through
+# getter(handle) (see _shim.c, Slot).
+GETTERS: dict = {}
 
 
 def handler(fn):
     name = "PJRT_" + fn.__name__
     cls = _ARGS.get(name)
-    HANDLERS[name] = fn if cls is None else _sized(name, fn, C.struct_size(cls))
+    if cls is None:
+        HANDLERS[name] = fn
+    else:
+        HANDLERS[name] = _sized(name, fn, C.struct_size(cls))
+        ARGS_SIZES[name] = C.struct_size(cls)
     return fn
+
+
+def getter(in_field, *out_fields):
+    """A handler for a call that only reads the object its args name in
+    ``in_field`` and writes ``out_fields`` (none: a call such as a Destroy):
+    the decorated ``fn(handle)`` returns the value of the out field (a tuple
+    for several). The C
+    trampoline calls it directly (no args struct built in Python); traced
+    calls and callers with an older, smaller struct go through the plain
+    handler made here, which does the same through ctypes."""
+    def deco(fn):
+        name = "PJRT_" + fn.__name__
+        cls = _ARGS[name]
+
+        def plain(ptr):
+            a = cls.from_address(ptr)
+            value = fn(getattr(a, in_field))
+            if not out_fields:
+                return
+            if len(out_fields) == 1:
+                setattr(a, out_fields[0], value)
+            else:
+                for field, v in zip(out_fields, value):
+                    setattr(a, field, v)
+        plain.__name__ = fn.__name__
+        handler(plain)
+        GETTERS[name] = (fn, getattr(cls, in_field).offset,
+                         tuple((getattr(cls, f).offset, getattr(cls, f).size)
+                               for f in out_fields))
+        return fn
+    return deco
 
 
 _ARGS = C.args_classes()
@@ -506,11 +548,12 @@ def Device_GetAttributes(ptr):
 @handler
 def Device_PoisonExecution(ptr):
     a = C.Device_PoisonExecution_Args.from_address(ptr)
-    _device(a.device)
-    _error_code(a.error_code)
-    C.read_str(a.error_message, a.error_message_size, "error_message")
-    # Executions finish before Execute returns, so none is ever pending.
-    a.poisoned = False
+    d = _device(a.device)
+    code = _error_code(a.error_code)
+    message = C.read_str(a.error_message, a.error_message_size, "error_message")
+    # Fails the earliest queued (not yet started) run with this launch id on
+    # the device (dispatch.poison); one that runs or has finished is not.
+    a.poisoned = dispatch.poison(d, a.launch_id, code, message)
 
 
 @handler
@@ -539,12 +582,10 @@ def Memory_Id(ptr):
     a.id = _memory(a.memory).id
 
 
-@handler
-def Memory_Kind(ptr):
-    a = C.Memory_Kind_Args.from_address(ptr)
-    m = _memory(a.memory)
-    a.kind = m._kind_c.address
-    a.kind_size = m._kind_c.size
+@getter("memory", "kind", "kind_size")
+def Memory_Kind(h):
+    kind = _memory(h)._kind_c
+    return kind.address, kind.size
 
 
 @handler
@@ -625,22 +666,19 @@ def Executable_Name(ptr):
     a.executable_name_size = name.size
 
 
-@handler
-def Executable_NumReplicas(ptr):
-    a = C.Executable_NumReplicas_Args.from_address(ptr)
-    a.num_replicas = _executable(a.executable).num_replicas
+@getter("executable", "num_replicas")
+def Executable_NumReplicas(h):
+    return _executable(h).num_replicas
 
 
-@handler
-def Executable_NumPartitions(ptr):
-    a = C.Executable_NumPartitions_Args.from_address(ptr)
-    a.num_partitions = _executable(a.executable).num_partitions
+@getter("executable", "num_partitions")
+def Executable_NumPartitions(h):
+    return _executable(h).num_partitions
 
 
-@handler
-def Executable_NumOutputs(ptr):
-    a = C.Executable_NumOutputs_Args.from_address(ptr)
-    a.num_outputs = _executable(a.executable).num_outputs
+@getter("executable", "num_outputs")
+def Executable_NumOutputs(h):
+    return _executable(h).num_outputs
 
 
 @handler
@@ -727,13 +765,12 @@ def Executable_OptimizedProgram(ptr):
     if not a.program:
         raise invalid_argument("program is NULL")
     program = C.PJRT_Program.from_address(a.program)
-    # The interpreter runs the StableHLO it was given, unoptimized; that
-    # module (as MLIR bytecode / portable artifact) is the "optimized" program.
-    if not hasattr(meta, "_format_c"):
-        meta._format_c = CString(meta.format)
-    program.format = meta._format_c.address
-    program.format_size = meta._format_c.size
-    code = meta.optimized_code()
+    # The interpreter runs the StableHLO it was given, unoptimized: that
+    # program is the "optimized" one, handed out as the HloModuleProto it
+    # converts to (ExecutableMeta.optimized_program).
+    fmt_c, code = meta.optimized_program()
+    program.format = fmt_c.address
+    program.format_size = fmt_c.size
     if not program.code:
         program.code_size = len(code)
         return
@@ -860,21 +897,26 @@ _P = ctypes.c_void_p
 
 
 def _pointer_lists(address, outer: int, inner: int, what: str) -> list[list]:
-    """``outer`` arrays of ``inner`` pointers each, read through the checked
-    readers (Execute's argument lists): a NULL list or absurd count is
-    INVALID_ARGUMENT before anything is read."""
-    lists = C.read_pointers(address, outer, what)
-    return [C.read_pointers(lp, inner, f"{what}[{k}]") for k, lp in enumerate(lists)]
+    """``outer`` arrays of ``inner`` pointers each (Execute's argument
+    lists), as ints: a NULL list or absurd count is INVALID_ARGUMENT before
+    anything is read (the checks of the checked readers, ``_capi``); the
+    reading is one C loop (``_shim.read_pointer_lists``)."""
+    C.check_array(address, outer, 8, what)
+    C.check_array(1, inner, 8, f"{what}[k]")  # the count alone
+    try:
+        return _shim.read_pointer_lists(address or 0, outer, inner)
+    except ValueError as e:  # a NULL list with a count
+        raise C.BadArgument(f"{what}: {e} but its count is {inner}") from None
 
 
-def _output_lists(address, outer: int, num_outputs: int) -> list:
-    """Execute's output lists: ``outer`` destinations, non-NULL unless the
-    program has no outputs (jaxlib passes NULL lists then: a pmap of
-    jax.debug.print with no results)."""
+def _output_lists(address, outer: int, num_outputs: int) -> None:
+    """Checks Execute's output lists: ``outer`` destinations, non-NULL
+    unless the program has no outputs (jaxlib passes NULL lists then: a pmap
+    of jax.debug.print with no results). ``_shim.write_pointer_lists``
+    writes them."""
     lists = C.read_pointers(address, outer, "output_lists")
-    if num_outputs and any(not lp for lp in lists):
+    if num_outputs and not all(lists):
         raise invalid_argument("an output list (output_lists[k]) is NULL")
-    return lists
 
 
 def _error_code(code: int) -> int:
@@ -900,25 +942,33 @@ def LoadedExecutable_Execute(ptr):
         non_donatable = set(C.read_int64s(opts.non_donatable_input_indices,
                                           opts.num_non_donatable_input_indices,
                                           "non_donatable_input_indices"))
+        launch_id = opts.launch_id
     else:
         non_donatable = ()
+        launch_id = 0
     execute_device = maybe_lookup(a.execute_device, Device) if a.execute_device else None
     argument_lists = [[lookup(h, Buffer, "PJRT_Buffer") for h in handles]
                       for handles in _pointer_lists(a.argument_lists, num_devices, num_args,
                                                     "argument_lists")]
-    out_list_ptrs = _output_lists(a.output_lists, num_devices, exe.meta.num_outputs)
-    outputs = exe.execute(argument_lists, execute_device, non_donatable)
-    for lp, outs in zip(out_list_ptrs, outputs):
-        if outs:
-            (_P * len(outs)).from_address(lp)[:] = [b.handle for b in outs]
-    if a.device_complete_events:
-        (_P * num_devices).from_address(a.device_complete_events)[:] = [
-            _shim.event_new(True) for _ in range(num_devices)]
+    _output_lists(a.output_lists, num_devices, exe.meta.num_outputs)
+    outputs = exe.execute(argument_lists, execute_device, non_donatable, launch_id)
+    _shim.write_pointer_lists(a.output_lists, [[b.handle for b in outs] for outs in outputs])
+    events = a.device_complete_events
+    if events:
+        # Complete when the run has finished (at once for an inline run).
+        done = outputs.completion
+        if done is None:
+            _shim.ready_events(events, num_devices)
+        else:
+            (_P * num_devices).from_address(events)[:] = [
+                done.c_event() for _ in range(num_devices)]
     if trace.ENABLED:
         trace.note(obj=exe,
                    inputs=[[describe_with_value(b) for b in args] for args in argument_lists],
-                   outputs=[[describe_with_value(b) for b in outs] for outs in outputs])
-    if getattr(outputs, "interrupted", False):
+                   outputs=[[describe_with_value(b) for b in outs] for outs in outputs],
+                   dispatch="inline" if outputs.completion is None
+                   else f"queued ({outputs.queued} in flight)")
+    if outputs.interrupted:
         interrupt.rearm_interrupt()  # last: KeyboardInterrupt in the caller
 
 
@@ -931,47 +981,39 @@ def _buffer(h) -> Buffer:
     return lookup(h, Buffer, "PJRT_Buffer")
 
 
-@handler
-def Buffer_Destroy(ptr):
-    a = C.Buffer_Destroy_Args.from_address(ptr)
-    if not a.buffer:
+@getter("buffer")
+def Buffer_Destroy(h):
+    if not h:
         return
-    buf = _buffer(a.buffer)
+    buf = _buffer(h)
     buf.delete()
     buf.orphan()
-    release(a.buffer)
+    release(h)
     if trace.ENABLED:
         trace.note(obj=buf)
 
 
-@handler
-def Buffer_ElementType(ptr):
-    a = C.Buffer_ElementType_Args.from_address(ptr)
-    a.type = _buffer(a.buffer).type
+@getter("buffer", "type")
+def Buffer_ElementType(h):
+    return _buffer(h).type
 
 
-@handler
-def Buffer_Dimensions(ptr):
-    a = C.Buffer_Dimensions_Args.from_address(ptr)
-    buf = _buffer(a.buffer)
-    a.dims = buf.dims_array()
-    a.num_dims = len(buf.shape)
+@getter("buffer", "dims", "num_dims")
+def Buffer_Dimensions(h):
+    buf = _buffer(h)
+    return buf.dims_array(), len(buf.shape)
 
 
-@handler
-def Buffer_UnpaddedDimensions(ptr):
-    a = C.Buffer_UnpaddedDimensions_Args.from_address(ptr)
-    buf = _buffer(a.buffer)
-    a.unpadded_dims = buf.dims_array()
-    a.num_dims = len(buf.shape)
+@getter("buffer", "unpadded_dims", "num_dims")
+def Buffer_UnpaddedDimensions(h):
+    buf = _buffer(h)
+    return buf.dims_array(), len(buf.shape)
 
 
-@handler
-def Buffer_DynamicDimensionIndices(ptr):
-    a = C.Buffer_DynamicDimensionIndices_Args.from_address(ptr)
-    _buffer(a.buffer)
-    a.dynamic_dim_indices = None
-    a.num_dynamic_dims = 0
+@getter("buffer", "dynamic_dim_indices", "num_dynamic_dims")
+def Buffer_DynamicDimensionIndices(h):
+    _buffer(h)
+    return None, 0
 
 
 @handler
@@ -982,24 +1024,21 @@ def Buffer_GetMemoryLayout(ptr):
                    ctypes.sizeof(layout))
 
 
-@handler
-def Buffer_OnDeviceSizeInBytes(ptr):
-    a = C.Buffer_OnDeviceSizeInBytes_Args.from_address(ptr)
-    buf = _buffer(a.buffer)
-    buf.live_array()
-    a.on_device_size_in_bytes = buf.nbytes
+@getter("buffer", "on_device_size_in_bytes")
+def Buffer_OnDeviceSizeInBytes(h):
+    buf = _buffer(h)
+    buf.check_alive()  # the size of a pending output is known: no wait
+    return buf.nbytes
 
 
-@handler
-def Buffer_Device(ptr):
-    a = C.Buffer_Device_Args.from_address(ptr)
-    a.device = _buffer(a.buffer).device.handle
+@getter("buffer", "device")
+def Buffer_Device(h):
+    return _buffer(h).device.handle
 
 
-@handler
-def Buffer_Memory(ptr):
-    a = C.Buffer_Memory_Args.from_address(ptr)
-    a.memory = _buffer(a.buffer).memory.handle
+@getter("buffer", "memory")
+def Buffer_Memory(h):
+    return _buffer(h).memory.handle
 
 
 @handler
@@ -1011,21 +1050,20 @@ def Buffer_Delete(ptr):
         trace.note(obj=buf)
 
 
-@handler
-def Buffer_IsDeleted(ptr):
-    a = C.Buffer_IsDeleted_Args.from_address(ptr)
-    a.is_deleted = _buffer(a.buffer).deleted
+@getter("buffer", "is_deleted")
+def Buffer_IsDeleted(h):
+    return _buffer(h).deleted
 
 
-@handler
-def Buffer_IsOnCpu(ptr):
-    a = C.Buffer_IsOnCpu_Args.from_address(ptr)
-    _buffer(a.buffer)
+@getter("buffer", "is_on_cpu")
+def Buffer_IsOnCpu(h):
+    _buffer(h)
     # Every memory of a stablehlo_ref device is host memory. Saying so lets
     # jaxlib alias it as it does XLA CPU's: np.asarray(x) and memoryview(x)
     # become zero-copy read-only views that hold an external reference (see
-    # Buffer.delete and donation.py for what such a reference guarantees).
-    a.is_on_cpu = True
+    # Buffer.delete and donation.py for what such a reference guarantees;
+    # taking one waits for a pending output's data).
+    return True
 
 
 @handler
@@ -1056,12 +1094,13 @@ def Buffer_CopyToMemory(ptr):
 def Buffer_ToHostBuffer(ptr):
     a = C.Buffer_ToHostBuffer_Args.from_address(ptr)
     buf = _buffer(a.src)
-    needed = to_host(buf, a.dst, a.dst_size, a.host_layout)
+    # A pending buffer's copy is chained on its program (buffer.to_host).
+    needed, event = to_host(buf, a.dst, a.dst_size, a.host_layout)
     if not a.dst:
         a.dst_size = needed
         a.event = None
     else:
-        a.event = _shim.event_new(True)
+        a.event = event
     if trace.ENABLED:
         trace.note(obj=buf, dst=f"{a.dst or 0:#x}", dst_size=a.dst_size,
                    value=preview(buf) if a.dst else "(size query)")
@@ -1087,11 +1126,20 @@ def Buffer_CopyRawToHost(ptr):
 def Buffer_ReadyEvent(ptr):
     a = C.Buffer_ReadyEvent_Args.from_address(ptr)
     buf = _buffer(a.buffer)
-    # Data is complete as soon as a buffer exists (execution is synchronous);
-    # deleted and error buffers report their error, as the header asks.
+    # A pending output's event completes when its program has run (with the
+    # run's error if it failed); deleted and error buffers report their
+    # error, as the header asks.
     try:
-        buf.live_array()
-        a.event = ready_event()
+        buf.check_alive()
+        ready = buf.ready
+        if ready is not None and not ready.done:
+            if dispatch.on_worker():
+                # A host callback asking for data queued behind its own
+                # program: refused (dispatch.wait raises), never a hang.
+                dispatch.wait(ready, str(buf))
+            a.event = ready.c_event()
+        else:
+            a.event = ready_event()
     except PjrtError as e:
         a.event = ready_event(e)
     if trace.ENABLED:

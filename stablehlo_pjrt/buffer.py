@@ -9,14 +9,16 @@ buffers share memory safely.
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import ml_dtypes
 import numpy as np
 
-from . import _shim
+from . import _shim, dispatch
 from ._capi import HUGE_BYTES, BufferType, HostBufferSemantics, MemoryLayoutType
 from .device import Device, Memory
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
+from .event import Completion
 from .handles import int64_array, maybe_lookup, register
 
 # ----------------------------------------------------------------------------
@@ -154,21 +156,40 @@ _ORPHANS: list = []
 # ----------------------------------------------------------------------------
 
 
+# Guards the transitions between a buffer's states when the worker
+# (dispatch.py) and the caller's threads both touch it: deletion, pins, the
+# data of an output arriving.
+_STATE = threading.Lock()
+
+
 class Buffer:
     """PJRT_Buffer.
 
     `array` is a C-contiguous numpy array (or the token marker for TOKEN
     buffers), None after deletion.  `error` is set for error buffers
-    (PJRT_Client_CreateErrorBuffer): using them reports that error.
+    (PJRT_Client_CreateErrorBuffer, failed or cancelled runs): using them
+    reports that error.
+
+    Asynchronous execution (dispatch.py) adds two states:
+
+    * pending: an output whose program has not finished has `ready`, the
+      run's :class:`Completion`, and no array yet (shape, type and size are
+      known). Reading the data waits for it (:meth:`live_array`); ready
+      events and transfers chain on it.
+    * pinned: `pins` counts the queued or running programs and transfers
+      that read the buffer. Deleting a pinned buffer marks it deleted at once
+      (as the caller sees it) but keeps its data until the last of them
+      finishes, so zero-copy host memory is handed back only then.
     """
 
     __slots__ = ("handle", "array", "type", "shape", "device", "memory",
                  "deleted", "nbytes", "error", "on_free", "borrowed", "external_refs",
-                 "_held", "_dims_c", "_layout_c", "__weakref__")
+                 "pins", "ready", "_held", "_deferred", "_dims_c", "_layout_c", "__weakref__")
 
     def __init__(self, array, buffer_type: int, device, memory=None,
                  on_free=None, error: tuple[int, str] | None = None,
-                 shape: tuple[int, ...] | None = None):
+                 shape: tuple[int, ...] | None = None, ready: Completion | None = None,
+                 nbytes: int | None = None):
         self.array = array
         self.type = buffer_type
         self.shape = tuple(array.shape) if shape is None else shape
@@ -176,7 +197,9 @@ class Buffer:
         self.memory = memory if memory is not None else device.default_memory
         self.deleted = False
         self.error = error
-        self.nbytes = 0 if (error or buffer_type == BufferType.TOKEN) else int(array.nbytes)
+        if nbytes is None:
+            nbytes = 0 if (error or buffer_type == BufferType.TOKEN) else int(array.nbytes)
+        self.nbytes = nbytes
         # Called once when the data is released (zero-copy host buffers
         # signal their done event, views run their on-delete callback).
         self.on_free = on_free
@@ -189,6 +212,9 @@ class Buffer:
         # unchanged, even after delete() (see release_external_reference).
         self.external_refs = 0
         self._held = None
+        self.pins = 0
+        self._deferred = False  # deleted while pinned: the last unpin() lets go
+        self.ready = ready
         self._dims_c = None
         self._layout_c = None
         device.allocated(self.nbytes)
@@ -196,8 +222,21 @@ class Buffer:
 
     # -- state ---------------------------------------------------------------
 
+    def check_alive(self) -> None:
+        """Raises the PjrtError a read would raise, without waiting for a
+        pending buffer's data."""
+        if self.deleted:
+            raise failed_precondition(
+                f"buffer {self.describe()} has been deleted or donated")
+        if self.error is not None:
+            raise PjrtError(*self.error)
+
     def live_array(self):
-        """The data, or a PjrtError if the buffer cannot be read."""
+        """The data, or a PjrtError if the buffer cannot be read; waits for
+        a pending buffer's program to finish."""
+        ready = self.ready
+        if ready is not None and not ready.done:
+            dispatch.wait(ready, str(self))
         if self.deleted:
             raise failed_precondition(
                 f"buffer {self.describe()} has been deleted or donated")
@@ -206,9 +245,22 @@ class Buffer:
         return self.array
 
     def delete(self) -> None:
-        if self.deleted:
-            return
-        self.deleted = True
+        with _STATE:
+            if self.deleted:
+                return
+            self.deleted = True
+            if self.pins:
+                # Queued or running work reads the data: the last unpin()
+                # lets go of it.
+                self._deferred = True
+                return
+            free = self._let_go()
+        if free:
+            self._free()
+
+    def _let_go(self) -> bool:
+        """Drops the data of a deleted buffer nothing pins (under _STATE);
+        True when the memory is free now (the caller calls _free())."""
         if self.external_refs:
             # Someone outside holds a pointer to this memory (a numpy view or
             # DLPack capsule): the buffer is gone, the memory stays (as XLA's
@@ -216,9 +268,9 @@ class Buffer:
             # last reference is released.
             self._held = self.array
             self.array = None
-            return
+            return False
         self.array = None
-        self._free()
+        return True
 
     def _free(self) -> None:
         self.device.freed(self.nbytes)
@@ -226,17 +278,76 @@ class Buffer:
         if callback is not None:
             callback()
 
+    def pin(self) -> None:
+        with _STATE:
+            self.pins += 1
+
+    def unpin(self) -> None:
+        with _STATE:
+            self.pins -= 1
+            free = False
+            if self.pins == 0 and self._deferred:
+                self._deferred = False
+                free = self._let_go()
+        if free:
+            self._free()
+
+    def take_array(self):
+        """The data of a donated buffer, handed over to the run that
+        consumes it (the buffer keeps no reference: in-place updates need
+        the interpreter to hold the only one). The buffer is deleted and
+        pinned by that run only."""
+        with _STATE:
+            array, self.array = self.array, None
+        if array is None:
+            raise failed_precondition(f"buffer {self.describe()} has no data (deleted)")
+        return array
+
+    def fulfil(self, array=None, error: tuple[int, str] | None = None) -> None:
+        """A pending output's data (or its run's error) has arrived."""
+        with _STATE:
+            if not self.deleted or self.pins:
+                # (A deleted buffer still pinned by a queued program gets its
+                # data for that program; the last unpin() releases it.)
+                if error is None:
+                    self.array = array
+                else:
+                    self.error = error
+                    if not self.deleted:
+                        self.device.freed(self.nbytes)
+                        self.nbytes = 0
+        self.ready = None
+
+    def pinned_data(self):
+        """The data for work that pinned this buffer (it may have been
+        deleted since, as the caller sees it): raises the buffer's error."""
+        if self.error is not None:
+            raise PjrtError(*self.error)
+        if self.array is None:
+            raise failed_precondition(f"buffer {self.describe()} has no data (deleted)")
+        return self.array
+
     def add_external_reference(self) -> None:
+        # Waits for a pending output's data (jaxlib reads results in place
+        # through an external reference and OpaqueDeviceMemoryDataPointer:
+        # the address handed out must be the final one).
         self.live_array()
-        self.external_refs += 1
+        with _STATE:
+            if self.deleted:  # (by another thread since)
+                raise failed_precondition(
+                    f"buffer {self.describe()} has been deleted or donated")
+            self.external_refs += 1
 
     def release_external_reference(self) -> None:
-        if self.external_refs <= 0:
-            # INVALID_ARGUMENT, as XLA's C API test DecreaseReferenceCountReturnsError asks.
-            raise invalid_argument(f"{self} has no external references to release")
-        self.external_refs -= 1
-        if not self.external_refs and self.deleted and self._held is not None:
-            self._held = None
+        with _STATE:
+            if self.external_refs <= 0:
+                # INVALID_ARGUMENT, as XLA's C API test DecreaseReferenceCountReturnsError asks.
+                raise invalid_argument(f"{self} has no external references to release")
+            self.external_refs -= 1
+            free = not self.external_refs and self.deleted and self._held is not None
+            if free:
+                self._held = None
+        if free:
             self._free()
 
     def orphan(self) -> None:
@@ -423,30 +534,57 @@ def extent_bytes(shape, strides, itemsize: int) -> int:
 
 
 def to_host(buf: Buffer, dst: int | None, dst_size: int, layout_ptr: int | None):
-    """Implements PJRT_Buffer_ToHostBuffer.  Returns the required size when
-    dst is NULL, else copies and returns None."""
-    array = buf.live_array()
+    """Implements PJRT_Buffer_ToHostBuffer: ``(needed, event)``. With dst
+    NULL, ``needed`` is the size the copy needs and ``event`` 0; otherwise
+    ``event`` is the PJRT_Event* of the copy. The copy of a pending buffer
+    (its program still running on the worker) is chained on the program:
+    the worker copies when the data arrives, then sets the event, failed
+    with the program's error if it failed."""
+    buf.check_alive()
     if buf.type == BufferType.TOKEN:
-        return 0 if not dst else None
-    strides = host_layout_strides(layout_ptr, array.shape, array.itemsize)
+        return (0, 0) if not dst else (None, _shim.event_new(True))
+    itemsize = dtype_of(buf.type).itemsize
+    shape = buf.shape
+    strides = host_layout_strides(layout_ptr, shape, itemsize)
     if strides is not None and any(s < 0 for s in strides):
         raise invalid_argument("negative strides are not supported for host destinations")
-    needed = array.nbytes if strides is None else extent_bytes(array.shape, strides, array.itemsize)
+    needed = buf.nbytes if strides is None else extent_bytes(shape, strides, itemsize)
     if not dst:
-        return needed
+        return needed, 0
     if dst_size < needed:
         raise invalid_argument(
             f"destination has {dst_size} bytes but {buf.describe()} needs {needed}")
+    ready = buf.ready
+    if ready is not None and not ready.done:
+        if dispatch.on_worker():
+            dispatch.wait(ready, str(buf))  # refuses: it would never finish
+        event = _shim.event_new(False)
+        buf.pin()
+
+        def copy_when_ready(_, buf=buf, event=event):
+            try:
+                _copy_out(buf.pinned_data(), dst, needed, strides)
+            except PjrtError as e:
+                _shim.event_set(event, e.pjrt_code, str(e))
+            else:
+                _shim.event_set(event)
+            finally:
+                buf.unpin()
+        ready.then(copy_when_ready)
+        return None, event
+    _copy_out(buf.live_array(), dst, needed, strides)
+    return None, _shim.event_new(True)
+
+
+def _copy_out(array, dst: int, needed: int, strides) -> None:
     if needed == 0:
-        return None
-    raw = (ctypes.c_char * needed).from_address(dst)
+        return
     if strides is None:
         ctypes.memmove(dst, array.ctypes.data, needed)
     else:
+        raw = (ctypes.c_char * needed).from_address(dst)
         out = np.ndarray(array.shape, dtype=array.dtype, buffer=raw, strides=strides)
         np.copyto(out, array)
-    return None
-
 
 
 def device_and_memory(client, device_h, memory_h):
@@ -468,19 +606,55 @@ def device_and_memory(client, device_h, memory_h):
 
 
 def copy_buffer(buf: Buffer, device, memory) -> Buffer:
-    """A copy of `buf` on another device or memory."""
-    array = buf.live_array()
+    """A copy of `buf` on another device or memory. The copy of a pending
+    buffer is pending too, filled by the worker when the data arrives."""
+    buf.check_alive()
+    ready = buf.ready
+    if ready is not None and not ready.done:
+        if dispatch.on_worker():
+            dispatch.wait(ready, str(buf))  # refuses: it would never finish
+        done = Completion()
+        new = Buffer(None, buf.type, device, memory, shape=buf.shape, ready=done,
+                     nbytes=buf.nbytes)
+        buf.pin()
+
+        def copy_when_ready(_, buf=buf, new=new, done=done):
+            try:
+                array = _copied(buf, buf.pinned_data())
+            except PjrtError as e:
+                new.fulfil(error=(e.pjrt_code, str(e)))
+                done.set((e.pjrt_code, str(e)))
+            else:
+                new.fulfil(array)
+                done.set()
+            finally:
+                buf.unpin()
+        ready.then(copy_when_ready)
+        return new
+    return Buffer(_copied(buf, buf.live_array()), buf.type, device, memory, shape=buf.shape)
+
+
+def _copied(buf: Buffer, array):
     if buf.borrowed and hasattr(array, "copy"):
         array = array.copy()  # the source may hand its memory back to the caller
         array.flags.writeable = False
-    return Buffer(array, buf.type, device, memory, shape=buf.shape)
+    return array
 
 
 def preview(buf: Buffer) -> str:
     """The first values of a buffer, for the call trace."""
+    ready = buf.ready
+    if ready is not None and not ready.done:
+        return "(pending)"
+    if buf.error is not None:
+        return "-"
+    return preview_value(buf.array)
+
+
+def preview_value(arr) -> str:
+    """The first values of an array, for the call trace."""
     try:
-        arr = buf.array
-        if buf.error is not None or arr is None or not hasattr(arr, "size"):
+        if arr is None or not hasattr(arr, "size"):
             return "-"
         if arr.size > 16:
             return np.array2string(arr.reshape(-1)[:16], separator=",") + "..."

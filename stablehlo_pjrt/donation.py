@@ -248,16 +248,24 @@ class OutputOwnership:
 
     def __init__(self, inputs, donated: dict[int, int], borrowed):
         # Output index -> root of the array donated to it.
-        self.donated_roots = {k: _root(inputs[i]) for i, k in donated.items()}
-        donated_params = set(donated)
+        self.donated_roots = {k: _root(inputs[i]) for i, k in donated.items()} if donated else {}
         self.input_roots = {_root(a) for i, a in enumerate(inputs)
-                            if isinstance(a, np.ndarray) and i not in donated_params}
+                            if isinstance(a, np.ndarray) and i not in donated}
         self.seen = set()
         self.borrowed = borrowed
         self.reuse = None
 
     def own(self, index: int, array: np.ndarray) -> np.ndarray:
         """``array`` as the memory of a new output buffer ``index``."""
+        if array.base is None and not self.donated_roots and not self.borrowed:
+            # The common case, decided as below with less work: an array
+            # that owns its memory (its own root), no donation (so nothing
+            # to reuse), no caller-owned memory.
+            root = id(array)
+            if root not in self.input_roots and root not in self.seen \
+                    and array.flags.writeable:
+                self.seen.add(root)
+                return array
         if self.reuse:
             target = self.reuse.pop(index, None)
             # Written only if nothing else refers to the donated shard: two

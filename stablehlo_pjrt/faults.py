@@ -57,6 +57,8 @@ def _break_kernel(name: str) -> None:
     import numpy as np
 
     import stablehlo_interpreter as shi
+
+    from . import dispatch
     op = name if "." in name else f"stablehlo.{name}"
 
     def wrong(v):
@@ -70,9 +72,10 @@ def _break_kernel(name: str) -> None:
     def faulty(fn):
         def run(*xs):
             r = fn(*xs)
-            if not _executing:
+            if not _executing and not dispatch.on_worker():
                 # The interpreter used directly (the reference, in the same
-                # process as this plugin) stays right: only the plugin is broken.
+                # process as this plugin) stays right: only the plugin is
+                # broken (its programs run inside Execute or on its worker).
                 return r
             return [wrong(x) for x in r] if isinstance(r, (list, tuple)) else wrong(r)
         return run
@@ -85,7 +88,7 @@ def _break_kernel(name: str) -> None:
         raise ValueError(f"{ENV}=op:{name}: only ops without regions can be broken") from None
 
 
-_executing = 0  # > 0 while PJRT_LoadedExecutable_Execute runs (synchronously)
+_executing = 0  # > 0 while PJRT_LoadedExecutable_Execute runs (an inline run)
 
 
 def _marking_execution(h):

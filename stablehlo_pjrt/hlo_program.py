@@ -100,6 +100,54 @@ def _module_of_config_proto(data: bytes) -> bytes:
     return module
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _len_field(field: int, payload: bytes) -> bytes:
+    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+
+
+def with_config(module: bytes, num_replicas: int, num_partitions: int) -> bytes | None:
+    """An HloModuleProtoWithConfig for a serialized HloModuleProto: the module
+    (field 1) and an HloModuleConfigProto (field 2) whose
+    entry_computation_layout (1) is the module's host_program_shape (field 4
+    of HloModuleProto), with replica_count (4) and num_partitions (5). None
+    when the module has no host_program_shape: jaxlib aborts on a config
+    without an entry layout. (Field numbers of xla/service/hlo.proto and
+    xla/xla.proto; tests/test_pjrt_jax.py checks jaxlib reads the result.)"""
+    pos, shape = 0, None
+    while pos < len(module):
+        key, pos = read_varint(module, pos, "HloModuleProto")
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            _, pos = read_varint(module, pos, "HloModuleProto")
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            n, pos = read_varint(module, pos, "HloModuleProto")
+            if field == 4:
+                shape = module[pos:pos + n]
+            pos += n
+        else:
+            return None
+    if shape is None or pos != len(module):
+        return None
+    config = (_len_field(1, shape) + _varint(4 << 3) + _varint(num_replicas)
+              + _varint(5 << 3) + _varint(num_partitions))
+    return _len_field(1, module) + _len_field(2, config)
+
+
 def hlo_to_stablehlo(code: bytes, code_format: str) -> bytes:
     """StableHLO bytecode for a serialized HloModuleProto (``hlo``) or
     HloModuleProtoWithConfig (``hlo_with_config``)."""

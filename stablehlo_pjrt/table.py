@@ -11,12 +11,12 @@ every Python slot between the bare and the traced handler.
 
 from __future__ import annotations
 
-import atexit
 import ctypes
+import sys
 import threading
 
 from . import _capi as C
-from . import _shim, api, trace
+from . import _shim, api, shutdown, trace
 from .oracle import chrome_trace
 
 _HANDLERS = api.HANDLERS
@@ -45,12 +45,28 @@ def set_tracing(on: bool) -> None:
     for index, name in enumerate(C.API_FUNCTIONS + C.SHARDINGS_EXTENSION_FUNCTIONS):
         if name in _c_functions:
             continue
-        fn = _HANDLERS.get(name)
-        if fn is not None and on:
-            fn = trace.traced(name, fn)
-        _shim.set_slot(index, name, fn, _is_quiet(name))
+        _set_slot(index, name, traced=on)
     _shim.set_trace_hook(trace.c_event_hook if on else None)
     _traced_installed = on
+
+
+def _set_slot(index: int, name: str, traced: bool = False) -> int:
+    """Wires one Python slot; returns its trampoline address. Untraced, a
+    handler also gets the C fast paths (_shim.c, Slot): called without the
+    struct_size wrapper for full-size args, and getters without ctypes."""
+    fn = _HANDLERS.get(name)
+    if fn is None or traced:
+        return _shim.set_slot(index, name, None if fn is None else trace.traced(name, fn),
+                              _is_quiet(name))
+    # A handler replaced after api.py built it (faults.py) has no __wrapped__:
+    # then every call goes through it.
+    direct = getattr(fn, "__wrapped__", None)
+    size = api.ARGS_SIZES.get(name, 0) if direct is not None else 0
+    spec = api.GETTERS.get(name) if direct is not None else None
+    if spec is None:
+        return _shim.set_slot(index, name, fn, _is_quiet(name), direct, size)
+    get, in_offset, outs = spec
+    return _shim.set_slot(index, name, fn, _is_quiet(name), direct, size, get, in_offset, outs)
 
 
 # trace.add_hook/remove_hook (re)wire the table through set_tracing.
@@ -70,24 +86,23 @@ def build_api() -> None:
         address, size = _shim.api_address()
         if ctypes.sizeof(C.PJRT_Api) > size:
             raise RuntimeError("PJRT_Api does not fit the shim's static storage")
-        api = C.PJRT_Api.from_address(address)
+        api_table = C.PJRT_Api.from_address(address)
         ctypes.memset(address, 0, ctypes.sizeof(C.PJRT_Api))
-        api.struct_size = C.struct_size(C.PJRT_Api)
-        api.extension_start = _build_extensions()
-        api.pjrt_api_version.struct_size = C.struct_size(C.PJRT_Api_Version)
-        api.pjrt_api_version.extension_start = None
-        api.pjrt_api_version.major_version = C.API_MAJOR
-        api.pjrt_api_version.minor_version = C.API_MINOR
+        api_table.struct_size = C.struct_size(C.PJRT_Api)
+        api_table.extension_start = _build_extensions()
+        api_table.pjrt_api_version.struct_size = C.struct_size(C.PJRT_Api_Version)
+        api_table.pjrt_api_version.extension_start = None
+        api_table.pjrt_api_version.major_version = C.API_MAJOR
+        api_table.pjrt_api_version.minor_version = C.API_MINOR
         # STABLEHLO_REF_FAULT (off by default) breaks one handler or kernel
         # for the plugin checker's tests; unset, nothing changes.
         from . import faults
         faults.install(_HANDLERS)
         for index, name in enumerate(C.API_FUNCTIONS):
             if name in c_functions:
-                setattr(api, name, c_functions[name])
+                setattr(api_table, name, c_functions[name])
             else:
-                setattr(api, name, _shim.set_slot(index, name, _HANDLERS.get(name),
-                                                  _is_quiet(name)))
+                setattr(api_table, name, _set_slot(index, name))
         _built = True
         chrome_trace.install_from_env()
         trace.init_from_env()
@@ -102,22 +117,21 @@ def build_api() -> None:
         _shim.mark_api_ready()
         # At exit, stop pool threads (which do not hold the GIL) from waiting
         # for it; JAX's own atexit cleanup runs on the main thread, which
-        # holds the GIL, and is still served (see _shim.c).
-        atexit.register(_begin_exit)
+        # holds the GIL, and is still served (see _shim.c, shutdown.py).
+        shutdown.add_step("jax ordered effects", shutdown.JAX_EFFECTS, _wait_for_jax_effects)
+        shutdown.add_step("begin exit", shutdown.BEGIN_EXIT, _shim.begin_exit)
 
 
-def _begin_exit():
+def _wait_for_jax_effects():
     # JAX's own atexit handler waits for the runtime tokens of ordered
     # effects (jax.debug.print(ordered=True), io_callback(ordered=True)) with
     # the GIL released, which the shim refuses once exiting (and jaxlib
-    # aborts on that error). This handler runs first (atexit is LIFO): wait
-    # for them while the plugin still serves every thread.
-    try:
-        from jax._src import dispatch
-        dispatch.runtime_tokens.block_until_ready()
-    except Exception:  # noqa: BLE001 - best effort at exit
-        pass
-    _shim.begin_exit()
+    # aborts on that error): wait for them while the plugin still serves
+    # every thread. (Not in a process that never imported JAX.)
+    if "jax" not in sys.modules:
+        return
+    from jax._src import dispatch
+    dispatch.runtime_tokens.block_until_ready()
 
 
 _extensions = []  # keeps the extension structs alive (they live as long as the API)
@@ -135,8 +149,7 @@ def _build_extensions() -> int:
     ext.base.struct_size = C.struct_size(C.PJRT_Shardings_Extension)
     ext.base.type = C.EXTENSION_TYPE_SHARDINGS
     for k, name in enumerate(C.SHARDINGS_EXTENSION_FUNCTIONS):
-        setattr(ext, name, _shim.set_slot(first + k, name, _HANDLERS.get(name),
-                                          _is_quiet(name)))
+        setattr(ext, name, _set_slot(first + k, name))
     # The profiler API's errors are PJRT_Errors of the shim (same args layout).
     profiler_api = C.PLUGIN_Profiler_Api()
     profiler_api.struct_size = ctypes.sizeof(C.PLUGIN_Profiler_Api)

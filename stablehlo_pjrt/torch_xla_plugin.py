@@ -16,7 +16,7 @@ import os
 
 from torch_xla.experimental import plugins
 
-from . import shim_path
+from . import shim_path, shutdown
 from .client import NUM_DEVICES_ENV, configured_num_devices
 
 MULTIPROCESS_UNSUPPORTED = (
@@ -47,6 +47,11 @@ class StablehloRefPlugin(plugins.DevicePlugin):
         # raise KeyError('STABLEHLO').  (The C++ side uses the full name.)
         plugins._plugin_registry.setdefault("STABLEHLO", self)
         _sync_before_forcing_spmd()
+        # Constructed during `import torch_xla`, after torch_xla registered
+        # its atexit handler: the plugin's exit handler now runs before it
+        # and first waits for PyTorch/XLA's work in flight (shutdown.py).
+        shutdown.add_step("PyTorch/XLA work in flight", shutdown.TORCH_XLA,
+                          _wait_for_device_ops)
 
     def library_path(self) -> str:
         return shim_path()
@@ -77,6 +82,23 @@ class StablehloRefPlugin(plugins.DevicePlugin):
 def _selected() -> bool:
     """Is this plugin the process's PyTorch/XLA device (PJRT_DEVICE)?"""
     return os.environ.get("PJRT_DEVICE", "").upper() == "STABLEHLO_REF"
+
+
+def _wait_for_device_ops() -> None:
+    """Interpreter exit: wait for PyTorch/XLA's operations in flight with the
+    GIL released (``_xla_wait_device_ops`` releases it). torch_xla's own
+    atexit handler (``_prepare_to_exit``) waits for them too, but holding
+    the GIL, while they run on torch_xla's threads and call into this
+    plugin, whose handlers need the GIL: the process hung at exit (or, once
+    the plugin stopped serving threads without the GIL, aborted on its
+    refusal). Nothing to do if the runtime never started (waiting would
+    start it)."""
+    import sys
+    xlac = getattr(sys.modules.get("torch_xla"), "_XLAC", None)
+    started = getattr(xlac, "_xla_runtime_is_initialized", None)
+    if xlac is None or started is None or not started():
+        return
+    xlac._xla_wait_device_ops([])
 
 
 def _sync_before_forcing_spmd() -> None:

@@ -205,3 +205,16 @@ def test_gspmd_sharding_strings_become_shardings():
         parse_gspmd_sharding("{devices=[2,1]0,1}", 4)
     with pytest.raises(ShardingError, match="manual"):
         parse_gspmd_sharding("{manual}", 4)
+
+
+def test_optimized_program_config_round_trip():
+    """hlo_program.with_config wraps a module as HloModuleProtoWithConfig
+    (what PJRT_Executable_OptimizedProgram hands out): the module comes back
+    out of it as sent, and a module without a host_program_shape gets no
+    config (jaxlib aborts on a config without an entry layout)."""
+    from stablehlo_pjrt.hlo_program import _module_of_config_proto, with_config
+    module = hlo_proto(lambda a: a * 2, np.ones(3, np.float32))
+    wrapped = with_config(module, 1, 2)
+    assert wrapped is not None and _module_of_config_proto(wrapped) == module
+    assert with_config(b"\x0a\x03abc", 1, 1) is None   # a name (field 1), no field 4
+    assert with_config(b"\x0a\x09abc", 1, 1) is None   # truncated

@@ -56,6 +56,11 @@ def event_destroy(ev):
         ok("PJRT_Event_Destroy", C._args("E", [("event", C.P)])(event=ev))
 
 
+def event_await(ev):
+    """PJRT_Event_Await: None, or (code, message) of the error it carries."""
+    return call("PJRT_Event_Await", C._args("A", [("event", C.P)])(event=ev))
+
+
 @pytest.fixture(scope="module")
 def client():
     a = ok("PJRT_Client_Create", C.Client_Create_Args())
@@ -89,6 +94,9 @@ def to_host(buf, dtype, shape):
     a = ok("PJRT_Buffer_ToHostBuffer", C.Buffer_ToHostBuffer_Args(
         src=buf, dst=out.ctypes.data if out.size else None, dst_size=out.nbytes))
     if out.size:
+        # The copy is done when the event is (later, if the buffer's program
+        # still runs on the worker).
+        event_await(a.event)
         event_destroy(a.event)
     return out
 
@@ -303,6 +311,80 @@ def test_event_create_set_await_across_threads():
     event_destroy(ev)
 
 
+_AWAIT_HOLDING_GIL = """
+import ctypes, threading, time
+from stablehlo_pjrt import _capi as C, _shim, table
+table.build_api()
+api = C.PJRT_Api.from_address(_shim.api_address()[0])
+ev = _shim.event_new(False)
+threading.Thread(target=lambda: (time.sleep(0.2), _shim.event_set(ev))).start()
+args = C._args("A", [("event", C.P)])(event=ev)
+args.struct_size = C.struct_size(type(args))
+# PYFUNCTYPE: the call keeps the GIL, as a pybind caller that never releases it
+err = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(api.PJRT_Event_Await)(
+    ctypes.addressof(args))
+print("awaited", err)
+"""
+
+
+def test_event_await_holding_the_gil_lets_python_complete_it():
+    """A caller that holds the GIL while it awaits a pending event (pybind
+    code that never releases it) must not block the Python thread that
+    completes the event: Await releases the GIL while it waits. Before, this
+    hung (run in a subprocess with a time limit)."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _AWAIT_HOLDING_GIL], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "awaited None"
+
+
+_BEGIN_EXIT = """
+import ctypes, threading, time
+from stablehlo_pjrt import _shim, table
+table.build_api()
+SLOT = _shim.MAX_SLOTS - 1
+entered = threading.Event()
+
+def slow(ptr):
+    entered.set()
+    time.sleep(0.3)
+
+tramp = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(
+    _shim.set_slot(SLOT, "Test_Slow", slow, False))
+# CFUNCTYPE releases the GIL: to the shim these are threads without it.
+results = []
+t = threading.Thread(target=lambda: results.append(tramp(None)))
+t.start()
+entered.wait(10)
+t0 = time.perf_counter()
+left = _shim.begin_exit(5.0)
+waited = time.perf_counter() - t0
+t.join(10)
+late = tramp(None)  # a new call from a thread without the GIL: refused
+info = _shim.error_info(late) if late else None
+print("RESULT", left, results == [None], 0.1 < waited < 2.0, info)
+"""
+
+
+def test_begin_exit_waits_for_calls_in_progress():
+    """_shim.begin_exit (the last step of the plugin's exit handler): calls
+    already in progress from threads without the GIL finish first (waited
+    for with the GIL released; a thread still waiting for the GIL when
+    finalization starts is killed and aborts the process), later ones are
+    refused (quiet ones succeed, leaking). In a subprocess: begin_exit is
+    for good."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _BEGIN_EXIT], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")][0]
+    assert line.startswith("RESULT 0 True True (14, "), line  # 14: UNAVAILABLE
+    assert "shutting down" in line
+
+
 def test_memory_vtable_user_data(client):
     dev = devices_of(client)[0]
     mem = ok("PJRT_Device_DefaultMemory", C.Device_DefaultMemory_Args(device=dev)).memory
@@ -503,6 +585,9 @@ def execute(exe, buffers, n_out):
         device_complete_events=ctypes.addressof(events))
     err = call("PJRT_LoadedExecutable_Execute", a)
     if err is None:
+        # A run on the worker (dispatch.py) reports its failure through the
+        # completion event; an inline run through Execute itself.
+        err = event_await(events[0])
         event_destroy(events[0])
     return list(outs[:n_out]), err
 
@@ -589,6 +674,71 @@ def test_execute_errors_are_reported_and_recoverable(client, monkeypatch):
         destroy_buffer(b)
     event_destroy(d1)
     event_destroy(d2)
+    ok("PJRT_LoadedExecutable_Destroy", C.LoadedExecutable_Destroy_Args(executable=exe))
+
+
+def _execute_nowait(exe, buffers, n_out, launch_id=0):
+    """Execute with a launch id; returns (outputs, completion event) without
+    waiting for the run."""
+    args = (ctypes.c_void_p * max(1, len(buffers)))(*buffers)
+    arg_lists = (ctypes.c_void_p * 1)(ctypes.addressof(args))
+    outs = (ctypes.c_void_p * max(1, n_out))()
+    out_lists = (ctypes.c_void_p * 1)(ctypes.addressof(outs))
+    events = (ctypes.c_void_p * 1)()
+    opts = C.PJRT_ExecuteOptions(launch_id=launch_id)
+    opts.struct_size = C.struct_size(C.PJRT_ExecuteOptions)
+    ok("PJRT_LoadedExecutable_Execute", C.LoadedExecutable_Execute_Args(
+        executable=exe, options=ctypes.addressof(opts), argument_lists=ctypes.addressof(arg_lists),
+        num_devices=1, num_args=len(buffers), output_lists=ctypes.addressof(out_lists),
+        device_complete_events=ctypes.addressof(events)))
+    return list(outs[:n_out]), events[0]
+
+
+def test_poison_execution_fails_a_queued_run(client, monkeypatch):
+    """PJRT_Device_PoisonExecution fails the earliest queued run with the
+    launch id (its events and outputs carry the error); a run that is not
+    queued is not poisoned."""
+    import threading
+
+    from stablehlo_pjrt import dispatch
+    from stablehlo_pjrt.executable import LoadedExecutable
+    from stablehlo_pjrt.handles import lookup
+
+    monkeypatch.setattr(dispatch, "_mode", ["async"])
+    exe, err = compile_text(client, IDENTITY)
+    assert err is None
+    meta = lookup(exe, LoadedExecutable).meta
+    gate = threading.Event()
+    original = meta.program.run
+
+    def held(*args, **kwargs):
+        gate.wait(30)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(meta.program, "run", held)
+    bx, d1 = from_host(client, np.ones((2, 3), np.float32), C.BufferType.F32)
+    by, d2 = from_host(client, np.array(5, np.int32), C.BufferType.S32)
+    first, e1 = _execute_nowait(exe, [bx, by], 2, launch_id=1)     # running, held
+    second, e2 = _execute_nowait(exe, [bx, by], 2, launch_id=7)    # queued
+    device = devices_of(client)[0]
+    msg = ctypes.create_string_buffer(b"poisoned by the test")
+    poison = C.Device_PoisonExecution_Args(device=device, launch_id=7,
+                                           error_code=C.ErrorCode.ABORTED,
+                                           error_message=ctypes.addressof(msg),
+                                           error_message_size=20)
+    assert ok("PJRT_Device_PoisonExecution", poison).poisoned
+    poison.launch_id = 8
+    assert not ok("PJRT_Device_PoisonExecution", poison).poisoned
+    gate.set()
+    assert event_await(e1) is None
+    assert event_await(e2) == (C.ErrorCode.ABORTED, "poisoned by the test")
+    assert to_host(first[0], np.int32, ()) == 5
+    r = C.Buffer_ReadyEvent_Args(buffer=second[0])
+    ok("PJRT_Buffer_ReadyEvent", r)
+    assert event_await(r.event) == (C.ErrorCode.ABORTED, "poisoned by the test")
+    for ev in (e1, e2, r.event, d1, d2):
+        event_destroy(ev)
+    for b in (bx, by, *first, *second):
+        destroy_buffer(b)
     ok("PJRT_LoadedExecutable_Destroy", C.LoadedExecutable_Destroy_Args(executable=exe))
 
 

@@ -214,6 +214,30 @@ def device_put_round_trips():
 
 
 @check("basic")
+def compiled_program_text_and_layouts_like_cpu():
+    """jaxlib reads the program PJRT_Executable_OptimizedProgram hands out
+    (HLO with its module config, converted once at compile): the compiled
+    text, the layouts and the memory analysis come back as on XLA CPU."""
+    jax, jnp, np = _jax()
+    x = np.ones((4, 3), np.float32)
+    texts, formats = [], []
+    for platform in ("stablehlo_ref", "cpu"):
+        dev = jax.devices(platform)[0]
+        # (No transpose as an output: jaxlib's HLO converter gives it the
+        # permuted layout {0,1}; XLA CPU's layout assignment the default.)
+        c = jax.jit(lambda a, b: (jnp.sin(a) @ a.T + b, a * 2)).lower(
+            jax.device_put(x, dev), 1.0).compile()
+        texts.append(c.as_text())
+        formats.append([str(f.layout) for f in jax.tree.leaves((c.input_formats, c.output_formats))])
+        assert c.memory_analysis() is not None
+    assert texts[0].startswith("HloModule jit__lambda, entry_computation_layout="
+                               "{(f32[4,3]{1,0}, f32[])->(f32[4,4]{1,0}, f32[4,3]{1,0})}"), \
+        texts[0][:200]
+    assert "sine(" in texts[0] and "dot(" in texts[0], texts[0]
+    assert formats[0] == formats[1], formats
+
+
+@check("basic")
 def host_array_mutation_after_device_put_is_isolated():
     jax, jnp, np = _jax()
     dev = jax.devices("stablehlo_ref")[0]
@@ -467,7 +491,9 @@ def failing_execute_then_working_call():
         with jax.default_device(dev):
             f = jax.jit(lambda x: x / 2)
             try:
-                f(np.ones(3, np.float32))
+                # Raised by the call (an inline run) or, for a run on the
+                # plugin's worker (STABLEHLO_REF_ASYNC=1), when the result is read.
+                np.asarray(f(np.ones(3, np.float32)))
             except Exception as e:
                 assert "stablehlo.divide" in str(e) and "injected failure" in str(e), e
             else:

@@ -119,6 +119,39 @@ def test_profiler_records_the_pjrt_calls_between_start_and_stop():
     assert code == 3 and "PLUGIN_Profiler" in text
 
 
+def test_profiler_shows_runs_on_the_worker():
+    """Programs that run on the plugin's worker thread (asynchronous
+    execution) show as 'run finished' slices, with their duration, on the
+    worker's line; the Execute that queued them on the caller's line."""
+    import jax
+    import jax.numpy as jnp
+
+    from stablehlo_pjrt import dispatch
+    dev = jax.devices("stablehlo_ref")[0]
+    host = _Host()
+    p = host.create()
+    f = jax.jit(lambda v: jnp.sin(v) * 2)
+    x = jax.device_put(np.arange(4.0, dtype=np.float32), dev)
+    f(x).block_until_ready()
+    saved = list(dispatch._mode)
+    dispatch.set_mode("async")
+    try:
+        assert host.simple("start", p) is None
+        for _ in range(2):
+            f(x).block_until_ready()
+        assert host.simple("stop", p) is None
+    finally:
+        dispatch._mode[:] = saved
+    events = _events(host.collect(p))
+    runs = [e for e in events if e[1] == "run finished"]
+    assert len(runs) == 2, events
+    assert all(e[0] == "PJRT calls (stablehlo_ref-worker)" and e[2] > 0 for e in runs)
+    executes = [e for e in events if e[1] == "PJRT_LoadedExecutable_Execute"]
+    assert len(executes) == 2 and all(e[0] != runs[0][0] for e in executes)
+    assert all(e[3]["dispatch"].startswith("queued") for e in executes)
+    assert host.simple("destroy", p) is None
+
+
 def test_empty_session_and_errors():
     host = _Host()
     p = host.create()

@@ -18,7 +18,8 @@ pyproject.toml (run by ``.ci/lint``) checks it. The tests may look inside.
 
 * Loading and running: ``load``/``Module`` (its ``mlir``/``context`` are
   read with ``MLIR_LOCK`` held), ``compile``/``Program`` (``Program.run``,
-  ``Program.function``, ``Program.module``: the loaded ``Module``),
+  ``Program.function``, ``Program.check_argument``, ``Program.module``: the
+  loaded ``Module``),
   ``prestart_bytecode_reader`` (start the isolated process that reads
   bytecode first, ahead of the first load), the error classes and the types.
 * MLIR pieces: ``decode_attribute`` (an op's attribute as a Python value),
@@ -29,7 +30,8 @@ pyproject.toml (run by ``.ci/lint``) checks it. The tests may look inside.
   ``ComparisonReport`` (dtype-aware tolerances, see compare.py).
 * Observing a run: the tracers ``OpTracer``, ``NanFinder`` (raises
   ``NonFiniteError``) and ``Recorder``, ``use_tracer`` (for runs that are
-  not given one, such as the plugin's) and ``summarize`` (a value in one line).
+  not given one, such as the plugin's), ``active_tracer`` (the one in effect)
+  and ``summarize`` (a value in one line).
 * Shardy sharding geometry, on which the plugin plans sharded programs:
   ``Mesh``, ``Sharding``, ``ShardingError``, ``module_meshes``,
   ``parse_sharding``, ``parse_sharding_per_value``, ``parse_gspmd_sharding``,
@@ -65,7 +67,15 @@ from .spmd import (
     parse_sharding,
     parse_sharding_per_value,
 )
-from .trace import NanFinder, NonFiniteError, OpTracer, Recorder, summarize, use_tracer
+from .trace import (
+    NanFinder,
+    NonFiniteError,
+    OpTracer,
+    Recorder,
+    active_tracer,
+    summarize,
+    use_tracer,
+)
 from .types import TOKEN, OtherType, TensorType, Token, TokenType, TupleType
 
 __version__ = "0.1.0"
@@ -81,7 +91,8 @@ __all__ = [
     # comparing outputs
     "compare_outputs", "compare_arrays", "ComparisonReport",
     # observing a run
-    "OpTracer", "NanFinder", "NonFiniteError", "Recorder", "use_tracer", "summarize",
+    "OpTracer", "NanFinder", "NonFiniteError", "Recorder", "use_tracer", "active_tracer",
+    "summarize",
     # sharding geometry
     "Mesh", "Sharding", "ShardingError", "attribute_text", "module_meshes", "parse_sharding",
     "parse_sharding_per_value", "parse_gspmd_sharding",

@@ -26,9 +26,12 @@ def _where(i, fname):
 
 def coerce(a, t, i, fname, cast=False):
     """``a`` as a value of parameter type ``t`` (the i-th of @fname)."""
+    if t.__class__ is TensorType and a.__class__ is np.ndarray and a.shape == t.shape \
+            and (a.dtype is t.dtype or a.dtype == t.dtype):
+        return a  # the plugin's path: typed buffers of a static shape, two comparisons
     if isinstance(t, TensorType):
         if a.__class__ is np.ndarray and a.dtype == t.dtype and conforms(a, t):
-            return a  # the plugin's path: typed buffers, one cheap comparison
+            return a  # dynamic dimensions
         if isinstance(a, (np.ndarray, np.generic)):
             a = np.asarray(a)
             if a.dtype != t.dtype:

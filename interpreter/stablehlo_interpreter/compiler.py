@@ -41,6 +41,42 @@ _ndarray = np.ndarray
 RECURSION_LIMIT = 40_000
 _DEBUG_VALIDATE = os.environ.get("STABLEHLO_REF_VALIDATE", "") not in ("", "0")
 _TRACE_ENV = "STABLEHLO_REF_TRACE_OPS"
+# `_TRACE_ENV in os.environ` costs a KeyError per run when it is unset;
+# os.environ keeps the encoded variables in `_data` (kept in sync by
+# os.environ's setters), where the test is a dict lookup.
+_ENVIRON_DATA = getattr(os.environ, "_data", None)
+_TRACE_ENV_KEY = os.environ.encodekey(_TRACE_ENV) if _ENVIRON_DATA is not None else None
+
+
+# Every run ignores floating-point errors (inf/nan are values here, as in
+# XLA): np.errstate(all="ignore") per run, done through the context variable
+# numpy's errstate sets (numpy >= 2: numpy._core._ufunc_config), with the
+# error state built once. np.errstate builds it on every entry, a tenth of
+# the cost of running a one-op program. Only the error mode is frozen ("call"
+# does not apply to "ignore"); numpy without that variable gets np.errstate.
+try:
+    from numpy._core._ufunc_config import _extobj_contextvar as _ERRSTATE
+    from numpy._core._ufunc_config import _make_extobj
+    _IGNORE_ERRORS = _make_extobj(all="ignore")
+except Exception:  # noqa: BLE001 - any other numpy: the public context manager
+    _ERRSTATE = _IGNORE_ERRORS = None
+
+
+def _run_ignoring_fp_errors(fn, *args):
+    if _ERRSTATE is None:
+        with np.errstate(all="ignore"):
+            return fn(*args)
+    token = _ERRSTATE.set(_IGNORE_ERRORS)
+    try:
+        return fn(*args)
+    finally:
+        _ERRSTATE.reset(token)
+
+
+def _trace_env_set() -> bool:
+    if _ENVIRON_DATA is not None:
+        return _TRACE_ENV_KEY in _ENVIRON_DATA
+    return _TRACE_ENV in os.environ
 # STABLEHLO_REF_NO_FOLD=1 keeps every op in the plan (fold.py), for debugging.
 _FOLD_ENABLED = os.environ.get("STABLEHLO_REF_NO_FOLD", "") in ("", "0")
 
@@ -487,8 +523,15 @@ class Program:
         conversion would change (arguments.py).
         """
         f, args, ctx = self._start(args, func, tracer, process, grid, cast)
-        with np.errstate(all="ignore"):
-            return f(ctx, args)
+        return _run_ignoring_fp_errors(f.block.run, ctx, (), args)
+
+    def check_argument(self, i, value, func=None):
+        """Raises ArgumentError when ``value`` cannot be argument #i of
+        ``func`` (dtype and shape, as :meth:`run` checks them), running
+        nothing: the plugin checks the arguments of a program it queues when
+        it queues it."""
+        f = self.function(func)
+        _coerce(value, f.input_types[i], i, f.name)
 
     def run_donated(self, args, func=None, tracer=None, process=(0, 0), grid=None):
         """Like :meth:`run` on the list ``args``, which the caller gives up:
@@ -499,8 +542,7 @@ class Program:
         run, see :meth:`run_parallel`'s ``consume``)."""
         f, coerced, ctx = self._start(args, func, tracer, process, grid, False)
         args.clear()
-        with np.errstate(all="ignore"):
-            return f.block.run(ctx, (), coerced, consume=True)
+        return _run_ignoring_fp_errors(f.block.run, ctx, (), coerced, True)
 
     def _start(self, args, func, tracer, process, grid, cast):
         """What a run needs: the function, its checked arguments (a new list)
@@ -513,7 +555,7 @@ class Program:
                    enumerate(zip(args, f.input_types))]
         if tracer is None:
             tracer = _trace.ACTIVE
-            if tracer is None and _TRACE_ENV in os.environ:
+            if tracer is None and _trace_env_set():
                 tracer = _trace.tracer_from_env()
         if _getrecursionlimit() < RECURSION_LIMIT:
             _setrecursionlimit(RECURSION_LIMIT)

@@ -214,6 +214,13 @@ def use_tracer(tracer):
         ACTIVE = previous
 
 
+def active_tracer():
+    """The tracer :func:`use_tracer` made active, or None. The PJRT plugin
+    runs programs inline while one is (a queued run could start after its
+    scope has ended)."""
+    return ACTIVE
+
+
 def tracer_from_env():
     """The tracer STABLEHLO_REF_TRACE_OPS asks for, or None."""
     mode = os.environ.get("STABLEHLO_REF_TRACE_OPS", "")
