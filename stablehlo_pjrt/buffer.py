@@ -426,6 +426,16 @@ def host_view(data: int, dtype: np.dtype, dims: tuple[int, ...],
     return np.ndarray(dims, dtype=dtype, buffer=raw, offset=-lo, strides=byte_strides)
 
 
+def _has_odd_bools(view: np.ndarray) -> bool:
+    """Whether a PRED view holds bytes other than 0 and 1. numpy compares and
+    reinterprets bools by their byte (two "true" bytes 1 and 96 compare
+    unequal, ``bitcast``/``view`` shows 96), so the buffers keep canonical
+    bools only: a host byte other than 0 is true, stored as 1 (numpy makes
+    such bools from ``view(bool)`` of other data, JAX's tests do)."""
+    return view.dtype == np.bool_ and view.size > 0 and bool(
+        (view.view(np.uint8) > 1).any())
+
+
 def buffer_from_host(client, data: int, buffer_type: int, dims, byte_strides,
                      semantics: int, device, memory):
     """Implements PJRT_Client_BufferFromHostBuffer's data handling.
@@ -439,8 +449,10 @@ def buffer_from_host(client, data: int, buffer_type: int, dims, byte_strides,
     dims = tuple(int(d) for d in dims)
     view = host_view(data, dtype, dims, byte_strides)
     dense = view.flags.c_contiguous
+    odd_bools = _has_odd_bools(view)
     if semantics in (HostBufferSemantics.kImmutableZeroCopy,
-                     HostBufferSemantics.kMutableZeroCopy) and dense and view.size:
+                     HostBufferSemantics.kMutableZeroCopy) and dense and view.size \
+            and not odd_bools:
         # Alias the caller's memory for the life of the buffer.  The caller
         # may free it once done_with_host_buffer fires, i.e. when the buffer
         # is deleted, so the event stays pending until then.
@@ -461,7 +473,10 @@ def buffer_from_host(client, data: int, buffer_type: int, dims, byte_strides,
                          HostBufferSemantics.kMutableZeroCopy):
         raise invalid_argument(f"unknown host buffer semantics {semantics}")
     # Copy now; the caller may reuse its memory as soon as we return.
-    array = np.array(view, dtype=dtype, order="C", copy=True)
+    if odd_bools:
+        array = np.ascontiguousarray(view.view(np.uint8) != 0)
+    else:
+        array = np.array(view, dtype=dtype, order="C", copy=True)
     array.flags.writeable = False
     return Buffer(array, buffer_type, device, memory), _shim.event_new(True)
 
@@ -485,7 +500,12 @@ def view_of_memory(data: int, buffer_type: int, dims, layout_ptr, on_free, devic
     dims = tuple(int(d) for d in dims)
     strides = host_layout_strides(layout_ptr, dims, dtype.itemsize)
     view = host_view(data, dtype, dims, strides)
-    if view.flags.c_contiguous:
+    if _has_odd_bools(view):
+        view = view.view(np.uint8) != 0   # a canonical copy (see _has_odd_bools)
+        borrow = False
+    else:
+        borrow = view.flags.c_contiguous
+    if borrow:
         view.flags.writeable = False
         buf = Buffer(view, buffer_type, device, memory, on_free=on_free)
         buf.borrowed = True

@@ -36,3 +36,32 @@ def test_donation_like_cpu(results):
     # Only the warning CPU gives too (the unusable donation of a sum).
     assert r["warnings"] == c["warnings"]
     assert r["warnings"] == ["Some donated buffers were not usable: float32[3]."]
+
+
+def test_host_bools_are_canonical():
+    """numpy bools whose byte is not 0 or 1 (``view(bool)`` of other data)
+    become canonical bools on transfer, copied or zero-copy: a bitcast of
+    them to int8 gives 1, and they compare equal to True. XLA CPU keeps the
+    byte (its bitcast gives 96 and -1); JAX's testViewScalar compares a
+    device's result with numpy's view of the array read back, which agree
+    on either. The reference keeps a bool a bool."""
+    import subprocess
+    import sys
+    import textwrap
+    script = textwrap.dedent("""
+        import numpy as np, jax, jax.numpy as jnp
+        raw = np.array([96, 1, 0, 255], np.uint8).view(np.bool_)
+        for x in (jnp.asarray(raw), jax.device_put(raw), jnp.asarray(raw[::-1])):
+            back = np.asarray(x).view(np.uint8).tolist()
+            i8 = np.asarray(jax.jit(lambda a: a.view(jnp.int8))(x)).tolist()
+            eq = np.asarray(jax.jit(lambda a: a == jnp.ones(4, bool))(x)).tolist()
+            print(back, i8, eq)
+    """)
+    env = dict(__import__("os").environ, JAX_PLATFORMS="stablehlo_ref")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()[-3:]
+    want = [[1, 1, 0, 1], [1, 1, 0, 1], [True, True, False, True]]
+    assert [eval(line.replace("] [", "], [").join("[]")) for line in lines[:2]] == [want] * 2
+    assert eval(lines[2].replace("] [", "], [").join("[]")) == [w[::-1] for w in want]
