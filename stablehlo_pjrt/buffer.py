@@ -474,7 +474,8 @@ def buffer_from_host(client, data: int, buffer_type: int, dims, byte_strides,
         raise invalid_argument(f"unknown host buffer semantics {semantics}")
     # Copy now; the caller may reuse its memory as soon as we return.
     if odd_bools:
-        array = np.ascontiguousarray(view.view(np.uint8) != 0)
+        # np.array, not ascontiguousarray: that makes a 0-d result 1-d.
+        array = np.array(view.view(np.uint8) != 0, dtype=np.bool_, order="C")
     else:
         array = np.array(view, dtype=dtype, order="C", copy=True)
     array.flags.writeable = False

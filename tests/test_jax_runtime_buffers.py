@@ -56,12 +56,16 @@ def test_host_bools_are_canonical():
             i8 = np.asarray(jax.jit(lambda a: a.view(jnp.int8))(x)).tolist()
             eq = np.asarray(jax.jit(lambda a: a == jnp.ones(4, bool))(x)).tolist()
             print(back, i8, eq)
+        for x in (jnp.asarray(raw[0]), jax.device_put(raw[3])):   # 0-d
+            print(x.shape, np.asarray(x).view(np.uint8).tolist(),
+                  int(jax.jit(lambda a: a.view(jnp.int8))(x)))
     """)
     env = dict(__import__("os").environ, JAX_PLATFORMS="stablehlo_ref")
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    lines = out.stdout.strip().splitlines()[-3:]
+    lines = out.stdout.strip().splitlines()[-5:]
+    assert lines[3:] == ["() 1 1"] * 2, lines
     want = [[1, 1, 0, 1], [1, 1, 0, 1], [True, True, False, True]]
     assert [eval(line.replace("] [", "], [").join("[]")) for line in lines[:2]] == [want] * 2
     assert eval(lines[2].replace("] [", "], [").join("[]")) == [w[::-1] for w in want]
