@@ -30,7 +30,8 @@ from .buffer import (
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
 from .event import Completion
 from .handles import CString, int64_array, pointer_array, register
-from .hlo_program import HLO_FORMATS, hlo_to_stablehlo, read_varint
+from .hlo_program import HLO_FORMATS, hlo_to_stablehlo
+from .protowire import fields, read_varint
 
 SERIALIZED_MAGIC = b"STABLEHLO_REF_EXECUTABLE\x00v1\x00"
 # The serialized form (PJRT_Executable_Serialize) is an envelope checked in
@@ -68,43 +69,26 @@ def decode_device_assignment(data: bytes) -> list[list[int]]:
     Python protobuf classes (google.protobuf is not a dependency)."""
     replicas = partitions = 0
     columns: list[list[int]] = []
-    pos = 0
-    while pos < len(data):
-        key, pos = read_varint(data, pos, "DeviceAssignmentProto")
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = read_varint(data, pos, "DeviceAssignmentProto")
-            if field == 1:
-                replicas = value
-            elif field == 2:
-                partitions = value
-        elif wire == 2:
-            length, pos = read_varint(data, pos, "DeviceAssignmentProto")
-            chunk = data[pos:pos + length]
-            pos += length
-            if field == 3:
-                ids: list[int] = []
-                ipos = 0
-                while ipos < len(chunk):
-                    ikey, ipos = read_varint(chunk, ipos, "DeviceAssignmentProto")
-                    if ikey == 0x0A:  # packed
-                        n, ipos = read_varint(chunk, ipos, "DeviceAssignmentProto")
-                        end = ipos + n
-                        while ipos < end:
-                            v, ipos = read_varint(chunk, ipos, "DeviceAssignmentProto")
-                            ids.append(v)
-                    elif ikey == 0x08:  # unpacked
-                        v, ipos = read_varint(chunk, ipos, "DeviceAssignmentProto")
+    for field, wire, value in fields(data, "DeviceAssignmentProto"):
+        if field == 1 and wire == 0:
+            replicas = value
+        elif field == 2 and wire == 0:
+            partitions = value
+        elif field == 3 and wire == 2:
+            ids: list[int] = []
+            for ifield, iwire, ivalue in fields(value, "DeviceAssignmentProto"):
+                if ifield != 1:
+                    raise invalid_argument("unexpected field in ComputationDevice")
+                if iwire == 2:  # packed
+                    ipos = 0
+                    while ipos < len(ivalue):
+                        v, ipos = read_varint(ivalue, ipos, "DeviceAssignmentProto")
                         ids.append(v)
-                    else:
-                        raise invalid_argument("unexpected field in ComputationDevice")
-                columns.append(ids)
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        else:
-            raise invalid_argument("malformed DeviceAssignmentProto")
+                elif iwire == 0:  # unpacked
+                    ids.append(ivalue)
+                else:
+                    raise invalid_argument("unexpected field in ComputationDevice")
+            columns.append(ids)
     if len(columns) != partitions or any(len(c) != replicas for c in columns):
         raise invalid_argument(
             f"DeviceAssignmentProto is inconsistent: {replicas}x{partitions} "

@@ -14,106 +14,36 @@ and the op trace show.
 
 import re
 
-from .error import invalid_argument, unimplemented
+from .error import PjrtError, invalid_argument, unimplemented
+from .protowire import fields, int_field, len_field
 
 HLO_FORMATS = ("hlo", "hlo_with_config")
 
 
-def read_varint(data: bytes, pos: int, what: str = "HloModuleProtoWithConfig") -> tuple[int, int]:
-    """One protobuf varint of ``data`` at ``pos``: (value, next position).
-    (The plugin reads the few proto fields it needs by hand: jaxlib ships no
-    Python protobuf classes for HloModuleProtoWithConfig or DeviceAssignmentProto.)"""
-    value = shift = 0
-    while True:
-        if pos >= len(data):
-            raise invalid_argument(f"truncated {what} (varint)")
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise invalid_argument(f"malformed {what} (varint too long)")
-
-
-def check_wire_format(data: bytes, what: str, depth: int = 0) -> None:
+def check_wire_format(data: bytes, what: str) -> None:
     """Raise INVALID_ARGUMENT unless ``data`` is a well-formed protobuf
-    message: every field a valid key (field number >= 1, wire type 0, 1, 2 or
-    5) whose value ends inside the buffer, the last one exactly at its end.
-    (jaxlib's CompileOptions.ParseFromString ignores a parse failure and
-    returns defaults, so garbage would otherwise compile as "no options".)
+    message (protowire.fields' checks). jaxlib's
+    CompileOptions.ParseFromString ignores a parse failure and returns
+    defaults, so garbage would otherwise compile as "no options".
     Length-delimited fields are not descended into: a string and a nested
     message look alike on the wire."""
-    pos, end = 0, len(data)
-    while pos < end:
-        key, pos = read_varint(data, pos, what)
-        field, wire = key >> 3, key & 7
-        if field < 1 or field >= 1 << 29:
-            raise invalid_argument(f"malformed {what}: field number {field} at byte {pos}")
-        if wire == 0:
-            _, pos = read_varint(data, pos, what)
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        elif wire == 2:
-            n, pos = read_varint(data, pos, what)
-            pos += n
-        else:
-            raise invalid_argument(f"malformed {what}: wire type {wire} of field {field} "
-                                   "(groups and unknown wire types are not protobuf 3)")
-        if pos > end:
-            raise invalid_argument(f"malformed {what}: field {field} runs past the end "
-                                   f"({pos} > {end} bytes)")
+    for _ in fields(data, what):
+        pass
 
 
 def _module_of_config_proto(data: bytes) -> bytes:
     """Field 1 (hlo_module) of an HloModuleProtoWithConfig.
 
-    Hand-written wire-format walk (a dozen lines): jaxlib has no Python class
-    for this proto and the project does not depend on protobuf.  The config
-    (field 2) is not needed: replica/partition counts come from the compile
-    options, which PJRT passes separately.
+    The config (field 2) is not needed: replica/partition counts come from
+    the compile options, which PJRT passes separately.
     """
-    pos, module = 0, None
-    while pos < len(data):
-        key, pos = read_varint(data, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            _, pos = read_varint(data, pos)
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        elif wire == 2:
-            n, pos = read_varint(data, pos)
-            if pos + n > len(data):
-                raise invalid_argument("truncated HloModuleProtoWithConfig (field %d)" % field)
-            if field == 1:
-                module = data[pos:pos + n]
-            pos += n
-        else:
-            raise invalid_argument(f"malformed HloModuleProtoWithConfig (wire type {wire})")
+    module = None
+    for field, wire, value in fields(data, "HloModuleProtoWithConfig"):
+        if field == 1 and wire == 2:
+            module = value
     if module is None:
         raise invalid_argument("HloModuleProtoWithConfig has no hlo_module (field 1)")
     return module
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _len_field(field: int, payload: bytes) -> bytes:
-    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
 
 
 def with_config(module: bytes, num_replicas: int, num_partitions: int) -> bytes | None:
@@ -121,31 +51,21 @@ def with_config(module: bytes, num_replicas: int, num_partitions: int) -> bytes 
     (field 1) and an HloModuleConfigProto (field 2) whose
     entry_computation_layout (1) is the module's host_program_shape (field 4
     of HloModuleProto), with replica_count (4) and num_partitions (5). None
-    when the module has no host_program_shape: jaxlib aborts on a config
-    without an entry layout. (Field numbers of xla/service/hlo.proto and
-    xla/xla.proto; tests/test_pjrt_jax.py checks jaxlib reads the result.)"""
-    pos, shape = 0, None
-    while pos < len(module):
-        key, pos = read_varint(module, pos, "HloModuleProto")
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            _, pos = read_varint(module, pos, "HloModuleProto")
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        elif wire == 2:
-            n, pos = read_varint(module, pos, "HloModuleProto")
-            if field == 4:
-                shape = module[pos:pos + n]
-            pos += n
-        else:
-            return None
-    if shape is None or pos != len(module):
+    when the module has no host_program_shape or is not a well-formed
+    message: jaxlib aborts on a config without an entry layout. (Field
+    numbers of xla/service/hlo.proto and xla/xla.proto; tests/test_pjrt_jax.py
+    checks jaxlib reads the result.)"""
+    try:
+        shape = None
+        for field, wire, value in fields(module, "HloModuleProto"):
+            if field == 4 and wire == 2:
+                shape = value
+    except PjrtError:
         return None
-    config = (_len_field(1, shape) + _varint(4 << 3) + _varint(num_replicas)
-              + _varint(5 << 3) + _varint(num_partitions))
-    return _len_field(1, module) + _len_field(2, config)
+    if shape is None:
+        return None
+    config = len_field(1, shape) + int_field(4, num_replicas) + int_field(5, num_partitions)
+    return len_field(1, module) + len_field(2, config)
 
 
 def hlo_to_stablehlo(code: bytes, code_format: str) -> bytes:

@@ -34,6 +34,7 @@ from . import _capi as C
 from . import trace
 from .error import failed_precondition, invalid_argument
 from .handles import lookup, register, release
+from .protowire import int_field, len_field
 
 # What a profiling session can hold at most: a long session must not take
 # the host's memory (events past it are counted, not kept).
@@ -111,17 +112,17 @@ def xspace(events, wall_minus_perf_ns: int, dropped: int = 0) -> bytes:
     for line_id, (thread, evs) in enumerate(sorted(lines.items(), key=lambda kv: kv[1][0][1])):
         start = min(e[1] for e in evs)
         end = max(e[1] + e[2] for e in evs)
-        body = (_int(1, line_id) + _str(2, f"PJRT calls ({names.get(thread, 'thread')})")
-                + _int(3, start + wall_minus_perf_ns)
-                + b"".join(_msg(4, w.event(e, start)) for e in evs)
-                + _int(9, (end - start) * 1000))
-        line_msgs.append(_msg(3, body))
+        body = (int_field(1, line_id) + _str(2, f"PJRT calls ({names.get(thread, 'thread')})")
+                + int_field(3, start + wall_minus_perf_ns)
+                + b"".join(len_field(4, w.event(e, start)) for e in evs)
+                + int_field(9, (end - start) * 1000))
+        line_msgs.append(len_field(3, body))
     stats = b""
     if dropped:
-        stats = _msg(6, _int(1, w.stat_id("dropped_events")) + _int(4, dropped))
-    plane = (_int(1, 0) + _str(2, PLANE_NAME) + b"".join(line_msgs)
+        stats = len_field(6, int_field(1, w.stat_id("dropped_events")) + int_field(4, dropped))
+    plane = (int_field(1, 0) + _str(2, PLANE_NAME) + b"".join(line_msgs)
              + w.metadata() + stats)
-    return _msg(1, plane)
+    return len_field(1, plane)
 
 
 class _XSpaceWriter:
@@ -137,47 +138,26 @@ class _XSpaceWriter:
     def event(self, e, line_start: int) -> bytes:
         call, ts, dur, _, stats = e
         mid = self.event_ids.setdefault(call, len(self.event_ids) + 1)
-        body = _int(1, mid) + _int(2, (ts - line_start) * 1000) + _int(3, dur * 1000)
+        body = int_field(1, mid) + int_field(2, (ts - line_start) * 1000) + int_field(3, dur * 1000)
         for key, value in stats.items():
             text = str(value)
             if len(text) > _MAX_STAT_CHARS:
                 text = text[:_MAX_STAT_CHARS] + "..."
-            body += _msg(4, _int(1, self.stat_id(key)) + _str(5, text))
+            body += len_field(4, int_field(1, self.stat_id(key)) + _str(5, text))
         return body
 
     def metadata(self) -> bytes:
         """XPlane fields 4 and 5: the map entries (key 1, value 2)."""
         out = b""
         for name, i in self.event_ids.items():
-            out += _msg(4, _int(1, i) + _msg(2, _int(1, i) + _str(2, name)))
+            out += len_field(4, int_field(1, i) + len_field(2, int_field(1, i) + _str(2, name)))
         for name, i in self.stat_ids.items():
-            out += _msg(5, _int(1, i) + _msg(2, _int(1, i) + _str(2, name)))
+            out += len_field(5, int_field(1, i) + len_field(2, int_field(1, i) + _str(2, name)))
         return out
 
 
-def _varint(n: int) -> bytes:
-    n &= (1 << 64) - 1  # int64 fields: two's complement, as protobuf does
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _int(field: int, value: int) -> bytes:
-    return _varint(field << 3) + _varint(int(value)) if value else b""
-
-
-def _msg(field: int, body: bytes) -> bytes:
-    return _varint(field << 3 | 2) + _varint(len(body)) + body
-
-
 def _str(field: int, text: str) -> bytes:
-    return _msg(field, text.encode("utf-8", "replace"))
+    return len_field(field, text.encode("utf-8", "replace"))
 
 
 # ----------------------------------------------------------------------------
