@@ -93,6 +93,42 @@ def as_result(fn, dtype):
     return run
 
 
+# Unary functions of 8- and 16-bit floats (f16, bf16, the f8 types) read
+# their results from a table of the function's value at every bit pattern of
+# the type (65536 or 256 entries, built by the kernel itself the first time
+# an operand of TABLE_MIN elements comes): one gather instead of the float64
+# detour (a cast, the function, a rounding). The kernels are elementwise, so
+# the table gives their bits exactly, NaN payloads included.
+TABLE_MIN = 4096
+_TABLES = {}
+
+
+def by_table(run, key, dtype, rdtype):
+    """``run`` (a unary elementwise kernel from ``dtype`` to ``rdtype``) with
+    operands of at least TABLE_MIN elements looked up in its table;
+    ``key`` names the function (tables are shared by every op that
+    computes the same function on the same types)."""
+    dtype, rdtype = np.dtype(dtype), np.dtype(rdtype)
+    if dtype.itemsize > 2 or dtype.kind not in "fV" or np.dtype(rdtype).itemsize > 8:
+        return run
+    index = np.dtype(f"uint{8 * dtype.itemsize}")
+    key = (key, dtype, rdtype)
+
+    def run_table(x):
+        if x.size < TABLE_MIN or x.dtype != dtype:
+            return run(x)
+        table = _TABLES.get(key)
+        if table is None:
+            every = np.arange(1 << (8 * dtype.itemsize), dtype=np.uint32).astype(index)
+            with np.errstate(all="ignore"):
+                table = np.ascontiguousarray(run(every.view(dtype)), dtype=rdtype)
+            table.flags.writeable = False
+            _TABLES[key] = table   # a race builds the same table twice
+        return table.take(x.view(index))
+    run_table.__name__ = getattr(run, "__name__", "kernel")
+    return run_table
+
+
 def exact_carrier(dtype):
     """A numpy float type holding every value of ``dtype`` exactly, with ufuncs.
 
