@@ -643,3 +643,37 @@ def test_narrow_float_table_gives_the_kernels_bits(name, et):
                                for i in range(0, x.size, 1000)])
     assert any(k[0][0] == name and k[1] == dt for k in ew._TABLES)   # the table ran
     assert same_bits(got, want), name
+
+
+@pytest.mark.parametrize("et", ["f32", "f16"])
+@pytest.mark.parametrize("name", _TABLE_OPS + ["stablehlo.atan2"])
+def test_float64_ufunc_in_one_call_gives_the_detours_bits(name, et):
+    # f32/f16 kernels of a float64 ufunc call it once with dtype=float64 (the
+    # cast in its buffers): the bits of casting to float64, the ufunc, and
+    # rounding once, over special values, every scale and a strided operand.
+    from stablehlo_interpreter.compiler import Op
+    from stablehlo_interpreter.ops.elementwise import round_f64
+    from stablehlo_interpreter.registry import KERNELS
+    from stablehlo_interpreter.types import TensorType
+    dt = D.from_element_type(et)
+    rng = np.random.default_rng(4)
+    with np.errstate(all="ignore"):
+        x = np.concatenate([_special(dt, 20000, rng), (np.exp2(rng.uniform(-30, 30, 20000))
+                                                       * rng.choice([-1, 1], 20000)).astype(dt)])
+    x = x[::2]
+    nin = 2 if name == "stablehlo.atan2" else 1
+    args = [x, np.roll(x, 7)][:nin]
+    t = TensorType(x.shape, dt, et)
+    fn = KERNELS[name](Op(name, "test", {}, [t] * nin, [t], [], None, None))
+    f64 = getattr(fn, "__wrapped__", fn)
+    ufunc = {"stablehlo.atan2": np.arctan2, "stablehlo.exponential": np.exp,
+             "stablehlo.tanh": np.tanh, "chlo.erf": __import__("scipy.special").special.erf,
+             "stablehlo.log_plus_one": np.log1p}.get(name)
+    with np.errstate(all="ignore"):
+        got = fn(*args)
+        if ufunc is not None:
+            want = round_f64(ufunc(*[a.astype(np.float64) for a in args]), dt)
+            assert f64.__name__ == ufunc.__name__   # the one-call path ran
+            assert same_bits(got, want), name
+        small = np.concatenate([fn(*[a[i:i + 1000] for a in args]) for i in range(0, x.size, 1000)])
+    assert same_bits(got, small), name

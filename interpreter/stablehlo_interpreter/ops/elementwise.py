@@ -93,6 +93,27 @@ def as_result(fn, dtype):
     return run
 
 
+def via_f64_ufunc(ufunc, dtypes, rdtype):
+    """A kernel applying the float64 loop of ``ufunc`` to float32/float16
+    operands ``dtypes`` and rounding once to ``rdtype`` (float32/float16), or
+    None when that does not apply. One ufunc call that casts in its own
+    cache-sized buffers: the bits of ``round_f64(ufunc(x.astype(F64)))``
+    (the same float64 loop on the same values, the same cast) without two
+    full-size float64 temporaries (exp of 1e6 f32: 4.5 -> 1.2 ms)."""
+    rdtype = np.dtype(rdtype)
+    if not isinstance(ufunc, np.ufunc) or ufunc.nout != 1 or ufunc.nin != len(dtypes) \
+            or rdtype not in (F32, F16) or any(np.dtype(d) not in (F32, F16) for d in dtypes):
+        return None
+
+    def run(*xs):
+        shape = xs[0].shape if len(xs) == 1 else np.broadcast_shapes(*[x.shape for x in xs])
+        out = np.empty(shape, rdtype)
+        ufunc(*xs, out=out, dtype=F64, casting="unsafe")
+        return out
+    run.__name__ = ufunc.__name__
+    return run
+
+
 # Unary functions of 8- and 16-bit floats (f16, bf16, the f8 types) read
 # their results from a table of the function's value at every bit pattern of
 # the type (65536 or 256 entries, built by the kernel itself the first time

@@ -26,6 +26,7 @@ from .elementwise import (
     result_dtype,
     round_f64,
     unsupported_type,
+    via_f64_ufunc,
 )
 
 
@@ -41,6 +42,7 @@ def _transcendental(op, f64_fn, c128_fn=None):
         def run(*xs):
             return round_f64(np.asarray(f64_fn(*[x.astype(F64) for x in xs])), rt)
         run.__name__ = op.name.split(".")[-1]
+        run = via_f64_ufunc(f64_fn, [t.dtype for t in op.operand_types], rt) or run
         if len(op.operand_types) == 1:
             run = by_table(run, (op.name, f64_fn), dt, rt)
         return as_result(run, rt)
