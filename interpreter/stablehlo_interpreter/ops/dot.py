@@ -96,7 +96,7 @@ def make_dot_general(lb, rb, lc, rc, lhs_rank, rhs_rank, out_dtype):
         if cd.kind == "c" and K <= _COMPLEX_SEQ_MAX_K:
             r = _complex_sequential(a, b)
         elif cd.kind in "fc" and B * M * N * K < _blas.SMALL_GEMM_MACS:
-            r = _blas.small_product(np.matmul, a, b)  # one BLAS thread (blas.py)
+            r = _blas.small_product(np.matmul, a, b, macs=B * M * N * K)  # one BLAS thread (blas.py)
         else:
             r = np.matmul(a, b)
         if fin is not None:
