@@ -407,6 +407,13 @@ def _erf(q):
     return jss.erf, (_f32(_n(q, 1_000_000, 1000)),)
 
 
+@op("erf_bf16", "elementwise", "jax.scipy.special.erf 1e6 bf16")
+def _erf_bf16(q):
+    import jax.scipy.special as jss
+    import ml_dtypes
+    return jss.erf, (_f32(_n(q, 1_000_000, 1000)).astype(ml_dtypes.bfloat16),)
+
+
 @op("softmax", "elementwise", "jax.nn.softmax rows of (1000, 1000) f32")
 def _softmax(q):
     import jax
