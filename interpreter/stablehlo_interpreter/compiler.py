@@ -28,7 +28,7 @@ from . import trace as _trace
 from .arguments import coerce as _coerce
 from .errors import ArgumentError, CompileError, ExecutionError, InterpreterError, UnsupportedOpsError
 from .loader import MLIR_LOCK, NEWER_OP_PREFIX, load
-from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported, custom_call_rejection
+from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported, custom_call_rejection, kernel_info
 from .types import TensorType, conforms, describe, from_mlir
 
 _ndarray = np.ndarray
@@ -247,12 +247,12 @@ class Block:
                                      out, dead))
             elif out.__class__ is not int:
                 fast.append(FastStep(MULTI_RESULT, fn, tuple(ins), None, None, tuple(out), dead))
-            elif (getattr(fn, "donate_first", None) is not None and n >= 1
+            elif (kernel_info(fn).donate_first is not None and n >= 1
                   and ins[0] in dead and ins[0] not in ins[1:] and ins[0] != 0
                   and self.template[ins[0]] is None):
                 # The operand dies here: the kernel may update it in place if
                 # at run time nothing else refers to it (see run()).
-                fast.append(FastStep(DONATE_FIRST, fn, ins[0], tuple(ins[1:]), fn.donate_first,
+                fast.append(FastStep(DONATE_FIRST, fn, ins[0], tuple(ins[1:]), kernel_info(fn).donate_first,
                                      out, dead))
             elif 1 <= n <= 3:
                 a, b, c = (tuple(ins) + (None, None))[:3]
@@ -855,7 +855,7 @@ def _special_step(fn, regions, cap_ranges, n_operands):
     A kernel marked ``regions_unused`` (a reduce whose body is one known op,
     run as a ufunc) gets no bound regions: binding them per call costs more
     than a small reduction."""
-    if not regions or (getattr(fn, "regions_unused", False)
+    if not regions or (kernel_info(fn).regions_unused
                        and all(a == b for a, b in cap_ranges)):
         def step(ctx, *vals):
             return fn(ctx, (), *vals)
