@@ -19,9 +19,10 @@ gemm from 262144) are not switched at all. Only speed depends on it.
 """
 
 import ctypes
-import os
 
-SMALL_GEMM_MACS = int(os.environ.get("STABLEHLO_REF_SMALL_GEMM_MACS", str(1 << 28)))
+from . import config as _config
+
+SMALL_GEMM_MACS = _config.SMALL_GEMM_MACS.value()   # a module constant: kernels test it per call
 
 UNTHREADED_MACS = 9216
 
