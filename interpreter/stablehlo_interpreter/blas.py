@@ -19,6 +19,7 @@ gemm from 262144) are not switched at all. Only speed depends on it.
 """
 
 import ctypes
+import os.path
 
 from . import config as _config
 
