@@ -48,6 +48,7 @@ import ml_dtypes
 import numpy as np
 
 from . import compiler as _compiler
+from . import fusion as _fusion
 from . import config as _config
 from .errors import ExecutionError, InterpreterError
 from .quant import involves_quant
@@ -496,6 +497,13 @@ class _Gen:
                 return self.inline_while(step, env, ind)
             elif name in ("stablehlo.if", "stablehlo.case") and ind < _MAX_INDENT - 2:
                 return self.inline_branches(step, env, ind)
+            elif name == "stablehlo.composite" and op.attrs.get("name") in MATH:
+                # JAX serializes chlo.erf, lgamma, ... as composites; one that
+                # runs its direct kernel (fusion's rule, control.py's) is that
+                # kernel on its operands.
+                plain = _fusion._plain_composite(step)
+                if plain is not step and self.scalar_op(plain, env, ind, op.attrs["name"]):
+                    return None
             if self.scalar_op(step, env, ind) or self.shape_op(step, env, ind):
                 return None
         return self.generic(step, env, ind)
@@ -618,8 +626,9 @@ class _Gen:
             env[o] = v
 
     # -- fast ops ----------------------------------------------------------
-    def scalar_op(self, step, env, ind):
-        """Elementwise ops on scalar-held values as numpy scalar expressions."""
+    def scalar_op(self, step, env, ind, math_name=None):
+        """Elementwise ops on scalar-held values as numpy scalar expressions
+        (``math_name``: the MATH op a composite step runs, or None)."""
         fn, ins, out, dead, op = step
         if out.__class__ is not int or not ins or 0 in ins:
             return False
@@ -675,9 +684,12 @@ class _Gen:
                     expr = f"({t} if {t} < {names[2]} else {names[2]})"
                 else:
                     return False
-            elif name in MATH and len(ins) == 1 and ot[0].dtype in _MATH_TYPES \
-                    and rt.dtype == ot[0].dtype:
-                expr = f"{self.glob(rounded_math(MATH[name], fn, rt.dtype), 'M')}({names[0]})"
+            elif (math_name or name) in MATH and len(ins) == 1 \
+                    and ot[0].dtype in _MATH_TYPES and rt.dtype == ot[0].dtype:
+                f = rounded_math(MATH[math_name or name], fn, rt.dtype)
+                expr = f"{self.glob(f, 'M')}({names[0]})"
+            elif math_name is not None:
+                return False
             else:
                 form = scalar_forms().get((name, ot[0].dtype)) if len(ins) <= 2 else None
                 if form is None:
