@@ -168,7 +168,9 @@ def approx_top_k(op):
     descending = direction == "GT"
     out_v, out_i = (r.dtype for r in op.result_types)
 
-    def run(x, iota, init_value, init_index):
+    # The init operands are the reduction's identity, which an exact top-k
+    # does not need.
+    def run(x, iota, _init_value, _init_index):
         key = dtypes.total_order_key(x)
         if descending:
             key = full - key
