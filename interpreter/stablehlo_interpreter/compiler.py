@@ -10,11 +10,13 @@ region uses from an enclosing scope become the region's captures: the op that
 owns the region passes them in, so every block runs in a frame of its own.
 """
 
+from __future__ import annotations
+
 import re
 from sys import getrecursionlimit as _getrecursionlimit
 from sys import getrefcount as _getrefcount
 from sys import setrecursionlimit as _setrecursionlimit
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -27,7 +29,7 @@ from . import quant as _quant
 from . import trace as _trace
 from .arguments import coerce as _coerce
 from .errors import ArgumentError, CompileError, ExecutionError, InterpreterError, UnsupportedOpsError
-from .loader import MLIR_LOCK, NEWER_OP_PREFIX, load
+from .loader import MLIR_LOCK, NEWER_OP_PREFIX, Module, load
 from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported, custom_call_rejection, kernel_info
 from .types import TensorType, conforms, describe, from_mlir
 
@@ -80,7 +82,7 @@ _INTERNAL_FRAME = re.compile(r"/(?:jax|jaxlib|_pytest|pytest|pluggy|site-package
 _FRAME = re.compile(r'(?:"((?:[^"\\]|\\.)*)"\()?"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
 
 
-def format_location(loc, source=None):
+def format_location(loc: Any, source: str | None = None) -> str:
     """Compact text of an MLIR location.
 
     A plain `file:line:col` stays as it is (``source`` replaces the name
@@ -869,7 +871,8 @@ def _special_step(fn, regions, cap_ranges, n_operands):
     return step
 
 
-def compile(module_or_data, *, name="<input>"):  # noqa: A001 - the natural name
+def compile(module_or_data: Module | str | bytes, *,  # noqa: A001 - the natural name
+            name: str = "<input>") -> Program:
     """Compile a module (or MLIR text/bytes) into a :class:`Program`.
 
     Raises :class:`UnsupportedOpsError` listing every op that cannot run.

@@ -1,5 +1,7 @@
 """Loading modules: MLIR text, MLIR bytecode, or StableHLO portable artifacts."""
 
+from __future__ import annotations
+
 import re
 import threading
 
@@ -81,7 +83,7 @@ class Module:
             return str(self.mlir)
 
 
-def load(data, *, name="<input>", trusted=False):
+def load(data: str | bytes, *, name: str = "<input>", trusted: bool = False) -> Module:
     """Parse ``data`` into a :class:`Module`.
 
     ``data`` is MLIR text (str, or bytes that decode as text), MLIR bytecode,

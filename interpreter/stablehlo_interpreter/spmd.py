@@ -27,8 +27,11 @@ split it; axes it does not name replicate the value. ``"x":(k)m`` is the
 sub-axis of size ``m`` of ``x`` whose coordinate is ``(x // k) % m``.
 """
 
+from __future__ import annotations
+
 import re
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -256,7 +259,7 @@ def _split_top(text, sep=","):
     return [p for p in split_top(text, sep) if p]
 
 
-def attribute_text(attr):
+def attribute_text(attr: Any) -> str:
     """The text of a decoded string attribute (without its quotes)."""
     s = str(attr).strip()
     if len(s) >= 2 and s[0] == s[-1] == "'":
@@ -324,7 +327,7 @@ def _attribute_body(text, prefix, open_, close, what):
     return s[len(open_):-len(close)]
 
 
-def parse_sharding(text, meshes):
+def parse_sharding(text: str, meshes: dict[str, Mesh]) -> Sharding:
     """``#sdy.sharding<@mesh, [{"x"}, {}], replicated={"y"}>`` (or the bare
     ``<@mesh, ...>`` of a per-value list) -> :class:`Sharding`."""
     body = _attribute_body(text, "#sdy.sharding", "<", ">", "sharding")
@@ -363,7 +366,7 @@ _GSPMD_TILED = re.compile(
 _GSPMD_IOTA = re.compile(r"^<=\[([\d,]+)\](?:T\(([\d,]+)\))?$")
 
 
-def parse_gspmd_sharding(text, num_devices):
+def parse_gspmd_sharding(text: str, num_devices: int) -> Sharding | None:
     """A GSPMD ``mhlo.sharding`` string (what programs converted from XLA HLO
     carry: PyTorch/XLA's SPMD) as a :class:`Sharding`, or None if replicated.
 
@@ -415,7 +418,7 @@ def _raise_manual(text):
     raise ShardingError(f"mhlo.sharding {text!r}: manual sharding needs XLA's SPMD partitioner")
 
 
-def parse_sharding_per_value(text, meshes):
+def parse_sharding_per_value(text: str, meshes: dict[str, Mesh]) -> list[Sharding]:
     body = _attribute_body(text, "#sdy.sharding_per_value", "<[", "]>", "per-value shardings")
     return [parse_sharding(p, meshes) for p in _split_top(body)]
 
@@ -428,7 +431,7 @@ def parse_manual_axes(text):
     return [a.name for a in _parse_axes(m.group(1))]
 
 
-def module_meshes(mlir_module):
+def module_meshes(mlir_module: Any) -> dict[str, Mesh]:
     """``{name: Mesh}`` of the module's ``sdy.mesh`` ops (MLIR lock held)."""
     from . import attrs as _attrs
     meshes = {}

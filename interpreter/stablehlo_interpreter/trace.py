@@ -20,9 +20,13 @@ JAX) use, in this order:
 The fast path of the plan is untouched when no tracer is in effect.
 """
 
+from __future__ import annotations
+
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +36,7 @@ from .errors import ExecutionError
 from .types import TOKEN, describe
 
 
-def summarize(value, max_elems_exact=8):
+def summarize(value: Any, max_elems_exact: int = 8) -> str:
     """One-line summary of a runtime value: type, and for tensors min/max/mean
     and NaN/inf counts (small tensors are shown in full)."""
     if isinstance(value, tuple):
@@ -201,7 +205,7 @@ ACTIVE = None
 
 
 @contextlib.contextmanager
-def use_tracer(tracer):
+def use_tracer(tracer: Any) -> Iterator[Any]:
     """Makes ``tracer`` observe every run that is not given one explicitly,
     including the runs the PJRT plugin makes for JAX, until the block ends.
     Process-wide (not per thread): the plugin may run programs on threads
@@ -215,7 +219,7 @@ def use_tracer(tracer):
         ACTIVE = previous
 
 
-def active_tracer():
+def active_tracer() -> Any:
     """The tracer :func:`use_tracer` made active, or None. The PJRT plugin
     runs programs inline while one is (a queued run could start after its
     scope has ended)."""
