@@ -98,11 +98,11 @@ class ComparisonReport:
     other_name: str = "other"
 
     @property
-    def ok(self):
+    def ok(self) -> bool:
         return all(leaf.ok for leaf in self.leaves)
 
     @property
-    def mismatches(self):
+    def mismatches(self) -> list[LeafDiff]:
         return [leaf for leaf in self.leaves if not leaf.ok]
 
     def __bool__(self):

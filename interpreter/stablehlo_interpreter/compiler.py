@@ -470,7 +470,8 @@ class Function:
 class Program:
     """A compiled module: functions by name, ready to run many times."""
 
-    def __init__(self, functions, module_attrs, main, module):
+    def __init__(self, functions: dict[str, Any], module_attrs: dict[str, Any], main: str,
+                 module: Module) -> None:
         self.functions = functions
         self.module_attrs = module_attrs
         self.main = main
@@ -486,20 +487,20 @@ class Program:
         self.state = {}
 
     @property
-    def text(self):
+    def text(self) -> str:
         """The module's MLIR text (printed on demand)."""
         with MLIR_LOCK, self.module.context:
             return str(self.module.mlir)
 
     @property
-    def input_types(self):
+    def input_types(self) -> list[Any]:
         return self.functions[self.main].input_types
 
     @property
-    def output_types(self):
+    def output_types(self) -> list[Any]:
         return self.functions[self.main].output_types
 
-    def function(self, name=None):
+    def function(self, name: str | None = None) -> Any:
         name = name or self.main
         try:
             return self.functions[name]
@@ -508,7 +509,8 @@ class Program:
                 f"no function @{name} in module (has: "
                 f"{', '.join('@' + n for n in self.functions)})") from None
 
-    def run(self, *args, func=None, tracer=None, process=(0, 0), grid=None, cast=False):
+    def run(self, *args: Any, func: str | None = None, tracer: Any = None,
+            process: tuple[int, int] = (0, 0), grid: Any = None, cast: bool = False) -> Any:
         """Run ``func`` (default: the entry function) on ``args``; returns a list.
 
         Arrays must have their parameter's dtype and shape (ArgumentError
@@ -518,7 +520,7 @@ class Program:
         f, args, ctx = self._start(args, func, tracer, process, grid, cast)
         return _run_ignoring_fp_errors(f.block.run, ctx, (), args)
 
-    def check_argument(self, i, value, func=None):
+    def check_argument(self, i: int, value: Any, func: str | None = None) -> None:
         """Raises ArgumentError when ``value`` cannot be argument #i of
         ``func`` (dtype and shape, as :meth:`run` checks them), running
         nothing: the plugin checks the arguments of a program it queues when
@@ -526,7 +528,8 @@ class Program:
         f = self.function(func)
         _coerce(value, f.input_types[i], i, f.name)
 
-    def run_donated(self, args, func=None, tracer=None, process=(0, 0), grid=None):
+    def run_donated(self, args: list[Any], func: str | None = None, tracer: Any = None,
+                    process: tuple[int, int] = (0, 0), grid: Any = None) -> Any:
         """Like :meth:`run` on the list ``args``, which the caller gives up:
         the list is emptied, and an argument array nothing else refers to
         (no other reference, owns its writeable data) may be updated in
@@ -554,8 +557,8 @@ class Program:
             _setrecursionlimit(RECURSION_LIMIT)
         return f, coerced, Context(self, tracer=tracer, process=process, grid=grid)
 
-    def run_parallel(self, args_per_process=None, num_replicas=None, num_partitions=None,
-                     **kwargs):
+    def run_parallel(self, args_per_process: Any = None, num_replicas: int | None = None,
+                     num_partitions: int | None = None, **kwargs: Any) -> Any:
         """Run on a process grid, one thread per process; see parallel.run_parallel."""
         from .parallel import run_parallel
         return run_parallel(self, args_per_process, num_replicas, num_partitions, **kwargs)

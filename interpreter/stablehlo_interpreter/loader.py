@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+from typing import Any
 
 from . import config as _config
 from . import isolate
@@ -72,13 +73,13 @@ def module_context():
 class Module:
     """A parsed module and the MLIR context that owns it."""
 
-    def __init__(self, context, module, source_kind):
+    def __init__(self, context: Any, module: Any, source_kind: str) -> None:
         self.context = context
         self.mlir = module
         self.source_kind = source_kind
 
     @property
-    def text(self):
+    def text(self) -> str:
         with MLIR_LOCK, self.context:
             return str(self.mlir)
 
