@@ -48,8 +48,8 @@ import ml_dtypes
 import numpy as np
 
 from . import compiler as _compiler
-from . import fusion as _fusion
 from . import config as _config
+from . import fusion as _fusion
 from .errors import ExecutionError, InterpreterError
 from .quant import involves_quant
 from .registry import has_trait, kernel_info
