@@ -1,5 +1,6 @@
-"""What a check gets: the plugin, a client made on first use, the declared
-capabilities and where the conformance programs are."""
+"""What a check gets: the plugin, a client made on first use (with the
+run's client-create options), the declared capabilities and where the
+conformance programs are."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ def default_suite() -> str | None:
 
 class Context:
     def __init__(self, plugin_path: str, capabilities: Capabilities | None = None,
-                 suite: str | None = None):
+                 suite: str | None = None, create_options: dict | None = None):
         self.plugin_path = plugin_path
+        self.create_options = dict(create_options or {})
         self.capabilities = capabilities or Capabilities()
         self.suite = suite
         self._plugin = None
@@ -46,8 +48,8 @@ class Context:
     def client(self) -> Client:
         """A client shared by the checks of one process (as a framework keeps one)."""
         if self._client is None:
-            self._client = Client(self.plugin)
+            self._client = Client(self.plugin, self.create_options)
         return self._client
 
     def new_client(self) -> Client:
-        return Client(self.plugin)
+        return Client(self.plugin, self.create_options)

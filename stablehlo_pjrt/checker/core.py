@@ -9,16 +9,21 @@ divergent op), a capability the plugin lacks by raising :class:`Unsupported`
 apply by raising :class:`Skipped`. Anything else it raises is a failure whose
 detail is the exception. A crash or hang of the process is found by the
 runner (see ``runner.py``), not here.
+
+An environment failure is not the plugin's: a client that cannot be created,
+a device out of memory or missing (see :func:`environment_error`) makes the
+result ``error``, with the cause and the fix, never ``failed``.
 """
 
 from __future__ import annotations
 
+import re
 import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
-STATUSES = ("passed", "failed", "unsupported", "crashed", "skipped")
+STATUSES = ("passed", "failed", "unsupported", "crashed", "skipped", "error")
 AREAS = ("capi", "programs", "frameworks")
 
 
@@ -34,6 +39,42 @@ class Unsupported(Exception):
 
 class Skipped(Exception):
     """The check does not apply (capability not declared, kit-side limit)."""
+
+
+# (pattern of the error text, cause, fix): failures of the machine the
+# plugin runs on, not of the plugin. XLA's CUDA plugin reports a GPU held by
+# other clients as "no supported devices found" or CUDA_ERROR_OUT_OF_MEMORY,
+# and a cuBLAS handle it could not allocate as "No BLAS support in stream".
+_ENVIRONMENT = [
+    (r"RESOURCE_EXHAUSTED|out of memory|OUT_OF_MEMORY|No BLAS support",
+     "the device ran out of memory",
+     "run fewer workers (-j 1), or pass the plugin's allocator options with --create-option "
+     "(XLA's GPU plugins: --create-option preallocate=false)"),
+    (r"no supported devices found|CUDA_ERROR_NO_DEVICE|no devices? (found|available)|"
+     r"device (is )?(busy|unavailable)",
+     "the plugin found no usable device",
+     "check that the device is visible to this process (CUDA_VISIBLE_DEVICES, nvidia-smi) and "
+     "not held by another process; run fewer workers (-j 1)"),
+]
+
+
+def environment_error(function: str | None, message: str) -> str | None:
+    """'cause; fix' when ``message`` (an error of PJRT ``function``) is a
+    failure of the environment rather than of the plugin, else None."""
+    for pattern, cause, fix in _ENVIRONMENT:
+        if re.search(pattern, message, re.IGNORECASE):
+            return f"{cause}; fix: {fix}"
+    if function == "PJRT_Client_Create":
+        return ("the plugin could not create a client; fix: check the device is present and "
+                "free, and pass the client options the plugin needs with --create-option "
+                "KEY=VALUE (or create_options in the --capabilities file)")
+    return None
+
+
+def environment_key(detail: str) -> str:
+    """``detail`` with numbers blanked: the same environment error repeating
+    (with other sizes or addresses) has one key."""
+    return re.sub(r"\d+", "N", detail.splitlines()[0] if detail else "")[:200]
 
 
 @dataclass
@@ -122,7 +163,10 @@ def run_check(check: Check, ctx) -> Result:
     except Skipped as e:
         status, detail = "skipped", str(e)
     except PluginError as e:
-        if e.unimplemented:
+        env = environment_error(e.function, e.message)
+        if env is not None:
+            status, detail, op = "error", f"environment: {e}\ncause: {env}", e.function
+        elif e.unimplemented:
             status, detail = "unsupported", str(e)
         else:
             status, detail, op = "failed", f"unexpected error: {e}", e.function

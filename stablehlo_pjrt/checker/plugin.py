@@ -509,6 +509,12 @@ def named_values(options: dict):
             nv.type, nv.int64_value, nv.value_size = C.NamedValueType.kInt64, v, 1
         elif isinstance(v, float):
             nv.type, nv.float_value, nv.value_size = C.NamedValueType.kFloat, v, 1
+        elif isinstance(v, (list, tuple)):
+            ints = int64_array(v)
+            keep.append(ints)
+            nv.type = C.NamedValueType.kInt64List
+            nv.int64_array_value = ctypes.addressof(ints)
+            nv.value_size = len(v)
         else:
             vb = str(v).encode()
             keep.append(vb)

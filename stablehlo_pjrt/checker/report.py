@@ -9,6 +9,18 @@ from .core import AREAS, STATUSES, Result
 
 # Statuses that make a run fail (exit status 1 of check-plugin).
 BAD = ("failed", "crashed")
+# Shown in the summary with their detail.
+SHOWN = BAD + ("error", "unsupported")
+
+
+def exit_status(results: list[Result], meta: dict) -> int:
+    """1 when a check failed or crashed; else 2 when the environment left
+    checks without a result (``error``, or a run stopped early); else 0."""
+    if any(r.status in BAD for r in results):
+        return 1
+    if meta.get("stopped") or any(r.status == "error" for r in results):
+        return 2
+    return 0
 
 
 def counts(results: list[Result]) -> dict:
@@ -38,9 +50,10 @@ def text(results: list[Result], meta: dict, verbose: bool = False) -> str:
         summary = ", ".join(f"{n} {s}" for s, n in c.items() if n)
         lines.append(f"{area}: {summary}")
         for r in results:
-            if r.area == area and (r.status in BAD or r.status == "unsupported" or
-                                   (verbose and r.status == "skipped")):
+            if r.area == area and (r.status in SHOWN or (verbose and r.status == "skipped")):
                 lines.append(_line(r))
+    if meta.get("stopped"):
+        lines.append(f"{meta['stopped']}\n{meta.get('not_run', 0)} check(s) not run.")
     return "\n".join(lines)
 
 
@@ -56,7 +69,9 @@ def markdown(results: list[Result], meta: dict) -> str:
            "|---|" + "---:|" * len(STATUSES)]
     for area, c in counts(results).items():
         out.append(f"| {area} | " + " | ".join(str(c[s]) for s in STATUSES) + " |")
-    for status in ("crashed", "failed", "unsupported"):
+    if meta.get("stopped"):
+        out += ["", f"**{meta['stopped']}** ({meta.get('not_run', 0)} check(s) not run)"]
+    for status in ("crashed", "failed", "error", "unsupported"):
         rows = [r for r in results if r.status == status]
         if not rows:
             continue
