@@ -41,6 +41,11 @@ class Skipped(Exception):
     """The check does not apply (capability not declared, kit-side limit)."""
 
 
+class EnvironmentFailure(Exception):
+    """The machine, not the plugin, failed the check (its message says the
+    cause and the fix): the result is ``error``."""
+
+
 # (pattern of the error text, cause, fix): failures of the machine the
 # plugin runs on, not of the plugin. XLA's CUDA plugin reports a GPU held by
 # other clients as "no supported devices found" or CUDA_ERROR_OUT_OF_MEMORY,
@@ -144,6 +149,19 @@ class Registry:
         return deco
 
 
+# The checks declared by module-level functions (capi/, framework_checks.py):
+# ``@check(area, group, ...)`` adds them here as their module is imported;
+# registry.build copies them into a run's registry.
+DECLARED = Registry()
+
+
+def check(area: str, group: str, name: str | None = None, params=None, requires=(),
+          ids=None) -> Callable[[Callable], Callable]:
+    """Decorator: registers a module-level check function (see
+    :meth:`Registry.check`)."""
+    return DECLARED.check(area, group, name, params, requires, ids)
+
+
 def run_check(check: Check, ctx) -> Result:
     """Runs one check in this process and classifies how it ended."""
     from .plugin import EventTimeout, PluginError
@@ -160,6 +178,8 @@ def run_check(check: Check, ctx) -> Result:
         status, detail, op = "failed", e.detail, e.op
     except Unsupported as e:
         status, detail = "unsupported", str(e)
+    except EnvironmentFailure as e:
+        status, detail = "error", f"environment: {e}"
     except Skipped as e:
         status, detail = "skipped", str(e)
     except PluginError as e:

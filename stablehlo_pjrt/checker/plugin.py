@@ -47,20 +47,27 @@ ON_READY = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)
 
 ERROR_NAMES = {v: k for k, v in vars(C.ErrorCode).items() if not k.startswith("_")}
 
-# numpy dtype <-> PJRT_Buffer_Type for the types a host array holds one element
-# per byte-aligned slot, taken from the plugin's one type table (buffer.py).
-# Sub-byte types (i1/i2/i4, f4) are left out: some plugins transfer them packed
-# and others unpacked, so the checker widens them inside programs instead.
-def _byte_aligned_types() -> dict:
-    from stablehlo_interpreter import dtypes
+# PJRT_Buffer_Type -> numpy dtype of the types a host array holds one element
+# per byte-aligned slot. The checker keeps its own table (it must work for any
+# plugin, so it does not borrow the reference plugin's). Sub-byte types
+# (S1/U1, S2/U2, S4/U4, F4E2M1FN) are left out: some plugins transfer them
+# packed and others unpacked, so the checker widens them inside programs.
+def _dtype_table() -> dict[int, np.dtype]:
+    import ml_dtypes
+    T = C.BufferType
+    named = {T.PRED: np.bool_, T.S8: np.int8, T.S16: np.int16, T.S32: np.int32,
+             T.S64: np.int64, T.U8: np.uint8, T.U16: np.uint16, T.U32: np.uint32,
+             T.U64: np.uint64, T.F16: np.float16, T.F32: np.float32, T.F64: np.float64,
+             T.BF16: ml_dtypes.bfloat16, T.C64: np.complex64, T.C128: np.complex128,
+             T.F8E5M2: ml_dtypes.float8_e5m2, T.F8E4M3FN: ml_dtypes.float8_e4m3fn,
+             T.F8E4M3B11FNUZ: ml_dtypes.float8_e4m3b11fnuz,
+             T.F8E5M2FNUZ: ml_dtypes.float8_e5m2fnuz,
+             T.F8E4M3FNUZ: ml_dtypes.float8_e4m3fnuz, T.F8E4M3: ml_dtypes.float8_e4m3,
+             T.F8E3M4: ml_dtypes.float8_e3m4, T.F8E8M0FNU: ml_dtypes.float8_e8m0fnu}
+    return {t: np.dtype(d) for t, d in sorted(named.items())}
 
-    from .. import buffer
-    # element None: PJRT's 1-bit integers, host transfers only.
-    return {t: dt for t, (dt, element) in sorted(buffer.type_table().items())
-            if element is not None and (dtypes.bit_width(dt) >= 8 or dt == np.bool_)}
 
-
-DTYPES = _byte_aligned_types()
+DTYPES = _dtype_table()
 BUFFER_TYPES = {v: k for k, v in DTYPES.items()}
 TYPE_NAMES = {v: k for k, v in vars(C.BufferType).items() if not k.startswith("_")}
 
