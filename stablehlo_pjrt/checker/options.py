@@ -32,15 +32,14 @@ ALLOCATOR_DEFAULTS: dict[str, dict[str, OptionValue]] = {
 HOST_PLATFORMS = ("cpu", "host", "interpreter", "stablehlo_ref")
 
 
-def _int_list(text: str) -> list[int] | None:
+def _int_list(text: str, force: bool = False) -> list[int] | None:
+    """``1,2`` or ``[1, 2]`` (with ``force``, also ``1``) as a list of ints."""
     body = text.strip()
     if body.startswith("[") and body.endswith("]"):
         body = body[1:-1]
-    parts = [p.strip() for p in body.split(",")]
-    if "," not in text and not text.strip().startswith("["):
+    elif "," not in body and not force:
         return None
-    if parts == [""]:
-        return []
+    parts = [p.strip() for p in body.split(",") if p.strip()]
     if all(re.fullmatch(r"[+-]?\d+", p) for p in parts):
         return [int(p) for p in parts]
     return None
@@ -70,7 +69,7 @@ def typed(value: str, kind: str | None = None) -> OptionValue:
     if kind == "float":
         return float(low)
     if kind == "ints":
-        ints = _int_list(value if "," in value or value.startswith("[") else value + ",")
+        ints = _int_list(value, force=True)
         if ints is None:
             raise ValueError(f"{value!r} is not a comma-separated list of integers")
         return ints

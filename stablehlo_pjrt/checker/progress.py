@@ -53,7 +53,8 @@ class Progress:
             self._bar = Bar(TextColumn("checks"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[bad]}"), TextColumn("ETA"),
                             TimeRemainingColumn(),
-                            console=Console(file=self.stream), transient=True)
+                            console=Console(file=self.stream, force_terminal=True),
+                            transient=True)
             self._bar.__enter__()
             self._task = self._bar.add_task("checks", total=self.total, bad="0 failed")
         return self
