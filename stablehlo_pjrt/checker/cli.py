@@ -33,7 +33,7 @@ class UsageError(Exception):
     """A problem with the command line: one message, exit status 2."""
 
 
-def add_parser(sub) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     k = sub.add_parser("check-plugin", help="check a PJRT plugin (.so) against the reference",
                        description=__doc__.split("\n\n")[0],
                        formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -93,7 +93,7 @@ def _wants_programs(a) -> bool:
     return (not a.only or hit(a.only)) and not (a.exclude and hit(a.exclude))
 
 
-def _select(a, suite):
+def _select(a: argparse.Namespace, suite: str | None) -> list:
     from .core import select, shard
     from .registry import build
     if suite is None and _wants_programs(a):
@@ -170,7 +170,7 @@ def _defaults(a, meta: dict, options: dict) -> tuple[dict, int, list[str]]:
     return {**extra, **options}, jobs, notes
 
 
-def _prepare(a):
+def _prepare(a: argparse.Namespace) -> tuple:
     from .capabilities import Capabilities
     if not os.path.isfile(a.plugin):
         raise UsageError(f"no such file: {a.plugin}")
@@ -189,7 +189,7 @@ def _prepare(a):
     return caps, options, suite, _select(a, suite)
 
 
-def run(a) -> int:
+def run(a: argparse.Namespace) -> int:
     try:
         caps, options, suite, checks = _prepare(a)
         if a.list:
@@ -241,7 +241,7 @@ iteration where the values first differ). Exit status 0 when the outputs
 agree, 1 when they differ (the op is printed), 2 for a usage error."""
 
 
-def add_bisect_parser(sub) -> argparse.ArgumentParser:
+def add_bisect_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     b = sub.add_parser("bisect", help="locate the first op where a plugin differs from "
                        "the reference", description=BISECT_DOC)
     b.add_argument("module", help="MLIR text, bytecode or portable artifact file")
@@ -257,7 +257,7 @@ def add_bisect_parser(sub) -> argparse.ArgumentParser:
     return b
 
 
-def run_bisect(a) -> int:
+def run_bisect(a: argparse.Namespace) -> int:
     import stablehlo_interpreter as shi
     from stablehlo_interpreter import cli as icli
     try:

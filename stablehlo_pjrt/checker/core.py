@@ -21,14 +21,17 @@ import re
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from .context import Context
 
 STATUSES = ("passed", "failed", "unsupported", "crashed", "skipped", "error")
 AREAS = ("capi", "programs", "frameworks")
 
 
 class Failed(AssertionError):
-    def __init__(self, detail: str, op: str | None = None):
+    def __init__(self, detail: str, op: str | None = None) -> None:
         super().__init__(detail)
         self.detail, self.op = detail, op
 
@@ -122,7 +125,7 @@ class Result:
 
 
 class Registry:
-    def __init__(self):
+    def __init__(self) -> None:
         self.checks: dict[str, Check] = {}
 
     def add(self, check: Check) -> None:
@@ -130,8 +133,9 @@ class Registry:
             raise ValueError(f"duplicate check id {check.id}")
         self.checks[check.id] = check
 
-    def check(self, area: str, group: str, name: str | None = None, params=None,
-              requires=(), ids=None):
+    def check(self, area: str, group: str, name: str | None = None,
+              params: list | None = None, requires: tuple | Callable = (),
+              ids: list[str] | None = None) -> Callable[[Callable], Callable]:
         """Decorator: registers ``fn`` once, or once per entry of ``params``
         (each a tuple of arguments; ``ids`` names them)."""
         def deco(fn):
@@ -155,14 +159,15 @@ class Registry:
 DECLARED = Registry()
 
 
-def check(area: str, group: str, name: str | None = None, params=None, requires=(),
-          ids=None) -> Callable[[Callable], Callable]:
+def check(area: str, group: str, name: str | None = None, params: list | None = None,
+          requires: tuple | Callable = (), ids: list[str] | None = None
+          ) -> Callable[[Callable], Callable]:
     """Decorator: registers a module-level check function (see
     :meth:`Registry.check`)."""
     return DECLARED.check(area, group, name, params, requires, ids)
 
 
-def run_check(check: Check, ctx) -> Result:
+def run_check(check: Check, ctx: Context) -> Result:
     """Runs one check in this process and classifies how it ended."""
     from .plugin import EventTimeout, PluginError
     t0 = time.perf_counter()
@@ -200,7 +205,8 @@ def run_check(check: Check, ctx) -> Result:
                   time.perf_counter() - t0, notes)
 
 
-def select(checks, only=(), exclude=()) -> list[Check]:
+def select(checks: list[Check], only: list[str] | tuple = (),
+           exclude: list[str] | tuple = ()) -> list[Check]:
     """Checks whose id starts with, or whose area/group equals, one of ``only``
     (all if empty), minus those matching ``exclude``."""
     def match(c, pats):
@@ -210,7 +216,7 @@ def select(checks, only=(), exclude=()) -> list[Check]:
     return [c for c in out if not match(c, exclude)] if exclude else out
 
 
-def shard(checks, k: int, n: int) -> list[Check]:
+def shard(checks: list[Check], k: int, n: int) -> list[Check]:
     """The ``k``-th (from 1) of ``n`` interleaved parts of ``checks``: every
     area is spread over the parts, so they take about the same time."""
     return [c for i, c in enumerate(checks) if i % n == k - 1]

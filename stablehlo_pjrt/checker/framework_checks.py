@@ -11,8 +11,12 @@ platform the project's portable StableHLO lowerings
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from .core import EnvironmentFailure, Failed, Skipped, Unsupported, check, environment_error
+
+if TYPE_CHECKING:
+    from .context import Context
 
 PLATFORM = "pjrt_subject"
 _READY: dict = {}
@@ -143,7 +147,7 @@ NAMES = ["mlp_grad", "attention", "scan_rnn", "while_loop", "cond", "switch", "r
 
 
 @check("frameworks", "jax", params=NAMES, name="program")
-def program(ctx, name):
+def program(ctx: Context, name: str) -> None:
     """A JAX program gives the reference's outputs, leaf by leaf."""
     jax = _jax(ctx)
     fn, make_args, _ = _corpus()[name]
@@ -169,7 +173,7 @@ def program(ctx, name):
 
 
 @check("frameworks", "jax", requires=("multi_device",))
-def pmap_psum(ctx):
+def pmap_psum(ctx: Context) -> None:
     """pmap with psum over two of the plugin's devices equals the
     reference's (run with two stablehlo_ref devices)."""
     jax = _jax(ctx)

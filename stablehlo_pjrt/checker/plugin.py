@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from ctypes import c_bool, c_int, c_void_p
+from typing import Iterable, TypeVar
 
 import numpy as np
 
@@ -44,6 +45,8 @@ Event_Await_Args = C._args("PJRT_Event_Await_Args", [("event", C.P)])
 Event_OnReady_Args = C._args("PJRT_Event_OnReady_Args", [
     ("event", C.P), ("callback", C.P), ("user_arg", C.P)])
 ON_READY = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)
+
+S = TypeVar("S", bound=ctypes.Structure)
 
 ERROR_NAMES = {v: k for k, v in vars(C.ErrorCode).items() if not k.startswith("_")}
 
@@ -75,7 +78,7 @@ TYPE_NAMES = {v: k for k, v in vars(C.BufferType).items() if not k.startswith("_
 class PluginError(Exception):
     """A PJRT function returned an error."""
 
-    def __init__(self, function: str, code: int, message: str):
+    def __init__(self, function: str, code: int, message: str) -> None:
         self.function, self.code, self.message = function, code, message
         super().__init__(f"{function}: {ERROR_NAMES.get(code, code)}: {message}")
 
@@ -87,7 +90,7 @@ class PluginError(Exception):
 class EventTimeout(TimeoutError):
     """An event did not fire in time."""
 
-    def __init__(self, function: str, message: str):
+    def __init__(self, function: str, message: str) -> None:
         self.function = function
         super().__init__(message)
 
@@ -99,7 +102,7 @@ class LoadError(Exception):
 class Plugin:
     """One PJRT plugin: its API table and typed helpers over it."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
         self.path = path
         try:
             # RTLD_LOCAL: the plugin's symbols (often a whole XLA) must not
@@ -137,7 +140,8 @@ class Plugin:
         """Whether the plugin's table has a (non-NULL) slot for ``name``."""
         return name in self._fns
 
-    def raw_call(self, name: str, args, struct_size: int | None = None) -> int | None:
+    def raw_call(self, name: str, args: ctypes.Structure,
+                 struct_size: int | None = None) -> int | None:
         """Calls ``name`` with ``args`` (struct_size set to ``struct_size`` or
         the mirror's size); returns the PJRT_Error* (None on success)."""
         if name not in self._fns:
@@ -150,7 +154,7 @@ class Plugin:
         args.struct_size = C.struct_size(type(args)) if struct_size is None else struct_size
         return fn(ctypes.addressof(args))
 
-    def call(self, name: str, args, struct_size: int | None = None):
+    def call(self, name: str, args: S, struct_size: int | None = None) -> S:
         """Calls ``name``; raises :class:`PluginError` for an error; returns ``args``."""
         err = self.raw_call(name, args, struct_size)
         if err:
@@ -237,7 +241,7 @@ class Plugin:
             raise PluginError(what.split()[0], err.code, err.message)
 
 
-def read_named_values(address, count) -> dict:
+def read_named_values(address: int | None, count: int) -> dict:
     """{name: value} of an array of PJRT_NamedValue."""
     out = {}
     if not address or not count:
@@ -261,7 +265,7 @@ def read_named_values(address, count) -> dict:
     return out
 
 
-def int64_array(values) -> ctypes.Array:
+def int64_array(values: Iterable[int]) -> ctypes.Array:
     values = list(values)
     return (ctypes.c_int64 * max(1, len(values)))(*values)
 
@@ -283,7 +287,8 @@ def compile_options(num_replicas: int = 1, num_partitions: int = 1) -> bytes:
 
 
 class Buffer:
-    def __init__(self, client: "Client", handle: int, dtype, shape):
+    def __init__(self, client: "Client", handle: int, dtype: np.dtype | None,
+                 shape: Iterable[int]) -> None:
         self.client, self.handle, self.dtype, self.shape = client, handle, dtype, tuple(shape)
 
     def element_type(self) -> int:
@@ -333,7 +338,7 @@ class Buffer:
 
 
 class Executable:
-    def __init__(self, client: "Client", handle: int):
+    def __init__(self, client: "Client", handle: int) -> None:
         self.client, self.handle = client, handle
         p = client.plugin
         self.executable = p.call("PJRT_LoadedExecutable_GetExecutable",
@@ -410,7 +415,7 @@ class Executable:
 class Client:
     """A PJRT_Client of a plugin, with the calls the checks need."""
 
-    def __init__(self, plugin: Plugin, options: dict | None = None):
+    def __init__(self, plugin: Plugin, options: dict | None = None) -> None:
         self.plugin = plugin
         a = C.Client_Create_Args()
         self._opts = None
@@ -500,7 +505,7 @@ class Client:
         return b
 
 
-def named_values(options: dict):
+def named_values(options: dict) -> tuple[ctypes.Array, list]:
     """A PJRT_NamedValue array for ``options`` (kept alive by the result)."""
     arr = (C.PJRT_NamedValue * max(1, len(options)))()
     keep = []

@@ -82,7 +82,8 @@ def markdown(results: list[Result], meta: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def write(results, meta, json_path=None, md_path=None) -> None:
+def write(results: list[Result], meta: dict, json_path: str | None = None,
+          md_path: str | None = None) -> None:
     if json_path:
         with open(json_path, "w", encoding="utf-8") as f:
             json.dump(to_json(results, meta), f, indent=1)

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from typing import Callable
 
 from .core import Check, Result, environment_key
 
@@ -107,7 +108,8 @@ class Run:
     seen (by key) and whether the run stopped on them."""
 
     def __init__(self, plugin: str, capabilities: dict, suite: str | None, timeout: float,
-                 create_options: dict | None, on_result=None):
+                 create_options: dict | None,
+                 on_result: Callable[[Result], None] | None = None) -> None:
         import threading
         self.plugin, self.capabilities, self.suite = plugin, capabilities, suite
         self.timeout, self.create_options, self.on_result = timeout, create_options, on_result
@@ -131,7 +133,7 @@ class Run:
                 self.stopped = (f"stopped early: the same environment error came back {n} "
                                 f"times:\n{detail}")
 
-    def batch(self, checks: list[Check]):
+    def batch(self, checks: list[Check]) -> tuple[dict, str | None, str, str | None]:
         return _run_batch(self.plugin, checks, self.capabilities, self.suite, self.timeout,
                           self.create_options)
 
@@ -176,7 +178,8 @@ def default_jobs() -> int:
 
 
 def run(plugin: str, checks: list[Check], capabilities: dict | None = None,
-        suite: str | None = None, timeout: float = 120.0, on_result=None,
+        suite: str | None = None, timeout: float = 120.0,
+        on_result: Callable[[Result], None] | None = None,
         batch: dict | None = None, jobs: int = 1, create_options: dict | None = None,
         state: Run | None = None) -> list[Result]:
     """Runs ``checks`` against the plugin at ``plugin``; returns their results

@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ... import _capi as C
 from ..core import Failed, check
 
+if TYPE_CHECKING:
+    from ..context import Context
+
 
 @check("capi", "attributes")
-def plugin_attributes(ctx):
+def plugin_attributes(ctx: Context) -> None:
     """PJRT_Plugin_Attributes: names unique and non-empty; StableHLO
     versions (if given) are 3 integers with minimum <= current."""
     attrs = ctx.plugin.attributes()
@@ -24,7 +29,7 @@ def plugin_attributes(ctx):
 
 
 @check("capi", "attributes")
-def attribute_names(ctx):
+def attribute_names(ctx: Context) -> None:
     """PluginAttributes (XLA's test of that name): the names are unique and
     include xla_version, stablehlo_current_version and
     stablehlo_minimum_version (JAX serializes programs for the version the

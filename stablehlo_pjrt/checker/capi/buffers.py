@@ -4,15 +4,20 @@ references, device pointers.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ... import _capi as C
 from ..core import Failed, check
 from ._common import ADD_ONE, DONATE, E, _expect_error
 
+if TYPE_CHECKING:
+    from ..context import Context
+
 
 @check("capi", "buffers")
-def deleted_buffer_use(ctx):
+def deleted_buffer_use(ctx: Context) -> None:
     """IsDeleted (XLA's test): false for a fresh buffer, true after
     PJRT_Buffer_Delete; ToHostBuffer and Execute with it are then errors
     (not crashes); Destroy still works."""
@@ -33,7 +38,7 @@ def deleted_buffer_use(ctx):
 
 
 @check("capi", "buffers", requires=("donation",))
-def donation(ctx):
+def donation(ctx: Context) -> None:
     """An input aliased to an output (tf.aliasing_output) is donated: after
     Execute it is deleted (or the plugin copies: then it keeps its value);
     the output is right; non_donatable_input_indices keeps it alive."""
@@ -65,7 +70,7 @@ def donation(ctx):
 
 
 @check("capi", "buffers")
-def external_reference_count(ctx):
+def external_reference_count(ctx: Context) -> None:
     """IncreaseAndDecreaseReferenceCount and
     DecreaseReferenceCountReturnsError (XLA's tests): increase then
     decrease succeed; a decrease with no reference held is
@@ -87,7 +92,7 @@ def external_reference_count(ctx):
 
 
 @check("capi", "buffers")
-def opaque_device_memory_pointer(ctx):
+def opaque_device_memory_pointer(ctx: Context) -> None:
     """OpaqueDeviceMemoryDataPointer (XLA's test): non-NULL for a buffer."""
     c, p = ctx.client, ctx.plugin
     b = c.from_host(np.arange(4, dtype=np.float32))

@@ -4,15 +4,19 @@
 from __future__ import annotations
 
 import ctypes
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ... import _capi as C
 from ..core import Failed, check
 
+if TYPE_CHECKING:
+    from ..context import Context
+
 
 @check("capi", "client")
-def platform(ctx):
+def platform(ctx: Context) -> None:
     """PlatformName and PlatformVersion are strings; ProcessIndex is 0 in a
     single-process client."""
     c, p = ctx.client, ctx.plugin
@@ -26,7 +30,7 @@ def platform(ctx):
 
 
 @check("capi", "client")
-def devices(ctx):
+def devices(ctx: Context) -> None:
     """Devices non-empty; addressable devices are among them; ids unique;
     each description's id and process index agree with the lookups;
     LookupDevice(id) and LookupAddressableDevice(local id) find the device."""
@@ -82,7 +86,7 @@ def devices(ctx):
 
 
 @check("capi", "client", requires=("memory_kinds",))
-def memories(ctx):
+def memories(ctx: Context) -> None:
     """Each addressable device's default memory is among its addressable
     memories, which are among the client's; every memory has a kind and
     is addressable by the devices that list it; memory ids are unique;
@@ -129,7 +133,7 @@ def memories(ctx):
 
 
 @check("capi", "client")
-def second_client(ctx):
+def second_client(ctx: Context) -> None:
     """A second client can be created, used and destroyed while the first lives."""
     c2 = ctx.new_client()
     try:
@@ -143,7 +147,7 @@ def second_client(ctx):
 
 
 @check("capi", "client")
-def device_zero(ctx):
+def device_zero(ctx: Context) -> None:
     """DeviceId, LookupDevice, DeviceLocalHardwareId and
     LookupAddressableDevice (XLA's tests): the first device has id 0 and
     local hardware id 0; LookupDevice(0) and LookupAddressableDevice(0)
@@ -176,7 +180,7 @@ def device_zero(ctx):
 
 
 @check("capi", "client")
-def default_device_assignment(ctx):
+def default_device_assignment(ctx: Context) -> None:
     """GetDefaultDeviceAssignmentNominal (XLA's test): an assignment for
     min(2, devices) replicas x 1 partition is given, with ids of the
     client's devices, each once."""

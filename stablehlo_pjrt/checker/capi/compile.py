@@ -5,6 +5,7 @@ formats, compile-only.
 from __future__ import annotations
 
 import ctypes
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -12,6 +13,9 @@ from ... import _capi as C
 from ..core import Failed, Unsupported, check
 from ..plugin import PluginError, compile_options
 from ._common import ADD_ONE, E, _expect_error
+
+if TYPE_CHECKING:
+    from ..context import Context
 
 BAD_PROGRAMS = {
     "not_mlir": ("mlir", b"this is not a module"),
@@ -26,7 +30,7 @@ BAD_PROGRAMS = {
 
 
 @check("capi", "compile", params=sorted(BAD_PROGRAMS))
-def compile_error(ctx, name):
+def compile_error(ctx: Context, name: str) -> None:
     """A bad program is an error with a message (INVALID_ARGUMENT for an
     unknown format), never a crash or an executable."""
     fmt, code = BAD_PROGRAMS[name]
@@ -38,7 +42,7 @@ def compile_error(ctx, name):
 
 
 @check("capi", "compile")
-def bad_compile_options(ctx):
+def bad_compile_options(ctx: Context) -> None:
     """CompileInvalidOption (XLA's test): compile options that are not a
     CompileOptionsProto are INVALID_ARGUMENT."""
     for opts in (b"\xff\xff\xff garbage", b"invalid compile options"):
@@ -47,7 +51,7 @@ def bad_compile_options(ctx):
 
 
 @check("capi", "compile")
-def compile_hlo_module(ctx):
+def compile_hlo_module(ctx: Context) -> None:
     """CompileXlaComputation (XLA's test): a serialized HloModuleProto
     (format "hlo") of XLA's TupleCreate program compiles; run, its three
     outputs are its inputs (the first plus one). A plugin that takes only
@@ -86,7 +90,7 @@ def compile_hlo_module(ctx):
 
 
 @check("capi", "compile")
-def compile_only_with_client_topology(ctx):
+def compile_only_with_client_topology(ctx: Context) -> None:
     """CompileWithSharedTopology (xla/pjrt/plugin/test): PJRT_Compile of a
     pass-through i32 program for the client's own topology
     (PJRT_Client_TopologyDescription) gives an executable with one

@@ -5,6 +5,7 @@ right code, not a crash.
 from __future__ import annotations
 
 import ctypes
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -12,9 +13,12 @@ from ... import _capi as C
 from ..core import Failed, check
 from ._common import ADD_ONE, TWO_OUTPUTS, E, _expect_error
 
+if TYPE_CHECKING:
+    from ..context import Context
+
 
 @check("capi", "errors")
-def bad_element_type(ctx):
+def bad_element_type(ctx: Context) -> None:
     """BufferFromHostBuffer with PJRT_Buffer_Type_INVALID is an error."""
     x = np.zeros(4, np.float32)
     _expect_error(lambda: ctx.client.from_host(x, btype=C.BufferType.INVALID),
@@ -22,7 +26,7 @@ def bad_element_type(ctx):
 
 
 @check("capi", "errors")
-def lookup_missing_device(ctx):
+def lookup_missing_device(ctx: Context) -> None:
     """LookupDevice of an id no device has is an error (INVALID_ARGUMENT or NOT_FOUND)."""
     p, c = ctx.plugin, ctx.client
     _expect_error(lambda: p.call("PJRT_Client_LookupDevice", C.Client_LookupDevice_Args(
@@ -31,7 +35,7 @@ def lookup_missing_device(ctx):
 
 
 @check("capi", "errors")
-def execute_wrong_arity(ctx):
+def execute_wrong_arity(ctx: Context) -> None:
     """Execute with too few arguments is INVALID_ARGUMENT."""
     c = ctx.client
     exe = c.compile(TWO_OUTPUTS)
@@ -45,7 +49,7 @@ def execute_wrong_arity(ctx):
 
 
 @check("capi", "errors")
-def execute_wrong_type(ctx):
+def execute_wrong_type(ctx: Context) -> None:
     """Execute with an argument of another element type or shape is
     INVALID_ARGUMENT."""
     c = ctx.client
@@ -64,7 +68,7 @@ def execute_wrong_type(ctx):
 
 
 @check("capi", "errors")
-def to_host_too_small(ctx):
+def to_host_too_small(ctx: Context) -> None:
     """ToHostBuffer into a destination smaller than the buffer is an error."""
     c, p = ctx.client, ctx.plugin
     b = c.from_host(np.zeros(16, np.float32))
@@ -80,7 +84,7 @@ def to_host_too_small(ctx):
 
 
 @check("capi", "errors", params=["-1", "num_devices"])
-def lookup_device_bad_id(ctx, which):
+def lookup_device_bad_id(ctx: Context, which: str) -> None:
     """LookupDeviceNegativeId / LookupDeviceOutOfRangeId (XLA's tests):
     LookupDevice(-1) and LookupDevice(number of devices) are
     INVALID_ARGUMENT."""
@@ -91,7 +95,7 @@ def lookup_device_bad_id(ctx, which):
 
 
 @check("capi", "errors")
-def default_device_assignment_too_small(ctx):
+def default_device_assignment_too_small(ctx: Context) -> None:
     """GetDefaultDeviceAssignmentBufferTooSmall (XLA's test): room for 7
     ids where 4 replicas x 2 partitions need 8 is FAILED_PRECONDITION,
     and nothing is written past the 7."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import c_void_p
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,9 +15,12 @@ from ..core import Failed, Unsupported, check
 from ..plugin import int64_array
 from ._common import ADD_ONE, E, _expect_error
 
+if TYPE_CHECKING:
+    from ..context import Context
+
 
 @check("capi", "events")
-def ready_event(ctx):
+def ready_event(ctx: Context) -> None:
     """A buffer's ReadyEvent fires through OnReady without error; Await
     and IsReady then agree; a second OnReady after it fired runs at once."""
     c, p = ctx.client, ctx.plugin
@@ -45,7 +49,7 @@ def ready_event(ctx):
 
 
 @check("capi", "events")
-def execute_events(ctx):
+def execute_events(ctx: Context) -> None:
     """Execute's device_complete_events fire, and output buffers are ready."""
     c = ctx.client
     exe = c.compile(ADD_ONE)
@@ -63,7 +67,7 @@ def execute_events(ctx):
 
 
 @check("capi", "events", requires=("error_buffers",))
-def error_through_event(ctx):
+def error_through_event(ctx: Context) -> None:
     """An error buffer (PJRT_Client_CreateErrorBuffer) delivers its code
     and message through its ReadyEvent and through ToHostBuffer."""
     c, p = ctx.client, ctx.plugin
@@ -95,7 +99,7 @@ def error_through_event(ctx):
 
 
 @check("capi", "events")
-def await_done_with_host_buffer(ctx):
+def await_done_with_host_buffer(ctx: Context) -> None:
     """BufferTransferImmutableUntilTransferCompletes (XLA's test): Await on
     done_with_host_buffer returns without error."""
     c, p = ctx.client, ctx.plugin

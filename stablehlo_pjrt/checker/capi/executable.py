@@ -5,6 +5,7 @@ results of Execute.
 from __future__ import annotations
 
 import ctypes
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,9 +14,12 @@ from ..core import Failed, check
 from ..plugin import TYPE_NAMES
 from ._common import ADD_ONE, TWO_OUTPUTS
 
+if TYPE_CHECKING:
+    from ..context import Context
+
 
 @check("capi", "executable")
-def metadata(ctx):
+def metadata(ctx: Context) -> None:
     """NumOutputs, OutputElementTypes, OutputDimensions, Name, NumReplicas,
     NumPartitions and AddressableDevices describe the compiled program."""
     c, p = ctx.client, ctx.plugin
@@ -49,7 +53,7 @@ def metadata(ctx):
 
 
 @check("capi", "executable")
-def output_memory_kinds(ctx):
+def output_memory_kinds(ctx: Context) -> None:
     """OutputMemoryKinds: one non-empty kind per output."""
     c, p = ctx.client, ctx.plugin
     exe = c.compile(TWO_OUTPUTS)
@@ -68,7 +72,7 @@ def output_memory_kinds(ctx):
 
 
 @check("capi", "executable")
-def fingerprint_stable(ctx):
+def fingerprint_stable(ctx: Context) -> None:
     """Compiling the same program twice gives the same fingerprint."""
     c = ctx.client
     e1, e2 = c.compile(ADD_ONE), c.compile(ADD_ONE)
@@ -87,7 +91,7 @@ def fingerprint_stable(ctx):
 
 
 @check("capi", "executable")
-def execute_results(ctx):
+def execute_results(ctx: Context) -> None:
     """Executing a program with several outputs of several types gives the
     reference's values."""
     c = ctx.client

@@ -3,15 +3,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..core import Failed, Skipped, check
 from ..plugin import compile_options
 from ._common import ADD_ONE
 
+if TYPE_CHECKING:
+    from ..context import Context
+
 
 @check("capi", "multidevice", requires=("multi_device",))
-def execute_replicated(ctx):
+def execute_replicated(ctx: Context) -> None:
     """A program compiled for N replicas runs with one argument list per
     device; each device's output is its own input plus one."""
     c = ctx.client

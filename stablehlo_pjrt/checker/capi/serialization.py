@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ctypes
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -11,9 +12,12 @@ from ... import _capi as C
 from ..core import Failed, check
 from ._common import ADD_ONE, _serialized
 
+if TYPE_CHECKING:
+    from ..context import Context
+
 
 @check("capi", "serialization", requires=("serialization",))
-def serialize_roundtrip(ctx):
+def serialize_roundtrip(ctx: Context) -> None:
     """Serialize -> DeserializeAndLoad gives an executable with the same
     outputs (and fingerprint, when the plugin has one)."""
     c, p = ctx.client, ctx.plugin
@@ -27,7 +31,7 @@ def serialize_roundtrip(ctx):
                    C.Executable_DeserializeAndLoad_Args(
                        client=c.handle, serialized_executable=ctypes.addressof(buf),
                        serialized_executable_size=len(blob)))
-        from .plugin import Executable
+        from ..plugin import Executable
         exe2 = Executable(c, d.loaded_executable)
         x = np.arange(4, dtype=np.float32)
         b = c.from_host(x)

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import c_void_p
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ... import _capi as C
 from ..core import Failed, check
 from ._common import ADD_ONE, E, _code_name, _serialized
+
+if TYPE_CHECKING:
+    from ..context import Context
 
 
 def _struct_size_call(ctx, name, make, extra):
@@ -47,7 +51,7 @@ STRUCT_CALLS = {
 
 
 @check("capi", "struct_size", params=sorted(STRUCT_CALLS))
-def newer_caller(ctx, name):
+def newer_caller(ctx: Context, name: str) -> None:
     """A caller built against a newer header passes a larger struct_size:
     the call succeeds and nothing past the plugin's fields is written."""
     code, touched, _ = _struct_size_call(ctx, name, STRUCT_CALLS[name](ctx), 48)
@@ -61,7 +65,7 @@ def newer_caller(ctx, name):
 
 
 @check("capi", "struct_size", params=sorted(STRUCT_CALLS))
-def older_caller(ctx, name):
+def older_caller(ctx: Context, name: str) -> None:
     """A caller built against an older header passes a struct_size that
     stops before the last (output) field: the plugin returns an error
     (INVALID_ARGUMENT, as XLA's ActualStructSizeIsGreaterOrEqual does) or
@@ -105,16 +109,22 @@ def _older_call(p, name, view):
 
 
 @check("capi", "struct_size")
-def older_caller_client_create(ctx):
+def older_caller_client_create(ctx: Context) -> str | None:
     """PJRT_Client_Create_Args from before kv_try_get_callback (0.6x): the
     plugin creates a working client without reading the absent fields, or
     refuses with INVALID_ARGUMENT."""
     p = ctx.plugin
-    view, _ = _older(C.Client_Create_Args(), "kv_try_get_callback")
+    args = C.Client_Create_Args()
+    if ctx.create_options:  # the run's options (an accelerator's allocator)
+        from ..plugin import named_values
+        opts, _keep = named_values(ctx.create_options)
+        args.create_options = ctypes.addressof(opts)
+        args.num_options = len(ctx.create_options)
+    view, _ = _older(args, "kv_try_get_callback")
     refused = _older_call(p, "PJRT_Client_Create", view)
     if refused is not None:
         return refused
-    from .plugin import Client
+    from ..plugin import Client
     c = Client.__new__(Client)
     c.plugin, c.handle, c._opts = p, view.client, None
     try:
@@ -168,7 +178,7 @@ def _execute_older(ctx, options_first_absent=None, args_first_absent=None):
 
 
 @check("capi", "struct_size")
-def older_caller_execute_options(ctx):
+def older_caller_execute_options(ctx: Context) -> str | None:
     """PJRT_ExecuteOptions from before `context` (0.5x): the fields after
     it (context, call_location, task ids, ...) are absent and must not be
     read; Execute gives the right result, or INVALID_ARGUMENT."""
@@ -176,14 +186,14 @@ def older_caller_execute_options(ctx):
 
 
 @check("capi", "struct_size")
-def older_caller_execute_args(ctx):
+def older_caller_execute_args(ctx: Context) -> str | None:
     """PJRT_LoadedExecutable_Execute_Args from before execute_device: the
     plugin runs on the executable's own device, or INVALID_ARGUMENT."""
     return _execute_older(ctx, args_first_absent="execute_device")
 
 
 @check("capi", "struct_size", requires=("serialization",))
-def older_caller_deserialize(ctx):
+def older_caller_deserialize(ctx: Context) -> str | None:
     """PJRT_Executable_DeserializeAndLoad_Args from before
     overridden_serialized_compile_options: the executable loads with its
     own options (or INVALID_ARGUMENT)."""
@@ -200,7 +210,7 @@ def older_caller_deserialize(ctx):
     refused = _older_call(p, "PJRT_Executable_DeserializeAndLoad", view)
     if refused is not None:
         return refused
-    from .plugin import Executable
+    from ..plugin import Executable
     exe2 = Executable(c, view.loaded_executable)
     b = c.from_host(np.arange(4, dtype=np.float32))
     try:

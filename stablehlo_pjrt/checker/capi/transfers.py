@@ -6,6 +6,7 @@ metadata and copies between devices.
 from __future__ import annotations
 
 import ctypes
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,6 +14,9 @@ from ... import _capi as C
 from ..core import Failed, Skipped, Unsupported, check
 from ..plugin import DTYPES, TYPE_NAMES, PluginError, int64_array
 from ._common import E
+
+if TYPE_CHECKING:
+    from ..context import Context
 
 TYPES = sorted(DTYPES, key=lambda t: t)
 
@@ -45,7 +49,7 @@ def _type_req(t):
 
 @check("capi", "transfers", params=[(t,) for t in TYPES],
      ids=[TYPE_NAMES[t].lower() for t in TYPES], requires=_type_req)
-def roundtrip(ctx, t):
+def roundtrip(ctx: Context, t: int) -> None:
     """Host -> device -> host is bit-exact for 0-d, empty, 2-d and 3-d arrays;
     the buffer reports the element type and dims it was given."""
     dtype = DTYPES[t]
@@ -72,7 +76,7 @@ def roundtrip(ctx, t):
 
 
 @check("capi", "transfers")
-def large(ctx):
+def large(ctx: Context) -> None:
     """A 64 MiB f32 array round-trips exactly."""
     x = np.arange(16 * 1024 * 1024, dtype=np.float32)
     b = ctx.client.from_host(x)
@@ -92,7 +96,7 @@ STRIDED = {
 
 
 @check("capi", "transfers", params=sorted(STRIDED), requires=("strided_transfers",))
-def strided(ctx, kind):
+def strided(ctx: Context, kind: str) -> None:
     """BufferFromHostBuffer with byte_strides of a non-contiguous view reads
     the logical array (the numpy view's values)."""
     base = np.arange(6 * 8, dtype=np.int32).reshape(6, 8)
@@ -118,7 +122,7 @@ SEMANTICS = {
 
 
 @check("capi", "transfers", params=sorted(SEMANTICS))
-def host_buffer_semantics(ctx, name):
+def host_buffer_semantics(ctx: Context, name: str) -> None:
     """Each PJRT_HostBufferSemantics: the data arrives; for the two
     copying semantics, changing the host array once the plugin may reuse
     it (after the call, resp. after done_with_host_buffer) does not change
@@ -157,7 +161,7 @@ def host_buffer_semantics(ctx, name):
 
 
 @check("capi", "transfers", requires=("layouts",))
-def host_layout_to_host(ctx):
+def host_layout_to_host(ctx: Context) -> None:
     """ToHostBuffer with a column-major host_layout writes the transposed
     bytes (or is refused with UNIMPLEMENTED/INVALID_ARGUMENT)."""
     c, p = ctx.client, ctx.plugin
@@ -188,7 +192,7 @@ def host_layout_to_host(ctx):
 
 
 @check("capi", "transfers")
-def buffer_metadata(ctx):
+def buffer_metadata(ctx: Context) -> None:
     """Dimensions, UnpaddedDimensions, OnDeviceSizeInBytes (>= the data),
     Device, Memory and IsOnCpu of a fresh buffer are consistent."""
     c, p = ctx.client, ctx.plugin
@@ -217,7 +221,7 @@ def buffer_metadata(ctx):
 
 
 @check("capi", "transfers", requires=("multi_device",))
-def copy_to_device(ctx):
+def copy_to_device(ctx: Context) -> None:
     """CopyToDevice to every other addressable device keeps the data and
     lands on that device."""
     c, p = ctx.client, ctx.plugin

@@ -5,13 +5,17 @@ slots it fills.
 from __future__ import annotations
 
 import ctypes
+from typing import TYPE_CHECKING
 
 from ... import _capi as C
 from ..core import Failed, check
 
+if TYPE_CHECKING:
+    from ..context import Context
+
 
 @check("capi", "version")
-def api_version(ctx):
+def api_version(ctx: Context) -> None:
     """The table's version is 0.x and its struct_size covers the slots
     that every minor version since 0.1 has (through PJRT_Buffer_ReadyEvent)."""
     p = ctx.plugin
@@ -26,7 +30,7 @@ def api_version(ctx):
 
 
 @check("capi", "version")
-def table_slots(ctx):
+def table_slots(ctx: Context) -> None:
     """Slots inside the table's struct_size are non-NULL for the core
     functions a framework calls unconditionally."""
     p = ctx.plugin
@@ -43,7 +47,7 @@ def table_slots(ctx):
 
 
 @check("capi", "version")
-def newer_minor_table_slots(ctx):
+def newer_minor_table_slots(ctx: Context) -> None:
     """Slots past the plugin's PJRT_Api.struct_size are never read (a caller
     with a newer header must treat them as absent): the kit sees how many
     of the mirror's functions the plugin's minor version leaves out."""
