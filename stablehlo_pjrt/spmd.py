@@ -30,6 +30,7 @@ from stablehlo_interpreter import (
     ShardingError,
     attribute_text,
     decode_attribute,
+    has_trait,
     load,
     module_meshes,
     parse_gspmd_sharding,
@@ -232,15 +233,10 @@ class SpmdPlan:
         return per_device
 
 
-_ELEMENTWISE_SKIP = {"stablehlo.reverse", "stablehlo.pad", "stablehlo.slice",
-                     "stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice",
-                     "stablehlo.concatenate", "stablehlo.sort", "stablehlo.iota"}
-
-
-# Ops whose results XLA tiles like their (first tiled) operand of the same rank.
-_KEEP_TILING = {"stablehlo.slice", "stablehlo.sort", "stablehlo.reduce_window",
-                "stablehlo.pad", "stablehlo.concatenate", "stablehlo.dynamic_slice",
-                "stablehlo.dynamic_update_slice", "stablehlo.scatter"}
+# Which ops propagation does not treat as elementwise (their elements move:
+# the interpreter's "moves_elements" trait) and which XLA tiles like their
+# first tiled operand of the same rank ("keeps_tiling"): traits of the
+# interpreter's kernels (stablehlo_interpreter.with_trait).
 
 
 class _Known(dict):
@@ -379,7 +375,7 @@ def _propagate(mlir_module, func_name, meshes):
                     out.mesh, out.dims, out.replicated, out.unreduced, out.text = \
                         base.mesh, dims, [], [], None
                     known[results[0]] = out
-            elif name not in _ELEMENTWISE_SKIP and not len(o.regions) and len(results) == 1:
+            elif not has_trait(name, "moves_elements") and not len(o.regions) and len(results) == 1:
                 rshape = _shape_of(results[0])
                 if rshape is not None and o.operands and all(
                         _shape_of(v) == rshape for v in o.operands):
@@ -611,7 +607,7 @@ def _propagate_gspmd(mlir_module, func_name, plan):
                         put(v, t.columns(keep))
             elif name in ("stablehlo.dot", "stablehlo.dot_general"):
                 put(results[0], _dot_tiling(o, name, known, n))
-            elif name in _KEEP_TILING:
+            elif has_trait(name, "keeps_tiling"):
                 # XLA keeps the operand's tiling on these, even along the
                 # dimension they slice, sort, pad, concatenate or scan
                 # (cumsum is a reduce_window); uneven ones are untiled by put.
@@ -630,7 +626,7 @@ def _propagate_gspmd(mlir_module, func_name, plan):
                     for d in (int(x) for x in decode_attribute(o, "dimensions")):
                         index[:, d] = t.counts[d] - 1 - index[:, d]
                     put(results[0], Tiling(t.counts, index, t.order))
-            elif name not in _ELEMENTWISE_SKIP and not len(o.regions) and len(results) == 1:
+            elif not has_trait(name, "moves_elements") and not len(o.regions) and len(results) == 1:
                 # Elementwise ops (and convert, select, clamp, custom calls
                 # like mhlo.erf): tiled like the operands of the result's
                 # shape; two operands' tilings are merged dimension by

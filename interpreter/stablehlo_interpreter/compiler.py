@@ -10,7 +10,6 @@ region uses from an enclosing scope become the region's captures: the op that
 owns the region passes them in, so every block runs in a frame of its own.
 """
 
-import os
 import re
 from sys import getrecursionlimit as _getrecursionlimit
 from sys import getrefcount as _getrefcount
@@ -20,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import attrs as _attrs
+from . import config as _config
 from . import fold as _fold
 from . import fusion as _fusion
 from . import heap as _heap
@@ -28,7 +28,7 @@ from . import trace as _trace
 from .arguments import coerce as _coerce
 from .errors import ArgumentError, CompileError, ExecutionError, InterpreterError, UnsupportedOpsError
 from .loader import MLIR_LOCK, NEWER_OP_PREFIX, load
-from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported, custom_call_rejection
+from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported, custom_call_rejection, kernel_info
 from .types import TensorType, conforms, describe, from_mlir
 
 _ndarray = np.ndarray
@@ -39,13 +39,10 @@ _ndarray = np.ndarray
 # functions run (JAX emits a few dozen levels) and still turns runaway
 # recursion into ExecutionError("recursion too deep") instead of a crash.
 RECURSION_LIMIT = 40_000
-_DEBUG_VALIDATE = os.environ.get("STABLEHLO_REF_VALIDATE", "") not in ("", "0")
-_TRACE_ENV = "STABLEHLO_REF_TRACE_OPS"
-# `_TRACE_ENV in os.environ` costs a KeyError per run when it is unset;
-# os.environ keeps the encoded variables in `_data` (kept in sync by
-# os.environ's setters), where the test is a dict lookup.
-_ENVIRON_DATA = getattr(os.environ, "_data", None)
-_TRACE_ENV_KEY = os.environ.encodekey(_TRACE_ENV) if _ENVIRON_DATA is not None else None
+# Module constants, read on the hot path (tests set them).
+_DEBUG_VALIDATE = _config.VALIDATE.value()
+# STABLEHLO_REF_NO_FOLD=1 keeps every op in the plan (fold.py), for debugging.
+_FOLD_ENABLED = not _config.NO_FOLD.value()
 
 
 # Every run ignores floating-point errors (inf/nan are values here, as in
@@ -73,12 +70,7 @@ def _run_ignoring_fp_errors(fn, *args):
         _ERRSTATE.reset(token)
 
 
-def _trace_env_set() -> bool:
-    if _ENVIRON_DATA is not None:
-        return _TRACE_ENV_KEY in _ENVIRON_DATA
-    return _TRACE_ENV in os.environ
-# STABLEHLO_REF_NO_FOLD=1 keeps every op in the plan (fold.py), for debugging.
-_FOLD_ENABLED = os.environ.get("STABLEHLO_REF_NO_FOLD", "") in ("", "0")
+_trace_env_set = _config.TRACE_OPS.is_set   # checked once per run
 
 
 # Frames of a location's call stack that are not the user's code: JAX's own
@@ -86,7 +78,6 @@ _FOLD_ENABLED = os.environ.get("STABLEHLO_REF_NO_FOLD", "") in ("", "0")
 _INTERNAL_FRAME = re.compile(r"/(?:jax|jaxlib|_pytest|pytest|pluggy|site-packages|"
                              r"dist-packages|importlib)/|^<frozen |^<string>$")
 _FRAME = re.compile(r'(?:"((?:[^"\\]|\\.)*)"\()?"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
-FULL_LOCATIONS_ENV = "STABLEHLO_REF_FULL_LOCATIONS"
 
 
 def format_location(loc, source=None):
@@ -104,7 +95,7 @@ def format_location(loc, source=None):
         s = s[4:-1]
     if source and '"-":' in s:
         s = s.replace('"-":', f'"{source}":')
-    if os.environ.get(FULL_LOCATIONS_ENV, "") not in ("", "0"):
+    if _config.FULL_LOCATIONS.value():
         return s
     if "callsite(" not in s and "fused" not in s:
         m = re.fullmatch(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)', s)
@@ -256,12 +247,12 @@ class Block:
                                      out, dead))
             elif out.__class__ is not int:
                 fast.append(FastStep(MULTI_RESULT, fn, tuple(ins), None, None, tuple(out), dead))
-            elif (getattr(fn, "donate_first", None) is not None and n >= 1
+            elif (kernel_info(fn).donate_first is not None and n >= 1
                   and ins[0] in dead and ins[0] not in ins[1:] and ins[0] != 0
                   and self.template[ins[0]] is None):
                 # The operand dies here: the kernel may update it in place if
                 # at run time nothing else refers to it (see run()).
-                fast.append(FastStep(DONATE_FIRST, fn, ins[0], tuple(ins[1:]), fn.donate_first,
+                fast.append(FastStep(DONATE_FIRST, fn, ins[0], tuple(ins[1:]), kernel_info(fn).donate_first,
                                      out, dead))
             elif 1 <= n <= 3:
                 a, b, c = (tuple(ins) + (None, None))[:3]
@@ -864,7 +855,7 @@ def _special_step(fn, regions, cap_ranges, n_operands):
     A kernel marked ``regions_unused`` (a reduce whose body is one known op,
     run as a ufunc) gets no bound regions: binding them per call costs more
     than a small reduction."""
-    if not regions or (getattr(fn, "regions_unused", False)
+    if not regions or (kernel_info(fn).regions_unused
                        and all(a == b for a, b in cap_ranges)):
         def step(ctx, *vals):
             return fn(ctx, (), *vals)
