@@ -18,6 +18,7 @@ COMMANDS = {
     "run": "run a module's entry function on the reference interpreter",
     "check": "list the ops of a module the interpreter cannot run",
     "compare": "diff a module's reference results against another backend's outputs",
+    "config": "list the STABLEHLO_REF_* switches and their current values",
     "check-plugin": "check a PJRT plugin (.so) against the reference: C API, programs, "
                     "frameworks",
     "bisect": "find the first op where a PJRT plugin's result differs from the reference",
