@@ -37,7 +37,7 @@ def version() -> str:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         try:
             with open(os.path.join(root, "pyproject.toml"), "rb") as f:
-                return tomllib.load(f)["project"]["version"] + " (source tree)"
+                return str(tomllib.load(f)["project"]["version"]) + " (source tree)"
         except (OSError, KeyError, ValueError):
             return "unknown"
 
@@ -54,7 +54,7 @@ def top_help() -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(top_help(), file=sys.stdout if argv else sys.stderr)
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
         except KeyboardInterrupt:
             return 130
     from stablehlo_interpreter import cli
-    return cli.main(argv)
+    return int(cli.main(argv))
 
 
 if __name__ == "__main__":

@@ -27,13 +27,14 @@ case: pred, s8, ..., f32, bf16, c64, f8e4m3fn, ...).
 from __future__ import annotations
 
 import json
+from typing import Any
 
 KNOWN = ("multi_device", "memory_kinds", "serialization", "strided_transfers", "layouts",
          "donation", "zero_copy", "error_buffers")
 
 
 class Capabilities:
-    def __init__(self, declared: dict | None = None):
+    def __init__(self, declared: dict[str, Any] | None = None):
         from .options import from_json
         declared = dict(declared or {})
         self.create_options = from_json(declared.pop("create_options", {}))
@@ -75,8 +76,8 @@ class Capabilities:
             return name.split(":", 1)[1] in self.element_types
         return True
 
-    def to_json(self) -> dict:
-        d = {"unsupported": sorted(self.unsupported)}
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"unsupported": sorted(self.unsupported)}
         if self.element_types is not None:
             d["element_types"] = sorted(self.element_types)
         if self.create_options:

@@ -14,8 +14,13 @@ import argparse
 import os
 import sys
 import time
+from typing import TYPE_CHECKING, Any
 
 from . import report
+
+if TYPE_CHECKING:
+    from .capabilities import Capabilities
+    from .core import Check
 
 SUITE_UPSTREAM = "https://github.com/openxla/stablehlo"
 SUITE_COMMIT = "3c9301c116f97fbaf696959a0ede32712aec587b"
@@ -33,8 +38,9 @@ class UsageError(Exception):
     """A problem with the command line: one message, exit status 2."""
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    k = sub.add_parser("check-plugin", help="check a PJRT plugin (.so) against the reference",
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
+               ) -> argparse.ArgumentParser:
+    k: argparse.ArgumentParser = sub.add_parser("check-plugin", help="check a PJRT plugin (.so) against the reference",
                        description=__doc__.split("\n\n")[0],
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog=__doc__.split("\n\n", 1)[1].strip())
@@ -68,7 +74,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return k
 
 
-def _suite(a) -> str | None:
+def _suite(a: argparse.Namespace) -> str | None:
     """The suite folder; UsageError when --suite names no usable suite."""
     from .context import default_suite
     suite = a.suite or default_suite()
@@ -87,13 +93,13 @@ def _suite(a) -> str | None:
     return suite
 
 
-def _wants_programs(a) -> bool:
-    def hit(pats):
+def _wants_programs(a: argparse.Namespace) -> bool:
+    def hit(pats: list[str]) -> bool:
         return any(p == "programs" or p.startswith("programs.") for p in pats)
     return (not a.only or hit(a.only)) and not (a.exclude and hit(a.exclude))
 
 
-def _select(a: argparse.Namespace, suite: str | None) -> list:
+def _select(a: argparse.Namespace, suite: str | None) -> list[Any]:
     from .core import select, shard
     from .registry import build
     if suite is None and _wants_programs(a):
@@ -122,7 +128,7 @@ def _select(a: argparse.Namespace, suite: str | None) -> list:
     return checks
 
 
-def _create_options(a, caps) -> dict:
+def _create_options(a: argparse.Namespace, caps: Capabilities) -> dict[str, Any]:
     from .options import parse_option
     opts = dict(caps.create_options)
     for text in a.create_option:
@@ -134,7 +140,7 @@ def _create_options(a, caps) -> dict:
     return opts
 
 
-def _probe(path: str, options: dict) -> dict:
+def _probe(path: str, options: dict[str, Any]) -> dict[str, Any]:
     """The plugin's description; UsageError when it is not a plugin or no
     client can be made."""
     from .core import environment_error
@@ -151,7 +157,8 @@ def _probe(path: str, options: dict) -> dict:
     return meta
 
 
-def _defaults(a, meta: dict, options: dict) -> tuple[dict, int, list[str]]:
+def _defaults(a: argparse.Namespace, meta: dict[str, Any], options: dict[str, Any]
+              ) -> tuple[dict[str, Any], int, list[str]]:
     """(create options, jobs, notes): the accelerator-aware defaults for
     what the user left unset."""
     from .options import accelerator_defaults, is_accelerator
@@ -170,7 +177,7 @@ def _defaults(a, meta: dict, options: dict) -> tuple[dict, int, list[str]]:
     return {**extra, **options}, jobs, notes
 
 
-def _prepare(a: argparse.Namespace) -> tuple:
+def _prepare(a: argparse.Namespace) -> tuple[Any, ...]:
     from .capabilities import Capabilities
     if not os.path.isfile(a.plugin):
         raise UsageError(f"no such file: {a.plugin}")
@@ -208,7 +215,8 @@ def run(a: argparse.Namespace) -> int:
     return _run(a, path, meta, caps, options, suite, checks)
 
 
-def _run(a, path, probe, caps, options, suite, checks) -> int:
+def _run(a: argparse.Namespace, path: str, probe: dict[str, Any], caps: Capabilities,
+         options: dict[str, Any], suite: str | None, checks: list[Check]) -> int:
     from .progress import Progress
     from .runner import Run
     from .runner import run as run_checks
@@ -241,8 +249,9 @@ iteration where the values first differ). Exit status 0 when the outputs
 agree, 1 when they differ (the op is printed), 2 for a usage error."""
 
 
-def add_bisect_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    b = sub.add_parser("bisect", help="locate the first op where a plugin differs from "
+def add_bisect_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
+                      ) -> argparse.ArgumentParser:
+    b: argparse.ArgumentParser = sub.add_parser("bisect", help="locate the first op where a plugin differs from "
                        "the reference", description=BISECT_DOC)
     b.add_argument("module", help="MLIR text, bytecode or portable artifact file")
     b.add_argument("--args", help=".npz (arrays in stored order) or .npy with the inputs")
@@ -276,7 +285,7 @@ def run_bisect(a: argparse.Namespace) -> int:
         if rc == 1:
             print("stablehlo-ref bisect: an outputs file holds only the final outputs; to "
                   "locate the op, pass the plugin's .so as --against")
-        return rc
+        return int(rc)
     if not os.path.isfile(a.against):
         print(f"stablehlo-ref bisect: error: no such file: {a.against}", file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@ conformance programs are."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from .capabilities import Capabilities
 from .plugin import Client, Plugin
@@ -29,13 +30,13 @@ def default_suite() -> str | None:
 
 class Context:
     def __init__(self, plugin_path: str, capabilities: Capabilities | None = None,
-                 suite: str | None = None, create_options: dict | None = None):
+                 suite: str | None = None, create_options: dict[str, Any] | None = None):
         self.plugin_path = plugin_path
         self.create_options = dict(create_options or {})
         self.capabilities = capabilities or Capabilities()
         self.suite = suite
-        self._plugin = None
-        self._client = None
+        self._plugin: Plugin | None = None
+        self._client: Client | None = None
 
     @property
     def plugin(self) -> Plugin:

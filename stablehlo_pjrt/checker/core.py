@@ -21,7 +21,7 @@ import re
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from .context import Context
@@ -85,14 +85,18 @@ def environment_key(detail: str) -> str:
     return re.sub(r"\d+", "N", detail.splitlines()[0] if detail else "")[:200]
 
 
+# A check: fn(ctx, *params) -> None, or a note (str) on a passed result.
+CheckFn = Callable[..., "str | None"]
+
+
 @dataclass
 class Check:
     id: str
     area: str
     group: str
-    fn: Callable
-    params: tuple = ()
-    requires: tuple = ()     # capability names (see capabilities.py)
+    fn: Callable[..., Any]
+    params: tuple[Any, ...] = ()
+    requires: tuple[Any, ...] = ()     # capability names (see capabilities.py)
     doc: str = ""
 
 
@@ -105,9 +109,9 @@ class Result:
     detail: str = ""
     op: str | None = None
     seconds: float = 0.0
-    notes: list = field(default_factory=list)
+    notes: list[Any] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         d = {"id": self.id, "area": self.area, "group": self.group,
              "status": self.status, "seconds": round(self.seconds, 4)}
         if self.detail:
@@ -119,7 +123,7 @@ class Result:
         return d
 
     @classmethod
-    def from_json(cls, d: dict) -> "Result":
+    def from_json(cls, d: dict[str, Any]) -> "Result":
         return cls(d["id"], d["area"], d["group"], d["status"], d.get("detail", ""),
                    d.get("op"), d.get("seconds", 0.0), d.get("notes", []))
 
@@ -134,13 +138,15 @@ class Registry:
         self.checks[check.id] = check
 
     def check(self, area: str, group: str, name: str | None = None,
-              params: list | None = None, requires: tuple | Callable = (),
-              ids: list[str] | None = None) -> Callable[[Callable], Callable]:
+              params: list[Any] | None = None,
+              requires: tuple[str, ...] | Callable[..., tuple[str, ...]] = (),
+              ids: list[str] | None = None) -> Callable[[CheckFn], CheckFn]:
         """Decorator: registers ``fn`` once, or once per entry of ``params``
         (each a tuple of arguments; ``ids`` names them)."""
-        def deco(fn):
+        def deco(fn: CheckFn) -> CheckFn:
             base = f"{area}.{group}.{name or fn.__name__}"
             if params is None:
+                assert not callable(requires), "requires(*params) needs params"
                 self.add(Check(base, area, group, fn, (), tuple(requires), fn.__doc__ or ""))
             else:
                 for k, p in enumerate(params):
@@ -159,9 +165,9 @@ class Registry:
 DECLARED = Registry()
 
 
-def check(area: str, group: str, name: str | None = None, params: list | None = None,
-          requires: tuple | Callable = (), ids: list[str] | None = None
-          ) -> Callable[[Callable], Callable]:
+def check(area: str, group: str, name: str | None = None, params: list[Any] | None = None,
+          requires: tuple[str, ...] | Callable[..., tuple[str, ...]] = (),
+          ids: list[str] | None = None) -> Callable[[CheckFn], CheckFn]:
     """Decorator: registers a module-level check function (see
     :meth:`Registry.check`)."""
     return DECLARED.check(area, group, name, params, requires, ids)
@@ -205,11 +211,11 @@ def run_check(check: Check, ctx: Context) -> Result:
                   time.perf_counter() - t0, notes)
 
 
-def select(checks: list[Check], only: list[str] | tuple = (),
-           exclude: list[str] | tuple = ()) -> list[Check]:
+def select(checks: list[Check], only: list[str] | tuple[Any, ...] = (),
+           exclude: list[str] | tuple[Any, ...] = ()) -> list[Check]:
     """Checks whose id starts with, or whose area/group equals, one of ``only``
     (all if empty), minus those matching ``exclude``."""
-    def match(c, pats):
+    def match(c: Check, pats: list[str] | tuple[Any, ...]) -> bool:
         return any(c.id.startswith(p) or c.area == p or c.group == p or
                    f"{c.area}.{c.group}" == p or p in c.id for p in pats)
     out = [c for c in checks if not only or match(c, only)]

@@ -12,6 +12,7 @@ or ``allocator:str=1``.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 OptionValue = bool | int | float | str | list[int]
 
@@ -105,7 +106,7 @@ def from_json(options: object) -> dict[str, OptionValue]:
     return out
 
 
-def accelerator_defaults(meta: dict) -> tuple[dict[str, OptionValue], str | None]:
+def accelerator_defaults(meta: dict[str, Any]) -> tuple[dict[str, OptionValue], str | None]:
     """(create options to add, why) for the plugin described by ``meta``
     (checker.probe): the allocator options of a known accelerator platform."""
     platform = str(meta.get("platform", "")).lower()
@@ -117,7 +118,7 @@ def accelerator_defaults(meta: dict) -> tuple[dict[str, OptionValue], str | None
                         "plugin's allocator would otherwise reserve most of the device for each)")
 
 
-def is_accelerator(meta: dict) -> bool:
+def is_accelerator(meta: dict[str, Any]) -> bool:
     """Whether the plugin's devices are not host memory: neither the platform
     nor the devices' default memory kind says host."""
     if not meta.get("platform"):

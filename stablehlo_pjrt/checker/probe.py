@@ -13,9 +13,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .plugin import Client, Plugin
 
 
-def _device_kind(p, c, d) -> str:
+def _device_kind(p: Plugin, d: int) -> str:
     from .. import _capi as C
     desc = p.call("PJRT_Device_GetDescription",
                   C.Device_GetDescription_Args(device=d)).device_description
@@ -24,7 +28,7 @@ def _device_kind(p, c, d) -> str:
     return C.read_str(k.device_kind, k.device_kind_size)
 
 
-def _memories(p, c, devices) -> tuple[str | None, list[str]]:
+def _memories(p: Plugin, c: Client, devices: list[int]) -> tuple[str | None, list[str]]:
     from .. import _capi as C
     default = None
     try:
@@ -44,14 +48,14 @@ def _memories(p, c, devices) -> tuple[str | None, list[str]]:
     return default, kinds
 
 
-def probe(path: str, options: dict | None = None) -> dict:
+def probe(path: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """The plugin's description (see the module docstring), in this process."""
     from .plugin import Client, LoadError, Plugin, PluginError
     try:
         p = Plugin(path)
     except LoadError as e:
         return {"load_error": str(e)}
-    out: dict = {"api_version": "%d.%d" % p.version}
+    out: dict[str, Any] = {"api_version": "%d.%d" % p.version}
     try:
         p.initialize()
         out["attributes"] = p.attributes() if p.has("PJRT_Plugin_Attributes") else {}
@@ -66,7 +70,7 @@ def probe(path: str, options: dict | None = None) -> dict:
     devices = c.addressable_devices()
     out["devices"] = len(devices)
     try:
-        out["device_kinds"] = sorted({_device_kind(p, c, d) for d in devices})
+        out["device_kinds"] = sorted({_device_kind(p, d) for d in devices})
     except PluginError:
         out["device_kinds"] = []
     if devices:
@@ -78,7 +82,7 @@ def probe(path: str, options: dict | None = None) -> dict:
     return out
 
 
-def run_probe(path: str, options: dict | None = None, timeout: float = 120.0) -> dict:
+def run_probe(path: str, options: dict[str, Any] | None = None, timeout: float = 120.0) -> dict[str, Any]:
     """:func:`probe` in a subprocess; ``{"probe_error": ...}`` when it died."""
     import subprocess
 
@@ -91,7 +95,8 @@ def run_probe(path: str, options: dict | None = None, timeout: float = 120.0) ->
         return {"probe_error": _describe_exit(None, True, timeout)}
     lines = p.stdout.strip().splitlines()
     try:
-        return json.loads(lines[-1])
+        out: dict[str, Any] = json.loads(lines[-1])
+        return out
     except (IndexError, ValueError):
         tail = p.stderr.strip()[-600:]
         return {"probe_error": _describe_exit(p.returncode, False, timeout)

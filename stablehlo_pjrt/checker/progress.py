@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 from .core import Result
 
@@ -38,9 +38,14 @@ class Progress:
         self.bad: dict[str, int] = {}
         self.t0 = time.monotonic()
         self._last = self.t0
-        self._bar = None
+        self._bar: Any = None  # rich.progress.Progress on a terminal
 
     def __enter__(self) -> "Progress":
+        if self.live:
+            try:
+                import rich  # noqa: F401 - a dependency; plain lines without it
+            except ImportError:
+                self.live = False
         if self.live:
             from rich.console import Console
             from rich.progress import (
@@ -59,7 +64,7 @@ class Progress:
             self._task = self._bar.add_task("checks", total=self.total, bad="0 failed")
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.__exit__(*exc)
         elif self.done:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .core import DECLARED, Registry
 
-_CACHE: dict = {}
+_CACHE: dict[str, Any] = {}
 
 
 def build(suite: str | None) -> Registry:
@@ -23,4 +25,5 @@ def build(suite: str | None) -> Registry:
             if c.area != "capi":
                 reg.add(c)
         _CACHE[key] = reg
-    return _CACHE[key]
+    out: Registry = _CACHE[key]
+    return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import Any
 
 from .core import AREAS, STATUSES, Result
 
@@ -13,7 +14,7 @@ BAD = ("failed", "crashed")
 SHOWN = BAD + ("error", "unsupported")
 
 
-def exit_status(results: list[Result], meta: dict) -> int:
+def exit_status(results: list[Result], meta: dict[str, Any]) -> int:
     """1 when a check failed or crashed; else 2 when the environment left
     checks without a result (``error``, or a run stopped early); else 0."""
     if any(r.status in BAD for r in results):
@@ -23,7 +24,7 @@ def exit_status(results: list[Result], meta: dict) -> int:
     return 0
 
 
-def counts(results: list[Result]) -> dict:
+def counts(results: list[Result]) -> dict[str, Any]:
     """{area: {status: n}} (every status present, in order)."""
     out = {}
     for area in list(AREAS) + sorted({r.area for r in results} - set(AREAS)):
@@ -42,7 +43,7 @@ def _line(r: Result) -> str:
     return "\n".join(x for x in (head, body, notes) if x)
 
 
-def text(results: list[Result], meta: dict, verbose: bool = False) -> str:
+def text(results: list[Result], meta: dict[str, Any], verbose: bool = False) -> str:
     lines = [f"PJRT plugin check: {meta.get('plugin')}",
              f"  C API {meta.get('api_version', '?')}, platform {meta.get('platform', '?')}, "
              f"{meta.get('seconds', 0):.1f} s"]
@@ -57,11 +58,11 @@ def text(results: list[Result], meta: dict, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
-def to_json(results: list[Result], meta: dict) -> dict:
+def to_json(results: list[Result], meta: dict[str, Any]) -> dict[str, Any]:
     return {"meta": meta, "counts": counts(results), "results": [r.to_json() for r in results]}
 
 
-def markdown(results: list[Result], meta: dict) -> str:
+def markdown(results: list[Result], meta: dict[str, Any]) -> str:
     out = [f"# PJRT plugin check: `{meta.get('plugin')}`", "",
            f"C API {meta.get('api_version', '?')}, platform `{meta.get('platform', '?')}`, "
            f"run time {meta.get('seconds', 0):.1f} s.", "",
@@ -82,7 +83,7 @@ def markdown(results: list[Result], meta: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def write(results: list[Result], meta: dict, json_path: str | None = None,
+def write(results: list[Result], meta: dict[str, Any], json_path: str | None = None,
           md_path: str | None = None) -> None:
     if json_path:
         with open(json_path, "w", encoding="utf-8") as f:

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Callable
+from typing import Any, Callable
 
 from .core import Check, Result, environment_key
 
@@ -37,9 +37,9 @@ def _describe_exit(rc: int | None, timed_out: bool, timeout: float) -> str:
     return f"the process exited with status {rc} before reporting a result"
 
 
-def _run_batch(plugin: str, checks: list[Check], capabilities: dict, suite: str | None,
-               timeout: float, create_options: dict | None = None
-               ) -> tuple[dict, str | None, str, str | None]:
+def _run_batch(plugin: str, checks: list[Check], capabilities: dict[str, Any], suite: str | None,
+               timeout: float, create_options: dict[str, Any] | None = None
+               ) -> tuple[dict[str, Result], str | None, str, str | None]:
     """({id: Result}, id running when the process died or None, death
     description, the environment error that stopped the batch or None)."""
     with tempfile.TemporaryDirectory(prefix="pjrt-check-") as tmp:
@@ -62,7 +62,9 @@ def _run_batch(plugin: str, checks: list[Check], capabilities: dict, suite: str 
                 timed_out = True
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-        results, running, stop = {}, None, None
+        results: dict[str, Result] = {}
+        running: str | None = None
+        stop: str | None = None
         if os.path.exists(out):
             with open(out, encoding="utf-8") as f:
                 for line in f:
@@ -92,7 +94,7 @@ def _run_batch(plugin: str, checks: list[Check], capabilities: dict, suite: str 
         return results, running, death, None
 
 
-def _worker_env() -> dict:
+def _worker_env() -> dict[str, Any]:
     env = dict(os.environ)
     # The worker must import this package even from a source checkout.
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -107,8 +109,8 @@ class Run:
     """One run's shared state: the results so far, the environment errors
     seen (by key) and whether the run stopped on them."""
 
-    def __init__(self, plugin: str, capabilities: dict, suite: str | None, timeout: float,
-                 create_options: dict | None,
+    def __init__(self, plugin: str, capabilities: dict[str, Any], suite: str | None, timeout: float,
+                 create_options: dict[str, Any] | None,
                  on_result: Callable[[Result], None] | None = None) -> None:
         import threading
         self.plugin, self.capabilities, self.suite = plugin, capabilities, suite
@@ -133,7 +135,8 @@ class Run:
                 self.stopped = (f"stopped early: the same environment error came back {n} "
                                 f"times:\n{detail}")
 
-    def batch(self, checks: list[Check]) -> tuple[dict, str | None, str, str | None]:
+    def batch(self, checks: list[Check]
+              ) -> tuple[dict[str, Result], str | None, str, str | None]:
         return _run_batch(self.plugin, checks, self.capabilities, self.suite, self.timeout,
                           self.create_options)
 
@@ -177,10 +180,10 @@ def default_jobs() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-def run(plugin: str, checks: list[Check], capabilities: dict | None = None,
+def run(plugin: str, checks: list[Check], capabilities: dict[str, Any] | None = None,
         suite: str | None = None, timeout: float = 120.0,
         on_result: Callable[[Result], None] | None = None,
-        batch: dict | None = None, jobs: int = 1, create_options: dict | None = None,
+        batch: dict[str, Any] | None = None, jobs: int = 1, create_options: dict[str, Any] | None = None,
         state: Run | None = None) -> list[Result]:
     """Runs ``checks`` against the plugin at ``plugin``; returns their results
     in the order given (without the checks a stopped run did not reach:
