@@ -123,6 +123,29 @@ def test_repeated_environment_error_stops_the_run(fake):
     assert "check(s) not run" in report.text(results, meta)
 
 
+def test_pytest_plugin_passes_create_options_and_reports_environment(fake, tmp_path):
+    """``pytest --pjrt-plugin``: --pjrt-create-option reaches every client;
+    with the device held elsewhere the tests fail as environment errors."""
+    path, lock = fake
+    env = {**os.environ, "FAKE_PJRT_LOCK": lock}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pjrt-plugin",
+           path, "--pjrt-jobs", "1", "--pyargs", "stablehlo_pjrt.checker.test_pjrt_plugin_suite",
+           "-k", "capi.client.platform or capi.client.devices"]
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # another process shares the device
+        p = subprocess.run(cmd + ["--pjrt-create-option", "preallocate=false"],
+                           capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+        assert p.returncode == 0 and "2 passed" in p.stdout, p.stdout + p.stderr
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                           env=env)
+        assert p.returncode == 1 and "2 failed" in p.stdout, p.stdout + p.stderr
+        assert "error of the environment, not of the plugin (in PJRT_Client_Create)" in p.stdout
+        assert "CUDA_ERROR_OUT_OF_MEMORY" in p.stdout
+    finally:
+        os.close(fd)
+
+
 # -- the checker's own bad inputs --------------------------------------------------
 
 

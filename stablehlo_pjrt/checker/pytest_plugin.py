@@ -118,5 +118,8 @@ def outcome(result: Result) -> None:
     detail = result.detail + "".join(f"\nnote: {n}" for n in result.notes)
     if result.status in ("skipped", "unsupported"):
         pytest.skip(f"{result.status}: {detail.splitlines()[0] if detail else ''}")
+    if result.status == "error":
+        pytest.fail(f"error of the environment, not of the plugin (in {result.op}): {detail}",
+                    pytrace=False)
     where = f" [first divergent op: {result.op}]" if result.op else ""
     pytest.fail(f"{result.status}{where}: {detail}", pytrace=False)
