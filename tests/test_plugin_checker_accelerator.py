@@ -233,6 +233,10 @@ def test_environment_errors_are_told_apart():
     assert "out of memory" in environment_error("PJRT_LoadedExecutable_Execute",
                                                 "CUDA_ERROR_OUT_OF_MEMORY: out of memory")
     assert environment_error("x", "No BLAS support in stream") is not None
+    # str(PluginError) carries the code name: RESOURCE_EXHAUSTED is enough.
+    assert environment_error("PJRT_Client_BufferFromHostBuffer",
+                             "PJRT_Client_BufferFromHostBuffer: RESOURCE_EXHAUSTED: Failed to "
+                             "allocate 1073741824 bytes") is not None
     assert environment_error("PJRT_Client_Create", "INTERNAL: odd").startswith(
         "the plugin could not create a client")
     assert environment_error("PJRT_Client_Compile", "INVALID_ARGUMENT: bad program") is None

@@ -194,7 +194,7 @@ def run_check(check: Check, ctx: Context) -> Result:
     except Skipped as e:
         status, detail = "skipped", str(e)
     except PluginError as e:
-        env = environment_error(e.function, e.message)
+        env = environment_error(e.function, str(e))
         if env is not None:
             status, detail, op = "error", f"environment: {e}\ncause: {env}", e.function
         elif e.unimplemented:
