@@ -263,6 +263,9 @@ def add_bisect_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
     b.add_argument("--ulp", type=int)
     b.add_argument("--linear", action="store_true",
                    help="run every intermediate at once instead of bisecting")
+    b.add_argument("--create-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a PJRT_Client_Create option for the plugin's client (repeatable; as "
+                        "for check-plugin)")
     return b
 
 
@@ -299,9 +302,15 @@ def run_bisect(a: argparse.Namespace) -> int:
         print(f"stablehlo-ref bisect: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     from ..oracle.bisect import first_divergence
+    from .capabilities import Capabilities
     from .context import Context
     from .program_checks import plugin_runner
-    ctx = Context(os.path.abspath(a.against))
+    try:
+        options = _create_options(a, Capabilities())
+    except UsageError as e:
+        print(f"stablehlo-ref bisect: error: {e}", file=sys.stderr)
+        return 2
+    ctx = Context(os.path.abspath(a.against), create_options=options)
     runner = plugin_runner(ctx)
     runner.__name__ = os.path.basename(a.against)
     d = first_divergence(module, *args, against=runner, rtol=a.rtol, atol=a.atol, ulp=a.ulp,
