@@ -43,8 +43,8 @@ a ``platform="stablehlo_ref"`` rule for each of them:
 The ``stablehlo_ref.*`` custom calls use API version 4 with their attributes
 in ``mhlo.backend_config`` (a dictionary).
 
-The kernels live in stablehlo_interpreter/ops/linalg_custom_calls.py (``@Eigh`` in
-stablehlo_interpreter/ops/custom_calls.py). The custom calls take and return row-major
+The kernels live in stablehlo_interpreter/ops/linalg_custom_calls.py (``@Eigh``
+too). The custom calls take and return row-major
 arrays with exactly the primitive's result shapes and types (unlike the CPU
 FFI targets: no column-major layouts, no ``info`` output; a matrix LAPACK
 cannot factor gives NaN results, as JAX's CPU rules produce from ``info``).

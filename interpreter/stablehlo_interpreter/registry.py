@@ -19,11 +19,17 @@ the missing kernels into one :class:`UnsupportedOpsError`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
-KERNELS: dict[str, Callable] = {}
+# A builder: called once per op occurrence with the compiler's Op, returns
+# the runtime callable.
+Builder = Callable[[Any], Callable[..., Any]]
+F = TypeVar("F", bound=Callable[..., Any])
+
+KERNELS: dict[str, Builder] = {}
 SPECIAL: set[str] = set()
-CUSTOM_CALLS: dict[str, tuple[Callable, bool]] = {}
-COMPOSITES: dict[str, Callable] = {}
+CUSTOM_CALLS: dict[str, tuple[Builder, bool]] = {}
+COMPOSITES: dict[str, Builder] = {}
 # custom_call targets known not to run here: target (or "prefix*") -> reason.
 REJECTED_CUSTOM_CALLS: dict[str, str] = {}
 
@@ -65,7 +71,7 @@ class Unsupported(Exception):
     """Raised by a builder at compile time: this op occurrence cannot run."""
 
 
-def one_or_many(op):
+def one_or_many(op: Any) -> Callable[[list[Any]], Any]:
     """The runtime adapter from the list of an op's results to what its
     kernel returns (see above): the single result, or the list itself."""
     if op.num_results == 1:
@@ -105,12 +111,13 @@ def traits_of(name: str) -> frozenset[str]:
     return _OP_TRAITS.get(name, frozenset())
 
 
-def kernel(*names: str, special: bool = False, traits: Iterable[str] = ()) -> Callable:
+def kernel(*names: str, special: bool = False,
+           traits: Iterable[str] = ()) -> Callable[[F], F]:
     """Register ``builder`` under one or more op names, with their ``traits``
     (names from TRAITS)."""
     traits = tuple(traits)
 
-    def deco(builder):
+    def deco(builder: F) -> F:
         for name in names:
             if name in KERNELS and KERNELS[name] is not builder:
                 raise RuntimeError(f"kernel for {name} registered twice")
@@ -126,7 +133,7 @@ def kernel(*names: str, special: bool = False, traits: Iterable[str] = ()) -> Ca
     return deco
 
 
-def wrap_kernel(name, wrap):
+def wrap_kernel(name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
     """Make programs compiled from now on run ``wrap(fn)`` where the plain
     kernel of op ``name`` would run ``fn`` (the plugin's fault injection,
     stablehlo_pjrt/faults.py, breaks one kernel this way). Raises KeyError
@@ -139,17 +146,17 @@ def wrap_kernel(name, wrap):
     if name in SPECIAL:
         raise ValueError(f"{name} is a special kernel (regions or execution context)")
 
-    def wrapped(op, _builder=builder):
+    def wrapped(op: Any, _builder: Builder = builder) -> Callable[..., Any]:
         return wrap(_builder(op))
     wrapped.__doc__ = builder.__doc__
     wrapped.__name__ = builder.__name__
     KERNELS[name] = wrapped
 
 
-def simple(*names: str, traits: Iterable[str] = ()) -> Callable:
+def simple(*names: str, traits: Iterable[str] = ()) -> Callable[[F], F]:
     """Register a kernel that needs nothing from the op: ``fn`` is the kernel."""
-    def deco(fn):
-        def builder(op, _fn=fn):
+    def deco(fn: F) -> F:
+        def builder(op: Any, _fn: F = fn) -> F:
             return _fn
         builder.__doc__ = fn.__doc__
         builder.__name__ = fn.__name__
@@ -158,14 +165,14 @@ def simple(*names: str, traits: Iterable[str] = ()) -> Callable:
     return deco
 
 
-def custom_call(*targets: str, special: bool = False) -> Callable:
+def custom_call(*targets: str, special: bool = False) -> Callable[[F], F]:
     """Register a builder for ``stablehlo.custom_call @target``.
 
     Builders have the same contract as op builders; ``special`` ones get
     ``fn(ctx, regions, *operands)``. A target registered twice (by another
     builder) is an error: each target has one home (docs/architecture.md).
     """
-    def deco(builder):
+    def deco(builder: F) -> F:
         for t in targets:
             old = CUSTOM_CALLS.get(t)
             if old is not None and old[0] is not builder:
@@ -200,7 +207,8 @@ class KernelInfo:
 
     __slots__ = ("donate_first", "invariant_ufunc", "regions_unused", "composite_exact")
 
-    def __init__(self, donate_first: Callable | None = None, invariant_ufunc: tuple | None = None,
+    def __init__(self, donate_first: Callable[..., Any] | None = None,
+                 invariant_ufunc: tuple[Any, Callable[..., Any]] | None = None,
                  regions_unused: bool = False, composite_exact: bool = False) -> None:
         self.donate_first = donate_first
         self.invariant_ufunc = invariant_ufunc
@@ -211,7 +219,7 @@ class KernelInfo:
 _NO_INFO = KernelInfo()
 
 
-def annotate(fn: Callable, **fields) -> Callable:
+def annotate(fn: F, **fields: Any) -> F:
     """Attach (or update) ``fn``'s :class:`KernelInfo`; returns ``fn``.
     Unknown fields are an error."""
     info = getattr(fn, "kernel_info", None)
@@ -221,20 +229,21 @@ def annotate(fn: Callable, **fields) -> Callable:
         if k not in KernelInfo.__slots__:
             raise TypeError(f"KernelInfo has no field {k!r}")
         setattr(info, k, v)
-    fn.kernel_info = info
+    fn.kernel_info = info  # type: ignore[attr-defined]
     return fn
 
 
-def kernel_info(fn: Callable) -> KernelInfo:
+def kernel_info(fn: Callable[..., Any]) -> KernelInfo:
     """``fn``'s :class:`KernelInfo` (all fields unset when it has none)."""
-    return getattr(fn, "kernel_info", _NO_INFO)
+    info: KernelInfo = getattr(fn, "kernel_info", _NO_INFO)
+    return info
 
 
-def composite(*names):
+def composite(*names: str) -> Callable[[F], F]:
     """Register a plain builder that runs ``stablehlo.composite`` ops with one
     of ``names`` directly instead of through their decomposition (the builder
     gets the composite op; see ops/control.py)."""
-    def deco(builder):
+    def deco(builder: F) -> F:
         for n in names:
             if n in COMPOSITES and COMPOSITES[n] is not builder:
                 raise RuntimeError(f"composite {n} registered twice")
@@ -243,14 +252,14 @@ def composite(*names):
     return deco
 
 
-def reject_custom_call(reason, *targets):
+def reject_custom_call(reason: str, *targets: str) -> None:
     """Record why ``custom_call @target`` cannot run (a trailing ``*`` in a
     target matches a prefix), for the compiler's error message."""
     for t in targets:
         REJECTED_CUSTOM_CALLS[t] = reason
 
 
-def custom_call_rejection(target):
+def custom_call_rejection(target: str) -> str | None:
     """The recorded reason ``target`` cannot run, or None."""
     reason = REJECTED_CUSTOM_CALLS.get(target)
     if reason is None and target:
