@@ -6,9 +6,12 @@ from __future__ import annotations
 import ctypes
 from ctypes import c_void_p
 
+import numpy as np
+
 from ... import _capi as C
 from ..core import Failed, Unsupported
 from ..plugin import (
+    Client,
     PluginError,
 )
 
@@ -76,3 +79,16 @@ def _serialized(ctx, exe) -> bytes:
 
 def _code_name(c):
     return {v: k for k, v in vars(E).items() if not k.startswith("_")}.get(c, str(c))
+
+
+def round_trip_and_close(client: Client, failure: str) -> None:
+    """Sends a small array through ``client`` and back (Failed(``failure``)
+    if it changes), then closes the client."""
+    try:
+        x = np.arange(4, dtype=np.float32)
+        b = client.from_host(x)
+        if not np.array_equal(b.to_host(), x):
+            raise Failed(failure)
+        b.destroy()
+    finally:
+        client.close()

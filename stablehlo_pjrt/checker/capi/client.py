@@ -6,10 +6,9 @@ from __future__ import annotations
 import ctypes
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from ... import _capi as C
 from ..core import Failed, check
+from ._common import round_trip_and_close
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -135,15 +134,8 @@ def memories(ctx: Context) -> None:
 @check("capi", "client")
 def second_client(ctx: Context) -> None:
     """A second client can be created, used and destroyed while the first lives."""
-    c2 = ctx.new_client()
-    try:
-        x = np.arange(4, dtype=np.float32)
-        b = c2.from_host(x)
-        if not np.array_equal(b.to_host(), x):
-            raise Failed("round trip through a second client changed the data")
-        b.destroy()
-    finally:
-        c2.close()
+    round_trip_and_close(ctx.new_client(),
+                         "round trip through a second client changed the data")
 
 
 @check("capi", "client")
