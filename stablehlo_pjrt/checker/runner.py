@@ -7,6 +7,13 @@ running is re-run alone in a fresh process: if it dies again it is
 ``crashed`` (with the signal or exit status and the last lines of stderr);
 the checks after it in the batch go on in a new batch. With ``jobs`` > 1,
 that many workers run at once, each on its own batch.
+
+An environment ``error`` (no client, no memory: core.environment_error)
+ends its batch; the rest of the batch is retried in a new one, since another
+worker may have freed the device. When the same environment error has come
+back :data:`STOP_AFTER` times the run stops: the checks not run are left
+out of the results and :attr:`Run.stopped` says why. Every client is created
+with the run's create options.
 """
 
 from __future__ import annotations
