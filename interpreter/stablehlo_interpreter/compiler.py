@@ -254,7 +254,8 @@ class Block:
                   and self.template[ins[0]] is None):
                 # The operand dies here: the kernel may update it in place if
                 # at run time nothing else refers to it (see run()).
-                fast.append(FastStep(DONATE_FIRST, fn, ins[0], tuple(ins[1:]), kernel_info(fn).donate_first,
+                fast.append(FastStep(DONATE_FIRST, fn, ins[0], tuple(ins[1:]),
+                                     kernel_info(fn).donate_first,
                                      out, dead))
             elif 1 <= n <= 3:
                 a, b, c = (tuple(ins) + (None, None))[:3]
