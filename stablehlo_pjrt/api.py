@@ -35,12 +35,11 @@ from .event import AsyncTrackingEvent, ready_event
 from .executable import (
     CompileOptions,
     Executable,
-    ExecuteContext,
-    LoadedExecutable,
     compile_args,
     compile_program,
     parse_serialized,
 )
+from .execute import ExecuteContext, LoadedExecutable
 from .handles import (
     NamedValues,
     c_blob,
