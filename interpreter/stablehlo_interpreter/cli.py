@@ -234,7 +234,12 @@ def main(argv=None):
     k.add_argument("--rtol", type=float, help="relative tolerance for floats")
     k.add_argument("--atol", type=float, help="absolute tolerance for floats")
     k.add_argument("--ulp", type=int, help="compare floats by ULP distance instead")
+    sub.add_parser("config", help="list the STABLEHLO_REF_* switches and their current values")
     a = p.parse_args(argv)
+    if a.command == "config":
+        from . import config
+        print(config.format_settings())
+        return 0
 
     import stablehlo_interpreter as shi
     try:

@@ -10,7 +10,6 @@ region uses from an enclosing scope become the region's captures: the op that
 owns the region passes them in, so every block runs in a frame of its own.
 """
 
-import os
 import re
 from sys import getrecursionlimit as _getrecursionlimit
 from sys import getrefcount as _getrefcount
@@ -20,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import attrs as _attrs
+from . import config as _config
 from . import fold as _fold
 from . import fusion as _fusion
 from . import heap as _heap
@@ -39,13 +39,10 @@ _ndarray = np.ndarray
 # functions run (JAX emits a few dozen levels) and still turns runaway
 # recursion into ExecutionError("recursion too deep") instead of a crash.
 RECURSION_LIMIT = 40_000
-_DEBUG_VALIDATE = os.environ.get("STABLEHLO_REF_VALIDATE", "") not in ("", "0")
-_TRACE_ENV = "STABLEHLO_REF_TRACE_OPS"
-# `_TRACE_ENV in os.environ` costs a KeyError per run when it is unset;
-# os.environ keeps the encoded variables in `_data` (kept in sync by
-# os.environ's setters), where the test is a dict lookup.
-_ENVIRON_DATA = getattr(os.environ, "_data", None)
-_TRACE_ENV_KEY = os.environ.encodekey(_TRACE_ENV) if _ENVIRON_DATA is not None else None
+# Module constants, read on the hot path (tests set them).
+_DEBUG_VALIDATE = _config.VALIDATE.value()
+# STABLEHLO_REF_NO_FOLD=1 keeps every op in the plan (fold.py), for debugging.
+_FOLD_ENABLED = not _config.NO_FOLD.value()
 
 
 # Every run ignores floating-point errors (inf/nan are values here, as in
@@ -73,12 +70,7 @@ def _run_ignoring_fp_errors(fn, *args):
         _ERRSTATE.reset(token)
 
 
-def _trace_env_set() -> bool:
-    if _ENVIRON_DATA is not None:
-        return _TRACE_ENV_KEY in _ENVIRON_DATA
-    return _TRACE_ENV in os.environ
-# STABLEHLO_REF_NO_FOLD=1 keeps every op in the plan (fold.py), for debugging.
-_FOLD_ENABLED = os.environ.get("STABLEHLO_REF_NO_FOLD", "") in ("", "0")
+_trace_env_set = _config.TRACE_OPS.is_set   # checked once per run
 
 
 # Frames of a location's call stack that are not the user's code: JAX's own
@@ -86,7 +78,6 @@ _FOLD_ENABLED = os.environ.get("STABLEHLO_REF_NO_FOLD", "") in ("", "0")
 _INTERNAL_FRAME = re.compile(r"/(?:jax|jaxlib|_pytest|pytest|pluggy|site-packages|"
                              r"dist-packages|importlib)/|^<frozen |^<string>$")
 _FRAME = re.compile(r'(?:"((?:[^"\\]|\\.)*)"\()?"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
-FULL_LOCATIONS_ENV = "STABLEHLO_REF_FULL_LOCATIONS"
 
 
 def format_location(loc, source=None):
@@ -104,7 +95,7 @@ def format_location(loc, source=None):
         s = s[4:-1]
     if source and '"-":' in s:
         s = s.replace('"-":', f'"{source}":')
-    if os.environ.get(FULL_LOCATIONS_ENV, "") not in ("", "0"):
+    if _config.FULL_LOCATIONS.value():
         return s
     if "callsite(" not in s and "fused" not in s:
         m = re.fullmatch(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)', s)

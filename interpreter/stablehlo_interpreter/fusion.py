@@ -41,16 +41,14 @@ device threads of a parallel run, concurrent executions) run their chunks in
 their own thread.
 """
 
-import os
 
 import numpy as np
 
+from . import config as _config
 from .errors import ExecutionError, InterpreterError
 from .pool import run_chunks, thread_count
 from .regions import ELEMENTWISE_OPS
 from .registry import COMPOSITES
-
-FUSION_ENV = "STABLEHLO_REF_FUSION"
 
 # Bytes of the widest value of a chunk. Each live value of a chunk takes at
 # most this much (float64 detours of f32 data included), and chains keep a
@@ -77,7 +75,7 @@ _BROADCAST = "stablehlo.broadcast_in_dim"
 
 
 def enabled():
-    return os.environ.get(FUSION_ENV, "1") not in ("0", "false", "off", "")
+    return _config.FUSION.value()
 
 
 # --------------------------------------------------------------------------

@@ -39,7 +39,6 @@ the generated functions to stderr, ``=always`` generates every loop from its
 first iteration (and fails where it cannot: for testing).
 """
 
-import os
 import sys
 from math import copysign as _copysign
 
@@ -47,6 +46,7 @@ import ml_dtypes
 import numpy as np
 
 from . import compiler as _compiler
+from . import config as _config
 from .errors import ExecutionError, InterpreterError
 from .quant import involves_quant
 from .types import TensorType
@@ -54,8 +54,8 @@ from .types import TensorType
 # STABLEHLO_REF_FAST_LOOPS: 0 = off; 1 = on (default); print = on, and print
 # each generated function to stderr; always = generate every loop at its
 # first iteration and fail if it cannot be (for testing the generator).
-_SWITCH = os.environ.get("STABLEHLO_REF_FAST_LOOPS", "1").strip().lower()
-ENABLED = _SWITCH not in ("0", "", "off", "false")
+_SWITCH = _config.FAST_LOOPS.value()   # module constants: tests set them
+ENABLED = _SWITCH != "0"
 PRINT = _SWITCH == "print"
 # Plain iterations of one while op (summed over runs) before it is compiled:
 # a loop of a few iterations is not worth the compile (about 1 ms).

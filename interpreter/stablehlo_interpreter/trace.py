@@ -26,6 +26,7 @@ import sys
 
 import numpy as np
 
+from . import config as _config
 from . import dtypes
 from .errors import ExecutionError
 from .types import TOKEN, describe
@@ -223,8 +224,8 @@ def active_tracer():
 
 def tracer_from_env():
     """The tracer STABLEHLO_REF_TRACE_OPS asks for, or None."""
-    mode = os.environ.get("STABLEHLO_REF_TRACE_OPS", "")
-    if mode in ("", "0"):
+    mode = _config.TRACE_OPS.value()
+    if mode == "0":
         return None
     if mode == "nan":
         return NanFinder(OpTracer())

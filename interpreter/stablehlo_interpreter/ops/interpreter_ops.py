@@ -18,6 +18,7 @@ import threading
 
 import numpy as np
 
+from .. import config as _config
 from .. import dtypes
 from ..registry import Unsupported, kernel
 from .properties import op_properties
@@ -42,7 +43,7 @@ def set_probe_dir(path):
 
 
 def probe_dir():
-    return _PROBE_DIR or os.environ.get("STABLEHLO_REF_PROBE_DIR") or None
+    return _PROBE_DIR or _config.PROBE_DIR.value() or None
 
 
 def _storable(value):
