@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 
+from . import config
 from .device import Device, DeviceDescription
 from .error import invalid_argument
 from .handles import CString, NamedValues, pointer_array, register
 
 PLATFORM_NAME = "stablehlo_ref"
-NUM_DEVICES_ENV = "STABLEHLO_REF_NUM_DEVICES"
+NUM_DEVICES_ENV = config.NUM_DEVICES.name
 
 
 def stablehlo_versions() -> tuple[list[int], list[int]]:
@@ -47,8 +47,8 @@ def configured_num_devices(options: dict | None = None) -> int:
     raw = None
     if options and "num_devices" in options:
         raw = options["num_devices"]
-    elif os.environ.get(NUM_DEVICES_ENV):
-        raw = os.environ[NUM_DEVICES_ENV]
+    elif config.NUM_DEVICES.value():
+        raw = config.NUM_DEVICES.value()
     if raw is None:
         return 1
     try:

@@ -51,15 +51,11 @@ import os
 import threading
 import time
 
-from . import shutdown, trace
+from . import config, shutdown, trace
 from ._capi import ErrorCode
 from .error import PjrtError
 
-ENV = "STABLEHLO_REF_ASYNC"
 SYNC, ASYNC, AUTO = "sync", "async", "auto"
-_MODE_NAMES = {"0": SYNC, "sync": SYNC, "off": SYNC, "false": SYNC, "no": SYNC,
-               "1": ASYNC, "async": ASYNC, "on": ASYNC, "true": ASYNC, "yes": ASYNC,
-               "always": ASYNC, "": AUTO, "auto": AUTO}
 MAX_IN_FLIGHT = 32
 # Programs whose last run took less than this run inline in auto mode: a
 # round trip through the worker costs ~10-20 us of thread handoff and GIL
@@ -72,16 +68,17 @@ _mode: list = []
 
 def mode() -> str:
     if not _mode:
-        value = os.environ.get(ENV, "").strip().lower()
-        _mode.append(_MODE_NAMES.get(value, AUTO))
+        _mode.append(config.ASYNC.value())
     return _mode[0]
 
 
 def set_mode(value: str) -> None:
     """``"auto"``, ``"async"`` or ``"sync"`` for every later Execute."""
-    name = _MODE_NAMES.get(str(value).strip().lower())
-    if name is None:
-        raise ValueError(f"execution mode must be 'auto', 'async' or 'sync', got {value!r}")
+    try:
+        name = config.async_mode(str(value))
+    except ValueError:
+        raise ValueError(f"execution mode must be 'auto', 'async' or 'sync', got {value!r}") \
+            from None
     _mode[:] = [name]
 
 

@@ -22,8 +22,9 @@ exception lands in the calling thread).
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
+
+from . import config
 
 _timeout: list = []
 
@@ -41,11 +42,7 @@ def set_execute_timeout(seconds: float | None) -> None:
 
 def execute_timeout() -> float:
     if not _timeout:
-        try:
-            value = float(os.environ.get("STABLEHLO_REF_EXECUTE_TIMEOUT", "0") or 0)
-        except ValueError:
-            value = 0.0
-        _timeout.append(max(value, 0.0))
+        _timeout.append(config.EXECUTE_TIMEOUT.value())
     return _timeout[0]
 
 

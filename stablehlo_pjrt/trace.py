@@ -22,11 +22,12 @@ handlers, and handlers guard their detail collection with `trace.ENABLED`.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 from typing import Callable
+
+from . import config
 
 Hook = Callable[[str, object, dict], None]
 
@@ -40,8 +41,7 @@ _lock = threading.Lock()
 
 
 def _env_enabled() -> bool:
-    return os.environ.get("STABLEHLO_PJRT_TRACE", "").strip().lower() not in (
-        "", "0", "false", "no", "off")
+    return config.TRACE.value()
 
 
 def _short(value, limit: int = 2000) -> str:

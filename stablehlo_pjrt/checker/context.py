@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from .. import config
 from .capabilities import Capabilities
 from .plugin import Client, Plugin
 
@@ -12,7 +13,7 @@ from .plugin import Client, Plugin
 def default_suite() -> str | None:
     """The StableHLO conformance suite: $STABLEHLO_SUITE, or ../shared/stablehlo-suite
     next to a source checkout."""
-    env = os.environ.get("STABLEHLO_SUITE")
+    env = config.SUITE.value()
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))

@@ -10,8 +10,7 @@ platform the project's portable StableHLO lowerings
 
 from __future__ import annotations
 
-import os
-
+from .. import config
 from .core import Failed, Skipped, Unsupported
 
 PLATFORM = "pjrt_subject"
@@ -21,10 +20,10 @@ _READY: dict = {}
 def _jax(ctx):
     """JAX with the plugin registered as platform ``pjrt_subject`` (once per process)."""
     if "jax" not in _READY:
-        os.environ["JAX_PLATFORMS"] = f"{PLATFORM},stablehlo_ref"
+        config.set_variable(config.JAX_PLATFORMS, f"{PLATFORM},stablehlo_ref")
         # Two reference devices for the several-device programs (the
         # worker process is the kit's own).
-        os.environ.setdefault("STABLEHLO_REF_NUM_DEVICES", "2")
+        config.default_variable(config.NUM_DEVICES, "2")
         from jax._src import xla_bridge
         xla_bridge.register_plugin(PLATFORM, library_path=ctx.plugin_path)
         import jax

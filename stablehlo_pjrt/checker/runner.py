@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 
+from .. import config
 from .core import Check, Result
 
 BATCH = {"capi": 40, "programs": 150, "frameworks": 20}
@@ -84,7 +85,7 @@ def _run_batch(plugin: str, checks: list[Check], capabilities: dict, suite: str 
 
 
 def _worker_env() -> dict:
-    env = dict(os.environ)
+    env = config.child_environ()
     # The worker must import this package even from a source checkout.
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     parts = [root, os.path.join(root, "interpreter"), os.path.join(root, "conformance")]

@@ -34,7 +34,7 @@ import os
 import re
 import threading
 
-from .. import trace
+from .. import config, trace
 
 # The handle is the last field of str(Buffer): "Buffer(f32[3] on ..., 0x55d0...)".
 _BUFFER_RE = re.compile(r"Buffer\((.*?), (0x[0-9a-f]+)\)")
@@ -215,7 +215,7 @@ def install_from_env() -> None:
     is being built; table.build_api enables tracing from trace.ENABLED
     afterwards)."""
     global _active
-    path = os.environ.get("STABLEHLO_PJRT_TRACE_JSON", "").strip()
+    path = config.TRACE_JSON.value().strip()
     if not path or _active is not None:
         return
     writer = ChromeTraceWriter(path)
