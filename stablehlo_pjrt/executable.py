@@ -189,7 +189,7 @@ class ExecutableMeta:
         h.update(code)
         h.update(options.serialized)
         self.fingerprint = h.hexdigest()
-        self._fingerprint_c = CString(self.fingerprint)
+        self.fingerprint_c = CString(self.fingerprint)
 
     @property
     def name(self) -> str:

@@ -82,7 +82,7 @@ class LoadedExecutable:
     """PJRT_LoadedExecutable: a compiled program bound to devices."""
 
     __slots__ = ("handle", "meta", "client", "devices", "logical_ids", "deleted",
-                 "run_ns", "_devices_c", "_logical_ids_c", "_assignment_bytes",
+                 "run_ns", "devices_c", "logical_ids_c", "assignment_bytes",
                  "_memories")
 
     def __init__(self, client, meta: ExecutableMeta):
@@ -109,13 +109,13 @@ class LoadedExecutable:
             for p, device_id in enumerate(row):
                 self.devices.append(client.device_by_id(device_id))
                 self.logical_ids.append((r, p))
-        self._devices_c = pointer_array(d.handle for d in self.devices)
+        self.devices_c = pointer_array(d.handle for d in self.devices)
         ids = (PJRT_LogicalDeviceIds * len(self.logical_ids))()
         for i, (r, p) in enumerate(self.logical_ids):
             ids[i].replica = r
             ids[i].partition = p
-        self._logical_ids_c = ids
-        self._assignment_bytes = encode_device_assignment(assignment)
+        self.logical_ids_c = ids
+        self.assignment_bytes = encode_device_assignment(assignment)
         self._memories = {}
         register(self)
 

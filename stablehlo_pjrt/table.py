@@ -17,7 +17,6 @@ import threading
 
 from . import _capi as C
 from . import _shim, api, shutdown, trace
-from .oracle import chrome_trace
 
 _HANDLERS = api.HANDLERS
 
@@ -104,7 +103,6 @@ def build_api() -> None:
             else:
                 setattr(api_table, name, _set_slot(index, name))
         _built = True
-        chrome_trace.install_from_env()
         trace.init_from_env()
         set_tracing(trace.ENABLED)
         if not trace.ENABLED:

@@ -22,7 +22,8 @@ that are not JAX is `stablehlo-ref compare` (stablehlo_interpreter.compare).
 import importlib
 
 # Imported on first use: the plugin imports `chrome_trace` while it builds
-# its API table and must not pay for the rest (or for JAX) then.
+# its API table when STABLEHLO_PJRT_TRACE_JSON is set (trace.init_from_env)
+# and must not pay for the rest (or for JAX) then.
 _EXPORTS = {
     "compare": "compare", "first_divergence": "bisect", "Divergence": "bisect",
     "ModuleVariants": "bisect", "jax_backend_runner": "bisect",

@@ -34,7 +34,7 @@ import os
 import re
 import threading
 
-from .. import config, trace
+from .. import trace
 
 # The handle is the last field of str(Buffer): "Buffer(f32[3] on ..., 0x55d0...)".
 _BUFFER_RE = re.compile(r"Buffer\((.*?), (0x[0-9a-f]+)\)")
@@ -209,14 +209,13 @@ def _write_at_exit(writer: ChromeTraceWriter) -> None:
                          f"{writer.path}: {e}\n")
 
 
-def install_from_env() -> None:
-    """Called while the plugin builds its API table: STABLEHLO_PJRT_TRACE_JSON
-    names the file. Registers the hook without turning tracing on (the table
-    is being built; table.build_api enables tracing from trace.ENABLED
-    afterwards)."""
+def install(path: str) -> None:
+    """STABLEHLO_PJRT_TRACE_JSON=path, as trace.init_from_env hands it over
+    while the plugin builds its API table: registers the writer as a trace
+    hook without turning tracing on (table.build_api enables tracing from
+    trace.ENABLED afterwards); the file is written at exit."""
     global _active
-    path = config.TRACE_JSON.value().strip()
-    if not path or _active is not None:
+    if _active is not None:
         return
     writer = ChromeTraceWriter(path)
     _active = writer
