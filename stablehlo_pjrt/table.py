@@ -16,7 +16,7 @@ import sys
 import threading
 
 from . import _capi as C
-from . import _shim, api, shutdown, trace
+from . import _shim, api, shutdown, trace, trace_json
 
 _HANDLERS = api.HANDLERS
 
@@ -103,6 +103,7 @@ def build_api() -> None:
             else:
                 setattr(api_table, name, _set_slot(index, name))
         _built = True
+        trace_json.install_from_env()
         trace.init_from_env()
         set_tracing(trace.ENABLED)
         if not trace.ENABLED:

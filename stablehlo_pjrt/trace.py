@@ -176,16 +176,10 @@ def c_event_hook(call: str, address: int) -> None:
 
 
 def init_from_env() -> None:
-    """The trace switches, read while the plugin builds its API table:
-    STABLEHLO_PJRT_TRACE=1 adds the stderr hook; STABLEHLO_PJRT_TRACE_JSON=
-    path starts the Chrome trace writer (oracle.chrome_trace, a tool that
-    hooks in through :func:`register_hook` like any other and is imported
-    only when the switch asks for it)."""
+    """STABLEHLO_PJRT_TRACE=1 adds the stderr hook (table.build_api also
+    installs the Chrome trace writer of STABLEHLO_PJRT_TRACE_JSON, trace_json.py,
+    another hook)."""
     if config.TRACE.value() and stderr_hook not in _hooks:
         _hooks.append(stderr_hook)
-    path = config.TRACE_JSON.value().strip()
-    if path:
-        from .oracle import chrome_trace
-        chrome_trace.install(path)
     global ENABLED
     ENABLED = bool(_hooks)
