@@ -51,12 +51,6 @@ def maybe_lookup(handle: int | None, kind: type):
     return lookup(handle, kind)
 
 
-def live_count(kind: type | None = None) -> int:
-    if kind is None:
-        return len(_objects)
-    return sum(1 for o in list(_objects.values()) if isinstance(o, kind))
-
-
 class CString:
     """A NUL-terminated copy of a string at a stable address.
 

@@ -173,8 +173,3 @@ def capsule():
     build_api()
     return _shim.api_capsule()
 
-
-def implemented_functions() -> list[str]:
-    c_functions = _shim.c_functions()
-    return [n for n in C.API_FUNCTIONS if n in _HANDLERS or n in c_functions]
-

@@ -74,6 +74,7 @@ class StablehloRefPlugin(plugins.DevicePlugin):
         # Called first in every process xmp.spawn (nprocs=None) or torchrun
         # starts, before PyTorch/XLA sets up replication (which fails on our
         # device name, see MULTIPROCESS_UNSUPPORTED): say why, there.
+        del local_rank, local_world_size   # PyTorch/XLA's interface; nothing to configure
         raise RuntimeError(MULTIPROCESS_UNSUPPORTED)
 
 
