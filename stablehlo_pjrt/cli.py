@@ -15,7 +15,7 @@ import sys
 PLUGIN_COMMANDS = ("check-plugin", "bisect")
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in PLUGIN_COMMANDS:
         p = argparse.ArgumentParser(prog="stablehlo-ref")

@@ -113,7 +113,7 @@ class Device:
         self.largest_alloc_size = 0
         register(self)
 
-    def memory_of_kind(self, kind: str | None):
+    def memory_of_kind(self, kind: str | None) -> Memory | None:
         """This device's memory of ``kind`` (None: the default memory)."""
         if kind is None:
             return self.default_memory

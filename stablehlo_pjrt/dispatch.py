@@ -54,6 +54,7 @@ import time
 from . import config, shutdown, trace
 from ._capi import ErrorCode
 from .error import PjrtError
+from .event import Completion
 
 SYNC, ASYNC, AUTO = "sync", "async", "auto"
 MAX_IN_FLIGHT = 32
@@ -327,12 +328,12 @@ def submit(task: Task) -> int:
     return _worker.submit(task)
 
 
-def cancel_all(message="stablehlo_ref execution was interrupted (KeyboardInterrupt)"):
+def cancel_all(message: str = "stablehlo_ref execution was interrupted (KeyboardInterrupt)") -> None:
     """Cancels every queued task and the running one (Ctrl-C)."""
     _worker.cancel_all(ErrorCode.CANCELLED, message)
 
 
-def poison(device, launch_id, code, message) -> bool:
+def poison(device: object, launch_id: int, code: int, message: str) -> bool:
     """PJRT_Device_PoisonExecution: fails the earliest queued (not started)
     program with ``launch_id`` on ``device``; False if there is none."""
     return _worker.poison(device, launch_id, code, message)
@@ -344,7 +345,7 @@ def drain() -> None:
         _worker.drain()
 
 
-def wait(completion, what: str) -> None:
+def wait(completion: Completion, what: str) -> None:
     """Waits for ``completion`` in the calling thread. On the worker, work
     that is not done is queued behind the task running now, so waiting would
     never end: that is refused. Ctrl-C while waiting cancels the queue and

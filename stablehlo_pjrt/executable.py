@@ -390,7 +390,7 @@ def parse_serialized(data: bytes) -> tuple[str, bytes, bytes]:
     return fmt, payload[nf:nf + no], payload[nf + no:]
 
 
-def compile_args(program_ptr, options_ptr, options_size) -> ExecutableMeta:
+def compile_args(program_ptr: int, options_ptr: int, options_size: int) -> ExecutableMeta:
     """Compiles the PJRT_Program and serialized CompileOptionsProto of a
     Compile call's args."""
     if not program_ptr:

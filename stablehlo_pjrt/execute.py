@@ -11,6 +11,7 @@ and owns the results, so that donation behaves the same on both.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from time import perf_counter_ns
 
 import numpy as np
@@ -18,6 +19,7 @@ import numpy as np
 from . import dispatch, donation, interrupt
 from ._capi import BufferType, ErrorCode
 from .buffer import Buffer, dtype_of, preview_value, short_type
+from .device import Device
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
 from .event import Completion
 from .executable import ExecutableMeta, encode_device_assignment
@@ -122,8 +124,8 @@ class LoadedExecutable:
     def __str__(self):
         return f"LoadedExecutable({self.meta.name}, {self.handle:#x})"
 
-    def execute(self, argument_lists: list[list[Buffer]], execute_device=None,
-                non_donatable=(), launch_id=0) -> list[list[Buffer]]:
+    def execute(self, argument_lists: list[list[Buffer]], execute_device: Device | None = None,
+                non_donatable: Collection[int] = (), launch_id: int = 0) -> Outputs:
         """Runs the program: inline (the outputs are ready when this returns)
         or on the worker (dispatch.py: the outputs are pending, the run's
         Completion is ``outputs.completion``). Bad arguments fail here in
@@ -221,7 +223,7 @@ class LoadedExecutable:
                 # were consumed at dispatch already (this is then a no-op).
                 donation.consume(argument_lists, donations)
         self._ran(perf_counter_ns() - t0)
-        inputs = None
+        del inputs
         return [self._result_values(res, own) for res, own in zip(results, ownerships)]
 
     def _ran(self, ns: int) -> None:
@@ -398,7 +400,10 @@ class LoadedExecutable:
         return out
 
 
-def gather_inputs(name, argument_lists, donations, snapshots=None):
+def gather_inputs(name: str, argument_lists: Sequence[Sequence[Buffer]],
+                  donations: Sequence[dict[int, int]] | None,
+                  snapshots: dict[tuple[int, int], np.ndarray] | None = None,
+                  ) -> tuple[list[list], list[donation.OutputOwnership]]:
     """The interpreter's inputs of one run (per device, per parameter) and
     the :class:`donation.OutputOwnership` of each device's results, decided
     from the inputs before the run (which may consume donated arrays).

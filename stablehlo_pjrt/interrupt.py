@@ -23,8 +23,12 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 from . import config
+
+T = TypeVar("T")
 
 _timeout: list = []
 
@@ -51,7 +55,7 @@ def _set_async_exc(tid: int, exc) -> None:
         ctypes.c_ulong(tid), ctypes.py_object(exc) if exc is not None else None)
 
 
-def run_limited(fn, seconds: float):
+def run_limited(fn: Callable[[], T], seconds: float) -> T:
     """``fn()`` with ExecutionTimeout raised in this thread after ``seconds``."""
     tid = threading.get_ident()
     lock = threading.Lock()
@@ -85,7 +89,7 @@ def _is_own(frame) -> bool:
     return name.split(".", 1)[0] in _OWN
 
 
-def rearm_interrupt(exc=KeyboardInterrupt) -> None:
+def rearm_interrupt(exc: type[BaseException] | BaseException = KeyboardInterrupt) -> None:
     """Raise ``exc`` (KeyboardInterrupt) in the Python code that called into
     jaxlib, at its next line.
 
@@ -150,7 +154,7 @@ CANCEL_AT_START = frozenset({
 INTERRUPTED = "was interrupted (KeyboardInterrupt)"
 
 
-def on_pending_signal(slot: str, exc) -> str | None:
+def on_pending_signal(slot: str, exc: BaseException | None) -> str | None:
     """The shim calls this when a Python signal handler raised as PJRT call
     ``slot`` was about to start: Ctrl-C pressed while jaxlib was in C++
     (serializing a module, preparing a dispatch). Without it the

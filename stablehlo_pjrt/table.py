@@ -168,7 +168,7 @@ def _build_extensions() -> int:
     return ctypes.addressof(ext)
 
 
-def capsule():
+def capsule() -> object:
     """The PJRT_Api table as the PyCapsule JAX's register_plugin expects."""
     build_api()
     return _shim.api_capsule()
