@@ -59,9 +59,9 @@ from .event import Completion
 SYNC, ASYNC, AUTO = "sync", "async", "auto"
 MAX_IN_FLIGHT = 32
 # Programs whose last run took less than this run inline in auto mode: a
-# round trip through the worker costs ~10-20 us of thread handoff and GIL
-# switching on this kind of machine, and the GIL leaves little to overlap
-# with a short run (see docs/runtime.md for the measurements).
+# round trip through the worker costs tens of microseconds of thread handoff
+# and GIL switching, and the GIL leaves little to overlap with a short run
+# (docs/runtime.md has the measurements).
 CHEAP_NS = 2_000_000
 
 _mode: list = []

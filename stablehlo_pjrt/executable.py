@@ -247,7 +247,7 @@ class ExecutableMeta:
         config ("hlo_with_config"), converted once with jaxlib's StableHLO ->
         HLO converter; the StableHLO itself ("mlir") if that fails. jaxlib
         asks for it three times per compile (layouts, cost analysis) and
-        converts an "mlir" program to HLO on every request, ~4 ms each.
+        converts an "mlir" program to HLO on every request, milliseconds each.
         A GSPMD program (PyTorch/XLA) stays StableHLO: :meth:`optimized_code`
         writes its result shardings into it, which XLA's C API client reads
         back."""
