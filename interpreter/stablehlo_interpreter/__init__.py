@@ -41,6 +41,8 @@ pyproject.toml (run by ``.ci/lint``) checks it. The tests may look inside.
   ``attribute_text``.
 * ``wrap_kernel``: make one op's kernel run through a wrapper (the plugin's
   fault injection breaks a kernel with it).
+* ``TRAITS``, ``with_trait``, ``has_trait``: the op traits the kernels are
+  registered with (the plugin's lowerings and sharding propagation ask them).
 """
 
 from . import config, dtypes, ops  # noqa: F401 - importing ops registers every kernel
@@ -59,7 +61,7 @@ from .errors import (
 from .isolate import prestart as prestart_bytecode_reader
 from .loader import MLIR_LOCK, Module, load
 from .ops.interpreter_ops import format_value
-from .registry import wrap_kernel
+from .registry import TRAITS, has_trait, with_trait, wrap_kernel
 from .spmd import (
     Mesh,
     Sharding,
@@ -103,4 +105,6 @@ __all__ = [
     "parse_sharding_per_value", "parse_gspmd_sharding",
     # fault injection
     "wrap_kernel",
+    # op traits (registry.TRAITS): the ops with one
+    "TRAITS", "with_trait", "has_trait",
 ]

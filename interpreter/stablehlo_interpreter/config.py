@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -94,7 +94,8 @@ class Setting(Generic[T]):
     default: T
     doc: str
     read: str = "first use"
-    _cache: dict = field(default_factory=dict, repr=False)
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    _key: object = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.read not in ("first use", "each use", "import"):
@@ -115,10 +116,10 @@ class Setting(Generic[T]):
     def value(self) -> T:
         cache = self._cache
         if self.read != "each use" and "value" in cache:
-            return cache["value"]
+            return cast(T, cache["value"])
         raw = _ENVIRON.get(self.name)
         if cache.get("raw", self) == raw:    # parsed before: the same text
-            return cache["value"]
+            return cast(T, cache["value"])
         value = self._parse(raw)
         cache["raw"], cache["value"] = raw, value
         return value
@@ -137,8 +138,8 @@ class Setting(Generic[T]):
         self._cache.clear()
 
 
-def _known(settings: Iterable[Setting]) -> dict[str, Setting]:
-    out: dict[str, Setting] = {}
+def _known(settings: Iterable[Setting[Any]]) -> dict[str, Setting[Any]]:
+    out: dict[str, Setting[Any]] = {}
     for s in settings:
         if s.name in out:
             raise ValueError(f"setting {s.name} declared twice")
@@ -207,7 +208,7 @@ MAX_NESTING: Setting[int] = Setting(
     "STABLEHLO_REF_MAX_NESTING", integer(minimum=1), 500,
     "deepest bracket/region nesting of MLIR text accepted before MLIR parses it")
 
-SETTINGS: tuple[Setting, ...] = (
+SETTINGS: tuple[Setting[Any], ...] = (
     TRACE_OPS, VALIDATE, NO_FOLD, FAST_LOOPS, FUSION, THREADS, MALLOC, PROBE_DIR,
     FULL_LOCATIONS, ISOLATE, ISOLATE_TIMEOUT, GRID_TIMEOUT, SMALL_GEMM_MACS, CONTEXT_SHARE,
     MAX_NESTING,
@@ -215,7 +216,7 @@ SETTINGS: tuple[Setting, ...] = (
 _known(SETTINGS)   # no name twice
 
 
-def describe(settings: Iterable[Setting] = SETTINGS) -> list[dict[str, object]]:
+def describe(settings: Iterable[Setting[Any]] = SETTINGS) -> list[dict[str, object]]:
     """Each setting with its current value: ``name``, ``value`` (parsed, or
     the error text of a value that does not parse), ``raw`` (the variable's
     text, None when unset), ``default``, ``read`` and ``doc``."""
@@ -231,7 +232,7 @@ def describe(settings: Iterable[Setting] = SETTINGS) -> list[dict[str, object]]:
     return rows
 
 
-def format_settings(settings: Iterable[Setting] = SETTINGS) -> str:
+def format_settings(settings: Iterable[Setting[Any]] = SETTINGS) -> str:
     """:func:`describe` as text, one setting per line plus its doc."""
     lines = []
     for row in describe(settings):
@@ -241,7 +242,7 @@ def format_settings(settings: Iterable[Setting] = SETTINGS) -> str:
     return "\n".join(lines)
 
 
-def reload(settings: Iterable[Setting] = SETTINGS) -> None:
+def reload(settings: Iterable[Setting[Any]] = SETTINGS) -> None:
     """Forget the values read so far (tests that change the environment)."""
     for s in settings:
         s.forget()

@@ -55,7 +55,7 @@ def _start():
                             stderr=subprocess.DEVNULL, env=env)
 
 
-def prestart():
+def prestart() -> None:
     """Start the helper now, without waiting for it (its imports then overlap
     with the caller's work; the PJRT client calls this: every program JAX
     sends is bytecode)."""

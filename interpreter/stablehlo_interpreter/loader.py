@@ -1,7 +1,10 @@
 """Loading modules: MLIR text, MLIR bytecode, or StableHLO portable artifacts."""
 
+from __future__ import annotations
+
 import re
 import threading
+from typing import Any
 
 from . import config as _config
 from . import isolate
@@ -70,18 +73,18 @@ def module_context():
 class Module:
     """A parsed module and the MLIR context that owns it."""
 
-    def __init__(self, context, module, source_kind):
+    def __init__(self, context: Any, module: Any, source_kind: str) -> None:
         self.context = context
         self.mlir = module
         self.source_kind = source_kind
 
     @property
-    def text(self):
+    def text(self) -> str:
         with MLIR_LOCK, self.context:
             return str(self.mlir)
 
 
-def load(data, *, name="<input>", trusted=False):
+def load(data: str | bytes, *, name: str = "<input>", trusted: bool = False) -> Module:
     """Parse ``data`` into a :class:`Module`.
 
     ``data`` is MLIR text (str, or bytes that decode as text), MLIR bytecode,

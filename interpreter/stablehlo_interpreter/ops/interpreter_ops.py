@@ -10,11 +10,14 @@ This module also holds the reference interpreter's text format for tensors
 ``interpreter.print`` and the conformance runner's FileCheck emulation use.
 """
 
+from __future__ import annotations
+
 import csv
 import os
 import re
 import sys
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -235,7 +238,7 @@ def _same(flat, first):
     return flat == first
 
 
-def format_value(value, ttype, dense=False):
+def format_value(value: Any, ttype: Any, dense: bool = False) -> str:
     """Any runtime value (tensor, tuple, token) in the reference format."""
     from ..types import TupleType
     if isinstance(ttype, TupleType):
