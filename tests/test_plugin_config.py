@@ -98,7 +98,10 @@ def test_execute_timeout_is_read_once_and_overridden(monkeypatch):
 
 
 def test_set_and_default_variable(monkeypatch):
-    monkeypatch.delenv("STABLEHLO_REF_NUM_DEVICES", raising=False)
+    # (setenv first: monkeypatch restores only variables it has recorded,
+    # and set_variable writes os.environ behind its back.)
+    monkeypatch.setenv("STABLEHLO_REF_NUM_DEVICES", "1")
+    monkeypatch.delenv("STABLEHLO_REF_NUM_DEVICES")
     config.default_variable(config.NUM_DEVICES, "2")
     assert config.NUM_DEVICES.value() == "2"
     config.default_variable(config.NUM_DEVICES, "3")
@@ -109,3 +112,4 @@ def test_set_and_default_variable(monkeypatch):
     from stablehlo_pjrt.client import configured_num_devices
     assert configured_num_devices() == 5
     assert configured_num_devices({"num_devices": 3}) == 3
+
