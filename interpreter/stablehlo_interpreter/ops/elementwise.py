@@ -99,7 +99,7 @@ def via_f64_ufunc(ufunc, dtypes, rdtype):
     None when that does not apply. One ufunc call that casts in its own
     cache-sized buffers: the bits of ``round_f64(ufunc(x.astype(F64)))``
     (the same float64 loop on the same values, the same cast) without two
-    full-size float64 temporaries (exp of 1e6 f32: 4.5 -> 1.2 ms)."""
+    full-size float64 temporaries (exp of 1e6 f32: 1.2 ms, 4.5 ms with the casts)."""
     rdtype = np.dtype(rdtype)
     if not isinstance(ufunc, np.ufunc) or ufunc.nout != 1 or ufunc.nin != len(dtypes) \
             or rdtype not in (F32, F16) or any(np.dtype(d) not in (F32, F16) for d in dtypes):
