@@ -126,9 +126,13 @@ def load(data: str | bytes, *, name: str = "<input>", trusted: bool = False) -> 
                     module = _parse_with_newer_ops(data)
                     if module is None:
                         msg = _message(e, diags)
+                        cut = truncation_hint(data)
                         err = LoadError(f"{name}: expected a StableHLO module in MLIR text "
-                                        f"form; parsing failed:\n{msg}")
-                        err.unknown_ops = _unknown_ops(msg, name)
+                                        f"form; parsing failed:\n{msg}"
+                                        + (f"\nhint: {cut}" if cut else ""))
+                        # An op name cut short is not an op the interpreter lacks.
+                        err.unknown_ops = [] if cut else _unknown_ops(msg, name)
+                        err.truncated = bool(cut)
                         raise err from None
             if "vhlo." in data[:4096] and _has_vhlo(module):
                 raise LoadError(f"{name}: textual VHLO is not supported; pass the portable "
@@ -172,6 +176,21 @@ def check_text_nesting(text, name="<input>"):
             f"{name}:{line}: brackets/regions nest deeper than {limit} levels "
             "(MLIR's parser recurses once per level and would overflow the stack; "
             "STABLEHLO_REF_MAX_NESTING raises the limit)")
+
+
+def truncation_hint(text):
+    """A sentence saying the text looks cut short (it ends with regions or
+    brackets still open), or None. Only called once parsing has failed."""
+    stripped = _STRING.sub('""', text) if '"' in text else text
+    stripped = re.sub(r"//[^\n]*", "", stripped)
+    open_braces = stripped.count("{") - stripped.count("}")
+    open_parens = stripped.count("(") - stripped.count(")")
+    if open_braces <= 0 and open_parens <= 0:
+        return None
+    what = ", ".join(f"{n} unclosed '{c}'" for n, c in ((open_braces, "{"), (open_parens, "("))
+                     if n > 0)
+    return (f"the text ends with {what}: the file may be cut short (an incomplete "
+            "download or copy); check its end")
 
 
 _ESCAPE = re.compile(r'\\([0-9A-Fa-f]{2})|\\(.)', re.S)
