@@ -492,6 +492,14 @@ static _Alignas(16) unsigned char g_api[API_STORAGE_BYTES];
 static int g_api_ready = 0;
 
 #define MAX_GETTER_OUTS 2
+/* Execute's fast path reads these fields: offsets in the args struct
+ * (executable, options, argument_lists, num_devices, num_args, output_lists,
+ * device_complete_events, execute_device), then in PJRT_ExecuteOptions (the
+ * struct_size it needs, num_send_ops, num_recv_ops,
+ * num_non_donatable_input_indices). */
+enum { FX_EXE, FX_OPTIONS, FX_LISTS, FX_NDEV, FX_NARGS, FX_OUTS, FX_EVENTS, FX_DEVICE,
+       FX_OPT_SIZE, FX_OPT_SEND, FX_OPT_RECV, FX_OPT_NONDON, FAST_FIELDS };
+#define FAST_MAX_ARGS 256
 
 typedef struct {
   PyObject *handler; /* strong ref; NULL -> UNIMPLEMENTED */
@@ -513,9 +521,38 @@ typedef struct {
   int n_outs;
   size_t out_offset[MAX_GETTER_OUTS];
   int out_size[MAX_GETTER_OUTS];
+  /* constant: the getter's outputs never change while its handle is live
+   * (a buffer's device, an executable's output count): answered from
+   * g_const_cache without calling Python once seen; handles.release calls
+   * forget(handle). */
+  int constant;
+  /* fast: Execute's common case (see fast_execute); NULL for other slots. */
+  PyObject *fast;
+  size_t fast_off[FAST_FIELDS];
+  /* The slots of PJRT_Buffer_Device and PJRT_Buffer_Memory (constant
+   * getters), whose answers for its outputs the fast path knows: put in the
+   * cache at once (jaxlib asks both for every output). -1: none. */
+  int device_slot, memory_slot;
 } Slot;
 
 static Slot g_slots[MAX_SLOTS];
+
+/* The constant getters' answers, keyed by (slot, handle): direct-mapped (a
+ * collision replaces the older entry), read and written under the GIL. */
+#define CONST_CACHE_SIZE 1024
+typedef struct {
+  void *handle; /* NULL: empty */
+  int slot;
+  uint64_t v[MAX_GETTER_OUTS];
+} ConstEntry;
+static ConstEntry g_const_cache[CONST_CACHE_SIZE];
+static int g_const_slots[MAX_SLOTS]; /* the slots with `constant` set */
+static int g_n_const_slots = 0;
+
+static ConstEntry *const_entry(int slot, void *handle) {
+  uint64_t x = (uint64_t)(uintptr_t)handle * 0x9E3779B97F4A7C15ull + (uint64_t)slot * 0xC2B2AE3D27D4EB4Full;
+  return &g_const_cache[(x >> 32) & (CONST_CACHE_SIZE - 1)];
+}
 static PyObject *g_trace_hook = NULL;
 /* Called as hook(slot_name, exception) when a Python signal handler raised
  * as a handler was about to start (Ctrl-C pressed while jaxlib was busy in
@@ -659,6 +696,98 @@ static int write_getter_outputs(const Slot *s, char *args, PyObject *res) {
   return 0;
 }
 
+static void *read_ptr(const char *p) { void *v; memcpy(&v, p, sizeof v); return v; }
+static size_t read_size(const char *p) { size_t v; memcpy(&v, p, sizeof v); return v; }
+
+static void const_remember(int slot, void *handle, void *value) {
+  ConstEntry *e;
+  if (slot < 0 || !g_slots[slot].constant || handle == NULL) return;
+  e = const_entry(slot, handle);
+  e->handle = handle;
+  e->slot = slot;
+  e->v[0] = (uint64_t)(uintptr_t)value;
+  e->v[1] = 0;
+}
+
+/* PJRT_LoadedExecutable_Execute's common case without ctypes: one device
+ * (execute_device NULL), no send/recv callbacks, no non-donatable indices,
+ * output list present. Calls fast(executable, (argument handles...)), which
+ * returns (output handles, device handle, memory handles): the outputs are
+ * written to output_lists[0] (their device and memory to the constant
+ * getters' cache) and a ready event to device_complete_events[0] (an inline
+ * run has finished). Returns 0, having
+ * done nothing, when the call is not that case or fast returns None (the
+ * handler then does all of it, checks and errors included); 1 when handled,
+ * with *err set on failure. Called with the GIL held. */
+static int fast_execute(Slot *s, char *args, PJRT_Error **err) {
+  const size_t *o = s->fast_off;
+  void *exe = read_ptr(args + o[FX_EXE]);
+  const char *opts = (const char *)read_ptr(args + o[FX_OPTIONS]);
+  void *const *const *lists = (void *const *const *)read_ptr(args + o[FX_LISTS]);
+  size_t ndev = read_size(args + o[FX_NDEV]), nargs = read_size(args + o[FX_NARGS]), i;
+  void **const *outs = (void **const *)read_ptr(args + o[FX_OUTS]);
+  void **events = (void **)read_ptr(args + o[FX_EVENTS]);
+  PyObject *handles, *exe_obj, *res, *out_handles, *memories;
+  void *device;
+  Py_ssize_t n;
+  if (ndev != 1 || read_ptr(args + o[FX_DEVICE]) != NULL || nargs > FAST_MAX_ARGS ||
+      outs == NULL || outs[0] == NULL || (nargs && (lists == NULL || lists[0] == NULL)))
+    return 0;
+  if (opts != NULL && (read_size(opts) < o[FX_OPT_SIZE] || read_size(opts + o[FX_OPT_SEND]) ||
+                       read_size(opts + o[FX_OPT_RECV]) || read_size(opts + o[FX_OPT_NONDON])))
+    return 0;
+  handles = PyTuple_New((Py_ssize_t)nargs);
+  if (handles == NULL) goto failed;
+  for (i = 0; i < nargs; i++) {
+    PyObject *h = PyLong_FromVoidPtr(lists[0][i]);
+    if (h == NULL) {
+      Py_DECREF(handles);
+      goto failed;
+    }
+    PyTuple_SET_ITEM(handles, (Py_ssize_t)i, h);
+  }
+  exe_obj = PyLong_FromVoidPtr(exe);
+  res = exe_obj ? PyObject_CallFunctionObjArgs(s->fast, exe_obj, handles, NULL) : NULL;
+  Py_XDECREF(exe_obj);
+  Py_DECREF(handles);
+  if (res == NULL) goto failed;
+  if (res == Py_None) {
+    Py_DECREF(res);
+    return 0;
+  }
+  if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 3 ||
+      !PyTuple_Check(out_handles = PyTuple_GET_ITEM(res, 0)) ||
+      !PyTuple_Check(memories = PyTuple_GET_ITEM(res, 2)) ||
+      PyTuple_GET_SIZE(memories) != PyTuple_GET_SIZE(out_handles)) {
+    Py_DECREF(res);
+    PyErr_SetString(PyExc_TypeError, "Execute's fast path must return None or "
+                    "(outputs, device, memories)");
+    goto failed;
+  }
+  device = PyLong_AsVoidPtr(PyTuple_GET_ITEM(res, 1));
+  n = PyTuple_GET_SIZE(out_handles);
+  for (i = 0; i < (size_t)n; i++) {
+    void *h = PyLong_AsVoidPtr(PyTuple_GET_ITEM(out_handles, (Py_ssize_t)i));
+    void *m = PyLong_AsVoidPtr(PyTuple_GET_ITEM(memories, (Py_ssize_t)i));
+    if (PyErr_Occurred()) {
+      Py_DECREF(res);
+      goto failed;
+    }
+    outs[0][i] = h;
+    const_remember(s->device_slot, h, device);
+    const_remember(s->memory_slot, h, m);
+  }
+  Py_DECREF(res);
+  if (events != NULL) {
+    events[0] = event_new(1, CODE_OK, NULL, 0, 1);
+    if (events[0] == NULL) *err = &kOutOfMemoryError;
+  }
+  return 1;
+failed:
+  *err = error_from_exception(s->name);
+  return 1;
+}
+
 static PJRT_Error *dispatch(int slot, void *args) {
   Slot *s = &g_slots[slot];
   PJRT_Error *err = NULL;
@@ -714,15 +843,34 @@ static PJRT_Error *dispatch(int slot, void *args) {
     err = error_new_cstr(CODE_UNIMPLEMENTED, buf);
   } else {
     int full = args != NULL && s->args_size && *(const size_t *)args >= s->args_size;
-    if (full && s->getter != NULL) {
+    if (full && s->fast != NULL && fast_execute(s, (char *)args, &err)) {
+      /* done (err: its failure) */
+    } else if (full && s->getter != NULL) {
       void *handle = *(void *const *)((const char *)args + s->in_offset);
+      ConstEntry *e = s->constant && handle != NULL ? const_entry(slot, handle) : NULL;
+      if (e != NULL && e->handle == handle && e->slot == slot) {
+        int i;
+        for (i = 0; i < s->n_outs; i++)
+          memcpy((char *)args + s->out_offset[i], &e->v[i], (size_t)s->out_size[i]);
+        goto done;
+      }
       arg = PyLong_FromVoidPtr(handle);
       res = arg ? PyObject_CallOneArg(s->getter, arg) : NULL;
       Py_XDECREF(arg);
       if (res == NULL) {
         err = error_from_exception(s->name);
       } else {
-        if (write_getter_outputs(s, (char *)args, res) != 0) err = error_from_exception(s->name);
+        if (write_getter_outputs(s, (char *)args, res) != 0) {
+          err = error_from_exception(s->name);
+        } else if (e != NULL) {
+          int i;
+          e->handle = handle;
+          e->slot = slot;
+          for (i = 0; i < s->n_outs; i++) {
+            e->v[i] = 0;
+            memcpy(&e->v[i], (char *)args + s->out_offset[i], (size_t)s->out_size[i]);
+          }
+        }
         Py_DECREF(res);
       }
     } else {
@@ -792,17 +940,52 @@ static void *const g_trampolines[MAX_SLOTS] = {
 
 static PyObject *py_set_slot(PyObject *self, PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"index", "name", "handler", "quiet", "direct", "args_size",
-                           "getter", "in_offset", "outs", NULL};
-  int slot, quiet, n_outs = 0, i;
+                           "getter", "in_offset", "outs", "constant", "fast", "fast_offsets",
+                           "device_slot", "memory_slot", NULL};
+  int slot, quiet, n_outs = 0, i, constant = 0, device_slot = -1, memory_slot = -1;
   const char *name;
-  PyObject *handler, *direct = Py_None, *getter = Py_None, *outs = NULL;
+  PyObject *handler, *direct = Py_None, *getter = Py_None, *outs = NULL, *fast = Py_None;
+  PyObject *fast_offsets = NULL;
   Py_ssize_t args_size = 0, in_offset = 0;
   size_t out_offset[MAX_GETTER_OUTS] = {0};
   int out_size[MAX_GETTER_OUTS] = {0};
+  size_t fast_off[FAST_FIELDS] = {0};
   (void)self;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "isOp|OnOnO", kwlist, &slot, &name, &handler,
-                                   &quiet, &direct, &args_size, &getter, &in_offset, &outs))
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "isOp|OnOnOpOOii", kwlist, &slot, &name,
+                                   &handler, &quiet, &direct, &args_size, &getter, &in_offset,
+                                   &outs, &constant, &fast, &fast_offsets, &device_slot,
+                                   &memory_slot))
     return NULL;
+  if (device_slot < -1 || device_slot >= MAX_SLOTS || memory_slot < -1 ||
+      memory_slot >= MAX_SLOTS) {
+    PyErr_SetString(PyExc_IndexError, "device_slot/memory_slot out of range");
+    return NULL;
+  }
+  if (fast != Py_None) {
+    /* fast_offsets: FAST_FIELDS sizes and offsets (the enum's order); the
+     * args fields inside args_size. */
+    if (!PyCallable_Check(fast) || fast_offsets == NULL || !PyTuple_Check(fast_offsets) ||
+        PyTuple_GET_SIZE(fast_offsets) != FAST_FIELDS || args_size <= 0) {
+      PyErr_SetString(PyExc_ValueError, "fast needs a callable, args_size and the offsets");
+      return NULL;
+    }
+    for (i = 0; i < FAST_FIELDS; i++) {
+      Py_ssize_t v = PyLong_AsSsize_t(PyTuple_GET_ITEM(fast_offsets, i));
+      if (v < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "negative offset");
+        return NULL;
+      }
+      if (i < FX_OPT_SIZE && (size_t)v + sizeof(void *) > (size_t)args_size) {
+        PyErr_SetString(PyExc_ValueError, "an Execute field outside the args struct");
+        return NULL;
+      }
+      if (i > FX_OPT_SIZE && (size_t)v + sizeof(size_t) > fast_off[FX_OPT_SIZE]) {
+        PyErr_SetString(PyExc_ValueError, "an ExecuteOptions field past its struct_size");
+        return NULL;
+      }
+      fast_off[i] = (size_t)v;
+    }
+  }
   if (slot < 0 || slot >= MAX_SLOTS) {
     PyErr_Format(PyExc_IndexError, "slot %d out of range (max %d)", slot, MAX_SLOTS);
     return NULL;
@@ -842,7 +1025,16 @@ static PyObject *py_set_slot(PyObject *self, PyObject *args, PyObject *kwargs) {
     char *copy = strdup(name);
     Slot *s = &g_slots[slot];
     PyObject *old = s->handler, *old_direct = s->direct, *old_getter = s->getter;
+    PyObject *old_fast = s->fast;
     if (copy == NULL) return PyErr_NoMemory();
+    /* Answers cached for the previous wiring go (a rare event: tracing
+     * switched, a fault installed). */
+    memset(g_const_cache, 0, sizeof g_const_cache);
+    s->constant = constant && getter != Py_None;
+    s->fast = fast == Py_None ? NULL : (Py_INCREF(fast), fast);
+    memcpy(s->fast_off, fast_off, sizeof fast_off);
+    s->device_slot = device_slot;
+    s->memory_slot = memory_slot;
     free(s->name);
     s->name = copy;
     s->quiet = quiet;
@@ -859,6 +1051,10 @@ static PyObject *py_set_slot(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_XDECREF(old);
     Py_XDECREF(old_direct);
     Py_XDECREF(old_getter);
+    Py_XDECREF(old_fast);
+    g_n_const_slots = 0;
+    for (i = 0; i < MAX_SLOTS; i++)
+      if (g_slots[i].constant) g_const_slots[g_n_const_slots++] = i;
   }
   return PyLong_FromVoidPtr(g_trampolines[slot]);
 }
@@ -1181,6 +1377,24 @@ static PyObject *py_ready_events(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* forget(handle): the constant getters' cached answers for `handle` go (it
+ * is released; the address may name another object later). */
+static PyObject *py_forget(PyObject *self, PyObject *arg) {
+  void *handle = PyLong_AsVoidPtr(arg);
+  int k;
+  (void)self;
+  if (handle == NULL) {
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+  }
+  for (k = 0; k < g_n_const_slots; k++) {
+    int slot = g_const_slots[k];
+    ConstEntry *e = const_entry(slot, handle);
+    if (e->handle == handle && e->slot == slot) e->handle = NULL;
+  }
+  Py_RETURN_NONE;
+}
+
 static PyObject *py_c_helpers(PyObject *self, PyObject *noargs) {
   (void)self; (void)noargs;
   return Py_BuildValue("{s:N,s:N}",
@@ -1267,7 +1481,8 @@ static PyObject *py_call_slot_with_pending_error(PyObject *self, PyObject *args)
 static PyMethodDef kMethods[] = {
     {"set_slot", (PyCFunction)(void (*)(void))py_set_slot, METH_VARARGS | METH_KEYWORDS,
      "set_slot(index, name, handler, quiet, direct=None, args_size=0, getter=None, "
-     "in_offset=0, outs=()) -> trampoline address"},
+     "in_offset=0, outs=(), constant=False, fast=None, fast_offsets=None, device_slot=-1, "
+     "memory_slot=-1) -> trampoline address"},
     {"c_functions", py_c_functions, METH_NOARGS,
      "Addresses of the PJRT functions implemented in C."},
     {"api_address", py_api_address, METH_NOARGS,
@@ -1293,6 +1508,7 @@ static PyMethodDef kMethods[] = {
     {"blob_new", py_blob_new, METH_O, "Copies bytes into C memory freed by blob_free."},
     {"blob_data", py_blob_data, METH_O, "Address of a blob's bytes."},
     {"c_helpers", py_c_helpers, METH_NOARGS, "Addresses of C deleters."},
+    {"forget", py_forget, METH_O, "forget(handle): drops the cached getter answers of handle."},
     {"read_pointer_lists", py_read_pointer_lists, METH_VARARGS,
      "read_pointer_lists(lists, n_lists, n_each) -> list of lists of addresses"},
     {"write_pointer_lists", py_write_pointer_lists, METH_VARARGS,

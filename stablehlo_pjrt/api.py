@@ -46,6 +46,7 @@ from .handles import (
     c_helper,
     lookup,
     maybe_lookup,
+    peek,
     read_named_values,
     release,
 )
@@ -57,10 +58,14 @@ HANDLERS: dict = {}
 # trampoline calls the handler without the _sized wrapper when the caller's
 # struct is at least that large).
 ARGS_SIZES: dict = {}
-# "PJRT_<name>" -> (getter, in_offset, ((out_offset, out_size), ...)): calls
-# that read one object and write fields, served by the C trampoline through
-# getter(handle) (see _shim.c, Slot).
+# "PJRT_<name>" -> (getter, in_offset, ((out_offset, out_size), ...), constant):
+# calls that read one object and write fields, served by the C trampoline
+# through getter(handle) (see _shim.c, Slot); a constant getter's answer is
+# cached in C until the handle is released.
 GETTERS: dict = {}
+# "PJRT_<name>" -> (fast, offsets): a C fast path of the call's common case
+# (_shim.c, fast_execute), which calls fast() with the values it read.
+FAST_PATHS: dict = {}
 
 
 def handler(fn):
@@ -74,14 +79,18 @@ def handler(fn):
     return fn
 
 
-def getter(in_field, *out_fields):
+def getter(in_field, *out_fields, constant=False):
     """A handler for a call that only reads the object its args name in
     ``in_field`` and writes ``out_fields`` (none: a call such as a Destroy):
     the decorated ``fn(handle)`` returns the value of the out field (a tuple
     for several). The C
     trampoline calls it directly (no args struct built in Python); traced
     calls and callers with an older, smaller struct go through the plain
-    handler made here, which does the same through ctypes."""
+    handler made here, which does the same through ctypes.
+
+    ``constant``: the answer never changes while the handle is live (jaxlib
+    asks some of these on every Execute): the trampoline keeps it and
+    answers later calls without Python, until ``handles.release``."""
     def deco(fn):
         name = "PJRT_" + fn.__name__
         cls = _ARGS[name]
@@ -100,7 +109,7 @@ def getter(in_field, *out_fields):
         handler(plain)
         GETTERS[name] = (fn, getattr(cls, in_field).offset,
                          tuple((getattr(cls, f).offset, getattr(cls, f).size)
-                               for f in out_fields))
+                               for f in out_fields), constant and bool(out_fields))
         return fn
     return deco
 
@@ -573,7 +582,7 @@ def Memory_Id(ptr):
     a.id = _memory(a.memory).id
 
 
-@getter("memory", "kind", "kind_size")
+@getter("memory", "kind", "kind_size", constant=True)
 def Memory_Kind(h):
     kind = _memory(h).kind_c
     return kind.address, kind.size
@@ -657,17 +666,17 @@ def Executable_Name(ptr):
     a.executable_name_size = name.size
 
 
-@getter("executable", "num_replicas")
+@getter("executable", "num_replicas", constant=True)
 def Executable_NumReplicas(h):
     return _executable(h).num_replicas
 
 
-@getter("executable", "num_partitions")
+@getter("executable", "num_partitions", constant=True)
 def Executable_NumPartitions(h):
     return _executable(h).num_partitions
 
 
-@getter("executable", "num_outputs")
+@getter("executable", "num_outputs", constant=True)
 def Executable_NumOutputs(h):
     return _executable(h).num_outputs
 
@@ -963,6 +972,31 @@ def LoadedExecutable_Execute(ptr):
         interrupt.rearm_interrupt()  # last: KeyboardInterrupt in the caller
 
 
+def _execute_fast(executable: int, arguments: tuple[int, ...]):
+    """LoadedExecutable_Execute's common case, called by the C trampoline
+    (_shim.c, fast_execute) with the executable's handle and one device's
+    argument handles, read without ctypes: LoadedExecutable.execute_fast's
+    answer (None: the call needs the handler above, which then does all of
+    it)."""
+    exe = peek(executable)
+    if type(exe) is not LoadedExecutable:
+        return None
+    return exe.execute_fast(arguments)
+
+
+def _execute_fast_offsets() -> tuple[int, ...]:
+    a, o = C.LoadedExecutable_Execute_Args, C.PJRT_ExecuteOptions
+    return (a.executable.offset, a.options.offset, a.argument_lists.offset,
+            a.num_devices.offset, a.num_args.offset, a.output_lists.offset,
+            a.device_complete_events.offset, a.execute_device.offset,
+            o.num_non_donatable_input_indices.offset + ctypes.sizeof(ctypes.c_size_t),
+            o.num_send_ops.offset, o.num_recv_ops.offset,
+            o.num_non_donatable_input_indices.offset)
+
+
+FAST_PATHS["PJRT_LoadedExecutable_Execute"] = (_execute_fast, _execute_fast_offsets())
+
+
 # ----------------------------------------------------------------------------
 # Buffers
 # ----------------------------------------------------------------------------
@@ -984,18 +1018,18 @@ def Buffer_Destroy(h):
         trace.note(obj=buf)
 
 
-@getter("buffer", "type")
+@getter("buffer", "type", constant=True)
 def Buffer_ElementType(h):
     return _buffer(h).type
 
 
-@getter("buffer", "dims", "num_dims")
+@getter("buffer", "dims", "num_dims", constant=True)
 def Buffer_Dimensions(h):
     buf = _buffer(h)
     return buf.dims_array(), len(buf.shape)
 
 
-@getter("buffer", "unpadded_dims", "num_dims")
+@getter("buffer", "unpadded_dims", "num_dims", constant=True)
 def Buffer_UnpaddedDimensions(h):
     buf = _buffer(h)
     return buf.dims_array(), len(buf.shape)
@@ -1022,12 +1056,12 @@ def Buffer_OnDeviceSizeInBytes(h):
     return buf.nbytes
 
 
-@getter("buffer", "device")
+@getter("buffer", "device", constant=True)
 def Buffer_Device(h):
     return _buffer(h).device.handle
 
 
-@getter("buffer", "memory")
+@getter("buffer", "memory", constant=True)
 def Buffer_Memory(h):
     return _buffer(h).memory.handle
 

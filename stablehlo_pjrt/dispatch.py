@@ -306,6 +306,19 @@ def run_inline(run_ns: int, callbacks: bool = False, traced: bool = False) -> bo
     return _worker.pending == 0 and run_ns < CHEAP_NS
 
 
+def runs_inline_now(run_ns: int) -> bool:
+    """Whether a program without host callbacks, run with no op tracer
+    active, runs inline with nothing to wait for: :func:`run_inline`'s answer
+    when no work is queued (False when some is: the caller then asks
+    run_inline, which waits for it)."""
+    if _worker.pending:
+        return False
+    m = _mode[0] if _mode else mode()
+    if m == AUTO:
+        return run_ns < CHEAP_NS
+    return m == SYNC or _worker.stopped
+
+
 def reserve() -> None:
     """Takes a place in the queue for a task about to be submitted; waits
     while MAX_IN_FLIGHT tasks are in flight (KeyboardInterrupt in the main

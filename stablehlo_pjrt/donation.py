@@ -239,7 +239,7 @@ def run_donating(meta, argument_lists, inputs, donations, ownerships, process=(0
     return meta.program.run_parallel(inputs, consume=True, **parallel)
 
 
-def _root(a):
+def root_id(a):
     """The object owning ``a``'s memory (views share it with their base)."""
     while isinstance(a, np.ndarray) and a.base is not None:
         a = a.base
@@ -256,8 +256,8 @@ class OutputOwnership:
 
     def __init__(self, inputs, donated: dict[int, int], borrowed):
         # Output index -> root of the array donated to it.
-        self.donated_roots = {k: _root(inputs[i]) for i, k in donated.items()} if donated else {}
-        self.input_roots = {_root(a) for i, a in enumerate(inputs)
+        self.donated_roots = {k: root_id(inputs[i]) for i, k in donated.items()} if donated else {}
+        self.input_roots = {root_id(a) for i, a in enumerate(inputs)
                             if isinstance(a, np.ndarray) and i not in donated}
         self.seen = set()
         self.borrowed = borrowed
@@ -279,7 +279,7 @@ class OutputOwnership:
             # Written only if nothing else refers to the donated shard: two
             # references (``target`` and getrefcount's argument); another
             # buffer sharing the array (copies between devices do) adds one.
-            if (target is not None and _root(array) != _root(target)
+            if (target is not None and root_id(array) != root_id(target)
                     and _getrefcount(target) == 2 and target.nbytes == array.nbytes
                     and (target.base is None or _getrefcount(target.base) == 2)):
                 # (A view of a whole array: its base is referenced by the
@@ -298,7 +298,7 @@ class OutputOwnership:
                 target.flags.writeable = False
                 return out
             target = None
-        root = _root(array)
+        root = root_id(array)
         must_copy = (root in self.input_roots or root in self.seen
                      or (not array.flags.writeable
                          and self.donated_roots.get(index) != root))
@@ -312,6 +312,6 @@ class OutputOwnership:
             must_copy = True
         if must_copy:
             array = np.array(array, order="C", copy=True)
-            root = _root(array)
+            root = root_id(array)
         self.seen.add(root)
         return array

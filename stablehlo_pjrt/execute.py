@@ -23,7 +23,7 @@ from .device import Device
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
 from .event import Completion
 from .executable import ExecutableMeta, encode_device_assignment
-from .handles import pointer_array, register
+from .handles import peek, pointer_array, register
 
 _shi = None
 
@@ -85,7 +85,7 @@ class LoadedExecutable:
 
     __slots__ = ("handle", "meta", "client", "devices", "logical_ids", "deleted",
                  "run_ns", "devices_c", "logical_ids_c", "assignment_bytes",
-                 "_memories")
+                 "_memories", "_fast")
 
     def __init__(self, client, meta: ExecutableMeta):
         from ._capi import PJRT_LogicalDeviceIds
@@ -119,6 +119,7 @@ class LoadedExecutable:
         self.logical_ids_c = ids
         self.assignment_bytes = encode_device_assignment(assignment)
         self._memories = {}
+        self._fast = None  # execute_fast's plan: made at its first call
         register(self)
 
     def __str__(self):
@@ -163,6 +164,73 @@ class LoadedExecutable:
         if inline:
             return self._execute_now(devices, argument_lists, donations, process)
         return self._dispatch(devices, argument_lists, donations, process, launch_id)
+
+    # -- the common case ------------------------------------------------------
+
+    def execute_fast(self, handles: tuple[int, ...]
+                     ) -> tuple[tuple[int, ...], int, tuple[int, ...]] | None:
+        """:meth:`execute` of the common case, on one device's argument
+        handles (Execute's C fast path, _shim.c, which writes what this
+        returns: the output handles, the device's and each output memory's
+        handle): one device, no donation, no
+        SPMD, no host callbacks, no time limit or op tracer, the inputs
+        ready and alive, the program cheap enough to
+        run inline with nothing queued. Returns the output handles, or None
+        when the call is not that case, before doing anything (the full path
+        then runs it, and reports bad arguments). The outputs are what the
+        full path makes, run by the same interpreter call."""
+        plan = self._fast
+        if plan is None:
+            plan = self._fast = self._fast_plan()
+        if (not plan or self.deleted or len(handles) != plan[0] or interrupt.execute_timeout()
+                or not dispatch.runs_inline_now(self.run_ns) or _op_tracer_active()):
+            return None
+        _, device, memories, memory_handles, program, buffer_types, dtypes, shapes = plan
+        inputs = []
+        borrowed = None
+        for h in handles:
+            b = peek(h)
+            # Buffer.live_array's common case: ready, alive, no error.
+            if b.__class__ is not Buffer or b.ready is not None or b.deleted or b.error is not None:
+                return None
+            inputs.append(b.array)
+            if b.borrowed:  # caller-owned memory: no result may alias it
+                borrowed = [b.array] if borrowed is None else borrowed + [b.array]
+        t0 = perf_counter_ns()
+        try:
+            results = program.run(*inputs)
+        except KeyboardInterrupt:
+            outputs = self._interrupted([device])[0]
+            interrupt.rearm_interrupt()  # in the caller, once Execute returns
+            return tuple(b.handle for b in outputs), device.handle, memory_handles
+        except _interpreter().InterpreterError as e:
+            raise self._failure(e, 0) from None
+        self._ran(perf_counter_ns() - t0)
+        owned = _owned_results(results, inputs, dtypes, shapes)
+        if owned is None:  # anything unusual: the full path's checks
+            owned = self._result_values(
+                results, donation.OutputOwnership(inputs, {}, borrowed or ()))
+        return (tuple([Buffer(v, bt, device, mem).handle
+                       for v, bt, mem in zip(owned, buffer_types, memories)]),
+                device.handle, memory_handles)
+
+    def _fast_plan(self):
+        """What :meth:`execute_fast` needs of this executable, or False when
+        its runs never take that path."""
+        meta = self.meta
+        if (len(self.devices) != 1 or meta.spmd is not None or meta.host_callbacks is not None
+                or meta.aliased_params or meta.num_replicas * meta.num_partitions != 1
+                or BufferType.TOKEN in meta.output_buffer_types):
+            return False
+        device = self.devices[0]
+        try:
+            memories = self._output_memories(device)
+        except PjrtError:
+            return False  # the full path reports it
+        return (len(meta.input_types), device, tuple(memories),
+                tuple(m.handle for m in memories), meta.program,
+                tuple(meta.output_buffer_types), tuple(meta.output_dtypes),
+                tuple(meta.output_shapes))
 
     def _process(self, execute_device) -> tuple[int, int]:
         """(replica, partition) of a launch on one device of the executable;
@@ -268,14 +336,20 @@ class LoadedExecutable:
             raise PjrtError(ErrorCode.DEADLINE_EXCEEDED, _timeout_text(meta, limit, None)) \
                 from None
         except shi.InterpreterError as e:
-            if isinstance(e.__cause__, interrupt.ExecutionTimeout):
-                raise PjrtError(ErrorCode.DEADLINE_EXCEEDED,
-                                _timeout_text(meta, limit, e)) from None
-            # A buffer that does not match its parameter is the caller's
-            # mistake (INVALID_ARGUMENT, as XLA reports it); the rest is ours.
-            code = (ErrorCode.INVALID_ARGUMENT if isinstance(e, shi.ArgumentError)
-                    else ErrorCode.INTERNAL)
-            raise PjrtError(code, f"stablehlo_ref execution of {meta.name} failed: {e}") from None
+            raise self._failure(e, limit) from None
+
+    def _failure(self, e, limit) -> PjrtError:
+        """The PjrtError of a run that failed with InterpreterError ``e``
+        (``limit``: the time limit it ran under)."""
+        shi = _interpreter()
+        meta = self.meta
+        if isinstance(e.__cause__, interrupt.ExecutionTimeout):
+            return PjrtError(ErrorCode.DEADLINE_EXCEEDED, _timeout_text(meta, limit, e))
+        # A buffer that does not match its parameter is the caller's
+        # mistake (INVALID_ARGUMENT, as XLA reports it); the rest is ours.
+        code = (ErrorCode.INVALID_ARGUMENT if isinstance(e, shi.ArgumentError)
+                else ErrorCode.INTERNAL)
+        return PjrtError(code, f"stablehlo_ref execution of {meta.name} failed: {e}")
 
     # -- on the worker -------------------------------------------------------
 
@@ -454,6 +528,40 @@ def gather_inputs(name: str, argument_lists: Sequence[Sequence[Buffer]],
     ownerships = [donation.OutputOwnership(ins, donations[d] if donations else {}, borrowed)
                   for d, ins in enumerate(inputs)]
     return inputs, ownerships
+
+
+def _owned_results(results, inputs, dtypes, shapes) -> list | None:
+    """The results of an inline run without donation, as new buffers'
+    memory, when each is what :meth:`LoadedExecutable._result_values` keeps
+    as it is: an ndarray of the declared type and shape that owns its
+    writeable, C-contiguous memory (so it is no view of an input, the
+    caller's memory of a zero-copy one included), is no input (nor the
+    array an input is a view of) and no other result. None otherwise (the
+    caller then checks and copies as that method does)."""
+    if len(results) != len(dtypes):
+        return None
+    seen = None
+    for k, value in enumerate(results):
+        if value.__class__ is not np.ndarray or value.base is not None \
+                or value.dtype != dtypes[k] or value.shape != shapes[k]:
+            return None
+        flags = value.flags
+        if not (flags.writeable and flags.c_contiguous):
+            return None
+        for a in inputs:
+            while a is not value:
+                if a.__class__ is not np.ndarray or a.base is None:
+                    break
+                a = a.base
+            else:
+                return None
+        if k:  # (a single result, the common case, needs no set)
+            if seen is None:
+                seen = {id(results[0])}
+            if id(value) in seen:
+                return None
+            seen.add(id(value))
+    return results
 
 
 def _size(shape, dtype) -> int:

@@ -19,6 +19,10 @@ from .error import invalid_argument
 T = TypeVar("T")
 
 _objects: dict[int, object] = {}
+_forget = _shim.forget
+# The object a handle names, or None, unchecked: for the hot paths, which
+# check its type themselves (and take the checked path, lookup, otherwise).
+peek = _objects.get
 
 
 def register(obj: Any, handle: int | None = None) -> int:
@@ -31,6 +35,9 @@ def register(obj: Any, handle: int | None = None) -> int:
 def release(handle: int | None) -> object | None:
     if not handle:
         return None
+    # The C trampoline's cached getter answers (_shim.c, constant slots) go
+    # with the handle: its address may name another object later.
+    _forget(handle)
     return _objects.pop(handle, None)
 
 

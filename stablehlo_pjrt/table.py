@@ -62,10 +62,20 @@ def _set_slot(index: int, name: str, traced: bool = False) -> int:
     direct = getattr(fn, "__wrapped__", None)
     size = api.ARGS_SIZES.get(name, 0) if direct is not None else 0
     spec = api.GETTERS.get(name) if direct is not None else None
+    fast = api.FAST_PATHS.get(name) if direct is not None else None
+    if fast is not None:
+        # The fast path tells the cache of the constant getters
+        # PJRT_Buffer_Device and PJRT_Buffer_Memory its outputs' answers.
+        fast_fn, offsets = fast
+        return _shim.set_slot(index, name, fn, _is_quiet(name), direct, size,
+                              fast=fast_fn, fast_offsets=offsets,
+                              device_slot=C.API_FUNCTIONS.index("PJRT_Buffer_Device"),
+                              memory_slot=C.API_FUNCTIONS.index("PJRT_Buffer_Memory"))
     if spec is None:
         return _shim.set_slot(index, name, fn, _is_quiet(name), direct, size)
-    get, in_offset, outs = spec
-    return _shim.set_slot(index, name, fn, _is_quiet(name), direct, size, get, in_offset, outs)
+    get, in_offset, outs, constant = spec
+    return _shim.set_slot(index, name, fn, _is_quiet(name), direct, size, get, in_offset, outs,
+                          constant)
 
 
 # trace.add_hook/remove_hook (re)wire the table through set_tracing.

@@ -677,6 +677,101 @@ def test_execute_errors_are_reported_and_recoverable(client, monkeypatch):
     ok("PJRT_LoadedExecutable_Destroy", C.LoadedExecutable_Destroy_Args(executable=exe))
 
 
+TWO_OUTPUTS = """
+module @two {
+  func.func public @main(%a: tensor<2x3xf32>, %b: tensor<f32>) -> (tensor<2x3xf32>, tensor<2x3xf32>) {
+    %bb = stablehlo.broadcast_in_dim %b, dims = [] : (tensor<f32>) -> tensor<2x3xf32>
+    %s = stablehlo.add %a, %bb : tensor<2x3xf32>
+    %p = stablehlo.multiply %a, %bb : tensor<2x3xf32>
+    return %s, %p : tensor<2x3xf32>, tensor<2x3xf32>
+  }
+}
+"""
+
+
+def test_execute_fast_path_matches_the_full_path(client, monkeypatch):
+    """Execute's C fast path (one device, nothing unusual) and the full
+    handler (taken for an older caller's smaller struct) give the same
+    outputs; the fast path is taken, and falls back where it must: an
+    identity program's outputs are copies of its inputs either way, and a
+    deleted input fails as the full path fails."""
+    from stablehlo_pjrt import dispatch
+    from stablehlo_pjrt.execute import LoadedExecutable
+
+    answers = []
+    fast = LoadedExecutable.execute_fast
+
+    def counting(self, handles):
+        out = fast(self, handles)
+        answers.append(out is not None)
+        return out
+
+    monkeypatch.setattr(LoadedExecutable, "execute_fast", counting)
+    dispatch.set_mode("sync")  # inline: the fast path's case
+    try:
+        exe, err = compile_text(client, TWO_OUTPUTS)
+        assert err is None, err
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        bx, d1 = from_host(client, x, C.BufferType.F32)
+        by, d2 = from_host(client, np.array(2.5, np.float32), C.BufferType.F32)
+        (s1, p1), err = execute(exe, [bx, by], 2)
+        assert err is None and answers == [True]
+        full = C.struct_size(C.LoadedExecutable_Execute_Args) - 8  # no execute_device field
+        args = (ctypes.c_void_p * 2)(bx, by)
+        arg_lists = (ctypes.c_void_p * 1)(ctypes.addressof(args))
+        outs = (ctypes.c_void_p * 2)()
+        out_lists = (ctypes.c_void_p * 1)(ctypes.addressof(outs))
+        a = C.LoadedExecutable_Execute_Args(
+            executable=exe, argument_lists=ctypes.addressof(arg_lists), num_devices=1,
+            num_args=2, output_lists=ctypes.addressof(out_lists))
+        fn = FN(API.PJRT_LoadedExecutable_Execute)
+        a.struct_size = full
+        assert fn(ctypes.addressof(a)) is None
+        assert answers == [True]  # the full handler ran, not the fast path
+        for fast_out, full_out in ((s1, outs[0]), (p1, outs[1])):
+            np.testing.assert_array_equal(to_host(fast_out, np.float32, (2, 3)),
+                                          to_host(full_out, np.float32, (2, 3)))
+        np.testing.assert_array_equal(to_host(s1, np.float32, (2, 3)), x + 2.5)
+        np.testing.assert_array_equal(to_host(p1, np.float32, (2, 3)), x * 2.5)
+        # Outputs aliasing inputs (identity) are copied, also on the fast path.
+        ident, err = compile_text(client, IDENTITY)
+        bi, d3 = from_host(client, np.array(7, np.int32), C.BufferType.S32)
+        (o1, o2), err = execute(ident, [bx, bi], 2)
+        assert err is None and answers[-1] is True
+        np.testing.assert_array_equal(to_host(o2, np.float32, (2, 3)), x)
+        destroy_buffer(bx)
+        np.testing.assert_array_equal(to_host(o2, np.float32, (2, 3)), x)
+        # A deleted input: the fast path declines, the full path reports it.
+        _, err = execute(exe, [bx, by], 2)
+        assert err[0] == C.ErrorCode.INVALID_ARGUMENT and "PJRT_Buffer" in err[1]
+        for b in (by, bi, s1, p1, outs[0], outs[1], o1, o2):
+            destroy_buffer(b)
+        for d in (d1, d2, d3):
+            event_destroy(d)
+        for e in (exe, ident):
+            ok("PJRT_LoadedExecutable_Destroy", C.LoadedExecutable_Destroy_Args(executable=e))
+    finally:
+        dispatch.set_mode("auto")
+
+
+def test_constant_getter_answers_go_with_the_handle(client):
+    """The trampoline keeps the answers of constant getters (a buffer's
+    device and memory) until the handle is released: a destroyed buffer's
+    handle is then rejected, not answered from the cache."""
+    buf, done = from_host(client, np.zeros(3, np.float32), C.BufferType.F32)
+    first = ok("PJRT_Buffer_Device", C.Buffer_Device_Args(buffer=buf)).device
+    assert ok("PJRT_Buffer_Device", C.Buffer_Device_Args(buffer=buf)).device == first
+    assert first == devices_of(client)[0]
+    memory = ok("PJRT_Buffer_Memory", C.Buffer_Memory_Args(buffer=buf)).memory
+    assert ok("PJRT_Buffer_Memory", C.Buffer_Memory_Args(buffer=buf)).memory == memory
+    destroy_buffer(buf)
+    event_destroy(done)
+    for name, cls in (("PJRT_Buffer_Device", C.Buffer_Device_Args),
+                      ("PJRT_Buffer_Memory", C.Buffer_Memory_Args)):
+        err = call(name, cls(buffer=buf))
+        assert err[0] == C.ErrorCode.INVALID_ARGUMENT and "PJRT_Buffer" in err[1]
+
+
 def _execute_nowait(exe, buffers, n_out, launch_id=0):
     """Execute with a launch id; returns (outputs, completion event) without
     waiting for the run."""
