@@ -23,7 +23,7 @@ from testkit import DONATION_SCAN, count_donations
 
 import stablehlo_interpreter as shi
 import stablehlo_interpreter.compiler as compiler
-from stablehlo_interpreter import loopgen
+from stablehlo_interpreter import loopgen, registry
 from stablehlo_interpreter.compiler import Op
 from stablehlo_interpreter.registry import KERNELS
 from stablehlo_interpreter.types import TensorType
@@ -200,13 +200,25 @@ def _math_values(dtype):
     return vals
 
 
-@pytest.mark.parametrize("name", sorted(loopgen.MATH))
+_SCALAR_MATH = sorted(n for n in registry.KERNELS if registry.scalar_math(n) is not None)
+
+
+def test_scalar_math_ops_are_the_transcendentals():
+    # KernelInfo.scalar_math, given where each kernel is registered: the
+    # elementwise transcendentals whose f32/f16 kernels round a float64 value.
+    assert len(_SCALAR_MATH) == 21
+    assert {"stablehlo.sine", "stablehlo.logistic", "chlo.erf", "chlo.lgamma"} <= set(_SCALAR_MATH)
+    for name in _SCALAR_MATH:
+        assert registry.has_trait(name, "elementwise") and registry.has_trait(name, "fusible")
+
+
+@pytest.mark.parametrize("name", _SCALAR_MATH)
 def test_math_scalar_forms_equal_kernels(name):
     # The generated code's libm scalar (rounded once, or the kernel near a
     # halfway point) gives the kernel's bits on every value.
     for dtype in loopgen._MATH_TYPES:
         fn = kernel(name, [dtype], dtype)
-        scalar = loopgen.rounded_math(loopgen.MATH[name], fn, dtype)
+        scalar = loopgen.rounded_math(registry.scalar_math(name), fn, dtype)
         with np.errstate(all="ignore"):
             bad = [(a, scalar(a[()]), fn(a)) for a in _math_values(dtype)
                    if not same(scalar(a[()]), fn(a))]

@@ -17,7 +17,8 @@ while op, over all runs) is compiled once into one Python function (``exec``):
   the kernels' special cases (integer division by zero, NaN and signed
   zeros in float max/min). Only the op/dtype pairs in the tables below run
   so, each checked bit for bit against its kernel by tests/test_loopgen.py
-  (specials, overflow, NaN payloads); f32/f16 transcendentals (MATH) are
+  (specials, overflow, NaN payloads); f32/f16 transcendentals (their
+  builders' ``KernelInfo.scalar_math``) are
   ``math`` on Python floats rounded once, with the kernel near halfway
   points; the rest (complex multiply, float remainder, bf16 transcendentals...)
   call the op's own kernel on 0-d arrays made on the spot;
@@ -52,7 +53,7 @@ from . import config as _config
 from . import fusion as _fusion
 from .errors import ExecutionError, InterpreterError
 from .quant import involves_quant
-from .registry import has_trait, kernel_info
+from .registry import has_trait, kernel_info, scalar_math
 from .types import TensorType
 
 # STABLEHLO_REF_FAST_LOOPS: 0 = off; 1 = on (default); print = on, and print
@@ -162,26 +163,9 @@ def _float_sign(a, _signs={}):
 # within _MATH_GUARD float64 ulps of a halfway point of the element type, or
 # is subnormal there, non-finite, or libm raises (domain errors, overflow) --
 # the op's own kernel runs on a 0-d array instead. So the scalar form gives
-# the kernel's bits (tests/test_loopgen.py checks it value by value).
-def _logistic(x, _exp=math.exp):
-    return 1.0 / (1.0 + _exp(-x))
-
-
-def _rsqrt(x, _sqrt=math.sqrt):
-    return 1.0 / _sqrt(x)
-
-
-MATH = {
-    "stablehlo.sine": math.sin, "stablehlo.cosine": math.cos, "stablehlo.tan": math.tan,
-    "stablehlo.tanh": math.tanh, "stablehlo.exponential": math.exp,
-    "stablehlo.exponential_minus_one": math.expm1, "stablehlo.log": math.log,
-    "stablehlo.log_plus_one": math.log1p, "stablehlo.logistic": _logistic,
-    "stablehlo.rsqrt": _rsqrt, "stablehlo.cbrt": math.cbrt,
-    "chlo.erf": math.erf, "chlo.erfc": math.erfc, "chlo.lgamma": math.lgamma,
-    "chlo.tan": math.tan, "chlo.atan": math.atan, "chlo.asin": math.asin,
-    "chlo.acos": math.acos, "chlo.asinh": math.asinh, "chlo.acosh": math.acosh,
-    "chlo.atanh": math.atanh,
-}
+# the kernel's bits (tests/test_loopgen.py checks it value by value). The
+# ``math`` function of an op is its builder's KernelInfo.scalar_math
+# (registry.scalar_math), given where the kernel is registered.
 # Per element type: the low float64 mantissa bits its rounding drops, the
 # smallest normal and the largest finite magnitude (outside: the kernel), the
 # guard. (bf16 is not here: its ml_dtypes scalars cost a microsecond an op.)
@@ -192,7 +176,7 @@ _MATH_TYPES = {np.dtype(np.float32): (29, 2.0 ** -126, float(np.finfo(np.float32
 def rounded_math(fn, kernel, dtype):
     """A scalar function: ``fn`` (float64 -> float64, ``math``) rounded once
     to ``dtype``, or ``kernel`` (the op's kernel, on a 0-d array) where the
-    rounding is not certain to equal the kernel's (see MATH)."""
+    rounding is not certain to equal the kernel's (see above)."""
     drop, tiny, huge, guard = _MATH_TYPES[np.dtype(dtype)]
     # -0.0 + y rounds the Python float y once to dtype (NEP 50: a Python
     # float next to a numpy scalar takes its type) and keeps y's sign of
@@ -497,7 +481,7 @@ class _Gen:
                 return self.inline_while(step, env, ind)
             elif name in ("stablehlo.if", "stablehlo.case") and ind < _MAX_INDENT - 2:
                 return self.inline_branches(step, env, ind)
-            elif name == "stablehlo.composite" and op.attrs.get("name") in MATH:
+            elif name == "stablehlo.composite" and scalar_math(op.attrs.get("name")):
                 # JAX serializes chlo.erf, lgamma, ... as composites; one that
                 # runs its direct kernel (fusion's rule, control.py's) is that
                 # kernel on its operands.
@@ -628,7 +612,7 @@ class _Gen:
     # -- fast ops ----------------------------------------------------------
     def scalar_op(self, step, env, ind, math_name=None):
         """Elementwise ops on scalar-held values as numpy scalar expressions
-        (``math_name``: the MATH op a composite step runs, or None)."""
+        (``math_name``: the transcendental a composite step runs, or None)."""
         fn, ins, out, dead, op = step
         if out.__class__ is not int or not ins or 0 in ins:
             return False
@@ -684,9 +668,9 @@ class _Gen:
                     expr = f"({t} if {t} < {names[2]} else {names[2]})"
                 else:
                     return False
-            elif (math_name or name) in MATH and len(ins) == 1 \
+            elif scalar_math(math_name or name) is not None and len(ins) == 1 \
                     and ot[0].dtype in _MATH_TYPES and rt.dtype == ot[0].dtype:
-                f = rounded_math(MATH[math_name or name], fn, rt.dtype)
+                f = rounded_math(scalar_math(math_name or name), fn, rt.dtype)
                 expr = f"{self.glob(f, 'M')}({names[0]})"
             elif math_name is not None:
                 return False

@@ -203,17 +203,26 @@ class KernelInfo:
     * ``composite_exact``: on a composite builder, True when running the op
       directly gives exactly its decomposition's results, so the composite
       runs directly whatever its decomposition (ops/control.py).
+    * ``scalar_math``: on the builder of a transcendental whose f32/f16
+      kernel evaluates a float64 function and rounds once: that function on
+      a Python float (``math.sin``, ...), which loopgen.py's scalar loop
+      bodies call instead of the kernel where the rounding is certain to
+      agree (:func:`scalar_math`; tests/test_loopgen.py checks it value by
+      value against the kernel).
     """
 
-    __slots__ = ("donate_first", "invariant_ufunc", "regions_unused", "composite_exact")
+    __slots__ = ("donate_first", "invariant_ufunc", "regions_unused", "composite_exact",
+                 "scalar_math")
 
     def __init__(self, donate_first: Callable[..., Any] | None = None,
                  invariant_ufunc: tuple[Any, Callable[..., Any]] | None = None,
-                 regions_unused: bool = False, composite_exact: bool = False) -> None:
+                 regions_unused: bool = False, composite_exact: bool = False,
+                 scalar_math: Callable[[float], float] | None = None) -> None:
         self.donate_first = donate_first
         self.invariant_ufunc = invariant_ufunc
         self.regions_unused = regions_unused
         self.composite_exact = composite_exact
+        self.scalar_math = scalar_math
 
 
 _NO_INFO = KernelInfo()
@@ -237,6 +246,14 @@ def kernel_info(fn: Callable[..., Any]) -> KernelInfo:
     """``fn``'s :class:`KernelInfo` (all fields unset when it has none)."""
     info: KernelInfo = getattr(fn, "kernel_info", _NO_INFO)
     return info
+
+
+def scalar_math(name: str) -> Callable[[float], float] | None:
+    """The float64 scalar function op ``name``'s kernel stands for
+    (``KernelInfo.scalar_math`` of its builder), or None. A builder replaced
+    by :func:`wrap_kernel` has none: its op then runs its kernel."""
+    builder = KERNELS.get(name)
+    return None if builder is None else kernel_info(builder).scalar_math
 
 
 def composite(*names: str) -> Callable[[F], F]:

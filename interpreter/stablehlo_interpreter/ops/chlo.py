@@ -8,6 +8,7 @@ which makes f16/bf16/f32 results as accurate as their type allows; complex
 ones run in complex128.
 """
 
+import math
 import re
 
 import numpy as np
@@ -73,21 +74,32 @@ _MATH = ("elementwise", "fusible", "foldable")
 _DIRECT = _MATH + ("direct_composite",)
 
 
-def _unary(name, traits, fn, complex_ok=True, doc=""):
+def _unary(name, traits, fn, complex_ok=True, doc="", scalar=None):
+    """Registers chlo op ``name`` running ``fn`` in float64 (complex128),
+    rounded once; ``scalar``: the same function on a Python float
+    (registry.KernelInfo.scalar_math)."""
     def builder(op):
         return (_real_or_complex_fn if complex_ok else _real_fn)(op, fn)
     builder.__name__ = name.split(".")[-1]
     builder.__doc__ = doc
+    if scalar is not None:
+        annotate(builder, scalar_math=scalar)
     kernel(name, traits=traits)(builder)
     return builder
 
 
-_unary("chlo.acos", _DIRECT, np.arccos, doc="chlo.acos: arc cosine (complex: principal branch).")
-_unary("chlo.acosh", _DIRECT, np.arccosh, doc="chlo.acosh: inverse hyperbolic cosine.")
-_unary("chlo.asin", _DIRECT, np.arcsin, doc="chlo.asin: arc sine.")
-_unary("chlo.asinh", _DIRECT, np.arcsinh, doc="chlo.asinh: inverse hyperbolic sine.")
-_unary("chlo.atan", _DIRECT, np.arctan, doc="chlo.atan: arc tangent.")
-_unary("chlo.atanh", _DIRECT, np.arctanh, doc="chlo.atanh: inverse hyperbolic tangent.")
+_unary("chlo.acos", _DIRECT, np.arccos, scalar=math.acos,
+       doc="chlo.acos: arc cosine (complex: principal branch).")
+_unary("chlo.acosh", _DIRECT, np.arccosh, scalar=math.acosh,
+       doc="chlo.acosh: inverse hyperbolic cosine.")
+_unary("chlo.asin", _DIRECT, np.arcsin, scalar=math.asin,
+       doc="chlo.asin: arc sine.")
+_unary("chlo.asinh", _DIRECT, np.arcsinh, scalar=math.asinh,
+       doc="chlo.asinh: inverse hyperbolic sine.")
+_unary("chlo.atan", _DIRECT, np.arctan, scalar=math.atan,
+       doc="chlo.atan: arc tangent.")
+_unary("chlo.atanh", _DIRECT, np.arctanh, scalar=math.atanh,
+       doc="chlo.atanh: inverse hyperbolic tangent.")
 
 
 def _working_float(dtype):
@@ -139,9 +151,11 @@ def _hyperbolic(name, traits, complex_fn, combine, small=None):
 _hyperbolic("chlo.cosh", _MATH, np.cosh, lambda ea, eb: ea + eb)
 # sinh: |x| < 1 uses an expm1 form, accurate to the type; exact sinh here.
 _hyperbolic("chlo.sinh", _MATH, np.sinh, lambda ea, eb: ea - eb, small=np.sinh)
-_unary("chlo.tan", _DIRECT, np.tan, doc="chlo.tan: tangent.")
-_unary("chlo.erf", _DIRECT, sps.erf, complex_ok=False, doc="chlo.erf: error function.")
-_unary("chlo.erfc", _DIRECT + ("jax_composite",), sps.erfc, complex_ok=False,
+_unary("chlo.tan", _DIRECT, np.tan, scalar=math.tan,
+       doc="chlo.tan: tangent.")
+_unary("chlo.erf", _DIRECT, sps.erf, complex_ok=False, scalar=math.erf,
+       doc="chlo.erf: error function.")
+_unary("chlo.erfc", _DIRECT + ("jax_composite",), sps.erfc, complex_ok=False, scalar=math.erfc,
        doc="chlo.erfc: complementary error function 1 - erf(x), without cancellation.")
 
 
@@ -196,7 +210,7 @@ def _lgamma64(x):
     return np.where(np.isinf(x), np.inf, sps.gammaln(x))
 
 
-_unary("chlo.lgamma", _DIRECT + ("jax_composite",), _lgamma64, complex_ok=False,
+_unary("chlo.lgamma", _DIRECT + ("jax_composite",), _lgamma64, complex_ok=False, scalar=math.lgamma,
        doc="chlo.lgamma: log of the absolute value of Gamma; +inf at poles and +-inf.")
 
 

@@ -10,7 +10,9 @@ gets the same bits by a faster float64 route (:func:`sin_f32`).
 
 import numpy as np
 
-from ..registry import kernel
+import math
+
+from ..registry import annotate, kernel
 from .elementwise import (
     C128,
     F16,
@@ -299,3 +301,22 @@ def round_nearest_afz(op):
 def round_nearest_even(op):
     """spec: round_nearest_even. Nearest integer, ties to even (np.rint)."""
     return _exact(op, np.rint)
+
+
+# The float64 functions the f32/f16 kernels above evaluate, on a Python float
+# (registry.KernelInfo.scalar_math: loopgen.py's scalar loop bodies).
+def _logistic_scalar(x, _exp=math.exp):
+    return 1.0 / (1.0 + _exp(-x))
+
+
+def _rsqrt_scalar(x, _sqrt=math.sqrt):
+    return 1.0 / _sqrt(x)
+
+
+for _builder, _fn in ((sine, math.sin), (cosine, math.cos), (tan, math.tan),
+                      (tanh, math.tanh), (exponential, math.exp),
+                      (exponential_minus_one, math.expm1), (log, math.log),
+                      (log_plus_one, math.log1p), (logistic, _logistic_scalar),
+                      (rsqrt, _rsqrt_scalar), (cbrt, math.cbrt)):
+    annotate(_builder, scalar_math=_fn)
+del _builder, _fn
