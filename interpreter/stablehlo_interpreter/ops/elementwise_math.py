@@ -8,9 +8,9 @@ and narrower results are (nearly always) correctly rounded. float32 sine
 gets the same bits by a faster float64 route (:func:`sin_f32`).
 """
 
-import numpy as np
-
 import math
+
+import numpy as np
 
 from ..registry import annotate, kernel
 from .elementwise import (
