@@ -482,6 +482,14 @@ def _bn(q):
 
 
 # --------------------------------------------------------------------------
+# Dispatch: a call whose program is one op on 4 elements costs what the
+# runtime around the program costs (JAX's C++ dispatch, the PJRT calls, the
+# plugin's Execute), timed with block_until_ready per call like every row.
+@op("dispatch_add", "dispatch", "jit(x + 1) of 4 f32: one call's dispatch")
+def _dispatch_add(q):
+    return (lambda x: x + 1), (np.arange(4, dtype=np.float32),)
+
+
 # Loops (per-step dispatch).
 
 
