@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import cliffs  # noqa: E402
 
 GROUPS = {"cumulative", "sort/select", "index/scatter", "linalg", "random", "fft",
-          "elementwise", "reduction", "loop"}
+          "elementwise", "reduction", "loop", "dispatch"}
 SAMPLE = "cumsum,top_k,scatter_add,solve,random_normal,rfft,softmax,mean_axis0,fori_loop_scalar"
 
 
