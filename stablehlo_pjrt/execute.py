@@ -170,22 +170,21 @@ class LoadedExecutable:
     def execute_fast(self, handles: tuple[int, ...]
                      ) -> tuple[tuple[int, ...], int, tuple[int, ...]] | None:
         """:meth:`execute` of the common case, on one device's argument
-        handles (Execute's C fast path, _shim.c, which writes what this
-        returns: the output handles, the device's and each output memory's
-        handle): one device, no donation, no
-        SPMD, no host callbacks, no time limit or op tracer, the inputs
-        ready and alive, the program cheap enough to
-        run inline with nothing queued. Returns the output handles, or None
-        when the call is not that case, before doing anything (the full path
-        then runs it, and reports bad arguments). The outputs are what the
-        full path makes, run by the same interpreter call."""
+        handles (Execute's C fast path, _shim.c): one device, no donation, no
+        SPMD, no host callbacks, no time limit or op tracer, the inputs ready
+        and alive, the program cheap enough to run inline with nothing
+        queued. Returns the output handles, the device's handle and each
+        output memory's (for the trampoline's cache of constant getters), or
+        None when the call is not that case, before doing anything (the full
+        path then runs it, and reports bad arguments). The outputs are what
+        the full path makes, run by the same interpreter call."""
         plan = self._fast
         if plan is None:
             plan = self._fast = self._fast_plan()
         if (not plan or self.deleted or len(handles) != plan[0] or interrupt.execute_timeout()
                 or not dispatch.runs_inline_now(self.run_ns) or _op_tracer_active()):
             return None
-        _, device, memories, memory_handles, program, buffer_types, dtypes, shapes = plan
+        _, device, memories, memory_handles, buffer_types, dtypes, shapes = plan
         inputs = []
         borrowed = None
         for h in handles:
@@ -198,7 +197,7 @@ class LoadedExecutable:
                 borrowed = [b.array] if borrowed is None else borrowed + [b.array]
         t0 = perf_counter_ns()
         try:
-            results = program.run(*inputs)
+            results = self.meta.program.run(*inputs)
         except KeyboardInterrupt:
             outputs = self._interrupted([device])[0]
             interrupt.rearm_interrupt()  # in the caller, once Execute returns
@@ -228,7 +227,7 @@ class LoadedExecutable:
         except PjrtError:
             return False  # the full path reports it
         return (len(meta.input_types), device, tuple(memories),
-                tuple(m.handle for m in memories), meta.program,
+                tuple(m.handle for m in memories),
                 tuple(meta.output_buffer_types), tuple(meta.output_dtypes),
                 tuple(meta.output_shapes))
 
