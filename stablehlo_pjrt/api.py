@@ -58,6 +58,12 @@ HANDLERS: dict = {}
 # trampoline calls the handler without the _sized wrapper when the caller's
 # struct is at least that large).
 ARGS_SIZES: dict = {}
+# "PJRT_<name>" -> the struct_size of the first call whose args struct was
+# smaller than ARGS_SIZES[name]: a caller built against an older pjrt_c_api.h
+# (jaxlib 0.8/0.9 speak C API 0.80/0.90, this mirror 0.110). Only the _sized
+# path sees those calls, so recording costs nothing on a current caller.
+# docs/compatibility.md lists what each jaxlib line passes.
+OLDER_CALLER_SIZES: dict = {}
 # "PJRT_<name>" -> (getter, in_offset, ((out_offset, out_size), ...)): calls
 # that read one object and write fields, served by the C trampoline through
 # getter(handle) (see _shim.c, Slot).
@@ -135,6 +141,8 @@ def _sized(name, fn, size):
         n = _read_size(ptr).value
         if n >= size:
             return fn(ptr)
+        if name not in OLDER_CALLER_SIZES:
+            OLDER_CALLER_SIZES[name] = n
         if n < C.HEADER_SIZE:
             raise invalid_argument(
                 f"{name}: args struct_size {n} is smaller than the struct header "

@@ -16,7 +16,7 @@ import sys
 import threading
 
 from . import _capi as C
-from . import _shim, api, shutdown, trace
+from . import _shim, api, compat, shutdown, trace
 from .oracle import chrome_trace
 
 _HANDLERS = api.HANDLERS
@@ -130,7 +130,7 @@ def _wait_for_jax_effects():
     # every thread. (Not in a process that never imported JAX.)
     if "jax" not in sys.modules:
         return
-    from jax._src import dispatch
+    dispatch = compat.jax_internal("", "dispatch")
     dispatch.runtime_tokens.block_until_ready()
 
 

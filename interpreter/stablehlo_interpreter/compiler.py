@@ -28,6 +28,7 @@ from . import trace as _trace
 from .arguments import coerce as _coerce
 from .errors import ArgumentError, CompileError, ExecutionError, InterpreterError, UnsupportedOpsError
 from .loader import MLIR_LOCK, NEWER_OP_PREFIX, load
+from .mlir_compat import attribute_names
 from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported, custom_call_rejection
 from .types import TensorType, conforms, describe, from_mlir
 
@@ -584,7 +585,7 @@ class _Compiler:
         mod = self.module.mlir
         module_attrs = {}
         mattrs = mod.operation.attributes
-        for key in list(mattrs):
+        for key in attribute_names(mattrs):
             module_attrs[key] = _attrs.decode_attribute(mod.operation, key)
         funcs = []
         for op in mod.body.operations:
@@ -772,7 +773,7 @@ class _Compiler:
         # kernel needs it (RawAttr keeps the text).
         attrs = {}
         oattrs = o.attributes
-        for key in list(oattrs):
+        for key in attribute_names(oattrs):
             attrs[key] = _attrs.decode_attribute(o, key)
         try:
             operand_types = [from_mlir(v.type) for v in o.operands]

@@ -16,6 +16,7 @@ from ctypes import c_void_p
 import numpy as np
 
 from .. import _capi as C
+from .. import compat
 from .core import Failed, Skipped, Unsupported
 from .plugin import (
     DTYPES,
@@ -1208,7 +1209,7 @@ def register(reg):
         (format "hlo") of XLA's TupleCreate program compiles; run, its three
         outputs are its inputs (the first plus one). A plugin that takes only
         StableHLO answers UNIMPLEMENTED or INVALID_ARGUMENT: unsupported."""
-        from jax._src.lib import xla_client as xc
+        xc = compat.jax_internal("lib", "xla_client")
         text = ("func.func public @main(%v1: tensor<f32>, %v2: tensor<3xf32>, "
                 "%v3: tensor<2x3xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<2x3xf32>) {\n"
                 "  %one = stablehlo.constant dense<1.0> : tensor<f32>\n"

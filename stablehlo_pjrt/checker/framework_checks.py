@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+from .. import compat
 from .core import Failed, Skipped, Unsupported
 
 PLATFORM = "pjrt_subject"
@@ -25,7 +26,7 @@ def _jax(ctx):
         # Two reference devices for the several-device programs (the
         # worker process is the kit's own).
         os.environ.setdefault("STABLEHLO_REF_NUM_DEVICES", "2")
-        from jax._src import xla_bridge
+        xla_bridge = compat.jax_internal("", "xla_bridge")
         xla_bridge.register_plugin(PLATFORM, library_path=ctx.plugin_path)
         import jax
         try:

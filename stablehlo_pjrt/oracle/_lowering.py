@@ -6,6 +6,8 @@ import os
 
 import numpy as np
 
+from .. import compat
+
 _EXCLUDED = False
 
 
@@ -14,7 +16,7 @@ def _exclude_oracle_frames():
     so that an op's location ends at the user's code."""
     global _EXCLUDED
     if not _EXCLUDED:
-        from jax._src import source_info_util
+        source_info_util = compat.jax_internal("", "source_info_util")
         source_info_util.register_exclusion(os.path.dirname(__file__) + os.sep)
         _EXCLUDED = True
 

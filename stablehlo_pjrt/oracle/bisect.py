@@ -31,6 +31,7 @@ import numpy as np
 import stablehlo_interpreter as shi
 from stablehlo_interpreter import MLIR_LOCK, compare_arrays, summarize
 
+from .. import compat
 from ..mlir_funcs import entry_func, find_func, func_name, return_also
 
 # run(module_text, args) -> list of numpy arrays, one per result of @main.
@@ -180,8 +181,8 @@ def jax_backend_runner(platform: str = "cpu") -> Runner:
     """A Runner that compiles module text on a JAX backend's PJRT client
     (``client.compile_and_load``, as jax._src.compiler does) and runs it on
     that backend's first device."""
-    from jax._src import xla_bridge
-    from jax._src.lib import xla_client as xc
+    xla_bridge = compat.jax_internal("", "xla_bridge")
+    xc = compat.jax_internal("lib", "xla_client")
     try:
         backend = xla_bridge.get_backend(platform)
     except RuntimeError as e:
