@@ -44,6 +44,9 @@ FRAMEWORK_API = {
     (0, 9, 2): (0, 100),
     (0, 10, 0): (0, 104),
     (0, 10, 2): (0, 112),
+    # Beyond the tested range (Python 3.12; jaxlib 0.11+ has no cp311 wheels):
+    (0, 11, 2): (0, 115),
+    (0, 12, 0, 1): (0, 116),
 }
 
 # Features that need a newer jaxlib than the oldest supported one:
@@ -257,7 +260,7 @@ def framework_api_version() -> tuple[int, int] | None:
         v = jaxlib_version()
     except Exception:  # noqa: BLE001 - no jaxlib
         return None
-    measured = [api for rel, api in sorted(FRAMEWORK_API.items()) if rel <= v[:3]]
+    measured = [api for rel, api in sorted(FRAMEWORK_API.items()) if rel <= v]
     return measured[-1] if measured else None
 
 

@@ -89,7 +89,8 @@ def test_missing_internal_names_what_and_why():
 @pytest.mark.parametrize("jaxlib_v, want", [
     ((0, 8, 0), (0, 80)), ((0, 8, 2), (0, 80)), ((0, 8, 3), (0, 85)), ((0, 9, 0, 1), (0, 90)),
     ((0, 9, 1), (0, 90)), ((0, 9, 2), (0, 100)), ((0, 10, 1), (0, 104)),
-    ((0, 10, 2), (0, 112)), ((0, 11, 2), (0, 112)), ((0, 7, 2), None),
+    ((0, 10, 2), (0, 112)), ((0, 11, 0), (0, 112)), ((0, 11, 2), (0, 115)),
+    ((0, 12, 0), (0, 115)), ((0, 12, 0, 1), (0, 116)), ((0, 13, 0), (0, 116)), ((0, 7, 2), None),
 ])
 def test_framework_api_version(monkeypatch, jaxlib_v, want):
     monkeypatch.setattr(compat, "jaxlib_version", lambda: jaxlib_v)
@@ -111,8 +112,8 @@ def test_the_running_jaxlib_is_in_the_table():
     """A measured release is named exactly: a new tested release gets its
     measured C API version (docs/compatibility.md says how to read it)."""
     v = compat.jaxlib_version()
-    if compat.TESTED[0] <= v <= compat.TESTED[1] and v[:3] in {k for k in compat.FRAMEWORK_API}:
-        assert compat.framework_api_version() == compat.FRAMEWORK_API[v[:3]]
+    if v in compat.FRAMEWORK_API:
+        assert compat.framework_api_version() == compat.FRAMEWORK_API[v]
 
 
 def _jax_src_imports(path: Path) -> list[str]:
@@ -171,3 +172,28 @@ def test_hlo_bindings_round_trip():
     proto = hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
     module = hlo.HloModule.from_serialized_hlo_module_proto(proto)
     assert "negate" in module.to_string(hlo.HloPrintOptions())
+
+
+def test_sharding_shim_fills_in_what_old_jaxlib_cannot_read(monkeypatch):
+    """jaxlib < C API 0.91 reads no shardings from a C API plugin: the shim
+    answers for the plugin's executables and leaves every other one alone."""
+    pxla = compat.jax_internal("interpreters", "pxla")
+    xc = compat.jax_internal("lib", "xla_client")
+    op = xc.OpSharding()
+    op.type = xc.OpSharding.Type.REPLICATED
+    blob = op.SerializeToString()
+    monkeypatch.setattr(pxla, "get_op_sharding_from_executable", lambda ex: ([], []))
+    monkeypatch.setattr(compat, "jaxlib_version", lambda: (0, 10, 2))
+    assert compat.install_sharding_shim(lambda fp: None) is False
+    monkeypatch.setattr(compat, "jaxlib_version", lambda: (0, 8, 0))
+    assert compat.install_sharding_shim(lambda fp: ([blob], [blob, blob]) if fp == b"ours" else None)
+
+    class Ours:
+        fingerprint = b"ours"
+
+    class Other:
+        fingerprint = b"other"
+
+    ins, outs = pxla.get_op_sharding_from_executable(Ours())
+    assert len(ins) == 1 and len(outs) == 2 and ins[0].type == xc.OpSharding.Type.REPLICATED
+    assert pxla.get_op_sharding_from_executable(Other()) == ([], [])
