@@ -203,6 +203,26 @@ def hlo_bindings():
                                            "reading HLO modules"))
 
 
+def aval_to_ir_type(module_context, aval):
+    """``mlir.aval_to_ir_type``: ``(ctx, aval)`` from JAX 0.10.2, ``(aval)``
+    in 0.8.0 to 0.10.0 (the module context came with the argument)."""
+    mlir = jax_internal("interpreters", "mlir", feature="lowering rules")
+    fn = mlir.aval_to_ir_type
+    if _takes_context(fn):
+        return fn(module_context, aval)
+    return fn(aval)
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_context(fn) -> bool:
+    import inspect
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return True
+    return len(params) >= 2
+
+
 def install_sharding_shim(op_shardings_of) -> bool:
     """jaxlib before C API 0.91 (0.8.x, 0.9.0) reads no parameter or output
     shardings from a C API plugin (the ``PJRT_Shardings`` extension came in

@@ -163,8 +163,8 @@ def _eigh_rule(ctx, operand, *, lower, sort_eigenvalues, subset_by_index,
     # implements with LAPACK's syevd semantics: eigenvalues always ascending.
     v, w = mlir.custom_call(
         "Eigh",
-        result_types=[mlir.aval_to_ir_type(ctx.module_context, full_v),
-                      mlir.aval_to_ir_type(ctx.module_context, full_w)],
+        result_types=[compat.aval_to_ir_type(ctx.module_context, full_v),
+                      compat.aval_to_ir_type(ctx.module_context, full_w)],
         operands=[operand],
         backend_config=f"{int(lower)},{int(sort_eigenvalues)},100,1e-6",
         api_version=1,
