@@ -9,6 +9,7 @@ import tomllib
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from stablehlo_pjrt import compat
@@ -197,3 +198,19 @@ def test_sharding_shim_fills_in_what_old_jaxlib_cannot_read(monkeypatch):
     ins, outs = pxla.get_op_sharding_from_executable(Ours())
     assert len(ins) == 1 and len(outs) == 2 and ins[0].type == xc.OpSharding.Type.REPLICATED
     assert pxla.get_op_sharding_from_executable(Other()) == ([], [])
+
+
+@pytest.mark.parametrize("name, ref", [("acosh", np.arccosh), ("cosh", np.cosh), ("sinh", np.sinh)])
+def test_mhlo_encoded_chlo_ops_run(name, ref):
+    """jaxlib 0.8.0 serializes jnp.arccosh, jnp.cosh, ... as custom_call
+    @mhlo.<op> (CHLO ops without a StableHLO counterpart): they run as the
+    chlo op of the same name."""
+    import stablehlo_interpreter as shi
+    text = f"""
+    func.func @main(%x: tensor<3xf64>) -> tensor<3xf64> {{
+      %0 = stablehlo.custom_call @mhlo.{name}(%x) {{mhlo.attributes = {{}}, mhlo.version = 1 : i64}}
+          : (tensor<3xf64>) -> tensor<3xf64>
+      return %0 : tensor<3xf64>
+    }}"""
+    x = np.array([1.0, 1.5, 3.0])
+    np.testing.assert_allclose(shi.compile(text).run(x)[0], ref(x), rtol=1e-15)
