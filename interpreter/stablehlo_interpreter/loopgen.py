@@ -17,9 +17,10 @@ while op, over all runs) is compiled once into one Python function (``exec``):
   the kernels' special cases (integer division by zero, NaN and signed
   zeros in float max/min). Only the op/dtype pairs in the tables below run
   so, each checked bit for bit against its kernel by tests/test_loopgen.py
-  (specials, overflow, NaN payloads); the rest (transcendentals, complex
-  multiply, float remainder...) call the op's own kernel on 0-d arrays made
-  on the spot;
+  (specials, overflow, NaN payloads); f32/f16 transcendentals (MATH) are
+  ``math`` on Python floats rounded once, with the kernel near halfway
+  points; the rest (complex multiply, float remainder, bf16 transcendentals...)
+  call the op's own kernel on 0-d arrays made on the spot;
 * dynamic_slice / dynamic_update_slice with scalar start indices and static
   shapes index the array directly (the scan pattern: read row ``i`` of xs,
   write row ``i`` of ys in place), with the kernels' clamping;
@@ -39,7 +40,7 @@ the generated functions to stderr, ``=always`` generates every loop from its
 first iteration (and fails where it cannot: for testing).
 """
 
-import os
+import math
 import sys
 from math import copysign as _copysign
 
@@ -47,15 +48,18 @@ import ml_dtypes
 import numpy as np
 
 from . import compiler as _compiler
+from . import config as _config
+from . import fusion as _fusion
 from .errors import ExecutionError, InterpreterError
 from .quant import involves_quant
+from .registry import has_trait, kernel_info
 from .types import TensorType
 
 # STABLEHLO_REF_FAST_LOOPS: 0 = off; 1 = on (default); print = on, and print
 # each generated function to stderr; always = generate every loop at its
 # first iteration and fail if it cannot be (for testing the generator).
-_SWITCH = os.environ.get("STABLEHLO_REF_FAST_LOOPS", "1").strip().lower()
-ENABLED = _SWITCH not in ("0", "", "off", "false")
+_SWITCH = _config.FAST_LOOPS.value()   # module constants: tests set them
+ENABLED = _SWITCH != "0"
 PRINT = _SWITCH == "print"
 # Plain iterations of one while op (summed over runs) before it is compiled:
 # a loop of a few iterations is not worth the compile (about 1 ms).
@@ -150,6 +154,67 @@ def _float_sign(a, _signs={}):
     return signs[0] if a > 0 else (signs[1] if a < 0 else a)
 
 
+# Transcendental ops on f32/f16/bf16 scalars: the kernels evaluate them in
+# float64 (numpy / scipy.special) and round once to the element type. The
+# generated code evaluates them with Python's ``math`` on a Python float
+# (libm, also within an ulp or two of the exact value) and rounds once; where
+# the two float64 values could round differently -- the libm value lies
+# within _MATH_GUARD float64 ulps of a halfway point of the element type, or
+# is subnormal there, non-finite, or libm raises (domain errors, overflow) --
+# the op's own kernel runs on a 0-d array instead. So the scalar form gives
+# the kernel's bits (tests/test_loopgen.py checks it value by value).
+def _logistic(x, _exp=math.exp):
+    return 1.0 / (1.0 + _exp(-x))
+
+
+def _rsqrt(x, _sqrt=math.sqrt):
+    return 1.0 / _sqrt(x)
+
+
+MATH = {
+    "stablehlo.sine": math.sin, "stablehlo.cosine": math.cos, "stablehlo.tan": math.tan,
+    "stablehlo.tanh": math.tanh, "stablehlo.exponential": math.exp,
+    "stablehlo.exponential_minus_one": math.expm1, "stablehlo.log": math.log,
+    "stablehlo.log_plus_one": math.log1p, "stablehlo.logistic": _logistic,
+    "stablehlo.rsqrt": _rsqrt, "stablehlo.cbrt": math.cbrt,
+    "chlo.erf": math.erf, "chlo.erfc": math.erfc, "chlo.lgamma": math.lgamma,
+    "chlo.tan": math.tan, "chlo.atan": math.atan, "chlo.asin": math.asin,
+    "chlo.acos": math.acos, "chlo.asinh": math.asinh, "chlo.acosh": math.acosh,
+    "chlo.atanh": math.atanh,
+}
+# Per element type: the low float64 mantissa bits its rounding drops, the
+# smallest normal and the largest finite magnitude (outside: the kernel), the
+# guard. (bf16 is not here: its ml_dtypes scalars cost a microsecond an op.)
+_MATH_TYPES = {np.dtype(np.float32): (29, 2.0 ** -126, float(np.finfo(np.float32).max), 1 << 16),
+               np.dtype(np.float16): (42, 2.0 ** -14, float(np.finfo(np.float16).max), 1 << 16)}
+
+
+def rounded_math(fn, kernel, dtype):
+    """A scalar function: ``fn`` (float64 -> float64, ``math``) rounded once
+    to ``dtype``, or ``kernel`` (the op's kernel, on a 0-d array) where the
+    rounding is not certain to equal the kernel's (see MATH)."""
+    drop, tiny, huge, guard = _MATH_TYPES[np.dtype(dtype)]
+    # -0.0 + y rounds the Python float y once to dtype (NEP 50: a Python
+    # float next to a numpy scalar takes its type) and keeps y's sign of
+    # zero: four times cheaper than calling the type.
+    neg_zero = np.dtype(dtype).type(-0.0)
+    scale = 2.0 ** 53
+    mask = (1 << drop) - 1
+    lo, width = (1 << (drop - 1)) - guard, 2 * guard
+    frexp, asarray = math.frexp, np.asarray
+
+    def scalar(x):
+        try:
+            y = fn(float(x))
+            if tiny <= abs(y) < huge and \
+                    ((int(abs(frexp(y)[0]) * scale) - lo) & mask) >= width:
+                return neg_zero + y
+        except (ValueError, OverflowError, ZeroDivisionError):
+            pass   # NaN, infinities, domain errors: the kernel's answer
+        return kernel(asarray(x))[()]
+    return scalar
+
+
 # Functions the forms call (globals of the generated code).
 HELPERS = {"_idiv": _int_divide, "_irem": _int_remainder, "_fmax": _float_max,
            "_fmin": _float_min, "_isign": _int_sign, "_fsign": _float_sign}
@@ -159,8 +224,9 @@ HELPERS = {"_idiv": _int_divide, "_irem": _int_remainder, "_fmax": _float_max,
 # run, see CompiledLoop); f16/bf16 scalar arithmetic rounds the float32 result
 # once, as the kernels (which compute f16/bf16 in float32) do. Which NaN a
 # float op returns when both operands are NaNs depends on how numpy was
-# compiled: forms marked in NAN_ORDER are checked against the kernels once
-# per process (scalar_forms) and swapped or dropped.
+# compiled: binary float forms are checked against the kernels once per
+# process (scalar_forms) and swapped (ops with the registry's "commutative"
+# trait) or dropped.
 BINARY = {
     "stablehlo.add": {"b": "({0} | {1})", "i": "({0} + {1})", "u": "({0} + {1})",
                       "f": "({0} + {1})", "h": "({0} + {1})", "c": "({0} + {1})"},
@@ -190,10 +256,6 @@ UNARY = {
     "stablehlo.abs": {"i": "abs({0})", "u": "{0}", "f": "abs({0})"},
     "stablehlo.sign": {"i": "_isign({0})", "f": "_fsign({0})"},
 }
-# The commutative ones may be swapped to pick the NaN the kernel picks.
-NAN_ORDER = {"stablehlo.add": True, "stablehlo.multiply": True,
-             "stablehlo.subtract": False, "stablehlo.divide": False,
-             "stablehlo.maximum": True, "stablehlo.minimum": True}
 _CMP = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 # compare_type each operand kind may carry (None: attribute absent).
 _CMP_TYPES = {"b": (None, "UNSIGNED"), "i": (None, "SIGNED"), "u": (None, "UNSIGNED"),
@@ -252,15 +314,16 @@ def scalar_forms():
     forms = {}
     for table in (BINARY, UNARY):
         for name, by_kind in table.items():
+            checked = table is BINARY
             for dtype, k in FAST_KIND.items():
                 form = by_kind.get(k)
                 if form is None:
                     continue
-                if name in NAN_ORDER and k in "fhc":
+                if checked and k in "fhc":
                     t = TensorType((), dtype, None)
                     fn = KERNELS[name](_compiler.Op(name, "", {}, [t, t], [t], [], None, None))
                     choices = [form]
-                    if NAN_ORDER[name]:
+                    if has_trait(name, "commutative"):
                         choices.append(form.replace("{0}", "{x}").replace("{1}", "{0}")
                                        .replace("{x}", "{1}"))
                     form = next((f for f in choices if _agrees(f, fn, _nans(dtype))), None)
@@ -434,6 +497,13 @@ class _Gen:
                 return self.inline_while(step, env, ind)
             elif name in ("stablehlo.if", "stablehlo.case") and ind < _MAX_INDENT - 2:
                 return self.inline_branches(step, env, ind)
+            elif name == "stablehlo.composite" and op.attrs.get("name") in MATH:
+                # JAX serializes chlo.erf, lgamma, ... as composites; one that
+                # runs its direct kernel (fusion's rule, control.py's) is that
+                # kernel on its operands.
+                plain = _fusion._plain_composite(step)
+                if plain is not step and self.scalar_op(plain, env, ind, op.attrs["name"]):
+                    return None
             if self.scalar_op(step, env, ind) or self.shape_op(step, env, ind):
                 return None
         return self.generic(step, env, ind)
@@ -556,8 +626,9 @@ class _Gen:
             env[o] = v
 
     # -- fast ops ----------------------------------------------------------
-    def scalar_op(self, step, env, ind):
-        """Elementwise ops on scalar-held values as numpy scalar expressions."""
+    def scalar_op(self, step, env, ind, math_name=None):
+        """Elementwise ops on scalar-held values as numpy scalar expressions
+        (``math_name``: the MATH op a composite step runs, or None)."""
         fn, ins, out, dead, op = step
         if out.__class__ is not int or not ins or 0 in ins:
             return False
@@ -613,6 +684,12 @@ class _Gen:
                     expr = f"({t} if {t} < {names[2]} else {names[2]})"
                 else:
                     return False
+            elif (math_name or name) in MATH and len(ins) == 1 \
+                    and ot[0].dtype in _MATH_TYPES and rt.dtype == ot[0].dtype:
+                f = rounded_math(MATH[math_name or name], fn, rt.dtype)
+                expr = f"{self.glob(f, 'M')}({names[0]})"
+            elif math_name is not None:
+                return False
             else:
                 form = scalar_forms().get((name, ot[0].dtype)) if len(ins) <= 2 else None
                 if form is None:
@@ -733,7 +810,7 @@ class _Gen:
         vals = [self.new(t) for t in op.result_types][:len(outs)]
         if len(vals) < len(outs):
             vals += [Val(self.fresh(), None, False, True) for _ in outs[len(vals):]]
-        donate = getattr(fn, "donate_first", None)
+        donate = kernel_info(fn).donate_first
         if donate is not None and len(outs) == 1 and ins and ins[0] != 0 \
                 and ins[0] in dead and ins.count(ins[0]) == 1 \
                 and env[ins[0]].own and not env[ins[0]].scalar:
