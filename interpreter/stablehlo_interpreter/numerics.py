@@ -1,0 +1,35 @@
+"""The interpreter's numerics mode: ``"accurate"`` (default) or ``"spec"``.
+
+* ``accurate``: the most accurate result the element type can hold (sums in a
+  wide accumulator or pairwise, correctly rounded functions); the oracle's
+  answer.
+* ``spec``: what the C++ StableHLO reference interpreter computes: every op
+  in its element type, in that interpreter's order (sequential reductions,
+  windows and contractions; see docs/numerics.md).
+
+``compile(..., numerics=)`` selects it per program; without it the
+environment variable ``STABLEHLO_REF_NUMERICS`` does (read at each compile,
+so a process may set it before compiling).
+"""
+
+import os
+
+from .errors import CompileError
+
+ENV = "STABLEHLO_REF_NUMERICS"
+ACCURATE = "accurate"
+SPEC = "spec"
+MODES = (ACCURATE, SPEC)
+
+
+def resolve(numerics=None):
+    """The mode ``numerics`` names, or the environment's (default accurate)."""
+    if numerics is None:
+        numerics = os.environ.get(ENV, "").strip().lower() or ACCURATE
+        where = f"{ENV}={os.environ.get(ENV)!r}"
+    else:
+        where = f"numerics={numerics!r}"
+    if numerics not in MODES:
+        raise CompileError(f"{where}: unknown numerics mode (choose one of "
+                           f"{', '.join(MODES)})")
+    return numerics
