@@ -46,9 +46,9 @@ def _read_module(path):
         raise UserError(f"cannot read module {path}: {e.strerror or e}") from None
 
 
-def _compile(path):
+def _compile(path, numerics=None):
     import stablehlo_interpreter as shi
-    return shi.compile(_read_module(path), name=path)
+    return shi.compile(_read_module(path), name=path, numerics=numerics)
 
 
 def load_args(path, func, cast=False):
@@ -129,7 +129,7 @@ def _describe(value, ttype):
 
 def _program_and_args(a):
     """The compiled module, the function to run and its arguments from --args."""
-    program = _compile(a.module)
+    program = _compile(a.module, a.numerics)
     try:
         func = program.function(a.func)
     except Exception as e:
@@ -234,6 +234,12 @@ def main(argv=None):
     k.add_argument("--rtol", type=float, help="relative tolerance for floats")
     k.add_argument("--atol", type=float, help="absolute tolerance for floats")
     k.add_argument("--ulp", type=int, help="compare floats by ULP distance instead")
+    for sp in (r, k):
+        sp.add_argument("--numerics", choices=("accurate", "spec"),
+                        help="accurate: the most accurate result of the element type; "
+                        "spec: bit-identical to the C++ reference interpreter (element-type "
+                        "arithmetic in its order). Default: $STABLEHLO_REF_NUMERICS, else "
+                        "accurate (docs/numerics.md)")
     a = p.parse_args(argv)
 
     import stablehlo_interpreter as shi

@@ -1,0 +1,156 @@
+"""Differential checks of spec mode against the C++ reference interpreter.
+
+``compare(cpp, text, args)`` runs one program both ways: the C++ interpreter
+(tests/cpp_reference.py, in a child process) and ``numerics="spec"``; the
+outputs must be bit-identical (NaNs equal whatever their payload). Programs
+the C++ interpreter cannot run (an exception or an abort) are reported as
+such, not compared.
+
+``python tests/spec_diff.py SUITE_DIR [SUBSTR...]`` checks the suite's
+testdata programs (their ``check.*`` custom calls removed: the entry
+function returns the computed value) and prints every difference.
+"""
+
+import os
+import re
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cpp_reference  # noqa: E402
+
+_CHECK_CALL = re.compile(r"^[ \t]*stablehlo\.custom_call @check\.[^\n]*\n", re.M)
+
+
+def suite_program(path):
+    """The testdata file's text without its check custom calls."""
+    with open(path, encoding="utf-8") as f:
+        return _CHECK_CALL.sub("", f.read())
+
+
+def split_complex_results(text):
+    """``(text', join)``: jaxlib's eval_module binding aborts when it returns
+    a complex tensor, so a program with complex results gets a new entry
+    function returning their real and imaginary parts (the original is
+    renamed); ``join`` puts the C++ results back together."""
+    from jax._src.interpreters import mlir as jmlir
+    from jaxlib.mlir import ir
+    with jmlir.make_ir_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        main = None
+        for op in module.body.operations:
+            if op.operation.name == "func.func" and \
+                    ir.StringAttr(op.attributes["sym_name"]).value == "main":
+                main = op
+        if main is None:
+            return text, None
+        ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        ins = [str(t) for t in ftype.inputs]
+        outs = [str(t) for t in ftype.results]
+    if not any("complex<" in t for t in outs):
+        return text, None
+    body = text.replace("@main(", "@__orig_main(", 1)
+    body = re.sub(r"func\.func\s+(public\s+)?@__orig_main", "func.func private @__orig_main", body, 1)
+    params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(ins))
+    lines = [f"  func.func public @main({params}) -> (RESULTS) {{"]
+    call_outs = ", ".join(outs)
+    names = f"%r:{len(outs)}" if len(outs) > 1 else "%r"
+    lines.append(f"    {names} = func.call @__orig_main({', '.join(f'%a{i}' for i in range(len(ins)))})"
+                 f" : ({', '.join(ins)}) -> ({call_outs})")
+    rets, rtypes, parts = [], [], []
+    for i, t in enumerate(outs):
+        v = f"%r#{i}" if len(outs) > 1 else "%r"
+        if "complex<" in t:
+            part = re.sub(r"complex<(f\d+)>", r"\1", t)
+            lines.append(f"    %re{i} = stablehlo.real {v} : ({t}) -> {part}")
+            lines.append(f"    %im{i} = stablehlo.imag {v} : ({t}) -> {part}")
+            rets += [f"%re{i}", f"%im{i}"]
+            rtypes += [part, part]
+            parts.append(2)
+        else:
+            rets.append(v)
+            rtypes.append(t)
+            parts.append(1)
+    lines.append(f"    return {', '.join(rets)} : {', '.join(rtypes)}")
+    lines.append("  }")
+    lines[0] = lines[0].replace("RESULTS", ", ".join(rtypes))
+    end = body.rstrip().rfind("}")
+    body = body[:end] + "\n".join(lines) + "\n}\n"
+
+    def join(values):
+        out, k = [], 0
+        for n in parts:
+            if n == 2:
+                re_, im = np.asarray(values[k]), np.asarray(values[k + 1])
+                c = np.empty(re_.shape, np.complex64 if re_.dtype == np.float32 else np.complex128)
+                c.real, c.imag = re_, im
+                out.append(c)
+            else:
+                out.append(values[k])
+            k += n
+        return out
+    return body, join
+
+
+def compare(cpp, text, args=()):
+    """``("same" | "differ" | "cpp-unsupported" | "ours-failed", detail)``."""
+    import stablehlo_interpreter as shi
+    cpp_text, join = split_complex_results(text)
+    theirs = cpp.run(cpp_text, args)
+    if theirs[0] == "ok" and join is not None:
+        theirs = ("ok", join(theirs[1]))
+    if theirs[0] != "ok":
+        return "cpp-unsupported", f"{theirs[0]}: {theirs[1][:300]}"
+    try:
+        ours = shi.compile(text, numerics="spec").run(*args)
+    except Exception as e:  # noqa: BLE001 - reported
+        return "ours-failed", f"{type(e).__name__}: {e}"[:500]
+    if len(ours) != len(theirs[1]):
+        return "differ", f"{len(ours)} results, C++ {len(theirs[1])}"
+    for i, (a, b) in enumerate(zip(ours, theirs[1])):
+        a = np.asarray(a)
+        b = np.asarray(b)
+        if b.dtype != a.dtype and b.shape == a.shape and a.dtype == np.bool_:
+            b = b.astype(np.bool_)
+        if not cpp_reference.bits_equal(a, b):
+            return "differ", _describe(i, a, b)
+    return "same", ""
+
+
+def _describe(i, a, b):
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return f"result {i}: ours {a.dtype}{a.shape}, C++ {b.dtype}{b.shape}"
+    fa, fb = a.reshape(-1), b.reshape(-1)
+    bad = [k for k in range(fa.size) if not cpp_reference.bits_equal(fa[k:k + 1], fb[k:k + 1])]
+    k = bad[0]
+    idx = np.unravel_index(k, a.shape) if a.ndim else ()
+    return (f"result {i}: {len(bad)} of {fa.size} elements differ; first at {list(idx)}: "
+            f"ours {fa[k]!r}, C++ {fb[k]!r}")
+
+
+def testdata_files(suite_dir, only=()):
+    folder = os.path.join(suite_dir, "testdata")
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".mlir"))
+    return [os.path.join(folder, n) for n in names
+            if not only or any(o in n for o in only)]
+
+
+def main(argv):
+    suite_dir, only = argv[0], argv[1:]
+    cpp = cpp_reference.CppInterpreter(timeout=120)
+    counts = {}
+    try:
+        for path in testdata_files(suite_dir, only):
+            status, detail = compare(cpp, suite_program(path))
+            counts[status] = counts.get(status, 0) + 1
+            if status != "same":
+                print(f"{status:16} {os.path.basename(path)}  {detail}", flush=True)
+    finally:
+        cpp.close()
+    print(counts)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
