@@ -29,11 +29,11 @@ import numpy as np
 def dense_text(a):
     """``dense<"0x...">`` attribute text of array ``a``: bit-exact."""
     import stablehlo_interpreter as shi
-    a = np.ascontiguousarray(a)
+    a = np.array(a, order="C")   # (np.ascontiguousarray makes 0-d arrays 1-d)
     et = shi.dtypes.to_element_type(a.dtype)
     shape = "x".join(str(s) for s in a.shape)
     ttype = f"tensor<{shape}x{et}>" if a.ndim else f"tensor<{et}>"
-    data = a.view(np.uint8).tobytes() if a.dtype != np.bool_ else a.astype(np.uint8).tobytes()
+    data = a.astype(np.uint8).tobytes() if a.dtype == np.bool_ else a.tobytes()
     if not data:
         return f"dense<> : {ttype}" if a.ndim else f"dense<0> : {ttype}"
     return f'dense<"0x{data.hex().upper()}"> : {ttype}'

@@ -29,11 +29,13 @@ def suite_program(path):
         return _CHECK_CALL.sub("", f.read())
 
 
-def split_complex_results(text):
-    """``(text', join)``: jaxlib's eval_module binding aborts when it returns
-    a complex tensor, so a program with complex results gets a new entry
-    function returning their real and imaginary parts (the original is
-    renamed); ``join`` puts the C++ results back together."""
+def split_complex(text, args):
+    """``(text', args', join)``: jaxlib's eval_module binding cannot take or
+    return complex tensors (it fails to cast their attributes), so a program
+    with complex parameters or results gets a new entry function taking
+    their real and imaginary parts (``stablehlo.complex``) and returning
+    them (``stablehlo.real``/``imag``); the original entry is renamed.
+    ``join`` puts the C++ results back together (None: nothing changed)."""
     from jax._src.interpreters import mlir as jmlir
     from jaxlib.mlir import ir
     with jmlir.make_ir_context(), ir.Location.unknown():
@@ -44,20 +46,31 @@ def split_complex_results(text):
                     ir.StringAttr(op.attributes["sym_name"]).value == "main":
                 main = op
         if main is None:
-            return text, None
+            return text, args, None
         ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
         ins = [str(t) for t in ftype.inputs]
         outs = [str(t) for t in ftype.results]
-    if not any("complex<" in t for t in outs):
-        return text, None
+    if not any("complex<" in t for t in ins + outs):
+        return text, args, None
+    if not re.search(r"^\s*module\b", text, re.M):
+        text = "module {\n" + text + "}\n"
     body = text.replace("@main(", "@__orig_main(", 1)
     body = re.sub(r"func\.func\s+(public\s+)?@__orig_main", "func.func private @__orig_main", body, 1)
-    params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(ins))
-    lines = [f"  func.func public @main({params}) -> (RESULTS) {{"]
-    call_outs = ", ".join(outs)
+    params, new_args, call_args, lines = [], [], [], []
+    for i, (t, a) in enumerate(zip(ins, args)):
+        if "complex<" in t:
+            part = re.sub(r"complex<(f\d+)>", r"\1", t)
+            params += [f"%p{i}r: {part}", f"%p{i}i: {part}"]
+            a = np.asarray(a)
+            new_args += [np.array(a.real, order="C"), np.array(a.imag, order="C")]
+            lines.append(f"    %a{i} = stablehlo.complex %p{i}r, %p{i}i : {t}")
+        else:
+            params.append(f"%a{i}: {t}")
+            new_args.append(a)
+        call_args.append(f"%a{i}")
     names = f"%r:{len(outs)}" if len(outs) > 1 else "%r"
-    lines.append(f"    {names} = func.call @__orig_main({', '.join(f'%a{i}' for i in range(len(ins)))})"
-                 f" : ({', '.join(ins)}) -> ({call_outs})")
+    lines.append(f"    {names} = func.call @__orig_main({', '.join(call_args)})"
+                 f" : ({', '.join(ins)}) -> ({', '.join(outs)})")
     rets, rtypes, parts = [], [], []
     for i, t in enumerate(outs):
         v = f"%r#{i}" if len(outs) > 1 else "%r"
@@ -74,9 +87,9 @@ def split_complex_results(text):
             parts.append(1)
     lines.append(f"    return {', '.join(rets)} : {', '.join(rtypes)}")
     lines.append("  }")
-    lines[0] = lines[0].replace("RESULTS", ", ".join(rtypes))
+    head = f"  func.func public @main({', '.join(params)}) -> ({', '.join(rtypes)}) {{"
     end = body.rstrip().rfind("}")
-    body = body[:end] + "\n".join(lines) + "\n}\n"
+    body = body[:end] + head + "\n" + "\n".join(lines) + "\n}\n"
 
     def join(values):
         out, k = [], 0
@@ -90,14 +103,14 @@ def split_complex_results(text):
                 out.append(values[k])
             k += n
         return out
-    return body, join
+    return body, new_args, join
 
 
 def compare(cpp, text, args=()):
     """``("same" | "differ" | "cpp-unsupported" | "ours-failed", detail)``."""
     import stablehlo_interpreter as shi
-    cpp_text, join = split_complex_results(text)
-    theirs = cpp.run(cpp_text, args)
+    cpp_text, cpp_args, join = split_complex(text, args)
+    theirs = cpp.run(cpp_text, cpp_args)
     if theirs[0] == "ok" and join is not None:
         theirs = ("ok", join(theirs[1]))
     if theirs[0] != "ok":

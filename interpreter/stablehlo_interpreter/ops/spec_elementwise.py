@@ -1,0 +1,321 @@
+"""Spec-mode elementwise functions (``numerics="spec"``): the C library's results.
+
+The C++ reference interpreter (Element.cpp ``mapWithUpcastToDouble``)
+evaluates float functions as the C library's double function of the value
+converted to double, rounded once to the element type. For float32 and
+narrower that rounding hides the double function's last-bit error, and the
+accurate kernels (correctly rounded, or numpy's float64 rounded) give the
+same bits; for float64 the C library's own last bit shows: glibc's
+``expm1``, ``cbrt``... differ from numpy's (and numpy's SIMD loops vary by
+host). So spec mode computes float64 functions with Python's ``math``
+module, which calls the C library (glibc on Linux, as the C++ interpreter),
+one element at a time: the one spec kernel with a per-element call, costed
+in docs/numerics.md.
+
+``logistic`` is not a library function there: ``1 / (1 + exp(-x))`` with
+each step in the element type (Element.cpp ``logistic``), for every float
+type.
+
+The builders wrap the accurate ones (registered by elementwise*.py): in
+accurate mode, or for other element types, they build the accurate kernel.
+"""
+
+import math
+
+import numpy as np
+
+from .. import registry
+from . import elementwise, elementwise_math  # noqa: F401 - register the accurate builders first
+from .spec_kernels import is_spec
+
+F64 = np.dtype(np.float64)
+F32 = np.dtype(np.float32)
+
+
+def _libm(fn, fallback):
+    """``fn`` (a ``math`` function) over a float64 array, element by
+    element; where ``math`` raises (overflow, a pole, a domain error: the C
+    function returns inf or NaN there) the numpy ufunc ``fallback`` gives
+    the IEEE special value."""
+    def one(*xs):
+        try:
+            return fn(*xs)
+        except (ValueError, OverflowError):
+            return float(fallback(*[np.float64(x) for x in xs]))
+    ufunc = np.frompyfunc(one, fallback.nin, 1)
+
+    def run(*xs):
+        xs = np.broadcast_arrays(*[np.asarray(x, F64) for x in xs])
+        return np.asarray(ufunc(*xs), dtype=object).astype(F64).reshape(xs[0].shape)
+    return run
+
+
+_LIBM = {
+    "stablehlo.exponential": (math.exp, np.exp),
+    "stablehlo.exponential_minus_one": (math.expm1, np.expm1),
+    "stablehlo.log": (math.log, np.log),
+    "stablehlo.log_plus_one": (math.log1p, np.log1p),
+    "stablehlo.sine": (math.sin, np.sin),
+    "stablehlo.cosine": (math.cos, np.cos),
+    "stablehlo.tan": (math.tan, np.tan),
+    "stablehlo.tanh": (math.tanh, np.tanh),
+    "stablehlo.cbrt": (math.cbrt, np.cbrt),
+    "stablehlo.atan2": (math.atan2, np.arctan2),
+    "stablehlo.power": (math.pow, np.power),
+}
+
+
+def _complex_expm1(z):
+    # Element.cpp: std::exp(z) - complex(1, 0) (not a cancellation-free expm1).
+    return np.exp(z) - np.complex128(1.0)
+
+
+def _complex_log1p(z):
+    # Element.cpp: std::log(z + complex(1, 0)); the + 0 turns an imaginary
+    # -0 into +0, which picks the branch cut's upper side.
+    return np.log(z + np.complex128(1.0))
+
+
+# Complex functions whose reference formula is not the library function
+# (evaluated in complex128, rounded to the element type).
+_COMPLEX = {
+    "stablehlo.exponential_minus_one": _complex_expm1,
+    "stablehlo.log_plus_one": _complex_log1p,
+}
+
+
+def _spec_libm(name, accurate):
+    fn = _libm(*_LIBM[name])
+    cfn = _COMPLEX.get(name)
+
+    def builder(op):
+        dt = np.dtype(op.operand_types[0].dtype) if op.operand_types else None
+        if not is_spec(op) or op.operand_types[0].quant is not None:
+            return accurate(op)
+        if cfn is not None and dt.kind == "c":
+            return lambda z: np.asarray(cfn(z.astype(np.complex128))).astype(dt)
+        if dt != F64:
+            return accurate(op)
+        return fn
+    builder.__doc__ = accurate.__doc__
+    builder.__name__ = accurate.__name__
+    return builder
+
+
+def _spec_logistic(accurate):
+    exp64 = _libm(math.exp, np.exp)
+
+    def builder(op):
+        dt = np.dtype(op.operand_types[0].dtype)
+        if is_spec(op) and dt.kind == "c" and op.operand_types[0].quant is None:
+            return _spec_complex_logistic
+        if not is_spec(op) or dt.kind not in "fV" or op.operand_types[0].quant is not None \
+                or dt.kind == "V" and dt.itemsize > 2:
+            return accurate(op)
+        if dt == F64:
+            def run(x):
+                e = exp64(-x)
+                return np.divide(1.0, np.add(1.0, e))
+            return run
+        car = dt if dt.itemsize >= 4 else F32
+        ex = exp64 if dt == F64 else np.exp
+
+        def run_narrow(x):
+            # exp in double, rounded to the element type; 1 + e and 1 / (.)
+            # each rounded to it (float32 arithmetic rounds narrower types
+            # correctly: the double rounding is innocuous).
+            e = ex(-(x.astype(F64))).astype(dt)
+            s = (np.asarray(1.0, car) + e.astype(car)).astype(dt)
+            return (np.asarray(1.0, car) / s.astype(car)).astype(dt)
+        return run_narrow
+    builder.__doc__ = accurate.__doc__
+    builder.__name__ = accurate.__name__
+    return builder
+
+
+_DBL = np.finfo(np.float64)
+_RBIG = float(_DBL.max) / 2.0
+_RMIN = float(_DBL.tiny)
+_RMIN2 = float(_DBL.eps)
+_RMINSCAL = 1.0 / float(_DBL.eps)
+_RMAX2 = _RBIG * _RMIN2
+
+
+def divdc3(a, b, c, d):
+    """``(a + bi) / (c + di)`` in float64 arrays as C's complex division
+    computes it for the C++ interpreter (libgcc ``__divdc3``: Smith's
+    algorithm, scaled near the ends of the exponent range, then C99 Annex
+    G's recovery of infinities and zeros that came out NaN + NaN i).
+    Returns ``(real, imag)``."""
+    a, b, c, d = (np.array(v, F64) for v in np.broadcast_arrays(a, b, c, d))
+    with np.errstate(all="ignore"):
+        dmajor = np.abs(c) < np.abs(d)
+        big = np.where(dmajor, np.abs(d), np.abs(c))     # the larger part of the divisor
+        half = big >= _RBIG
+        a, b, c, d = (np.where(half, v / 2, v) for v in (a, b, c, d))
+        big = np.where(half, big / 2, big)
+        tiny = big < _RMIN2
+        small_num = ((np.abs(a) < _RMIN) & (np.abs(b) < _RMAX2) & (big < _RMAX2)) | \
+            ((np.abs(b) < _RMIN) & (np.abs(a) < _RMAX2) & (big < _RMAX2))
+        scale = tiny | (~tiny & small_num)
+        a, b, c, d = (np.where(scale, v * _RMINSCAL, v) for v in (a, b, c, d))
+        # d-major: ratio = c / d
+        r1 = c / d
+        den1 = c * r1 + d
+        x1 = np.where(np.abs(r1) > _RMIN, (a * r1 + b) / den1, (c * (a / d) + b) / den1)
+        y1 = np.where(np.abs(r1) > _RMIN, (b * r1 - a) / den1, (c * (b / d) - a) / den1)
+        # c-major: ratio = d / c
+        r2 = d / c
+        den2 = d * r2 + c
+        x2 = np.where(np.abs(r2) > _RMIN, (b * r2 + a) / den2, (a + d * (b / c)) / den2)
+        y2 = np.where(np.abs(r2) > _RMIN, (b - a * r2) / den2, (b - d * (a / c)) / den2)
+        x = np.where(dmajor, x1, x2)
+        y = np.where(dmajor, y1, y2)
+        both = np.isnan(x) & np.isnan(y)
+        if both.any():
+            k1 = both & (c == 0.0) & (d == 0.0) & (~np.isnan(a) | ~np.isnan(b))
+            inf_c = np.copysign(np.inf, c)
+            x = np.where(k1, inf_c * a, x)
+            y = np.where(k1, inf_c * b, y)
+            k2 = both & ~k1 & (np.isinf(a) | np.isinf(b)) & np.isfinite(c) & np.isfinite(d)
+            a2 = np.copysign(np.where(np.isinf(a), 1.0, 0.0), a)
+            b2 = np.copysign(np.where(np.isinf(b), 1.0, 0.0), b)
+            x = np.where(k2, np.inf * (a2 * c + b2 * d), x)
+            y = np.where(k2, np.inf * (b2 * c - a2 * d), y)
+            k3 = both & ~k1 & ~k2 & (np.isinf(c) | np.isinf(d)) & np.isfinite(a) & np.isfinite(b)
+            c3 = np.copysign(np.where(np.isinf(c), 1.0, 0.0), c)
+            d3 = np.copysign(np.where(np.isinf(d), 1.0, 0.0), d)
+            x = np.where(k3, 0.0 * (a * c3 + b * d3), x)
+            y = np.where(k3, 0.0 * (b * c3 - a * d3), y)
+    return x, y
+
+
+def _complex(x, y, dt):
+    out = np.empty(np.shape(x), np.complex128)
+    out.real, out.imag = x, y
+    return out.astype(dt)
+
+
+def _spec_complex_divide(z, w):
+    dt = z.dtype
+    z, w = z.astype(np.complex128), w.astype(np.complex128)
+    return _complex(*divdc3(z.real, z.imag, w.real, w.imag), dt)
+
+
+def _spec_complex_rsqrt(z):
+    # Element.cpp: 1.0 / std::sqrt(z), a complex division.
+    s = np.sqrt(z.astype(np.complex128))
+    return _complex(*divdc3(1.0, 0.0, s.real, s.imag), z.dtype)
+
+
+def _spec_complex_sign(z):
+    # Element.cpp sign: NaN + NaN i for a NaN part, +0 for zero, else
+    # z / complex(|z| rounded to the element type, 0).
+    dt = z.dtype
+    part = np.float32 if dt == np.complex64 else np.float64
+    z128 = z.astype(np.complex128)
+    mag = np.hypot(z128.real, z128.imag).astype(part).astype(F64)
+    x, y = divdc3(z128.real, z128.imag, mag, 0.0)
+    nan = np.isnan(z.real) | np.isnan(z.imag)
+    zero = (z.real == 0) & (z.imag == 0)
+    x = np.where(nan, np.nan, np.where(zero, 0.0, x))
+    y = np.where(nan, np.nan, np.where(zero, 0.0, y))
+    return _complex(x, y, dt)
+
+
+def _spec_complex_abs(z):
+    # Element.cpp abs: std::abs(complex<double>), C's cabs, which glibc
+    # computes as hypot (numpy's complex abs rounds differently).
+    part = np.float32 if z.dtype == np.complex64 else np.float64
+    z128 = z.astype(np.complex128)
+    return np.hypot(z128.real, z128.imag).astype(part)
+
+
+def _spec_complex_logistic(z):
+    # Element.cpp logistic: one / (one + exponential(-z)), exponential in
+    # complex128 rounded to the element type, the sum in the element type.
+    dt = z.dtype
+    e = np.exp(-(z.astype(np.complex128))).astype(dt)
+    one = np.ones((), dt)
+    s = np.empty(e.shape, dt)
+    s.real = one.real + e.real
+    s.imag = np.zeros((), one.real.dtype) + e.imag
+    s = s.astype(np.complex128)
+    return _complex(*divdc3(1.0, 0.0, s.real, s.imag), dt)
+
+
+def muldc3(a, b, c, d):
+    """``(a + bi) * (c + di)`` as C's complex multiplication (libgcc
+    ``__muldc3``): the textbook formula, then C99 Annex G's recovery of
+    infinities that came out NaN + NaN i. Returns ``(real, imag)``."""
+    a, b, c, d = (np.array(v, F64) for v in np.broadcast_arrays(a, b, c, d))
+    with np.errstate(all="ignore"):
+        ac, bd, ad, bc = a * c, b * d, a * d, b * c
+        x, y = ac - bd, ad + bc
+        both = np.isnan(x) & np.isnan(y)
+        if not both.any():
+            return x, y
+
+        def box(v):
+            return np.copysign(np.where(np.isinf(v), 1.0, 0.0), v)
+
+        def nan0(v):
+            return np.where(np.isnan(v), np.copysign(0.0, v), v)
+        z_inf = both & (np.isinf(a) | np.isinf(b))
+        a1, b1 = np.where(z_inf, box(a), a), np.where(z_inf, box(b), b)
+        c1, d1 = np.where(z_inf, nan0(c), c), np.where(z_inf, nan0(d), d)
+        w_inf = both & (np.isinf(c1) | np.isinf(d1))
+        c2, d2 = np.where(w_inf, box(c1), c1), np.where(w_inf, box(d1), d1)
+        a2, b2 = np.where(w_inf, nan0(a1), a1), np.where(w_inf, nan0(b1), b1)
+        over = both & ~z_inf & ~w_inf & (np.isinf(ac) | np.isinf(bd) | np.isinf(ad) |
+                                         np.isinf(bc))
+        a3, b3 = np.where(over, nan0(a2), a2), np.where(over, nan0(b2), b2)
+        c3, d3 = np.where(over, nan0(c2), c2), np.where(over, nan0(d2), d2)
+        recalc = z_inf | w_inf | over
+        x = np.where(recalc, np.inf * (a3 * c3 - b3 * d3), x)
+        y = np.where(recalc, np.inf * (a3 * d3 + b3 * c3), y)
+    return x, y
+
+
+def _spec_complex_power(z, w):
+    # libstdc++ std::pow(complex, complex) is C's cpow, which glibc computes
+    # as cexp(w * clog(z)), the product by C's complex multiplication.
+    dt = z.dtype
+    z, w = np.broadcast_arrays(z.astype(np.complex128), w.astype(np.complex128))
+    lz = np.log(z)
+    x, y = muldc3(w.real, w.imag, lz.real, lz.imag)
+    p = np.empty(z.shape, np.complex128)
+    p.real, p.imag = x, y
+    return np.exp(p).astype(dt)
+
+
+_COMPLEX_ONLY = {
+    "stablehlo.abs": _spec_complex_abs,
+    "stablehlo.divide": _spec_complex_divide,
+    "stablehlo.rsqrt": _spec_complex_rsqrt,
+    "stablehlo.sign": _spec_complex_sign,
+    "stablehlo.power": _spec_complex_power,
+}
+
+
+def _spec_complex(name, accurate, fn):
+    def builder(op):
+        dt = np.dtype(op.operand_types[0].dtype)
+        if not is_spec(op) or dt.kind != "c" or op.operand_types[0].quant is not None:
+            return accurate(op)
+        return fn
+    builder.__doc__ = accurate.__doc__
+    builder.__name__ = accurate.__name__
+    return builder
+
+
+def _install():
+    for name, fn in _COMPLEX_ONLY.items():
+        registry.KERNELS[name] = _spec_complex(name, registry.KERNELS[name], fn)
+    for name in _LIBM:
+        registry.KERNELS[name] = _spec_libm(name, registry.KERNELS[name])
+    name = "stablehlo.logistic"
+    registry.KERNELS[name] = _spec_logistic(registry.KERNELS[name])
+
+
+_install()
