@@ -94,6 +94,33 @@ def test_cli_numerics_switch(tmp_path, capsys):
     assert outs["accurate"] != outs["spec"]
 
 
+_JAX_SUM = """
+import jax, jax.numpy as jnp, numpy as np
+rng = np.random.default_rng(7)
+x = (100 + rng.standard_normal(300)).astype(np.float32)
+assert jax.devices()[0].platform == "stablehlo_ref", jax.devices()
+print(repr(float(jax.jit(jnp.sum)(x))))
+"""
+
+
+@pytest.mark.parametrize("mode", ["spec", "accurate", None])
+def test_plugin_runs_jax_in_the_mode_of_the_environment(mode):
+    import subprocess
+    env = dict(os.environ, JAX_PLATFORMS="stablehlo_ref")
+    env.pop("STABLEHLO_REF_NUMERICS", None)
+    if mode is not None:
+        env["STABLEHLO_REF_NUMERICS"] = mode
+    p = subprocess.run([sys.executable, "-c", _JAX_SUM], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    x = _sum_input()
+    seq = np.float32(0)
+    for v in x:
+        seq = np.float32(seq + v)
+    want = seq if mode == "spec" else np.float32(np.sum(x.astype(np.float64)))
+    assert float(p.stdout.strip().splitlines()[-1]) == float(want)
+
+
 # -- the sequential fold: numpy's reduce along a non-contiguous axis ------------
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
