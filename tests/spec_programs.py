@@ -59,7 +59,7 @@ def _func(params, results, body):
     return (f"func.func @main({sig}) -> ({', '.join(results)}) {{\n{body}\n}}\n")
 
 
-shapes = st.lists(st.integers(1, 5), min_size=1, max_size=3).map(tuple)
+shapes = st.lists(st.integers(1, 5), min_size=0, max_size=3).map(tuple)
 
 
 @st.composite

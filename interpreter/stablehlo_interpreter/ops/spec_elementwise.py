@@ -93,7 +93,7 @@ def _spec_libm(name, accurate):
         if not is_spec(op) or op.operand_types[0].quant is not None:
             return accurate(op)
         if cfn is not None and dt.kind == "c":
-            return lambda z: np.asarray(cfn(z.astype(np.complex128))).astype(dt)
+            return lambda z: np.asarray(np.asarray(cfn(z.astype(np.complex128))).astype(dt))
         if dt != F64:
             return accurate(op)
         return fn
@@ -108,14 +108,14 @@ def _spec_logistic(accurate):
     def builder(op):
         dt = np.dtype(op.operand_types[0].dtype)
         if is_spec(op) and dt.kind == "c" and op.operand_types[0].quant is None:
-            return _spec_complex_logistic
+            return lambda z: np.asarray(_spec_complex_logistic(z))
         if not is_spec(op) or dt.kind not in "fV" or op.operand_types[0].quant is not None \
                 or dt.kind == "V" and dt.itemsize > 2:
             return accurate(op)
         if dt == F64:
             def run(x):
                 e = exp64(-x)
-                return np.divide(1.0, np.add(1.0, e))
+                return np.asarray(np.divide(1.0, np.add(1.0, e)))
             return run
         car = dt if dt.itemsize >= 4 else F32
         ex = exp64 if dt == F64 else np.exp
@@ -126,7 +126,7 @@ def _spec_logistic(accurate):
             # correctly: the double rounding is innocuous).
             e = ex(-(x.astype(F64))).astype(dt)
             s = (np.asarray(1.0, car) + e.astype(car)).astype(dt)
-            return (np.asarray(1.0, car) / s.astype(car)).astype(dt)
+            return np.asarray((np.asarray(1.0, car) / s.astype(car)).astype(dt))
         return run_narrow
     builder.__doc__ = accurate.__doc__
     builder.__name__ = accurate.__name__
@@ -303,7 +303,8 @@ def _spec_complex(name, accurate, fn):
         dt = np.dtype(op.operand_types[0].dtype)
         if not is_spec(op) or dt.kind != "c" or op.operand_types[0].quant is not None:
             return accurate(op)
-        return fn
+        # (numpy gives 0-d operands numpy scalars back; kernels return arrays)
+        return lambda *xs: np.asarray(fn(*xs))
     builder.__doc__ = accurate.__doc__
     builder.__name__ = accurate.__name__
     return builder

@@ -130,7 +130,7 @@ def reduce_windows(kind, padded, init, geo, dtype):
     acc = np.full(geo.out, init, dtype=dtype)
     for pos in np.ndindex(*geo.wdims):
         acc = f(acc, padded[geo.position_slices(pos)])
-    return np.ascontiguousarray(acc, dtype=dtype)
+    return np.array(acc, dtype=dtype, order="C")   # (ascontiguousarray makes 0-d 1-d)
 
 
 def prefix_scan(kind, x, axis, init, dtype):
@@ -162,16 +162,21 @@ def contract(a, b, dtype, acc=None):
     B, M, K = a.shape
     N = b.shape[2]
     mul = combiner("multiply", dtype)
-    if acc is None:
-        acc = np.zeros((B, M, N), dtype)
-    acc = acc.reshape(1, B * M * N)
+    size = B * M * N
     at = np.moveaxis(a, 2, 0)[:, :, :, None]        # (K, B, M, 1)
     bt = np.moveaxis(b, 1, 0)[:, :, None, :]        # (K, B, 1, N)
-    step = max(1, _BLOCK_ELEMENTS // max(1, B * M * N))
+    step = max(1, min(K, _BLOCK_ELEMENTS // max(1, size)))
+    # Row 0: the running sum; rows 1..: one block of products, in k order.
+    buf = np.empty((step + 1, size), dtype)
+    if acc is None:
+        buf[0] = 0
+    else:
+        buf[0] = acc.reshape(size)
     for k0 in range(0, K, step):
         k1 = min(K, k0 + step)
-        prods = np.asarray(mul(at[k0:k1], bt[k0:k1])).reshape(k1 - k0, B * M * N)
-        acc = fold_rows("add", dtype, np.concatenate([acc, prods]))[None]
+        buf[1:k1 - k0 + 1] = np.asarray(mul(at[k0:k1], bt[k0:k1])).reshape(k1 - k0, size)
+        buf[0] = fold_rows("add", dtype, buf[:k1 - k0 + 1]).reshape(size)
+    acc = buf[0]
     return acc.reshape(B, M, N)
 
 
