@@ -201,7 +201,6 @@ def dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype):
 
 def convolution(lhs, rhs, attrs, padding, out_dtype):
     """Ops.cpp convolutionOp (see the module docstring)."""
-    from .windows import pad_value
     out_dtype = np.dtype(out_dtype)
     dn = attrs["dimension_numbers"]
     ib, if_ = dn["input_batch_dimension"], dn["input_feature_dimension"]
@@ -221,8 +220,8 @@ def convolution(lhs, rhs, attrs, padding, out_dtype):
         np.asarray(padding, dtype=np.int64).reshape(ns, 2)
     # lhs as (N, spatial..., C), zero-padded and dilated; rhs as (K..., I, O).
     x = np.transpose(lhs, [ib] + isp + [if_]).astype(out_dtype)
-    x = pad_value(x, np.zeros((), out_dtype), [0] + [int(p) for p in pad[:, 0]] + [0],
-                  [0] + [int(p) for p in pad[:, 1]] + [0], [0] + [d - 1 for d in lhs_dil] + [0])
+    x = _pad_zeros(x, [0] + [int(p) for p in pad[:, 0]] + [0],
+                   [0] + [int(p) for p in pad[:, 1]] + [0], [0] + [d - 1 for d in lhs_dil] + [0])
     w = np.transpose(rhs, ksp + [ki, ko]).astype(out_dtype)
     ksz = w.shape[:ns]
     n_batch, C = x.shape[0], x.shape[-1]
@@ -264,6 +263,21 @@ def convolution(lhs, rhs, attrs, padding, out_dtype):
     for k, d in enumerate(osp):
         perm[d] = 1 + k
     return np.ascontiguousarray(np.transpose(r, perm))
+
+
+def _pad_zeros(x, lo, hi, interior):
+    """spec pad with zeros: ``lo``/``hi`` around (negative crops), ``interior``
+    between elements."""
+    shape, place = [], []
+    for n, lo_, hi_, i in zip(x.shape, lo, hi, interior):
+        dil = (n - 1) * (i + 1) + 1 if n > 0 else 0
+        shape.append(max(lo_, 0) + dil + max(hi_, 0))
+        place.append(slice(max(lo_, 0), max(lo_, 0) + dil, i + 1))
+    out = np.zeros(shape, dtype=x.dtype)
+    out[tuple(place)] = x
+    crop = tuple(slice(max(-lo_, 0), max(s - max(-hi_, 0), max(-lo_, 0)))
+                 for s, lo_, hi_ in zip(shape, lo, hi))
+    return out[crop]
 
 
 def _prod(shape):
