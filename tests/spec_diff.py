@@ -15,10 +15,8 @@ import os
 import re
 import sys
 
+import cpp_reference  # (tests/ is on the path under pytest and when run as a script)
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import cpp_reference  # noqa: E402
 
 _CHECK_CALL = re.compile(r"^[ \t]*stablehlo\.custom_call @check\.[^\n]*\n", re.M)
 

@@ -11,19 +11,17 @@ testdata program of the suite and 10,000 generated programs.
 import os
 import sys
 
+import cpp_reference
 import ml_dtypes
 import numpy as np
 import pytest
+import spec_diff
+import spec_programs
 from conftest import SUITE
 from hypothesis import HealthCheck, Phase, given, settings
 
 import stablehlo_interpreter as shi
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import cpp_reference  # noqa: E402
-import spec_diff  # noqa: E402
-import spec_programs  # noqa: E402
-from stablehlo_interpreter.ops import spec_kernels  # noqa: E402
+from stablehlo_interpreter.ops import spec_kernels
 
 SUM = """
 func.func @main(%x: tensor<300xf32>) -> tensor<f32> {
