@@ -256,5 +256,29 @@ def convolution_program(draw):
                                          draw(values(tuple(k_shape), et))]
 
 
+@st.composite
+def triangular_solve_program(draw):
+    et = draw(st.sampled_from(sorted(ELEMENT_TYPES)))
+    n, k = draw(st.integers(1, 5)), draw(st.integers(1, 4))
+    left, lower, unit = draw(st.booleans()), draw(st.booleans()), draw(st.booleans())
+    # ADJOINT only on complex: the C++ interpreter crashes conjugating a real
+    # operand (docs/conformance.md).
+    trans = draw(st.sampled_from(["NO_TRANSPOSE", "TRANSPOSE"] +
+                                 (["ADJOINT"] if et in COMPLEX else [])))
+    # A batch only with a unit diagonal: the C++ interpreter aborts on a
+    # batched non-unit one (docs/conformance.md).
+    batch = [2] if unit and draw(st.booleans()) else []
+    ashape = batch + [n, n]
+    bshape = batch + ([n, k] if left else [k, n])
+    at, bt = ttype(ashape, et), ttype(bshape, et)
+    attrs = (f"left_side = {str(left).lower()}, lower = {str(lower).lower()}, "
+             f"unit_diagonal = {str(unit).lower()}, transpose_a = #stablehlo<transpose {trans}>")
+    body = (f"  %0 = \"stablehlo.triangular_solve\"(%arg0, %arg1) {{{attrs}}} : ({at}, {bt}) -> {bt}\n"
+            f"  return %0 : {bt}")
+    return _func([at, bt], [bt], body), [draw(values(tuple(ashape), et)),
+                                         draw(values(tuple(bshape), et))]
+
+
 programs = st.one_of(elementwise(), reduce_program(), reduce_window_program(),
-                     cumulative_program(), dot_general_program(), convolution_program())
+                     cumulative_program(), dot_general_program(), convolution_program(),
+                     triangular_solve_program())

@@ -37,6 +37,7 @@ operator*), complex add componentwise.
 import numpy as np
 
 from .. import dtypes
+from .c_complex import divdc3
 from .elementwise import _complex_multiply
 
 # Products of at most this many elements are formed per block of
@@ -99,7 +100,28 @@ def fold_rows(kind, dtype, rows):
         return uf.accumulate(rows[:, 0])[-1:].copy()
     # Kept axis innermost: numpy's reduce adds row after row (no pairwise
     # blocking, which it applies only along a contiguous reduced axis).
-    return uf.reduce(rows, axis=0)
+    r = uf.reduce(rows, axis=0)
+    if kind == "add":
+        # numpy starts a sum from +0, not from rows[0]: (+0 + -0) is +0, so a
+        # column of -0 only sums to +0 (the fold gives -0; any other column
+        # is the same either way).
+        r = _negative_zero_columns(r, rows)
+    return r
+
+
+def _negative_zero_columns(r, rows):
+    if r.dtype.kind == "c":
+        r = r.copy()
+        r.real = _negative_zero_columns(r.real.copy(), rows.real)
+        r.imag = _negative_zero_columns(r.imag.copy(), rows.imag)
+        return r
+    zero = r == 0
+    if not zero.any():
+        return r
+    neg = np.logical_and.reduce((rows == 0) & np.signbit(rows), axis=0)
+    if neg.any():
+        r = np.where(neg, -np.zeros((), r.dtype), r)
+    return r
 
 
 def reduce(kind, x, axes, init, dtype):
@@ -263,6 +285,59 @@ def convolution(lhs, rhs, attrs, padding, out_dtype):
     for k, d in enumerate(osp):
         perm[d] = 1 + k
     return np.ascontiguousarray(np.transpose(r, perm))
+
+
+def divide(a, b, dtype):
+    """``a / b`` in element type ``dtype``; complex as the C++ interpreter
+    divides (complex128 by libgcc's algorithm, rounded)."""
+    dtype = np.dtype(dtype)
+    if dtypes.is_complex(dtype):
+        a, b = np.asarray(a, np.complex128), np.asarray(b, np.complex128)
+        x, y = divdc3(a.real, a.imag, b.real, b.imag)
+        out = np.empty(x.shape, np.complex128)
+        out.real, out.imag = x, y
+        return out.astype(dtype)
+    if dtype.itemsize >= 4:
+        return np.divide(a, b, dtype=dtype)
+    f32 = np.dtype(np.float32)
+    return np.divide(np.asarray(a).astype(f32), np.asarray(b).astype(f32)).astype(dtype)
+
+
+def triangular_solve(a, b, left, lower, unit, trans, dtype):
+    """Ops.cpp triangularSolveOp: substitution in the element type. Row
+    ``i`` of the solution (in the order the triangle allows) is
+    ``b[i] - a[i, j0] * x[j0] - a[i, j1] * x[j1] ...`` folded in the loop's
+    order of ``j``, divided by ``a[i, i]`` unless the diagonal is unit; every
+    column (and batch) at once."""
+    dtype = np.dtype(dtype)
+    a = np.asarray(a).astype(dtype)
+    b = np.asarray(b).astype(dtype)
+    if trans in ("TRANSPOSE", "ADJOINT"):
+        a = np.swapaxes(a, -1, -2)
+        lower = not lower
+    if trans == "ADJOINT":
+        a = np.conj(a)
+    m = a if left else np.swapaxes(a, -1, -2)        # m[..., i, j]
+    rhs = b if left else np.swapaxes(b, -1, -2)      # rhs[..., i, k]
+    n = m.shape[-1]
+    backward = left != lower
+    order = range(n - 1, -1, -1) if backward else range(n)
+    mul = combiner("multiply", dtype)
+    x = np.zeros(rhs.shape, dtype)
+    cols = rhs.shape[:-2] + rhs.shape[-1:]
+    width = int(np.prod(cols, dtype=np.int64))
+    for i in order:
+        js = list(range(n - 1, i, -1)) if backward else list(range(i))
+        rows = np.empty((len(js) + 1, width), dtype)
+        rows[0] = rhs[..., i, :].reshape(width)
+        for r, j in enumerate(js, 1):
+            # x - p equals x + (-p) exactly: the fold subtracts in order.
+            rows[r] = -np.asarray(mul(m[..., i, j, None], x[..., j, :])).reshape(width)
+        xi = fold_rows("add", dtype, rows).reshape(cols)
+        if not unit:
+            xi = divide(xi, m[..., i, i, None], dtype)
+        x[..., i, :] = xi
+    return x if left else np.swapaxes(x, -1, -2).copy()
 
 
 def _pad_zeros(x, lo, hi, interior):
