@@ -8,15 +8,13 @@
   windows and contractions; see docs/numerics.md).
 
 ``compile(..., numerics=)`` selects it per program; without it the
-environment variable ``STABLEHLO_REF_NUMERICS`` does (read at each compile,
-so a process may set it before compiling).
+environment variable ``STABLEHLO_REF_NUMERICS`` does (config.NUMERICS, read
+at each compile, so a process may set it before compiling).
 """
 
-import os
-
+from . import config
 from .errors import CompileError
 
-ENV = "STABLEHLO_REF_NUMERICS"
 ACCURATE = "accurate"
 SPEC = "spec"
 MODES = (ACCURATE, SPEC)
@@ -25,11 +23,11 @@ MODES = (ACCURATE, SPEC)
 def resolve(numerics=None):
     """The mode ``numerics`` names, or the environment's (default accurate)."""
     if numerics is None:
-        numerics = os.environ.get(ENV, "").strip().lower() or ACCURATE
-        where = f"{ENV}={os.environ.get(ENV)!r}"
-    else:
-        where = f"numerics={numerics!r}"
+        try:
+            return config.NUMERICS.value()
+        except config.ConfigError as e:
+            raise CompileError(str(e)) from None
     if numerics not in MODES:
-        raise CompileError(f"{where}: unknown numerics mode (choose one of "
+        raise CompileError(f"numerics={numerics!r}: unknown numerics mode (choose one of "
                            f"{', '.join(MODES)})")
     return numerics

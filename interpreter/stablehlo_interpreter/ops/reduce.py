@@ -20,7 +20,7 @@ import numpy as np
 
 from ..attrs import decode_attribute
 from ..regions import arg_reducer_kind, batched, broadcast_results, is_batchable, reducer_kind
-from ..registry import Unsupported, kernel
+from ..registry import Unsupported, annotate, kernel
 from . import spec_kernels as _spec
 from .reducers import reducer
 
@@ -113,13 +113,11 @@ def reduce(op):
     if fast is not None and spec and _spec.order_dependent(kind, out_dtypes[0]):
         def run_spec(ctx, regions, x, init):
             return _spec.reduce(kind, prepare([x])[0], dims, init, out_dtypes[0])
-        run_spec.regions_unused = True
-        return run_spec
+        return annotate(run_spec, regions_unused=True)   # compiler._special_step binds none
     if fast is not None:
         def run_fast(ctx, regions, x, init):
             return fast.reduce(prepare([x])[0], dims, init)
-        run_fast.regions_unused = True   # compiler._special_step binds none
-        return run_fast
+        return annotate(run_fast, regions_unused=True)   # compiler._special_step binds none
 
     is_batched = is_batchable(body)
     # Spec mode keeps the reference's sequential order (the tree's differs
