@@ -279,6 +279,54 @@ def triangular_solve_program(draw):
                                          draw(values(tuple(bshape), et))]
 
 
+@st.composite
+def scatter_program(draw):
+    """scatter with an add/multiply body into a vector, duplicate indices
+    included (the updates then fold in update order)."""
+    kind = draw(st.sampled_from(["add", "multiply"]))
+    et = draw(st.sampled_from(sorted(ELEMENT_TYPES)))
+    n, k = draw(st.integers(1, 6)), draw(st.integers(1, 10))
+    idx = np.array([[draw(st.integers(0, n - 1))] for _ in range(k)], np.int32)
+    t, it, ut = ttype((n,), et), ttype((k, 1), "i32"), ttype((k,), et)
+    dn = ("#stablehlo.scatter<inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], "
+          "index_vector_dim = 1>")
+    body = (f"  %0 = \"stablehlo.scatter\"(%arg0, %arg1, %arg2) {_region(kind, et)} "
+            f"{{scatter_dimension_numbers = {dn}}} : ({t}, {it}, {ut}) -> {t}\n  return %0 : {t}")
+    return _func([t, it, ut], [t], body), [draw(values((n,), et)), idx, draw(values((k,), et))]
+
+
+@st.composite
+def select_and_scatter_program(draw):
+    """select_and_scatter (select GE, scatter add) over 1-d or 2-d windows."""
+    et = draw(st.sampled_from(sorted(FLOATS)))
+    rank = draw(st.integers(1, 2))
+    while True:
+        shape = [draw(st.integers(1, 6)) for _ in range(rank)]
+        wd = [draw(st.integers(1, 3)) for _ in range(rank)]
+        ws = [draw(st.integers(1, 3)) for _ in range(rank)]
+        pad = [(draw(st.integers(0, 1)), draw(st.integers(0, 1))) for _ in range(rank)]
+        out = [0 if w > n + lo + hi else (n + lo + hi - w) // s + 1
+               for n, w, s, (lo, hi) in zip(shape, wd, ws, pad)]
+        if all(o > 0 for o in out):
+            break
+    t, st_, s = ttype(shape, et), ttype(out, et), ttype((), et)
+    b = ttype((), "i1")
+    padding = "[" + ", ".join(f"[{lo}, {hi}]" for lo, hi in pad) + "]"
+    attrs = (f"window_dimensions = {_arr(wd)}, window_strides = {_arr(ws)}, "
+             f"padding = dense<{padding}> : tensor<{rank}x2xi64>")
+    body = (f"  %0 = \"stablehlo.select_and_scatter\"(%arg0, %arg1, %arg2) ({{\n"
+            f"  ^bb0(%a: {s}, %b: {s}):\n"
+            f"    %c = stablehlo.compare GE, %a, %b, FLOAT : ({s}, {s}) -> {b}\n"
+            f"    stablehlo.return %c : {b}\n  }}, {{\n"
+            f"  ^bb0(%a: {s}, %b: {s}):\n    %r = stablehlo.add %a, %b : {s}\n"
+            f"    stablehlo.return %r : {s}\n  }}) {{{attrs}}} : ({t}, {st_}, {s}) -> {t}\n"
+            f"  return %0 : {t}")
+    init = np.array(0.0).astype(ELEMENT_TYPES[et])
+    return _func([t, st_, s], [t], body), [draw(values(tuple(shape), et, special=False)),
+                                           draw(values(tuple(out), et)), init]
+
+
 programs = st.one_of(elementwise(), reduce_program(), reduce_window_program(),
                      cumulative_program(), dot_general_program(), convolution_program(),
-                     triangular_solve_program())
+                     triangular_solve_program(), scatter_program(),
+                     select_and_scatter_program())
