@@ -235,6 +235,21 @@ def test_jax_programs(cpp, case):
     _check(cpp, text, args)
 
 
+def _workloads():
+    from benchmarks.workloads import WORKLOADS
+    return WORKLOADS
+
+
+@pytest.mark.parametrize("workload", _workloads(), ids=lambda w: w.name)
+def test_benchmark_workloads(cpp, workload):
+    """The benchmark suite's JAX programs (quick sizes: MLP training step,
+    transformer block, conv, pooling, scan, sort, gather/scatter...)."""
+    import jax
+    fn, args = workload.build(True)
+    text = jax.jit(fn).lower(*args).as_text(dialect="stablehlo")
+    _check(cpp, text, [np.asarray(a) for a in args])
+
+
 def _random_programs(cpp, n):
     seen = {"same": 0, "cpp-unsupported": 0}
 
