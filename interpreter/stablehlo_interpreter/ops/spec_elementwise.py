@@ -24,9 +24,10 @@ import math
 
 import numpy as np
 
-from .. import registry
-from . import elementwise, elementwise_math  # noqa: F401 - register the accurate builders first
+from .. import dtypes, registry
+from . import elementwise_math  # noqa: F401 - register the accurate builders first
 from .c_complex import divdc3, muldc3
+from .elementwise import round_f64
 from .spec_kernels import is_spec
 
 F64 = np.dtype(np.float64)
@@ -85,9 +86,21 @@ _COMPLEX = {
 }
 
 
+def _narrow(np_fn, dt):
+    """A float32-or-narrower function as the reference computes it: the
+    double function (numpy's; its last-bit difference from glibc's almost
+    never moves the rounding), rounded once to ``dt``. Spelled out here so
+    that spec mode does not depend on how the accurate kernels are made."""
+    def run(*xs):
+        r = np_fn(*[np.asarray(x).astype(F64) for x in xs])
+        return np.asarray(round_f64(np.asarray(r, F64), dt))
+    return run
+
+
 def _spec_libm(name, accurate):
     fn = _libm(*_LIBM[name])
     cfn = _COMPLEX.get(name)
+    np_fn = _LIBM[name][1]
 
     def builder(op):
         dt = np.dtype(op.operand_types[0].dtype) if op.operand_types else None
@@ -95,9 +108,11 @@ def _spec_libm(name, accurate):
             return accurate(op)
         if cfn is not None and dt.kind == "c":
             return lambda z: np.asarray(np.asarray(cfn(z.astype(np.complex128))).astype(dt))
-        if dt != F64:
-            return accurate(op)
-        return fn
+        if dt == F64:
+            return fn
+        if dtypes.is_float(dt):
+            return _narrow(np_fn, dt)
+        return accurate(op)
     builder.__doc__ = accurate.__doc__
     builder.__name__ = accurate.__name__
     return builder
@@ -125,7 +140,7 @@ def _spec_logistic(accurate):
             # exp in double, rounded to the element type; 1 + e and 1 / (.)
             # each rounded to it (float32 arithmetic rounds narrower types
             # correctly: the double rounding is innocuous).
-            e = ex(-(x.astype(F64))).astype(dt)
+            e = round_f64(np.asarray(ex(-(x.astype(F64)))), dt)
             s = (np.asarray(1.0, car) + e.astype(car)).astype(dt)
             return np.asarray((np.asarray(1.0, car) / s.astype(car)).astype(dt))
         return run_narrow
@@ -209,9 +224,25 @@ _COMPLEX_ONLY = {
 }
 
 
+def _real_rsqrt(x):
+    # Element.cpp: 1.0 / std::sqrt(x) in double (two roundings), rounded to
+    # the element type.
+    dt = x.dtype
+    r = np.divide(1.0, np.sqrt(x.astype(F64)))
+    return np.asarray(round_f64(np.asarray(r), dt))
+
+
+_REAL_ONLY = {"stablehlo.rsqrt": _real_rsqrt}
+
+
 def _spec_complex(name, accurate, fn):
+    real_fn = _REAL_ONLY.get(name)
+
     def builder(op):
         dt = np.dtype(op.operand_types[0].dtype)
+        if real_fn is not None and is_spec(op) and dtypes.is_float(dt) and \
+                op.operand_types[0].quant is None:
+            return real_fn
         if not is_spec(op) or dt.kind != "c" or op.operand_types[0].quant is not None:
             return accurate(op)
         # (numpy gives 0-d operands numpy scalars back; kernels return arrays)
