@@ -3,7 +3,8 @@ plugin-side ones.
 
 The interpreter package must not import the plugin (one-way dependency), so
 the commands that need the PJRT side (``check-plugin``, ``bisect``) live here and every
-other command is handed to ``stablehlo_interpreter.cli`` unchanged.
+other command is handed to ``stablehlo_interpreter.cli`` unchanged; ``config``
+lists the switches of both (stablehlo_pjrt.config).
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
             return checker_cli.run(a)
         except KeyboardInterrupt:
             return 130
+    if argv[:1] == ["config"] and len(argv) == 1:
+        from . import config
+        print(config.format_all())
+        return 0
     from stablehlo_interpreter import cli
     return int(cli.main(argv))
 

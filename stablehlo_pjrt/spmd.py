@@ -207,10 +207,9 @@ class SpmdPlan:
             # (dynamic_update_slice) may then update instead of copying; a
             # replicated argument is a device's own buffer array, which its
             # other references protect (the interpreter checks them). Only
-            # for donating runs: elsewhere it measured slower (1M-element
-            # a * 2 + 1 on 8 devices: 1.9 ms against 1.3 ms of CPU time per
-            # call; freeing the arguments early changes how malloc reuses the
-            # large blocks), while a donating loop gains (2.7 against 3.3 ms).
+            # for donating runs, which gain from it: elsewhere it measured
+            # slower (freeing the arguments early changes how malloc reuses
+            # the large blocks; CHANGELOG.md has the numbers).
             results = program.run_donated(globals_, func=self.func)
         else:
             results = program.run(*globals_, func=self.func)

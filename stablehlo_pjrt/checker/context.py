@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .. import config
 from .capabilities import Capabilities
 from .plugin import Client, Plugin
 
@@ -14,7 +15,7 @@ from .plugin import Client, Plugin
 def default_suite() -> str | None:
     """The StableHLO conformance suite: $STABLEHLO_SUITE, or ../shared/stablehlo-suite
     next to a source checkout."""
-    env = os.environ.get("STABLEHLO_SUITE")
+    env = config.SUITE.value()
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))

@@ -10,9 +10,9 @@ platform the project's portable StableHLO lowerings
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
+from .. import config
 from .core import EnvironmentFailure, Failed, Skipped, Unsupported, check, environment_error
 
 if TYPE_CHECKING:
@@ -25,10 +25,10 @@ _READY: dict = {}
 def _jax(ctx):
     """JAX with the plugin registered as platform ``pjrt_subject`` (once per process)."""
     if "jax" not in _READY:
-        os.environ["JAX_PLATFORMS"] = f"{PLATFORM},stablehlo_ref"
+        config.set_variable(config.JAX_PLATFORMS, f"{PLATFORM},stablehlo_ref")
         # Two reference devices for the several-device programs (the
         # worker process is the kit's own).
-        os.environ.setdefault("STABLEHLO_REF_NUM_DEVICES", "2")
+        config.default_variable(config.NUM_DEVICES, "2")
         from jax._src import xla_bridge
         xla_bridge.register_plugin(PLATFORM, library_path=ctx.plugin_path,
                                    options=ctx.create_options or None)

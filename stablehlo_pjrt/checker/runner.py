@@ -26,6 +26,7 @@ import sys
 import tempfile
 from typing import Any, Callable
 
+from .. import config
 from .core import Check, Result, environment_key
 
 BATCH = {"capi": 40, "programs": 150, "frameworks": 20}
@@ -102,7 +103,7 @@ def _run_batch(plugin: str, checks: list[Check], capabilities: dict[str, Any], s
 
 
 def _worker_env() -> dict[str, Any]:
-    env = dict(os.environ)
+    env = config.child_environ()
     # The worker must import this package even from a source checkout.
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     parts = [root, os.path.join(root, "interpreter"), os.path.join(root, "conformance")]
