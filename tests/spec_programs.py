@@ -326,7 +326,27 @@ def select_and_scatter_program(draw):
                                            draw(values(tuple(out), et)), init]
 
 
+@st.composite
+def fft_program(draw):
+    """FFT (complex) and RFFT (real) over 1 to 3 trailing dims (spec mode
+    does not reproduce the reference's IFFT/IRFFT: docs/numerics.md)."""
+    fft_type = draw(st.sampled_from(["FFT", "RFFT"]))
+    # float64 only: the C++ interpreter aborts on every float32 fft
+    # (docs/conformance.md).
+    et = "complex<f64>" if fft_type == "FFT" else "f64"
+    rank = draw(st.integers(1, 3))
+    lengths = [draw(st.integers(1, 9)) for _ in range(rank)]
+    batch = [draw(st.integers(1, 3)) for _ in range(draw(st.integers(0, 1)))]
+    shape = batch + lengths
+    out_et = et if fft_type == "FFT" else f"complex<{et}>"
+    out = batch + (lengths[:-1] + [lengths[-1] // 2 + 1] if fft_type == "RFFT" else lengths)
+    t, ot = ttype(shape, et), ttype(out, out_et)
+    body = (f"  %0 = stablehlo.fft %arg0, type = {fft_type}, length = {lengths} : ({t}) -> {ot}\n"
+            f"  return %0 : {ot}")
+    return _func([t], [ot], body), [draw(values(tuple(shape), et))]
+
+
 programs = st.one_of(elementwise(), reduce_program(), reduce_window_program(),
                      cumulative_program(), dot_general_program(), convolution_program(),
                      triangular_solve_program(), scatter_program(),
-                     select_and_scatter_program())
+                     select_and_scatter_program(), fft_program())

@@ -159,7 +159,7 @@ SUITE_SAMPLE = [
     "dot_general_int32_4_3_float16_3_6", "cumprod_complex64_8_9",
     "pow_complex64_20_30_complex64_20_30", "reduce_sum_float32_2_3", "expm1_float64_20_20",
     "sign_complex128_20_20", "logistic_float64_20_20", "logistic_complex128_20_20",
-    "triangular_solve_bfloat16_4_4_bfloat16_4_1",
+    "triangular_solve_bfloat16_4_4_bfloat16_4_1", "fft_float64_14_15_16_17",
     "dot_general_float32_4_3_complex64_3_6",
 ]
 
@@ -177,7 +177,6 @@ def test_suite_sample(cpp, name):
 # C++ difference from the spec, docs/conformance.md).
 SUITE_CPP_DIFFERENCES = {
     "sort_float32_5.mlir",                           # compare ignores TOTALORDER
-    "fft_float64_14_15_16_17.mlir",                  # naive DFT in element type
 }
 
 

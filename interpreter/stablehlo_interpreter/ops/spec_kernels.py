@@ -34,6 +34,8 @@ the textbook formula with every product and sum rounded (Element.cpp
 operator*), complex add componentwise.
 """
 
+import math
+
 import numpy as np
 
 from .. import dtypes
@@ -285,6 +287,53 @@ def convolution(lhs, rhs, attrs, padding, out_dtype):
     for k, d in enumerate(osp):
         perm[d] = 1 + k
     return np.ascontiguousarray(np.transpose(r, perm))
+
+
+def _rotators(n, dtype):
+    """``rot[j, k] = complex(cos(p), sin(p))``, ``p = -2 * pi * j * k / n``
+    evaluated left to right in double (Ops.cpp ``__fft_1d``), each part the
+    C library's cos/sin (through ``math``) rounded to the element type."""
+    part = np.dtype(np.float32 if dtype == np.complex64 else np.float64)
+    j = np.arange(n, dtype=np.float64)[:, None]
+    k = np.arange(n, dtype=np.float64)[None, :]
+    phase = (((-2.0 * np.pi) * j) * k) / float(n)
+    cos = np.frompyfunc(math.cos, 1, 1)(phase).astype(np.float64)
+    sin = np.frompyfunc(math.sin, 1, 1)(phase).astype(np.float64)
+    out = np.empty((n, n), dtype)
+    out.real = cos.astype(part)
+    out.imag = sin.astype(part)
+    return out
+
+
+def dft(x, axis, dtype):
+    """Ops.cpp ``__fft_1d`` along ``axis``: ``X[k] = +0 + x[0] * rot[0, k] +
+    x[1] * rot[1, k] + ...`` in the element type (complex multiply by the
+    textbook formula), all other elements at once."""
+    dtype = np.dtype(dtype)
+    x = np.moveaxis(np.asarray(x, dtype), axis, -1)
+    n = x.shape[-1]
+    lead = x.shape[:-1]
+    if n == 0 or x.size == 0:
+        return np.moveaxis(np.zeros(x.shape, dtype), -1, axis)
+    a = x.reshape(1, -1, n)
+    r = contract(a, _rotators(n, dtype)[None], dtype)
+    return np.moveaxis(r.reshape(lead + (n,)), -1, axis)
+
+
+def fft(x, fft_type, rank, dtype):
+    """Ops.cpp ``fftOp`` for FFT and RFFT: 1-d DFTs over the trailing
+    ``rank`` dims, the last first; RFFT keeps the first n/2+1 coefficients
+    of the last dim's transform before the others."""
+    dtype = np.dtype(dtype)
+    dims = list(range(x.ndim - rank, x.ndim))
+    r = np.asarray(x).astype(dtype)
+    if fft_type == "RFFT":
+        last = dims.pop()
+        r = dft(r, last, dtype)
+        r = r[..., : r.shape[-1] // 2 + 1]
+    for d in reversed(dims):
+        r = dft(r, d, dtype)
+    return np.ascontiguousarray(r)
 
 
 def divide(a, b, dtype):
