@@ -28,6 +28,10 @@ SPEC_KNOWN_FAILURES = {
     ("testdata", "dot_general_uint32_4_3_bfloat16_3_6.mlir"),
     ("testdata", "dot_general_uint32_4_3_float16_3_6.mlir"),
     ("testdata", "dot_general_uint64_4_3_float16_3_6.mlir"),
+    # Disabled upstream as "no interpreter support"; today's C++ interpreter
+    # runs it with its naive float64 DFT, up to 22 ULP from XLA's FFT, and the
+    # check allows 3.
+    ("testdata", "fft_float64_14_15_16_17.mlir"),
 }
 
 # Accurate mode (--numerics accurate):
