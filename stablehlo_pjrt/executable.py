@@ -533,7 +533,7 @@ class LoadedExecutable:
     """PJRT_LoadedExecutable: a compiled program bound to devices."""
 
     __slots__ = ("handle", "meta", "client", "devices", "logical_ids", "deleted",
-                 "run_ns", "_devices_c", "_logical_ids_c", "_assignment_bytes",
+                 "run_ns", "span", "_devices_c", "_logical_ids_c", "_assignment_bytes",
                  "_memories")
 
     def __init__(self, client, meta: ExecutableMeta):
@@ -560,6 +560,15 @@ class LoadedExecutable:
             for p, device_id in enumerate(row):
                 self.devices.append(client.device_by_id(device_id))
                 self.logical_ids.append((r, p))
+        self.span = None
+        if not all(d.addressable for d in self.devices):
+            # Devices of other processes: Execute takes the addressable ones'
+            # arguments and exchanges the rest (distributed.py).
+            from .distributed import Span
+            self.span = Span(self.devices, meta)
+            local = [i for i, d in enumerate(self.devices) if d.addressable]
+            self.devices = [self.devices[i] for i in local]
+            self.logical_ids = [self.logical_ids[i] for i in local]
         self._devices_c = pointer_array(d.handle for d in self.devices)
         ids = (PJRT_LogicalDeviceIds * len(self.logical_ids))()
         for i, (r, p) in enumerate(self.logical_ids):
@@ -596,6 +605,8 @@ class LoadedExecutable:
             if len(args) != n_in:
                 raise invalid_argument(
                     f"{meta.name} takes {n_in} argument(s), got {len(args)}")
+        if self.span is not None:
+            return self._execute_spanning(argument_lists, execute_device)
         process = self._process(execute_device)
         try:
             # Programs with host callbacks run inline (XLA CPU runs them
@@ -612,6 +623,28 @@ class LoadedExecutable:
         if inline:
             return self._execute_now(devices, argument_lists, donations, process)
         return self._dispatch(devices, argument_lists, donations, process, launch_id)
+
+    def _execute_spanning(self, argument_lists, execute_device) -> Outputs:
+        """A program whose devices span processes (distributed.execute):
+        inline, without donation (the arguments are sent to the other
+        processes; XLA treats donation as a hint)."""
+        from . import distributed
+        if execute_device is not None:
+            raise unimplemented(
+                f"{self} spans processes; launching it on one device is not supported "
+                "by stablehlo_ref")
+        meta = self.meta
+        try:
+            values = distributed.execute(self, argument_lists)
+        except KeyboardInterrupt:
+            return self._interrupted(self.devices)
+        outputs = Outputs()
+        for dev, vals in zip(self.devices, values):
+            memories = self._output_memories(dev)
+            outputs.append([Buffer(v, bt, dev, mem) if bt != BufferType.TOKEN
+                            else Buffer(v, bt, dev, shape=())
+                            for v, bt, mem in zip(vals, meta.output_buffer_types, memories)])
+        return outputs
 
     def _process(self, execute_device) -> tuple[int, int]:
         """(replica, partition) of a launch on one device of the executable;
