@@ -358,7 +358,8 @@ def encode_arrays(header: dict, arrays: list) -> bytes:
         if a is None:
             entries.append([key, None, None])
             continue
-        a = np.ascontiguousarray(a)
+        if not a.flags.c_contiguous:
+            a = a.copy(order="C")  # (not ascontiguousarray: it makes scalars 1-d)
         entries.append([key, _dtype_text(a.dtype), list(a.shape)])
         blobs.append(a.view(np.uint8).reshape(-1).data if a.size else b"")
     head = json.dumps(dict(header, arrays=entries)).encode()
