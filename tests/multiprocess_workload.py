@@ -14,12 +14,17 @@ the others report the error they get (and exit without JAX's shutdown
 barrier, which would wait for the dead process).
 """
 
+import faulthandler
 import json
 import os
 import sys
 import time
 
 import numpy as np
+
+if os.environ.get("WORKLOAD_DEADLINE"):
+    # A hang shows where it is (stderr) instead of running into the caller's timeout.
+    faulthandler.dump_traceback_later(float(os.environ["WORKLOAD_DEADLINE"]), exit=True)
 
 pid, nproc, port, platform = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 mode = sys.argv[5] if len(sys.argv) > 5 else "scenario"
@@ -28,8 +33,8 @@ import jax  # noqa: E402
 
 if platform == "cpu":
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.config.update("jax_num_cpu_devices", 2 if nproc > 1 else 2 * int(
-        os.environ.get("WORKLOAD_TOTAL_PROCESSES", "1")))
+    # As many devices per process as the reference gets.
+    jax.config.update("jax_num_cpu_devices", int(os.environ.get("STABLEHLO_REF_NUM_DEVICES", "2")))
 jax.config.update("jax_platforms", platform)
 if nproc > 1:
     jax.distributed.initialize(f"localhost:{port}", num_processes=nproc, process_id=pid,
@@ -57,7 +62,7 @@ out = {"process_count": jax.process_count(), "process_index": jax.process_index(
 devices = jax.devices()
 n = len(devices)
 mesh = jax.sharding.Mesh(np.array(devices), ("x",))
-rows = 4  # rows per device
+rows = n  # rows per device (psum_scatter and all_to_all split them n ways)
 rng = np.random.default_rng(0)
 # The global data (the same in every process); each process passes its rows.
 global_data = rng.standard_normal((rows * n, 8)).astype(np.float32)
@@ -112,8 +117,12 @@ for name, value in zip(names, f(arr)):
 
 out["process_allgather"] = bits(multihost_utils.process_allgather(arr, tiled=True))
 # pmap (replicas): a psum over every device of every process.
-local = np.stack([global_data[d.id * rows:(d.id + 1) * rows] for d in jax.local_devices()])
-out["pmap_psum"] = bits(jax.pmap(lambda x: jax.lax.psum(x, "i"), axis_name="i")(local)[0])
+position = [devices.index(d) for d in jax.local_devices()]  # (XLA CPU's ids are not 0..n-1)
+local = np.stack([global_data[k * rows:(k + 1) * rows] for k in position])
+summed = jax.pmap(lambda x: jax.lax.psum(x, "i"), axis_name="i")(local)
+# (Indexing the global result would be one more program, which XLA CPU runs
+# on process 0 alone and waits for process 1 in: read a local shard.)
+out["pmap_psum"] = bits(np.asarray(summed.addressable_shards[0].data).reshape(rows, 8))
 print(json.dumps(out), flush=True)
 if nproc > 1:
     # JAX's atexit shutdown waits for every process at a barrier.
