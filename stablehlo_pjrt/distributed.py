@@ -51,6 +51,8 @@ DEFAULT_TIMEOUT_S = 60.0
 # A blocking get waits at most this long per call, so that a wait for a peer
 # can be interrupted (Ctrl-C) and its deadline kept.
 _SLICE_MS = 1000
+# Payloads up to this size travel in the exchange record itself.
+_INLINE_BYTES = 256 << 10
 
 
 def timeout_seconds() -> float:
@@ -295,21 +297,46 @@ class Cluster:
     def allgather(self, participants, tag: str, payload: bytes, what: str) -> dict:
         """Puts ``payload`` under ``tag`` and returns every participant's
         (this one's included), by process. Raises, naming the process, when a
-        participant sent an error record or nothing within the timeout."""
-        self.store.put(self._key(tag, self.node_id), b"D" + payload)
+        participant sent an error record or nothing within the timeout.
+
+        A small payload travels in the record itself. A large one is put
+        first under a key of its own, then the record says so: the waits
+        are short gets of the small record (a blocking get's timeout covers
+        its transfer too, which for tens of MB takes seconds), and the one
+        get of the data then only transfers it."""
+        key = self._key(tag, self.node_id)
+        if len(payload) <= _INLINE_BYTES:
+            self.store.put(key, b"D" + payload)
+        else:
+            self.store.put(key + "/data", payload)
+            self.store.put(key, b"L")
         self.bytes_sent += len(payload)
         out = {self.node_id: payload}
         deadline = time.monotonic() + self.timeout_s
         for p in participants:
             if p == self.node_id:
                 continue
-            data = self._wait(tag, p, what, deadline)
-            if data[:1] == b"E":
+            record = self._wait(tag, p, what, deadline)
+            kind, body = record[:1], record[1:]
+            if kind == b"E":
                 raise PjrtError(ErrorCode.ABORTED,
                                 f"stablehlo_ref: process {p} failed in {what} "
-                                f"({tag}): {data[1:].decode('utf-8', 'replace')}")
-            out[p] = data[1:]
-            self.bytes_received += len(data) - 1
+                                f"({tag}): {body.decode('utf-8', 'replace')}")
+            if kind == b"L":
+                try:
+                    # Put before the record: present; the wait is the transfer.
+                    body = self.store.get(self._key(tag, p) + "/data",
+                                          int(self.timeout_s * 1000))
+                except StoreError as e:
+                    raise PjrtError(e.pjrt_code,
+                                    f"stablehlo_ref: reading process {p}'s part of {what} "
+                                    f"({tag}): {e}") from None
+            elif kind != b"D":
+                raise PjrtError(ErrorCode.DATA_LOSS,
+                                f"stablehlo_ref: process {p}'s record for {what} ({tag}) "
+                                "is unreadable; do all processes run the same stablehlo-pjrt?")
+            out[p] = body
+            self.bytes_received += len(body)
         return out
 
     def _wait(self, tag, p, what, deadline) -> bytes:

@@ -290,6 +290,17 @@ def test_topology_exchange_and_allgather():
         assert p == {0: b"\x00" * 3, 1: b"\x01" * 3, 2: b"\x02" * 3}
 
 
+def test_large_parts_travel_under_keys_of_their_own():
+    store, clusters = _clusters(2)
+    for c in clusters:
+        c.prefix = "job"
+    big = [bytes([k]) * (distributed._INLINE_BYTES + 1) for k in range(2)]
+    parts = _in_threads([lambda c=c: c.allgather((0, 1), "t", big[c.node_id], "a test")
+                         for c in clusters])
+    assert parts[0] == parts[1] == {0: big[0], 1: big[1]}
+    assert store.data["job/t/0"] == b"L" and store.data["job/t/1/data"] == big[1]
+
+
 def test_a_failing_peer_is_named_at_once():
     _, clusters = _clusters(2, timeout="30")
     for c in clusters:
