@@ -143,11 +143,12 @@ class KvStore:
         raise StoreError(code, f"key-value store {what} of {key!r} failed: {message}")
 
     def put(self, key: str, value: bytes) -> None:
-        k = key.encode()
-        v = ctypes.create_string_buffer(value, len(value)) if value else None
-        args = _PutArgs(ctypes.sizeof(_PutArgs), None,
-                        ctypes.cast(ctypes.c_char_p(k), P), len(k),
-                        ctypes.addressof(v) if v is not None else None, len(value),
+        k = ctypes.c_char_p(key.encode())
+        # c_char_p of a bytes object points into it: no copy of the value
+        # (the header asks it to live only for the call).
+        v = ctypes.c_char_p(bytes(value))
+        args = _PutArgs(ctypes.sizeof(_PutArgs), None, ctypes.cast(k, P), len(k.value),
+                        ctypes.cast(v, P), len(value),
                         ctypes.addressof(_CALLBACK_ERROR_SLOT), self._put_arg)
         self.calls["put"] += 1
         self._check(self._put(ctypes.addressof(args)), "put", key)
