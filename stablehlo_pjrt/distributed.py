@@ -48,6 +48,8 @@ from .error import PjrtError, invalid_argument
 
 TIMEOUT_ENV = "STABLEHLO_REF_DISTRIBUTED_TIMEOUT"
 DEFAULT_TIMEOUT_S = 60.0
+# How many processes PyTorch/XLA's xmp.spawn starts (torch_xla_plugin.py).
+NUM_PROCESSES_ENV = "STABLEHLO_REF_NUM_PROCESSES"
 # A blocking get waits at most this long per call, so that a wait for a peer
 # can be interrupted (Ctrl-C) and its deadline kept.
 _SLICE_MS = 1000
@@ -67,6 +69,17 @@ def timeout_seconds() -> float:
     if not value > 0:
         raise invalid_argument(f"{TIMEOUT_ENV} must be positive, got {raw!r}")
     return value
+
+
+def configured_num_processes() -> int:
+    raw = os.environ.get(NUM_PROCESSES_ENV) or "1"
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 4096:
+        raise ValueError(f"{NUM_PROCESSES_ENV} must be an integer in [1, 4096], got {raw!r}")
+    return n
 
 
 # ----------------------------------------------------------------------------
@@ -389,7 +402,7 @@ def encode_arrays(header: dict, arrays: list) -> bytes:
         if not a.flags.c_contiguous:
             a = a.copy(order="C")  # (not ascontiguousarray: it makes scalars 1-d)
         entries.append([key, _dtype_text(a.dtype), list(a.shape)])
-        blobs.append(a.view(np.uint8).reshape(-1).data if a.size else b"")
+        blobs.append(a.reshape(-1).view(np.uint8).data if a.size else b"")
     head = json.dumps(dict(header, arrays=entries)).encode()
     return b"".join([struct.pack("<Q", len(head)), head, *blobs])
 
@@ -413,6 +426,29 @@ def decode_arrays(data: bytes) -> tuple[dict, list]:
     return header, out
 
 
+_COLLECTIVES = frozenset(
+    f"stablehlo.{name}" for name in (
+        "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
+        "collective_broadcast", "send", "recv"))
+
+
+def has_collectives(program) -> bool:
+    """Does ``program`` (an interpreter Program) communicate between devices?"""
+    from stablehlo_interpreter import MLIR_LOCK
+
+    def walk(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    o = inner.operation
+                    if o.name in _COLLECTIVES or walk(o):
+                        return True
+        return False
+
+    with MLIR_LOCK, program.module.context:
+        return walk(program.module.mlir.operation)
+
+
 class Span:
     """The devices of a program that span processes: which positions
     (replica-major, as the device assignment lists them) this process
@@ -422,7 +458,19 @@ class Span:
         self.devices = list(devices)
         self.local = [i for i, d in enumerate(self.devices) if d.addressable]
         self.participants = tuple(sorted({d.description.process_index for d in self.devices}))
-        h = hashlib.sha256(meta.code)
+        # Launches on one device (PyTorch/XLA compiles every program for all
+        # devices as replicas and launches each process's device alone): a
+        # program without collectives runs that replica alone, as in one
+        # process; one with collectives exchanges with the other processes.
+        self.collectives = has_collectives(meta.program)
+        # What identifies the program across processes: its text without
+        # locations (its bytes differ in metadata between PyTorch/XLA's
+        # processes). Every process runs every device with its own copy of
+        # the program, so the copies must be the same program.
+        from stablehlo_interpreter import MLIR_LOCK
+        with MLIR_LOCK, meta.program.module.context:
+            text = meta.program.module.mlir.operation.get_asm(enable_debug_info=False)
+        h = hashlib.sha256(text.encode())
         h.update(f"{meta.num_replicas}x{meta.num_partitions}".encode())
         self.fingerprint = h.hexdigest()[:16]
         # Arguments every device holds whole (a replicated argument of a
@@ -433,15 +481,18 @@ class Span:
             if shape is None or sh.is_replicated) if plan is not None else frozenset()
 
 
-def execute(exe, argument_lists) -> list:
+def execute(exe, argument_lists, positions=None) -> list:
     """Runs LoadedExecutable ``exe`` (whose ``span`` is set) in this process:
     exchange the arguments, run every device, keep this process's results.
-    Returns per local device the result values (the caller wraps them)."""
+    ``positions``: the positions (in ``span.devices``) of the argument
+    lists, by default every local one. Returns per position the result
+    values (the caller wraps them)."""
     from .donation import OutputOwnership
 
     span = exe.span
     meta = exe.meta
     cluster = exe.client.cluster
+    positions = span.local if positions is None else positions
     tag = cluster.next_tag(span.participants)
     what = f"the arguments of {meta.name}"
     try:
@@ -452,7 +503,7 @@ def execute(exe, argument_lists) -> list:
                     if isinstance(value, np.ndarray):
                         meta.program.check_argument(i, value)
         sent = []
-        for k, pos in enumerate(span.local):
+        for k, pos in enumerate(positions):
             for i, value in enumerate(inputs[k]):
                 if not isinstance(value, np.ndarray):  # a token: every process has one
                     sent.append(([pos, i], None))
@@ -470,7 +521,7 @@ def execute(exe, argument_lists) -> list:
     parts = cluster.allgather(span.participants, tag, payload, what)
     n_in = len(meta.input_types)
     full = [[None] * n_in for _ in span.devices]
-    for k, pos in enumerate(span.local):
+    for k, pos in enumerate(positions):
         full[pos] = list(inputs[k])
     token = next((v for row in inputs for v in row if not isinstance(v, np.ndarray)), None)
     for p, data in parts.items():
@@ -485,17 +536,28 @@ def execute(exe, argument_lists) -> list:
         if header.get("program") != span.fingerprint:
             raise PjrtError(ErrorCode.FAILED_PRECONDITION,
                             f"stablehlo_ref: process {p} ran {header.get('name')!r} where "
-                            f"this process ran {meta.name!r} ({tag}): the processes must "
-                            "run the same programs in the same order")
+                            f"this process ran {meta.name!r} ({tag}), and the two programs "
+                            "differ: stablehlo_ref runs a program spanning processes only "
+                            "when every process runs the same program in the same order "
+                            "(each process runs every device; a program specialized to "
+                            "its process, such as PyTorch/XLA's all_gather, is not "
+                            "supported)")
         for (pos, i), value in arrays:
             full[pos][i] = value if value is not None else token
     for i in span.whole:
         for row in full:
             if row[i] is None:
                 row[i] = full[0][i]
+    missing = [str(span.devices[pos]) for pos, row in enumerate(full)
+               if any(v is None for v in row)]
+    if missing:
+        raise PjrtError(ErrorCode.FAILED_PRECONDITION,
+                        f"stablehlo_ref: no process launched {meta.name} on "
+                        f"{', '.join(missing)} ({tag}): every device of a program spanning "
+                        "processes must be launched in the same round")
     results = exe._run(span.devices, None, full, None, None, (0, 0))
     out = []
-    for k, pos in enumerate(span.local):
+    for pos in positions:
         own = OutputOwnership(full[pos], {}, ())
         out.append(exe._result_values(results[pos], own))
     return out

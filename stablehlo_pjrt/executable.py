@@ -605,7 +605,7 @@ class LoadedExecutable:
             if len(args) != n_in:
                 raise invalid_argument(
                     f"{meta.name} takes {n_in} argument(s), got {len(args)}")
-        if self.span is not None:
+        if self.span is not None and (execute_device is None or self.span.collectives):
             return self._execute_spanning(argument_lists, execute_device)
         process = self._process(execute_device)
         try:
@@ -629,17 +629,27 @@ class LoadedExecutable:
         inline, without donation (the arguments are sent to the other
         processes; XLA treats donation as a hint)."""
         from . import distributed
+        devices = self.devices
+        positions = None
         if execute_device is not None:
-            raise unimplemented(
-                f"{self} spans processes; launching it on one device is not supported "
-                "by stablehlo_ref")
+            # One device's replica of a program with collectives: the other
+            # processes launch theirs (PyTorch/XLA), with which it exchanges.
+            if execute_device not in devices:
+                raise invalid_argument(f"{execute_device} is not one of the devices of {self}")
+            if len(devices) != 1:
+                raise unimplemented(
+                    f"{self} has {len(devices)} devices in this process; launching one of "
+                    "them alone when the program has collectives across processes is "
+                    "supported with one device per process only")
+            devices = [execute_device]
+            positions = list(self.span.local)
         meta = self.meta
         try:
-            values = distributed.execute(self, argument_lists)
+            values = distributed.execute(self, argument_lists, positions)
         except KeyboardInterrupt:
-            return self._interrupted(self.devices)
+            return self._interrupted(devices)
         outputs = Outputs()
-        for dev, vals in zip(self.devices, values):
+        for dev, vals in zip(devices, values):
             memories = self._output_memories(dev)
             outputs.append([Buffer(v, bt, dev, mem) if bt != BufferType.TOKEN
                             else Buffer(v, bt, dev, shape=())

@@ -342,7 +342,7 @@ def test_array_records_round_trip():
     arrays = [([0, 1], np.arange(6, dtype=np.float32).reshape(2, 3)),
               ([1, 0], np.array([1.5, -2], dtype=ml_dtypes.bfloat16)),
               ([2, 2], np.zeros((0, 4), np.int8)), ([3, 0], None),
-              ([4, 1], np.array(True))]
+              ([4, 1], np.array(True)), ([5, 0], np.float32(2.5) * np.ones((), np.float32))]
     header, back = distributed.decode_arrays(distributed.encode_arrays({"p": 1}, arrays))
     assert header == {"p": 1}
     for (k, a), (k2, b) in zip(arrays, back):
@@ -352,3 +352,37 @@ def test_array_records_round_trip():
         else:
             assert a.dtype == b.dtype and a.shape == b.shape
             assert a.tobytes() == b.tobytes()
+
+
+# ----------------------------------------------------------------------------
+# PyTorch/XLA: xmp.spawn with PJRT_DEVICE=STABLEHLO_REF
+# ----------------------------------------------------------------------------
+
+
+def _torch_xla_missing():
+    import importlib.util
+    return importlib.util.find_spec("torch_xla") is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_torch_xla_missing(), reason="torch_xla is not installed")
+def test_torch_xla_two_process_all_reduce_matches_cpu():
+    import numpy as np
+    env = _env(1, PJRT_DEVICE="STABLEHLO_REF", STABLEHLO_REF_NUM_PROCESSES="2",
+               STABLEHLO_REF_DISTRIBUTED_TIMEOUT="60", XLA_COORDINATOR_PORT=str(_free_port()))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "interpreter")])
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" /
+                                               "torch_xla_multiprocess_workload.py")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines()
+               if line.startswith("RESULT ")]
+    assert len(results) == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
+    # What PyTorch computes on the CPU: the sum of every rank's tensor.
+    expected = sum(np.arange(6, dtype=np.float32).reshape(2, 3) * (r + 1) + 0.25
+                   for r in range(2))
+    for r in results:
+        assert r["world"] == 2
+        assert np.array_equal(np.array(r["sum"], np.float32), expected)
+        # all_gather is a different program in each process: refused, with the reason.
+        assert "the two programs differ" in r["gather_error"]
+    assert sorted(r["rank"] for r in results) == [0, 1]
