@@ -20,6 +20,7 @@ from . import shim_path, shutdown
 from .client import NUM_DEVICES_ENV, configured_num_devices
 from .distributed import configured_num_processes
 
+
 class StablehloRefPlugin(plugins.DevicePlugin):
     """The numpy StableHLO reference interpreter as a PyTorch/XLA device.
 
