@@ -22,10 +22,12 @@ import subprocess
 import sys
 import time
 
+from stablehlo_pjrt import config
+
 SIZES = [1 << 10, 16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 
 
-def _worker(pid, port, min_bytes, max_bytes, repeat):
+def _worker(pid, port, min_bytes, max_bytes, repeat, constant):
     import jax
     jax.config.update("jax_platforms", "stablehlo_ref")
     jax.distributed.initialize(f"localhost:{port}", num_processes=2, process_id=pid)
@@ -45,7 +47,7 @@ def _worker(pid, port, min_bytes, max_bytes, repeat):
     step = jax.jit(lambda a: a + 1)
     rows = []
     for size in [s for s in SIZES if min_bytes <= s <= max_bytes]:
-        payload = b"\x01" * size if os.environ.get("BENCH_CONST") else os.urandom(size)
+        payload = b"\x01" * size if constant else os.urandom(size)
         # One untimed round first: both processes leave it together, so the
         # timed rounds measure the exchange, not one process waiting for the other.
         cluster.allgather(participants, cluster.next_tag(participants), payload, "bench")
@@ -77,19 +79,24 @@ def main(argv=None):
     ap.add_argument("--max-mb", type=float, default=64)
     ap.add_argument("--min-mb", type=float, default=0)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--constant", action="store_true",
+                    help="one repeated byte instead of random bytes (JAX's client "
+                         "compresses its messages: see docs/devices.md)")
     ap.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     max_bytes = int(args.max_mb * (1 << 20))
     if args.worker is not None:
-        _worker(args.worker, args.port, int(args.min_mb * (1 << 20)), max_bytes, args.repeat)
+        _worker(args.worker, args.port, int(args.min_mb * (1 << 20)), max_bytes, args.repeat,
+                args.constant)
         return
     with socket.socket() as s:
         s.bind(("localhost", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, STABLEHLO_REF_NUM_DEVICES="2")
+    env = config.child_environ(extra={"STABLEHLO_REF_NUM_DEVICES": "2"})
     cmd = [sys.executable, "-m", "benchmarks.multiprocess_transport", "--port", str(port),
-           "--max-mb", str(args.max_mb), "--min-mb", str(args.min_mb), "--repeat", str(args.repeat), "--worker"]
+           "--max-mb", str(args.max_mb), "--min-mb", str(args.min_mb), "--repeat", str(args.repeat)]
+    cmd += ["--constant"] * args.constant + ["--worker"]
     procs = [subprocess.Popen(cmd + [str(i)], stdout=subprocess.PIPE, env=env, text=True)
              for i in range(2)]
     out = [p.communicate()[0] for p in procs]

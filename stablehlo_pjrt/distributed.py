@@ -35,7 +35,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
-import os
 import struct
 import threading
 import time
@@ -43,13 +42,11 @@ from ctypes import Structure, c_int, c_size_t, c_void_p
 
 import numpy as np
 
+from . import config
 from ._capi import ErrorCode
 from .error import PjrtError, invalid_argument
 
-TIMEOUT_ENV = "STABLEHLO_REF_DISTRIBUTED_TIMEOUT"
-DEFAULT_TIMEOUT_S = 60.0
-# How many processes PyTorch/XLA's xmp.spawn starts (torch_xla_plugin.py).
-NUM_PROCESSES_ENV = "STABLEHLO_REF_NUM_PROCESSES"
+TIMEOUT_ENV = config.DISTRIBUTED_TIMEOUT.name
 # A blocking get waits at most this long per call, so that a wait for a peer
 # can be interrupted (Ctrl-C) and its deadline kept.
 _SLICE_MS = 1000
@@ -58,28 +55,15 @@ _INLINE_BYTES = 256 << 10
 
 
 def timeout_seconds() -> float:
-    raw = os.environ.get(TIMEOUT_ENV)
-    if not raw:
-        return DEFAULT_TIMEOUT_S
     try:
-        value = float(raw)
-    except ValueError:
-        raise invalid_argument(f"{TIMEOUT_ENV} must be a number of seconds, got {raw!r}") \
-            from None
-    if not value > 0:
-        raise invalid_argument(f"{TIMEOUT_ENV} must be positive, got {raw!r}")
-    return value
+        return config.DISTRIBUTED_TIMEOUT.value()
+    except config.ConfigError as e:
+        raise invalid_argument(str(e)) from None
 
 
 def configured_num_processes() -> int:
-    raw = os.environ.get(NUM_PROCESSES_ENV) or "1"
-    try:
-        n = int(raw)
-    except ValueError:
-        n = 0
-    if not 1 <= n <= 4096:
-        raise ValueError(f"{NUM_PROCESSES_ENV} must be an integer in [1, 4096], got {raw!r}")
-    return n
+    """How many processes PyTorch/XLA's xmp.spawn starts."""
+    return config.NUM_PROCESSES.value()
 
 
 # ----------------------------------------------------------------------------

@@ -12,12 +12,10 @@ This module imports torch_xla; `import stablehlo_pjrt` never imports it.
 
 from __future__ import annotations
 
-import os
-
 from torch_xla.experimental import plugins
 
-from . import shim_path, shutdown
-from .client import NUM_DEVICES_ENV, configured_num_devices
+from . import config, shim_path, shutdown
+from .client import configured_num_devices
 from .distributed import configured_num_processes
 
 
@@ -71,22 +69,25 @@ class StablehloRefPlugin(plugins.DevicePlugin):
 
     def configure_single_process(self) -> None:
         # Debugging with world size 1: one device, whatever the env says.
-        os.environ[NUM_DEVICES_ENV] = "1"
+        config.set_variable(config.NUM_DEVICES, "1")
 
     def configure_multiprocess(self, local_rank: int, local_world_size: int) -> None:
         # PyTorch/XLA has set PJRT_LOCAL_PROCESS_RANK/COUNT (read by
         # _rank_and_world); each process has STABLEHLO_REF_NUM_DEVICES devices.
-        pass
+        del local_rank, local_world_size   # PyTorch/XLA's interface; nothing to configure
 
 
 def _rank_and_world() -> tuple[int, int]:
     """(this process's rank, the number of processes), as PyTorch/XLA's
     coordinator reads them (pjrt_registry.cc): RANK / WORLD_SIZE (torchrun),
     else the local rank and count xmp.spawn sets."""
-    env = os.environ
-    local_rank = int(env.get("PJRT_LOCAL_PROCESS_RANK", env.get("LOCAL_RANK", "0")))
-    local_world = int(env.get("PJRT_LOCAL_PROCESS_COUNT", env.get("LOCAL_WORLD_SIZE", "1")))
-    return int(env.get("RANK", local_rank)), int(env.get("WORLD_SIZE", local_world))
+    v = {name: s.value() for name, s in config.TORCH_RANKS.items()}
+    local_rank = v["PJRT_LOCAL_PROCESS_RANK"] if v["PJRT_LOCAL_PROCESS_RANK"] >= 0 \
+        else v["LOCAL_RANK"]
+    local_world = v["PJRT_LOCAL_PROCESS_COUNT"] if v["PJRT_LOCAL_PROCESS_COUNT"] >= 0 \
+        else v["LOCAL_WORLD_SIZE"]
+    return (v["RANK"] if v["RANK"] >= 0 else local_rank,
+            v["WORLD_SIZE"] if v["WORLD_SIZE"] >= 0 else local_world)
 
 
 def _accept_underscore_device_names() -> None:
@@ -115,7 +116,7 @@ def _accept_underscore_device_names() -> None:
 
 def _selected() -> bool:
     """Is this plugin the process's PyTorch/XLA device (PJRT_DEVICE)?"""
-    return os.environ.get("PJRT_DEVICE", "").upper() == "STABLEHLO_REF"
+    return config.PJRT_DEVICE.value().upper() == "STABLEHLO_REF"
 
 
 def _wait_for_device_ops() -> None:

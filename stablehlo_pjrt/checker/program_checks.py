@@ -21,10 +21,15 @@ names its first divergent op (stablehlo_pjrt.oracle.bisect).
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
 from .core import Failed, Skipped, Unsupported
+
+if TYPE_CHECKING:
+    from .context import Context
+    from .core import Registry
 from .plugin import BUFFER_TYPES, PluginError
 
 # Cases the foreign run cannot express (they test the interpreter itself).
@@ -170,7 +175,7 @@ def _down(t):
     return t.maybe_downcast() if hasattr(t, "maybe_downcast") else t
 
 
-def plugin_artifact(ctx, text: str) -> bytes:
+def plugin_artifact(ctx: Context, text: str) -> bytes:
     """``text`` as a portable artifact at the plugin's StableHLO version."""
     from jaxlib.mlir.dialects import stablehlo
     target = getattr(ctx, "_stablehlo_target", None)
@@ -204,7 +209,7 @@ def plugin_artifact(ctx, text: str) -> bytes:
         return text.encode()
 
 
-def plugin_runner(ctx):
+def plugin_runner(ctx: Context) -> Callable[[str, Sequence], list]:
     """A bisect Runner: compile module text on the plugin, run it, fetch outputs."""
     c = ctx.client
 
@@ -226,7 +231,7 @@ def plugin_runner(ctx):
     return run
 
 
-def run_program(ctx, text: str, args=()) -> str | None:
+def run_program(ctx: Context, text: str, args: Sequence = ()) -> str | None:
     """Compiles and runs ``text`` on the plugin and the reference; raises
     Failed naming the first divergent op when they differ. Outputs that
     differ only as two summation orders of one dot/convolution/reduction
@@ -299,7 +304,7 @@ def run_program(ctx, text: str, args=()) -> str | None:
     raise Failed(detail, op=op)
 
 
-def register(reg, suite: str | None):
+def register(reg: Registry, suite: str | None) -> None:
     if not suite or not os.path.isdir(suite):
         return
 
