@@ -213,18 +213,23 @@ def _option_int(options, name):
             from None
 
 
+def _next_prefix() -> str:
+    """The key prefix of the next client of this process."""
+    global _generation
+    with _generation_lock:
+        _generation += 1
+        return f"stablehlo_ref/{_generation - 1}"
+
+
 class Cluster:
     """This process's view of the processes of a multi-process client."""
 
     def __init__(self, node_id: int, num_nodes: int, store: KvStore):
-        global _generation
         self.node_id = node_id
         self.num_nodes = num_nodes
         self.store = store
         self.timeout_s = timeout_seconds()
-        with _generation_lock:
-            self.prefix = f"stablehlo_ref/{_generation}"
-            _generation += 1
+        self.prefix = _next_prefix()
         self.device_counts: list[int] = []
         self._rounds: dict[tuple, int] = {}
         self._lock = threading.Lock()

@@ -386,3 +386,31 @@ def test_torch_xla_two_process_all_reduce_matches_cpu():
         # all_gather is a different program in each process: refused, with the reason.
         assert "the two programs differ" in r["gather_error"]
     assert sorted(r["rank"] for r in results) == [0, 1]
+
+
+def test_clients_of_two_processes_see_one_topology(monkeypatch):
+    # Two "processes" as two clients in threads, sharing a store.
+    from stablehlo_pjrt.client import Client
+    monkeypatch.setattr(distributed, "_next_prefix", lambda: "job")
+    monkeypatch.setenv(distributed.TIMEOUT_ENV, "20")
+    store = CStore()
+    clients = _in_threads([
+        lambda k=k: Client({"num_nodes": 2, "node_id": k, "num_devices": k + 1}, store.store())
+        for k in range(2)])
+    for k, c in enumerate(clients):
+        assert isinstance(c, Client), c
+        assert c.process_index == k
+        # Process 0's device first, then process 1's two: the same ids everywhere.
+        assert [(d.id, d.description.process_index, d.local_hardware_id)
+                for d in c.all_devices] == [(0, 0, 0), (1, 1, 0), (2, 1, 1)]
+        assert [d.id for d in c.devices] == ([0] if k == 0 else [1, 2])
+        assert all(d.addressable == (d.description.process_index == k)
+                   for d in c.all_devices)
+        for device_id in range(3):
+            assert c.device_by_id(device_id).id == device_id
+        assert c.default_assignment(3, 1) == [[0], [1], [2]]
+        memory_ids = [m.id for d in c.all_devices for m in d.memories]
+        assert len(memory_ids) == len(set(memory_ids))
+    with pytest.raises(PjrtError, match="not addressable"):
+        from stablehlo_pjrt.buffer import device_and_memory
+        device_and_memory(clients[0], clients[0].all_devices[1].handle, None)
