@@ -16,8 +16,8 @@ import numpy as np
 from .registry import has_trait
 
 # Which ops a batched body may hold: the registry's "elementwise" trait;
-# which a body may be recognised as a reduction of: its "reducer" trait.
-_PREFIX = len("stablehlo.")
+# which a body may be recognised as a reduction of: its "reducer" trait (the
+# kind is the op's name without its dialect, as ops/reducers.py names them).
 
 
 def reducer_kind(block):
@@ -29,7 +29,7 @@ def reducer_kind(block):
     if len(block.arg_slots) != 2 or len(block.steps) != 1 or block.capture_slots:
         return None
     fn, ins, out, _, op = block.steps[0]
-    kind = op.name[_PREFIX:] if has_trait(op.name, "reducer") else None
+    kind = op.name.split(".", 1)[1] if has_trait(op.name, "reducer") else None
     if kind is None or sorted(ins) != sorted(block.arg_slots):
         return None
     if block.result_slots != (out,):
