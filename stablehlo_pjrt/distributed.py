@@ -20,6 +20,10 @@ PyTorch/XLA already runs): no socket of our own, no new dependency.
   that each process computes every device's part (the reference is about
   values, not speed) and that host callbacks run in every participating
   process for every device.
+  Processes that compiled a replicated program differently (PyTorch/XLA
+  specializes all_gather to the process) publish their programs once
+  (:meth:`Cluster.publish_program`); each device then runs its own
+  process's program on the one grid.
 * **Faults.** A process whose arguments cannot be read sends an error record
   instead, which fails the others at once, naming it; a process that died
   (or never runs the program) is named by the others when its part does not
@@ -232,6 +236,8 @@ class Cluster:
         self.prefix = _next_prefix()
         self.device_counts: list[int] = []
         self._rounds: dict[tuple, int] = {}
+        self._published: set[str] = set()
+        self._programs: dict[tuple, object] = {}
         self._lock = threading.Lock()
         self.bytes_sent = 0
         self.bytes_received = 0
@@ -289,6 +295,35 @@ class Cluster:
 
     def _key(self, tag, process):
         return f"{self.prefix}/{tag}/{process}"
+
+    def publish_program(self, fingerprint: str, code: bytes) -> None:
+        """Put this process's program ``fingerprint`` (its StableHLO) where
+        processes that compiled a different program under the same name can
+        read it (once per program)."""
+        if fingerprint in self._published:
+            return
+        try:
+            self.store.put(f"{self.prefix}/program/{self.node_id}/{fingerprint}", code)
+        except StoreError as e:
+            if e.pjrt_code != ErrorCode.ALREADY_EXISTS:
+                raise
+        self._published.add(fingerprint)
+
+    def peer_program(self, p: int, fingerprint: str, what: str):
+        """Process ``p``'s program ``fingerprint``, compiled here (cached)."""
+        program = self._programs.get((p, fingerprint))
+        if program is None:
+            import stablehlo_interpreter as shi
+            try:
+                code = self.store.get(f"{self.prefix}/program/{p}/{fingerprint}",
+                                      int(self.timeout_s * 1000))
+                program = shi.compile(code)
+            except (StoreError, shi.InterpreterError) as e:
+                raise PjrtError(ErrorCode.INTERNAL,
+                                f"stablehlo_ref: process {p}'s program for {what} could not "
+                                f"be read or compiled here: {e}") from None
+            self._programs[p, fingerprint] = program
+        return program
 
     def post_error(self, tag: str, message: str) -> None:
         """Tell the other participants of ``tag`` that this process failed."""
@@ -470,6 +505,26 @@ class Span:
             if shape is None or sh.is_replicated) if plan is not None else frozenset()
 
 
+def _local_part(span, meta, cluster, argument_lists, positions):
+    """This process's argument values and the record it sends."""
+    if meta.spmd is None and meta.num_partitions == 1:
+        cluster.publish_program(span.fingerprint, meta.code)
+    inputs = [[b.live_array() for b in args] for args in argument_lists]
+    if meta.spmd is None:  # (a sharded jit's arguments are shards)
+        for row in inputs:
+            for i, value in enumerate(row):
+                if isinstance(value, np.ndarray):
+                    meta.program.check_argument(i, value)
+    sent = []
+    for k, pos in enumerate(positions):
+        for i, value in enumerate(inputs[k]):
+            if not isinstance(value, np.ndarray):  # a token: every process has one
+                sent.append(([pos, i], None))
+            elif i not in span.whole or pos == 0:
+                sent.append(([pos, i], value))
+    return inputs, encode_arrays({"program": span.fingerprint, "name": meta.name}, sent)
+
+
 def execute(exe, argument_lists, positions=None) -> list:
     """Runs LoadedExecutable ``exe`` (whose ``span`` is set) in this process:
     exchange the arguments, run every device, keep this process's results.
@@ -485,22 +540,7 @@ def execute(exe, argument_lists, positions=None) -> list:
     tag = cluster.next_tag(span.participants)
     what = f"the arguments of {meta.name}"
     try:
-        inputs = [[b.live_array() for b in args] for args in argument_lists]
-        if meta.spmd is None:  # (a sharded jit's arguments are shards)
-            for row in inputs:
-                for i, value in enumerate(row):
-                    if isinstance(value, np.ndarray):
-                        meta.program.check_argument(i, value)
-        sent = []
-        for k, pos in enumerate(positions):
-            for i, value in enumerate(inputs[k]):
-                if not isinstance(value, np.ndarray):  # a token: every process has one
-                    sent.append(([pos, i], None))
-                elif i in span.whole and pos != 0:
-                    continue
-                else:
-                    sent.append(([pos, i], value))
-        payload = encode_arrays({"program": span.fingerprint, "name": meta.name}, sent)
+        inputs, payload = _local_part(span, meta, cluster, argument_lists, positions)
     except BaseException as e:
         cluster.post_error(tag, f"{type(e).__name__}: {e}")
         if isinstance(e, Exception) and not isinstance(e, PjrtError):
@@ -513,6 +553,8 @@ def execute(exe, argument_lists, positions=None) -> list:
     for k, pos in enumerate(positions):
         full[pos] = list(inputs[k])
     token = next((v for row in inputs for v in row if not isinstance(v, np.ndarray)), None)
+    programs = [meta.program] * len(span.devices)
+    differ = False
     for p, data in parts.items():
         if p == cluster.node_id:
             continue
@@ -522,17 +564,24 @@ def execute(exe, argument_lists, positions=None) -> list:
             raise PjrtError(ErrorCode.DATA_LOSS,
                             f"stablehlo_ref: process {p}'s part of {what} is unreadable: "
                             f"{e}") from None
-        if header.get("program") != span.fingerprint:
-            raise PjrtError(ErrorCode.FAILED_PRECONDITION,
-                            f"stablehlo_ref: process {p} ran {header.get('name')!r} where "
-                            f"this process ran {meta.name!r} ({tag}), and the two programs "
-                            "differ: stablehlo_ref runs a program spanning processes only "
-                            "when every process runs the same program in the same order "
-                            "(each process runs every device; a program specialized to "
-                            "its process, such as PyTorch/XLA's all_gather, is not "
-                            "supported)")
+        theirs = header.get("program")
+        if theirs != span.fingerprint:
+            if meta.spmd is not None or meta.num_partitions > 1 \
+                    or header.get("name") != meta.name:
+                raise PjrtError(ErrorCode.FAILED_PRECONDITION,
+                                f"stablehlo_ref: process {p} ran {header.get('name')!r} where "
+                                f"this process ran {meta.name!r} ({tag}), and the two programs "
+                                "differ: the processes must run the same programs in the same "
+                                "order (a replicated program may differ between processes; "
+                                "a partitioned one may not)")
+            # The same replicated program, specialized to each process
+            # (PyTorch/XLA's all_gather pads at the process's offset): the
+            # devices of process p run process p's program.
+            differ = True
         for (pos, i), value in arrays:
             full[pos][i] = value if value is not None else token
+            if theirs != span.fingerprint:
+                programs[pos] = cluster.peer_program(p, theirs, what)
     for i in span.whole:
         for row in full:
             if row[i] is None:
@@ -544,9 +593,26 @@ def execute(exe, argument_lists, positions=None) -> list:
                         f"stablehlo_ref: no process launched {meta.name} on "
                         f"{', '.join(missing)} ({tag}): every device of a program spanning "
                         "processes must be launched in the same round")
-    results = exe._run(span.devices, None, full, None, None, (0, 0))
+    if differ:
+        results = _run_programs(meta, full, programs)
+    else:
+        results = exe._run(span.devices, None, full, None, None, (0, 0))
     out = []
     for pos in positions:
         own = OutputOwnership(full[pos], {}, ())
         out.append(exe._result_values(results[pos], own))
     return out
+
+
+def _run_programs(meta, full, programs):
+    """A replicated program whose processes run different compilations:
+    every device on one grid, each with its process's program."""
+    import stablehlo_interpreter as shi
+    try:
+        return meta.program.run_parallel(full, num_replicas=meta.num_replicas,
+                                         num_partitions=meta.num_partitions,
+                                         process_programs=programs)
+    except shi.InterpreterError as e:
+        code = (ErrorCode.INVALID_ARGUMENT if isinstance(e, shi.ArgumentError)
+                else ErrorCode.INTERNAL)
+        raise PjrtError(code, f"stablehlo_ref execution of {meta.name} failed: {e}") from None

@@ -28,8 +28,7 @@ def _run(index):
     torch_xla.sync()
     out = {"rank": rank, "world": xr.world_size(), "sum": total.cpu().tolist()}
     # PyTorch/XLA builds all_gather as a pad at this process's offset and an
-    # all_reduce: a different program in each process, which stablehlo_ref
-    # refuses (docs/devices.md).
+    # all_reduce: a different program in each process (docs/devices.md).
     try:
         gathered = xm.all_gather(_value(rank).to(dev), dim=0)
         torch_xla.sync()
