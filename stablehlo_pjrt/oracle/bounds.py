@@ -1,0 +1,449 @@
+"""Per-element error bounds of a JAX program, from first principles.
+
+For every output element this computes, next to the value the program's own
+types give:
+
+* the **centre**: the program evaluated in float64 (each op's exact result
+  up to float64 rounding, with every rounding the program asks for, such as
+  a convert to bf16, counted as an error instead of applied);
+* the **worst-case bound** ``worst``: a first-order forward error bound any
+  conforming implementation meets. Each op contributes its own rounding,
+  u*|y| (a few u for transcendental functions), and for a sum of n terms
+  (dot_general, conv, reduce_sum, cumsum) gamma_n * sum|terms| (Higham,
+  "Accuracy and Stability of Numerical Algorithms", 2nd ed., 3.1), with
+  sum|terms| from an absolute-value shadow of the same op. Errors reaching
+  an op through its operands are multiplied by the op's condition:
+  |J| * error, from the op's JVP (at |operands| for multilinear ops);
+* the **spread** ``spread``: the same local errors taken as independent
+  random signs (sums with a random-walk size u*sqrt(n)*sum|terms|),
+  propagated by the JVP in ``samples`` draws; ``spread`` is their root mean
+  square. A legitimate difference stays within a few of these (the
+  verdict uses :data:`SPREAD_FACTOR`), which a sum whose terms were rounded
+  to bf16 exceeds while every order of f32 summation (sequential, pairwise,
+  blocked) stays inside.
+
+The evaluation walks the jaxpr of ``fn``: JAX's own JVP rules give the
+condition of every primitive. Calls (jit, custom_jvp/custom_vjp functions)
+are walked into; ``cond``, ``while`` and ``scan`` run their bodies through
+the same walk. The whole walk is one jitted float64 program, run on the
+platform ``shadow_on`` (XLA CPU by default: its float64 rounding, 1e-16, is
+far below any float32 bound).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+# Primitives that only move or select values: no rounding of their own.
+EXACT = frozenset({
+    "broadcast_in_dim", "reshape", "transpose", "squeeze", "expand_dims", "slice",
+    "dynamic_slice", "dynamic_update_slice", "concatenate", "pad", "gather", "rev",
+    "select_n", "copy", "copy_p", "neg", "abs", "max", "min", "reduce_max", "reduce_min",
+    "argmax", "argmin", "sort", "sign", "floor", "ceil", "round", "stop_gradient",
+    "real", "imag", "conj", "clamp", "reduce_precision", "optimization_barrier",
+    "iota", "eq", "ne", "lt", "le", "gt", "ge", "is_finite", "device_put",
+    "sharding_constraint", "squeeze_p", "split", "scatter", "select_and_gather_add",
+    "pjit", "jit",
+})
+# Functions whose implementations are not correctly rounded: a few u each.
+TRANSCENDENTAL = frozenset({
+    "exp", "exp2", "expm1", "log", "log1p", "tanh", "logistic", "sin", "cos", "tan",
+    "asin", "acos", "atan", "atan2", "sinh", "cosh", "asinh", "acosh", "atanh", "pow",
+    "erf", "erfc", "erf_inv", "lgamma", "digamma", "igamma", "igammac", "bessel_i0e",
+    "bessel_i1e", "cbrt", "rsqrt", "polygamma", "zeta", "random_gamma_grad",
+})
+TRANSCENDENTAL_ULPS = 4.0
+# Sums of products: linear in each operand, with n terms per result element.
+SUMMING = frozenset({"dot_general", "conv_general_dilated", "reduce_sum", "cumsum",
+                     "cumlogsumexp", "reduce_window_sum"})
+MULTILINEAR = SUMMING | {"mul", "add", "sub", "add_any", "neg", "integer_pow_never"}
+# Correctly rounded ops: into a narrow type (bf16, f16, f8) their rounding
+# is deterministic and the shadow applies it (see _Walker._rounded); into
+# f32/f64 it is modelled as noise of u*|y| (which also covers a backend
+# contracting a*b+c into one fused multiply-add).
+ROUNDED = frozenset({"add", "sub", "mul", "div", "sqrt", "add_any", "convert_element_type",
+                     "neg", "abs", "max", "min", "square"})
+# How many standard deviations of the spread a legitimate difference may reach.
+SPREAD_FACTOR = 4.0
+
+
+def unit_roundoff(dtype) -> float:
+    """u = eps/2 of a floating-point dtype (bf16, f16, f8 too); 0 otherwise."""
+    import ml_dtypes
+    dtype = np.dtype(dtype)
+    if dtype.kind in "biu" or dtype == np.bool_:
+        return 0.0
+    if dtype.kind == "c":
+        dtype = np.dtype(np.float32 if dtype == np.complex64 else np.float64)
+    try:
+        return float(ml_dtypes.finfo(dtype).eps) / 2
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _is_float(dtype) -> bool:
+    return unit_roundoff(dtype) > 0 and np.dtype(dtype).kind != "c"
+
+
+@dataclass
+class Bounds:
+    """Per output leaf: the float64 centre, the worst-case bound and the
+    spread (root mean square of the sampled legitimate errors)."""
+
+    centre: list
+    worst: list
+    spread: list
+    samples: int
+    unmodelled: set = field(default_factory=set)   # primitives without a rule
+
+    def allowed(self, k: int) -> np.ndarray:
+        """The largest |other - centre| output ``k`` may legitimately show:
+        SPREAD_FACTOR spreads, but never more than the worst-case bound."""
+        return np.minimum(SPREAD_FACTOR * self.spread[k], self.worst[k])
+
+
+def _terms(prim: str, params: dict, in_avals, out_aval) -> float:
+    """Terms summed into one result element."""
+    if prim == "dot_general":
+        (lc, _), _ = params["dimension_numbers"]
+        return float(np.prod([in_avals[0].shape[d] for d in lc])) if lc else 1.0
+    if prim == "conv_general_dilated":
+        dn = params["dimension_numbers"]
+        rhs = in_avals[1].shape
+        rhs_spec = dn.rhs_spec if dn is not None else tuple(range(len(rhs)))
+        # rhs_spec = (out feature dim, in feature dim, spatial...)
+        return float(np.prod([rhs[d] for d in rhs_spec[1:]]))
+    if prim == "reduce_sum":
+        return float(np.prod([in_avals[0].shape[a] for a in params["axes"]]))
+    if prim in ("cumsum", "cumlogsumexp"):
+        return float(in_avals[0].shape[params["axis"]])
+    if prim == "reduce_window_sum":
+        return float(np.prod(params["window_dimensions"]))
+    return 1.0
+
+
+def _narrow_format(dtype):
+    """(exponent bits, mantissa bits) of a float type narrower than f32, else None."""
+    import ml_dtypes
+    dtype = np.dtype(dtype)
+    if not _is_float(dtype) or dtype.itemsize >= 4:
+        return None
+    fi = ml_dtypes.finfo(dtype)
+    return int(fi.nexp), int(fi.nmant)
+
+
+def _gamma(n, u):
+    nu = n * u
+    return nu / (1 - nu) if nu < 0.5 else np.inf
+
+
+class _Walker:
+    """Evaluates a jaxpr on (value, worst, samples) triples in float64."""
+
+    def __init__(self, key, samples: int):
+        self.key = key
+        self.samples = samples
+        self.count = 0
+        self.unmodelled: set = set()
+
+    def _signs(self, shape):
+        import jax
+        self.count += 1
+        k = jax.random.fold_in(self.key, self.count)
+        return jax.random.rademacher(k, (self.samples,) + tuple(shape), dtype=np.float64)
+
+    # -- one primitive ----------------------------------------------------
+    def eqn(self, eqn, ins):
+        import jax
+        import jax.numpy as jnp
+        prim = eqn.primitive.name
+        params = dict(eqn.params)
+        sub = _subjaxpr(prim, params)
+        if sub is not None:
+            return self.jaxpr(sub[0], sub[1], ins)
+        if prim == "cond":
+            return self._cond(eqn, params, ins)
+        if prim == "while":
+            return self._while(eqn, params, ins)
+        if prim == "scan":
+            return self._scan(eqn, params, ins)
+        in_avals = [v.aval for v in eqn.invars]
+        out_avals = [v.aval for v in eqn.outvars]
+        params = _widen_params(prim, params)
+        vals = [x for x, _, _ in ins]
+        fl = [i for i, a in enumerate(in_avals) if _is_float(a.dtype)]
+
+        def f(*xs):
+            full = list(vals)
+            for i, x in zip(fl, xs):
+                full[i] = x
+            out = eqn.primitive.bind(*full, **params)
+            return list(out) if eqn.primitive.multiple_results else [out]
+
+        if prim == "reduce_precision":
+            def f(*xs):  # noqa: F811 - the shadow keeps the exact value
+                return [xs[0]]
+        prim_in = [vals[i] for i in fl]
+        outs = f(*prim_in)
+        float_out = [_is_float(a.dtype) for a in out_avals]
+        fo = [k for k, x in enumerate(float_out) if x]
+        if not fl or not fo:
+            zeros = [jnp.zeros(o.shape, np.float64) for o in outs]
+            return [(o, z, jnp.zeros((self.samples,) + o.shape, np.float64))
+                    for o, z in zip(outs, zeros)]
+        f_all = f
+
+        def f(*xs):  # noqa: F811 - the float results only (others have no tangent)
+            out = f_all(*xs)
+            return [out[k] for k in fo]
+
+        W = [ins[i][1] for i in fl]
+        T = [ins[i][2] for i in fl]
+        # Propagated worst case: |J| W.
+        if prim in MULTILINEAR:
+            absx = [jnp.abs(x) for x in prim_in]
+            if prim == "sub":
+                prop = jax.jvp(lambda a, b: [a + b], absx, W)[1]
+            else:
+                prop = jax.jvp(lambda *xs: f(*xs), absx, W)[1]
+            prop = [jnp.abs(p) for p in prop]
+        else:
+            prop = None
+            for j in range(len(fl)):
+                tan = [W[k] if k == j else jnp.zeros_like(W[k]) for k in range(len(fl))]
+                p = [jnp.abs(t) for t in jax.jvp(f, prim_in, tan)[1]]
+                prop = p if prop is None else [a + b for a, b in zip(prop, p)]
+        # Propagated samples: J T.
+        samp = jax.vmap(lambda *ts: jax.jvp(f, prim_in, list(ts))[1])(*T)
+        prop = {k: p for k, p in zip(fo, prop)}
+        samp = {k: p for k, p in zip(fo, samp)}
+        result = []
+        for k, (o, oa) in enumerate(zip(outs, out_avals)):
+            if not float_out[k]:
+                result.append((o, jnp.zeros(o.shape, np.float64),
+                               jnp.zeros((self.samples,) + o.shape, np.float64)))
+                continue
+            o = o.astype(np.float64)
+            u = unit_roundoff(oa.dtype)
+            w, s = prop[k].astype(np.float64), samp[k].astype(np.float64)
+            fmt = _narrow_format(oa.dtype)
+            if prim == "reduce_precision":
+                fmt = (params["exponent_bits"], params["mantissa_bits"])
+            if fmt is not None:
+                # Computed in f32 (as backends do), then rounded as the program asks.
+                u = unit_roundoff(np.float32)
+            if fmt is None or prim not in ROUNDED and prim != "reduce_precision":
+                lw, ls = self._local(prim, params, prim_in, in_avals, oa, o, u,
+                                     [a for i, a in enumerate(in_avals) if i in fl], f)
+                w, s = w + lw, s + self._signs(o.shape) * ls
+            result.append(self._rounded(o, w, s, fmt) if fmt is not None else (o, w, s))
+        return result
+
+    def _rounded(self, y, w, s, fmt):
+        """A correctly rounded op into a narrow format: the result is the
+        exact value rounded, unless the incoming uncertainty (``w`` worst
+        case, SPREAD_FACTOR sampled spreads) straddles a rounding boundary;
+        there the other rounding is allowed too."""
+        import jax.numpy as jnp
+        from jax import lax
+        e, m = fmt
+
+        def rnd(v):
+            return lax.reduce_precision(v, exponent_bits=e, mantissa_bits=m)
+
+        yc = rnd(y)
+        sigma = jnp.sqrt(jnp.mean(s * s, axis=0))
+        band = SPREAD_FACTOR * sigma
+        a_s = jnp.maximum(jnp.abs(rnd(y + band) - yc), jnp.abs(rnd(y - band) - yc))
+        a_w = jnp.maximum(jnp.abs(rnd(y + w) - yc), jnp.abs(rnd(y - w) - yc))
+        a_s = jnp.where(jnp.isfinite(a_s), a_s, 0.0)
+        a_w = jnp.where(jnp.isfinite(a_w), a_w, 0.0)
+        return yc, w + a_w, s + self._signs(y.shape) * a_s
+
+    def _local(self, prim, params, xs, in_avals, out_aval, y, u, fl_avals, f):
+        """(worst-case, random-walk size) of the op's own rounding."""
+        import jax.numpy as jnp
+        ay = jnp.abs(y)
+        if prim in SUMMING:
+            n = _terms(prim, params, in_avals, out_aval)
+            s = jnp.abs(f(*[jnp.abs(x) for x in xs])[0])
+            return _gamma(n, u) * s + u * ay, u * np.sqrt(n) * s + u * ay
+        if prim == "convert_element_type" or prim == "reduce_precision":
+            if prim == "reduce_precision":
+                uu = 2.0 ** -(params["mantissa_bits"] + 1)
+            else:
+                uu = u if fl_avals and unit_roundoff(fl_avals[0].dtype) < u else 0.0
+            return uu * ay, uu * ay
+        if prim in EXACT:
+            return 0 * ay, 0 * ay
+        if prim in TRANSCENDENTAL:
+            return TRANSCENDENTAL_ULPS * u * ay, u * ay
+        if prim == "integer_pow":
+            c = abs(params["y"])
+            return c * u * ay, c * u * ay
+        return u * ay, u * ay
+
+    # -- jaxprs -------------------------------------------------------------
+    def jaxpr(self, jaxpr, consts, ins):
+        import jax.numpy as jnp
+        env = {}
+
+        def read(v):
+            if hasattr(v, "val"):  # a Literal
+                x = jnp.asarray(v.val)
+                if _is_float(x.dtype):
+                    x = x.astype(np.float64)
+                return (x, jnp.zeros(x.shape, np.float64),
+                        jnp.zeros((self.samples,) + x.shape, np.float64))
+            return env[v]
+
+        for v, c in zip(jaxpr.constvars, consts):
+            x = jnp.asarray(c)
+            x = x.astype(np.float64) if _is_float(x.dtype) else x
+            env[v] = (x, jnp.zeros(x.shape, np.float64),
+                      jnp.zeros((self.samples,) + x.shape, np.float64))
+        for v, x in zip(jaxpr.invars, ins):
+            env[v] = x
+        for e in jaxpr.eqns:
+            outs = self.eqn(e, [read(v) for v in e.invars])
+            for v, o in zip(e.outvars, outs):
+                env[v] = o
+        return [read(v) for v in jaxpr.outvars]
+
+    def _closed(self, closed, ins):
+        return self.jaxpr(closed.jaxpr, closed.consts, ins)
+
+    def _cond(self, eqn, params, ins):
+        from jax import lax
+        index = ins[0][0]
+        branches = params["branches"]
+        fns = [lambda ops, b=b: self._closed(b, ops) for b in branches]
+        return lax.switch(index.astype(np.int32), fns, list(ins[1:]))
+
+    def _while(self, eqn, params, ins):
+        from jax import lax
+        cn, bn = params["cond_nconsts"], params["body_nconsts"]
+        cc, bc, init = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
+
+        def cond(state):
+            return self._closed(params["cond_jaxpr"], list(cc) + list(state))[0][0]
+
+        def body(state):
+            return tuple(self._closed(params["body_jaxpr"], list(bc) + list(state)))
+
+        return list(lax.while_loop(cond, body, tuple(init)))
+
+    def _scan(self, eqn, params, ins):
+        import jax.numpy as jnp
+        from jax import lax
+        nc, ncarry = params["num_consts"], params["num_carry"]
+        consts, carry, xs = ins[:nc], ins[nc:nc + ncarry], ins[nc + ncarry:]
+        # Samples carry a leading sample axis: scan over axis 1 of them.
+        xs_t = [(x, w, jnp.moveaxis(s, 1, 0)) for x, w, s in xs]
+
+        def body(c, x):
+            x = [(a, b, s) for a, b, s in x]
+            out = self._closed(params["jaxpr"], list(consts) + list(c) + x)
+            return tuple(out[:ncarry]), tuple(out[ncarry:])
+
+        c, ys = lax.scan(body, tuple(carry), tuple(xs_t), length=params["length"],
+                         reverse=params["reverse"], unroll=1)
+        ys = [(y, w, jnp.moveaxis(s, 0, 1)) for y, w, s in ys]
+        return list(c) + ys
+
+
+def _subjaxpr(prim, params):
+    """(jaxpr, consts) of a call-like primitive's body, or None."""
+    if prim in ("cond", "while", "scan"):
+        return None
+    for name in ("jaxpr", "call_jaxpr", "fun_jaxpr"):
+        j = params.get(name)
+        if j is None or callable(j) and not hasattr(j, "eqns") and not hasattr(j, "jaxpr"):
+            continue
+        if hasattr(j, "consts") and hasattr(j, "jaxpr"):
+            return j.jaxpr, j.consts
+        if hasattr(j, "eqns"):
+            return j, []
+    return None
+
+
+def _widen_params(prim, params):
+    """Params for evaluating the primitive on float64 operands."""
+    p = dict(params)
+    for name in ("preferred_element_type", "new_dtype", "dtype"):
+        if name in p and p[name] is not None and _is_float(p[name]):
+            p[name] = np.dtype(np.float64)
+    if prim == "dot_general" or prim == "conv_general_dilated":
+        p["precision"] = None
+    return p
+
+
+_CACHE: dict = {}
+
+
+def bounds(fn: Callable, *args: Any, samples: int = 16, seed: int = 0,
+           shadow_on: str = "cpu") -> Bounds:
+    """The centre, worst-case bound and spread of every output leaf of
+    ``fn(*args)`` (see the module docstring). ``args`` are what ``fn``
+    takes; integer and bool outputs get zero bounds (they must be equal)."""
+    import jax
+
+    from ._lowering import unwrap_keys
+    fn, args = unwrap_keys(fn, args)
+    closed = jax.make_jaxpr(fn)(*args)
+    leaves = jax.tree.leaves(args)
+    if len(leaves) != len(closed.jaxpr.invars):
+        raise ValueError("the arguments do not match the function's jaxpr")
+    walker = _Walker(None, samples)
+
+    def run(flat, key):
+        walker.key, walker.count = key, 0
+        ins = []
+        for x in flat:
+            ins.append((x, jax.numpy.zeros(x.shape, np.float64),
+                        jax.numpy.zeros((samples,) + x.shape, np.float64)))
+        outs = walker._closed(closed, ins)
+        return [(o, w, jax.numpy.sqrt(jax.numpy.mean(s * s, axis=0))) for o, w, s in outs]
+
+    with jax.enable_x64(True):
+        flat = [np.asarray(x).astype(np.float64) if _is_float(np.asarray(x).dtype)
+                else np.asarray(x) for x in leaves]
+        try:
+            device = jax.devices(shadow_on)[0]
+        except RuntimeError:
+            device = jax.devices()[0]
+        with jax.default_device(device):
+            out = jax.jit(run)(flat, jax.random.key_data(jax.random.PRNGKey(seed)))
+        out = jax.device_get(out)
+    centre = [np.asarray(o) for o, _, _ in out]
+    worst = [np.asarray(w) for _, w, _ in out]
+    spread = [np.asarray(s) for _, _, s in out]
+    return Bounds(centre, worst, spread, samples, walker.unmodelled)
+
+
+def order_spread(terms: np.ndarray, axis: int, dtype) -> np.ndarray:
+    """How far legitimate summation orders of ``terms`` along ``axis`` fall
+    from the exact sum, in ``dtype``: the largest error of sequential
+    (np.add.accumulate), pairwise (np.sum) and blocked (16 partial sums, as
+    vectorized BLAS/XLA loops keep) summation. One small function, so that
+    a spec-mode sequential run can replace the numpy orders."""
+    t = np.moveaxis(np.asarray(terms), axis, -1).astype(dtype)
+    exact = t.astype(np.float64).sum(axis=-1)
+    seq = np.add.accumulate(t, axis=-1, dtype=dtype)[..., -1] if t.shape[-1] else \
+        np.zeros(t.shape[:-1], dtype)
+    pair = np.sum(t, axis=-1, dtype=dtype)
+    n = t.shape[-1]
+    pad = (-n) % 16
+    tt = np.concatenate([t, np.zeros(t.shape[:-1] + (pad,), dtype)], axis=-1)
+    lanes = np.add.accumulate(tt.reshape(t.shape[:-1] + (-1, 16)), axis=-2,
+                              dtype=dtype)[..., -1, :]
+    blocked = np.sum(lanes, axis=-1, dtype=dtype)
+    return np.max([np.abs(v.astype(np.float64) - exact) for v in (seq, pair, blocked)],
+                  axis=0)
+
+
+__all__: Sequence[str] = ("Bounds", "bounds", "order_spread", "unit_roundoff",
+                          "SPREAD_FACTOR")
