@@ -22,9 +22,8 @@ and reports the earliest divergent op in program order.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -32,22 +31,7 @@ import stablehlo_interpreter as shi
 from stablehlo_interpreter import MLIR_LOCK, compare_arrays, summarize
 
 from ..mlir_funcs import entry_func, find_func, func_name, return_also
-
-# run(module_text, args) -> list of numpy arrays, one per result of @main.
-Runner = Callable[[str, Sequence[np.ndarray]], Sequence[np.ndarray]]
-
-_SOURCE_RE = re.compile(r'"([^"]+)":(\d+):(\d+)')
-
-
-def source_line(location: str) -> str | None:
-    """The innermost ``file:line`` of an op location JAX recorded, e.g.
-    ``"jit(f)/sin"(callsite("f"("x.py":4:20 to :30) at ...))`` -> ``x.py:4``."""
-    m = _SOURCE_RE.search(location or "")
-    if m:
-        return f"{m.group(1)}:{m.group(2)}"
-    # The interpreter's compact form: `file:line:col (in fn) [op]`.
-    m = re.match(r"(\S+?):(\d+):\d+(?: |$)", location or "")
-    return f"{m.group(1)}:{m.group(2)}" if m and m.group(1) != "-" else None
+from .runners import Runner, jax_backend_runner, reference_runner, source_line  # noqa: F401
 
 
 @dataclass
@@ -169,41 +153,6 @@ def _op_text(op) -> str:
     if op.regions and len(text.strip().splitlines()) > 1:
         first += " ... }"
     return first if len(first) <= 300 else first[:300] + " ..."
-
-
-def reference_runner(module_text: str, args: Sequence[np.ndarray]) -> list:
-    """Runs a module on the interpreter directly (not through PJRT)."""
-    return list(shi.compile(module_text, name="<variant>").run(*args))
-
-
-def jax_backend_runner(platform: str = "cpu") -> Runner:
-    """A Runner that compiles module text on a JAX backend's PJRT client
-    (``client.compile_and_load``, as jax._src.compiler does) and runs it on
-    that backend's first device."""
-    from jax._src import xla_bridge
-    from jax._src.lib import xla_client as xc
-    try:
-        backend = xla_bridge.get_backend(platform)
-    except RuntimeError as e:
-        raise RuntimeError(
-            f"backend {platform!r} is not available in this process ({e}); leave "
-            "JAX_PLATFORMS unset or list it, e.g. 'cpu,stablehlo_ref'") from None
-    device = backend.local_devices()[0]
-
-    def run(module_text: str, args: Sequence[np.ndarray]) -> list:
-        exe = backend.compile_and_load(
-            module_text, executable_devices=xc.DeviceList((device,)),
-            compile_options=xc.CompileOptions())
-        # Under enable_x64, device_put keeps the arrays' exact dtypes (it
-        # would otherwise turn 64-bit inputs into 32-bit ones).
-        import jax
-        with jax.enable_x64(True):
-            buffers = [jax.device_put(np.asarray(a), device) for a in args]
-        results = exe.execute_sharded(buffers).disassemble_into_single_device_arrays()
-        return [np.asarray(r[0]) for r in results]
-
-    run.__name__ = platform  # the name reports use for it
-    return run
 
 
 def _one_line(value) -> str:
@@ -360,7 +309,7 @@ def first_divergence(fn_or_module, *args, against="cpu", strategy: str = "bisect
     else:
         from ._lowering import lower
         module, flat_args = lower(fn_or_module, *args)
-    from .compare import other_runner
+    from .runners import other_runner
     other_name, run_other = other_runner(against)
     if strategy not in ("bisect", "linear"):
         raise ValueError(f"strategy must be 'bisect' or 'linear', not {strategy!r}")

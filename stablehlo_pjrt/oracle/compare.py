@@ -26,17 +26,17 @@ Per output leaf:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable
 
 import numpy as np
 
 from stablehlo_interpreter import compare_arrays
 
 from . import causes as C
+from .runners import Runner, other_runner
 
 REFERENCE_PLATFORM = "stablehlo_ref"
 VERDICTS = ("identical", "agree", "explained", "differ")
-Runner = Callable[[str, Sequence[np.ndarray]], Sequence[np.ndarray]]
 
 
 def _device(platform: str):
@@ -126,15 +126,6 @@ class Report:
         return "\n".join(lines)
 
 
-def other_runner(against) -> tuple[str, Runner]:
-    """(name, Runner) of a platform name or a Runner; the one name the
-    reports use for the other backend at every level."""
-    from .bisect import jax_backend_runner
-    if isinstance(against, str):
-        return against, jax_backend_runner(against)
-    return getattr(against, "__name__", "other"), against
-
-
 def compare(fn: Any, *args: Any, against: str | Runner = "cpu", rtol: float | None = None,
             atol: float | None = None, ulp: int | None = None,
             allow: Iterable[str] | None = None, forbid: Iterable[str] | None = None,
@@ -152,7 +143,7 @@ def compare(fn: Any, *args: Any, against: str | Runner = "cpu", rtol: float | No
     fixed tolerance. ``samples`` draws estimate the spread; the float64
     shadow runs on the platform ``shadow_on`` (the reference if it is
     missing)."""
-    from .bisect import reference_runner
+    from .runners import reference_runner
     allowed = C.check_names(allow) or set(C.CAUSES)
     allowed -= C.check_names(forbid)
     is_module = isinstance(fn, (str, bytes, bytearray, memoryview))
@@ -225,7 +216,7 @@ class _Judge:
         skipped."""
         if not self._widened:
             self._widened = True
-            from .bisect import reference_runner
+            from .runners import reference_runner
             self._widened_outs = []
             if not isinstance(self.text, str):
                 return self._widened_outs
@@ -250,7 +241,7 @@ class _Judge:
         """The reference's outputs with subnormal arguments flushed to zero."""
         if not self._flushed:
             self._flushed = True
-            from .bisect import reference_runner
+            from .runners import reference_runner
             args = [C.flush_subnormals(a) for a in self.flat]
             if any(a is not b for a, b in zip(args, self.flat)):
                 self._flushed_outs = [np.asarray(v) for v in reference_runner(self.text, args)]

@@ -83,7 +83,7 @@ class OpVerdict:
 
     @property
     def source(self) -> str | None:
-        from .bisect import source_line
+        from .runners import source_line
         return source_line(self.location)
 
     def label(self) -> str:
