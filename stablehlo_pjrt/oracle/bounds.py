@@ -26,8 +26,9 @@ The evaluation walks the jaxpr of ``fn``: JAX's own JVP rules give the
 condition of every primitive. Calls (jit, custom_jvp/custom_vjp functions)
 are walked into; ``cond``, ``while`` and ``scan`` run their bodies through
 the same walk. The whole walk is one jitted float64 program, run on the
-platform ``shadow_on`` (XLA CPU by default: its float64 rounding, 1e-16, is
-far below any float32 bound).
+platform ``shadow_on``: the reference by default (then XLA CPU), whose
+float64 rounding, 1e-16, is far below any float32 bound. The reference
+plans it in a fraction of the time XLA takes to compile it.
 """
 
 from __future__ import annotations
@@ -73,7 +74,10 @@ SPREAD_FACTOR = 4.0
 def unit_roundoff(dtype) -> float:
     """u = eps/2 of a floating-point dtype (bf16, f16, f8 too); 0 otherwise."""
     import ml_dtypes
-    dtype = np.dtype(dtype)
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:   # an extended dtype (a PRNG key)
+        return 0.0
     if dtype.kind in "biu" or dtype == np.bool_:
         return 0.0
     if dtype.kind == "c":
@@ -86,6 +90,12 @@ def unit_roundoff(dtype) -> float:
 
 def _is_float(dtype) -> bool:
     return unit_roundoff(dtype) > 0 and np.dtype(dtype).kind != "c"
+
+
+def _zeros(shape, samples=None):
+    import jax.numpy as jnp
+    return jnp.zeros(tuple(shape) if samples is None else (samples,) + tuple(shape),
+                     np.float64)
 
 
 @dataclass
@@ -150,10 +160,16 @@ class _Walker:
         self.unmodelled: set = set()
 
     def _signs(self, shape):
-        import jax
+        """Pseudo-random signs, one per sample and element: a sine hash (JAX's
+        threefry would cost seconds of XLA compilation per call site)."""
+        import jax.numpy as jnp
+        from jax import lax
         self.count += 1
-        k = jax.random.fold_in(self.key, self.count)
-        return jax.random.rademacher(k, (self.samples,) + tuple(shape), dtype=np.float64)
+        shape = (self.samples,) + tuple(shape)
+        n = int(np.prod(shape))
+        i = lax.iota(np.float64, n).reshape(shape)
+        v = jnp.sin(i * 12.9898 + (self.count * 78.233 + self.key)) * 43758.5453
+        return jnp.where(v - jnp.floor(v) < 0.5, -1.0, 1.0)
 
     # -- one primitive ----------------------------------------------------
     def eqn(self, eqn, ins):
@@ -191,9 +207,8 @@ class _Walker:
         float_out = [_is_float(a.dtype) for a in out_avals]
         fo = [k for k, x in enumerate(float_out) if x]
         if not fl or not fo:
-            zeros = [jnp.zeros(o.shape, np.float64) for o in outs]
-            return [(o, z, jnp.zeros((self.samples,) + o.shape, np.float64))
-                    for o, z in zip(outs, zeros)]
+            outs = [o.astype(np.float64) if _is_float(o.dtype) else o for o in outs]
+            return [(o, _zeros(o.shape), _zeros(o.shape, self.samples)) for o in outs]
         f_all = f
 
         def f(*xs):  # noqa: F811 - the float results only (others have no tangent)
@@ -373,6 +388,8 @@ def _subjaxpr(prim, params):
 def _widen_params(prim, params):
     """Params for evaluating the primitive on float64 operands."""
     p = dict(params)
+    if prim == "bitcast_convert_type":
+        return p   # reinterprets bits: the types stay
     for name in ("preferred_element_type", "new_dtype", "dtype"):
         if name in p and p[name] is not None and _is_float(p[name]):
             p[name] = np.dtype(np.float64)
@@ -385,7 +402,7 @@ _CACHE: dict = {}
 
 
 def bounds(fn: Callable, *args: Any, samples: int = 16, seed: int = 0,
-           shadow_on: str = "cpu") -> Bounds:
+           shadow_on: str = "stablehlo_ref") -> Bounds:
     """The centre, worst-case bound and spread of every output leaf of
     ``fn(*args)`` (see the module docstring). ``args`` are what ``fn``
     takes; integer and bool outputs get zero bounds (they must be equal)."""
@@ -411,12 +428,16 @@ def bounds(fn: Callable, *args: Any, samples: int = 16, seed: int = 0,
     with jax.enable_x64(True):
         flat = [np.asarray(x).astype(np.float64) if _is_float(np.asarray(x).dtype)
                 else np.asarray(x) for x in leaves]
-        try:
-            device = jax.devices(shadow_on)[0]
-        except RuntimeError:
-            device = jax.devices()[0]
+        device = None
+        for platform in (shadow_on, "stablehlo_ref", "cpu"):
+            try:
+                device = jax.devices(platform)[0]
+                break
+            except RuntimeError:
+                continue
+        device = device or jax.devices()[0]
         with jax.default_device(device):
-            out = jax.jit(run)(flat, jax.random.key_data(jax.random.PRNGKey(seed)))
+            out = jax.jit(run)(flat, np.float64(seed))
         out = jax.device_get(out)
     centre = [np.asarray(o) for o, _, _ in out]
     worst = [np.asarray(w) for _, w, _ in out]

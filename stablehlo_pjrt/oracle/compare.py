@@ -130,7 +130,7 @@ def compare(fn: Any, *args: Any, against: str | Runner = "cpu", rtol: float | No
             atol: float | None = None, ulp: int | None = None,
             allow: Iterable[str] | None = None, forbid: Iterable[str] | None = None,
             reference: str = REFERENCE_PLATFORM, samples: int = 16,
-            shadow_on: str = "cpu") -> Report:
+            shadow_on: str = REFERENCE_PLATFORM) -> Report:
     """The verdict on ``fn(*args)`` run on the reference and on ``against``
     (a JAX platform name or a Runner ``run(module_text, args) -> outputs``).
 
@@ -141,7 +141,7 @@ def compare(fn: Any, *args: Any, against: str | Runner = "cpu", rtol: float | No
     ``allow``/``forbid`` choose the causes (causes.CAUSES) that may explain
     a difference; ``rtol``/``atol``/``ulp`` override the analysis with a
     fixed tolerance. ``samples`` draws estimate the spread; the float64
-    shadow runs on the platform ``shadow_on`` (the reference if it is
+    shadow runs on the platform ``shadow_on`` (XLA CPU when it is
     missing)."""
     from .runners import reference_runner
     allowed = C.check_names(allow) or set(C.CAUSES)
