@@ -32,6 +32,7 @@ _EXPORTS = {
     "ModuleVariants": "bisect", "jax_backend_runner": "runners",
     "reference_runner": "runners", "Report": "compare", "bounds": "bounds",
     "Bounds": "bounds", "isolate": "isolate", "CAUSES": "causes",
+    "precision": "precision", "PrecisionReport": "precision",
     "find_nan": "probe", "trace_ops": "probe", "probe": "probe",
 }
 
