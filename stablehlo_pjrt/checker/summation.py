@@ -1,4 +1,7 @@
-"""Telling a summation-order difference from a wrong sum.
+"""Telling a summation-order difference from a wrong sum: the oracle's
+``summation-order`` cause (stablehlo_pjrt/oracle/causes.py, docs/oracle.md)
+in the form the plugin checker's programs area applies first, on the
+outputs of a module.
 
 A dot product, a convolution or an add-reduction sums n terms; every order
 of summation is a correct implementation, and two orders round differently.
@@ -196,16 +199,16 @@ def explain(text: str, args, divergence, reference: list, other: list) -> str | 
     """A note saying why the outputs that differ are correct sums, or None.
 
     ``divergence`` is the oracle's first divergence (stablehlo_pjrt.oracle.
-    bisect): its innermost op must be a summing op, so that the sum's
-    operands agree on both sides. Then every output of @main that differs
+    bisect), or None: when given, its innermost op must be a summing op, so
+    that the sum's operands agree on both sides. Then every output of @main that differs
     must be produced by a plain sum (directly, or as the result of a
     func.call whose callee returns it), with the plugin's value within the
     summation-order bound of that sum at every element."""
     from stablehlo_interpreter import compare_arrays
     d = divergence
-    if d is None or d.op is None or d.innermost.op.name not in SUMMING:
+    if d is not None and (d.op is None or d.innermost.op.name not in SUMMING):
         return None
-    worst, most = 0.0, 0
+    worst, most, op = 0.0, 0, None
     for k, (r, o) in enumerate(zip(reference, other)):
         if compare_arrays(f"output #{k}", r, o).ok:
             continue
@@ -213,8 +216,11 @@ def explain(text: str, args, divergence, reference: list, other: list) -> str | 
         if found is None:
             return None
         worst, most = max(worst, found[0]), max(most, found[1])
-    op = d.innermost.op.name
-    return (f"{op}: the plugin's result differs from the reference's, but every element "
+        producer = _producer(text, k)
+        op = op or (producer[0] if producer and producer[0] != "func.call" else None)
+    op = d.innermost.op.name if d is not None else (op or "a sum")
+    return (f"summation-order: {op}: the plugin's result differs from the reference's, "
+            f"but every element "
             f"is within the summation-order bound 2*gamma_n*sum|terms| + 2u|result| "
             f"(n <= {most} terms; the largest difference is {worst:.2g} of its bound): "
             f"both are valid results of the same sum, rounded in different orders")
