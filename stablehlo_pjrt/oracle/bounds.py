@@ -92,6 +92,38 @@ def _is_float(dtype) -> bool:
     return unit_roundoff(dtype) > 0 and np.dtype(dtype).kind != "c"
 
 
+class _Exact:
+    """The error of an exact value (arguments, constants, and what exact
+    ops make of them): no arrays to carry or propagate."""
+
+    def __repr__(self):
+        return "EXACT"
+
+
+EXACT_ERR = _Exact()
+
+
+class _Independent:
+    """Samples that are independent random signs times ``mag`` (an op's own
+    rounding on exact inputs): drawn only when an op propagates them; their
+    root mean square is ``mag`` itself."""
+
+    def __init__(self, mag, signs):
+        self.mag, self.signs = mag, signs
+
+    def draw(self):
+        return self.signs(np.shape(self.mag)) * self.mag
+
+
+def _materialize(x, w, s, samples):
+    """(x, w, s) with EXACT_ERR replaced by zeros of x's shape."""
+    shape = np.shape(x)
+    if isinstance(s, _Independent):
+        s = s.draw()
+    return (x, _zeros(shape) if w is EXACT_ERR else w,
+            _zeros(shape, samples) if s is EXACT_ERR else s)
+
+
 def _zeros(shape, samples=None):
     import jax.numpy as jnp
     return jnp.zeros(tuple(shape) if samples is None else (samples,) + tuple(shape),
@@ -208,42 +240,48 @@ class _Walker:
         fo = [k for k, x in enumerate(float_out) if x]
         if not fl or not fo:
             outs = [o.astype(np.float64) if _is_float(o.dtype) else o for o in outs]
-            return [(o, _zeros(o.shape), _zeros(o.shape, self.samples)) for o in outs]
+            return [(o, EXACT_ERR, EXACT_ERR) for o in outs]
         f_all = f
 
         def f(*xs):  # noqa: F811 - the float results only (others have no tangent)
             out = f_all(*xs)
             return [out[k] for k in fo]
 
-        W = [ins[i][1] for i in fl]
-        T = [ins[i][2] for i in fl]
-        # Propagated worst case: |J| W.
-        if prim in MULTILINEAR:
-            absx = [jnp.abs(x) for x in prim_in]
-            if prim == "sub":
-                prop = jax.jvp(lambda a, b: [a + b], absx, W)[1]
-            else:
-                prop = jax.jvp(lambda *xs: f(*xs), absx, W)[1]
-            prop = [jnp.abs(p) for p in prop]
+        exact_in = all(ins[i][1] is EXACT_ERR and ins[i][2] is EXACT_ERR for i in fl)
+        if exact_in:
+            # Exact inputs: nothing to propagate, only the op's own rounding.
+            prop = {k: 0.0 for k in fo}
+            samp = {k: 0.0 for k in fo}
         else:
-            prop = None
-            for j in range(len(fl)):
-                tan = [W[k] if k == j else jnp.zeros_like(W[k]) for k in range(len(fl))]
-                p = [jnp.abs(t) for t in jax.jvp(f, prim_in, tan)[1]]
-                prop = p if prop is None else [a + b for a, b in zip(prop, p)]
-        # Propagated samples: J T.
-        samp = jax.vmap(lambda *ts: jax.jvp(f, prim_in, list(ts))[1])(*T)
-        prop = {k: p for k, p in zip(fo, prop)}
-        samp = {k: p for k, p in zip(fo, samp)}
+            mat = [_materialize(ins[i][0], ins[i][1], ins[i][2], self.samples) for i in fl]
+            W = [m[1] for m in mat]
+            T = [m[2] for m in mat]
+            # Propagated worst case: |J| W.
+            if prim in MULTILINEAR:
+                absx = [jnp.abs(x) for x in prim_in]
+                if prim == "sub":
+                    prop = jax.jvp(lambda a, b: [a + b], absx, W)[1]
+                else:
+                    prop = jax.jvp(lambda *xs: f(*xs), absx, W)[1]
+                prop = [jnp.abs(p) for p in prop]
+            else:
+                prop = None
+                for j in range(len(fl)):
+                    tan = [W[k] if k == j else jnp.zeros_like(W[k]) for k in range(len(fl))]
+                    p = [jnp.abs(t) for t in jax.jvp(f, prim_in, tan)[1]]
+                    prop = p if prop is None else [a + b for a, b in zip(prop, p)]
+            # Propagated samples: J T.
+            samp = jax.vmap(lambda *ts: jax.jvp(f, prim_in, list(ts))[1])(*T)
+            prop = {k: p.astype(np.float64) for k, p in zip(fo, prop)}
+            samp = {k: p.astype(np.float64) for k, p in zip(fo, samp)}
         result = []
         for k, (o, oa) in enumerate(zip(outs, out_avals)):
             if not float_out[k]:
-                result.append((o, jnp.zeros(o.shape, np.float64),
-                               jnp.zeros((self.samples,) + o.shape, np.float64)))
+                result.append((o, EXACT_ERR, EXACT_ERR))
                 continue
             o = o.astype(np.float64)
             u = unit_roundoff(oa.dtype)
-            w, s = prop[k].astype(np.float64), samp[k].astype(np.float64)
+            w, s = prop[k], samp[k]
             fmt = _narrow_format(oa.dtype)
             if prim == "reduce_precision":
                 fmt = (params["exponent_bits"], params["mantissa_bits"])
@@ -251,10 +289,25 @@ class _Walker:
                 # Computed in f32 (as backends do), then rounded as the program asks.
                 u = unit_roundoff(np.float32)
             if fmt is None or prim not in ROUNDED and prim != "reduce_precision":
-                lw, ls = self._local(prim, params, prim_in, in_avals, oa, o, u,
-                                     [a for i, a in enumerate(in_avals) if i in fl], f)
-                w, s = w + lw, s + self._signs(o.shape) * ls
-            result.append(self._rounded(o, w, s, fmt) if fmt is not None else (o, w, s))
+                if prim in EXACT and fmt is None:
+                    lw = None
+                else:
+                    lw, ls = self._local(prim, params, prim_in, in_avals, oa, o, u,
+                                         [a for i, a in enumerate(in_avals) if i in fl], f)
+                if lw is not None and exact_in and fmt is None:
+                    result.append((o, _zeros(o.shape) + lw,
+                                   _Independent(_zeros(o.shape) + ls, self._signs)))
+                    continue
+                if lw is not None:
+                    w, s = w + lw, s + self._signs(o.shape) * ls
+            if fmt is not None:
+                w = _zeros(o.shape) + w
+                s = _zeros(o.shape, self.samples) + s
+                result.append(self._rounded(o, w, s, fmt))
+            elif isinstance(w, float) and isinstance(s, float):
+                result.append((o, EXACT_ERR, EXACT_ERR))
+            else:
+                result.append((o, _zeros(o.shape) + w, _zeros(o.shape, self.samples) + s))
         return result
 
     def _rounded(self, y, w, s, fmt):
@@ -311,15 +364,13 @@ class _Walker:
                 x = jnp.asarray(v.val)
                 if _is_float(x.dtype):
                     x = x.astype(np.float64)
-                return (x, jnp.zeros(x.shape, np.float64),
-                        jnp.zeros((self.samples,) + x.shape, np.float64))
+                return (x, EXACT_ERR, EXACT_ERR)
             return env[v]
 
         for v, c in zip(jaxpr.constvars, consts):
             x = jnp.asarray(c)
             x = x.astype(np.float64) if _is_float(x.dtype) else x
-            env[v] = (x, jnp.zeros(x.shape, np.float64),
-                      jnp.zeros((self.samples,) + x.shape, np.float64))
+            env[v] = (x, EXACT_ERR, EXACT_ERR)
         for v, x in zip(jaxpr.invars, ins):
             env[v] = x
         for e in jaxpr.eqns:
@@ -335,19 +386,23 @@ class _Walker:
         from jax import lax
         index = ins[0][0]
         branches = params["branches"]
-        fns = [lambda ops, b=b: self._closed(b, ops) for b in branches]
-        return lax.switch(index.astype(np.int32), fns, list(ins[1:]))
+        ops = [_materialize(*x, self.samples) for x in ins[1:]]
+        fns = [lambda ops, b=b: [_materialize(*x, self.samples) for x in self._closed(b, ops)]
+               for b in branches]
+        return lax.switch(index.astype(np.int32), fns, ops)
 
     def _while(self, eqn, params, ins):
         from jax import lax
         cn, bn = params["cond_nconsts"], params["body_nconsts"]
+        ins = [_materialize(*x, self.samples) for x in ins]
         cc, bc, init = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
 
         def cond(state):
             return self._closed(params["cond_jaxpr"], list(cc) + list(state))[0][0]
 
         def body(state):
-            return tuple(self._closed(params["body_jaxpr"], list(bc) + list(state)))
+            return tuple(_materialize(*x, self.samples)
+                         for x in self._closed(params["body_jaxpr"], list(bc) + list(state)))
 
         return list(lax.while_loop(cond, body, tuple(init)))
 
@@ -355,13 +410,15 @@ class _Walker:
         import jax.numpy as jnp
         from jax import lax
         nc, ncarry = params["num_consts"], params["num_carry"]
+        ins = [_materialize(*x, self.samples) for x in ins]
         consts, carry, xs = ins[:nc], ins[nc:nc + ncarry], ins[nc + ncarry:]
         # Samples carry a leading sample axis: scan over axis 1 of them.
         xs_t = [(x, w, jnp.moveaxis(s, 1, 0)) for x, w, s in xs]
 
         def body(c, x):
             x = [(a, b, s) for a, b, s in x]
-            out = self._closed(params["jaxpr"], list(consts) + list(c) + x)
+            out = [_materialize(*o, self.samples)
+                   for o in self._closed(params["jaxpr"], list(consts) + list(c) + x)]
             return tuple(out[:ncarry]), tuple(out[ncarry:])
 
         c, ys = lax.scan(body, tuple(carry), tuple(xs_t), length=params["length"],
@@ -414,17 +471,6 @@ def bounds(fn: Callable, *args: Any, samples: int = 16, seed: int = 0,
     leaves = jax.tree.leaves(args)
     if len(leaves) != len(closed.jaxpr.invars):
         raise ValueError("the arguments do not match the function's jaxpr")
-    walker = _Walker(None, samples)
-
-    def run(flat, key):
-        walker.key, walker.count = key, 0
-        ins = []
-        for x in flat:
-            ins.append((x, jax.numpy.zeros(x.shape, np.float64),
-                        jax.numpy.zeros((samples,) + x.shape, np.float64)))
-        outs = walker._closed(closed, ins)
-        return [(o, w, jax.numpy.sqrt(jax.numpy.mean(s * s, axis=0))) for o, w, s in outs]
-
     with jax.enable_x64(True):
         flat = [np.asarray(x).astype(np.float64) if _is_float(np.asarray(x).dtype)
                 else np.asarray(x) for x in leaves]
@@ -436,13 +482,56 @@ def bounds(fn: Callable, *args: Any, samples: int = 16, seed: int = 0,
             except RuntimeError:
                 continue
         device = device or jax.devices()[0]
+        walk = _jitted_walk(closed, samples, device.platform)
         with jax.default_device(device):
-            out = jax.jit(run)(flat, np.float64(seed))
+            out = walk(flat, np.float64(seed))
         out = jax.device_get(out)
+    unmodelled = _CACHE_UNMODELLED.get(id(walk), set())
     centre = [np.asarray(o) for o, _, _ in out]
     worst = [np.asarray(w) for _, w, _ in out]
     spread = [np.asarray(s) for _, _, s in out]
-    return Bounds(centre, worst, spread, samples, walker.unmodelled)
+    return Bounds(centre, worst, spread, samples, unmodelled)
+
+
+_CACHE_UNMODELLED: dict = {}
+
+
+def _jitted_walk(closed, samples: int, platform: str):
+    """The jitted walk of ``closed``, cached by the jaxpr's text and
+    constants: a program compared again is neither traced nor planned
+    again."""
+    import hashlib
+
+    import jax
+    h = hashlib.sha256(str(closed.jaxpr).encode())
+    for c in closed.consts:
+        c = np.asarray(c)
+        h.update(f"{c.dtype}{c.shape}".encode())
+        h.update(np.ascontiguousarray(c).tobytes())
+    key = (h.hexdigest(), samples, platform)
+    fn = _CACHE.get(key)
+    if fn is not None:
+        return fn
+    walker = _Walker(None, samples)
+
+    def run(flat, seed):
+        walker.key, walker.count = seed, 0
+        ins = [(x, EXACT_ERR, EXACT_ERR) for x in flat]
+        out = []
+        for o, w, s in walker._closed(closed, ins):
+            if isinstance(s, _Independent):
+                out.append((o, w, s.mag))
+                continue
+            o, w, s = _materialize(o, w, s, samples)
+            out.append((o, w, jax.numpy.sqrt(jax.numpy.mean(s * s, axis=0))))
+        return out
+
+    fn = jax.jit(run)
+    if len(_CACHE) >= 32:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[key] = fn
+    _CACHE_UNMODELLED[id(fn)] = walker.unmodelled
+    return fn
 
 
 def order_spread(terms: np.ndarray, axis: int, dtype) -> np.ndarray:
