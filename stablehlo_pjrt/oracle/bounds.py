@@ -17,7 +17,7 @@ types give:
 * the **spread** ``spread``: the same local errors taken as independent
   random signs (sums with a random-walk size u*sqrt(n)*sum|terms|),
   propagated by the JVP in ``samples`` draws; ``spread`` is their root mean
-  square. A legitimate difference stays within a few of these (the
+  square (a sum: u*sqrt(n/3)*sum|terms|). A legitimate difference stays within a few of these (the
   verdict uses :data:`SPREAD_FACTOR`), which a sum whose terms were rounded
   to bf16 exceeds while every order of f32 summation (sequential, pairwise,
   blocked) stays inside.
@@ -338,7 +338,9 @@ class _Walker:
         if prim in SUMMING:
             n = _terms(prim, params, in_avals, out_aval)
             s = jnp.abs(f(*[jnp.abs(x) for x in xs])[0])
-            return _gamma(n, u) * s + u * ay, u * np.sqrt(n) * s + u * ay
+            # Random walk: n roundings of at most u of partial sums at most
+            # sum|terms|, uniform (standard deviation u/sqrt(3)) and independent.
+            return _gamma(n, u) * s + u * ay, u * np.sqrt(n / 3) * s + u * ay
         if prim == "convert_element_type" or prim == "reduce_precision":
             if prim == "reduce_precision":
                 uu = 2.0 ** -(params["mantissa_bits"] + 1)

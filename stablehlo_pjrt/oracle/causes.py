@@ -18,9 +18,10 @@ seeing the difference disappear (docs/oracle.md lists them):
     subnormal inputs or results taken as zero.
 ``transcendental-accuracy``
     an elementwise function (exp, tanh, lgamma, ...) is less accurate than
-    the reference but within TRANSCENDENTAL_BACKWARD_ULPS of a correctly
-    rounded result of an input at most that many ULPs away (both sides are
-    measured against a correctly rounded truth computed with mpmath).
+    the reference but within TRANSCENDENTAL_BACKWARD_ULPS ULPs of the
+    correctly rounded result, or of the result for an input that many ULPs
+    away (lgamma, digamma: also that many ULPs of 1); both sides are
+    measured against a truth computed with mpmath.
 ``nan-payload``, ``signed-zero``
     NaNs with other bits, zeros of the other sign.
 ``unexplained``
