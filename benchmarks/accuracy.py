@@ -23,10 +23,11 @@ bound of the element type instead.
 
 import argparse
 import json
-import os
 import sys
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu,stablehlo_ref")
+from stablehlo_pjrt import config
+
+config.default_variable(config.JAX_PLATFORMS, "cpu,stablehlo_ref")
 
 import numpy as np  # noqa: E402
 

@@ -27,6 +27,8 @@ import statistics
 import subprocess
 import sys
 
+from stablehlo_pjrt import config
+
 MODES = ("0", "1", "auto")
 MODE_NAMES = {"0": "sync", "1": "async", "auto": "auto"}
 
@@ -89,8 +91,9 @@ def main(argv=None) -> int:
     for _ in range(a.repeats):
         for e in everies:
             for m in MODES:
-                env = dict(os.environ, JAX_PLATFORMS="stablehlo_ref", STABLEHLO_REF_ASYNC=m,
-                           PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+                env = config.child_environ()
+                env.update(JAX_PLATFORMS="stablehlo_ref", STABLEHLO_REF_ASYNC=m,
+                           PYTHONPATH=root + os.pathsep + env.get("PYTHONPATH", ""))
                 cmd = [sys.executable, "-m", "benchmarks.async_loop", "--child", str(e),
                        str(a.steps)] + (["--quick"] if a.quick else [])
                 p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=root)

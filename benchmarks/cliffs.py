@@ -635,7 +635,8 @@ def main(argv=None):
     p.add_argument("--md", default=str(RESULTS_DIR / "cliffs.md"), help="markdown table output")
     args = p.parse_args(argv)
 
-    os.environ.setdefault("JAX_PLATFORMS", "cpu,stablehlo_ref")
+    from stablehlo_pjrt import config
+    config.default_variable(config.JAX_PLATFORMS, "cpu,stablehlo_ref")
     import jax  # noqa: F401 - after JAX_PLATFORMS is set
 
     only = [s for o in args.only for s in o.split(",") if s]

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from stablehlo_pjrt import config
+
 from . import torch_step
 from .worker import MARK
 from .workloads import BY_NAME, WORKLOADS
@@ -57,10 +59,11 @@ def machine_info():
         info["numpy"] = np.__version__
     except Exception:  # pragma: no cover - jax is a dependency
         pass
+    environ = config.child_environ()
     for key in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS",
                 "OMP_NUM_THREADS", "XLA_FLAGS"):
-        if os.environ.get(key):
-            info.setdefault("env", {})[key] = os.environ[key]
+        if environ.get(key):
+            info.setdefault("env", {})[key] = environ[key]
     return info
 
 
@@ -88,7 +91,7 @@ def _worker_cmd(system, names, args):
 
 
 def _env(system):
-    env = dict(os.environ)
+    env = config.child_environ()
     env["JAX_PLATFORMS"] = PLATFORM_ENV[system]
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

@@ -133,9 +133,10 @@ def worker_main(argv=None):
     if not available():
         print("torch_xla is not installed (pip install '.[torch]')", file=sys.stderr)
         return NO_TORCH_XLA
-    if os.environ.get("PJRT_DEVICE") != DEVICES[a.device]:
+    from stablehlo_pjrt import config
+    if config.PJRT_DEVICE.value() != DEVICES[a.device]:
         raise SystemExit(f"torch_step {a.device}: PJRT_DEVICE is "
-                         f"{os.environ.get('PJRT_DEVICE')!r}, expected {DEVICES[a.device]!r}")
+                         f"{config.PJRT_DEVICE.raw()!r}, expected {DEVICES[a.device]!r}")
     for name in a.names:
         try:
             rec = run_workload(BY_NAME[name], a.quick, a.repeats, a.budget)
@@ -153,10 +154,10 @@ def worker_main(argv=None):
 
 
 def _env(device):
-    env = dict(os.environ)
-    for k in ("JAX_PLATFORMS", "STABLEHLO_PJRT_TRACE", "XLA_STABLEHLO_COMPILE",
-              "STABLEHLO_REF_NUM_DEVICES", "CPU_NUM_DEVICES", "PJRT_NAMES_AND_LIBRARY_PATHS"):
-        env.pop(k, None)
+    from stablehlo_pjrt import config
+    env = config.child_environ(drop=(
+        "JAX_PLATFORMS", "STABLEHLO_PJRT_TRACE", "XLA_STABLEHLO_COMPILE",
+        "STABLEHLO_REF_NUM_DEVICES", "CPU_NUM_DEVICES", "PJRT_NAMES_AND_LIBRARY_PATHS"))
     env["PJRT_DEVICE"] = DEVICES[device]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

@@ -30,20 +30,20 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def pjrt_api_capsule():
+def pjrt_api_capsule() -> object:
     """The PJRT_Api table as a PyCapsule named "pjrt_c_api"."""
     from . import table
     return table.capsule()
 
 
-def set_execute_timeout(seconds):
+def set_execute_timeout(seconds: float | None) -> None:
     """Fail any later Execute running longer than ``seconds`` with
     DEADLINE_EXCEEDED (None or 0: no limit); see interrupt.py."""
     from .interrupt import set_execute_timeout as _set
     _set(seconds)
 
 
-def set_execution_mode(mode):
+def set_execution_mode(mode: str) -> None:
     """How later Executes run: ``"auto"`` (default: on the worker thread,
     asynchronously, unless the program is cheap and nothing is queued),
     ``"async"`` (always on the worker) or ``"sync"`` (always inside the
@@ -51,7 +51,7 @@ def set_execution_mode(mode):
     same (auto, 1, 0). See dispatch.py."""
     from .dispatch import set_mode
     set_mode(mode)
-def dlpack_view(x):
+def dlpack_view(x: object) -> object:
     """A zero-copy DLPack producer over a stablehlo_ref array's memory, for
     ``np.from_dlpack`` / ``torch.from_dlpack`` / ``jax.dlpack.from_dlpack``
     (JAX refuses ``x.__dlpack__()`` for platforms other than cpu/gpu); see
@@ -60,7 +60,7 @@ def dlpack_view(x):
     return _view(x)
 
 
-def from_dlpack(external, device=None, copy=None):
+def from_dlpack(external: object, device: object = None, copy: bool | None = None) -> object:
     """A DLPack producer's host memory as a jax.Array on a stablehlo_ref
     device, zero-copy when row-major; see dlpack.py."""
     from .dlpack import from_dlpack as _from

@@ -35,12 +35,11 @@ from .event import AsyncTrackingEvent, ready_event
 from .executable import (
     CompileOptions,
     Executable,
-    ExecuteContext,
-    LoadedExecutable,
     compile_args,
     compile_program,
     parse_serialized,
 )
+from .execute import ExecuteContext, LoadedExecutable
 from .handles import (
     NamedValues,
     c_blob,
@@ -223,8 +222,8 @@ def Client_Destroy(ptr):
 def Client_PlatformName(ptr):
     a = C.Client_PlatformName_Args.from_address(ptr)
     c = _client(a.client)
-    a.platform_name = c._name_c.address
-    a.platform_name_size = c._name_c.size
+    a.platform_name = c.name_c.address
+    a.platform_name_size = c.name_c.size
 
 
 @handler
@@ -237,8 +236,8 @@ def Client_ProcessIndex(ptr):
 def Client_PlatformVersion(ptr):
     a = C.Client_PlatformVersion_Args.from_address(ptr)
     c = _client(a.client)
-    a.platform_version = c._version_c.address
-    a.platform_version_size = c._version_c.size
+    a.platform_version = c.version_c.address
+    a.platform_version_size = c.version_c.size
 
 
 @handler
@@ -251,7 +250,7 @@ def Client_TopologyDescription(ptr):
 def Client_Devices(ptr):
     a = C.Client_Devices_Args.from_address(ptr)
     c = _client(a.client)
-    a.devices = c._devices_c[1]
+    a.devices = c.devices_c[1]
     a.num_devices = len(c.devices)
     if trace.ENABLED:
         trace.note(obj=c, devices=[str(d) for d in c.devices])
@@ -261,7 +260,7 @@ def Client_Devices(ptr):
 def Client_AddressableDevices(ptr):
     a = C.Client_AddressableDevices_Args.from_address(ptr)
     c = _client(a.client)
-    a.addressable_devices = c._devices_c[1]
+    a.addressable_devices = c.devices_c[1]
     a.num_addressable_devices = len(c.devices)
     if trace.ENABLED:
         trace.note(obj=c, devices=[str(d) for d in c.devices])
@@ -283,7 +282,7 @@ def Client_LookupAddressableDevice(ptr):
 def Client_AddressableMemories(ptr):
     a = C.Client_AddressableMemories_Args.from_address(ptr)
     c = _client(a.client)
-    a.addressable_memories = c._memories_c[1]
+    a.addressable_memories = c.memories_c[1]
     a.num_addressable_memories = len(c.memories)
 
 
@@ -443,32 +442,32 @@ def DeviceDescription_ProcessIndex(ptr):
 def DeviceDescription_Attributes(ptr):
     a = C.DeviceDescription_Attributes_Args.from_address(ptr)
     d = _description(a.device_description)
-    a.attributes = d._attrs_c.address
-    a.num_attributes = d._attrs_c.count
+    a.attributes = d.attrs_c.address
+    a.num_attributes = d.attrs_c.count
 
 
 @handler
 def DeviceDescription_Kind(ptr):
     a = C.DeviceDescription_Kind_Args.from_address(ptr)
     d = _description(a.device_description)
-    a.device_kind = d._kind_c.address
-    a.device_kind_size = d._kind_c.size
+    a.device_kind = d.kind_c.address
+    a.device_kind_size = d.kind_c.size
 
 
 @handler
 def DeviceDescription_DebugString(ptr):
     a = C.DeviceDescription_DebugString_Args.from_address(ptr)
     d = _description(a.device_description)
-    a.debug_string = d._debug_string_c.address
-    a.debug_string_size = d._debug_string_c.size
+    a.debug_string = d.debug_string_c.address
+    a.debug_string_size = d.debug_string_c.size
 
 
 @handler
 def DeviceDescription_ToString(ptr):
     a = C.DeviceDescription_ToString_Args.from_address(ptr)
     d = _description(a.device_description)
-    a.to_string = d._to_string_c.address
-    a.to_string_size = d._to_string_c.size
+    a.to_string = d.to_string_c.address
+    a.to_string_size = d.to_string_c.size
 
 
 def _device(h) -> Device:
@@ -498,7 +497,7 @@ def Device_LocalHardwareId(ptr):
 def Device_AddressableMemories(ptr):
     a = C.Device_AddressableMemories_Args.from_address(ptr)
     d = _device(a.device)
-    a.memories = d._memories_c[1]
+    a.memories = d.memories_c[1]
     a.num_memories = len(d.memories)
 
 
@@ -513,12 +512,8 @@ def Device_MemoryStats(ptr):
     a = C.Device_MemoryStats_Args.from_address(ptr)
     d = _device(a.device)
     values = {name: False for name, _ in a._fields_ if name.endswith("_is_set")}
-    with d._lock:
-        values.update(bytes_in_use=d.bytes_in_use,
-                      peak_bytes_in_use=d.peak_bytes_in_use, peak_bytes_in_use_is_set=True,
-                      num_allocs=d.num_allocs, num_allocs_is_set=True,
-                      largest_alloc_size=d.largest_alloc_size,
-                      largest_alloc_size_is_set=True)
+    values.update(d.memory_stats(), peak_bytes_in_use_is_set=True, num_allocs_is_set=True,
+                  largest_alloc_size_is_set=True)
     for field, value in values.items():
         setattr(a, field, value)
 
@@ -526,11 +521,7 @@ def Device_MemoryStats(ptr):
 @handler
 def Device_ClearMemoryStats(ptr):
     a = C.Device_ClearMemoryStats_Args.from_address(ptr)
-    d = _device(a.device)
-    with d._lock:
-        d.peak_bytes_in_use = d.bytes_in_use
-        d.num_allocs = 0
-        d.largest_alloc_size = 0
+    _device(a.device).clear_memory_stats()
 
 
 @handler
@@ -539,8 +530,8 @@ def Device_GetAttributes(ptr):
     d = _device(a.device)
     # The attributes are owned by the device; the caller's deleter has
     # nothing to free.
-    a.attributes = d.description._attrs_c.address
-    a.num_attributes = d.description._attrs_c.count
+    a.attributes = d.description.attrs_c.address
+    a.num_attributes = d.description.attrs_c.count
     a.device_attributes = None
     a.attributes_deleter = c_helper("noop_deleter")
 
@@ -584,7 +575,7 @@ def Memory_Id(ptr):
 
 @getter("memory", "kind", "kind_size")
 def Memory_Kind(h):
-    kind = _memory(h)._kind_c
+    kind = _memory(h).kind_c
     return kind.address, kind.size
 
 
@@ -598,16 +589,16 @@ def Memory_Kind_Id(ptr):
 def Memory_DebugString(ptr):
     a = C.Memory_DebugString_Args.from_address(ptr)
     m = _memory(a.memory)
-    a.debug_string = m._debug_string_c.address
-    a.debug_string_size = m._debug_string_c.size
+    a.debug_string = m.debug_string_c.address
+    a.debug_string_size = m.debug_string_c.size
 
 
 @handler
 def Memory_ToString(ptr):
     a = C.Memory_ToString_Args.from_address(ptr)
     m = _memory(a.memory)
-    a.to_string = m._to_string_c.address
-    a.to_string_size = m._to_string_c.size
+    a.to_string = m.to_string_c.address
+    a.to_string_size = m.to_string_c.size
 
 
 @handler
@@ -746,16 +737,16 @@ def Executable_ParameterMemoryKinds(ptr):
 def Executable_Fingerprint(ptr):
     a = C.Executable_Fingerprint_Args.from_address(ptr)
     meta = _executable(a.executable)
-    a.executable_fingerprint = meta._fingerprint_c.address
-    a.executable_fingerprint_size = meta._fingerprint_c.size
+    a.executable_fingerprint = meta.fingerprint_c.address
+    a.executable_fingerprint_size = meta.fingerprint_c.size
 
 
 @handler
 def LoadedExecutable_Fingerprint(ptr):
     a = C.LoadedExecutable_Fingerprint_Args.from_address(ptr)
     meta = _loaded(a.executable).meta
-    a.executable_fingerprint = meta._fingerprint_c.address
-    a.executable_fingerprint_size = meta._fingerprint_c.size
+    a.executable_fingerprint = meta.fingerprint_c.address
+    a.executable_fingerprint_size = meta.fingerprint_c.size
 
 
 @handler
@@ -858,7 +849,7 @@ def LoadedExecutable_GetExecutable(ptr):
 def LoadedExecutable_AddressableDevices(ptr):
     a = C.LoadedExecutable_AddressableDevices_Args.from_address(ptr)
     exe = _loaded(a.executable)
-    a.addressable_devices = exe._devices_c[1]
+    a.addressable_devices = exe.devices_c[1]
     a.num_addressable_devices = len(exe.devices)
 
 
@@ -866,7 +857,7 @@ def LoadedExecutable_AddressableDevices(ptr):
 def LoadedExecutable_AddressableDeviceLogicalIds(ptr):
     a = C.LoadedExecutable_AddressableDeviceLogicalIds_Args.from_address(ptr)
     exe = _loaded(a.executable)
-    a.addressable_device_logical_ids = ctypes.addressof(exe._logical_ids_c)
+    a.addressable_device_logical_ids = ctypes.addressof(exe.logical_ids_c)
     a.num_addressable_device_logical_ids = len(exe.logical_ids)
 
 
@@ -874,9 +865,9 @@ def LoadedExecutable_AddressableDeviceLogicalIds(ptr):
 def LoadedExecutable_GetDeviceAssignment(ptr):
     a = C.LoadedExecutable_GetDeviceAssignment_Args.from_address(ptr)
     exe = _loaded(a.executable)
-    blob, addr = c_blob(exe._assignment_bytes)
+    blob, addr = c_blob(exe.assignment_bytes)
     a.serialized_bytes = addr
-    a.serialized_bytes_size = len(exe._assignment_bytes)
+    a.serialized_bytes_size = len(exe.assignment_bytes)
     a.serialized_device_assignment = blob
     a.serialized_device_assignment_deleter = c_helper("blob_free")
 
@@ -1225,23 +1216,23 @@ def TopologyDescription_Destroy(ptr):
 def TopologyDescription_PlatformName(ptr):
     a = C.TopologyDescription_PlatformName_Args.from_address(ptr)
     t = _topology(a.topology)
-    a.platform_name = t._name_c.address
-    a.platform_name_size = t._name_c.size
+    a.platform_name = t.name_c.address
+    a.platform_name_size = t.name_c.size
 
 
 @handler
 def TopologyDescription_PlatformVersion(ptr):
     a = C.TopologyDescription_PlatformVersion_Args.from_address(ptr)
     t = _topology(a.topology)
-    a.platform_version = t._version_c.address
-    a.platform_version_size = t._version_c.size
+    a.platform_version = t.version_c.address
+    a.platform_version_size = t.version_c.size
 
 
 @handler
 def TopologyDescription_GetDeviceDescriptions(ptr):
     a = C.TopologyDescription_GetDeviceDescriptions_Args.from_address(ptr)
     t = _topology(a.topology)
-    a.descriptions = t._descriptions_c[1]
+    a.descriptions = t.descriptions_c[1]
     a.num_descriptions = len(t.descriptions)
 
 
@@ -1249,8 +1240,8 @@ def TopologyDescription_GetDeviceDescriptions(ptr):
 def TopologyDescription_Attributes(ptr):
     a = C.TopologyDescription_Attributes_Args.from_address(ptr)
     t = _topology(a.topology)
-    a.attributes = t._attrs_c.address
-    a.num_attributes = t._attrs_c.count
+    a.attributes = t.attrs_c.address
+    a.num_attributes = t.attrs_c.count
 
 
 @handler

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 
+from . import config
 from .device import Device, DeviceDescription
 from .error import invalid_argument
 from .handles import CString, NamedValues, pointer_array, register
 
 PLATFORM_NAME = "stablehlo_ref"
-NUM_DEVICES_ENV = "STABLEHLO_REF_NUM_DEVICES"
+NUM_DEVICES_ENV = config.NUM_DEVICES.name
 
 
 def stablehlo_versions() -> tuple[list[int], list[int]]:
@@ -47,8 +47,8 @@ def configured_num_devices(options: dict | None = None) -> int:
     raw = None
     if options and "num_devices" in options:
         raw = options["num_devices"]
-    elif os.environ.get(NUM_DEVICES_ENV):
-        raw = os.environ[NUM_DEVICES_ENV]
+    elif config.NUM_DEVICES.value():
+        raw = config.NUM_DEVICES.value()
     if raw is None:
         return 1
     try:
@@ -74,7 +74,7 @@ class Topology:
     """PJRT_TopologyDescription: the devices a client has (or would have)."""
 
     __slots__ = ("handle", "num_devices", "descriptions", "owned_by_client",
-                 "_name_c", "_version_c", "_descriptions_c", "_attrs_c",
+                 "name_c", "version_c", "descriptions_c", "attrs_c",
                  "serialized", "fingerprint")
 
     def __init__(self, num_devices: int, descriptions=None, owned_by_client=False):
@@ -84,10 +84,10 @@ class Topology:
                                      "local_hardware_id": i})
             for i in range(num_devices)]
         self.owned_by_client = owned_by_client
-        self._name_c = CString(PLATFORM_NAME)
-        self._version_c = CString(platform_version_string())
-        self._descriptions_c = pointer_array(d.handle for d in self.descriptions)
-        self._attrs_c = NamedValues({"num_devices": num_devices})
+        self.name_c = CString(PLATFORM_NAME)
+        self.version_c = CString(platform_version_string())
+        self.descriptions_c = pointer_array(d.handle for d in self.descriptions)
+        self.attrs_c = NamedValues({"num_devices": num_devices})
         self.serialized = json.dumps(
             {"platform": PLATFORM_NAME, "num_devices": num_devices}).encode()
         self.fingerprint = int.from_bytes(
@@ -114,8 +114,8 @@ class Client:
 
     __slots__ = ("handle", "options", "process_index", "devices", "memories",
                  "interpreter_name", "topology", "_devices_by_id",
-                 "_devices_by_hw", "_name_c", "_version_c", "_devices_c",
-                 "_memories_c", "destroyed")
+                 "_devices_by_hw", "name_c", "version_c", "devices_c",
+                 "memories_c", "destroyed")
 
     def __init__(self, options: dict | None = None):
         self.options = dict(options or {})
@@ -130,10 +130,10 @@ class Client:
         self.memories = [m for d in self.devices for m in d.memories]
         self._devices_by_id = {d.id: d for d in self.devices}
         self._devices_by_hw = {d.local_hardware_id: d for d in self.devices}
-        self._name_c = CString(PLATFORM_NAME)
-        self._version_c = CString(platform_version_string())
-        self._devices_c = pointer_array(d.handle for d in self.devices)
-        self._memories_c = pointer_array(m.handle for m in self.memories)
+        self.name_c = CString(PLATFORM_NAME)
+        self.version_c = CString(platform_version_string())
+        self.devices_c = pointer_array(d.handle for d in self.devices)
+        self.memories_c = pointer_array(m.handle for m in self.memories)
         self.topology = Topology(n, [d.description for d in self.devices],
                                  owned_by_client=True)
         self.destroyed = False

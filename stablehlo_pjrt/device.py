@@ -28,7 +28,7 @@ class DeviceDescription:
     """PJRT_DeviceDescription: the static facts about a device."""
 
     __slots__ = ("handle", "id", "process_index", "kind", "attributes",
-                 "_kind_c", "_to_string_c", "_debug_string_c", "_attrs_c")
+                 "kind_c", "to_string_c", "debug_string_c", "attrs_c")
 
     def __init__(self, device_id: int, process_index: int = 0,
                  attributes: dict | None = None):
@@ -36,14 +36,14 @@ class DeviceDescription:
         self.process_index = process_index
         self.kind = DEVICE_KIND
         self.attributes = dict(attributes or {})
-        self._kind_c = CString(self.kind)
-        self._to_string_c = CString(f"StablehloRefDevice(id={device_id})")
-        self._debug_string_c = CString(f"stablehlo_ref:{device_id}")
-        self._attrs_c = NamedValues(self.attributes)
+        self.kind_c = CString(self.kind)
+        self.to_string_c = CString(f"StablehloRefDevice(id={device_id})")
+        self.debug_string_c = CString(f"stablehlo_ref:{device_id}")
+        self.attrs_c = NamedValues(self.attributes)
         register(self)
 
     def __str__(self):
-        return self._to_string_c.text
+        return self.to_string_c.text
 
 
 class Memory:
@@ -52,8 +52,8 @@ class Memory:
     The handle is a C struct from _shim (jaxlib reads a vtable through it).
     """
 
-    __slots__ = ("handle", "id", "kind", "kind_id", "devices", "_kind_c",
-                 "_to_string_c", "_debug_string_c", "_devices_c")
+    __slots__ = ("handle", "id", "kind", "kind_id", "devices", "kind_c",
+                 "to_string_c", "debug_string_c", "devices_c")
 
     def __init__(self, memory_id: int, kind: str = MEMORY_KIND,
                  kind_id: int = MEMORY_KIND_ID):
@@ -61,27 +61,27 @@ class Memory:
         self.kind = kind
         self.kind_id = kind_id
         self.devices: list[Device] = []
-        self._kind_c = CString(kind)
-        self._to_string_c = CString(f"StablehloRefMemory(id={memory_id}, kind={kind})")
-        self._debug_string_c = CString(
+        self.kind_c = CString(kind)
+        self.to_string_c = CString(f"StablehloRefMemory(id={memory_id}, kind={kind})")
+        self.debug_string_c = CString(
             f"stablehlo_ref memory {memory_id} of kind {kind!r}")
-        self._devices_c = None
+        self.devices_c = None
         register(self, _shim.memory_new())
 
     def devices_array(self):
-        if self._devices_c is None:
-            self._devices_c = pointer_array(d.handle for d in self.devices)
-        return self._devices_c
+        if self.devices_c is None:
+            self.devices_c = pointer_array(d.handle for d in self.devices)
+        return self.devices_c
 
     def __str__(self):
-        return self._to_string_c.text
+        return self.to_string_c.text
 
 
 class Device:
     """PJRT_Device: an addressable interpreter device."""
 
     __slots__ = ("handle", "client", "id", "local_hardware_id", "description",
-                 "memories", "default_memory", "_memories_c", "_lock",
+                 "memories", "default_memory", "memories_c", "_lock",
                  "bytes_in_use", "peak_bytes_in_use", "num_allocs",
                  "largest_alloc_size")
 
@@ -104,7 +104,7 @@ class Device:
             host = Memory(base + k, kind, kind_id)
             host.devices.append(self)
             self.memories.append(host)
-        self._memories_c = pointer_array(m.handle for m in self.memories)
+        self.memories_c = pointer_array(m.handle for m in self.memories)
         # Allocation statistics for PJRT_Device_MemoryStats.
         self._lock = threading.Lock()
         self.bytes_in_use = 0
@@ -113,7 +113,7 @@ class Device:
         self.largest_alloc_size = 0
         register(self)
 
-    def memory_of_kind(self, kind: str | None):
+    def memory_of_kind(self, kind: str | None) -> Memory | None:
         """This device's memory of ``kind`` (None: the default memory)."""
         if kind is None:
             return self.default_memory
@@ -134,6 +134,21 @@ class Device:
     def freed(self, nbytes: int) -> None:
         with self._lock:
             self.bytes_in_use -= nbytes
+
+    def memory_stats(self) -> dict[str, int]:
+        """PJRT_Device_MemoryStats' values, read together."""
+        with self._lock:
+            return {"bytes_in_use": self.bytes_in_use,
+                    "peak_bytes_in_use": self.peak_bytes_in_use,
+                    "num_allocs": self.num_allocs,
+                    "largest_alloc_size": self.largest_alloc_size}
+
+    def clear_memory_stats(self) -> None:
+        """PJRT_Device_ClearMemoryStats: the peak drops to what is in use."""
+        with self._lock:
+            self.peak_bytes_in_use = self.bytes_in_use
+            self.num_allocs = 0
+            self.largest_alloc_size = 0
 
     def __str__(self):
         return str(self.description)

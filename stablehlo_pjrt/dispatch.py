@@ -51,20 +51,17 @@ import os
 import threading
 import time
 
-from . import shutdown, trace
+from . import config, shutdown, trace
 from ._capi import ErrorCode
 from .error import PjrtError
+from .event import Completion
 
-ENV = "STABLEHLO_REF_ASYNC"
 SYNC, ASYNC, AUTO = "sync", "async", "auto"
-_MODE_NAMES = {"0": SYNC, "sync": SYNC, "off": SYNC, "false": SYNC, "no": SYNC,
-               "1": ASYNC, "async": ASYNC, "on": ASYNC, "true": ASYNC, "yes": ASYNC,
-               "always": ASYNC, "": AUTO, "auto": AUTO}
 MAX_IN_FLIGHT = 32
 # Programs whose last run took less than this run inline in auto mode: a
-# round trip through the worker costs ~10-20 us of thread handoff and GIL
-# switching on this kind of machine, and the GIL leaves little to overlap
-# with a short run (see docs/runtime.md for the measurements).
+# round trip through the worker costs tens of microseconds of thread handoff
+# and GIL switching, and the GIL leaves little to overlap with a short run
+# (docs/runtime.md has the measurements).
 CHEAP_NS = 2_000_000
 
 _mode: list = []
@@ -72,16 +69,17 @@ _mode: list = []
 
 def mode() -> str:
     if not _mode:
-        value = os.environ.get(ENV, "").strip().lower()
-        _mode.append(_MODE_NAMES.get(value, AUTO))
+        _mode.append(config.ASYNC.value())
     return _mode[0]
 
 
 def set_mode(value: str) -> None:
     """``"auto"``, ``"async"`` or ``"sync"`` for every later Execute."""
-    name = _MODE_NAMES.get(str(value).strip().lower())
-    if name is None:
-        raise ValueError(f"execution mode must be 'auto', 'async' or 'sync', got {value!r}")
+    try:
+        name = config.async_mode(str(value))
+    except ValueError:
+        raise ValueError(f"execution mode must be 'auto', 'async' or 'sync', got {value!r}") \
+            from None
     _mode[:] = [name]
 
 
@@ -330,12 +328,12 @@ def submit(task: Task) -> int:
     return _worker.submit(task)
 
 
-def cancel_all(message="stablehlo_ref execution was interrupted (KeyboardInterrupt)"):
+def cancel_all(message: str = "stablehlo_ref execution was interrupted (KeyboardInterrupt)") -> None:
     """Cancels every queued task and the running one (Ctrl-C)."""
     _worker.cancel_all(ErrorCode.CANCELLED, message)
 
 
-def poison(device, launch_id, code, message) -> bool:
+def poison(device: object, launch_id: int, code: int, message: str) -> bool:
     """PJRT_Device_PoisonExecution: fails the earliest queued (not started)
     program with ``launch_id`` on ``device``; False if there is none."""
     return _worker.poison(device, launch_id, code, message)
@@ -347,7 +345,7 @@ def drain() -> None:
         _worker.drain()
 
 
-def wait(completion, what: str) -> None:
+def wait(completion: Completion, what: str) -> None:
     """Waits for ``completion`` in the calling thread. On the worker, work
     that is not done is queued behind the task running now, so waiting would
     never end: that is refused. Ctrl-C while waiting cancels the queue and

@@ -26,11 +26,16 @@ XLA's contract, which this module reproduces for the interpreter:
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from sys import getrefcount as _getrefcount
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .error import invalid_argument
+
+if TYPE_CHECKING:
+    from .buffer import Buffer
 
 ALIAS_ATTR = "tf.aliasing_output"
 DONOR_ATTR = "jax.buffer_donor"
@@ -115,7 +120,9 @@ def _shard_bytes(types, spmd, which) -> list:
 # One Execute
 
 
-def plan(aliases: dict[int, int], argument_lists, non_donatable, logical_ids):
+def plan(aliases: dict[int, int], argument_lists: Sequence[Sequence[Buffer]],
+         non_donatable: Collection[int],
+         logical_ids: Sequence[tuple[int, int]]) -> list[dict[int, int]] | None:
     """The donations of one Execute: per device, {parameter: output}; None
     when nothing is donated.
 
@@ -160,7 +167,8 @@ def _check_clashes(args, donated, replica, partition) -> None:
                 f"to Execute() ({where}). Toy example for this bug: `f(donate(a), a)`.")
 
 
-def consume(argument_lists, donations) -> None:
+def consume(argument_lists: Sequence[Sequence[Buffer]],
+            donations: Sequence[dict[int, int]]) -> None:
     """Delete the donated buffers (after the run, also a failed one, which
     may have written them: as on XLA)."""
     for args, donated in zip(argument_lists, donations):

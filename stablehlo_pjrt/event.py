@@ -12,6 +12,7 @@ error if it failed, when the work is done. Python threads wait on it too.
 from __future__ import annotations
 
 import _thread
+from collections.abc import Callable
 
 from . import _shim
 from .error import PjrtError
@@ -57,7 +58,7 @@ class Completion:
             return _shim.event_new(True)
         return _shim.event_new(True, *self.error)
 
-    def then(self, fn) -> None:
+    def then(self, fn: Callable[[Completion], object]) -> None:
         """Calls ``fn(self)`` when done: on the thread that completes the
         work, or here if it is done already."""
         with _LOCK:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 import sys
 
+from . import config
+
 ENV = "STABLEHLO_REF_FAULT"
 FAULTS = ("op:NAME", "transfer_strided", "event_never", "wrong_dtype", "compile_crash")
 
@@ -30,7 +32,7 @@ _keep = []  # arrays handed to the caller must outlive the call
 def install(handlers: dict) -> None:
     """Applies the fault named by $STABLEHLO_REF_FAULT to ``handlers`` (PJRT
     function name -> handler, changed in place); nothing when it is unset."""
-    fault = os.environ.get(ENV, "").strip()
+    fault = config.FAULT.value().strip()
     if not fault:
         return
     out = handlers

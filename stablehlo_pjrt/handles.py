@@ -10,14 +10,18 @@ stale or foreign pointers with a clear error instead of crashing.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Iterable
+from typing import Any, TypeVar
 
 from . import _shim
 from .error import invalid_argument
 
+T = TypeVar("T")
+
 _objects: dict[int, object] = {}
 
 
-def register(obj, handle: int | None = None) -> int:
+def register(obj: Any, handle: int | None = None) -> int:
     h = id(obj) if handle is None else handle
     obj.handle = h
     _objects[h] = obj
@@ -30,7 +34,7 @@ def release(handle: int | None) -> object | None:
     return _objects.pop(handle, None)
 
 
-def lookup(handle: int | None, kind: type, what: str | None = None):
+def lookup(handle: int | None, kind: type[T], what: str | None = None) -> T:
     obj = _objects.get(handle)
     if type(obj) is kind:  # the hot path: every PJRT call looks one up
         return obj
@@ -44,17 +48,11 @@ def lookup(handle: int | None, kind: type, what: str | None = None):
     return obj
 
 
-def maybe_lookup(handle: int | None, kind: type):
+def maybe_lookup(handle: int | None, kind: type[T]) -> T | None:
     """Like lookup() but None for a NULL pointer."""
     if not handle:
         return None
     return lookup(handle, kind)
-
-
-def live_count(kind: type | None = None) -> int:
-    if kind is None:
-        return len(_objects)
-    return sum(1 for o in list(_objects.values()) if isinstance(o, kind))
 
 
 class CString:
@@ -75,14 +73,14 @@ class CString:
         self.size = len(raw)
 
 
-def pointer_array(handles) -> tuple[object, int]:
+def pointer_array(handles: Iterable[int]) -> tuple[object, int]:
     """A C array of pointers; returns (keepalive, address)."""
     handles = list(handles)
     arr = (ctypes.c_void_p * max(1, len(handles)))(*handles)
     return arr, ctypes.addressof(arr)
 
 
-def int64_array(values) -> tuple[object, int]:
+def int64_array(values: Iterable[int]) -> tuple[object, int]:
     values = [int(v) for v in values]
     arr = (ctypes.c_int64 * max(1, len(values)))(*values)
     return arr, ctypes.addressof(arr)

@@ -22,8 +22,13 @@ exception lands in the calling thread).
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from . import config
+
+T = TypeVar("T")
 
 _timeout: list = []
 
@@ -41,11 +46,7 @@ def set_execute_timeout(seconds: float | None) -> None:
 
 def execute_timeout() -> float:
     if not _timeout:
-        try:
-            value = float(os.environ.get("STABLEHLO_REF_EXECUTE_TIMEOUT", "0") or 0)
-        except ValueError:
-            value = 0.0
-        _timeout.append(max(value, 0.0))
+        _timeout.append(config.EXECUTE_TIMEOUT.value())
     return _timeout[0]
 
 
@@ -54,7 +55,7 @@ def _set_async_exc(tid: int, exc) -> None:
         ctypes.c_ulong(tid), ctypes.py_object(exc) if exc is not None else None)
 
 
-def run_limited(fn, seconds: float):
+def run_limited(fn: Callable[[], T], seconds: float) -> T:
     """``fn()`` with ExecutionTimeout raised in this thread after ``seconds``."""
     tid = threading.get_ident()
     lock = threading.Lock()
@@ -88,7 +89,7 @@ def _is_own(frame) -> bool:
     return name.split(".", 1)[0] in _OWN
 
 
-def rearm_interrupt(exc=KeyboardInterrupt) -> None:
+def rearm_interrupt(exc: type[BaseException] | BaseException = KeyboardInterrupt) -> None:
     """Raise ``exc`` (KeyboardInterrupt) in the Python code that called into
     jaxlib, at its next line.
 
@@ -153,7 +154,7 @@ CANCEL_AT_START = frozenset({
 INTERRUPTED = "was interrupted (KeyboardInterrupt)"
 
 
-def on_pending_signal(slot: str, exc) -> str | None:
+def on_pending_signal(slot: str, exc: BaseException | None) -> str | None:
     """The shim calls this when a Python signal handler raised as PJRT call
     ``slot`` was about to start: Ctrl-C pressed while jaxlib was in C++
     (serializing a module, preparing a dispatch). Without it the

@@ -43,8 +43,8 @@ a ``platform="stablehlo_ref"`` rule for each of them:
 The ``stablehlo_ref.*`` custom calls use API version 4 with their attributes
 in ``mhlo.backend_config`` (a dictionary).
 
-The kernels live in stablehlo_interpreter/ops/linalg_custom_calls.py (``@Eigh`` in
-stablehlo_interpreter/ops/custom_calls.py). The custom calls take and return row-major
+The kernels live in stablehlo_interpreter/ops/linalg_custom_calls.py (``@Eigh``
+too). The custom calls take and return row-major
 arrays with exactly the primitive's result shapes and types (unlike the CPU
 FFI targets: no column-major layouts, no ``info`` output; a matrix LAPACK
 cannot factor gives NaN results, as JAX's CPU rules produce from ``info``).
@@ -431,10 +431,8 @@ def register_lowerings(platform: str = PLATFORM_NAME) -> list[str]:
 # lowering (any other backend that runs the module gets exactly what JAX would
 # have emitted; the interpreter runs the op: ops/control.py DIRECT_COMPOSITES).
 
-_COMPOSITE_PRIMITIVES = {  # jax._src.lax.special primitive name -> chlo op
-    "erfc": "chlo.erfc", "erf_inv": "chlo.erf_inv",
-    "lgamma": "chlo.lgamma", "digamma": "chlo.digamma",
-}
+# Which: the chlo ops with the interpreter's "jax_composite" trait (the
+# primitive of jax._src.lax.special has the op's name).
 # Set while a composite's decomposition is being lowered, so the primitive
 # inside it takes JAX's generic rule instead of this module's (no recursion).
 _IN_DECOMPOSITION = threading.local()
@@ -478,8 +476,9 @@ def register_accurate_lowerings(platform: str = PLATFORM_NAME) -> list[str]:
     logistic = getattr(mlir._lowerings.get(lax_internal.logistic_p), "rule", None)
     if logistic is not None:
         rules[lax_internal.logistic_p] = _logistic_rule(logistic)
-    for name, chlo_name in _COMPOSITE_PRIMITIVES.items():
-        prim = getattr(special, f"{name}_p", None)
+    from stablehlo_interpreter import with_trait
+    for chlo_name in sorted(with_trait("jax_composite")):
+        prim = getattr(special, f"{chlo_name.split('.', 1)[1]}_p", None)
         entry = mlir._lowerings.get(prim) if prim is not None else None
         generic = getattr(entry, "rule", None)
         if generic is not None:

@@ -7,16 +7,23 @@ with the module's context entered and ``MLIR_LOCK`` held, as every use of
 MLIR objects.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from stablehlo_interpreter import attribute_text, decode_attribute
 
+if TYPE_CHECKING:
+    from jaxlib.mlir import ir
 
-def func_name(op) -> str:
+
+def func_name(op: ir.Operation) -> str:
     """The symbol name of a ``func.func`` op (decoded by the interpreter,
     which also reads names that are not UTF-8)."""
     return attribute_text(decode_attribute(op, "sym_name"))
 
 
-def find_func(module, name: str):
+def find_func(module: ir.Module, name: str) -> ir.Operation | None:
     """The ``func.func`` op named ``name`` in ``module`` (an ir.Module), or None."""
     for op in module.body.operations:
         o = op.operation
@@ -25,7 +32,7 @@ def find_func(module, name: str):
     return None
 
 
-def entry_func(module):
+def entry_func(module: ir.Module) -> ir.Operation:
     """@main, or else the first public function (ValueError when there is none)."""
     main = find_func(module, "main")
     if main is not None:

@@ -31,14 +31,15 @@ from __future__ import annotations
 
 import atexit
 import sys
+from collections.abc import Callable
 
 # Step orders (lower runs first).
 TORCH_XLA, DISPATCH, JAX_EFFECTS, BEGIN_EXIT = 10, 20, 30, 40
 
-_steps: dict[str, tuple[int, object]] = {}
+_steps: dict[str, tuple[int, Callable[[], object]]] = {}
 
 
-def add_step(name: str, order: int, fn) -> None:
+def add_step(name: str, order: int, fn: Callable[[], object]) -> None:
     """Adds (or replaces) step ``name``; re-registers the exit handler so
     that it runs before the atexit handlers registered so far."""
     _steps[name] = (order, fn)

@@ -30,6 +30,7 @@ from stablehlo_interpreter import (
     ShardingError,
     attribute_text,
     decode_attribute,
+    has_trait,
     load,
     module_meshes,
     parse_gspmd_sharding,
@@ -206,10 +207,9 @@ class SpmdPlan:
             # (dynamic_update_slice) may then update instead of copying; a
             # replicated argument is a device's own buffer array, which its
             # other references protect (the interpreter checks them). Only
-            # for donating runs: elsewhere it measured slower (1M-element
-            # a * 2 + 1 on 8 devices: 1.9 ms against 1.3 ms of CPU time per
-            # call; freeing the arguments early changes how malloc reuses the
-            # large blocks), while a donating loop gains (2.7 against 3.3 ms).
+            # for donating runs, which gain from it: elsewhere it measured
+            # slower (freeing the arguments early changes how malloc reuses
+            # the large blocks; CHANGELOG.md has the numbers).
             results = program.run_donated(globals_, func=self.func)
         else:
             results = program.run(*globals_, func=self.func)
@@ -232,15 +232,10 @@ class SpmdPlan:
         return per_device
 
 
-_ELEMENTWISE_SKIP = {"stablehlo.reverse", "stablehlo.pad", "stablehlo.slice",
-                     "stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice",
-                     "stablehlo.concatenate", "stablehlo.sort", "stablehlo.iota"}
-
-
-# Ops whose results XLA tiles like their (first tiled) operand of the same rank.
-_KEEP_TILING = {"stablehlo.slice", "stablehlo.sort", "stablehlo.reduce_window",
-                "stablehlo.pad", "stablehlo.concatenate", "stablehlo.dynamic_slice",
-                "stablehlo.dynamic_update_slice", "stablehlo.scatter"}
+# Which ops propagation does not treat as elementwise (their elements move:
+# the interpreter's "moves_elements" trait) and which XLA tiles like their
+# first tiled operand of the same rank ("keeps_tiling"): traits of the
+# interpreter's kernels (stablehlo_interpreter.with_trait).
 
 
 class _Known(dict):
@@ -262,6 +257,129 @@ def _shape_of(v):
         return None
 
 
+def _sharding(mesh, dims):
+    out = Sharding.__new__(Sharding)
+    out.mesh, out.dims, out.replicated, out.unreduced, out.text = mesh, dims, [], [], None
+    return out
+
+
+def _remap(sh, dims_map, ndim):
+    """Result sharding with result dim r taking operand dim dims_map[r]."""
+    dims = [[] for _ in range(ndim)]
+    used = set()
+    for r, d in enumerate(dims_map):
+        if d is None or d >= len(sh.dims):
+            continue
+        axes = [a for a in sh.dims[d] if a.name not in used]
+        if len(axes) != len(sh.dims[d]):
+            continue
+        dims[r] = axes
+        used.update(a.name for a in axes)
+    return _sharding(sh.mesh, dims)
+
+
+def _argument_shardings(func, block, meshes):
+    """The ``sdy.sharding`` of each argument that has one."""
+    known = _Known()
+    arg_attrs = decode_attribute(func, "arg_attrs") if "arg_attrs" in func.attributes \
+        else []
+    for i, arg in enumerate(block.arguments):
+        text = (arg_attrs[i] or {}).get("sdy.sharding") if i < len(arg_attrs) and \
+            isinstance(arg_attrs[i], dict) else None
+        if text is not None:
+            try:
+                known[arg] = parse_sharding(text, meshes)
+            except ShardingError:
+                pass
+    return known
+
+
+def _broadcast_sharding(o, known, result):
+    sh = known.get(o.operands[0])
+    rshape = _shape_of(result)
+    ishape = _shape_of(o.operands[0])
+    if sh is None or rshape is None or ishape is None:
+        return None
+    bdims = [int(d) for d in decode_attribute(o, "broadcast_dimensions")]
+    m = [None] * len(rshape)
+    for i, r in enumerate(bdims):
+        if ishape[i] == rshape[r]:
+            m[r] = i
+    return _remap(sh, m, len(rshape))
+
+
+def _dot_general_sharding(o, known):
+    """The result sharding of a dot_general: batch, then the lhs's free,
+    then the rhs's free dimensions take their operand's axes (each mesh
+    axis once)."""
+    dn = str(o.attributes["dot_dimension_numbers"])
+
+    def nums(key):
+        mm = re.search(key + r"\s*=\s*\[([^\]]*)\]", dn)
+        return [int(x) for x in mm.group(1).split(",") if x.strip()] if mm else []
+    lb, rb = nums("lhs_batching_dimensions"), nums("rhs_batching_dimensions")
+    lc, rc = nums("lhs_contracting_dimensions"), nums("rhs_contracting_dimensions")
+    lhs, rhs = o.operands[0], o.operands[1]
+    ls, rs = known.get(lhs), known.get(rhs)
+    lsh, rsh = _shape_of(lhs), _shape_of(rhs)
+    if (ls is None and rs is None) or lsh is None or rsh is None:
+        return None
+    lf = [d for d in range(len(lsh)) if d not in lb and d not in lc]
+    rf = [d for d in range(len(rsh)) if d not in rb and d not in rc]
+    base = ls if ls is not None else rs
+    used = set()
+
+    def take(sh, d):
+        if sh is None or sh.mesh.axes != base.mesh.axes:
+            return []
+        axes = sh.dims[d]
+        if any(a.name in used for a in axes):
+            return []
+        used.update(a.name for a in axes)
+        return axes
+    dims = [take(ls, d) for d in lb] + [take(ls, d) for d in lf] + [take(rs, d) for d in rf]
+    return _sharding(base.mesh, dims)
+
+
+def _propagate_op(o, name, results, known, meshes):
+    """Record in ``known`` what op ``o`` (with ``results``) tells of its results."""
+    if name in ("sdy.sharding_constraint", "sdy.reshard"):
+        known[results[0]] = parse_sharding(str(o.attributes["sharding"]), meshes)
+    elif name == "sdy.manual_computation":
+        for v, sh in zip(results, parse_sharding_per_value(
+                str(o.attributes["out_shardings"]), meshes)):
+            known[v] = sh
+    elif name == "stablehlo.transpose":
+        sh = known.get(o.operands[0])
+        if sh is not None:
+            perm = list(decode_attribute(o, "permutation"))
+            known[results[0]] = _remap(sh, perm, len(perm))
+    elif name == "stablehlo.reduce":
+        sh = known.get(o.operands[0])
+        if sh is not None:
+            red = set(int(d) for d in decode_attribute(o, "dimensions"))
+            keep = [d for d in range(len(sh.dims)) if d not in red]
+            for v in results:
+                known[v] = _remap(sh, keep, len(keep))
+    elif name == "stablehlo.broadcast_in_dim":
+        sh = _broadcast_sharding(o, known, results[0])
+        if sh is not None:
+            known[results[0]] = sh
+    elif name == "stablehlo.dot_general":
+        sh = _dot_general_sharding(o, known)
+        if sh is not None:
+            known[results[0]] = sh
+    elif not has_trait(name, "moves_elements") and not len(o.regions) and len(results) == 1:
+        rshape = _shape_of(results[0])
+        if rshape is not None and o.operands and all(
+                _shape_of(v) == rshape for v in o.operands):
+            for v in o.operands:
+                sh = known.get(v)
+                if sh is not None:
+                    known[results[0]] = sh
+                    break
+
+
 def _propagate(mlir_module, func_name, meshes):
     """Shardings of the values ``func_name`` returns, by a simple forward
     pass over its top-level ops (arguments, sharding constraints, manual
@@ -274,120 +392,16 @@ def _propagate(mlir_module, func_name, meshes):
     if func is None or not func.regions or not func.regions[0].blocks:
         return []
     block = func.regions[0].blocks[0]
-    known = _Known()
-    arg_attrs = decode_attribute(func, "arg_attrs") if "arg_attrs" in func.attributes \
-        else []
-    for i, arg in enumerate(block.arguments):
-        text = (arg_attrs[i] or {}).get("sdy.sharding") if i < len(arg_attrs) and \
-            isinstance(arg_attrs[i], dict) else None
-        if text is not None:
-            try:
-                known[arg] = parse_sharding(text, meshes)
-            except ShardingError:
-                pass
-
-    def remap(sh, dims_map, ndim):
-        """Result sharding with result dim r taking operand dim dims_map[r]."""
-        dims = [[] for _ in range(ndim)]
-        used = set()
-        for r, d in enumerate(dims_map):
-            if d is None or d >= len(sh.dims):
-                continue
-            axes = [a for a in sh.dims[d] if a.name not in used]
-            if len(axes) != len(sh.dims[d]):
-                continue
-            dims[r] = axes
-            used.update(a.name for a in axes)
-        out = Sharding.__new__(Sharding)
-        out.mesh, out.dims, out.replicated, out.unreduced, out.text = \
-            sh.mesh, dims, [], [], None
-        return out
-
+    known = _argument_shardings(func, block, meshes)
     for op in block.operations:
         o = op.operation
         name = o.name
         try:
-            results = list(o.results)
             if name in ("func.return", "stablehlo.return"):
                 return [known.get(v) for v in o.operands]
-            if not results:
-                continue
-            if name in ("sdy.sharding_constraint", "sdy.reshard"):
-                known[results[0]] = parse_sharding(str(o.attributes["sharding"]), meshes)
-            elif name == "sdy.manual_computation":
-                for v, sh in zip(results, parse_sharding_per_value(
-                        str(o.attributes["out_shardings"]), meshes)):
-                    known[v] = sh
-            elif name == "stablehlo.transpose":
-                sh = known.get(o.operands[0])
-                if sh is not None:
-                    perm = list(decode_attribute(o, "permutation"))
-                    known[results[0]] = remap(sh, perm, len(perm))
-            elif name == "stablehlo.reduce":
-                n = len(results)
-                sh = known.get(o.operands[0])
-                if sh is not None:
-                    red = set(int(d) for d in decode_attribute(o, "dimensions"))
-                    keep = [d for d in range(len(sh.dims)) if d not in red]
-                    for v in results:
-                        known[v] = remap(sh, keep, len(keep))
-                del n
-            elif name == "stablehlo.broadcast_in_dim":
-                sh = known.get(o.operands[0])
-                rshape = _shape_of(results[0])
-                ishape = _shape_of(o.operands[0])
-                if sh is not None and rshape is not None and ishape is not None:
-                    bdims = [int(d) for d in decode_attribute(o, "broadcast_dimensions")]
-                    m = [None] * len(rshape)
-                    for i, r in enumerate(bdims):
-                        if ishape[i] == rshape[r]:
-                            m[r] = i
-                    known[results[0]] = remap(sh, m, len(rshape))
-            elif name == "stablehlo.dot_general":
-                dn = str(o.attributes["dot_dimension_numbers"])
-
-                def nums(key):
-                    mm = re.search(key + r"\s*=\s*\[([^\]]*)\]", dn)
-                    return [int(x) for x in mm.group(1).split(",") if x.strip()] if mm else []
-                lb, rb = nums("lhs_batching_dimensions"), nums("rhs_batching_dimensions")
-                lc, rc = nums("lhs_contracting_dimensions"), nums("rhs_contracting_dimensions")
-                lhs, rhs = o.operands[0], o.operands[1]
-                ls, rs = known.get(lhs), known.get(rhs)
-                lsh, rsh = _shape_of(lhs), _shape_of(rhs)
-                if (ls is not None or rs is not None) and lsh is not None and rsh is not None:
-                    lf = [d for d in range(len(lsh)) if d not in lb and d not in lc]
-                    rf = [d for d in range(len(rsh)) if d not in rb and d not in rc]
-                    base = ls if ls is not None else rs
-                    dims = []
-                    used = set()
-
-                    def take(sh, d):
-                        if sh is None or sh.mesh.axes != base.mesh.axes:
-                            return []
-                        axes = sh.dims[d]
-                        if any(a.name in used for a in axes):
-                            return []
-                        used.update(a.name for a in axes)
-                        return axes
-                    for d in lb:
-                        dims.append(take(ls, d))
-                    for d in lf:
-                        dims.append(take(ls, d))
-                    for d in rf:
-                        dims.append(take(rs, d))
-                    out = Sharding.__new__(Sharding)
-                    out.mesh, out.dims, out.replicated, out.unreduced, out.text = \
-                        base.mesh, dims, [], [], None
-                    known[results[0]] = out
-            elif name not in _ELEMENTWISE_SKIP and not len(o.regions) and len(results) == 1:
-                rshape = _shape_of(results[0])
-                if rshape is not None and o.operands and all(
-                        _shape_of(v) == rshape for v in o.operands):
-                    for v in o.operands:
-                        sh = known.get(v)
-                        if sh is not None:
-                            known[results[0]] = sh
-                            break
+            results = list(o.results)
+            if results:
+                _propagate_op(o, name, results, known, meshes)
         except Exception:  # noqa: BLE001 - propagation is a best effort
             continue
     return []
@@ -552,7 +566,6 @@ def _propagate_gspmd(mlir_module, func_name, plan):
     if func is None or not func.regions or not func.regions[0].blocks:
         return []
     devices = plan.devices
-    n = len(devices)
     block = func.regions[0].blocks[0]
     known = _Known()
     for arg, sh in zip(block.arguments, plan.in_shardings):
@@ -573,84 +586,98 @@ def _propagate_gspmd(mlir_module, func_name, plan):
         results = list(o.results)
         if not results:
             continue
-        operands = list(o.operands)
         try:
-            if "mhlo.sharding" in o.attributes:
-                # An annotated instruction (XLA's `Sharding` custom call, or
-                # any op the user's sharding was put on): that is its sharding.
-                if len(results) == 1:
-                    text = attribute_text(decode_attribute(o, "mhlo.sharding"))
-                    put(results[0], Tiling.of(parse_gspmd_sharding(text, n), devices))
-            elif name == "stablehlo.transpose":
-                t = known.get(operands[0])
-                if t is not None:
-                    put(results[0], t.columns([int(d) for d in
-                                               decode_attribute(o, "permutation")]))
-            elif name == "stablehlo.broadcast_in_dim":
-                t = known.get(operands[0])
-                rshape, ishape = _shape_of(results[0]), _shape_of(operands[0])
-                if t is not None and rshape is not None and ishape is not None:
-                    src = [None] * len(rshape)
-                    for i, r in enumerate(int(d) for d in
-                                          decode_attribute(o, "broadcast_dimensions")):
-                        if ishape[i] == rshape[r]:
-                            src[r] = i
-                    put(results[0], t.columns(src))
-            elif name == "stablehlo.reshape":
-                t = known.get(operands[0])
-                rshape, ishape = _shape_of(results[0]), _shape_of(operands[0])
-                if t is not None and rshape is not None and ishape is not None:
-                    put(results[0], t.columns(_reshape_sources(ishape, rshape, t)))
-            elif name == "stablehlo.reduce":
-                inputs = [known.get(v) for v in operands[:len(results)]]
-                t = next((x for x in inputs if x is not None), None)
-                if t is not None:
-                    red = {int(d) for d in decode_attribute(o, "dimensions")}
-                    keep = [d for d in range(len(t.counts)) if d not in red]
-                    for v in results:
-                        put(v, t.columns(keep))
-            elif name in ("stablehlo.dot", "stablehlo.dot_general"):
-                put(results[0], _dot_tiling(o, name, known, n))
-            elif name in _KEEP_TILING:
-                # XLA keeps the operand's tiling on these, even along the
-                # dimension they slice, sort, pad, concatenate or scan
-                # (cumsum is a reduce_window); uneven ones are untiled by put.
-                rank = len(_shape_of(results[0]) or ())
-                t = next((known.get(v) for v in operands if known.get(v) is not None
-                          and len(known.get(v).counts) == rank), None)
-                for v in results:
-                    put(v, t)
-            elif name == "stablehlo.reverse":
-                # The tiles stay where they are: the device holding tile i
-                # holds tile count-1-i of the result (XLA reverses the tile
-                # assignment).
-                t = known.get(operands[0])
-                if t is not None:
-                    index = t.index.copy()
-                    for d in (int(x) for x in decode_attribute(o, "dimensions")):
-                        index[:, d] = t.counts[d] - 1 - index[:, d]
-                    put(results[0], Tiling(t.counts, index, t.order))
-            elif name not in _ELEMENTWISE_SKIP and not len(o.regions) and len(results) == 1:
-                # Elementwise ops (and convert, select, clamp, custom calls
-                # like mhlo.erf): tiled like the operands of the result's
-                # shape; two operands' tilings are merged dimension by
-                # dimension when they hold together.
-                rshape = _shape_of(results[0])
-                same = [known.get(v) for v in operands if _shape_of(v) == rshape]
-                same = [t for t in same if t is not None]
-                if rshape is None or not same:
-                    continue
-                best = max(same, key=lambda x: x.tiles)
-                parts = [(best if best.counts[d] > 1 else
-                          next((x for x in same if x.counts[d] > 1), best), d)
-                         for d in range(len(rshape))]
-                merged = combine_tilings(parts, n)
-                put(results[0], merged if merged is not None else best)
+            _gspmd_op(o, name, results, known, put, devices)
         except Exception:  # noqa: BLE001 - propagation is a best effort
             # (an annotation it cannot read, such as {manual}, leaves the value
             # unknown: only the layout of results depends on this)
             continue
     return []
+
+
+def _gspmd_op(o, name, results, known, put, devices):
+    """``put`` the tilings op ``o`` (with ``results``) gives its results, as
+    XLA's sharding propagation chooses them."""
+    n = len(devices)
+    operands = list(o.operands)
+    if "mhlo.sharding" in o.attributes:
+        # An annotated instruction (XLA's `Sharding` custom call, or
+        # any op the user's sharding was put on): that is its sharding.
+        if len(results) == 1:
+            text = attribute_text(decode_attribute(o, "mhlo.sharding"))
+            put(results[0], Tiling.of(parse_gspmd_sharding(text, n), devices))
+    elif name == "stablehlo.transpose":
+        t = known.get(operands[0])
+        if t is not None:
+            put(results[0], t.columns([int(d) for d in decode_attribute(o, "permutation")]))
+    elif name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape"):
+        t = known.get(operands[0])
+        rshape, ishape = _shape_of(results[0]), _shape_of(operands[0])
+        if t is not None and rshape is not None and ishape is not None:
+            if name == "stablehlo.reshape":
+                put(results[0], t.columns(_reshape_sources(ishape, rshape, t)))
+            else:
+                put(results[0], t.columns(_broadcast_sources(o, ishape, rshape)))
+    elif name == "stablehlo.reduce":
+        inputs = [known.get(v) for v in operands[:len(results)]]
+        t = next((x for x in inputs if x is not None), None)
+        if t is not None:
+            red = {int(d) for d in decode_attribute(o, "dimensions")}
+            keep = [d for d in range(len(t.counts)) if d not in red]
+            for v in results:
+                put(v, t.columns(keep))
+    elif name in ("stablehlo.dot", "stablehlo.dot_general"):
+        put(results[0], _dot_tiling(o, name, known, n))
+    elif has_trait(name, "keeps_tiling"):
+        # XLA keeps the operand's tiling on these, even along the
+        # dimension they slice, sort, pad, concatenate or scan
+        # (cumsum is a reduce_window); uneven ones are untiled by put.
+        rank = len(_shape_of(results[0]) or ())
+        t = next((known.get(v) for v in operands if known.get(v) is not None
+                  and len(known.get(v).counts) == rank), None)
+        for v in results:
+            put(v, t)
+    elif name == "stablehlo.reverse":
+        # The tiles stay where they are: the device holding tile i
+        # holds tile count-1-i of the result (XLA reverses the tile
+        # assignment).
+        t = known.get(operands[0])
+        if t is not None:
+            index = t.index.copy()
+            for d in (int(x) for x in decode_attribute(o, "dimensions")):
+                index[:, d] = t.counts[d] - 1 - index[:, d]
+            put(results[0], Tiling(t.counts, index, t.order))
+    elif not has_trait(name, "moves_elements") and not len(o.regions) and len(results) == 1:
+        t = _elementwise_tiling(results[0], operands, known, n)
+        if t is not None:
+            put(results[0], t)
+
+
+def _broadcast_sources(o, ishape, rshape):
+    """For each result dimension of a broadcast_in_dim, the operand dimension
+    it takes its tiling from (None: a broadcast dimension)."""
+    src = [None] * len(rshape)
+    for i, r in enumerate(int(d) for d in decode_attribute(o, "broadcast_dimensions")):
+        if ishape[i] == rshape[r]:
+            src[r] = i
+    return src
+
+
+def _elementwise_tiling(result, operands, known, n):
+    """Elementwise ops (and convert, select, clamp, custom calls like
+    mhlo.erf): tiled like the operands of the result's shape; two operands'
+    tilings are merged dimension by dimension when they hold together."""
+    rshape = _shape_of(result)
+    same = [known.get(v) for v in operands if _shape_of(v) == rshape]
+    same = [t for t in same if t is not None]
+    if rshape is None or not same:
+        return None
+    best = max(same, key=lambda x: x.tiles)
+    parts = [(best if best.counts[d] > 1 else
+              next((x for x in same if x.counts[d] > 1), best), d)
+             for d in range(len(rshape))]
+    merged = combine_tilings(parts, n)
+    return merged if merged is not None else best
 
 
 def _dot_tiling(o, name, known, n):

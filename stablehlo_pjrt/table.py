@@ -16,8 +16,7 @@ import sys
 import threading
 
 from . import _capi as C
-from . import _shim, api, shutdown, trace
-from .oracle import chrome_trace
+from . import _shim, api, shutdown, trace, trace_json
 
 _HANDLERS = api.HANDLERS
 
@@ -104,7 +103,7 @@ def build_api() -> None:
             else:
                 setattr(api_table, name, _set_slot(index, name))
         _built = True
-        chrome_trace.install_from_env()
+        trace_json.install_from_env()
         trace.init_from_env()
         set_tracing(trace.ENABLED)
         if not trace.ENABLED:
@@ -169,13 +168,8 @@ def _build_extensions() -> int:
     return ctypes.addressof(ext)
 
 
-def capsule():
+def capsule() -> object:
     """The PJRT_Api table as the PyCapsule JAX's register_plugin expects."""
     build_api()
     return _shim.api_capsule()
-
-
-def implemented_functions() -> list[str]:
-    c_functions = _shim.c_functions()
-    return [n for n in C.API_FUNCTIONS if n in _HANDLERS or n in c_functions]
 

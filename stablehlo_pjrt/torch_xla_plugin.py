@@ -12,12 +12,10 @@ This module imports torch_xla; `import stablehlo_pjrt` never imports it.
 
 from __future__ import annotations
 
-import os
-
 from torch_xla.experimental import plugins
 
-from . import shim_path, shutdown
-from .client import NUM_DEVICES_ENV, configured_num_devices
+from . import config, shim_path, shutdown
+from .client import configured_num_devices
 
 MULTIPROCESS_UNSUPPORTED = (
     "stablehlo_ref does not support PyTorch/XLA's multi-process mode (xmp.spawn "
@@ -70,18 +68,19 @@ class StablehloRefPlugin(plugins.DevicePlugin):
 
     def configure_single_process(self) -> None:
         # Debugging with world size 1: one device, whatever the env says.
-        os.environ[NUM_DEVICES_ENV] = "1"
+        config.set_variable(config.NUM_DEVICES, "1")
 
     def configure_multiprocess(self, local_rank: int, local_world_size: int) -> None:
         # Called first in every process xmp.spawn (nprocs=None) or torchrun
         # starts, before PyTorch/XLA sets up replication (which fails on our
         # device name, see MULTIPROCESS_UNSUPPORTED): say why, there.
+        del local_rank, local_world_size   # PyTorch/XLA's interface; nothing to configure
         raise RuntimeError(MULTIPROCESS_UNSUPPORTED)
 
 
 def _selected() -> bool:
     """Is this plugin the process's PyTorch/XLA device (PJRT_DEVICE)?"""
-    return os.environ.get("PJRT_DEVICE", "").upper() == "STABLEHLO_REF"
+    return config.PJRT_DEVICE.value().upper() == "STABLEHLO_REF"
 
 
 def _wait_for_device_ops() -> None:

@@ -22,11 +22,12 @@ handlers, and handlers guard their detail collection with `trace.ENABLED`.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 from typing import Callable
+
+from . import config
 
 Hook = Callable[[str, object, dict], None]
 
@@ -37,11 +38,6 @@ _hooks: list[Hook] = []
 _listeners: list[Callable[[bool], None]] = []
 _local = threading.local()
 _lock = threading.Lock()
-
-
-def _env_enabled() -> bool:
-    return os.environ.get("STABLEHLO_PJRT_TRACE", "").strip().lower() not in (
-        "", "0", "false", "no", "off")
 
 
 def _short(value, limit: int = 2000) -> str:
@@ -181,8 +177,9 @@ def c_event_hook(call: str, address: int) -> None:
 
 def init_from_env() -> None:
     """STABLEHLO_PJRT_TRACE=1 adds the stderr hook (table.build_api also
-    installs the Chrome-trace writer of STABLEHLO_PJRT_TRACE_JSON)."""
-    if _env_enabled() and stderr_hook not in _hooks:
+    installs the Chrome trace writer of STABLEHLO_PJRT_TRACE_JSON, trace_json.py,
+    another hook)."""
+    if config.TRACE.value() and stderr_hook not in _hooks:
         _hooks.append(stderr_hook)
     global ENABLED
     ENABLED = bool(_hooks)

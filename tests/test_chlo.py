@@ -245,14 +245,14 @@ def test_jax_top_k_runs_the_composite_directly(dtype, monkeypatch):
     # JAX serializes lax.top_k for plugins as `stablehlo.composite
     # "chlo.top_k"` (a full sort + slice); the interpreter runs the top_k
     # kernel instead. Same values and indices as XLA CPU, ties in index order.
-    from stablehlo_interpreter.registry import COMPOSITES
+    from stablehlo_interpreter.registry import COMPOSITES, annotate
     builder = COMPOSITES["chlo.top_k"]
     calls = []
 
     def counting(op):
         calls.append(op)
         return builder(op)
-    counting.composite_exact = True
+    annotate(counting, composite_exact=True)
     monkeypatch.setitem(COMPOSITES, "chlo.top_k", counting)
     x = RS.integers(-3, 4, size=(4, 300)).astype(dtype)
     if np.dtype(dtype).kind == "f":

@@ -106,3 +106,25 @@ def test_console_script_declared():
     # The plugin-side CLI adds check-plugin and hands every other command to
     # stablehlo_interpreter.cli (which must not import the plugin).
     assert eps and eps[0].value == "stablehlo_pjrt.cli:main"
+
+
+@pytest.mark.parametrize("cut", ["%0 = stablehlo.add", "%0 = stablehlo.a", "%0 ="])
+def test_truncated_module_says_it_may_be_cut_short(tmp_path, cut):
+    """A module cut short (here: inside or just after an op name) is bad
+    input, exit 2, with a hint that the file may be incomplete; a cut
+    inside an op name is not reported as an op the interpreter lacks."""
+    m = tmp_path / "cut.mlir"
+    m.write_text(MODULE[:MODULE.index(cut) + len(cut)])
+    for command in ("run", "check"):
+        p = cli(command, m)
+        assert p.returncode == 2, (command, p.stdout, p.stderr)
+        assert "the file may be cut short" in p.stderr and "unclosed '{'" in p.stderr
+        assert "cannot run" not in p.stdout
+
+
+def test_unknown_op_in_a_complete_module_is_still_listed(tmp_path):
+    m = tmp_path / "u.mlir"
+    m.write_text(MODULE.replace("stablehlo.add", "stablehlo.no_such_op"))
+    p = cli("check", m)
+    assert p.returncode == 1 and "stablehlo.no_such_op" in p.stdout
+    assert "cut short" not in p.stderr

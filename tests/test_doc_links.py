@@ -2,9 +2,8 @@
 
 A link's file must exist (relative to the page); a ``#heading`` anchor into a
 Markdown page must name one of its headings (GitHub's slugs); a ``#L<n>``
-anchor must name a line the file has. Whether a tour link's line is still the
-line its symbol is defined on is tests/test_tour.py's job (``python
-docs/relink.py`` fixes those).
+anchor must name a line the file has. Whether a tour link's name is defined
+in the file it points at is tests/test_tour.py's job.
 """
 
 import glob

@@ -69,3 +69,20 @@ def test_command_line_entry_points_start(module):
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "usage" in out.stdout.lower()
+
+
+MAX_FUNCTION_LINES = 120
+
+
+def test_no_function_outside_tests_is_too_long():
+    import ast
+    long = []
+    for top in ("interpreter", "conformance", "stablehlo_pjrt", "benchmarks"):
+        for path in sorted((REPO / top).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            for node in ast.walk(ast.parse(path.read_text(), rel)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > MAX_FUNCTION_LINES:
+                        long.append(f"{rel}:{node.lineno} {node.name}: {lines} lines")
+    assert not long, "split these functions:\n" + "\n".join(long)

@@ -646,7 +646,7 @@ def test_compile_execute_identity_and_metadata(client):
 
 def test_execute_errors_are_reported_and_recoverable(client, monkeypatch):
     import stablehlo_interpreter as shi
-    from stablehlo_pjrt.executable import LoadedExecutable
+    from stablehlo_pjrt.execute import LoadedExecutable
     from stablehlo_pjrt.handles import lookup
 
     exe, err = compile_text(client, IDENTITY)
@@ -701,7 +701,7 @@ def test_poison_execution_fails_a_queued_run(client, monkeypatch):
     import threading
 
     from stablehlo_pjrt import dispatch
-    from stablehlo_pjrt.executable import LoadedExecutable
+    from stablehlo_pjrt.execute import LoadedExecutable
     from stablehlo_pjrt.handles import lookup
 
     monkeypatch.setattr(dispatch, "_mode", ["async"])

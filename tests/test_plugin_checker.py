@@ -46,7 +46,8 @@ def test_usage_errors(tmp_path):
     p = check_plugin(SHIM, "--capabilities", bad)
     assert p.returncode == 2 and "unknown capabilities" in p.stderr
     p = check_plugin(SHIM, "--only", "no-such-area")
-    assert p.returncode == 2 and "no check matches" in p.stderr
+    assert p.returncode == 2 and "'no-such-area' matches no check" in p.stderr
+    assert "capi.transfers" in p.stderr  # the groups it could have named
 
 
 def test_declared_capabilities_become_skips(tmp_path):
@@ -93,7 +94,7 @@ def test_select_and_report():
     text = report.text(results, {"plugin": "x.so", "seconds": 1.0})
     assert "capi: 1 passed, 1 failed" in text and "[op: transfer_strided]" in text
     md = report.markdown(results, {"plugin": "x.so"})
-    assert "| programs | 0 | 0 | 0 | 1 | 0 |" in md
+    assert "| programs | 0 | 0 | 0 | 1 | 0 | 0 |" in md
 
 
 def test_console_script_keeps_interpreter_commands(tmp_path):
@@ -105,7 +106,19 @@ def test_console_script_keeps_interpreter_commands(tmp_path):
     assert p.returncode == 0, p.stderr
     p = subprocess.run([sys.executable, "-m", "stablehlo_pjrt.cli", "--help"],
                        capture_output=True, text=True, timeout=300)
-    assert "check-plugin" in p.stdout and "compare" in p.stdout
+    assert p.returncode == 0
+    # Every command of the interpreter's parser and the plugin side, one line each.
+    q = subprocess.run([sys.executable, "-m", "stablehlo_interpreter.cli", "--help"],
+                       capture_output=True, text=True, timeout=300)
+    interpreter = q.stdout.split("{", 1)[1].split("}", 1)[0].split(",")
+    for command in interpreter + ["check-plugin", "bisect"]:
+        assert f"\n  {command} " in p.stdout, (command, p.stdout)
+    p = subprocess.run([sys.executable, "-m", "stablehlo_pjrt.cli", "--version"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.startswith("stablehlo-ref 0.")
+    p = subprocess.run([sys.executable, "-m", "stablehlo_pjrt.cli", "check-plugin", "-h"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "``" not in p.stdout and "--create-option" in p.stdout
 
 
 def test_pytest_plugin_runs_selected_checks(tmp_path):

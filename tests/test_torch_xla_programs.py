@@ -190,7 +190,7 @@ def _replicated_executable(text, replicas=4):
     from jax._src.lib import xla_client
 
     from stablehlo_pjrt.client import Client
-    from stablehlo_pjrt.executable import LoadedExecutable
+    from stablehlo_pjrt.execute import LoadedExecutable
     options = xla_client.CompileOptions()
     options.executable_build_options.num_replicas = replicas
     client = Client({"num_devices": replicas})

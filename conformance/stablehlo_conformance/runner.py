@@ -26,7 +26,7 @@ STATUSES = ("passed", "failed", "unsupported", "error", "timeout")
 # Discovery
 
 
-def find_suites(root):
+def find_suites(root: str) -> dict[str, str]:
     """{"interpret": dir, "testdata": dir} for either layout (missing ones left out)."""
     layouts = [("interpret", "testdata"),
                (os.path.join("stablehlo", "tests", "interpret"),

@@ -161,7 +161,6 @@ def serve(conn, memory_limit_mb=0):
         sys.stderr = open(os.devnull, "w")
     except OSError:
         pass
-    os.environ.setdefault("STABLEHLO_REF_PROBE_DIR", "")
     import stablehlo_interpreter  # noqa: F401 - once, up front: every kernel registers
     while True:
         try:

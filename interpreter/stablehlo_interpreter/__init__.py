@@ -8,9 +8,12 @@ It knows nothing of PJRT: it loads a module, compiles it to a plan once and
 runs the plan many times.
 
 This module is the interpreter's public surface: the names in ``__all__``
-below, plus three public modules, ``dtypes`` (element types), ``mlir_text``
-(scanning printed MLIR at the top level of its brackets) and ``cli`` (the
-``stablehlo-ref`` command line: ``main``, ``load_args``, ``UserError``).
+below, plus four public modules, ``dtypes`` (element types), ``mlir_text``
+(scanning printed MLIR at the top level of its brackets), ``cli`` (the
+``stablehlo-ref`` command line: ``main``, ``load_args``, ``UserError``) and
+``config`` (every ``STABLEHLO_REF_*`` switch: ``Setting``, ``SETTINGS``,
+``describe``, ``format_settings``; the plugin declares its own switches with
+the same ``Setting``).
 Everything else in the package is private. The PJRT plugin
 (``stablehlo_pjrt``), the conformance runner (``stablehlo_conformance``) and
 the benchmarks use these names only; an import-linter contract in
@@ -38,9 +41,11 @@ pyproject.toml (run by ``.ci/lint``) checks it. The tests may look inside.
   ``attribute_text``.
 * ``wrap_kernel``: make one op's kernel run through a wrapper (the plugin's
   fault injection breaks a kernel with it).
+* ``TRAITS``, ``with_trait``, ``has_trait``: the op traits the kernels are
+  registered with (the plugin's lowerings and sharding propagation ask them).
 """
 
-from . import dtypes, ops  # noqa: F401 - importing ops registers every kernel
+from . import config, dtypes, ops  # noqa: F401 - importing ops registers every kernel
 from .attrs import decode_attribute, parse_attribute
 from .compare import ComparisonReport, compare_arrays, compare_outputs
 from .compiler import Program, compile, format_location
@@ -56,7 +61,7 @@ from .errors import (
 from .isolate import prestart as prestart_bytecode_reader
 from .loader import MLIR_LOCK, Module, load
 from .ops.interpreter_ops import format_value
-from .registry import wrap_kernel
+from .registry import TRAITS, has_trait, with_trait, wrap_kernel
 from .spmd import (
     Mesh,
     Sharding,
@@ -86,6 +91,8 @@ __all__ = [
     "InterpreterError", "LoadError", "CompileError", "UnsupportedOpsError",
     "ExecutionError", "CheckFailure", "ArgumentError",
     "TensorType", "TupleType", "TokenType", "OtherType", "Token", "TOKEN", "dtypes",
+    # the STABLEHLO_REF_* switches (config.Setting, config.SETTINGS, config.describe)
+    "config",
     # MLIR pieces
     "decode_attribute", "parse_attribute", "format_location", "format_value",
     # comparing outputs
@@ -98,4 +105,6 @@ __all__ = [
     "parse_sharding_per_value", "parse_gspmd_sharding",
     # fault injection
     "wrap_kernel",
+    # op traits (registry.TRAITS): the ops with one
+    "TRAITS", "with_trait", "has_trait",
 ]

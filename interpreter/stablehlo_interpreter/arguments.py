@@ -13,6 +13,10 @@ scalars and lists carry no dtype of their own, so they always get the
 checked cast.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 import numpy as np
 
 from . import dtypes
@@ -24,7 +28,7 @@ def _where(i, fname):
     return f"argument #{i} (%arg{i}) of @{fname}"
 
 
-def coerce(a, t, i, fname, cast=False):
+def coerce(a: Any, t: Any, i: int, fname: str, cast: bool = False) -> Any:
     """``a`` as a value of parameter type ``t`` (the i-th of @fname)."""
     if t.__class__ is TensorType and a.__class__ is np.ndarray and a.shape == t.shape \
             and (a.dtype is t.dtype or a.dtype == t.dtype):

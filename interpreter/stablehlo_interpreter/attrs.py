@@ -4,8 +4,11 @@ The plan that runs never touches MLIR objects: every attribute an op needs is
 turned here into ints, tuples, strings, dicts or numpy arrays.
 """
 
+from __future__ import annotations
+
 import functools
 import re
+from typing import Any
 
 import numpy as np
 
@@ -268,7 +271,7 @@ class RawAttr(str):
     """An attribute the decoder does not model, kept as its printed text."""
 
 
-def decode_attribute(owner, name):
+def decode_attribute(owner: Any, name: str) -> Any:
     """Decoded value of attribute ``name`` of op ``owner`` (an ir.Operation).
 
     The Python bindings cannot hand out some attributes as objects (dense
@@ -307,7 +310,7 @@ def decode_text(text):
     return decode(ir.Attribute.parse(text))
 
 
-def parse_attribute(text):
+def parse_attribute(text: str) -> Any:
     """The value of MLIR attribute ``text`` (e.g. ``[dense<1> : tensor<2xi32>]``,
     the conformance files' ``--args``), decoded as op attributes are
     (:func:`decode`: dense elements as numpy arrays, arrays as lists, ...).

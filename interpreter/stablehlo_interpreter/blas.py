@@ -15,9 +15,10 @@ no-op if there is none) and restored after the call. Only speed depends on it.
 """
 
 import ctypes
-import os
 
-SMALL_GEMM_MACS = int(os.environ.get("STABLEHLO_REF_SMALL_GEMM_MACS", str(1 << 28)))
+from . import config as _config
+
+SMALL_GEMM_MACS = _config.SMALL_GEMM_MACS.value()   # a module constant: kernels test it per call
 
 _PREFIXES = ("scipy_openblas_", "openblas_")
 _SUFFIXES = ("64_", "")

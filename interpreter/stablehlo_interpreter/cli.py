@@ -22,8 +22,11 @@ exit with status 2. Arguments must match the parameters' dtypes and shapes
 ``--out`` refuses results larger than ``--max-out-bytes`` in total.
 """
 
+from __future__ import annotations
+
 import argparse
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +41,7 @@ class UserError(Exception):
     """A problem with the user's input: reported without a traceback."""
 
 
-def _read_module(path):
+def _read_module(path: str) -> bytes:
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -46,12 +49,12 @@ def _read_module(path):
         raise UserError(f"cannot read module {path}: {e.strerror or e}") from None
 
 
-def _compile(path):
+def _compile(path: str) -> Any:
     import stablehlo_interpreter as shi
     return shi.compile(_read_module(path), name=path)
 
 
-def load_args(path, func, cast=False):
+def load_args(path: str | None, func: Any, cast: bool = False) -> list[Any]:
     """The arguments of ``func`` (a ``Program.function``) from the ``--args``
     file ``path`` (an ``.npz``, arrays in stored order, or one ``.npy``; None:
     no arguments), checked (``cast``: converted) against its parameters.
@@ -93,7 +96,7 @@ def load_args(path, func, cast=False):
 MAX_OUT_BYTES = 4 << 30
 
 
-def _check_out_size(arrays, limit):
+def _check_out_size(arrays: dict[str, np.ndarray], limit: int) -> None:
     total = 0
     for k, v in arrays.items():
         total += int(v.size) * v.dtype.itemsize
@@ -105,7 +108,7 @@ def _check_out_size(arrays, limit):
             "writes; pass --max-out-bytes N to allow it")
 
 
-def _portable(a):
+def _portable(a: np.ndarray) -> np.ndarray:
     """A numpy array .npz can store (widen ml_dtypes types losslessly)."""
     from . import dtypes
     if a.dtype in dtypes.ML_FLOATS:
@@ -115,7 +118,7 @@ def _portable(a):
     return a
 
 
-def _describe(value, ttype):
+def _describe(value: Any, ttype: Any) -> str:
     if isinstance(value, tuple):
         return "(" + ", ".join(_describe(v, t) for v, t in zip(value, ttype.types)) + ")"
     if not isinstance(value, np.ndarray):
@@ -127,7 +130,7 @@ def _describe(value, ttype):
     return f"{ttype!r}\n{body}"
 
 
-def _program_and_args(a):
+def _program_and_args(a: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
     """The compiled module, the function to run and its arguments from --args."""
     program = _compile(a.module)
     try:
@@ -137,17 +140,17 @@ def _program_and_args(a):
     return program, func, load_args(a.args, func, a.cast)
 
 
-def cmd_run(a):
+def cmd_run(a: argparse.Namespace) -> int:
     from .compare import flatten_results
     program, func, args = _program_and_args(a)
     results = program.run(*args, func=func.name)
     if a.out:
-        arrays = {}
+        arrays: dict[str, np.ndarray] = {}
         for i, r in enumerate(results):
             flatten_results(f"result_{i}", r, arrays, _portable)
         _check_out_size(arrays, a.max_out_bytes)
         try:
-            np.savez(a.out, **arrays)
+            np.savez(a.out, **arrays)  # type: ignore[arg-type]  # numpy stubs: savez(file, *args, allow_pickle=...)
         except OSError as e:
             raise UserError(f"cannot write {a.out}: {e.strerror or e}") from None
         print(f"wrote {len(arrays)} array(s) to {a.out}")
@@ -157,7 +160,7 @@ def cmd_run(a):
     return 0
 
 
-def cmd_check(a):
+def cmd_check(a: argparse.Namespace) -> int:
     import stablehlo_interpreter as shi
     try:
         program = _compile(a.module)
@@ -176,7 +179,7 @@ def cmd_check(a):
     return 0
 
 
-def _list_unsupported(module, unsupported):
+def _list_unsupported(module: str, unsupported: Any) -> int:
     names = sorted({u[0] for u in unsupported})
     print(f"{module}: {len(unsupported)} op occurrence(s) cannot run "
           f"({len(names)} distinct: {', '.join(names)}):")
@@ -185,7 +188,7 @@ def _list_unsupported(module, unsupported):
     return EXIT_DIFFERS
 
 
-def cmd_compare(a):
+def cmd_compare(a: argparse.Namespace) -> int:
     from .compare import compare_with_files
     program, func, args = _program_and_args(a)
     try:
@@ -205,7 +208,7 @@ def cmd_compare(a):
     return 0 if report.ok else 1
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="stablehlo-ref",
         description="Run StableHLO modules on the numpy reference interpreter.")
@@ -234,7 +237,12 @@ def main(argv=None):
     k.add_argument("--rtol", type=float, help="relative tolerance for floats")
     k.add_argument("--atol", type=float, help="absolute tolerance for floats")
     k.add_argument("--ulp", type=int, help="compare floats by ULP distance instead")
+    sub.add_parser("config", help="list the STABLEHLO_REF_* switches and their current values")
     a = p.parse_args(argv)
+    if a.command == "config":
+        from . import config
+        print(config.format_settings())
+        return 0
 
     import stablehlo_interpreter as shi
     try:

@@ -18,7 +18,11 @@ by ``stablehlo-ref compare`` and by the JAX-level oracle in
 ``stablehlo_pjrt.oracle``.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -94,11 +98,11 @@ class ComparisonReport:
     other_name: str = "other"
 
     @property
-    def ok(self):
+    def ok(self) -> bool:
         return all(leaf.ok for leaf in self.leaves)
 
     @property
-    def mismatches(self):
+    def mismatches(self) -> list[LeafDiff]:
         return [leaf for leaf in self.leaves if not leaf.ok]
 
     def __bool__(self):
@@ -117,8 +121,9 @@ def _is_floating(dtype):
     return dtypes.is_float(dtype) or dtypes.is_complex(dtype)
 
 
-def compare_arrays(name, reference, other, *, rtol=None, atol=None, ulp=None,
-                   max_indices=5):
+def compare_arrays(name: str, reference: Any, other: Any, *, rtol: float | None = None,
+                   atol: float | None = None, ulp: int | None = None,
+                   max_indices: int = 5) -> LeafDiff:
     """Compare one output; returns a :class:`LeafDiff`."""
     ref = np.asarray(reference)
     oth = np.asarray(other)
@@ -216,8 +221,11 @@ def _finish(diff, bad, err, r64, ref, oth, max_indices, rel=None):
     return diff
 
 
-def compare_outputs(reference, other, names=None, *, rtol=None, atol=None, ulp=None,
-                    reference_name="reference", other_name="other"):
+def compare_outputs(reference: Sequence[Any], other: Sequence[Any],
+                    names: Sequence[str] | None = None, *, rtol: float | None = None,
+                    atol: float | None = None, ulp: int | None = None,
+                    reference_name: str = "reference",
+                    other_name: str = "other") -> ComparisonReport:
     """Compare two lists of outputs (numpy arrays, or nested tuples of them)."""
     reference = _flatten_values(reference, names)
     other_flat = _flatten_values(other, names)
@@ -259,8 +267,10 @@ def _is_token(v):
 # stablehlo-ref compare: a module and .npz files
 
 
-def compare_with_files(program, args, against, *, func=None, rtol=None, atol=None,
-                       ulp=None, against_name=None):
+def compare_with_files(program: Any, args: Sequence[Any], against: Any, *,
+                       func: str | None = None, rtol: float | None = None,
+                       atol: float | None = None, ulp: int | None = None,
+                       against_name: str | None = None) -> ComparisonReport:
     """Run ``program`` on ``args`` and compare with the arrays of ``against``
     (a mapping name -> array, e.g. an opened ``.npz``).
 
@@ -292,7 +302,8 @@ def compare_with_files(program, args, against, *, func=None, rtol=None, atol=Non
     return report
 
 
-def flatten_results(prefix, value, out, convert=lambda a: a):
+def flatten_results(prefix: str, value: Any, out: dict[str, Any],
+                    convert: Callable[[Any], Any] = lambda a: a) -> None:
     """Name every array of a (possibly tuple-nested) result ``prefix``,
     ``prefix_0``, ``prefix_0_1``...; tokens are left out."""
     if isinstance(value, tuple):

@@ -10,16 +10,18 @@ region uses from an enclosing scope become the region's captures: the op that
 owns the region passes them in, so every block runs in a frame of its own.
 """
 
-import os
+from __future__ import annotations
+
 import re
 from sys import getrecursionlimit as _getrecursionlimit
 from sys import getrefcount as _getrefcount
 from sys import setrecursionlimit as _setrecursionlimit
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import attrs as _attrs
+from . import config as _config
 from . import fold as _fold
 from . import fusion as _fusion
 from . import heap as _heap
@@ -27,8 +29,8 @@ from . import quant as _quant
 from . import trace as _trace
 from .arguments import coerce as _coerce
 from .errors import ArgumentError, CompileError, ExecutionError, InterpreterError, UnsupportedOpsError
-from .loader import MLIR_LOCK, NEWER_OP_PREFIX, load
-from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported, custom_call_rejection
+from .loader import MLIR_LOCK, NEWER_OP_PREFIX, Module, load
+from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported, custom_call_rejection, kernel_info
 from .types import TensorType, conforms, describe, from_mlir
 
 _ndarray = np.ndarray
@@ -39,13 +41,10 @@ _ndarray = np.ndarray
 # functions run (JAX emits a few dozen levels) and still turns runaway
 # recursion into ExecutionError("recursion too deep") instead of a crash.
 RECURSION_LIMIT = 40_000
-_DEBUG_VALIDATE = os.environ.get("STABLEHLO_REF_VALIDATE", "") not in ("", "0")
-_TRACE_ENV = "STABLEHLO_REF_TRACE_OPS"
-# `_TRACE_ENV in os.environ` costs a KeyError per run when it is unset;
-# os.environ keeps the encoded variables in `_data` (kept in sync by
-# os.environ's setters), where the test is a dict lookup.
-_ENVIRON_DATA = getattr(os.environ, "_data", None)
-_TRACE_ENV_KEY = os.environ.encodekey(_TRACE_ENV) if _ENVIRON_DATA is not None else None
+# Module constants, read on the hot path (tests set them).
+_DEBUG_VALIDATE = _config.VALIDATE.value()
+# STABLEHLO_REF_NO_FOLD=1 keeps every op in the plan (fold.py), for debugging.
+_FOLD_ENABLED = not _config.NO_FOLD.value()
 
 
 # Every run ignores floating-point errors (inf/nan are values here, as in
@@ -73,12 +72,7 @@ def _run_ignoring_fp_errors(fn, *args):
         _ERRSTATE.reset(token)
 
 
-def _trace_env_set() -> bool:
-    if _ENVIRON_DATA is not None:
-        return _TRACE_ENV_KEY in _ENVIRON_DATA
-    return _TRACE_ENV in os.environ
-# STABLEHLO_REF_NO_FOLD=1 keeps every op in the plan (fold.py), for debugging.
-_FOLD_ENABLED = os.environ.get("STABLEHLO_REF_NO_FOLD", "") in ("", "0")
+_trace_env_set = _config.TRACE_OPS.is_set   # checked once per run
 
 
 # Frames of a location's call stack that are not the user's code: JAX's own
@@ -86,10 +80,9 @@ _FOLD_ENABLED = os.environ.get("STABLEHLO_REF_NO_FOLD", "") in ("", "0")
 _INTERNAL_FRAME = re.compile(r"/(?:jax|jaxlib|_pytest|pytest|pluggy|site-packages|"
                              r"dist-packages|importlib)/|^<frozen |^<string>$")
 _FRAME = re.compile(r'(?:"((?:[^"\\]|\\.)*)"\()?"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
-FULL_LOCATIONS_ENV = "STABLEHLO_REF_FULL_LOCATIONS"
 
 
-def format_location(loc, source=None):
+def format_location(loc: Any, source: str | None = None) -> str:
     """Compact text of an MLIR location.
 
     A plain `file:line:col` stays as it is (``source`` replaces the name
@@ -104,7 +97,7 @@ def format_location(loc, source=None):
         s = s[4:-1]
     if source and '"-":' in s:
         s = s.replace('"-":', f'"{source}":')
-    if os.environ.get(FULL_LOCATIONS_ENV, "") not in ("", "0"):
+    if _config.FULL_LOCATIONS.value():
         return s
     if "callsite(" not in s and "fused" not in s:
         m = re.fullmatch(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)', s)
@@ -256,12 +249,13 @@ class Block:
                                      out, dead))
             elif out.__class__ is not int:
                 fast.append(FastStep(MULTI_RESULT, fn, tuple(ins), None, None, tuple(out), dead))
-            elif (getattr(fn, "donate_first", None) is not None and n >= 1
+            elif (kernel_info(fn).donate_first is not None and n >= 1
                   and ins[0] in dead and ins[0] not in ins[1:] and ins[0] != 0
                   and self.template[ins[0]] is None):
                 # The operand dies here: the kernel may update it in place if
                 # at run time nothing else refers to it (see run()).
-                fast.append(FastStep(DONATE_FIRST, fn, ins[0], tuple(ins[1:]), fn.donate_first,
+                fast.append(FastStep(DONATE_FIRST, fn, ins[0], tuple(ins[1:]),
+                                     kernel_info(fn).donate_first,
                                      out, dead))
             elif 1 <= n <= 3:
                 a, b, c = (tuple(ins) + (None, None))[:3]
@@ -477,7 +471,8 @@ class Function:
 class Program:
     """A compiled module: functions by name, ready to run many times."""
 
-    def __init__(self, functions, module_attrs, main, module):
+    def __init__(self, functions: dict[str, Any], module_attrs: dict[str, Any], main: str,
+                 module: Module) -> None:
         self.functions = functions
         self.module_attrs = module_attrs
         self.main = main
@@ -493,20 +488,20 @@ class Program:
         self.state = {}
 
     @property
-    def text(self):
+    def text(self) -> str:
         """The module's MLIR text (printed on demand)."""
         with MLIR_LOCK, self.module.context:
             return str(self.module.mlir)
 
     @property
-    def input_types(self):
+    def input_types(self) -> list[Any]:
         return self.functions[self.main].input_types
 
     @property
-    def output_types(self):
+    def output_types(self) -> list[Any]:
         return self.functions[self.main].output_types
 
-    def function(self, name=None):
+    def function(self, name: str | None = None) -> Any:
         name = name or self.main
         try:
             return self.functions[name]
@@ -515,7 +510,8 @@ class Program:
                 f"no function @{name} in module (has: "
                 f"{', '.join('@' + n for n in self.functions)})") from None
 
-    def run(self, *args, func=None, tracer=None, process=(0, 0), grid=None, cast=False):
+    def run(self, *args: Any, func: str | None = None, tracer: Any = None,
+            process: tuple[int, int] = (0, 0), grid: Any = None, cast: bool = False) -> Any:
         """Run ``func`` (default: the entry function) on ``args``; returns a list.
 
         Arrays must have their parameter's dtype and shape (ArgumentError
@@ -525,7 +521,7 @@ class Program:
         f, args, ctx = self._start(args, func, tracer, process, grid, cast)
         return _run_ignoring_fp_errors(f.block.run, ctx, (), args)
 
-    def check_argument(self, i, value, func=None):
+    def check_argument(self, i: int, value: Any, func: str | None = None) -> None:
         """Raises ArgumentError when ``value`` cannot be argument #i of
         ``func`` (dtype and shape, as :meth:`run` checks them), running
         nothing: the plugin checks the arguments of a program it queues when
@@ -533,7 +529,8 @@ class Program:
         f = self.function(func)
         _coerce(value, f.input_types[i], i, f.name)
 
-    def run_donated(self, args, func=None, tracer=None, process=(0, 0), grid=None):
+    def run_donated(self, args: list[Any], func: str | None = None, tracer: Any = None,
+                    process: tuple[int, int] = (0, 0), grid: Any = None) -> Any:
         """Like :meth:`run` on the list ``args``, which the caller gives up:
         the list is emptied, and an argument array nothing else refers to
         (no other reference, owns its writeable data) may be updated in
@@ -561,8 +558,8 @@ class Program:
             _setrecursionlimit(RECURSION_LIMIT)
         return f, coerced, Context(self, tracer=tracer, process=process, grid=grid)
 
-    def run_parallel(self, args_per_process=None, num_replicas=None, num_partitions=None,
-                     **kwargs):
+    def run_parallel(self, args_per_process: Any = None, num_replicas: int | None = None,
+                     num_partitions: int | None = None, **kwargs: Any) -> Any:
         """Run on a process grid, one thread per process; see parallel.run_parallel."""
         from .parallel import run_parallel
         return run_parallel(self, args_per_process, num_replicas, num_partitions, **kwargs)
@@ -864,7 +861,7 @@ def _special_step(fn, regions, cap_ranges, n_operands):
     A kernel marked ``regions_unused`` (a reduce whose body is one known op,
     run as a ufunc) gets no bound regions: binding them per call costs more
     than a small reduction."""
-    if not regions or (getattr(fn, "regions_unused", False)
+    if not regions or (kernel_info(fn).regions_unused
                        and all(a == b for a, b in cap_ranges)):
         def step(ctx, *vals):
             return fn(ctx, (), *vals)
@@ -878,7 +875,8 @@ def _special_step(fn, regions, cap_ranges, n_operands):
     return step
 
 
-def compile(module_or_data, *, name="<input>"):  # noqa: A001 - the natural name
+def compile(module_or_data: Module | str | bytes, *,  # noqa: A001 - the natural name
+            name: str = "<input>") -> Program:
     """Compile a module (or MLIR text/bytes) into a :class:`Program`.
 
     Raises :class:`UnsupportedOpsError` listing every op that cannot run.

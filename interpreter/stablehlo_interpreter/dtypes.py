@@ -5,10 +5,13 @@ bf16, the float8/6/4 families and the 1/2/4-bit integers come from
 boolean type and maps to ``np.bool_``.
 """
 
+from typing import Any
+
 import ml_dtypes
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike, NDArray
 
-_ELEMENT_TO_DTYPE = {
+_ALL_ELEMENT_TYPES: dict[str, np.dtype[Any] | None] = {
     "i1": np.dtype(np.bool_),
     "i2": np.dtype(ml_dtypes.int2),
     "i4": np.dtype(ml_dtypes.int4),
@@ -43,8 +46,9 @@ _ELEMENT_TO_DTYPE = {
     # `index` only appears in shape computations of dynamic programs.
     "index": np.dtype(np.int64),
 }
-_ELEMENT_TO_DTYPE = {k: v for k, v in _ELEMENT_TO_DTYPE.items() if v is not None}
-_DTYPE_TO_ELEMENT = {}
+_ELEMENT_TO_DTYPE: dict[str, np.dtype[Any]] = {
+    k: v for k, v in _ALL_ELEMENT_TYPES.items() if v is not None}
+_DTYPE_TO_ELEMENT: dict[np.dtype[Any], str] = {}
 for _k, _v in _ELEMENT_TO_DTYPE.items():
     if _k != "index":
         _DTYPE_TO_ELEMENT.setdefault(_v, _k)
@@ -59,7 +63,7 @@ ML_FLOATS = {v for k, v in _ELEMENT_TO_DTYPE.items()
              if k.startswith(("f8", "f6", "f4", "bf16")) and k != "f64"}  # "f64" starts with "f6"
 
 
-def from_element_type(name):
+def from_element_type(name: str) -> np.dtype[Any]:
     """numpy dtype for an MLIR element type spelled as in the IR (``'bf16'``)."""
     try:
         return _ELEMENT_TO_DTYPE[name]
@@ -67,7 +71,7 @@ def from_element_type(name):
         raise TypeError(f"unsupported element type {name!r}") from None
 
 
-def to_element_type(dtype):
+def to_element_type(dtype: DTypeLike) -> str:
     """MLIR spelling of a numpy dtype (inverse of :func:`from_element_type`)."""
     dtype = np.dtype(dtype)
     try:
@@ -76,34 +80,34 @@ def to_element_type(dtype):
         raise TypeError(f"numpy dtype {dtype} has no StableHLO element type") from None
 
 
-def is_bool(dtype):
+def is_bool(dtype: DTypeLike) -> bool:
     return np.dtype(dtype) == np.bool_
 
 
-def is_complex(dtype):
+def is_complex(dtype: DTypeLike) -> bool:
     return np.dtype(dtype).kind == "c"
 
 
-def is_float(dtype):
+def is_float(dtype: DTypeLike) -> bool:
     """True for every real floating-point type, including the ml_dtypes ones."""
     dtype = np.dtype(dtype)
     return dtype.kind == "f" or dtype in ML_FLOATS
 
 
-def is_integer(dtype):
+def is_integer(dtype: DTypeLike) -> bool:
     """True for signed and unsigned integers (not bool), incl. int2/int4."""
     dtype = np.dtype(dtype)
     return dtype.kind in "iu" or dtype in SUB_BYTE_INTS
 
 
-def is_unsigned(dtype):
+def is_unsigned(dtype: DTypeLike) -> bool:
     dtype = np.dtype(dtype)
     if dtype in SUB_BYTE_INTS:
         return dtype.name.startswith("uint")
     return dtype.kind == "u"
 
 
-def bit_width(dtype):
+def bit_width(dtype: DTypeLike) -> int:
     """Bit width of an element type as the spec counts it (i4 -> 4, bf16 -> 16)."""
     dtype = np.dtype(dtype)
     if dtype == np.bool_:
@@ -120,20 +124,21 @@ def bit_width(dtype):
     return dtype.itemsize * 8
 
 
-def int_info(dtype):
+def int_info(dtype: DTypeLike) -> tuple[int, int]:
     """(min, max) of an integer type, including the sub-byte ones."""
     dtype = np.dtype(dtype)
     if dtype in SUB_BYTE_INTS:
-        info = ml_dtypes.iinfo(dtype)
-        return int(info.min), int(info.max)
+        sub = ml_dtypes.iinfo(dtype)  # type: ignore[no-untyped-call]
+        return int(sub.min), int(sub.max)
     info = np.iinfo(dtype)
     return int(info.min), int(info.max)
 
 
-def finfo(dtype):
+def finfo(dtype: DTypeLike) -> Any:
+    """numpy's or ml_dtypes' finfo of a float type (bf16, f8, f6, f4 too)."""
     dtype = np.dtype(dtype)
     if dtype in ML_FLOATS:
-        return ml_dtypes.finfo(dtype)
+        return ml_dtypes.finfo(dtype)  # type: ignore[no-untyped-call]
     return np.finfo(dtype)
 
 
@@ -141,7 +146,7 @@ _U64_MAX = np.iinfo(np.uint64).max
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
-def _ulp_real(a, b):
+def _ulp_real(a: NDArray[Any], b: NDArray[Any]) -> NDArray[np.uint64]:
     """ULP distance per element of two flat real float arrays of one dtype."""
     dt = a.dtype
     bw = bit_width(dt)
@@ -172,7 +177,7 @@ def _ulp_real(a, b):
     return out.astype(np.uint64)
 
 
-def ulp_distance(a, b):
+def ulp_distance(a: ArrayLike, b: ArrayLike) -> NDArray[np.uint64]:
     """Number of representable values between same-dtype float arrays ``a``
     and ``b``, elementwise, as uint64 (StableHLO's reference `ULPDifference`):
     0 for equal values (-0 and +0 included) and for two NaNs of any payload;
@@ -184,7 +189,7 @@ def ulp_distance(a, b):
     b = np.asarray(b)
     shape = a.shape
 
-    def flat(x):
+    def flat(x: NDArray[Any]) -> NDArray[Any]:
         return np.ascontiguousarray(x).reshape(-1)  # view() needs contiguity
     if is_complex(a.dtype):
         d = np.maximum(_ulp_real(flat(a.real), flat(b.real)),
@@ -194,7 +199,7 @@ def ulp_distance(a, b):
     return d.reshape(shape)
 
 
-def total_order_key(x):
+def total_order_key(x: ArrayLike) -> NDArray[np.uint64]:
     """uint64 keys whose unsigned order is the total order of ``x``'s values:
     integers and booleans by value; floats by IEEE totalOrder (XLA's
     TOTALORDER comparison): -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN,

@@ -5,6 +5,8 @@ Every failure the interpreter can detect surfaces as a subclass of
 location and what is wrong. Nothing here ever aborts the host process.
 """
 
+from __future__ import annotations
+
 
 class InterpreterError(Exception):
     """Base class of every error the interpreter raises."""
@@ -25,7 +27,7 @@ class UnsupportedOpsError(CompileError):
     per offending op occurrence, in program order.
     """
 
-    def __init__(self, unsupported):
+    def __init__(self, unsupported: list[tuple[str, str, str]]) -> None:
         self.unsupported = list(unsupported)
         lines = [f"  {name} at {loc}: {why}" for name, loc, why in self.unsupported]
         names = sorted({u[0] for u in self.unsupported})
@@ -37,7 +39,8 @@ class UnsupportedOpsError(CompileError):
 class ExecutionError(InterpreterError):
     """An op failed while the plan was running."""
 
-    def __init__(self, message, op_name=None, location=None):
+    def __init__(self, message: str, op_name: str | None = None,
+                 location: str | None = None) -> None:
         self.op_name = op_name
         self.location = location
         super().__init__(message)

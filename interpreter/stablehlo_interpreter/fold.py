@@ -19,23 +19,16 @@ is left in the plan, to fail (or not) at run time as before.
 
 import numpy as np
 
-from .regions import ELEMENTWISE_OPS
-
-FOLDABLE = (ELEMENTWISE_OPS - {"stablehlo.constant"}) | frozenset(
-    "stablehlo." + n for n in """
-broadcast_in_dim reshape transpose slice concatenate iota pad reverse convert
-dynamic_slice dynamic_update_slice gather
-""".split())
+from .registry import has_trait
 
 MAX_FOLD_BYTES = 1 << 16
 
-# Kernels that return a view of their operand (np.broadcast_to, reshape,
+# Which ops fold: the registry's "foldable" trait. Kernels with the "view"
+# trait return a view of their operand (np.broadcast_to, reshape,
 # transpose, basic slicing): their results may be large and still hold no
 # memory of their own. Other ops are not even tried when their declared
 # result is larger than MAX_FOLD_BYTES (no big array is built at compile time
 # for an op that may never run, e.g. in a branch not taken).
-VIEW_OPS = frozenset("stablehlo." + n for n in
-                     "broadcast_in_dim reshape transpose slice reverse".split())
 
 
 def _owned_bytes(v, inputs):
@@ -52,9 +45,9 @@ def _owned_bytes(v, inputs):
 
 def fold(op, fn, args):
     """The results of ``fn(*args)`` as read-only arrays, or None to keep the op."""
-    if op.name not in FOLDABLE:
+    if not has_trait(op.name, "foldable"):
         return None
-    if op.name not in VIEW_OPS:
+    if not has_trait(op.name, "view"):
         declared = 0
         for t in op.result_types:
             shape = getattr(t, "shape", None)

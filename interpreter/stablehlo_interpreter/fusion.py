@@ -17,7 +17,7 @@ the unfused run (``tests/test_fusion.py`` checks it over dtypes, wraparound,
 NaN, infinities and signed zeros). Values of size-1 operands broadcast by a
 member ``broadcast_in_dim`` stay broadcast views, as unfused.
 
-Where it applies. Members are ops of :data:`regions.ELEMENTWISE_OPS` with one
+Where it applies. Members are ops with the registry's ``fusible`` trait with one
 result of a static shape of at least :data:`MIN_ELEMENTS` elements, operands
 of that shape or 0-d (select's predicate, clamp's bounds), no quantized
 types, and ``broadcast_in_dim`` of a one-element operand to that shape. A
@@ -41,16 +41,13 @@ device threads of a parallel run, concurrent executions) run their chunks in
 their own thread.
 """
 
-import os
 
 import numpy as np
 
+from . import config as _config
 from .errors import ExecutionError, InterpreterError
 from .pool import run_chunks, thread_count
-from .regions import ELEMENTWISE_OPS
-from .registry import COMPOSITES
-
-FUSION_ENV = "STABLEHLO_REF_FUSION"
+from .registry import COMPOSITES, has_trait, kernel_info
 
 # Bytes of the widest value of a chunk. Each live value of a chunk takes at
 # most this much (float64 detours of f32 data included), and chains keep a
@@ -69,15 +66,12 @@ MIN_THREAD_CHUNKS = 4
 # chunks plain numpy gained 1.4x in a quieter moment, unconfirmed here).
 THREAD_EXACT_CHAINS = False
 
-# regions.ELEMENTWISE_OPS (what batched region bodies may hold) and the other
-# elementwise chlo ops whose kernels are written for any shape.
-_FUSIBLE = (ELEMENTWISE_OPS | {"chlo.square", "chlo.conj", "chlo.is_inf", "chlo.is_pos_inf",
-                               "chlo.is_neg_inf", "chlo.bessel_i1e"}) - {"stablehlo.constant"}
+# Members: ops with the registry's "fusible" trait (has_trait below).
 _BROADCAST = "stablehlo.broadcast_in_dim"
 
 
 def enabled():
-    return os.environ.get(FUSION_ENV, "1") not in ("0", "false", "off", "")
+    return _config.FUSION.value()
 
 
 # --------------------------------------------------------------------------
@@ -118,8 +112,8 @@ def _member_shape(step):
         if len(ins) == 1 and _size(operand_shapes[0]) == 1:
             return shape, True
         return None
-    if op.name not in _FUSIBLE and not (op.name == "stablehlo.composite"
-                                        and op.attrs.get("name") in _FUSIBLE):
+    if not has_trait(op.name, "fusible") and not (
+            op.name == "stablehlo.composite" and has_trait(op.attrs.get("name"), "fusible")):
         return None
     if any(s != shape and s != () for s in operand_shapes):
         return None
@@ -140,7 +134,8 @@ def _plain_composite(step):
     if op is None or op.name != "stablehlo.composite" or not step.ins or step.ins[0] != 0:
         return step
     builder = COMPOSITES.get(op.attrs.get("name"))
-    if builder is None or op.attrs.get("name") not in _FUSIBLE or op.attrs.get("version", 0) > 1 \
+    if builder is None or not has_trait(op.attrs.get("name"), "fusible") \
+            or op.attrs.get("version", 0) > 1 \
             or op.attrs.get("composite_attributes") or op.num_results != 1 \
             or np.dtype(op.result_types[0].dtype) in (np.float64, np.complex128):
         return step
@@ -230,7 +225,7 @@ def _emit(g, steps, users, keep, constants=()):
     fused_members = [s for s in members if not (s.op.name == _BROADCAST and s.out in outputs)]
     outputs = [slot for slot in outputs if slot not in {s.out for s in pre}]
     real = [s for s in fused_members if s.op.name != _BROADCAST]
-    if not real or not outputs or (len(real) == 1 and real[0].op.name in _CHEAP):
+    if not real or not outputs or (len(real) == 1 and has_trait(real[0].op.name, "cheap")):
         return members   # nothing to keep in cache, nothing to share
     inputs = {}   # ordered set
     produced = set()
@@ -256,23 +251,12 @@ def _emit(g, steps, users, keep, constants=()):
 _KERNEL, _SCALAR, _HOISTED = 0, 1, 2
 _VIEW, _FULL = 0, 1
 
-# Ops whose result bits are fixed by the spec whatever the numpy loop (IEEE
-# basic arithmetic, integer and bit ops, comparisons, selection, conversion;
-# not on complex numbers, whose numpy loops round differently): they may
-# take 0-d operands for broadcast ones.
-_EXACT = frozenset("stablehlo." + n for n in """
-add subtract multiply divide remainder maximum minimum negate abs and or xor not compare
-select clamp convert bitcast_convert shift_left shift_right_logical shift_right_arithmetic
-floor ceil sign is_finite round_nearest_even round_nearest_afz sqrt
-""".split()) | {"chlo.square"}
-
-# One of these alone gains nothing from chunking (a single memory-bound pass);
-# a lone transcendental still gains the helper threads.
-_CHEAP = frozenset("stablehlo." + n for n in """
-add subtract multiply maximum minimum negate abs and or xor not compare select clamp
-convert bitcast_convert real imag shift_left shift_right_logical shift_right_arithmetic
-floor ceil sign is_finite
-""".split())
+# The registry's "exact" trait: ops whose result bits are fixed by the spec
+# whatever the numpy loop (IEEE basic arithmetic, integer and bit ops,
+# comparisons, selection, conversion; not on complex numbers, whose numpy
+# loops round differently): they may take 0-d operands for broadcast ones.
+# Its "cheap" trait: one of these alone gains nothing from chunking (a single
+# memory-bound pass); a lone transcendental still gains the helper threads.
 
 
 class FusedOp:
@@ -304,7 +288,7 @@ class FusedChain:
     Values are *chunked* (a slice of the elements per chunk) or *invariant*
     (the same for every chunk: 0-d operands, and what is computed from them
     alone). A member ``broadcast_in_dim`` of a one-element value yields that
-    value 0-d; members of :data:`_EXACT` (IEEE-exact and integer ops, whose
+    value 0-d; members with the ``exact`` trait (IEEE-exact and integer ops, whose
     kernels accept broadcastable operands) take invariant operands so -- one
     ufunc call with a 0-d operand per chunk, no broadcast view -- and, when
     all their operands are invariant, run once per call instead of once per
@@ -372,7 +356,7 @@ class FusedChain:
                     invariant[m.res] = _FULL
                 else:
                     m.ufunc = _direct_ufunc(s)
-                    bind = getattr(s.fn, "invariant_ufunc", None)
+                    bind = kernel_info(s.fn).invariant_ufunc
                     if m.ufunc is None and bind is not None and len(m.args) == 2 \
                             and m.args[0] not in invariant and m.args[1] in invariant:
                         m.ufunc, m.bind = bind
@@ -601,7 +585,7 @@ class _Member:
 
 def _is_exact(step):
     types = list(step.op.operand_types) + list(step.op.result_types)
-    return step.op.name in _EXACT and not any(t.dtype.kind == "c" for t in types)
+    return has_trait(step.op.name, "exact") and not any(t.dtype.kind == "c" for t in types)
 
 
 def _repeated_block(x):

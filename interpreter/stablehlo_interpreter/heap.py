@@ -26,11 +26,11 @@ user chose), or when ``STABLEHLO_REF_MALLOC=0``.
 """
 
 import ctypes
-import os
 import sys
 import threading
 
-MALLOC_ENV = "STABLEHLO_REF_MALLOC"
+from . import config as _config
+
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -56,9 +56,9 @@ def tune():
         if _done:
             return tuned
         _done = True
-        if os.environ.get(MALLOC_ENV, "1").strip().lower() in ("0", "off", "false", ""):
+        if not _config.MALLOC.value():
             return False
-        if any(k in os.environ for k in _USER_TUNABLES) or not sys.platform.startswith("linux") \
+        if _config.any_set(_USER_TUNABLES) or not sys.platform.startswith("linux") \
                 or sys.maxsize < 2**32:
             return False
         try:

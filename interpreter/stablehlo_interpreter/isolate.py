@@ -24,6 +24,9 @@ import sys
 import threading
 import time
 
+if __package__:   # not when run as the helper script (see _start)
+    from . import config as _config
+
 _LOCK = threading.Lock()
 _PROC = None
 _ACCEPTED = {}  # digest -> kind; bounded below
@@ -35,19 +38,15 @@ class Rejected(Exception):
 
 
 def enabled():
-    return os.environ.get("STABLEHLO_REF_ISOLATE", "1") not in ("0", "")
+    return _config.ISOLATE.value()
 
 
 def _timeout():
-    try:
-        return float(os.environ.get("STABLEHLO_REF_ISOLATE_TIMEOUT", "60"))
-    except ValueError:
-        return 60.0
+    return _config.ISOLATE_TIMEOUT.value()
 
 
 def _start():
-    env = dict(os.environ)
-    env.pop("STABLEHLO_REF_TRACE_OPS", None)
+    env = _config.child_environ(drop=(_config.TRACE_OPS.name,))
     # Run as a plain script: importing the package would import every
     # kernel (scipy...), seconds of start-up the helper does not need.
     # -P: not the package folder on sys.path (its types.py would shadow the stdlib).
@@ -56,7 +55,7 @@ def _start():
                             stderr=subprocess.DEVNULL, env=env)
 
 
-def prestart():
+def prestart() -> None:
     """Start the helper now, without waiting for it (its imports then overlap
     with the caller's work; the PJRT client calls this: every program JAX
     sends is bytecode)."""

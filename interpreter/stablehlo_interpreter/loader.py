@@ -1,9 +1,12 @@
 """Loading modules: MLIR text, MLIR bytecode, or StableHLO portable artifacts."""
 
-import os
+from __future__ import annotations
+
 import re
 import threading
+from typing import Any
 
+from . import config as _config
 from . import isolate
 from .errors import LoadError
 
@@ -49,20 +52,19 @@ def new_context():
     return ctx
 
 
-# Loaded modules share a context, a fresh one every CONTEXT_SHARE loads.
+# Loaded modules share a context, a fresh one every STABLEHLO_REF_CONTEXT_SHARE loads.
 # Making a context (dialect registration, its thread pool) costs 1-2 ms, more
 # than compiling a small program, and JAX compiles one program per jit and per
 # eager op. One context for the whole process would grow without bound
 # (attributes, types and op names are uniqued per context and never freed);
 # a context is freed once the last module loaded into it is gone.
-CONTEXT_SHARE = max(1, int(os.environ.get("STABLEHLO_REF_CONTEXT_SHARE", "64")))
 _shared = [None, 0]  # (context, modules loaded into it); under MLIR_LOCK
 
 
 def module_context():
     """The context the next loaded module goes into (call under MLIR_LOCK)."""
     ctx, uses = _shared
-    if ctx is None or uses >= CONTEXT_SHARE:
+    if ctx is None or uses >= _config.CONTEXT_SHARE.value():
         ctx, uses = new_context(), 0
     _shared[0], _shared[1] = ctx, uses + 1
     return ctx
@@ -71,18 +73,18 @@ def module_context():
 class Module:
     """A parsed module and the MLIR context that owns it."""
 
-    def __init__(self, context, module, source_kind):
+    def __init__(self, context: Any, module: Any, source_kind: str) -> None:
         self.context = context
         self.mlir = module
         self.source_kind = source_kind
 
     @property
-    def text(self):
+    def text(self) -> str:
         with MLIR_LOCK, self.context:
             return str(self.mlir)
 
 
-def load(data, *, name="<input>", trusted=False):
+def load(data: str | bytes, *, name: str = "<input>", trusted: bool = False) -> Module:
     """Parse ``data`` into a :class:`Module`.
 
     ``data`` is MLIR text (str, or bytes that decode as text), MLIR bytecode,
@@ -124,9 +126,13 @@ def load(data, *, name="<input>", trusted=False):
                     module = _parse_with_newer_ops(data)
                     if module is None:
                         msg = _message(e, diags)
+                        cut = truncation_hint(data)
                         err = LoadError(f"{name}: expected a StableHLO module in MLIR text "
-                                        f"form; parsing failed:\n{msg}")
-                        err.unknown_ops = _unknown_ops(msg, name)
+                                        f"form; parsing failed:\n{msg}"
+                                        + (f"\nhint: {cut}" if cut else ""))
+                        # An op name cut short is not an op the interpreter lacks.
+                        err.unknown_ops = [] if cut else _unknown_ops(msg, name)
+                        err.truncated = bool(cut)
                         raise err from None
             if "vhlo." in data[:4096] and _has_vhlo(module):
                 raise LoadError(f"{name}: textual VHLO is not supported; pass the portable "
@@ -137,19 +143,19 @@ def load(data, *, name="<input>", trusted=False):
 # How deep regions/blocks/brackets may nest. MLIR's parsers recurse once per
 # level and overflow the C stack (a segfault) at about 2,500 levels; JAX
 # programs nest a few dozen levels (each jit/scan/cond/while adds one or two).
-MAX_NESTING = int(os.environ.get("STABLEHLO_REF_MAX_NESTING", "500"))
 
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 
 
 def check_text_nesting(text, name="<input>"):
-    """Refuse text whose brackets nest deeper than MAX_NESTING, before MLIR
+    """Refuse text whose brackets nest deeper than STABLEHLO_REF_MAX_NESTING, before MLIR
     sees it: `{ ( [ <` outside string literals open a level, `} ) ] >` close
     one (not the `>` of `->`). Linear and vectorized (a regex drops string
     literals, numpy sums the rest); no parsing."""
+    limit = _config.MAX_NESTING.value()
     opens = text.count("{") + text.count("(") + text.count("[") + text.count("<")
-    if opens <= MAX_NESTING:
+    if opens <= limit:
         return
     import numpy as np
     stripped = _STRING.sub('""', text) if '"' in text else text
@@ -163,13 +169,28 @@ def check_text_nesting(text, name="<input>"):
     gt[1:] &= b[:-1] != ord("-")  # the arrow of a function type closes nothing
     step[gt] = -1
     depth = np.cumsum(step)
-    over = np.flatnonzero(depth > MAX_NESTING)
+    over = np.flatnonzero(depth > limit)
     if over.size:
         line = int(np.count_nonzero(b[:over[0]] == ord("\n"))) + 1
         raise LoadError(
-            f"{name}:{line}: brackets/regions nest deeper than {MAX_NESTING} levels "
+            f"{name}:{line}: brackets/regions nest deeper than {limit} levels "
             "(MLIR's parser recurses once per level and would overflow the stack; "
             "STABLEHLO_REF_MAX_NESTING raises the limit)")
+
+
+def truncation_hint(text):
+    """A sentence saying the text looks cut short (it ends with regions or
+    brackets still open), or None. Only called once parsing has failed."""
+    stripped = _STRING.sub('""', text) if '"' in text else text
+    stripped = re.sub(r"//[^\n]*", "", stripped)
+    open_braces = stripped.count("{") - stripped.count("}")
+    open_parens = stripped.count("(") - stripped.count(")")
+    if open_braces <= 0 and open_parens <= 0:
+        return None
+    what = ", ".join(f"{n} unclosed '{c}'" for n, c in ((open_braces, "{"), (open_parens, "("))
+                     if n > 0)
+    return (f"the text ends with {what}: the file may be cut short (an incomplete "
+            "download or copy); check its end")
 
 
 _ESCAPE = re.compile(r'\\([0-9A-Fa-f]{2})|\\(.)', re.S)

@@ -39,7 +39,6 @@ the generated functions to stderr, ``=always`` generates every loop from its
 first iteration (and fails where it cannot: for testing).
 """
 
-import os
 import sys
 from math import copysign as _copysign
 
@@ -47,15 +46,17 @@ import ml_dtypes
 import numpy as np
 
 from . import compiler as _compiler
+from . import config as _config
 from .errors import ExecutionError, InterpreterError
 from .quant import involves_quant
+from .registry import has_trait, kernel_info
 from .types import TensorType
 
 # STABLEHLO_REF_FAST_LOOPS: 0 = off; 1 = on (default); print = on, and print
 # each generated function to stderr; always = generate every loop at its
 # first iteration and fail if it cannot be (for testing the generator).
-_SWITCH = os.environ.get("STABLEHLO_REF_FAST_LOOPS", "1").strip().lower()
-ENABLED = _SWITCH not in ("0", "", "off", "false")
+_SWITCH = _config.FAST_LOOPS.value()   # module constants: tests set them
+ENABLED = _SWITCH != "0"
 PRINT = _SWITCH == "print"
 # Plain iterations of one while op (summed over runs) before it is compiled:
 # a loop of a few iterations is not worth the compile (about 1 ms).
@@ -159,8 +160,9 @@ HELPERS = {"_idiv": _int_divide, "_irem": _int_remainder, "_fmax": _float_max,
 # run, see CompiledLoop); f16/bf16 scalar arithmetic rounds the float32 result
 # once, as the kernels (which compute f16/bf16 in float32) do. Which NaN a
 # float op returns when both operands are NaNs depends on how numpy was
-# compiled: forms marked in NAN_ORDER are checked against the kernels once
-# per process (scalar_forms) and swapped or dropped.
+# compiled: binary float forms are checked against the kernels once per
+# process (scalar_forms) and swapped (ops with the registry's "commutative"
+# trait) or dropped.
 BINARY = {
     "stablehlo.add": {"b": "({0} | {1})", "i": "({0} + {1})", "u": "({0} + {1})",
                       "f": "({0} + {1})", "h": "({0} + {1})", "c": "({0} + {1})"},
@@ -190,10 +192,6 @@ UNARY = {
     "stablehlo.abs": {"i": "abs({0})", "u": "{0}", "f": "abs({0})"},
     "stablehlo.sign": {"i": "_isign({0})", "f": "_fsign({0})"},
 }
-# The commutative ones may be swapped to pick the NaN the kernel picks.
-NAN_ORDER = {"stablehlo.add": True, "stablehlo.multiply": True,
-             "stablehlo.subtract": False, "stablehlo.divide": False,
-             "stablehlo.maximum": True, "stablehlo.minimum": True}
 _CMP = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 # compare_type each operand kind may carry (None: attribute absent).
 _CMP_TYPES = {"b": (None, "UNSIGNED"), "i": (None, "SIGNED"), "u": (None, "UNSIGNED"),
@@ -252,15 +250,16 @@ def scalar_forms():
     forms = {}
     for table in (BINARY, UNARY):
         for name, by_kind in table.items():
+            checked = table is BINARY
             for dtype, k in FAST_KIND.items():
                 form = by_kind.get(k)
                 if form is None:
                     continue
-                if name in NAN_ORDER and k in "fhc":
+                if checked and k in "fhc":
                     t = TensorType((), dtype, None)
                     fn = KERNELS[name](_compiler.Op(name, "", {}, [t, t], [t], [], None, None))
                     choices = [form]
-                    if NAN_ORDER[name]:
+                    if has_trait(name, "commutative"):
                         choices.append(form.replace("{0}", "{x}").replace("{1}", "{0}")
                                        .replace("{x}", "{1}"))
                     form = next((f for f in choices if _agrees(f, fn, _nans(dtype))), None)
@@ -733,7 +732,7 @@ class _Gen:
         vals = [self.new(t) for t in op.result_types][:len(outs)]
         if len(vals) < len(outs):
             vals += [Val(self.fresh(), None, False, True) for _ in outs[len(vals):]]
-        donate = getattr(fn, "donate_first", None)
+        donate = kernel_info(fn).donate_first
         if donate is not None and len(outs) == 1 and ins and ins[0] != 0 \
                 and ins[0] in dead and ins.count(ins[0]) == 1 \
                 and env[ins[0]].own and not env[ins[0]].scalar:

@@ -8,11 +8,15 @@ string literals (with backslash escapes) hide brackets, and the `>` of an
 arrow `->` closes nothing. This module is that scan, once. No MLIR needed.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterator
+
 _OPEN = "<([{"
 _CLOSE = ">)]}"
 
 
-def _scan(text, start=0):
+def _scan(text: str, start: int = 0) -> Iterator[tuple[int, str, int]]:
     """Yield ``(index, char, depth)`` for every character outside string
     literals, ``depth`` being the nesting *before* the character; arrows are
     yielded as one ``"->"`` token that does not change the depth."""
@@ -41,7 +45,7 @@ def _scan(text, start=0):
         i += 1
 
 
-def split_top(text, sep=","):
+def split_top(text: str, sep: str = ",") -> list[str]:
     """Split ``text`` at ``sep`` outside brackets and strings; parts are stripped."""
     parts = []
     begin = 0
@@ -53,7 +57,7 @@ def split_top(text, sep=","):
     return parts
 
 
-def matching_bracket(text, start):
+def matching_bracket(text: str, start: int) -> int:
     """Index of the bracket that closes the one at ``text[start]``."""
     for i, c, depth in _scan(text, start):
         if c in _CLOSE and depth == 1:
@@ -61,7 +65,7 @@ def matching_bracket(text, start):
     raise ValueError(f"unbalanced {text[start]!r} at {start} in {text[:200]!r}")
 
 
-def value_end(text, start):
+def value_end(text: str, start: int) -> int:
     """End index of the value starting at ``start``: the first top-level
     ``,`` or the bracket that closes an enclosing one (or the text's end)."""
     for i, c, depth in _scan(text, start):
@@ -70,7 +74,7 @@ def value_end(text, start):
     return len(text)
 
 
-def find_top(text, token):
+def find_top(text: str, token: str) -> int:
     """Index of the first ``token`` outside brackets and strings, or -1."""
     for i, c, depth in _scan(text):
         if depth == 0 and text.startswith(token, i):
@@ -78,9 +82,9 @@ def find_top(text, token):
     return -1
 
 
-def net_depth(text):
+def net_depth(text: str) -> int:
     """How many brackets ``text`` leaves open (negative if it closes more)."""
     depth = 0
     for _, c, before in _scan(text):
-        depth = before + (c in _OPEN) - (c in _CLOSE)
+        depth = before + int(c in _OPEN) - int(c in _CLOSE)
     return depth

@@ -23,20 +23,15 @@ away.
 """
 
 import collections
-import os
 import threading
 import time
 
+from . import config as _config
 from .errors import ExecutionError, InterpreterError
-
-DEFAULT_TIMEOUT = 60.0
 
 
 def _default_timeout():
-    try:
-        return float(os.environ.get("STABLEHLO_REF_GRID_TIMEOUT", DEFAULT_TIMEOUT))
-    except ValueError:
-        return DEFAULT_TIMEOUT
+    return _config.GRID_TIMEOUT.value()
 
 
 class GridError(ExecutionError):

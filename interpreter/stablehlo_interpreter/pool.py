@@ -21,7 +21,8 @@ import threading
 
 import numpy as np
 
-THREADS_ENV = "STABLEHLO_REF_THREADS"
+from . import config as _config
+
 MAX_DEFAULT_THREADS = 4
 
 _default_threads = []
@@ -30,12 +31,9 @@ _default_threads = []
 def thread_count():
     """Threads chunked work may use (``STABLEHLO_REF_THREADS``, read at each
     call; default: the usable cores, at most MAX_DEFAULT_THREADS)."""
-    v = os.environ.get(THREADS_ENV)
-    if v:
-        try:
-            return max(1, int(v))
-        except ValueError:
-            pass
+    v = _config.THREADS.value()
+    if v is not None:
+        return v
     if not _default_threads:
         try:
             n = len(os.sched_getaffinity(0))

@@ -37,27 +37,15 @@ import numpy as np
 
 from . import dtypes
 from .mlir_text import find_top, matching_bracket
+from .registry import has_trait
 from .types import TensorType
 
-# Kernels that take quantized storage values as they are.
-QUANT_AWARE_OPS = frozenset({
-    "stablehlo.uniform_quantize", "stablehlo.uniform_dequantize",
-    "stablehlo.bitcast_convert", "stablehlo.constant",
-    "stablehlo.tuple", "stablehlo.get_tuple_element",
-    "stablehlo.optimization_barrier", "stablehlo.get_dimension_size",
-    "stablehlo.custom_call", "func.call",
-    "stablehlo.send", "stablehlo.recv", "stablehlo.infeed", "stablehlo.outfeed",
-})
-
-# Ops that only select, copy or move elements: with identical quantization
-# parameters on every quantized operand and result, running them on storage
-# values gives exactly `dequantize_op_quantize`'s result.
-SAME_PARAMS_OPS = frozenset("stablehlo." + n for n in """
-reshape dynamic_reshape transpose broadcast_in_dim dynamic_broadcast_in_dim
-slice dynamic_slice real_dynamic_slice dynamic_update_slice concatenate pad
-dynamic_pad gather reverse select maximum minimum all_gather all_to_all
-collective_permute collective_broadcast
-""".split())
+# Kernels that take quantized storage values as they are: the registry's
+# "quant_aware" trait (and custom calls, whose targets see the storage
+# values). Its "quant_same_params" trait: ops that only select, copy or move
+# elements: with identical quantization parameters on every quantized operand
+# and result, running them on storage values gives exactly
+# `dequantize_op_quantize`'s result.
 
 
 # --------------------------------------------------------------------------
@@ -197,10 +185,10 @@ def same_params(op):
 
 def build(builder, op, special):
     """Build the runtime callable of ``op`` whose types involve quantization."""
-    if (op.name in QUANT_AWARE_OPS or getattr(builder, "quant_aware", False)
+    if (has_trait(op.name, "quant_aware") or op.name == "stablehlo.custom_call"
             or special or op.regions):
         return builder(op)
-    if op.name in SAME_PARAMS_OPS and same_params(op):
+    if has_trait(op.name, "quant_same_params") and same_params(op):
         return builder(op)
     return dequantize_op_quantize(builder, op)
 

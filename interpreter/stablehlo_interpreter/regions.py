@@ -13,27 +13,11 @@ Two questions make region ops fast:
 
 import numpy as np
 
-ELEMENTWISE_OPS = frozenset("stablehlo." + n for n in """
-abs add and atan2 cbrt ceil clamp compare complex convert cosine count_leading_zeros
-divide exponential exponential_minus_one floor imag is_finite log log_plus_one
-logistic maximum minimum multiply negate not or popcnt power real reduce_precision
-remainder round_nearest_afz round_nearest_even rsqrt select shift_left
-shift_right_arithmetic shift_right_logical sign sine sqrt subtract tan tanh xor
-bitcast_convert constant
-""".split()) | {"chlo.erf", "chlo.erfc", "chlo.erf_inv", "chlo.lgamma", "chlo.digamma",
-               "chlo.next_after", "chlo.tan", "chlo.atan", "chlo.sinh", "chlo.cosh",
-               "chlo.asin", "chlo.acos", "chlo.atanh", "chlo.asinh", "chlo.acosh",
-               "chlo.mulhi"}
+from .registry import has_trait
 
-REDUCERS = {
-    "stablehlo.add": "add",
-    "stablehlo.multiply": "multiply",
-    "stablehlo.maximum": "maximum",
-    "stablehlo.minimum": "minimum",
-    "stablehlo.and": "and",
-    "stablehlo.or": "or",
-    "stablehlo.xor": "xor",
-}
+# Which ops a batched body may hold: the registry's "elementwise" trait;
+# which a body may be recognised as a reduction of: its "reducer" trait (the
+# kind is the op's name without its dialect, as ops/reducers.py names them).
 
 
 def reducer_kind(block):
@@ -45,7 +29,7 @@ def reducer_kind(block):
     if len(block.arg_slots) != 2 or len(block.steps) != 1 or block.capture_slots:
         return None
     fn, ins, out, _, op = block.steps[0]
-    kind = REDUCERS.get(op.name)
+    kind = op.name.split(".", 1)[1] if has_trait(op.name, "reducer") else None
     if kind is None or sorted(ins) != sorted(block.arg_slots):
         return None
     if block.result_slots != (out,):
@@ -149,7 +133,7 @@ def arg_reducer_kind(block):
 def is_batchable(block):
     """True if the body may be evaluated on whole arrays at once."""
     for fn, ins, out, _, op in block.steps:
-        if op.name not in ELEMENTWISE_OPS:
+        if not has_trait(op.name, "elementwise"):
             return False
         for t in list(op.operand_types) + list(op.result_types):
             if getattr(t, "shape", None) != () or getattr(t, "quant", None) is not None:

@@ -16,19 +16,62 @@ for attribute combinations they cannot run; the compiler collects those with
 the missing kernels into one :class:`UnsupportedOpsError`.
 """
 
-KERNELS = {}
-SPECIAL = set()
-CUSTOM_CALLS = {}
-COMPOSITES = {}
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+# A builder: called once per op occurrence with the compiler's Op, returns
+# the runtime callable.
+Builder = Callable[[Any], Callable[..., Any]]
+F = TypeVar("F", bound=Callable[..., Any])
+
+KERNELS: dict[str, Builder] = {}
+SPECIAL: set[str] = set()
+CUSTOM_CALLS: dict[str, tuple[Builder, bool]] = {}
+COMPOSITES: dict[str, Builder] = {}
 # custom_call targets known not to run here: target (or "prefix*") -> reason.
-REJECTED_CUSTOM_CALLS = {}
+REJECTED_CUSTOM_CALLS: dict[str, str] = {}
+
+# Traits: properties of an op that code other than its kernel needs (which
+# ops fusion may chain, fold may run at compile time, ...). They are given
+# where the kernel is registered (``kernel(..., traits=...)``) and asked with
+# :func:`with_trait` / :func:`has_trait`, so that an op's properties live in
+# one place. The vocabulary, and who asks for each:
+TRAITS: dict[str, str] = {
+    "elementwise": "elementwise on any shape; a batched region body (regions.py) may hold it",
+    "fusible": "may be a member of a fused elementwise chain (fusion.py)",
+    "exact": "result bits fixed by the spec whatever the numpy loop (fusion.py passes 0-d operands)",
+    "cheap": "one memory-bound pass: alone, gains nothing from chunking (fusion.py)",
+    "foldable": "run at compile time when every operand is a constant (fold.py)",
+    "view": "the kernel returns a view of its operand: no memory of its own (fold.py)",
+    "reducer": "a commutative binary op a reduce body may be recognised as (regions.reducer_kind)",
+    "quant_aware": "the kernel takes quantized storage values as they are (quant.py)",
+    "quant_same_params": "only selects, copies or moves elements: runs on storage values when "
+                         "every quantized operand and result has the same parameters (quant.py)",
+    "commutative": "a binary op whose operands may be swapped (loopgen.py picks the NaN order "
+                   "of its scalar forms)",
+    "moves_elements": "its result's elements are not where its operand's are, even at equal "
+                      "shapes: sharding propagation treats it as no elementwise op "
+                      "(stablehlo_pjrt/spmd.py)",
+    "keeps_tiling": "XLA tiles its result like its first tiled operand of the same rank "
+                    "(stablehlo_pjrt/spmd.py)",
+    "chlo_broadcast": "has a chlo.broadcast_<name> form: the op after broadcasting its "
+                      "operands (ops/chlo.py)",
+    "direct_composite": "its kernel also runs stablehlo.composite ops of its name directly, "
+                        "instead of their decomposition (registered as a composite)",
+    "jax_composite": "a chlo op JAX's lowering of the same-named primitive may wrap in "
+                     "stablehlo.composite, run directly here (stablehlo_pjrt/lowerings.py)",
+}
+_OP_TRAITS: dict[str, frozenset[str]] = {}       # op name -> its traits
+_WITH_TRAIT: dict[str, frozenset[str]] = {}      # trait -> op names (a cache)
 
 
 class Unsupported(Exception):
     """Raised by a builder at compile time: this op occurrence cannot run."""
 
 
-def one_or_many(op):
+def one_or_many(op: Any) -> Callable[[list[Any]], Any]:
     """The runtime adapter from the list of an op's results to what its
     kernel returns (see above): the single result, or the list itself."""
     if op.num_results == 1:
@@ -36,9 +79,45 @@ def one_or_many(op):
     return lambda vals: vals
 
 
-def kernel(*names, special=False):
-    """Register ``builder`` under one or more op names."""
-    def deco(builder):
+def _add_traits(name: str, traits: Iterable[str]) -> None:
+    traits = frozenset(traits)
+    if not traits:
+        return
+    unknown = traits - TRAITS.keys()
+    if unknown:
+        raise ValueError(f"{name}: unknown trait(s) {sorted(unknown)} (registry.TRAITS lists them)")
+    _OP_TRAITS[name] = _OP_TRAITS.get(name, frozenset()) | traits
+    _WITH_TRAIT.clear()
+
+
+def with_trait(trait: str) -> frozenset[str]:
+    """The names of the registered ops that have ``trait`` (see TRAITS)."""
+    found = _WITH_TRAIT.get(trait)
+    if found is None:
+        if trait not in TRAITS:
+            raise KeyError(f"unknown trait {trait!r} (registry.TRAITS lists them)")
+        found = frozenset(n for n, ts in _OP_TRAITS.items() if trait in ts)
+        _WITH_TRAIT[trait] = found
+    return found
+
+
+def has_trait(name: str, trait: str) -> bool:
+    """Whether op ``name`` has ``trait`` (False for an unknown op)."""
+    return trait in _OP_TRAITS.get(name, ())
+
+
+def traits_of(name: str) -> frozenset[str]:
+    """The traits of op ``name``."""
+    return _OP_TRAITS.get(name, frozenset())
+
+
+def kernel(*names: str, special: bool = False,
+           traits: Iterable[str] = ()) -> Callable[[F], F]:
+    """Register ``builder`` under one or more op names, with their ``traits``
+    (names from TRAITS)."""
+    traits = tuple(traits)
+
+    def deco(builder: F) -> F:
         for name in names:
             if name in KERNELS and KERNELS[name] is not builder:
                 raise RuntimeError(f"kernel for {name} registered twice")
@@ -47,11 +126,14 @@ def kernel(*names, special=False):
                 SPECIAL.add(name)
             else:
                 SPECIAL.discard(name)
+            _add_traits(name, traits)
+        if "direct_composite" in traits:
+            composite(*names)(builder)
         return builder
     return deco
 
 
-def wrap_kernel(name, wrap):
+def wrap_kernel(name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
     """Make programs compiled from now on run ``wrap(fn)`` where the plain
     kernel of op ``name`` would run ``fn`` (the plugin's fault injection,
     stablehlo_pjrt/faults.py, breaks one kernel this way). Raises KeyError
@@ -64,43 +146,104 @@ def wrap_kernel(name, wrap):
     if name in SPECIAL:
         raise ValueError(f"{name} is a special kernel (regions or execution context)")
 
-    def wrapped(op, _builder=builder):
+    def wrapped(op: Any, _builder: Builder = builder) -> Callable[..., Any]:
         return wrap(_builder(op))
     wrapped.__doc__ = builder.__doc__
     wrapped.__name__ = builder.__name__
     KERNELS[name] = wrapped
 
 
-def simple(*names):
+def simple(*names: str, traits: Iterable[str] = ()) -> Callable[[F], F]:
     """Register a kernel that needs nothing from the op: ``fn`` is the kernel."""
-    def deco(fn):
-        def builder(op, _fn=fn):
+    def deco(fn: F) -> F:
+        def builder(op: Any, _fn: F = fn) -> F:
             return _fn
         builder.__doc__ = fn.__doc__
         builder.__name__ = fn.__name__
-        kernel(*names)(builder)
+        kernel(*names, traits=traits)(builder)
         return fn
     return deco
 
 
-def custom_call(*targets, special=False):
+def custom_call(*targets: str, special: bool = False) -> Callable[[F], F]:
     """Register a builder for ``stablehlo.custom_call @target``.
 
     Builders have the same contract as op builders; ``special`` ones get
-    ``fn(ctx, regions, *operands)``.
+    ``fn(ctx, regions, *operands)``. A target registered twice (by another
+    builder) is an error: each target has one home (docs/architecture.md).
     """
-    def deco(builder):
+    def deco(builder: F) -> F:
         for t in targets:
+            old = CUSTOM_CALLS.get(t)
+            if old is not None and old[0] is not builder:
+                raise RuntimeError(
+                    f"custom_call target {t!r} registered twice: by "
+                    f"{old[0].__module__}.{old[0].__qualname__} and "
+                    f"{builder.__module__}.{builder.__qualname__}")
             CUSTOM_CALLS[t] = (builder, special)
         return builder
     return deco
 
 
-def composite(*names):
+class KernelInfo:
+    """What the compiler may know of one runtime callable (the ``fn`` a
+    builder returns, or a composite builder) beyond calling it. A builder
+    attaches it with :func:`annotate`; the compiler reads it with
+    :func:`kernel_info`. Every field is optional:
+
+    * ``donate_first``: ``fn(out, *operands)`` computing the same result into
+      its first operand's buffer; the compiler calls it when that operand
+      dies at this step (compiler.py's DONATE_FIRST steps, loopgen.py).
+    * ``invariant_ufunc``: ``(ufunc, bind)``: the kernel is ``ufunc`` applied
+      with some operands fixed; ``bind(consts)`` gives the kernel with those
+      operands bound, which fusion.py hoists out of its chunk loop.
+    * ``regions_unused``: True when the kernel of an op with regions does not
+      call them (a reduce whose body it recognised), so the compiler binds
+      none per run.
+    * ``composite_exact``: on a composite builder, True when running the op
+      directly gives exactly its decomposition's results, so the composite
+      runs directly whatever its decomposition (ops/control.py).
+    """
+
+    __slots__ = ("donate_first", "invariant_ufunc", "regions_unused", "composite_exact")
+
+    def __init__(self, donate_first: Callable[..., Any] | None = None,
+                 invariant_ufunc: tuple[Any, Callable[..., Any]] | None = None,
+                 regions_unused: bool = False, composite_exact: bool = False) -> None:
+        self.donate_first = donate_first
+        self.invariant_ufunc = invariant_ufunc
+        self.regions_unused = regions_unused
+        self.composite_exact = composite_exact
+
+
+_NO_INFO = KernelInfo()
+
+
+def annotate(fn: F, **fields: Any) -> F:
+    """Attach (or update) ``fn``'s :class:`KernelInfo`; returns ``fn``.
+    Unknown fields are an error."""
+    info = getattr(fn, "kernel_info", None)
+    if info is None:
+        info = KernelInfo()
+    for k, v in fields.items():
+        if k not in KernelInfo.__slots__:
+            raise TypeError(f"KernelInfo has no field {k!r}")
+        setattr(info, k, v)
+    fn.kernel_info = info  # type: ignore[attr-defined]
+    return fn
+
+
+def kernel_info(fn: Callable[..., Any]) -> KernelInfo:
+    """``fn``'s :class:`KernelInfo` (all fields unset when it has none)."""
+    info: KernelInfo = getattr(fn, "kernel_info", _NO_INFO)
+    return info
+
+
+def composite(*names: str) -> Callable[[F], F]:
     """Register a plain builder that runs ``stablehlo.composite`` ops with one
     of ``names`` directly instead of through their decomposition (the builder
     gets the composite op; see ops/control.py)."""
-    def deco(builder):
+    def deco(builder: F) -> F:
         for n in names:
             if n in COMPOSITES and COMPOSITES[n] is not builder:
                 raise RuntimeError(f"composite {n} registered twice")
@@ -109,14 +252,14 @@ def composite(*names):
     return deco
 
 
-def reject_custom_call(reason, *targets):
+def reject_custom_call(reason: str, *targets: str) -> None:
     """Record why ``custom_call @target`` cannot run (a trailing ``*`` in a
     target matches a prefix), for the compiler's error message."""
     for t in targets:
         REJECTED_CUSTOM_CALLS[t] = reason
 
 
-def custom_call_rejection(target):
+def custom_call_rejection(target: str) -> str | None:
     """The recorded reason ``target`` cannot run, or None."""
     reason = REJECTED_CUSTOM_CALLS.get(target)
     if reason is None and target:

@@ -27,8 +27,11 @@ split it; axes it does not name replicate the value. ``"x":(k)m`` is the
 sub-axis of size ``m`` of ``x`` whose coordinate is ``(x // k) % m``.
 """
 
+from __future__ import annotations
+
 import re
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +51,7 @@ class Mesh:
     """An sdy mesh: ``axes`` as ``[(name, size)]`` and the device id at each
     position of the row-major mesh."""
 
-    def __init__(self, axes, device_ids=None, name=None):
+    def __init__(self, axes: Any, device_ids: Any = None, name: str | None = None) -> None:
         self.name = name
         self.axes = [(str(n), int(s)) for n, s in axes]
         self.sizes = {n: s for n, s in self.axes}
@@ -76,14 +79,14 @@ class Mesh:
             self._coords[dev] = c
 
     @property
-    def num_devices(self):
+    def num_devices(self) -> int:
         return len(self.device_ids)
 
     @property
-    def maximal(self):
+    def maximal(self) -> bool:
         return not self.axes
 
-    def coords(self, device):
+    def coords(self, device: int) -> dict[str, int]:
         """``{axis: coordinate}`` of logical device ``device`` in this mesh."""
         try:
             return self._coords[device]
@@ -131,7 +134,8 @@ class Sharding:
     """How devices of ``mesh`` hold a value: ``dims[d]`` lists the axes that
     split dimension ``d`` (major first)."""
 
-    def __init__(self, mesh, dims, replicated=(), unreduced=(), text=None):
+    def __init__(self, mesh: Mesh, dims: Any, replicated: Any = (), unreduced: Any = (),
+                 text: str | None = None) -> None:
         self.mesh = mesh
         self.dims = [[a.resolve(mesh) for a in axes] for axes in dims]
         self.replicated = list(replicated)
@@ -139,17 +143,17 @@ class Sharding:
         self.text = text
 
     @classmethod
-    def replicated_on(cls, mesh, ndim):
+    def replicated_on(cls, mesh: Mesh, ndim: int) -> Sharding:
         return cls(mesh, [[] for _ in range(ndim)])
 
     def __repr__(self):
         return self.text or f"<{self.mesh!r}, {self.dims}>"
 
     @property
-    def is_replicated(self):
+    def is_replicated(self) -> bool:
         return self.mesh.maximal or not any(self.dims)
 
-    def check(self, shape, what):
+    def check(self, shape: tuple[int, ...], what: str) -> None:
         """Raise unless this sharding applies to values of ``shape``."""
         if self.unreduced:
             raise ShardingError(
@@ -168,7 +172,7 @@ class Sharding:
                     f"{count} shards ({self}); uneven shardings are not supported "
                     "by stablehlo_ref")
 
-    def counts(self, axes_filter=None):
+    def counts(self, axes_filter: Any = None) -> list[int]:
         """Number of shards along each dimension."""
         out = []
         for axes in self.dims:
@@ -179,7 +183,7 @@ class Sharding:
             out.append(c)
         return out
 
-    def shard_index(self, device, axes_filter=None):
+    def shard_index(self, device: int, axes_filter: Any = None) -> list[int]:
         """The tile coordinates of ``device``: its shard index per dimension."""
         coords = self.mesh.coords(device)
         idx = []
@@ -191,12 +195,13 @@ class Sharding:
             idx.append(i)
         return idx
 
-    def shard_shape(self, shape, axes_filter=None):
+    def shard_shape(self, shape: tuple[int, ...], axes_filter: Any = None) -> tuple[int, ...]:
         if self.mesh.maximal:
             return tuple(shape)
         return tuple(n // c for n, c in zip(shape, self.counts(axes_filter)))
 
-    def slices(self, shape, device, axes_filter=None):
+    def slices(self, shape: tuple[int, ...], device: int,
+               axes_filter: Any = None) -> tuple[slice, ...]:
         if self.mesh.maximal:
             return tuple(slice(None) for _ in shape)
         counts = self.counts(axes_filter)
@@ -207,14 +212,15 @@ class Sharding:
             out.append(slice(i * step, (i + 1) * step))
         return tuple(out)
 
-    def split(self, value, devices, axes_filter=None):
+    def split(self, value: Any, devices: Any, axes_filter: Any = None) -> list[Any]:
         """The shard of ``value`` each device of ``devices`` holds."""
         value = np.asarray(value)
         if self.is_replicated and axes_filter is None:
             return [value for _ in devices]
         return [value[self.slices(value.shape, d, axes_filter)] for d in devices]
 
-    def assemble(self, shards, devices, shape, dtype, axes_filter=None):
+    def assemble(self, shards: Any, devices: Any, shape: tuple[int, ...], dtype: Any,
+                 axes_filter: Any = None) -> Any:
         """The global value from ``shards[i]`` held by ``devices[i]`` (one
         device per distinct shard is read: replicas are assumed equal)."""
         if self.mesh.maximal:
@@ -256,7 +262,7 @@ def _split_top(text, sep=","):
     return [p for p in split_top(text, sep) if p]
 
 
-def attribute_text(attr):
+def attribute_text(attr: Any) -> str:
     """The text of a decoded string attribute (without its quotes)."""
     s = str(attr).strip()
     if len(s) >= 2 and s[0] == s[-1] == "'":
@@ -324,7 +330,7 @@ def _attribute_body(text, prefix, open_, close, what):
     return s[len(open_):-len(close)]
 
 
-def parse_sharding(text, meshes):
+def parse_sharding(text: str, meshes: dict[str, Mesh]) -> Sharding:
     """``#sdy.sharding<@mesh, [{"x"}, {}], replicated={"y"}>`` (or the bare
     ``<@mesh, ...>`` of a per-value list) -> :class:`Sharding`."""
     body = _attribute_body(text, "#sdy.sharding", "<", ">", "sharding")
@@ -363,7 +369,7 @@ _GSPMD_TILED = re.compile(
 _GSPMD_IOTA = re.compile(r"^<=\[([\d,]+)\](?:T\(([\d,]+)\))?$")
 
 
-def parse_gspmd_sharding(text, num_devices):
+def parse_gspmd_sharding(text: str, num_devices: int) -> Sharding | None:
     """A GSPMD ``mhlo.sharding`` string (what programs converted from XLA HLO
     carry: PyTorch/XLA's SPMD) as a :class:`Sharding`, or None if replicated.
 
@@ -415,7 +421,7 @@ def _raise_manual(text):
     raise ShardingError(f"mhlo.sharding {text!r}: manual sharding needs XLA's SPMD partitioner")
 
 
-def parse_sharding_per_value(text, meshes):
+def parse_sharding_per_value(text: str, meshes: dict[str, Mesh]) -> list[Sharding]:
     body = _attribute_body(text, "#sdy.sharding_per_value", "<[", "]>", "per-value shardings")
     return [parse_sharding(p, meshes) for p in _split_top(body)]
 
@@ -428,7 +434,7 @@ def parse_manual_axes(text):
     return [a.name for a in _parse_axes(m.group(1))]
 
 
-def module_meshes(mlir_module):
+def module_meshes(mlir_module: Any) -> dict[str, Mesh]:
     """``{name: Mesh}`` of the module's ``sdy.mesh`` ops (MLIR lock held)."""
     from . import attrs as _attrs
     meshes = {}

@@ -20,18 +20,23 @@ JAX) use, in this order:
 The fast path of the plan is untouched when no tracer is in effect.
 """
 
+from __future__ import annotations
+
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
+from . import config as _config
 from . import dtypes
 from .errors import ExecutionError
 from .types import TOKEN, describe
 
 
-def summarize(value, max_elems_exact=8):
+def summarize(value: Any, max_elems_exact: int = 8) -> str:
     """One-line summary of a runtime value: type, and for tensors min/max/mean
     and NaN/inf counts (small tensors are shown in full)."""
     if isinstance(value, tuple):
@@ -97,12 +102,12 @@ class OpTracer:
     ``-- while body, iteration 3`` is printed at the region's depth.
     """
 
-    def __init__(self, stream=None, show_inputs=True):
+    def __init__(self, stream: Any = None, show_inputs: bool = True) -> None:
         self.stream = stream or sys.stderr
         self.show_inputs = show_inputs
         self._iterations = {}  # depth -> while-body entries since the while began
 
-    def enter_block(self, name, depth):
+    def enter_block(self, name: str, depth: int) -> None:
         op, _, index = name.rpartition("#")
         if op == "stablehlo.while":
             if index == "1":
@@ -115,7 +120,7 @@ class OpTracer:
         elif op in ("stablehlo.case", "stablehlo.if"):
             self.stream.write(f"{'  ' * depth}-- {op.split('.')[1]} branch {index}\n")
 
-    def before(self, op, inputs, depth):
+    def before(self, op: Any, inputs: Any, depth: int) -> None:
         pad = "  " * depth
         if op.name == "stablehlo.while":
             self._iterations[depth + 1] = 0
@@ -124,7 +129,7 @@ class OpTracer:
             for i, v in enumerate(inputs):
                 self.stream.write(f"{pad}  in{i}: {summarize(v)}\n")
 
-    def after(self, op, results, depth):
+    def after(self, op: Any, results: Any, depth: int) -> None:
         pad = "  " * depth
         for i, v in enumerate(results):
             self.stream.write(f"{pad}  out{i}: {summarize(v)}\n")
@@ -137,20 +142,20 @@ class NonFiniteError(ExecutionError):
 class NanFinder:
     """Stops at the first op whose results hold a NaN/inf that its inputs did not."""
 
-    def __init__(self, inner=None):
+    def __init__(self, inner: Any = None) -> None:
         self.inner = inner
         self._stack = []
 
-    def enter_block(self, name, depth):
+    def enter_block(self, name: str, depth: int) -> None:
         if self.inner is not None and hasattr(self.inner, "enter_block"):
             self.inner.enter_block(name, depth)
 
-    def before(self, op, inputs, depth):
+    def before(self, op: Any, inputs: Any, depth: int) -> None:
         self._stack.append(inputs)
         if self.inner is not None:
             self.inner.before(op, inputs, depth)
 
-    def after(self, op, results, depth):
+    def after(self, op: Any, results: Any, depth: int) -> None:
         inputs = self._stack.pop()
         if self.inner is not None:
             self.inner.after(op, results, depth)
@@ -172,17 +177,17 @@ class Recorder:
     also saved there as ``<n>_<op>_<i>.npy``.
     """
 
-    def __init__(self, keep_values=True, probes=None):
+    def __init__(self, keep_values: bool = True, probes: Any = None) -> None:
         self.keep_values = keep_values
         self.events = []
         self.probes = probes or {}
         self._stack = []
         self._n = 0
 
-    def before(self, op, inputs, depth):
+    def before(self, op: Any, inputs: Any, depth: int) -> None:
         self._stack.append(list(inputs) if self.keep_values else None)
 
-    def after(self, op, results, depth):
+    def after(self, op: Any, results: Any, depth: int) -> None:
         inputs = self._stack.pop()
         self.events.append((op, inputs, list(results) if self.keep_values else None, depth))
         for key, directory in self.probes.items():
@@ -200,7 +205,7 @@ ACTIVE = None
 
 
 @contextlib.contextmanager
-def use_tracer(tracer):
+def use_tracer(tracer: Any) -> Iterator[Any]:
     """Makes ``tracer`` observe every run that is not given one explicitly,
     including the runs the PJRT plugin makes for JAX, until the block ends.
     Process-wide (not per thread): the plugin may run programs on threads
@@ -214,7 +219,7 @@ def use_tracer(tracer):
         ACTIVE = previous
 
 
-def active_tracer():
+def active_tracer() -> Any:
     """The tracer :func:`use_tracer` made active, or None. The PJRT plugin
     runs programs inline while one is (a queued run could start after its
     scope has ended)."""
@@ -223,8 +228,8 @@ def active_tracer():
 
 def tracer_from_env():
     """The tracer STABLEHLO_REF_TRACE_OPS asks for, or None."""
-    mode = os.environ.get("STABLEHLO_REF_TRACE_OPS", "")
-    if mode in ("", "0"):
+    mode = _config.TRACE_OPS.value()
+    if mode == "0":
         return None
     if mode == "nan":
         return NanFinder(OpTracer())

@@ -4,7 +4,10 @@ At run time a tensor is a numpy array (0-d for scalars), a tuple is a Python
 tuple and a token is the :data:`TOKEN` singleton.
 """
 
+from __future__ import annotations
+
 import re
+from typing import Any
 
 import numpy as np
 
@@ -66,7 +69,8 @@ class TensorType:
 
     __slots__ = ("shape", "dtype", "element_type", "quant", "bounds")
 
-    def __init__(self, shape, dtype, element_type, quant=None, bounds=None):
+    def __init__(self, shape: tuple[int | None, ...], dtype: Any, element_type: str,
+                 quant: Any = None, bounds: Any = None) -> None:
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
         self.element_type = element_type
@@ -74,11 +78,11 @@ class TensorType:
         self.bounds = bounds
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         return len(self.shape)
 
     @property
-    def is_static(self):
+    def is_static(self) -> bool:
         return all(d is not None for d in self.shape)
 
     def __eq__(self, other):
@@ -96,7 +100,7 @@ class TensorType:
 class TupleType:
     __slots__ = ("types",)
 
-    def __init__(self, types):
+    def __init__(self, types: list[Any]) -> None:
         self.types = tuple(types)
 
     def __eq__(self, other):
@@ -127,7 +131,7 @@ class OtherType:
 
     __slots__ = ("text",)
 
-    def __init__(self, text):
+    def __init__(self, text: str) -> None:
         self.text = text
 
     def __eq__(self, other):

@@ -13,6 +13,11 @@ Without a declaration everything is assumed supported, and what the plugin
 answers UNIMPLEMENTED to (or refuses to compile) is reported as
 ``unsupported``: a capability found, not a failure.
 
+The same file may carry the client-create options the plugin needs (as
+``--create-option``; see options.py)::
+
+    {"unsupported": ["serialization"], "create_options": {"preallocate": false}}
+
 Capability names: ``multi_device``, ``memory_kinds``, ``serialization``,
 ``strided_transfers``, ``layouts``, ``donation``, ``zero_copy``,
 ``error_buffers``, ``element_type:<name>`` (PJRT_Buffer_Type names in lower
@@ -22,14 +27,17 @@ case: pred, s8, ..., f32, bf16, c64, f8e4m3fn, ...).
 from __future__ import annotations
 
 import json
+from typing import Any
 
 KNOWN = ("multi_device", "memory_kinds", "serialization", "strided_transfers", "layouts",
          "donation", "zero_copy", "error_buffers")
 
 
 class Capabilities:
-    def __init__(self, declared: dict | None = None):
+    def __init__(self, declared: dict[str, Any] | None = None):
+        from .options import from_json
         declared = dict(declared or {})
+        self.create_options = from_json(declared.pop("create_options", {}))
         self.unsupported = {str(x).lower() for x in declared.pop("unsupported", [])}
         self.element_types = None
         if "element_types" in declared:
@@ -47,10 +55,18 @@ class Capabilities:
 
     @classmethod
     def load(cls, path: str | None) -> "Capabilities":
+        """The declaration in the JSON file at ``path`` (none: everything);
+        OSError or ValueError naming the problem."""
         if not path:
             return cls()
         with open(path, encoding="utf-8") as f:
-            return cls(json.load(f))
+            try:
+                declared = json.load(f)
+            except ValueError as e:
+                raise ValueError(f"not valid JSON: {e}") from None
+        if not isinstance(declared, dict):
+            raise ValueError(f"expected a JSON object, got {type(declared).__name__}")
+        return cls(declared)
 
     def allows(self, name: str) -> bool:
         name = name.lower()
@@ -60,8 +76,10 @@ class Capabilities:
             return name.split(":", 1)[1] in self.element_types
         return True
 
-    def to_json(self) -> dict:
-        d = {"unsupported": sorted(self.unsupported)}
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"unsupported": sorted(self.unsupported)}
         if self.element_types is not None:
             d["element_types"] = sorted(self.element_types)
+        if self.create_options:
+            d["create_options"] = dict(self.create_options)
         return d

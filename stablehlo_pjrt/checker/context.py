@@ -1,10 +1,13 @@
-"""What a check gets: the plugin, a client made on first use, the declared
-capabilities and where the conformance programs are."""
+"""What a check gets: the plugin, a client made on first use (with the
+run's client-create options), the declared capabilities and where the
+conformance programs are."""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
+from .. import config
 from .capabilities import Capabilities
 from .plugin import Client, Plugin
 
@@ -12,7 +15,7 @@ from .plugin import Client, Plugin
 def default_suite() -> str | None:
     """The StableHLO conformance suite: $STABLEHLO_SUITE, or ../shared/stablehlo-suite
     next to a source checkout."""
-    env = os.environ.get("STABLEHLO_SUITE")
+    env = config.SUITE.value()
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
@@ -28,12 +31,13 @@ def default_suite() -> str | None:
 
 class Context:
     def __init__(self, plugin_path: str, capabilities: Capabilities | None = None,
-                 suite: str | None = None):
+                 suite: str | None = None, create_options: dict[str, Any] | None = None):
         self.plugin_path = plugin_path
+        self.create_options = dict(create_options or {})
         self.capabilities = capabilities or Capabilities()
         self.suite = suite
-        self._plugin = None
-        self._client = None
+        self._plugin: Plugin | None = None
+        self._client: Client | None = None
 
     @property
     def plugin(self) -> Plugin:
@@ -46,8 +50,8 @@ class Context:
     def client(self) -> Client:
         """A client shared by the checks of one process (as a framework keeps one)."""
         if self._client is None:
-            self._client = Client(self.plugin)
+            self._client = Client(self.plugin, self.create_options)
         return self._client
 
     def new_client(self) -> Client:
-        return Client(self.plugin)
+        return Client(self.plugin, self.create_options)

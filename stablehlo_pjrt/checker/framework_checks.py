@@ -10,9 +10,13 @@ platform the project's portable StableHLO lowerings
 
 from __future__ import annotations
 
-import os
+from typing import TYPE_CHECKING
 
-from .core import Failed, Skipped, Unsupported
+from .. import config
+from .core import EnvironmentFailure, Failed, Skipped, Unsupported, check, environment_error
+
+if TYPE_CHECKING:
+    from .context import Context
 
 PLATFORM = "pjrt_subject"
 _READY: dict = {}
@@ -21,12 +25,13 @@ _READY: dict = {}
 def _jax(ctx):
     """JAX with the plugin registered as platform ``pjrt_subject`` (once per process)."""
     if "jax" not in _READY:
-        os.environ["JAX_PLATFORMS"] = f"{PLATFORM},stablehlo_ref"
+        config.set_variable(config.JAX_PLATFORMS, f"{PLATFORM},stablehlo_ref")
         # Two reference devices for the several-device programs (the
         # worker process is the kit's own).
-        os.environ.setdefault("STABLEHLO_REF_NUM_DEVICES", "2")
+        config.default_variable(config.NUM_DEVICES, "2")
         from jax._src import xla_bridge
-        xla_bridge.register_plugin(PLATFORM, library_path=ctx.plugin_path)
+        xla_bridge.register_plugin(PLATFORM, library_path=ctx.plugin_path,
+                                   options=ctx.create_options or None)
         import jax
         try:
             jax.devices(PLATFORM)
@@ -37,6 +42,9 @@ def _jax(ctx):
             register_lowerings(PLATFORM)
             _READY["jax"] = jax
     if isinstance(_READY["jax"], Exception):
+        env = environment_error(None, str(_READY["jax"]))
+        if env is not None:
+            raise EnvironmentFailure(f"JAX cannot use the plugin: {_READY['jax']}\ncause: {env}")
         raise Failed(f"JAX cannot use the plugin: {_READY['jax']}")
     return _READY["jax"]
 
@@ -138,55 +146,53 @@ NAMES = ["mlp_grad", "attention", "scan_rnn", "while_loop", "cond", "switch", "r
          "gather_scatter", "reductions", "integer_ops"]
 
 
-def register(reg):
-    chk = reg.check
+@check("frameworks", "jax", params=NAMES, name="program")
+def program(ctx: Context, name: str) -> None:
+    """A JAX program gives the reference's outputs, leaf by leaf."""
+    jax = _jax(ctx)
+    fn, make_args, _ = _corpus()[name]
+    from stablehlo_pjrt import oracle
+    try:
+        rep = oracle.compare(fn, *make_args(), against=PLATFORM)
+    except NotImplementedError as e:
+        raise Unsupported(f"JAX cannot lower it for the plugin: {e}") from None
+    except Exception as e:  # noqa: BLE001 - classify the plugin's refusals
+        msg = " ".join(str(e).split())[:500]
+        if "UNIMPLEMENTED" in msg:
+            raise Unsupported(msg) from None
+        if "No FFI handler registered" in msg or "custom call target" in msg.lower():
+            # JAX lowers linalg for a platform named "cpu" to jaxlib's
+            # LAPACK FFI custom calls; a plugin without those handlers
+            # cannot run them: a capability, not a wrong result.
+            raise Unsupported(f"the plugin lacks a custom-call target JAX used: "
+                              f"{msg}") from None
+        raise Failed(f"{type(e).__name__}: {msg}") from None
+    if not rep.ok:
+        raise Failed(str(rep))
+    del jax
 
-    @chk("frameworks", "jax", params=NAMES, name="program")
-    def program(ctx, name):
-        """A JAX program gives the reference's outputs, leaf by leaf."""
-        jax = _jax(ctx)
-        fn, make_args, _ = _corpus()[name]
-        from stablehlo_pjrt import oracle
-        try:
-            rep = oracle.compare(fn, *make_args(), against=PLATFORM)
-        except NotImplementedError as e:
-            raise Unsupported(f"JAX cannot lower it for the plugin: {e}") from None
-        except Exception as e:  # noqa: BLE001 - classify the plugin's refusals
-            msg = " ".join(str(e).split())[:500]
-            if "UNIMPLEMENTED" in msg:
-                raise Unsupported(msg) from None
-            if "No FFI handler registered" in msg or "custom call target" in msg.lower():
-                # JAX lowers linalg for a platform named "cpu" to jaxlib's
-                # LAPACK FFI custom calls; a plugin without those handlers
-                # cannot run them: a capability, not a wrong result.
-                raise Unsupported(f"the plugin lacks a custom-call target JAX used: "
-                                  f"{msg}") from None
-            raise Failed(f"{type(e).__name__}: {msg}") from None
-        if not rep.ok:
-            raise Failed(str(rep))
-        del jax
 
-    @chk("frameworks", "jax", requires=("multi_device",))
-    def pmap_psum(ctx):
-        """pmap with psum over two of the plugin's devices equals the
-        reference's (run with two stablehlo_ref devices)."""
-        jax = _jax(ctx)
-        import jax.numpy as jnp
-        import numpy as np
-        subject = jax.devices(PLATFORM)
-        ref = jax.devices("stablehlo_ref")
-        if len(subject) < 2:
-            raise Skipped(f"the plugin has {len(subject)} device")
-        if len(ref) < 2:
-            raise Skipped("the reference has one device here (STABLEHLO_REF_NUM_DEVICES)")
-        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+@check("frameworks", "jax", requires=("multi_device",))
+def pmap_psum(ctx: Context) -> None:
+    """pmap with psum over two of the plugin's devices equals the
+    reference's (run with two stablehlo_ref devices)."""
+    jax = _jax(ctx)
+    import jax.numpy as jnp
+    import numpy as np
+    subject = jax.devices(PLATFORM)
+    ref = jax.devices("stablehlo_ref")
+    if len(subject) < 2:
+        raise Skipped(f"the plugin has {len(subject)} device")
+    if len(ref) < 2:
+        raise Skipped("the reference has one device here (STABLEHLO_REF_NUM_DEVICES)")
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
 
-        def f(v):
-            return jax.lax.psum(jnp.sin(v), "i")
-        a = np.asarray(jax.pmap(f, axis_name="i", devices=subject[:2])(x))
-        b = np.asarray(jax.pmap(f, axis_name="i", devices=ref[:2])(x))
-        from stablehlo_interpreter import compare_outputs
-        rep = compare_outputs([b], [a], names=["psum"], reference_name="stablehlo_ref",
-                              other_name="plugin")
-        if not rep.ok:
-            raise Failed(str(rep), op="all_reduce")
+    def f(v):
+        return jax.lax.psum(jnp.sin(v), "i")
+    a = np.asarray(jax.pmap(f, axis_name="i", devices=subject[:2])(x))
+    b = np.asarray(jax.pmap(f, axis_name="i", devices=ref[:2])(x))
+    from stablehlo_interpreter import compare_outputs
+    rep = compare_outputs([b], [a], names=["psum"], reference_name="stablehlo_ref",
+                          other_name="plugin")
+    if not rep.ok:
+        raise Failed(str(rep), op="all_reduce")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from ctypes import c_bool, c_int, c_void_p
+from typing import Iterable, TypeVar
 
 import numpy as np
 
@@ -45,22 +46,31 @@ Event_OnReady_Args = C._args("PJRT_Event_OnReady_Args", [
     ("event", C.P), ("callback", C.P), ("user_arg", C.P)])
 ON_READY = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)
 
+S = TypeVar("S", bound=ctypes.Structure)
+
 ERROR_NAMES = {v: k for k, v in vars(C.ErrorCode).items() if not k.startswith("_")}
 
-# numpy dtype <-> PJRT_Buffer_Type for the types a host array holds one element
-# per byte-aligned slot, taken from the plugin's one type table (buffer.py).
-# Sub-byte types (i1/i2/i4, f4) are left out: some plugins transfer them packed
-# and others unpacked, so the checker widens them inside programs instead.
-def _byte_aligned_types() -> dict:
-    from stablehlo_interpreter import dtypes
+# PJRT_Buffer_Type -> numpy dtype of the types a host array holds one element
+# per byte-aligned slot. The checker keeps its own table (it must work for any
+# plugin, so it does not borrow the reference plugin's). Sub-byte types
+# (S1/U1, S2/U2, S4/U4, F4E2M1FN) are left out: some plugins transfer them
+# packed and others unpacked, so the checker widens them inside programs.
+def _dtype_table() -> dict[int, np.dtype]:
+    import ml_dtypes
+    T = C.BufferType
+    named = {T.PRED: np.bool_, T.S8: np.int8, T.S16: np.int16, T.S32: np.int32,
+             T.S64: np.int64, T.U8: np.uint8, T.U16: np.uint16, T.U32: np.uint32,
+             T.U64: np.uint64, T.F16: np.float16, T.F32: np.float32, T.F64: np.float64,
+             T.BF16: ml_dtypes.bfloat16, T.C64: np.complex64, T.C128: np.complex128,
+             T.F8E5M2: ml_dtypes.float8_e5m2, T.F8E4M3FN: ml_dtypes.float8_e4m3fn,
+             T.F8E4M3B11FNUZ: ml_dtypes.float8_e4m3b11fnuz,
+             T.F8E5M2FNUZ: ml_dtypes.float8_e5m2fnuz,
+             T.F8E4M3FNUZ: ml_dtypes.float8_e4m3fnuz, T.F8E4M3: ml_dtypes.float8_e4m3,
+             T.F8E3M4: ml_dtypes.float8_e3m4, T.F8E8M0FNU: ml_dtypes.float8_e8m0fnu}
+    return {t: np.dtype(d) for t, d in sorted(named.items())}
 
-    from .. import buffer
-    # element None: PJRT's 1-bit integers, host transfers only.
-    return {t: dt for t, (dt, element) in sorted(buffer.type_table().items())
-            if element is not None and (dtypes.bit_width(dt) >= 8 or dt == np.bool_)}
 
-
-DTYPES = _byte_aligned_types()
+DTYPES = _dtype_table()
 BUFFER_TYPES = {v: k for k, v in DTYPES.items()}
 TYPE_NAMES = {v: k for k, v in vars(C.BufferType).items() if not k.startswith("_")}
 
@@ -68,7 +78,7 @@ TYPE_NAMES = {v: k for k, v in vars(C.BufferType).items() if not k.startswith("_
 class PluginError(Exception):
     """A PJRT function returned an error."""
 
-    def __init__(self, function: str, code: int, message: str):
+    def __init__(self, function: str, code: int, message: str) -> None:
         self.function, self.code, self.message = function, code, message
         super().__init__(f"{function}: {ERROR_NAMES.get(code, code)}: {message}")
 
@@ -80,7 +90,7 @@ class PluginError(Exception):
 class EventTimeout(TimeoutError):
     """An event did not fire in time."""
 
-    def __init__(self, function: str, message: str):
+    def __init__(self, function: str, message: str) -> None:
         self.function = function
         super().__init__(message)
 
@@ -92,7 +102,7 @@ class LoadError(Exception):
 class Plugin:
     """One PJRT plugin: its API table and typed helpers over it."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
         self.path = path
         try:
             # RTLD_LOCAL: the plugin's symbols (often a whole XLA) must not
@@ -130,7 +140,8 @@ class Plugin:
         """Whether the plugin's table has a (non-NULL) slot for ``name``."""
         return name in self._fns
 
-    def raw_call(self, name: str, args, struct_size: int | None = None) -> int | None:
+    def raw_call(self, name: str, args: ctypes.Structure,
+                 struct_size: int | None = None) -> int | None:
         """Calls ``name`` with ``args`` (struct_size set to ``struct_size`` or
         the mirror's size); returns the PJRT_Error* (None on success)."""
         if name not in self._fns:
@@ -143,7 +154,7 @@ class Plugin:
         args.struct_size = C.struct_size(type(args)) if struct_size is None else struct_size
         return fn(ctypes.addressof(args))
 
-    def call(self, name: str, args, struct_size: int | None = None):
+    def call(self, name: str, args: S, struct_size: int | None = None) -> S:
         """Calls ``name``; raises :class:`PluginError` for an error; returns ``args``."""
         err = self.raw_call(name, args, struct_size)
         if err:
@@ -230,7 +241,7 @@ class Plugin:
             raise PluginError(what.split()[0], err.code, err.message)
 
 
-def read_named_values(address, count) -> dict:
+def read_named_values(address: int | None, count: int) -> dict:
     """{name: value} of an array of PJRT_NamedValue."""
     out = {}
     if not address or not count:
@@ -254,7 +265,7 @@ def read_named_values(address, count) -> dict:
     return out
 
 
-def int64_array(values) -> ctypes.Array:
+def int64_array(values: Iterable[int]) -> ctypes.Array:
     values = list(values)
     return (ctypes.c_int64 * max(1, len(values)))(*values)
 
@@ -276,7 +287,8 @@ def compile_options(num_replicas: int = 1, num_partitions: int = 1) -> bytes:
 
 
 class Buffer:
-    def __init__(self, client: "Client", handle: int, dtype, shape):
+    def __init__(self, client: "Client", handle: int, dtype: np.dtype | None,
+                 shape: Iterable[int]) -> None:
         self.client, self.handle, self.dtype, self.shape = client, handle, dtype, tuple(shape)
 
     def element_type(self) -> int:
@@ -326,7 +338,7 @@ class Buffer:
 
 
 class Executable:
-    def __init__(self, client: "Client", handle: int):
+    def __init__(self, client: "Client", handle: int) -> None:
         self.client, self.handle = client, handle
         p = client.plugin
         self.executable = p.call("PJRT_LoadedExecutable_GetExecutable",
@@ -403,7 +415,7 @@ class Executable:
 class Client:
     """A PJRT_Client of a plugin, with the calls the checks need."""
 
-    def __init__(self, plugin: Plugin, options: dict | None = None):
+    def __init__(self, plugin: Plugin, options: dict | None = None) -> None:
         self.plugin = plugin
         a = C.Client_Create_Args()
         self._opts = None
@@ -493,7 +505,7 @@ class Client:
         return b
 
 
-def named_values(options: dict):
+def named_values(options: dict) -> tuple[ctypes.Array, list]:
     """A PJRT_NamedValue array for ``options`` (kept alive by the result)."""
     arr = (C.PJRT_NamedValue * max(1, len(options)))()
     keep = []
@@ -509,6 +521,12 @@ def named_values(options: dict):
             nv.type, nv.int64_value, nv.value_size = C.NamedValueType.kInt64, v, 1
         elif isinstance(v, float):
             nv.type, nv.float_value, nv.value_size = C.NamedValueType.kFloat, v, 1
+        elif isinstance(v, (list, tuple)):
+            ints = int64_array(v)
+            keep.append(ints)
+            nv.type = C.NamedValueType.kInt64List
+            nv.int64_array_value = ctypes.addressof(ints)
+            nv.value_size = len(v)
         else:
             vb = str(v).encode()
             keep.append(vb)

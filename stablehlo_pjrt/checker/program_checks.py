@@ -21,10 +21,15 @@ names its first divergent op (stablehlo_pjrt.oracle.bisect).
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
 from .core import Failed, Skipped, Unsupported
+
+if TYPE_CHECKING:
+    from .context import Context
+    from .core import Registry
 from .plugin import BUFFER_TYPES, PluginError
 
 # Cases the foreign run cannot express (they test the interpreter itself).
@@ -75,7 +80,6 @@ def foreign_module(chunk: str, entry: str) -> str:
     """The chunk with its check ops taken out and the checked values
     returned by a public @main (see the module docstring)."""
     from jaxlib.mlir import ir
-    from jaxlib.mlir.dialects import func, stablehlo
 
     import stablehlo_interpreter as shi
     from stablehlo_interpreter import MLIR_LOCK
@@ -88,89 +92,114 @@ def foreign_module(chunk: str, entry: str) -> str:
         funcs = {ir.StringAttr(op.operation.attributes["sym_name"]).value: op.operation
                  for op in module.body.operations if op.operation.name == "func.func"}
         main = funcs[entry]
-
-        def is_check(op):
-            if op.name.startswith("check."):
-                return True
-            return (op.name == "stablehlo.custom_call" and ir.StringAttr(
-                op.attributes["call_target_name"]).value.startswith("check."))
-
         for name, f in funcs.items():
-            if name == entry:
-                continue
-            if "check." in str(f):
+            if name != entry and "check." in str(f):
                 raise Skipped(f"check ops outside the entry function (in @{name})")
-        body = main.regions[0].blocks[0]
-        checked, to_erase = [], []
-        for op in body.operations:
-            op = op.operation
-            if is_check(op):
-                # Every operand: the computed value is the first operand of
-                # check.expect_* but the second of testdata's @check.eq.
-                checked.extend(op.operands)
-                to_erase.append(op)
-            elif "check." in str(op):
-                raise Skipped("check ops nested inside a region of the entry function")
-        ret = list(body.operations)[-1].operation
-        # Some check ops have a result (testdata's quantized programs return
-        # the i1 of custom_call @check.eq): it goes away with the op, so it
-        # must not be returned (nor used by anything else).
-        check_results = [r for op in to_erase for r in op.results]
-        for r in check_results:
-            users = [u for u in r.uses if u.owner.operation != ret]
-            if users:
-                raise Skipped("a check op's result is used by the program")
-        values = []
-        for v in list(ret.operands) + checked:
-            if v not in values and not any(v == r for r in check_results):
-                values.append(v)
-        if not values:
-            raise Skipped("no value to compare (no check op and no output)")
-        widened = []
-        with ir.InsertionPoint(ret):
-            for v in values:
-                t = _down(v.type)
-                if not isinstance(t, ir.RankedTensorType):
-                    raise Skipped(f"output of type {t} (not a ranked tensor)")
-                rt = t
-                if not rt.has_static_shape:
-                    raise Skipped(f"dynamically shaped output {t}")
-                et = _down(rt.element_type)
-                if isinstance(et, ir.IntegerType) and et.width in (2, 4):
-                    it = et
-                    wide = (ir.IntegerType.get_unsigned(8) if it.is_unsigned
-                            else ir.IntegerType.get_signless(8))
-                    v = stablehlo.ConvertOp(ir.RankedTensorType.get(rt.shape, wide), v).result
-                widened.append(v)
-        with ir.InsertionPoint(ret), ret.location:
-            func.ReturnOp(widened)
-        ret.erase()
-        # Only now: the old return may have used a check op's result.
-        for op in reversed(to_erase):
-            op.erase()
-        main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
-            list(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).inputs),
-            [v.type for v in widened]))
-        for attr in ("res_attrs",):
-            if attr in main.attributes:
-                del main.attributes[attr]
-        for name, f in funcs.items():
-            f.attributes["sym_visibility"] = ir.StringAttr.get(
-                "public" if name == entry else "private")
-        if entry != "main":
-            if "main" in funcs:
-                funcs["main"].attributes["sym_name"] = ir.StringAttr.get("main_renamed")
-            main.attributes["sym_name"] = ir.StringAttr.get("main")
+        ret, values, to_erase = _checked_values(main)
+        widened = _widened(ret, values)
+        _return_values(main, ret, widened, to_erase)
+        _publish_entry(funcs, entry)
         if not module.operation.verify():
             raise RuntimeError("internal error: the rewritten program does not verify")
         return module.operation.get_asm(enable_debug_info=True)
+
+
+def _is_check(op) -> bool:
+    from jaxlib.mlir import ir
+    if op.name.startswith("check."):
+        return True
+    return (op.name == "stablehlo.custom_call" and ir.StringAttr(
+        op.attributes["call_target_name"]).value.startswith("check."))
+
+
+def _checked_values(main):
+    """The entry's return op, the values to return (its outputs, then every
+    checked value, each once) and the check ops to erase."""
+    body = main.regions[0].blocks[0]
+    checked, to_erase = [], []
+    for op in body.operations:
+        op = op.operation
+        if _is_check(op):
+            # Every operand: the computed value is the first operand of
+            # check.expect_* but the second of testdata's @check.eq.
+            checked.extend(op.operands)
+            to_erase.append(op)
+        elif "check." in str(op):
+            raise Skipped("check ops nested inside a region of the entry function")
+    ret = list(body.operations)[-1].operation
+    # Some check ops have a result (testdata's quantized programs return
+    # the i1 of custom_call @check.eq): it goes away with the op, so it
+    # must not be returned (nor used by anything else).
+    check_results = [r for op in to_erase for r in op.results]
+    for r in check_results:
+        users = [u for u in r.uses if u.owner.operation != ret]
+        if users:
+            raise Skipped("a check op's result is used by the program")
+    values = []
+    for v in list(ret.operands) + checked:
+        if v not in values and not any(v == r for r in check_results):
+            values.append(v)
+    if not values:
+        raise Skipped("no value to compare (no check op and no output)")
+    return ret, values, to_erase
+
+
+def _widened(ret, values) -> list:
+    """``values`` with i2/i4 widened to 8 bits (a host buffer holds bytes);
+    anything but a statically shaped ranked tensor is skipped."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+    widened = []
+    with ir.InsertionPoint(ret):
+        for v in values:
+            rt = _down(v.type)
+            if not isinstance(rt, ir.RankedTensorType):
+                raise Skipped(f"output of type {rt} (not a ranked tensor)")
+            if not rt.has_static_shape:
+                raise Skipped(f"dynamically shaped output {rt}")
+            et = _down(rt.element_type)
+            if isinstance(et, ir.IntegerType) and et.width in (2, 4):
+                wide = (ir.IntegerType.get_unsigned(8) if et.is_unsigned
+                        else ir.IntegerType.get_signless(8))
+                v = stablehlo.ConvertOp(ir.RankedTensorType.get(rt.shape, wide), v).result
+            widened.append(v)
+    return widened
+
+
+def _return_values(main, ret, widened, to_erase) -> None:
+    """Replace the entry's return with one of ``widened`` and drop the check ops."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import func
+    with ir.InsertionPoint(ret), ret.location:
+        func.ReturnOp(widened)
+    ret.erase()
+    # Only now: the old return may have used a check op's result.
+    for op in reversed(to_erase):
+        op.erase()
+    main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        list(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).inputs),
+        [v.type for v in widened]))
+    if "res_attrs" in main.attributes:
+        del main.attributes["res_attrs"]
+
+
+def _publish_entry(funcs, entry: str) -> None:
+    """The entry becomes the public @main; every other function is private."""
+    from jaxlib.mlir import ir
+    for name, f in funcs.items():
+        f.attributes["sym_visibility"] = ir.StringAttr.get(
+            "public" if name == entry else "private")
+    if entry != "main":
+        if "main" in funcs:
+            funcs["main"].attributes["sym_name"] = ir.StringAttr.get("main_renamed")
+        funcs[entry].attributes["sym_name"] = ir.StringAttr.get("main")
 
 
 def _down(t):
     return t.maybe_downcast() if hasattr(t, "maybe_downcast") else t
 
 
-def plugin_artifact(ctx, text: str) -> bytes:
+def plugin_artifact(ctx: Context, text: str) -> bytes:
     """``text`` as a portable artifact at the plugin's StableHLO version."""
     from jaxlib.mlir.dialects import stablehlo
     target = getattr(ctx, "_stablehlo_target", None)
@@ -204,7 +233,7 @@ def plugin_artifact(ctx, text: str) -> bytes:
         return text.encode()
 
 
-def plugin_runner(ctx):
+def plugin_runner(ctx: Context) -> Callable[[str, Sequence], list]:
     """A bisect Runner: compile module text on the plugin, run it, fetch outputs."""
     c = ctx.client
 
@@ -226,7 +255,7 @@ def plugin_runner(ctx):
     return run
 
 
-def run_program(ctx, text: str, args=()) -> str | None:
+def run_program(ctx: Context, text: str, args: Sequence = ()) -> str | None:
     """Compiles and runs ``text`` on the plugin and the reference; raises
     Failed naming the first divergent op when they differ. Outputs that
     differ only as two summation orders of one dot/convolution/reduction
@@ -307,7 +336,7 @@ def run_program(ctx, text: str, args=()) -> str | None:
     raise Failed(detail, op=op)
 
 
-def register(reg, suite: str | None):
+def register(reg: Registry, suite: str | None) -> None:
     if not suite or not os.path.isdir(suite):
         return
 

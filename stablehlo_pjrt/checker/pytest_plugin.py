@@ -20,19 +20,24 @@ import os
 
 import pytest
 
+from .core import Result
 
-def pytest_addoption(parser):
+
+def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("pjrt", "PJRT plugin checker (stablehlo_pjrt.checker)")
     g.addoption("--pjrt-plugin", help="path of the PJRT plugin .so to check")
     g.addoption("--pjrt-capabilities", help="JSON file of capabilities the plugin lacks")
     g.addoption("--pjrt-suite", help="StableHLO conformance suite folder (programs area)")
     g.addoption("--pjrt-timeout", type=float, default=120.0,
                 help="seconds one check may take before it counts as hung")
+    g.addoption("--pjrt-create-option", action="append", default=[], metavar="KEY=VALUE",
+                help="PJRT_Client_Create option for every client (repeatable; see "
+                     "stablehlo-ref check-plugin -h)")
     g.addoption("--pjrt-jobs", type=int,
                 help="checker worker processes at once (default: one per CPU, at most 4)")
 
 
-def pytest_configure(config):
+def pytest_configure(config: pytest.Config) -> None:
     for area in ("capi", "programs", "frameworks"):
         config.addinivalue_line("markers", f"pjrt_{area}: PJRT plugin checker area {area}")
     config._pjrt_state = {"results": None}
@@ -45,7 +50,7 @@ def _checks(config):
     return suite, build(suite)
 
 
-def pytest_generate_tests(metafunc):
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "pjrt_check" not in metafunc.fixturenames:
         return
     path = metafunc.config.getoption("--pjrt-plugin")
@@ -66,7 +71,8 @@ def pytest_generate_tests(metafunc):
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(session, config, items):
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                   items: list[pytest.Item]) -> None:
     # After -k/-m deselection: the checks that will run, run once in batches.
     config._pjrt_state["selected"] = [
         item.callspec.params["pjrt_check"] for item in items
@@ -77,31 +83,43 @@ def _results(config) -> dict:
     state = config._pjrt_state
     if state["results"] is None:
         from .capabilities import Capabilities
-        from .runner import default_jobs, run
+        from .options import parse_option
+        from .runner import Run, default_jobs, run
         suite, reg = _checks(config)
         caps = Capabilities.load(config.getoption("--pjrt-capabilities"))
+        options = dict(caps.create_options)
+        options.update(parse_option(o) for o in config.getoption("--pjrt-create-option"))
         checks = [reg.checks[i] for i in state.get("selected", [])]
         path = os.path.abspath(config.getoption("--pjrt-plugin"))
         jobs = config.getoption("--pjrt-jobs") or default_jobs()
-        state["results"] = {r.id: r for r in run(path, checks, caps.to_json(), suite,
-                                                   config.getoption("--pjrt-timeout"),
-                                                   jobs=jobs)}
+        run_state = Run(path, caps.to_json(), suite, config.getoption("--pjrt-timeout"),
+                        options)
+        state["results"] = {r.id: r for r in run(path, checks, jobs=jobs, state=run_state)}
+        state["stopped"] = run_state.stopped
     return state["results"]
 
 
 @pytest.fixture
-def pjrt_result(request, pjrt_check):
+def pjrt_result(request: pytest.FixtureRequest, pjrt_check: str):
     """The checker's result for this test's check (runs the selected checks
-    on first use)."""
-    return _results(request.config)[pjrt_check]
+    on first use); an ``error`` result for a check a stopped run left out."""
+    results = _results(request.config)
+    if pjrt_check not in results:
+        c = _checks(request.config)[1].checks[pjrt_check]
+        return Result(c.id, c.area, c.group, "error",
+                      f"not run: {request.config._pjrt_state.get('stopped')}")
+    return results[pjrt_check]
 
 
-def outcome(result) -> None:
+def outcome(result: Result) -> None:
     """Turns a checker result into a pytest outcome."""
     if result.status == "passed":
         return
     detail = result.detail + "".join(f"\nnote: {n}" for n in result.notes)
     if result.status in ("skipped", "unsupported"):
         pytest.skip(f"{result.status}: {detail.splitlines()[0] if detail else ''}")
+    if result.status == "error":
+        pytest.fail(f"error of the environment, not of the plugin (in {result.op}): {detail}",
+                    pytrace=False)
     where = f" [first divergent op: {result.op}]" if result.op else ""
     pytest.fail(f"{result.status}{where}: {detail}", pytrace=False)

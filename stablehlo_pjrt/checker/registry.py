@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
-from .core import Registry
+from typing import Any
 
-_CACHE: dict = {}
+from .core import DECLARED, Registry
+
+_CACHE: dict[str, Any] = {}
 
 
 def build(suite: str | None) -> Registry:
-    """Every check; the Programs area enumerates the conformance suite at ``suite``."""
+    """Every check: the module-level ones (``@check``, areas capi and
+    frameworks) and the Programs area, enumerated from the conformance
+    suite at ``suite``."""
     key = suite or ""
     if key not in _CACHE:
+        from . import capi, framework_checks, program_checks  # noqa: F401 - they register
         reg = Registry()
-        from . import capi_checks, framework_checks, program_checks
-        capi_checks.register(reg)
+        for c in DECLARED.checks.values():
+            if c.area == "capi":
+                reg.add(c)
         program_checks.register(reg, suite)
-        framework_checks.register(reg)
+        for c in DECLARED.checks.values():
+            if c.area != "capi":
+                reg.add(c)
         _CACHE[key] = reg
-    return _CACHE[key]
+    out: Registry = _CACHE[key]
+    return out

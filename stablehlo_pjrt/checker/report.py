@@ -4,14 +4,27 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import Any
 
 from .core import AREAS, STATUSES, Result
 
 # Statuses that make a run fail (exit status 1 of check-plugin).
 BAD = ("failed", "crashed")
+# Shown in the summary with their detail.
+SHOWN = BAD + ("error", "unsupported")
 
 
-def counts(results: list[Result]) -> dict:
+def exit_status(results: list[Result], meta: dict[str, Any]) -> int:
+    """1 when a check failed or crashed; else 2 when the environment left
+    checks without a result (``error``, or a run stopped early); else 0."""
+    if any(r.status in BAD for r in results):
+        return 1
+    if meta.get("stopped") or any(r.status == "error" for r in results):
+        return 2
+    return 0
+
+
+def counts(results: list[Result]) -> dict[str, Any]:
     """{area: {status: n}} (every status present, in order)."""
     out = {}
     for area in list(AREAS) + sorted({r.area for r in results} - set(AREAS)):
@@ -30,7 +43,7 @@ def _line(r: Result) -> str:
     return "\n".join(x for x in (head, body, notes) if x)
 
 
-def text(results: list[Result], meta: dict, verbose: bool = False) -> str:
+def text(results: list[Result], meta: dict[str, Any], verbose: bool = False) -> str:
     lines = [f"PJRT plugin check: {meta.get('plugin')}",
              f"  C API {meta.get('api_version', '?')}, platform {meta.get('platform', '?')}, "
              f"{meta.get('seconds', 0):.1f} s"]
@@ -38,17 +51,18 @@ def text(results: list[Result], meta: dict, verbose: bool = False) -> str:
         summary = ", ".join(f"{n} {s}" for s, n in c.items() if n)
         lines.append(f"{area}: {summary}")
         for r in results:
-            if r.area == area and (r.status in BAD or r.status == "unsupported" or
-                                   (verbose and r.status == "skipped")):
+            if r.area == area and (r.status in SHOWN or (verbose and r.status == "skipped")):
                 lines.append(_line(r))
+    if meta.get("stopped"):
+        lines.append(f"{meta['stopped']}\n{meta.get('not_run', 0)} check(s) not run.")
     return "\n".join(lines)
 
 
-def to_json(results: list[Result], meta: dict) -> dict:
+def to_json(results: list[Result], meta: dict[str, Any]) -> dict[str, Any]:
     return {"meta": meta, "counts": counts(results), "results": [r.to_json() for r in results]}
 
 
-def markdown(results: list[Result], meta: dict) -> str:
+def markdown(results: list[Result], meta: dict[str, Any]) -> str:
     out = [f"# PJRT plugin check: `{meta.get('plugin')}`", "",
            f"C API {meta.get('api_version', '?')}, platform `{meta.get('platform', '?')}`, "
            f"run time {meta.get('seconds', 0):.1f} s.", "",
@@ -56,7 +70,9 @@ def markdown(results: list[Result], meta: dict) -> str:
            "|---|" + "---:|" * len(STATUSES)]
     for area, c in counts(results).items():
         out.append(f"| {area} | " + " | ".join(str(c[s]) for s in STATUSES) + " |")
-    for status in ("crashed", "failed", "unsupported"):
+    if meta.get("stopped"):
+        out += ["", f"**{meta['stopped']}** ({meta.get('not_run', 0)} check(s) not run)"]
+    for status in ("crashed", "failed", "error", "unsupported"):
         rows = [r for r in results if r.status == status]
         if not rows:
             continue
@@ -67,7 +83,8 @@ def markdown(results: list[Result], meta: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def write(results, meta, json_path=None, md_path=None) -> None:
+def write(results: list[Result], meta: dict[str, Any], json_path: str | None = None,
+          md_path: str | None = None) -> None:
     if json_path:
         with open(json_path, "w", encoding="utf-8") as f:
             json.dump(to_json(results, meta), f, indent=1)

@@ -25,8 +25,7 @@ that are not JAX is `stablehlo-ref compare` (stablehlo_interpreter.compare).
 
 import importlib
 
-# Imported on first use: the plugin imports `chrome_trace` while it builds
-# its API table and must not pay for the rest (or for JAX) then.
+# Imported on first use (JAX loads with some of them).
 _EXPORTS = {
     "compare": "compare", "first_divergence": "bisect", "Divergence": "bisect",
     "ModuleVariants": "bisect", "jax_backend_runner": "runners",

@@ -463,7 +463,7 @@ class World:
 
         from stablehlo_pjrt import _capi as C
         from stablehlo_pjrt import _shim
-        from stablehlo_pjrt.checker import capi_checks
+        from stablehlo_pjrt.checker.capi import _common as capi_checks
         from stablehlo_pjrt.checker.plugin import Client, Plugin, compile_options
         self.C, self.np = C, np
         self.plugin = Plugin(_shim.__file__)

@@ -14,7 +14,10 @@ import numpy as np
 import scipy.special as sps
 
 from .. import dtypes
-from ..registry import KERNELS, Unsupported, composite, kernel
+from ..registry import KERNELS, Unsupported, annotate, composite, kernel, with_trait
+
+# The kernels the chlo.broadcast_* ops wrap (with_trait below) register first.
+from . import elementwise, elementwise_math  # noqa: F401
 from .elementwise import round_f64
 
 # --------------------------------------------------------------------------
@@ -51,21 +54,32 @@ def _real_or_complex_fn(op, fn):
     return _real_fn(op, fn)
 
 
-def _unary(name, fn, complex_ok=True, doc=""):
+# The traits (registry.TRAITS) of the elementwise chlo functions; _DIRECT:
+# JAX serializes these for plugins as `stablehlo.composite "chlo.<op>"`
+# whose decomposition is an f32 polynomial (1 to 50 ULP off in f32, more in
+# f16; stablehlo_pjrt/lowerings.py wraps the "jax_composite" ones the same
+# way). Run as composites, they take the kernels here: float64, rounded once.
+# sinh and cosh use the exact functions (the composites below): their op
+# kernels reproduce the decomposition's rounding for the conformance suites.
+_MATH = ("elementwise", "fusible", "foldable")
+_DIRECT = _MATH + ("direct_composite",)
+
+
+def _unary(name, traits, fn, complex_ok=True, doc=""):
     def builder(op):
         return (_real_or_complex_fn if complex_ok else _real_fn)(op, fn)
     builder.__name__ = name.split(".")[-1]
     builder.__doc__ = doc
-    kernel(name)(builder)
+    kernel(name, traits=traits)(builder)
     return builder
 
 
-_unary("chlo.acos", np.arccos, doc="chlo.acos: arc cosine (complex: principal branch).")
-_unary("chlo.acosh", np.arccosh, doc="chlo.acosh: inverse hyperbolic cosine.")
-_unary("chlo.asin", np.arcsin, doc="chlo.asin: arc sine.")
-_unary("chlo.asinh", np.arcsinh, doc="chlo.asinh: inverse hyperbolic sine.")
-_unary("chlo.atan", np.arctan, doc="chlo.atan: arc tangent.")
-_unary("chlo.atanh", np.arctanh, doc="chlo.atanh: inverse hyperbolic tangent.")
+_unary("chlo.acos", _DIRECT, np.arccos, doc="chlo.acos: arc cosine (complex: principal branch).")
+_unary("chlo.acosh", _DIRECT, np.arccosh, doc="chlo.acosh: inverse hyperbolic cosine.")
+_unary("chlo.asin", _DIRECT, np.arcsin, doc="chlo.asin: arc sine.")
+_unary("chlo.asinh", _DIRECT, np.arcsinh, doc="chlo.asinh: inverse hyperbolic sine.")
+_unary("chlo.atan", _DIRECT, np.arctan, doc="chlo.atan: arc tangent.")
+_unary("chlo.atanh", _DIRECT, np.arctanh, doc="chlo.atanh: inverse hyperbolic tangent.")
 
 
 def _working_float(dtype):
@@ -88,7 +102,7 @@ def _half_exps(x, w):
     return ea, eb
 
 
-def _hyperbolic(name, complex_fn, combine, small=None):
+def _hyperbolic(name, traits, complex_fn, combine, small=None):
     def builder(op):
         t = op.operand_types[0]
         if dtypes.is_complex(t.dtype):
@@ -111,15 +125,15 @@ def _hyperbolic(name, complex_fn, combine, small=None):
     builder.__doc__ = (f"{name}: real operands as the chlo decomposition "
                        "(e^(x+log(1/2)) combined with e^(-x+log(1/2)) in f32 or f64); "
                        "complex operands in complex128.")
-    kernel(name)(builder)
+    kernel(name, traits=traits)(builder)
 
 
-_hyperbolic("chlo.cosh", np.cosh, lambda ea, eb: ea + eb)
+_hyperbolic("chlo.cosh", _MATH, np.cosh, lambda ea, eb: ea + eb)
 # sinh: |x| < 1 uses an expm1 form, accurate to the type; exact sinh here.
-_hyperbolic("chlo.sinh", np.sinh, lambda ea, eb: ea - eb, small=np.sinh)
-_unary("chlo.tan", np.tan, doc="chlo.tan: tangent.")
-_unary("chlo.erf", sps.erf, complex_ok=False, doc="chlo.erf: error function.")
-_unary("chlo.erfc", sps.erfc, complex_ok=False,
+_hyperbolic("chlo.sinh", _MATH, np.sinh, lambda ea, eb: ea - eb, small=np.sinh)
+_unary("chlo.tan", _DIRECT, np.tan, doc="chlo.tan: tangent.")
+_unary("chlo.erf", _DIRECT, sps.erf, complex_ok=False, doc="chlo.erf: error function.")
+_unary("chlo.erfc", _DIRECT + ("jax_composite",), sps.erfc, complex_ok=False,
        doc="chlo.erfc: complementary error function 1 - erf(x), without cancellation.")
 
 
@@ -150,7 +164,7 @@ def _erfinv_narrow(x):
     return out
 
 
-@kernel("chlo.erf_inv")
+@kernel("chlo.erf_inv", traits=_DIRECT + ("jax_composite",))
 def erf_inv(op):
     """chlo.erf_inv: inverse error function (+-inf at +-1, NaN outside [-1, 1]).
 
@@ -165,7 +179,7 @@ def erf_inv(op):
         raise Unsupported(f"chlo.erf_inv of {t.element_type}")
     return _real_fn(op, _erfinv_narrow)
 
-_unary("chlo.bessel_i1e", sps.i1e, complex_ok=False,
+_unary("chlo.bessel_i1e", ("fusible", "direct_composite"), sps.i1e, complex_ok=False,
        doc="chlo.bessel_i1e: exponentially scaled modified Bessel function of order 1.")
 
 
@@ -174,7 +188,7 @@ def _lgamma64(x):
     return np.where(np.isinf(x), np.inf, sps.gammaln(x))
 
 
-_unary("chlo.lgamma", _lgamma64, complex_ok=False,
+_unary("chlo.lgamma", _DIRECT + ("jax_composite",), _lgamma64, complex_ok=False,
        doc="chlo.lgamma: log of the absolute value of Gamma; +inf at poles and +-inf.")
 
 
@@ -184,20 +198,8 @@ def _digamma64(x):
     return np.where(pole, np.nan, sps.psi(x))
 
 
-_unary("chlo.digamma", _digamma64, complex_ok=False,
+_unary("chlo.digamma", _DIRECT + ("jax_composite",), _digamma64, complex_ok=False,
        doc="chlo.digamma: derivative of lgamma; NaN at the poles x <= 0 integer.")
-
-
-# JAX serializes these chlo ops for plugins as `stablehlo.composite "chlo.<op>"`
-# whose decomposition is an f32 polynomial (1 to 50 ULP off in f32, more in
-# f16; stablehlo_pjrt/lowerings.py wraps erfc, erf_inv, lgamma and digamma
-# the same way).  Run as composites, they take the kernels above: float64,
-# rounded once.  sinh and cosh use the exact functions here: their op kernels
-# reproduce the decomposition's rounding for the conformance suites.
-for _name in ("chlo.acos", "chlo.acosh", "chlo.asin", "chlo.asinh", "chlo.atan", "chlo.atanh",
-              "chlo.tan", "chlo.erf", "chlo.erfc", "chlo.erf_inv", "chlo.lgamma",
-              "chlo.digamma", "chlo.bessel_i1e"):
-    composite(_name)(KERNELS[_name])
 
 
 @composite("chlo.sinh")
@@ -238,43 +240,43 @@ def _polygamma64(n, x):
     return np.where(natural, res, np.nan)
 
 
-@kernel("chlo.zeta")
+@kernel("chlo.zeta", traits=("chlo_broadcast",))
 def zeta(op):
     """chlo.zeta: Hurwitz zeta function zeta(x, q) = sum_k (k + q)^-x."""
     return _real_fn(op, _zeta64)
 
 
-@kernel("chlo.polygamma")
+@kernel("chlo.polygamma", traits=("chlo_broadcast",))
 def polygamma(op):
     """chlo.polygamma: the n-th derivative of digamma at x."""
     return _real_fn(op, _polygamma64)
 
 
-@kernel("chlo.conj")
+@kernel("chlo.conj", traits=("fusible",))
 def conj(op):
     """chlo.conj: complex conjugate (identity on reals)."""
     return lambda x: np.conj(x)
 
 
-@kernel("chlo.square")
+@kernel("chlo.square", traits=("fusible", "exact"))
 def square(op):
     """chlo.square: x * x in the operand type."""
     return lambda x: np.multiply(x, x)
 
 
-@kernel("chlo.is_inf")
+@kernel("chlo.is_inf", traits=("fusible",))
 def is_inf(op):
     """chlo.is_inf: true for +-inf."""
     return lambda x: np.isinf(x.astype(np.float64) if x.dtype in dtypes.ML_FLOATS else x)
 
 
-@kernel("chlo.is_pos_inf")
+@kernel("chlo.is_pos_inf", traits=("fusible",))
 def is_pos_inf(op):
     """chlo.is_pos_inf: true for +inf."""
     return lambda x: np.asarray(x.astype(np.float64) == np.inf)
 
 
-@kernel("chlo.is_neg_inf")
+@kernel("chlo.is_neg_inf", traits=("fusible",))
 def is_neg_inf(op):
     """chlo.is_neg_inf: true for -inf."""
     return lambda x: np.asarray(x.astype(np.float64) == -np.inf)
@@ -283,7 +285,7 @@ def is_neg_inf(op):
 _UINT_OF = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
 
-@kernel("chlo.next_after")
+@kernel("chlo.next_after", traits=("elementwise", "fusible", "foldable", "chlo_broadcast"))
 def next_after(op):
     """chlo.next_after: the representable value after x in the direction of y.
 
@@ -342,7 +344,7 @@ def _mulhi_u64(a, b):
         return hi_hi + (hi_lo >> s) + (cross >> s)
 
 
-@kernel("chlo.mulhi")
+@kernel("chlo.mulhi", traits=("elementwise", "fusible", "foldable"))
 def mulhi(op):
     """chlo.mulhi: the most significant N bits of the 2N-bit product."""
     t = op.result_types[0]
@@ -398,7 +400,7 @@ def _top_k_composite(op):
 
 # A direct composite kernel that takes attributes, two results and 64-bit
 # types (control.py's _direct_composite): top_k's results are exact.
-_top_k_composite.composite_exact = True
+annotate(_top_k_composite, composite_exact=True)
 
 
 def _top_k(op, k):
@@ -660,29 +662,6 @@ def scan(op):
 # Broadcasting binary ops: broadcast the operands (numpy-style, or by
 # `broadcast_dimensions`), then run the non-broadcasting op's kernel.
 
-_BROADCAST_OPS = {
-    "chlo.broadcast_add": "stablehlo.add",
-    "chlo.broadcast_and": "stablehlo.and",
-    "chlo.broadcast_atan2": "stablehlo.atan2",
-    "chlo.broadcast_compare": "stablehlo.compare",
-    "chlo.broadcast_complex": "stablehlo.complex",
-    "chlo.broadcast_divide": "stablehlo.divide",
-    "chlo.broadcast_maximum": "stablehlo.maximum",
-    "chlo.broadcast_minimum": "stablehlo.minimum",
-    "chlo.broadcast_multiply": "stablehlo.multiply",
-    "chlo.broadcast_next_after": "chlo.next_after",
-    "chlo.broadcast_or": "stablehlo.or",
-    "chlo.broadcast_polygamma": "chlo.polygamma",
-    "chlo.broadcast_power": "stablehlo.power",
-    "chlo.broadcast_remainder": "stablehlo.remainder",
-    "chlo.broadcast_shift_left": "stablehlo.shift_left",
-    "chlo.broadcast_shift_right_arithmetic": "stablehlo.shift_right_arithmetic",
-    "chlo.broadcast_shift_right_logical": "stablehlo.shift_right_logical",
-    "chlo.broadcast_subtract": "stablehlo.subtract",
-    "chlo.broadcast_xor": "stablehlo.xor",
-    "chlo.broadcast_zeta": "chlo.zeta",
-    "chlo.broadcast_select": "stablehlo.select",
-}
 
 _ENUM_RE = re.compile(r"<\s*\w+\s+(\w+)\s*>")
 
@@ -744,5 +723,7 @@ def _make_broadcast(name, target):
     kernel(name)(builder)
 
 
-for _name, _target in _BROADCAST_OPS.items():
-    _make_broadcast(_name, _target)
+# chlo.broadcast_<name> for every op with the chlo_broadcast trait
+# (stablehlo.add -> chlo.broadcast_add, chlo.zeta -> chlo.broadcast_zeta).
+for _target in sorted(with_trait("chlo_broadcast")):
+    _make_broadcast("chlo.broadcast_" + _target.split(".", 1)[1], _target)

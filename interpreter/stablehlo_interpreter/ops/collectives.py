@@ -201,7 +201,7 @@ def partition_id(op):
 # Collectives
 
 
-@kernel("stablehlo.all_gather", special=True)
+@kernel("stablehlo.all_gather", special=True, traits=("quant_same_params",))
 def all_gather(op):
     """spec: all_gather. Concatenates every group member's operands along all_gather_dim."""
     dim = int(op.attrs["all_gather_dim"])
@@ -257,7 +257,7 @@ def reduce_scatter(op):
     return run
 
 
-@kernel("stablehlo.all_to_all", special=True)
+@kernel("stablehlo.all_to_all", special=True, traits=("quant_same_params",))
 def all_to_all(op):
     """spec: all_to_all. Splits each operand in split_count parts along
     split_dimension; member i gets part i of everyone, concatenated along
@@ -282,7 +282,7 @@ def all_to_all(op):
     return run
 
 
-@kernel("stablehlo.collective_permute", special=True)
+@kernel("stablehlo.collective_permute", special=True, traits=("quant_same_params",))
 def collective_permute(op):
     """spec: collective_permute. A target gets its source's operand; a process
     that is no target gets zeros.
@@ -312,7 +312,7 @@ def collective_permute(op):
     return run
 
 
-@kernel("stablehlo.collective_broadcast", special=True)
+@kernel("stablehlo.collective_broadcast", special=True, traits=("quant_same_params",))
 def collective_broadcast(op):
     """spec: collective_broadcast. Every group member gets the source's operands
     (the group's first member, or member operands[N][j] with has_dynamic_root);

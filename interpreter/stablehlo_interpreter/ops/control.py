@@ -3,10 +3,10 @@
 import numpy as np
 
 from .. import loopgen as _loopgen
-from ..registry import COMPOSITES, Unsupported, kernel, one_or_many
+from ..registry import COMPOSITES, Unsupported, kernel, kernel_info, one_or_many
 
 
-@kernel("stablehlo.constant")
+@kernel("stablehlo.constant", traits=("elementwise", "quant_aware"))
 def constant(op):
     """spec: constant. Materialised once at compile time."""
     value = op.attrs["value"]
@@ -18,7 +18,7 @@ def constant(op):
     return lambda: value
 
 
-@kernel("func.call", special=True)
+@kernel("func.call", special=True, traits=("quant_aware",))
 def call(op):
     """func.call: run another function of the module (recursion allowed)."""
     callee = op.attrs["callee"]
@@ -50,7 +50,7 @@ def _direct_composite(op):
         return None
     # Builders marked composite_exact (exact results, e.g. chlo.top_k) check
     # their own attributes and arity and also run 64-bit types.
-    if not getattr(builder, "composite_exact", False) and (
+    if not kernel_info(builder).composite_exact and (
             op.attrs.get("composite_attributes") or op.num_results != 1
             or np.dtype(op.result_types[0].dtype) in (np.float64, np.complex128)):
         return None
@@ -156,20 +156,20 @@ def case(op):
     return run
 
 
-@kernel("stablehlo.tuple")
+@kernel("stablehlo.tuple", traits=("quant_aware",))
 def tuple_(op):
     """spec: tuple."""
     return lambda *vals: tuple(vals)
 
 
-@kernel("stablehlo.get_tuple_element")
+@kernel("stablehlo.get_tuple_element", traits=("quant_aware",))
 def get_tuple_element(op):
     """spec: get_tuple_element."""
     index = op.attrs["index"]
     return lambda t: t[index]
 
 
-@kernel("stablehlo.optimization_barrier")
+@kernel("stablehlo.optimization_barrier", traits=("quant_aware",))
 def optimization_barrier(op):
     """spec: optimization_barrier. Identity on its operands."""
     if op.num_results == 1:

@@ -182,88 +182,104 @@ def make_convolution(attrs, result_dtype, wide=False):
         # the order of the f32 sums (from XLA's), and costs a quarter or less.
         return _polyphase(make_convolution(plain, result_dtype, wide=True), lhs_dil, reversal, dn, B,
                           np.dtype(result_dtype))
+    return _Conv(result_dtype=result_dtype, wide=wide, ib=ib, if_=if_, isp=isp, ki=ki, ko=ko,
+                 ksp=ksp, ns=ns, strides=strides, lhs_dil=lhs_dil, rhs_dil=rhs_dil, G=G, B=B,
+                 work=work, out_perm=out_perm, rev_axes=rev_axes,
+                 channels_first=channels_first).conv
 
-    def conv(lhs, rhs, padding):
-        pad = np.asarray(padding, dtype=np.int64).reshape(ns, 2) if padding is not None \
-            else np.zeros((ns, 2), dtype=np.int64)
-        rhs = np.transpose(rhs, (ko, ki) + ksp).astype(work, copy=False)
-        if rev_axes:
+
+class _Conv:
+    """One convolution op occurrence: its geometry, decoded once by
+    :func:`make_convolution`, and the strategies :meth:`conv` picks from per call."""
+
+    __slots__ = ("result_dtype", "wide", "ib", "if_", "isp", "ki", "ko", "ksp", "ns", "strides",
+                 "lhs_dil", "rhs_dil", "G", "B", "work", "out_perm", "rev_axes", "channels_first")
+
+    def __init__(self, **geometry):
+        for k, v in geometry.items():
+            setattr(self, k, v)
+
+    def conv(self, lhs, rhs, padding):
+        pad = np.asarray(padding, dtype=np.int64).reshape(self.ns, 2) if padding is not None \
+            else np.zeros((self.ns, 2), dtype=np.int64)
+        rhs = np.transpose(rhs, (self.ko, self.ki) + self.ksp).astype(self.work, copy=False)
+        if self.rev_axes:
             # Reversing every lhs window equals reversing the kernel.
-            rhs = np.flip(rhs, rev_axes)
-        N, C = lhs.shape[ib], lhs.shape[if_]
+            rhs = np.flip(rhs, self.rev_axes)
+        N, C = lhs.shape[self.ib], lhs.shape[self.if_]
         O, I = rhs.shape[:2]
         K = rhs.shape[2:]
-        S = [lhs.shape[d] for d in isp]
+        S = [lhs.shape[d] for d in self.isp]
         P = [max(0, (n - 1) * d + 1 + lo + hi) if n > 0 else max(0, lo + hi)
-             for n, d, (lo, hi) in zip(S, lhs_dil, pad.tolist())]
-        dwin = [(k - 1) * d + 1 if k > 0 else 0 for k, d in zip(K, rhs_dil)]
+             for n, d, (lo, hi) in zip(S, self.lhs_dil, pad.tolist())]
+        dwin = [(k - 1) * d + 1 if k > 0 else 0 for k, d in zip(K, self.rhs_dil)]
         out_sp = [0 if (p == 0 or w > p) else (p - w) // s + 1
-                  for p, w, s in zip(P, dwin, strides)]
-        Nb, Cg, Og = N // B, C // G, O // (B * G)
+                  for p, w, s in zip(P, dwin, self.strides)]
+        Nb, Cg, Og = N // self.B, C // self.G, O // (self.B * self.G)
         if Cg != I:
             raise ValueError(f"kernel input features {I} != lhs features/group {Cg}")
         nout = int(np.prod(out_sp, dtype=np.int64))
         ksize = int(np.prod(K, dtype=np.int64))
         npad = int(np.prod(P, dtype=np.int64))
         if nout == 0 or Nb == 0 or Og == 0 or ksize == 0 or Cg == 0:
-            res = np.zeros((Nb, B * G * Og) + tuple(out_sp), dtype=work)
-            return np.ascontiguousarray(_finish(np.transpose(res, out_perm),
-                                                np.dtype(result_dtype)))
-        short = wide or Cg * ksize <= _SHORT_DOT
-        calc = _wide(work) if short else work
+            res = np.zeros((Nb, self.B * self.G * Og) + tuple(out_sp), dtype=self.work)
+            return np.ascontiguousarray(_finish(np.transpose(res, self.out_perm),
+                                                np.dtype(self.result_dtype)))
+        short = self.wide or Cg * ksize <= _SHORT_DOT
+        calc = _wide(self.work) if short else self.work
         geo = (N, C, P, K, out_sp, Nb, Cg, Og, nout, ksize)
-        if not short and work.kind in "fc" and _PER_POSITION_GAIN * npad * Og <= nout * Cg \
+        if not short and self.work.kind in "fc" and _PER_POSITION_GAIN * npad * Og <= nout * Cg \
                 and Nb * npad * ksize * Og <= _IM2COL_LIMIT:
-            res = _per_position(lhs, rhs, pad, geo, calc, channels_first)
+            res = self._per_position(lhs, rhs, pad, geo, calc, self.channels_first)
         elif Nb * nout * Cg * ksize <= _IM2COL_LIMIT or ksize == 1:
-            if channels_first:
-                res = _im2col_cf(lhs, rhs, pad, geo, calc)
+            if self.channels_first:
+                res = self._im2col_cf(lhs, rhs, pad, geo, calc)
             else:
-                res = _im2col_cl(lhs, rhs, pad, geo, calc)
+                res = self._im2col_cl(lhs, rhs, pad, geo, calc)
         else:
-            res = _kernel_loop(lhs, rhs, pad, geo, calc)
+            res = self._kernel_loop(lhs, rhs, pad, geo, calc)
         # res: canonical (Nb, B*G*Og, out...), feature o = (b * G + g) * Og + og
         # (spec: the groups' results concatenated).
-        res = np.transpose(res, out_perm)
-        if res.dtype != work and work.kind in "iub":
-            res = res.astype(work)
+        res = np.transpose(res, self.out_perm)
+        if res.dtype != self.work and self.work.kind in "iub":
+            res = res.astype(self.work)
         # (float64 results of short dots round once, to the result type)
-        return np.ascontiguousarray(_finish(res, np.dtype(result_dtype)))
+        return np.ascontiguousarray(_finish(res, np.dtype(self.result_dtype)))
 
-    def padded_lhs(lhs, pad, order, calc):
+    def padded_lhs(self, lhs, pad, order, calc):
         """The lhs as ``order`` (canonical axes), padded and dilated, in ``calc``."""
         # Operands are converted to the result type first (the spec's
         # mixed-type reading), then to the calculation type (exact).
-        x = np.transpose(lhs, order).astype(work, copy=False).astype(calc, copy=False)
-        if not pad.any() and all(d == 1 for d in lhs_dil):
+        x = np.transpose(lhs, order).astype(self.work, copy=False).astype(calc, copy=False)
+        if not pad.any() and all(d == 1 for d in self.lhs_dil):
             return x
-        return pad_spatial(x, pad[:, 0], pad[:, 1], [d - 1 for d in lhs_dil],
-                           [order.index(d) for d in isp])
+        return pad_spatial(x, pad[:, 0], pad[:, 1], [d - 1 for d in self.lhs_dil],
+                           [order.index(d) for d in self.isp])
 
-    def _im2col_cl(lhs, rhs, pad, geo, calc):
+    def _im2col_cl(self, lhs, rhs, pad, geo, calc):
         """Channels-last im2col: rows (Nb, out...), columns (K..., Cg)."""
         N, C, P, K, out_sp, Nb, Cg, Og, nout, ksize = geo
-        x = padded_lhs(lhs, pad, (ib,) + isp + (if_,), calc)  # (N, P..., C)
-        Lc = np.moveaxis(x.reshape((B, Nb) + tuple(P) + (G, Cg)), 2 + ns, 1)
+        x = self.padded_lhs(lhs, pad, (self.ib,) + self.isp + (self.if_,), calc)  # (N, P..., C)
+        Lc = np.moveaxis(x.reshape((self.B, Nb) + tuple(P) + (self.G, Cg)), 2 + self.ns, 1)
         # Lc: (B, G, Nb, P..., Cg)
         win = np.lib.stride_tricks.sliding_window_view(
-            Lc, [(k - 1) * d + 1 for k, d in zip(K, rhs_dil)], axis=tuple(range(3, 3 + ns)))
-        sel = (slice(None),) * 3 + tuple(slice(None, None, s) for s in strides) \
-            + (slice(None),) + tuple(slice(None, None, d) for d in rhs_dil)
+            Lc, [(k - 1) * d + 1 for k, d in zip(K, self.rhs_dil)], axis=tuple(range(3, 3 + self.ns)))
+        sel = (slice(None),) * 3 + tuple(slice(None, None, s) for s in self.strides) \
+            + (slice(None),) + tuple(slice(None, None, d) for d in self.rhs_dil)
         win = win[sel]  # (B, G, Nb, out..., Cg, K...)
-        order = tuple(range(3 + ns)) + tuple(range(4 + ns, 4 + 2 * ns)) + (3 + ns,)
-        cols = np.ascontiguousarray(win.transpose(order)).reshape(B, G, Nb * nout, ksize * Cg)
+        order = tuple(range(3 + self.ns)) + tuple(range(4 + self.ns, 4 + 2 * self.ns)) + (3 + self.ns,)
+        cols = np.ascontiguousarray(win.transpose(order)).reshape(self.B, self.G, Nb * nout, ksize * Cg)
         # kernel (B, G, Og, Cg, K...) -> (B, G, K..., Cg, Og)
-        R = rhs.reshape((B, G, Og, Cg) + tuple(K))
-        korder = (0, 1) + tuple(range(4, 4 + ns)) + (3, 2)
-        Rm = np.ascontiguousarray(R.transpose(korder), dtype=calc).reshape(B, G, ksize * Cg, Og)
-        acc = _matmul(cols, Rm).reshape((B, G, Nb) + tuple(out_sp) + (Og,))
+        R = rhs.reshape((self.B, self.G, Og, Cg) + tuple(K))
+        korder = (0, 1) + tuple(range(4, 4 + self.ns)) + (3, 2)
+        Rm = np.ascontiguousarray(R.transpose(korder), dtype=calc).reshape(self.B, self.G, ksize * Cg, Og)
+        acc = _matmul(cols, Rm).reshape((self.B, self.G, Nb) + tuple(out_sp) + (Og,))
         # -> (Nb, B, G, Og, out...)
-        acc = np.moveaxis(acc, 3 + ns, 3)
-        acc = acc.transpose((2, 0, 1) + tuple(range(3, 4 + ns)))
-        return acc.reshape((Nb, B * G * Og) + tuple(out_sp))
+        acc = np.moveaxis(acc, 3 + self.ns, 3)
+        acc = acc.transpose((2, 0, 1) + tuple(range(3, 4 + self.ns)))
+        return acc.reshape((Nb, self.B * self.G * Og) + tuple(out_sp))
 
-    def _im2col_cf(lhs, rhs, pad, geo, calc):
+    def _im2col_cf(self, lhs, rhs, pad, geo, calc):
         """Channels-first im2col: columns (Cg, K...) per window. When the
         output rows are at least as long as the kernel rows, per image (Cg*K) x
         (out...), so that the kernel (Og, Cg*K) times it gives (Og, out...)
@@ -271,84 +287,82 @@ def make_convolution(attrs, result_dtype, wide=False):
         a few outputs) rows (out..., Nb) times the kernel transposed, so that
         the copy moves whole kernel rows."""
         N, C, P, K, out_sp, Nb, Cg, Og, nout, ksize = geo
-        x = padded_lhs(lhs, pad, (ib, if_) + isp, calc)  # (N, C, P...)
-        L = x.reshape((B, Nb, G, Cg) + tuple(P))
+        x = self.padded_lhs(lhs, pad, (self.ib, self.if_) + self.isp, calc)  # (N, C, P...)
+        L = x.reshape((self.B, Nb, self.G, Cg) + tuple(P))
         win = np.lib.stride_tricks.sliding_window_view(
-            L, [(k - 1) * d + 1 for k, d in zip(K, rhs_dil)], axis=tuple(range(4, 4 + ns)))
-        sel = (slice(None),) * 4 + tuple(slice(None, None, s) for s in strides) \
-            + tuple(slice(None, None, d) for d in rhs_dil)
+            L, [(k - 1) * d + 1 for k, d in zip(K, self.rhs_dil)], axis=tuple(range(4, 4 + self.ns)))
+        sel = (slice(None),) * 4 + tuple(slice(None, None, s) for s in self.strides) \
+            + tuple(slice(None, None, d) for d in self.rhs_dil)
         win = win[sel]  # (B, Nb, G, Cg, out..., K...)
-        out_axes = tuple(range(4, 4 + ns))
-        k_axes = tuple(range(4 + ns, 4 + 2 * ns))
+        out_axes = tuple(range(4, 4 + self.ns))
+        k_axes = tuple(range(4 + self.ns, 4 + 2 * self.ns))
         # The copy's inner loop runs along the last output or kernel axis:
         # the longer one.
         if out_sp[-1] >= K[-1]:
             # (B, G, Nb, K..., Cg, out...): the contraction runs over (K..., Cg)
             # as in the channels-last form (and XLA's kernels): the same sums.
             cols = np.ascontiguousarray(win.transpose((0, 2, 1) + k_axes + (3,) + out_axes))
-            cols = cols.reshape(B, G, Nb, ksize * Cg, nout)
-            R = rhs.reshape((B, G, Og, Cg, ksize)).swapaxes(-1, -2)
-            R = np.ascontiguousarray(R, dtype=calc).reshape(B, G, 1, Og, ksize * Cg)
+            cols = cols.reshape(self.B, self.G, Nb, ksize * Cg, nout)
+            R = rhs.reshape((self.B, self.G, Og, Cg, ksize)).swapaxes(-1, -2)
+            R = np.ascontiguousarray(R, dtype=calc).reshape(self.B, self.G, 1, Og, ksize * Cg)
             acc = _matmul(R, cols)  # (B, G, Nb, Og, nout)
             acc = acc.transpose(2, 0, 1, 3, 4)
         else:
-            R = np.ascontiguousarray(rhs, dtype=calc).reshape(B, G, Og, Cg * ksize)
+            R = np.ascontiguousarray(rhs, dtype=calc).reshape(self.B, self.G, Og, Cg * ksize)
             # (B, G, out..., Nb, Cg, K...)
             cols = np.ascontiguousarray(win.transpose((0, 2) + out_axes + (1, 3) + k_axes))
-            cols = cols.reshape(B, G, nout * Nb, Cg * ksize)
+            cols = cols.reshape(self.B, self.G, nout * Nb, Cg * ksize)
             acc = _matmul(cols, R.swapaxes(-1, -2))  # (B, G, nout * Nb, Og)
-            acc = acc.reshape(B, G, nout, Nb, Og).transpose(3, 0, 1, 4, 2)
-        return acc.reshape((Nb, B * G * Og) + tuple(out_sp))
+            acc = acc.reshape(self.B, self.G, nout, Nb, Og).transpose(3, 0, 1, 4, 2)
+        return acc.reshape((Nb, self.B * self.G * Og) + tuple(out_sp))
 
-    def _per_position(lhs, rhs, pad, geo, calc, cf):
+    def _per_position(self, lhs, rhs, pad, geo, calc, cf):
         """sum over kernel positions k of (lhs x kernel[k]) shifted by k: one
         matmul over the padded lhs contracting Cg, K partials summed in
         float64 (complex128)."""
         N, C, P, K, out_sp, Nb, Cg, Og, nout, ksize = geo
         acc_t = _wide(calc)
-        R = rhs.reshape((B, G, Og, Cg, ksize))
+        R = rhs.reshape((self.B, self.G, Og, Cg, ksize))
         if cf:
-            x = padded_lhs(lhs, pad, (ib, if_) + isp, calc)  # (N, C, P...)
-            L = x.reshape((B, Nb, G, Cg, int(np.prod(P)))).swapaxes(1, 2)  # (B, G, Nb, Cg, P)
+            x = self.padded_lhs(lhs, pad, (self.ib, self.if_) + self.isp, calc)  # (N, C, P...)
+            L = x.reshape((self.B, Nb, self.G, Cg, int(np.prod(P)))).swapaxes(1, 2)  # (B, G, Nb, Cg, P)
             # (B, G, 1, K*Og, Cg) @ (B, G, Nb, Cg, P) -> (B, G, Nb, K, Og, P...)
             W = np.ascontiguousarray(R.transpose(0, 1, 4, 2, 3), dtype=calc).reshape(
-                B, G, 1, ksize * Og, Cg)
-            Z = _matmul(W, L).reshape((B, G, Nb, ksize, Og) + tuple(P))
+                self.B, self.G, 1, ksize * Og, Cg)
+            Z = _matmul(W, L).reshape((self.B, self.G, Nb, ksize, Og) + tuple(P))
             parts = [Z[(slice(None),) * 3 + (j, slice(None))
-                       + _window_slices(kpos, rhs_dil, out_sp, strides)]
+                       + _window_slices(kpos, self.rhs_dil, out_sp, self.strides)]
                      for j, kpos in enumerate(np.ndindex(*K))]
             acc = _sum(parts, acc_t)  # (B, G, Nb, Og, out...)
-            acc = acc.transpose((2, 0, 1) + tuple(range(3, 4 + ns)))
+            acc = acc.transpose((2, 0, 1) + tuple(range(3, 4 + self.ns)))
         else:
-            x = padded_lhs(lhs, pad, (ib,) + isp + (if_,), calc)  # (N, P..., C)
-            L = np.moveaxis(x.reshape((B, Nb) + tuple(P) + (G, Cg)), 2 + ns, 1)
-            L = L.reshape(B, G, Nb * int(np.prod(P)), Cg)
+            x = self.padded_lhs(lhs, pad, (self.ib,) + self.isp + (self.if_,), calc)  # (N, P..., C)
+            L = np.moveaxis(x.reshape((self.B, Nb) + tuple(P) + (self.G, Cg)), 2 + self.ns, 1)
+            L = L.reshape(self.B, self.G, Nb * int(np.prod(P)), Cg)
             W = np.ascontiguousarray(R.transpose(0, 1, 3, 4, 2), dtype=calc).reshape(
-                B, G, Cg, ksize * Og)
-            Z = _matmul(L, W).reshape((B, G, Nb) + tuple(P) + (ksize, Og))
-            parts = [Z[(slice(None),) * 3 + _window_slices(kpos, rhs_dil, out_sp, strides)
+                self.B, self.G, Cg, ksize * Og)
+            Z = _matmul(L, W).reshape((self.B, self.G, Nb) + tuple(P) + (ksize, Og))
+            parts = [Z[(slice(None),) * 3 + _window_slices(kpos, self.rhs_dil, out_sp, self.strides)
                        + (j, slice(None))]
                      for j, kpos in enumerate(np.ndindex(*K))]
             acc = _sum(parts, acc_t)  # (B, G, Nb, out..., Og)
-            acc = np.moveaxis(acc, 3 + ns, 3).transpose((2, 0, 1) + tuple(range(3, 4 + ns)))
-        return acc.reshape((Nb, B * G * Og) + tuple(out_sp))
+            acc = np.moveaxis(acc, 3 + self.ns, 3).transpose((2, 0, 1) + tuple(range(3, 4 + self.ns)))
+        return acc.reshape((Nb, self.B * self.G * Og) + tuple(out_sp))
 
-    def _kernel_loop(lhs, rhs, pad, geo, calc):
+    def _kernel_loop(self, lhs, rhs, pad, geo, calc):
         """One matmul per kernel position (im2col too large)."""
         N, C, P, K, out_sp, Nb, Cg, Og, nout, ksize = geo
-        x = padded_lhs(lhs, pad, (ib, if_) + isp, calc)  # (N, C, P...)
-        L = x.reshape((B, Nb, G, Cg) + tuple(P)).swapaxes(1, 2)  # (B, G, Nb, Cg, P...)
-        R = rhs.reshape((B, G, Og, Cg) + tuple(K)).astype(calc, copy=False)
-        acc = np.zeros((B, G, Nb * nout, Og), dtype=calc)
+        x = self.padded_lhs(lhs, pad, (self.ib, self.if_) + self.isp, calc)  # (N, C, P...)
+        L = x.reshape((self.B, Nb, self.G, Cg) + tuple(P)).swapaxes(1, 2)  # (B, G, Nb, Cg, P...)
+        R = rhs.reshape((self.B, self.G, Og, Cg) + tuple(K)).astype(calc, copy=False)
+        acc = np.zeros((self.B, self.G, Nb * nout, Og), dtype=calc)
         for kpos in np.ndindex(*K):
-            part = L[(slice(None),) * 4 + _window_slices(kpos, rhs_dil, out_sp, strides)]
-            part = np.moveaxis(part, 3, -1).reshape(B, G, Nb * nout, Cg)
+            part = L[(slice(None),) * 4 + _window_slices(kpos, self.rhs_dil, out_sp, self.strides)]
+            part = np.moveaxis(part, 3, -1).reshape(self.B, self.G, Nb * nout, Cg)
             acc += _matmul(part, np.ascontiguousarray(R[(Ellipsis,) + kpos].swapaxes(-1, -2)))
-        acc = acc.reshape((B, G, Nb) + tuple(out_sp) + (Og,))
-        acc = np.moveaxis(acc, 3 + ns, 3).transpose((2, 0, 1) + tuple(range(3, 4 + ns)))
-        return acc.reshape((Nb, B * G * Og) + tuple(out_sp))
-
-    return conv
+        acc = acc.reshape((self.B, self.G, Nb) + tuple(out_sp) + (Og,))
+        acc = np.moveaxis(acc, 3 + self.ns, 3).transpose((2, 0, 1) + tuple(range(3, 4 + self.ns)))
+        return acc.reshape((Nb, self.B * self.G * Og) + tuple(out_sp))
 
 
 def _polyphase(conv, lhs_dil, reversal, dn, batch_groups, result_dtype):

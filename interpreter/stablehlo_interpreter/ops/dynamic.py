@@ -12,7 +12,7 @@ from ..registry import kernel
 from .shape import check_result_dims, do_broadcast_in_dim, do_pad, int_list, make_iota
 
 
-@kernel("stablehlo.dynamic_broadcast_in_dim")
+@kernel("stablehlo.dynamic_broadcast_in_dim", traits=("quant_same_params",))
 def dynamic_broadcast_in_dim(op):
     """spec: dynamic_broadcast_in_dim. Like broadcast_in_dim with the result
     shape given by `output_dimensions`; the known_(non)expanding hints are
@@ -27,7 +27,7 @@ def dynamic_broadcast_in_dim(op):
     return run
 
 
-@kernel("stablehlo.dynamic_reshape")
+@kernel("stablehlo.dynamic_reshape", traits=("quant_same_params",))
 def dynamic_reshape(op):
     """spec: dynamic_reshape. Reshape to the shape held by `output_shape`."""
     rtype = op.result_types[0]
@@ -54,7 +54,7 @@ def dynamic_iota(op):
     return run
 
 
-@kernel("stablehlo.dynamic_pad")
+@kernel("stablehlo.dynamic_pad", traits=("quant_same_params",))
 def dynamic_pad(op):
     """spec: dynamic_pad. pad with paddings held by 1-d tensor operands."""
     rtype = op.result_types[0]
@@ -68,7 +68,7 @@ def dynamic_pad(op):
     return run
 
 
-@kernel("stablehlo.real_dynamic_slice")
+@kernel("stablehlo.real_dynamic_slice", traits=("quant_same_params",))
 def real_dynamic_slice(op):
     """stablehlo.real_dynamic_slice: slice with start/limit/strides held by
     1-d tensor operands (no clamping: out-of-bounds bounds are an error)."""

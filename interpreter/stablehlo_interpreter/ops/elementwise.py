@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import dtypes
 from ..regions import batched, broadcast_results, is_batchable
-from ..registry import Unsupported, kernel
+from ..registry import Unsupported, annotate, kernel
 
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)
@@ -285,14 +285,16 @@ def _binary_arith(op, *, float_carrier=arith_carrier, **fns):
     return _by_kind(op, _int_binary, float_carrier=float_carrier, **fns)
 
 
-@kernel("stablehlo.add")
+@kernel("stablehlo.add", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "reducer",
+                                 "chlo_broadcast", "commutative"))
 def add(op):
     """spec: add. Booleans: logical OR; integers wrap; floats/complex: IEEE addition."""
     return _binary_arith(op, bool_fn=np.logical_or, int_fn=lambda i: np.add,
                          float_fn=np.add, complex_fn=np.add)
 
 
-@kernel("stablehlo.subtract")
+@kernel("stablehlo.subtract", traits=("elementwise", "fusible", "exact", "cheap", "foldable",
+                                      "chlo_broadcast"))
 def subtract(op):
     """spec: subtract. Integers wrap; floats/complex: IEEE subtraction."""
     return _binary_arith(op, int_fn=lambda i: np.subtract, float_fn=np.subtract,
@@ -311,7 +313,8 @@ def _complex_multiply(a, b):
     return out
 
 
-@kernel("stablehlo.multiply")
+@kernel("stablehlo.multiply", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "reducer",
+                                      "chlo_broadcast", "commutative"))
 def multiply(op):
     """spec: multiply. Booleans: logical AND; integers wrap; floats/complex: IEEE."""
     return _binary_arith(op, bool_fn=np.logical_and, int_fn=lambda i: np.multiply,
@@ -429,14 +432,14 @@ def _complex_divide(a, b):
     return out
 
 
-@kernel("stablehlo.divide")
+@kernel("stablehlo.divide", traits=("elementwise", "fusible", "exact", "foldable", "chlo_broadcast"))
 def divide(op):
     """spec: divide. Integers truncate toward zero; complex division in complex128."""
     return _binary_arith(op, int_fn=_int_divide, float_fn=np.divide,
                          complex_fn=_complex_divide, complex_wide=True)
 
 
-@kernel("stablehlo.remainder")
+@kernel("stablehlo.remainder", traits=("elementwise", "fusible", "exact", "foldable", "chlo_broadcast"))
 def remainder(op):
     """spec: remainder. Sign of the dividend (C fmod), exact for floats.
 
@@ -486,7 +489,7 @@ def _float_power(x, y):
     return np.power(x, y)
 
 
-@kernel("stablehlo.power")
+@kernel("stablehlo.power", traits=("elementwise", "fusible", "foldable", "chlo_broadcast"))
 def power(op):
     """spec: power. Floats: C pow in float64, rounded once; complex: complex128 pow."""
     return _binary_arith(op, int_fn=_int_power, float_fn=_float_power,
@@ -539,7 +542,8 @@ def _complex_min(a, b):
     return np.where(take_a, a, b)
 
 
-@kernel("stablehlo.maximum")
+@kernel("stablehlo.maximum", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "reducer",
+                                     "quant_same_params", "chlo_broadcast", "commutative"))
 def maximum(op):
     """spec: maximum. Bool: OR; floats: IEEE maximum (NaN wins, +0 > -0); complex: lexicographic."""
     return _binary_arith(op, bool_fn=np.logical_or, int_fn=lambda i: np.maximum,
@@ -547,7 +551,8 @@ def maximum(op):
                          float_carrier=exact_carrier)
 
 
-@kernel("stablehlo.minimum")
+@kernel("stablehlo.minimum", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "reducer",
+                                     "quant_same_params", "chlo_broadcast", "commutative"))
 def minimum(op):
     """spec: minimum. Bool: AND; floats: IEEE minimum (NaN wins, -0 < +0); complex: lexicographic."""
     return _binary_arith(op, bool_fn=np.logical_and, int_fn=lambda i: np.minimum,
@@ -559,14 +564,14 @@ def _unary_simple(op, **fns):
     return _by_kind(op, _int_unary, **fns)
 
 
-@kernel("stablehlo.negate")
+@kernel("stablehlo.negate", traits=("elementwise", "fusible", "exact", "cheap", "foldable"))
 def negate(op):
     """spec: negate. Integers wrap (-INT_MIN = INT_MIN; unsigned: 2**n - x)."""
     return _unary_simple(op, int_fn=lambda i: np.negative, float_fn=np.negative,
                          complex_fn=np.negative)
 
 
-@kernel("stablehlo.abs")
+@kernel("stablehlo.abs", traits=("elementwise", "fusible", "exact", "cheap", "foldable"))
 def abs_(op):
     """spec: abs. Integers: |INT_MIN| = INT_MIN; complex: modulus (a real result)."""
     return _unary_simple(op, int_fn=lambda i: np.abs if i.signed else (lambda x: x),
@@ -593,7 +598,7 @@ def _complex_sign(x):
     return np.where(nan, complex(np.nan, np.nan), out).astype(x.dtype)
 
 
-@kernel("stablehlo.sign")
+@kernel("stablehlo.sign", traits=("elementwise", "fusible", "exact", "cheap", "foldable"))
 def sign(op):
     """spec: sign. -1/0/1; floats keep NaN and the sign of zero; complex x/|x|."""
     return _unary_simple(op, int_fn=lambda i: np.sign, float_fn=_float_sign,
@@ -623,25 +628,28 @@ def _bitwise(op, np_fn):
     return as_result(bool_bitwise, dt)
 
 
-@kernel("stablehlo.and")
+@kernel("stablehlo.and", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "reducer",
+                                 "chlo_broadcast", "commutative"))
 def and_(op):
     """spec: and. Bitwise AND (logical for booleans)."""
     return _bitwise(op, np.bitwise_and)
 
 
-@kernel("stablehlo.or")
+@kernel("stablehlo.or", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "reducer",
+                                "chlo_broadcast", "commutative"))
 def or_(op):
     """spec: or. Bitwise OR (logical for booleans)."""
     return _bitwise(op, np.bitwise_or)
 
 
-@kernel("stablehlo.xor")
+@kernel("stablehlo.xor", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "reducer",
+                                 "chlo_broadcast", "commutative"))
 def xor(op):
     """spec: xor. Bitwise XOR (logical for booleans)."""
     return _bitwise(op, np.bitwise_xor)
 
 
-@kernel("stablehlo.not")
+@kernel("stablehlo.not", traits=("elementwise", "fusible", "exact", "cheap", "foldable"))
 def not_(op):
     """spec: not. Bitwise NOT (logical for booleans)."""
     dt = operand_dtype(op)
@@ -761,23 +769,25 @@ def _with_invariant_amount(kernel, info, ufunc, arithmetic=False):
         def bind(b):
             n = int(b) & mask
             return scalar(n) if n < bits else None
-    kernel.invariant_ufunc = (ufunc, bind)
-    return kernel
+    return annotate(kernel, invariant_ufunc=(ufunc, bind))
 
 
-@kernel("stablehlo.shift_left")
+@kernel("stablehlo.shift_left", traits=("elementwise", "fusible", "exact", "cheap", "foldable",
+                                        "chlo_broadcast"))
 def shift_left(op):
     """spec: shift_left. Amounts are unsigned; >= bit width gives 0 (APInt shl)."""
     return _shift_builder(op, "left")
 
 
-@kernel("stablehlo.shift_right_logical")
+@kernel("stablehlo.shift_right_logical", traits=("elementwise", "fusible", "exact", "cheap", "foldable",
+                                                 "chlo_broadcast"))
 def shift_right_logical(op):
     """spec: shift_right_logical. Amounts are unsigned; >= bit width gives 0."""
     return _shift_builder(op, "logical")
 
 
-@kernel("stablehlo.shift_right_arithmetic")
+@kernel("stablehlo.shift_right_arithmetic", traits=("elementwise", "fusible", "exact", "cheap", "foldable",
+                                                    "chlo_broadcast"))
 def shift_right_arithmetic(op):
     """spec: shift_right_arithmetic. Amounts >= bit width fill with the sign bit."""
     return _shift_builder(op, "arithmetic")
@@ -794,7 +804,7 @@ def _bit_length(u):
     return n + (u != 0)
 
 
-@kernel("stablehlo.count_leading_zeros")
+@kernel("stablehlo.count_leading_zeros", traits=("elementwise", "fusible", "foldable"))
 def count_leading_zeros(op):
     """spec: count_leading_zeros. Zero bits above the highest set bit (n for 0)."""
     dt = operand_dtype(op)
@@ -807,7 +817,7 @@ def count_leading_zeros(op):
     return as_result(count_leading_zeros, dt)
 
 
-@kernel("stablehlo.popcnt")
+@kernel("stablehlo.popcnt", traits=("elementwise", "fusible", "foldable"))
 def popcnt(op):
     """spec: popcnt. Number of set bits of the two's complement pattern."""
     dt = operand_dtype(op)
@@ -866,7 +876,8 @@ def _total_order_signed(x, signed):
     return m
 
 
-@kernel("stablehlo.compare")
+@kernel("stablehlo.compare", traits=("elementwise", "fusible", "exact", "cheap", "foldable",
+                                     "chlo_broadcast"))
 def compare(op):
     """spec: compare. FLOAT uses IEEE quiet comparisons; TOTALORDER orders
     -NaN < -inf < ... < -0 < +0 < ... < inf < NaN (bitwise, like XLA);
@@ -911,7 +922,8 @@ def compare(op):
     return as_result(fn, BOOL)  # bool: false < true
 
 
-@kernel("stablehlo.select")
+@kernel("stablehlo.select", traits=("elementwise", "fusible", "exact", "cheap", "foldable",
+                                    "quant_same_params", "chlo_broadcast"))
 def select(op):
     """spec: select. ``pred`` is 0-d (chooses a whole operand) or elementwise."""
     rt = result_dtype(op)
@@ -994,7 +1006,7 @@ def _flat_or_one(x, shape):
     return None
 
 
-@kernel("stablehlo.clamp")
+@kernel("stablehlo.clamp", traits=("elementwise", "fusible", "exact", "cheap", "foldable"))
 def clamp(op):
     """spec: clamp. ``min(max(operand, min), max)`` with the maximum/minimum
     semantics of the element type (NaN propagates); min/max may be 0-d."""
@@ -1027,7 +1039,7 @@ def clamp(op):
 # Complex parts
 
 
-@kernel("stablehlo.complex")
+@kernel("stablehlo.complex", traits=("elementwise", "fusible", "foldable", "chlo_broadcast"))
 def complex_(op):
     """spec: complex. ``lhs + i * rhs`` built part by part (no inf * i NaNs)."""
     rt = result_dtype(op)
@@ -1040,7 +1052,7 @@ def complex_(op):
     return as_result(complex_, rt)
 
 
-@kernel("stablehlo.real")
+@kernel("stablehlo.real", traits=("elementwise", "fusible", "cheap", "foldable"))
 def real(op):
     """spec: real. Real part; identity on floats."""
     rt = result_dtype(op)
@@ -1049,7 +1061,7 @@ def real(op):
     return as_result(lambda x: x, rt)
 
 
-@kernel("stablehlo.imag")
+@kernel("stablehlo.imag", traits=("elementwise", "fusible", "cheap", "foldable"))
 def imag(op):
     """spec: imag. Imaginary part; zeros for floats."""
     rt = result_dtype(op)
@@ -1058,7 +1070,7 @@ def imag(op):
     return as_result(lambda x: np.zeros(x.shape, rt), rt)
 
 
-@kernel("stablehlo.is_finite")
+@kernel("stablehlo.is_finite", traits=("elementwise", "fusible", "exact", "cheap", "foldable"))
 def is_finite(op):
     """spec: is_finite. False for +-inf and NaN."""
     dt = operand_dtype(op)

@@ -148,7 +148,7 @@ def build_convert(src, dst):
     raise Unsupported(f"convert from {src} to {dst}")
 
 
-@kernel("stablehlo.convert")
+@kernel("stablehlo.convert", traits=("elementwise", "fusible", "exact", "cheap", "foldable"))
 def convert(op):
     """spec: convert. See the module docstring for the rules of each pair."""
     src, dst = operand_dtype(op), result_dtype(op)
@@ -193,7 +193,8 @@ def _from_bits(p, dt):
     return p.astype(_UINT[dt.itemsize * 8]).view(dt)
 
 
-@kernel("stablehlo.bitcast_convert")
+@kernel("stablehlo.bitcast_convert", traits=("elementwise", "fusible", "exact", "cheap", "foldable",
+                                             "quant_aware"))
 def bitcast_convert(op):
     """spec: bitcast_convert. Reinterprets the bits, little-endian: a wider
     element is made of the narrower ones along the last dimension, lowest
@@ -237,7 +238,7 @@ def bitcast_convert(op):
 # reduce_precision
 
 
-@kernel("stablehlo.reduce_precision")
+@kernel("stablehlo.reduce_precision", traits=("elementwise", "fusible", "foldable"))
 def reduce_precision(op):
     """spec: reduce_precision. The bit-level algorithm of XLA / the reference
     (Element.cpp reducePrecision): round the mantissa to ``mantissa_bits``

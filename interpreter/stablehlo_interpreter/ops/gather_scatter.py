@@ -261,7 +261,7 @@ def _gather_runner(dn, static_slice_sizes=None):
     return run
 
 
-@kernel("stablehlo.gather")
+@kernel("stablehlo.gather", traits=("foldable", "quant_same_params"))
 def gather(op):
     """spec: gather. Slices of `operand` at (clamped) `start_indices`.
 
@@ -521,7 +521,7 @@ def _ufunc_at_works(uf, dtype):
     return _AT_OK[key]
 
 
-@kernel("stablehlo.scatter", special=True)
+@kernel("stablehlo.scatter", special=True, traits=("keeps_tiling",))
 def scatter(op):
     """spec: scatter. Applies `update_computation` at every in-bounds index.
 

@@ -10,14 +10,18 @@ This module also holds the reference interpreter's text format for tensors
 ``interpreter.print`` and the conformance runner's FileCheck emulation use.
 """
 
+from __future__ import annotations
+
 import csv
 import os
 import re
 import sys
 import threading
+from typing import Any
 
 import numpy as np
 
+from .. import config as _config
 from .. import dtypes
 from ..registry import Unsupported, kernel
 from .properties import op_properties
@@ -42,7 +46,7 @@ def set_probe_dir(path):
 
 
 def probe_dir():
-    return _PROBE_DIR or os.environ.get("STABLEHLO_REF_PROBE_DIR") or None
+    return _PROBE_DIR or _config.PROBE_DIR.value() or None
 
 
 def _storable(value):
@@ -234,7 +238,7 @@ def _same(flat, first):
     return flat == first
 
 
-def format_value(value, ttype, dense=False):
+def format_value(value: Any, ttype: Any, dense: bool = False) -> str:
     """Any runtime value (tensor, tuple, token) in the reference format."""
     from ..types import TupleType
     if isinstance(ttype, TupleType):

@@ -63,7 +63,7 @@ def _pair_routes(op):
     return groups
 
 
-@kernel("stablehlo.send", special=True)
+@kernel("stablehlo.send", special=True, traits=("quant_aware",))
 def send(op):
     """spec: send. Puts `inputs` on channel `channel_id`; produces a token.
 
@@ -86,7 +86,7 @@ def send(op):
     return run
 
 
-@kernel("stablehlo.recv", special=True)
+@kernel("stablehlo.recv", special=True, traits=("quant_aware",))
 def recv(op):
     """spec: recv. Takes the oldest values sent on `channel_id`; results are the
     payload then a token. With source_target_pairs, a process that is no
@@ -106,7 +106,7 @@ def recv(op):
     return run
 
 
-@kernel("stablehlo.infeed", special=True)
+@kernel("stablehlo.infeed", special=True, traits=("quant_aware",))
 def infeed(op):
     """spec: infeed. Reads the next item of the infeed; results are the payload
     then a token."""
@@ -121,7 +121,7 @@ def infeed(op):
     return run
 
 
-@kernel("stablehlo.outfeed", special=True)
+@kernel("stablehlo.outfeed", special=True, traits=("quant_aware",))
 def outfeed(op):
     """spec: outfeed. Appends `inputs` to this process's outfeed; produces a token."""
     def run(ctx, regions, *operands):

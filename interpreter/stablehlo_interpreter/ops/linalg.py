@@ -17,7 +17,7 @@ def compute_dtype(dtype):
 
 def matrix_call_types(op, num_results=None, why=""):
     """(compute dtype, result dtypes) of a linear-algebra custom call
-    (custom_calls.py, linalg_custom_calls.py) whose first operand is a float
+    (linalg_custom_calls.py) whose first operand is a float
     or complex matrix: checks that, and the number of results when
     ``num_results`` is given (``why``: what decides it, for the error)."""
     t = op.operand_types[0]

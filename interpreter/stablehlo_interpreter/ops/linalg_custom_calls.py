@@ -26,8 +26,11 @@ custom call                        numpy / scipy routine (LAPACK driver)
                                    columns that ``jpvt`` fixes in front)
 =================================  ==========================================
 
-(``eigh`` reuses the TPU rule's ``@Eigh`` custom call, implemented in
-custom_calls.py with ``numpy.linalg.eigh``.)
+Also here: the custom calls of JAX's TPU rules that XLA itself expands, in
+case a plugin reuses them: ``Qr`` (geqrf: Householder QR in LAPACK's
+compact form) and ``ProductOfElementaryHouseholderReflectors``
+(orgqr/ungqr), which ``jnp.linalg.qr`` lowers to, ``LuDecomposition`` and
+``Eigh`` (``eigh`` reuses it, with ``numpy.linalg.eigh``).
 
 As everywhere in this interpreter, the arithmetic runs in float64 /
 complex128 and rounds once to the result type; batch dimensions are the
@@ -40,6 +43,7 @@ import numpy as np
 
 from .. import blas as _blas
 from .. import dtypes
+from ..blas import small_lapack
 from ..registry import Unsupported, custom_call
 from .linalg import matrix_call_types
 
@@ -564,4 +568,180 @@ def ormqr_call(op):
                 raise ValueError(f"@stablehlo_ref.ormqr: {name} info={info}")
             out[idx] = r
         return np.ascontiguousarray(out.astype(out_dtype))
+    return run
+
+
+# --------------------------------------------------------------------------
+# QR in LAPACK's compact form.
+
+
+def householder_qr(a):
+    """LAPACK geqrf (dgeqr2/zgeqr2 with dlarfg/zlarfg), batched over leading dims.
+
+    Returns (r_and_v, taus): R in the upper triangle, the Householder vectors
+    (implicit leading 1) below the diagonal; Q = H(0) ... H(k-1) with
+    H(i) = I - tau_i v_i v_i^H.
+    """
+    a = np.array(a, copy=True)
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    cplx = np.iscomplexobj(a)
+    taus = np.zeros(a.shape[:-2] + (k,), dtype=a.dtype)
+    for j in range(k):
+        alpha = a[..., j, j]
+        x = a[..., j + 1:, j]
+        xnorm = np.sqrt(np.sum(np.abs(x) ** 2, axis=-1))
+        alphr = alpha.real
+        alphi = alpha.imag if cplx else np.zeros_like(alphr)
+        trivial = (xnorm == 0) & (alphi == 0)
+        norm = np.sqrt(alphr ** 2 + alphi ** 2 + xnorm ** 2)
+        # beta = -sign(alpha_re) * ||(alpha, x)||, Fortran SIGN: +0 counts as positive.
+        beta = np.where(alphr >= 0, -norm, norm)
+        safe_beta = np.where(trivial, 1.0, beta)
+        if cplx:
+            tau = (beta - alphr) / safe_beta - 1j * alphi / safe_beta
+        else:
+            tau = (beta - alphr) / safe_beta
+        tau = np.where(trivial, 0, tau)
+        scale = 1.0 / np.where(trivial, 1.0, alpha - beta)
+        v_tail = x * scale[..., None]
+        v_tail = np.where(trivial[..., None], x, v_tail)
+        a[..., j + 1:, j] = v_tail
+        a[..., j, j] = np.where(trivial, alpha, beta)
+        taus[..., j] = tau
+        if j + 1 < n:
+            # Apply H(j)^H = I - conj(tau) v v^H to the trailing columns.
+            v = np.concatenate([np.ones(a.shape[:-2] + (1,), dtype=a.dtype), v_tail], axis=-1)
+            sub = a[..., j:, j + 1:]
+            w = np.einsum("...i,...ij->...j", np.conj(v), sub)
+            ctau = np.conj(tau) if cplx else tau
+            a[..., j:, j + 1:] = sub - ctau[..., None, None] * v[..., :, None] * w[..., None, :]
+    return a, taus
+
+
+def householder_product(a, taus):
+    """LAPACK orgqr/ungqr: the first n columns of H(0) ... H(k-1)."""
+    m, n = a.shape[-2:]
+    k = taus.shape[-1]
+    batch = a.shape[:-2]
+    q = np.broadcast_to(np.eye(m, n, dtype=a.dtype), batch + (m, n)).copy()
+    for i in range(k - 1, -1, -1):
+        v = np.concatenate([np.ones(batch + (1,), dtype=a.dtype), a[..., i + 1:, i]], axis=-1)
+        sub = q[..., i:, :]
+        w = np.einsum("...i,...ij->...j", np.conj(v), sub)
+        q[..., i:, :] = sub - taus[..., i, None, None] * v[..., :, None] * w[..., None, :]
+    return q
+
+
+@custom_call("Qr")
+def qr(op):
+    """@Qr (geqrf): (a) -> (R and Householder vectors, taus), LAPACK's layout."""
+    cdt, (out_a, out_tau) = matrix_call_types(op, 2)
+
+    def run(a):
+        ra, taus = householder_qr(a.astype(cdt))
+        return [ra.astype(out_a), taus.astype(out_tau)]
+    return run
+
+
+@custom_call("ProductOfElementaryHouseholderReflectors")
+def product_of_householder_reflectors(op):
+    """@ProductOfElementaryHouseholderReflectors (orgqr/ungqr): (a, taus) -> Q."""
+    cdt, (out,) = matrix_call_types(op, 1)
+
+    def run(a, taus):
+        return householder_product(a.astype(cdt), taus.astype(cdt)).astype(out)
+    return run
+
+
+# --------------------------------------------------------------------------
+# LU with partial pivoting (the TPU rule's custom call).
+
+
+def lu_partial_pivoting(a):
+    """LAPACK getf2-style LU: returns (lu, pivots, permutation), 0-based."""
+    a = np.array(a, copy=True)
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    batch = a.shape[:-2]
+    pivots = np.zeros(batch + (k,), dtype=np.int32)
+    perm = np.broadcast_to(np.arange(m, dtype=np.int32), batch + (m,)).copy()
+    flat = a.reshape((-1, m, n))
+    fperm = perm.reshape((-1, m))
+    fpiv = pivots.reshape((-1, k))
+    rows = np.arange(flat.shape[0])
+    for j in range(k):
+        col = flat[:, j:, j]
+        # LAPACK's i?amax: |re| + |im| for complex, first maximum wins.
+        mag = np.abs(col.real) + np.abs(col.imag) if np.iscomplexobj(col) else np.abs(col)
+        p = j + np.argmax(mag, axis=-1)
+        fpiv[:, j] = p
+        row_j = flat[rows, j, :].copy()
+        flat[rows, j, :] = flat[rows, p, :]
+        flat[rows, p, :] = row_j
+        pj = fperm[rows, j].copy()
+        fperm[rows, j] = fperm[rows, p]
+        fperm[rows, p] = pj
+        piv = flat[:, j, j]
+        nz = piv != 0
+        scale = np.where(nz, 1.0 / np.where(nz, piv, 1), 1)
+        flat[:, j + 1:, j] *= np.where(nz[:, None], scale[:, None], 1)
+        flat[:, j + 1:, j + 1:] -= flat[:, j + 1:, j, None] * flat[:, j, None, j + 1:]
+    return flat.reshape(a.shape), fpiv.reshape(pivots.shape), fperm.reshape(perm.shape)
+
+
+@custom_call("LuDecomposition")
+def lu_decomposition(op):
+    """@LuDecomposition: (a) -> (lu, pivots, permutation) with partial pivoting."""
+    cdt, (out_lu, out_piv, out_perm) = matrix_call_types(op, 3)
+
+    def run(a):
+        lu, piv, perm = lu_partial_pivoting(a.astype(cdt))
+        return [lu.astype(out_lu), piv.astype(out_piv), perm.astype(out_perm)]
+    return run
+
+
+# --------------------------------------------------------------------------
+# Symmetric / Hermitian eigendecomposition (the TPU rule's custom call).
+
+
+@custom_call("Eigh")
+def eigh(op):
+    """@Eigh: (a) -> (eigenvectors as columns, eigenvalues ascending).
+
+    backend_config is "lower,sort_eigenvalues,max_iter,tol"; the triangle
+    `lower` names is read. numpy's eigh returns sorted eigenvalues either way.
+    """
+    cdt, (out_v, out_w) = matrix_call_types(op, 2)
+    cfg = str(op.attrs.get("backend_config", "") or "")
+    parts = [p.strip() for p in cfg.split(",")]
+    lower = parts[0] != "0" if parts and parts[0] else True
+
+    def run(a):
+        a = a.astype(cdt)
+        if a.size == 0:
+            return [a.astype(out_v), np.zeros(a.shape[:-1], dtype=out_w)]
+        uplo = "L" if lower else "U"
+        # One BLAS thread for small matrices (linalg_custom_calls._threads_for).
+        n = a.shape[-1]
+        call = small_lapack if n ** 3 < _blas.SMALL_GEMM_MACS else (lambda f, *x, **k: f(*x, **k))
+        try:
+            w, v = call(np.linalg.eigh, a, UPLO=uplo)
+        except np.linalg.LinAlgError:
+            w, v = None, None
+        bad = ~np.all(np.isfinite(a), axis=(-2, -1))
+        if w is None or bad.any():
+            # Like JAX's CPU rule (syevd info != 0): NaN for the matrices that
+            # cannot be decomposed, the others as usual.
+            w = np.full(a.shape[:-1], np.nan)
+            v = np.full(a.shape, complex(np.nan, np.nan) if np.iscomplexobj(a) else np.nan,
+                        dtype=a.dtype)
+            for idx in np.ndindex(*a.shape[:-2]):
+                if bad[idx]:
+                    continue
+                try:
+                    w[idx], v[idx] = call(np.linalg.eigh, a[idx], UPLO=uplo)
+                except np.linalg.LinAlgError:
+                    pass
+        return [v.astype(out_v), w.astype(out_w)]
     return run

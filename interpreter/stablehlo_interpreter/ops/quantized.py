@@ -18,7 +18,7 @@ def _quantized(t, what, op):
     return q
 
 
-@kernel("stablehlo.uniform_quantize")
+@kernel("stablehlo.uniform_quantize", traits=("quant_aware",))
 def uniform_quantize(op):
     """spec: uniform_quantize.
 
@@ -40,7 +40,7 @@ def uniform_quantize(op):
     return uniform_quantize_requantize
 
 
-@kernel("stablehlo.uniform_dequantize")
+@kernel("stablehlo.uniform_dequantize", traits=("quant_aware",))
 def uniform_dequantize(op):
     """spec: uniform_dequantize. `result = dequantize(operand)`."""
     q_in = _quantized(op.operand_types[0], "the operand", op)

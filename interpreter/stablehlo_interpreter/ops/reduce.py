@@ -20,7 +20,7 @@ import numpy as np
 
 from ..attrs import decode_attribute
 from ..regions import arg_reducer_kind, batched, broadcast_results, is_batchable, reducer_kind
-from ..registry import Unsupported, kernel
+from ..registry import Unsupported, annotate, kernel
 from .reducers import reducer
 
 
@@ -100,8 +100,7 @@ def reduce(op):
     if fast is not None:
         def run_fast(ctx, regions, x, init):
             return fast.reduce(prepare([x])[0], dims, init)
-        run_fast.regions_unused = True   # compiler._special_step binds none
-        return run_fast
+        return annotate(run_fast, regions_unused=True)   # compiler._special_step binds none
 
     is_batched = is_batchable(body)
     strategy = tree_reduce if is_batched else loop_reduce

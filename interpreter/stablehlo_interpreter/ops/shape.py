@@ -10,7 +10,7 @@ values), which keeps broadcasts, transposes, slices and reverses copy-free.
 import numpy as np
 
 from .. import dtypes
-from ..registry import Unsupported, kernel
+from ..registry import Unsupported, annotate, kernel
 
 # --------------------------------------------------------------------------
 # Helpers shared with ops/dynamic.py
@@ -132,7 +132,7 @@ def check_result_dims(shape, rtype, what):
 # Kernels
 
 
-@kernel("stablehlo.iota")
+@kernel("stablehlo.iota", traits=("foldable", "moves_elements"))
 def iota(op):
     """spec: iota. Static result shape: computed once at compile time."""
     rtype = op.result_types[0]
@@ -142,7 +142,7 @@ def iota(op):
     return lambda: value
 
 
-@kernel("stablehlo.broadcast_in_dim")
+@kernel("stablehlo.broadcast_in_dim", traits=("foldable", "view", "quant_same_params"))
 def broadcast_in_dim(op):
     """spec: broadcast_in_dim. A read-only broadcast view of the operand."""
     bdims = tuple(op.attrs["broadcast_dimensions"])
@@ -183,7 +183,7 @@ def broadcast(op):
     return lambda x: np.broadcast_to(x, sizes + x.shape)
 
 
-@kernel("stablehlo.reshape")
+@kernel("stablehlo.reshape", traits=("foldable", "view", "quant_same_params"))
 def reshape(op):
     """spec: reshape. Row-major order is kept (numpy's C order)."""
     rshape = op.result_types[0].shape
@@ -197,14 +197,14 @@ def reshape(op):
     return run
 
 
-@kernel("stablehlo.transpose")
+@kernel("stablehlo.transpose", traits=("foldable", "view", "quant_same_params"))
 def transpose(op):
     """spec: transpose. ``result.shape[i] = operand.shape[permutation[i]]`` (a view)."""
     perm = tuple(op.attrs["permutation"])
     return lambda x: np.transpose(x, perm)
 
 
-@kernel("stablehlo.slice")
+@kernel("stablehlo.slice", traits=("foldable", "view", "quant_same_params", "moves_elements", "keeps_tiling"))
 def slice_(op):
     """spec: slice. Static start/limit/strides: a strided view."""
     index = tuple(slice(s, l, st) for s, l, st in zip(
@@ -218,7 +218,7 @@ def slice_(op):
     return run
 
 
-@kernel("stablehlo.dynamic_slice")
+@kernel("stablehlo.dynamic_slice", traits=("foldable", "quant_same_params", "moves_elements", "keeps_tiling"))
 def dynamic_slice(op):
     """spec: dynamic_slice. Start indices are clamped to ``[0, dim - size]``."""
     sizes = tuple(op.attrs["slice_sizes"])
@@ -233,7 +233,8 @@ def dynamic_slice(op):
     return run
 
 
-@kernel("stablehlo.dynamic_update_slice")
+@kernel("stablehlo.dynamic_update_slice", traits=("foldable", "quant_same_params", "moves_elements",
+                                                  "keeps_tiling"))
 def dynamic_update_slice(op):
     """spec: dynamic_update_slice. Start indices are clamped to
     ``[0, dim - update_dim]``; the operand itself is never modified."""
@@ -258,11 +259,10 @@ def dynamic_update_slice(op):
         # updating it is unobservable and saves a copy per loop iteration.
         x[window(x, update, starts)] = update
         return x
-    run.donate_first = run_in_place
-    return run
+    return annotate(run, donate_first=run_in_place)
 
 
-@kernel("stablehlo.concatenate")
+@kernel("stablehlo.concatenate", traits=("foldable", "quant_same_params", "moves_elements", "keeps_tiling"))
 def concatenate(op):
     """spec: concatenate along `dimension`."""
     dim = op.attrs["dimension"]
@@ -273,7 +273,7 @@ def concatenate(op):
     return run
 
 
-@kernel("stablehlo.pad")
+@kernel("stablehlo.pad", traits=("foldable", "quant_same_params", "moves_elements", "keeps_tiling"))
 def pad(op):
     """spec: pad (edge padding may be negative, interior padding >= 0)."""
     low = tuple(op.attrs["edge_padding_low"])
@@ -284,7 +284,7 @@ def pad(op):
     return lambda x, v: do_pad(x, v, low, high, interior)
 
 
-@kernel("stablehlo.reverse")
+@kernel("stablehlo.reverse", traits=("foldable", "view", "quant_same_params", "moves_elements"))
 def reverse(op):
     """spec: reverse along `dimensions` (a view)."""
     dims = tuple(op.attrs["dimensions"])
@@ -293,7 +293,7 @@ def reverse(op):
     return lambda x: np.flip(x, axis=dims)
 
 
-@kernel("stablehlo.get_dimension_size")
+@kernel("stablehlo.get_dimension_size", traits=("quant_aware",))
 def get_dimension_size(op):
     """spec: get_dimension_size. The runtime size of `dimension` as a 0-d i32."""
     dim = op.attrs["dimension"]

@@ -1,4 +1,6 @@
-"""Shardy (`sdy`) and XLA sharding annotations JAX leaves in its modules.
+"""Shardy (`sdy`) and XLA sharding annotations JAX leaves in its modules, and
+the layout and memory-placement annotation custom calls (``LayoutConstraint``,
+``MoveToHost``/``MoveToDevice``, the ``xla.sdy.*`` export markers).
 
 On a single process they carry no computation: the spec's semantics of the
 program is that of the annotated values. Sharded (SPMD) entry functions are
@@ -57,3 +59,39 @@ def sharding_custom_call(op):
         raise Unsupported(f"sharding custom_call with {len(op.operand_types)} operands "
                           f"and {op.num_results} results")
     return _identity(op)
+
+
+# --------------------------------------------------------------------------
+# Annotations: identity.
+
+
+def _identity_builder(op):
+    if len(op.operand_types) != op.num_results:
+        raise Unsupported(f"@{op.attrs.get('call_target_name')} with "
+                          f"{len(op.operand_types)} operands and {op.num_results} results")
+    for a, r in zip(op.operand_types, op.result_types):
+        if getattr(a, "shape", None) != getattr(r, "shape", None):
+            raise Unsupported(
+                f"@{op.attrs.get('call_target_name')} changes shape {a!r} -> {r!r}: "
+                "manual sharding across partitions needs XLA's SPMD partitioner")
+    if op.num_results == 0:
+        return lambda *xs: ()
+    if op.num_results == 1:
+        return lambda x: x
+    return lambda *xs: xs
+
+
+@custom_call("LayoutConstraint", "MoveToHost", "MoveToDevice",
+             "xla.sdy.FuncResultSharding", "xla.sdy.GlobalToLocalShape",
+             "xla.sdy.LocalToGlobalShape", "xla.sdy.ShardingGroup",
+             "xla.sdy.PropagationBarrier")
+def sharding_annotation(op):
+    """Layout / memory-placement / Shardy-export annotations: the identity on one device.
+
+    (`Sharding`, `SPMDFullToShardShape`, `SPMDShardToFullShape` and
+    `annotate_device_placement` are registered above.)
+
+    Shape-changing uses (full <-> shard shape of a multi-partition program)
+    need the SPMD partitioner and are reported as unsupported.
+    """
+    return _identity_builder(op)

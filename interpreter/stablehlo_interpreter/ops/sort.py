@@ -22,8 +22,8 @@ import functools
 import numpy as np
 
 from .. import dtypes
-from ..regions import ELEMENTWISE_OPS, batched, is_batchable
-from ..registry import kernel
+from ..regions import batched, is_batchable
+from ..registry import has_trait, kernel
 
 # --------------------------------------------------------------------------
 # Comparator analysis
@@ -50,7 +50,7 @@ class _Expr:
             e = ("arg", self.arg_no[slot])
         elif slot in self.producer:
             fn, ins, out, dead, op = self.producer[slot]
-            if op.name not in ELEMENTWISE_OPS or 0 in ins:
+            if not has_trait(op.name, "elementwise") or 0 in ins:
                 e = ("opaque", slot)
             else:
                 e = (op.name, _attr_sig(op)) + tuple(self.expr(i) for i in ins)
@@ -334,7 +334,7 @@ def _python_sort_perm(region, ops2d):
     return perm
 
 
-@kernel("stablehlo.sort", special=True)
+@kernel("stablehlo.sort", special=True, traits=("moves_elements", "keeps_tiling"))
 def sort(op):
     """spec: sort. Sorts slices along `dimension` (negative allowed) together.
 

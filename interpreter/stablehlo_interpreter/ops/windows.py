@@ -383,7 +383,7 @@ def _reduce_known(red, x, init, geo, res_dtype):
     return r.astype(res_dtype)
 
 
-@kernel("stablehlo.reduce_window", special=True)
+@kernel("stablehlo.reduce_window", special=True, traits=("keeps_tiling",))
 def reduce_window(op):
     """spec: reduce_window. Reduces every window of the padded inputs with `body`.
 

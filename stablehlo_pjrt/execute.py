@@ -1,0 +1,523 @@
+"""Execution: PJRT_LoadedExecutable, a compiled program bound to devices.
+
+Compilation and the serialized form live in executable.py; this module runs
+what it compiled. An Execute runs inline, in the caller's thread (the outputs
+are ready when it returns), or on the worker (dispatch.py: the outputs are
+pending until the run finishes); dispatch.run_inline decides. Both paths run
+through one routine, :meth:`LoadedExecutable._run_gathered`: it gathers the
+inputs (:func:`gather_inputs`), runs the plan, consumes the donated buffers
+and owns the results, so that donation behaves the same on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from time import perf_counter_ns
+
+import numpy as np
+
+from . import dispatch, donation, interrupt
+from ._capi import BufferType, ErrorCode
+from .buffer import Buffer, dtype_of, preview_value, short_type
+from .device import Device
+from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
+from .event import Completion
+from .executable import ExecutableMeta, encode_device_assignment
+from .handles import pointer_array, register
+
+_shi = None
+
+
+def _interpreter():
+    """The interpreter package, imported once (Execute is a hot path)."""
+    global _shi
+    if _shi is None:
+        import stablehlo_interpreter
+        _shi = stablehlo_interpreter
+    return _shi
+
+
+class ExecuteContext:
+    """PJRT_ExecuteContext: nothing is attached to one yet."""
+    __slots__ = ("handle",)
+
+    def __init__(self):
+        register(self)
+
+
+class Outputs(list):
+    """Execute's per-device output lists; ``interrupted`` asks the caller to
+    re-raise a KeyboardInterrupt once it has handed them over; ``completion``
+    is set when the outputs are pending (the program runs on the worker)."""
+
+    def __init__(self, items=(), interrupted=False, completion=None, queued=0):
+        super().__init__(items)
+        self.interrupted = interrupted
+        self.completion = completion
+        self.queued = queued
+
+
+def _timeout_text(meta, limit, error) -> str:
+    where = f" (stopped in {str(error).split(': ExecutionTimeout')[0]})" if error else ""
+    return (f"stablehlo_ref execution of {meta.name} exceeded the time limit of {limit:g} s "
+            f"set with stablehlo_pjrt.set_execute_timeout / STABLEHLO_REF_EXECUTE_TIMEOUT"
+            f"{where}")
+
+
+def _interrupted_text(meta) -> str:
+    return f"stablehlo_ref execution of {meta.name} was interrupted (KeyboardInterrupt)"
+
+
+_active_tracer = None
+
+
+def _op_tracer_active() -> bool:
+    """Whether an op tracer (stablehlo_interpreter.use_tracer, the oracle
+    tools) is active now: the program then runs inline, inside its scope."""
+    global _active_tracer
+    if _active_tracer is None:
+        _active_tracer = _interpreter().active_tracer
+    return _active_tracer() is not None
+
+
+class LoadedExecutable:
+    """PJRT_LoadedExecutable: a compiled program bound to devices."""
+
+    __slots__ = ("handle", "meta", "client", "devices", "logical_ids", "deleted",
+                 "run_ns", "devices_c", "logical_ids_c", "assignment_bytes",
+                 "_memories")
+
+    def __init__(self, client, meta: ExecutableMeta):
+        from ._capi import PJRT_LogicalDeviceIds
+        self.client = client
+        self.meta = meta
+        self.deleted = False
+        # A running average of the wall time of its runs: in auto mode,
+        # cheap programs run inline (dispatch.run_inline); the first run is
+        # inline. Averaged so that one slow run (a GC pause, the machine
+        # busy) does not send a cheap program to the worker.
+        self.run_ns = 0
+        replicas, partitions = meta.num_replicas, meta.num_partitions
+        assignment = meta.options.device_assignment
+        if assignment is None:
+            assignment = client.default_assignment(replicas, partitions)
+        if len(assignment) != replicas or any(len(row) != partitions for row in assignment):
+            raise invalid_argument(
+                f"device assignment {assignment} does not match {replicas} replica(s) x "
+                f"{partitions} partition(s)")
+        self.devices = []
+        self.logical_ids = []
+        for r, row in enumerate(assignment):
+            for p, device_id in enumerate(row):
+                self.devices.append(client.device_by_id(device_id))
+                self.logical_ids.append((r, p))
+        self.devices_c = pointer_array(d.handle for d in self.devices)
+        ids = (PJRT_LogicalDeviceIds * len(self.logical_ids))()
+        for i, (r, p) in enumerate(self.logical_ids):
+            ids[i].replica = r
+            ids[i].partition = p
+        self.logical_ids_c = ids
+        self.assignment_bytes = encode_device_assignment(assignment)
+        self._memories = {}
+        register(self)
+
+    def __str__(self):
+        return f"LoadedExecutable({self.meta.name}, {self.handle:#x})"
+
+    def execute(self, argument_lists: list[list[Buffer]], execute_device: Device | None = None,
+                non_donatable: Collection[int] = (), launch_id: int = 0) -> Outputs:
+        """Runs the program: inline (the outputs are ready when this returns)
+        or on the worker (dispatch.py: the outputs are pending, the run's
+        Completion is ``outputs.completion``). Bad arguments fail here in
+        both cases; a failing run fails here inline, through the outputs'
+        events on the worker."""
+        if self.deleted:
+            raise failed_precondition(f"{self} has been deleted")
+        meta = self.meta
+        if execute_device is not None:
+            devices = [execute_device]
+        else:
+            devices = self.devices
+        if len(argument_lists) != len(devices):
+            raise invalid_argument(
+                f"{self} runs on {len(devices)} device(s) but {len(argument_lists)} "
+                "argument list(s) were given")
+        n_in = len(meta.input_types)
+        for args in argument_lists:
+            if len(args) != n_in:
+                raise invalid_argument(
+                    f"{meta.name} takes {n_in} argument(s), got {len(args)}")
+        process = self._process(execute_device)
+        try:
+            # Programs with host callbacks run inline (XLA CPU runs them
+            # synchronously too), so do runs under an op tracer.
+            inline = dispatch.run_inline(self.run_ns, meta.host_callbacks is not None,
+                                         _op_tracer_active())
+        except KeyboardInterrupt:  # while waiting for the queue to drain
+            dispatch.cancel_all()
+            return self._interrupted(devices)
+        # Per device, the donated parameters (None: no donation); raises
+        # XLA's errors for a buffer donated twice or donated and also used.
+        donations = donation.plan(meta.aliased_params, argument_lists, non_donatable,
+                                  self.logical_ids if execute_device is None else [process])
+        if inline:
+            return self._execute_now(devices, argument_lists, donations, process)
+        return self._dispatch(devices, argument_lists, donations, process, launch_id)
+
+    def _process(self, execute_device) -> tuple[int, int]:
+        """(replica, partition) of a launch on one device of the executable;
+        (0, 0) for a launch on all of them."""
+        if execute_device is None or len(self.devices) == 1:
+            return (0, 0)
+        # One device of a replicated executable (PyTorch/XLA compiles its
+        # non-SPMD programs for every device as replicas and launches
+        # each on one): that device's replica runs alone.  Collectives
+        # naming other replicas fail there (the interpreter's 1x1 grid)
+        # instead of waiting for replicas that never come.
+        meta = self.meta
+        if meta.spmd is not None or meta.num_partitions > 1:
+            raise unimplemented(
+                f"{self} is partitioned over {meta.num_partitions} devices; "
+                "launching it on a single device is not supported by stablehlo_ref")
+        if execute_device not in self.devices:
+            raise invalid_argument(
+                f"{execute_device} is not one of the devices of {self} "
+                f"({', '.join(str(d) for d in self.devices)})")
+        return self.logical_ids[self.devices.index(execute_device)]
+
+    # -- inline --------------------------------------------------------------
+
+    def _execute_now(self, devices, argument_lists, donations, process) -> Outputs:
+        meta = self.meta
+        try:
+            values = self._run_gathered(devices, argument_lists, donations, process)
+        except KeyboardInterrupt:
+            # Ctrl-C: the outputs are error buffers and the interrupt is
+            # re-raised in the caller once Execute returns (interrupt.py).
+            return self._interrupted(devices)
+        outputs = Outputs()
+        for dev, row in zip(devices, values):
+            memories = self._output_memories(dev)
+            outputs.append([Buffer(v, bt, dev, mem) if bt != BufferType.TOKEN
+                            else Buffer(v, bt, dev, shape=())
+                            for v, bt, mem in zip(row, meta.output_buffer_types, memories)])
+        return outputs
+
+    # -- both paths ----------------------------------------------------------
+
+    def _run_gathered(self, devices, argument_lists, donations, process,
+                      snapshots=None) -> list[list]:
+        """One run, inline or on the worker (``snapshots`` as
+        :func:`gather_inputs` takes them): gathers the inputs, runs the plan,
+        consumes the donated buffers and returns each device's result values,
+        owned (:meth:`_result_values`). Failures raise (PjrtError,
+        KeyboardInterrupt, dispatch.Cancelled)."""
+        inputs, ownerships = gather_inputs(self.meta.name, argument_lists, donations, snapshots)
+        t0 = perf_counter_ns()
+        try:
+            results = self._run(devices, argument_lists, inputs, donations, ownerships, process)
+        finally:
+            if donations:
+                # Donated buffers are consumed by the run (also a failed one,
+                # which may have written them), as on XLA. On the worker they
+                # were consumed at dispatch already (this is then a no-op).
+                donation.consume(argument_lists, donations)
+        self._ran(perf_counter_ns() - t0)
+        del inputs
+        return [self._result_values(res, own) for res, own in zip(results, ownerships)]
+
+    def _ran(self, ns: int) -> None:
+        self.run_ns = ns if not self.run_ns else (3 * self.run_ns + ns) >> 2
+
+    def _run(self, devices, argument_lists, inputs, donations, ownerships, process):
+        """Runs the plan on ``inputs`` (per device; ``donations`` and
+        ``ownerships`` as :func:`donation.run_donating` takes them): the
+        per-device result lists. A failure is a PjrtError naming the op;
+        KeyboardInterrupt and dispatch.Cancelled pass through."""
+        meta = self.meta
+        shi = _interpreter()
+
+        def run():
+            if donations:
+                return donation.run_donating(meta, argument_lists, inputs, donations,
+                                             ownerships, process=process,
+                                             num_replicas=meta.num_replicas,
+                                             num_partitions=meta.num_partitions)
+            if meta.spmd is not None:
+                # A global-view sharded program: shards in, one global run,
+                # shards out (in partition order = self.devices order).
+                return meta.spmd.run(inputs)
+            if len(devices) == 1 and process != (0, 0):
+                return [meta.program.run(*inputs[0], process=process)]
+            if len(devices) == 1:
+                return [meta.program.run(*inputs[0])]
+            # One interpreter process per (replica, partition), in the
+            # replica-major order of self.devices / self.logical_ids.
+            return meta.program.run_parallel(
+                inputs, num_replicas=meta.num_replicas,
+                num_partitions=meta.num_partitions)
+
+        limit = interrupt.execute_timeout()
+        try:
+            if limit:
+                return interrupt.run_limited(run, limit)
+            if len(devices) == 1 and not donations and meta.spmd is None and process == (0, 0):
+                return [meta.program.run(*inputs[0])]  # the common case, without run()
+            return run()
+        except interrupt.ExecutionTimeout:
+            raise PjrtError(ErrorCode.DEADLINE_EXCEEDED, _timeout_text(meta, limit, None)) \
+                from None
+        except shi.InterpreterError as e:
+            if isinstance(e.__cause__, interrupt.ExecutionTimeout):
+                raise PjrtError(ErrorCode.DEADLINE_EXCEEDED,
+                                _timeout_text(meta, limit, e)) from None
+            # A buffer that does not match its parameter is the caller's
+            # mistake (INVALID_ARGUMENT, as XLA reports it); the rest is ours.
+            code = (ErrorCode.INVALID_ARGUMENT if isinstance(e, shi.ArgumentError)
+                    else ErrorCode.INTERNAL)
+            raise PjrtError(code, f"stablehlo_ref execution of {meta.name} failed: {e}") from None
+
+    # -- on the worker -------------------------------------------------------
+
+    def _dispatch(self, devices, argument_lists, donations, process, launch_id) -> Outputs:
+        meta = self.meta
+        # Everything that can be checked before the run fails here, as inline.
+        for args in argument_lists:
+            for b in args:
+                b.check_alive()
+        if meta.spmd is None:
+            for args in argument_lists:
+                self._check_arguments(args)
+        memories = [self._output_memories(dev) for dev in devices]
+        try:
+            dispatch.reserve()
+        except KeyboardInterrupt:  # while waiting for room in the queue
+            dispatch.cancel_all()
+            return self._interrupted(devices)
+        try:
+            done = Completion()
+            outputs = Outputs(completion=done)
+            for dev, mems in zip(devices, memories):
+                outputs.append([
+                    Buffer(None, bt, dev, mem, shape=shape, ready=done,
+                           nbytes=0 if dt is None else _size(shape, dt))
+                    for bt, shape, dt, mem in zip(meta.output_buffer_types, meta.output_shapes,
+                                                  meta.output_dtypes, mems)])
+            # Zero-copy host buffers alias the caller's numpy arrays, which
+            # the caller may change after the call: the run reads them as
+            # they are now, as an inline run would.
+            snapshots = {}
+            for k, args in enumerate(argument_lists):
+                for i, b in enumerate(args):
+                    b.pin()
+                    if b.borrowed and b.array is not None and b.type != BufferType.TOKEN:
+                        snapshots[k, i] = np.array(b.array, copy=True)
+            if donations:
+                # Consumed at dispatch, as XLA does: deleted as the caller sees
+                # it, their data kept for the run (pinned).
+                donation.consume(argument_lists, donations)
+            task = _ExecuteTask(self, devices, argument_lists, donations, process, outputs,
+                                done, launch_id, snapshots)
+        except BaseException:
+            dispatch.unreserve()
+            raise
+        outputs.queued = dispatch.submit(task)
+        return outputs
+
+    def _check_arguments(self, args) -> None:
+        """The interpreter's argument check (dtype and shape of each
+        parameter), done at dispatch: data still being computed is checked
+        through a stand-in of its type."""
+        shi = _interpreter()
+        meta = self.meta
+        for i, b in enumerate(args):
+            if b.type == BufferType.TOKEN:
+                continue
+            value = b.array
+            if value is None:
+                value = np.broadcast_to(np.zeros((), dtype_of(b.type)), b.shape)
+            try:
+                meta.program.check_argument(i, value)
+            except shi.InterpreterError as e:
+                raise invalid_argument(
+                    f"stablehlo_ref execution of {meta.name} failed: {e}") from None
+
+    # -- outputs -------------------------------------------------------------
+
+    def _output_memories(self, device):
+        """The memory each output goes to on ``device`` (checked once)."""
+        memories = self._memories.get(device)
+        if memories is None:
+            meta = self.meta
+            memories = []
+            for i, kind in enumerate(meta.output_memory_kinds):
+                memory = device.memory_of_kind(kind)
+                if memory is None:
+                    raise PjrtError(ErrorCode.INVALID_ARGUMENT,
+                                    f"{meta.name}: result #{i} asks for memory kind "
+                                    f"{kind!r}, which {device} does not have "
+                                    "(stablehlo_ref has device, pinned_host, unpinned_host)")
+                memories.append(memory)
+            self._memories[device] = memories
+        return memories
+
+    def _interrupted(self, devices) -> Outputs:
+        return Outputs([self._error_outputs(dev, ErrorCode.CANCELLED,
+                                            _interrupted_text(self.meta))
+                        for dev in devices], interrupted=True)
+
+    def _error_outputs(self, device, code, message) -> list[Buffer]:
+        meta = self.meta
+        return [Buffer(None, bt, device, error=(code, message), shape=shape)
+                for bt, shape in zip(meta.output_buffer_types, meta.output_shapes)]
+
+    def _result_values(self, results, ownership) -> list:
+        """The interpreter's results of one device, checked against the
+        declared outputs and owned (copied unless donated memory)."""
+        meta = self.meta
+        if len(results) != meta.num_outputs:
+            raise PjrtError(ErrorCode.INTERNAL,
+                            f"{meta.name} produced {len(results)} result(s), "
+                            f"expected {meta.num_outputs}")
+        out = []
+        for i, value in enumerate(results):
+            bt = meta.output_buffer_types[i]
+            if bt == BufferType.TOKEN:
+                out.append(value)
+                continue
+            dtype = meta.output_dtypes[i]
+            array = value if isinstance(value, np.ndarray) else np.asarray(value)
+            if array.dtype != dtype or array.shape != meta.output_shapes[i]:
+                raise PjrtError(
+                    ErrorCode.INTERNAL,
+                    f"{meta.name}: result #{i} is {array.dtype}{list(array.shape)}, "
+                    f"expected {short_type(bt)}{list(meta.output_shapes[i])} "
+                    "(interpreter bug)")
+            if not array.flags.c_contiguous:
+                array = np.ascontiguousarray(array)
+            # A new buffer unless the program aliases a donated input to it.
+            out.append(ownership.own(i, array))
+        return out
+
+
+def gather_inputs(name: str, argument_lists: Sequence[Sequence[Buffer]],
+                  donations: Sequence[dict[int, int]] | None,
+                  snapshots: dict[tuple[int, int], np.ndarray] | None = None,
+                  ) -> tuple[list[list], list[donation.OutputOwnership]]:
+    """The interpreter's inputs of one run (per device, per parameter) and
+    the :class:`donation.OutputOwnership` of each device's results, decided
+    from the inputs before the run (which may consume donated arrays).
+
+    Inline (``snapshots`` is None): each buffer's data, waiting for a
+    pending one; caller-owned memory (zero-copy host buffers) is noted so
+    that no result aliases it. On the worker (``snapshots``: (device index,
+    argument index) -> the copy of caller-owned memory taken at dispatch):
+    the buffers were pinned and the donated ones consumed at dispatch; a
+    donated buffer hands its array over (:meth:`Buffer.take_array`), so
+    that the run holds the only reference and may update it in place or
+    keep it for the aliased output (donation.run_donating), as inline."""
+    inputs = []
+    borrowed = []
+    if snapshots is None:
+        for args in argument_lists:
+            row = []
+            for b in args:
+                # Buffer.live_array, inlined for the common case (this loop
+                # runs on every call): ready, alive, no error.
+                if b.ready is None and not b.deleted and b.error is None:
+                    row.append(b.array)
+                else:
+                    row.append(b.live_array())
+                if b.borrowed:
+                    borrowed.append(b.array)
+            inputs.append(row)
+    else:
+        for k, args in enumerate(argument_lists):
+            donated = donations[k] if donations else ()
+            row = []
+            for i, b in enumerate(args):
+                if (k, i) in snapshots:
+                    row.append(snapshots[k, i])
+                    continue
+                ready = b.ready
+                if ready is not None and not ready.done:
+                    # Inputs come from work dispatched before this task,
+                    # which the FIFO queue has finished.
+                    raise PjrtError(ErrorCode.INTERNAL,
+                                    f"stablehlo_ref: argument #{i} ({b}) of {name} is not "
+                                    "ready when its run starts")
+                if i in donated and b.error is None:
+                    row.append(b.take_array())
+                else:
+                    row.append(b.pinned_data())
+            inputs.append(row)
+    ownerships = [donation.OutputOwnership(ins, donations[d] if donations else {}, borrowed)
+                  for d, ins in enumerate(inputs)]
+    return inputs, ownerships
+
+
+def _size(shape, dtype) -> int:
+    n = dtype.itemsize
+    for d in shape:
+        n *= d
+    return n
+
+
+class _ExecuteTask(dispatch.Task):
+    """One Execute on the worker: its argument buffers (pinned until it
+    finishes), its pending outputs and their Completion."""
+
+    __slots__ = ("exe", "argument_lists", "donations", "process", "outputs", "completion",
+                 "snapshots", "values", "error")
+
+    def __init__(self, exe, devices, argument_lists, donations, process, outputs, completion,
+                 launch_id, snapshots):
+        super().__init__(exe, devices, launch_id)
+        self.exe = exe
+        self.argument_lists = argument_lists
+        self.donations = donations  # per device {parameter: output}, or None
+        self.process = process
+        self.outputs = outputs
+        self.completion = completion
+        self.snapshots = snapshots  # (device index, argument index) -> data read at dispatch
+        self.values = None
+        self.error = None
+
+    def work(self):
+        try:
+            self.values = self.exe._run_gathered(self.devices, self.argument_lists,
+                                                 self.donations, self.process, self.snapshots)
+            self.snapshots = None
+        except PjrtError as e:
+            self.error = (e.pjrt_code, str(e))
+        except KeyboardInterrupt:  # raised by a host callback
+            self.error = (ErrorCode.CANCELLED, _interrupted_text(self.exe.meta))
+
+    def fail(self, code, message):
+        self.values = None
+        self.error = (int(code), message)
+
+    def finish(self):
+        error = self.error
+        if error is None and self.values is None:
+            error = (ErrorCode.INTERNAL, f"stablehlo_ref execution of {self.exe.meta.name} "
+                                         "produced no results")
+        for k, bufs in enumerate(self.outputs):
+            if error is None:
+                for buf, value in zip(bufs, self.values[k]):
+                    buf.fulfil(value)
+            else:
+                for buf in bufs:
+                    buf.fulfil(error=error)
+        self.values = None
+        for args in self.argument_lists:
+            for b in args:
+                b.unpin()
+        self.completion.set(error)
+
+    def describe_outcome(self) -> dict:
+        """For the trace line of the finished run."""
+        if self.error is not None:
+            return {"error": self.error[1]}
+        return {"outputs": [[f"{b} = {preview_value(v)}" for b, v in zip(bufs, values)]
+                            for bufs, values in zip(self.outputs, self.values or ())]}
