@@ -205,8 +205,6 @@ class _Walker:
 
     # -- one primitive ----------------------------------------------------
     def eqn(self, eqn, ins):
-        import jax
-        import jax.numpy as jnp
         prim = eqn.primitive.name
         params = dict(eqn.params)
         sub = _subjaxpr(prim, params)
@@ -247,33 +245,7 @@ class _Walker:
             out = f_all(*xs)
             return [out[k] for k in fo]
 
-        exact_in = all(ins[i][1] is EXACT_ERR and ins[i][2] is EXACT_ERR for i in fl)
-        if exact_in:
-            # Exact inputs: nothing to propagate, only the op's own rounding.
-            prop = {k: 0.0 for k in fo}
-            samp = {k: 0.0 for k in fo}
-        else:
-            mat = [_materialize(ins[i][0], ins[i][1], ins[i][2], self.samples) for i in fl]
-            W = [m[1] for m in mat]
-            T = [m[2] for m in mat]
-            # Propagated worst case: |J| W.
-            if prim in MULTILINEAR:
-                absx = [jnp.abs(x) for x in prim_in]
-                if prim == "sub":
-                    prop = jax.jvp(lambda a, b: [a + b], absx, W)[1]
-                else:
-                    prop = jax.jvp(lambda *xs: f(*xs), absx, W)[1]
-                prop = [jnp.abs(p) for p in prop]
-            else:
-                prop = None
-                for j in range(len(fl)):
-                    tan = [W[k] if k == j else jnp.zeros_like(W[k]) for k in range(len(fl))]
-                    p = [jnp.abs(t) for t in jax.jvp(f, prim_in, tan)[1]]
-                    prop = p if prop is None else [a + b for a, b in zip(prop, p)]
-            # Propagated samples: J T.
-            samp = jax.vmap(lambda *ts: jax.jvp(f, prim_in, list(ts))[1])(*T)
-            prop = {k: p.astype(np.float64) for k, p in zip(fo, prop)}
-            samp = {k: p.astype(np.float64) for k, p in zip(fo, samp)}
+        exact_in, prop, samp = self._propagate(prim, f, prim_in, ins, fl, fo)
         result = []
         for k, (o, oa) in enumerate(zip(outs, out_avals)):
             if not float_out[k]:
@@ -309,6 +281,39 @@ class _Walker:
             else:
                 result.append((o, _zeros(o.shape) + w, _zeros(o.shape, self.samples) + s))
         return result
+
+    def _propagate(self, prim, f, prim_in, ins, fl, fo):
+        """(inputs exact?, {result: |J| W}, {result: J T}) of one op."""
+        import jax
+        import jax.numpy as jnp
+        exact_in = all(ins[i][1] is EXACT_ERR and ins[i][2] is EXACT_ERR for i in fl)
+        if exact_in:
+            # Exact inputs: nothing to propagate, only the op's own rounding.
+            prop = {k: 0.0 for k in fo}
+            samp = {k: 0.0 for k in fo}
+        else:
+            mat = [_materialize(ins[i][0], ins[i][1], ins[i][2], self.samples) for i in fl]
+            W = [m[1] for m in mat]
+            T = [m[2] for m in mat]
+            # Propagated worst case: |J| W.
+            if prim in MULTILINEAR:
+                absx = [jnp.abs(x) for x in prim_in]
+                if prim == "sub":
+                    prop = jax.jvp(lambda a, b: [a + b], absx, W)[1]
+                else:
+                    prop = jax.jvp(lambda *xs: f(*xs), absx, W)[1]
+                prop = [jnp.abs(p) for p in prop]
+            else:
+                prop = None
+                for j in range(len(fl)):
+                    tan = [W[k] if k == j else jnp.zeros_like(W[k]) for k in range(len(fl))]
+                    p = [jnp.abs(t) for t in jax.jvp(f, prim_in, tan)[1]]
+                    prop = p if prop is None else [a + b for a, b in zip(prop, p)]
+            # Propagated samples: J T.
+            samp = jax.vmap(lambda *ts: jax.jvp(f, prim_in, list(ts))[1])(*T)
+            prop = {k: p.astype(np.float64) for k, p in zip(fo, prop)}
+            samp = {k: p.astype(np.float64) for k, p in zip(fo, samp)}
+        return exact_in, prop, samp
 
     def _rounded(self, y, w, s, fmt):
         """A correctly rounded op into a narrow format: the result is the
