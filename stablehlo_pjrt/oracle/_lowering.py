@@ -19,21 +19,28 @@ def _exclude_oracle_frames():
         _EXCLUDED = True
 
 
-def lower(fn, *args) -> tuple[str, list[np.ndarray]]:
+def lower(fn, *args, platform: str | None = None) -> tuple[str, list[np.ndarray]]:
     """The StableHLO text of ``jax.jit(fn)`` on ``args`` (with source
     locations) and the flat list of argument arrays @main takes.
 
     ``keep_unused=True`` keeps the module's parameters in one-to-one
     correspondence with the argument leaves (JAX otherwise drops unused ones).
+    ``platform``: lower for that JAX platform (JAX's lowering rules differ
+    per platform, linear algebra for "cpu" becomes LAPACK custom calls);
+    by default for the default backend.
     """
     import jax
     _exclude_oracle_frames()
     fn, args = unwrap_keys(fn, args)
     leaves = jax.tree.leaves(args)
+    placed = args
+    if platform is not None:
+        # Arguments committed to the platform's device make jit lower for it.
+        placed = jax.device_put(args, jax.devices(platform)[0])
     if callable(getattr(fn, "lower", None)):
-        lowered = fn.lower(*args)  # already jitted: respect its options
+        lowered = fn.lower(*placed)  # already jitted: respect its options
     else:
-        lowered = jax.jit(fn, keep_unused=True).lower(*args)
+        lowered = jax.jit(fn, keep_unused=True).lower(*placed)
     module = lowered.compiler_ir("stablehlo")
     from ..mlir_funcs import find_func
     with module.context:

@@ -157,9 +157,15 @@ def record(text, args: Sequence[np.ndarray], name: str = "<isolate>") -> Recordi
                 o.attributes[_TAG] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
                                                         len(ops))
                 ops.append(o)
-                info.append((o.name, shi.format_location(o.location), fname,
+                name = o.name
+                if name == "stablehlo.composite" and "name" in o.attributes:
+                    # Judged as the op it stands for (chlo.lgamma, say).
+                    name = ir.StringAttr(o.attributes["name"]).value
+                info.append((name, shi.format_location(o.location), fname,
                              len(o.operands), position))
-        tagged = module.operation.get_asm(enable_debug_info=True)
+        # The generic form keeps every attribute (a composite's own printer
+        # drops the tag).
+        tagged = module.operation.get_asm(enable_debug_info=True, print_generic_op_form=True)
     program = shi.compile(tagged, name=name)
     rec = _Recorder()
     program.run(*[np.asarray(a) for a in args], tracer=rec)
@@ -170,7 +176,10 @@ def record(text, args: Sequence[np.ndarray], name: str = "<isolate>") -> Recordi
             continue
         events.append((k, op_name, loc, fname, inputs, results, position))
     seen = {e[0] for e in events}
-    skipped = [info[k][0] for k in range(len(ops)) if k not in seen]
+    # Functions that ran: @main and those with a recorded op (a composite's
+    # decomposition that a direct kernel replaced never runs).
+    ran = {"main"} | {e[3] for e in events}
+    skipped = [info[k][0] for k in range(len(ops)) if k not in seen and info[k][2] in ran]
     return Recording(module, loaded.context, ops, events, skipped)
 
 
