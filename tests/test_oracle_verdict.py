@@ -287,3 +287,34 @@ def test_order_spread_separates_bf16_terms():
     exact = x.astype(np.float64).sum()
     bf16_terms = np.sum(C.round_mantissa(x, 7), dtype=np.float32)
     assert abs(float(bf16_terms) - exact) > SPREAD_FACTOR * spread
+
+
+DOT = """
+func.func @main(%a: tensor<1000xf32>, %b: tensor<1000xf32>) -> tensor<f32> {
+  %0 = stablehlo.dot_general %a, %b, contracting_dims = [0] x [0] : (tensor<1000xf32>, tensor<1000xf32>) -> tensor<f32>
+  return %0 : tensor<f32>
+}
+"""
+
+
+@pytest.mark.parametrize("shift,code", [(0.0, 0), (20.0, 1)])
+def test_compare_command_explains_a_sum_in_another_order(tmp_path, capsys, shift, code):
+    """`stablehlo-ref compare` on a backend's output file: a dot product
+    with heavy cancellation summed left to right passes as summation-order;
+    the same plus 20 (outside 2*gamma_n*sum|terms| ~ 4.8) still differs."""
+    from stablehlo_pjrt.cli import main
+    a = (RNG.standard_normal(1000) * 100).astype(np.float32)
+    a[-1] = np.float32(-np.sum(a[:-1].astype(np.float64)) + 0.01)
+    b = np.ones(1000, np.float32)
+    s = np.float32(0)
+    for x in a:
+        s = np.float32(s + x)
+    (tmp_path / "m.mlir").write_text(DOT)
+    np.savez(tmp_path / "in.npz", a, b)
+    np.savez(tmp_path / "out.npz", result_0=np.asarray(s + np.float32(shift), np.float32))
+    argv = ["compare", str(tmp_path / "m.mlir"), "--args", str(tmp_path / "in.npz"),
+            "--against", str(tmp_path / "out.npz")]
+    assert main(argv) == code
+    text = capsys.readouterr().out
+    assert "MISMATCH" in text
+    assert ("explained: summation-order" in text) == (code == 0), text
