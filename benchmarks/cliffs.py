@@ -401,6 +401,19 @@ def _gelu(q):
     return jax.nn.gelu, (_f32(_n(q, 1_000_000, 1000)),)
 
 
+@op("erf", "elementwise", "jax.scipy.special.erf 1e6 f32")
+def _erf(q):
+    import jax.scipy.special as jss
+    return jss.erf, (_f32(_n(q, 1_000_000, 1000)),)
+
+
+@op("erf_bf16", "elementwise", "jax.scipy.special.erf 1e6 bf16")
+def _erf_bf16(q):
+    import jax.scipy.special as jss
+    import ml_dtypes
+    return jss.erf, (_f32(_n(q, 1_000_000, 1000)).astype(ml_dtypes.bfloat16),)
+
+
 @op("softmax", "elementwise", "jax.nn.softmax rows of (1000, 1000) f32")
 def _softmax(q):
     import jax
@@ -483,6 +496,18 @@ def _fori(q):
 
     def fn(x):
         return lax.fori_loop(0, n, lambda i, c: c * 0.999 + 1.0, x)
+    return fn, (np.float32(1.0),)
+
+
+@op("fori_loop_sin", "loop", "fori_loop of 1,000 scalar steps x*0.99 + 0.1*sin(x + 0.001*i)",
+    steps=1000, steps_quick=20)
+def _fori_sin(q):
+    import jax.numpy as jnp
+    from jax import lax
+    n = _loop_steps(q)
+
+    def fn(x):
+        return lax.fori_loop(0, n, lambda i, c: c * 0.99 + 0.1 * jnp.sin(c + 0.001 * i), x)
     return fn, (np.float32(1.0),)
 
 

@@ -607,3 +607,73 @@ def test_float32_sine_guard_absorbs_a_less_accurate_tan(monkeypatch):
     monkeypatch.setattr(em.np, "sin", real_sin)
     assert same_bits(got, want)
     assert sum(redone) > x.size / 10_000   # the guard did take elements
+
+
+# --------------------------------------------------------------------------
+# Unary functions of 8- and 16-bit floats read from a table of every value
+
+
+_TABLE_OPS = ["stablehlo.exponential", "stablehlo.exponential_minus_one", "stablehlo.log",
+              "stablehlo.log_plus_one", "stablehlo.logistic", "stablehlo.sine",
+              "stablehlo.cosine", "stablehlo.tan", "stablehlo.tanh", "stablehlo.rsqrt",
+              "stablehlo.cbrt", "chlo.erf", "chlo.erfc", "chlo.erf_inv", "chlo.lgamma",
+              "chlo.digamma", "chlo.atan", "chlo.asinh", "chlo.bessel_i1e"]
+
+
+@pytest.mark.parametrize("et", ["f16", "bf16", "f8E4M3FN", "f8E5M2"])
+@pytest.mark.parametrize("name", _TABLE_OPS)
+def test_narrow_float_table_gives_the_kernels_bits(name, et):
+    # Every bit pattern of the type, shuffled and strided, through the table
+    # (>= TABLE_MIN elements) against the kernel's own float64 detour on
+    # pieces below TABLE_MIN.
+    from stablehlo_interpreter.compiler import Op
+    from stablehlo_interpreter.ops import elementwise as ew
+    from stablehlo_interpreter.registry import KERNELS
+    from stablehlo_interpreter.types import TensorType
+    dt = D.from_element_type(et)
+    n = 1 << (8 * dt.itemsize)
+    u = np.dtype(f"u{dt.itemsize}")
+    every = np.random.default_rng(3).permutation(np.arange(n, dtype=np.uint32).astype(u))
+    x = np.tile(every, max(2, 2 * ew.TABLE_MIN // n)).view(dt)[::2]   # strided, all values
+    t = TensorType(x.shape, dt, et)
+    fn = KERNELS[name](Op(name, "test", {}, [t], [t], [], None, None))
+    with np.errstate(all="ignore"):
+        got = fn(x)
+        want = np.concatenate([fn(np.ascontiguousarray(x[i:i + 1000]))
+                               for i in range(0, x.size, 1000)])
+    assert any(k[0][0] == name and k[1] == dt for k in ew._TABLES)   # the table ran
+    assert same_bits(got, want), name
+
+
+@pytest.mark.parametrize("et", ["f32", "f16"])
+@pytest.mark.parametrize("name", _TABLE_OPS + ["stablehlo.atan2"])
+def test_float64_ufunc_in_one_call_gives_the_detours_bits(name, et):
+    # f32/f16 kernels of a float64 ufunc call it once with dtype=float64 (the
+    # cast in its buffers): the bits of casting to float64, the ufunc, and
+    # rounding once, over special values, every scale and a strided operand.
+    from stablehlo_interpreter.compiler import Op
+    from stablehlo_interpreter.ops.elementwise import round_f64
+    from stablehlo_interpreter.registry import KERNELS
+    from stablehlo_interpreter.types import TensorType
+    dt = D.from_element_type(et)
+    rng = np.random.default_rng(4)
+    with np.errstate(all="ignore"):
+        x = np.concatenate([_special(dt, 20000, rng), (np.exp2(rng.uniform(-30, 30, 20000))
+                                                       * rng.choice([-1, 1], 20000)).astype(dt)])
+    x = x[::2]
+    nin = 2 if name == "stablehlo.atan2" else 1
+    args = [x, np.roll(x, 7)][:nin]
+    t = TensorType(x.shape, dt, et)
+    fn = KERNELS[name](Op(name, "test", {}, [t] * nin, [t], [], None, None))
+    f64 = getattr(fn, "__wrapped__", fn)
+    ufunc = {"stablehlo.atan2": np.arctan2, "stablehlo.exponential": np.exp,
+             "stablehlo.tanh": np.tanh, "chlo.erf": __import__("scipy.special").special.erf,
+             "stablehlo.log_plus_one": np.log1p}.get(name)
+    with np.errstate(all="ignore"):
+        got = fn(*args)
+        if ufunc is not None:
+            want = round_f64(ufunc(*[a.astype(np.float64) for a in args]), dt)
+            assert f64.__name__ == ufunc.__name__   # the one-call path ran
+            assert same_bits(got, want), name
+        small = np.concatenate([fn(*[a[i:i + 1000] for a in args]) for i in range(0, x.size, 1000)])
+    assert same_bits(got, small), name

@@ -183,6 +183,134 @@ def test_convert_scalar_forms_equal_kernels(src):
     assert tried >= 1   # at least the identity
 
 
+def _math_values(dtype):
+    """0-d values for the transcendental forms: the special values, a dense
+    sweep of moderate values and every scale, and near-ties of sin's f32 rounding."""
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(1)
+    dense = np.concatenate([rng.uniform(-10, 10, 3000), rng.uniform(0.9, 1.1, 1000),
+                            np.exp2(rng.uniform(-30, 10, 1000)) * rng.choice([-1, 1], 1000)])
+    vals = [a for a in special_values(dtype)] + [np.array(v).astype(dtype) for v in dense]
+    if dtype == np.float32:
+        # inputs whose float64 sine lies closest to a float32 halfway point
+        x = np.arange(np.float32(1), np.float32(1.125), np.float32(2 ** -23), dtype=np.float32)
+        lo = (np.sin(x.astype(np.float64)).view(np.uint64) & np.uint64((1 << 29) - 1)).astype(np.int64)
+        near = np.argsort(np.abs(lo - (1 << 28)))[:200]
+        vals += [np.array(v) for v in x[near]]
+    return vals
+
+
+@pytest.mark.parametrize("name", sorted(loopgen.MATH))
+def test_math_scalar_forms_equal_kernels(name):
+    # The generated code's libm scalar (rounded once, or the kernel near a
+    # halfway point) gives the kernel's bits on every value.
+    for dtype in loopgen._MATH_TYPES:
+        fn = kernel(name, [dtype], dtype)
+        scalar = loopgen.rounded_math(loopgen.MATH[name], fn, dtype)
+        with np.errstate(all="ignore"):
+            bad = [(a, scalar(a[()]), fn(a)) for a in _math_values(dtype)
+                   if not same(scalar(a[()]), fn(a))]
+        assert not bad, f"{name} {dtype}: {len(bad)} differences, first {bad[:3]}"
+
+
+def test_math_scalar_form_guard_absorbs_a_less_accurate_libm():
+    # A float64 sine 1000 ulps off still gives the kernel's bits: the guard
+    # sends the values it could round differently to the kernel.
+    import math
+    fn = kernel("stablehlo.sine", [np.float32], np.float32)
+    calls = []
+
+    def kern(x):
+        calls.append(x)
+        return fn(x)
+
+    scalar = loopgen.rounded_math(lambda v: math.sin(v) * (1 + 1000 * 2.0 ** -53), kern, np.float32)
+    vals = _math_values(np.float32)
+    with np.errstate(all="ignore"):
+        for a in vals:
+            assert same(scalar(a[()]), fn(a)), a
+    assert 0 < len(calls) < len(vals) // 2
+
+
+SIN_LOOP = """
+func.func @main(%x0: tensor<f32>, %h0: tensor<f16>) -> (tensor<f32>, tensor<f16>) {
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %r:3 = stablehlo.while(%i = %c0, %x = %x0, %h = %h0) : tensor<i32>, tensor<f32>, tensor<f16>
+  cond {
+    %n = stablehlo.constant dense<300> : tensor<i32>
+    %lt = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %lt : tensor<i1>
+  } do {
+    %one = stablehlo.constant dense<1> : tensor<i32>
+    %i2 = stablehlo.add %i, %one : tensor<i32>
+    %fi = stablehlo.convert %i : (tensor<i32>) -> tensor<f32>
+    %k = stablehlo.constant dense<0.001> : tensor<f32>
+    %d = stablehlo.multiply %fi, %k : tensor<f32>
+    %a = stablehlo.add %x, %d : tensor<f32>
+    %s = stablehlo.sine %a : tensor<f32>
+    %e = stablehlo.exponential %s : tensor<f32>
+    %t = stablehlo.tanh %e : tensor<f32>
+    %l = stablehlo.log %a : tensor<f32>
+    %x2 = stablehlo.add %t, %l : tensor<f32>
+    %hs = stablehlo.logistic %h : tensor<f16>
+    %hl = stablehlo.log_plus_one %hs : tensor<f16>
+    %h2 = stablehlo.add %hl, %h : tensor<f16>
+    stablehlo.return %i2, %x2, %h2 : tensor<i32>, tensor<f32>, tensor<f16>
+  }
+  return %r#1, %r#2 : tensor<f32>, tensor<f16>
+}
+"""
+
+
+COMPOSITE_LOOP = """
+func.func @main(%x0: tensor<f32>) -> tensor<f32> {
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %r:2 = stablehlo.while(%i = %c0, %x = %x0) : tensor<i32>, tensor<f32>
+  cond {
+    %n = stablehlo.constant dense<200> : tensor<i32>
+    %lt = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %lt : tensor<i1>
+  } do {
+    %one = stablehlo.constant dense<1> : tensor<i32>
+    %i2 = stablehlo.add %i, %one : tensor<i32>
+    %fi = stablehlo.convert %i : (tensor<i32>) -> tensor<f32>
+    %k = stablehlo.constant dense<0.01> : tensor<f32>
+    %d = stablehlo.multiply %fi, %k : tensor<f32>
+    %a = stablehlo.subtract %x, %d : tensor<f32>
+    %e = stablehlo.composite "chlo.erf" %a {decomposition = @erf_decomposition} : (tensor<f32>) -> tensor<f32>
+    %g = stablehlo.composite "chlo.lgamma" %a {decomposition = @erf_decomposition} : (tensor<f32>) -> tensor<f32>
+    %s = stablehlo.add %e, %g : tensor<f32>
+    %x2 = stablehlo.add %s, %x : tensor<f32>
+    stablehlo.return %i2, %x2 : tensor<i32>, tensor<f32>
+  }
+  return %r#1 : tensor<f32>
+}
+func.func private @erf_decomposition(%x: tensor<f32>) -> tensor<f32> {
+  %t = stablehlo.tanh %x : tensor<f32>
+  return %t : tensor<f32>
+}
+"""
+
+
+@pytest.mark.parametrize("x0", [0.25, -2.0, float("inf")])
+def test_composite_transcendentals_in_a_loop_are_bit_identical(x0, monkeypatch):
+    # JAX's composites of chlo.erf, lgamma, ... run their direct kernels, in
+    # the generated loop as math on Python floats (the decomposition, a
+    # tanh here, would give other values).
+    built = []
+    real = loopgen.rounded_math
+    monkeypatch.setattr(loopgen, "rounded_math", lambda *a: built.append(a) or real(*a))
+    _run_both(COMPOSITE_LOOP, [np.array(x0, np.float32)])
+    assert built
+
+
+@pytest.mark.parametrize("x0", [0.5, -3.0, 1e30, float("nan")])
+def test_transcendental_loop_is_bit_identical(x0):
+    # log of negative values (NaN), overflow and NaN carries go to the kernel.
+    h0 = np.array(x0 if abs(x0) < 100 or x0 != x0 else 7.0, np.float16)
+    _run_both(SIN_LOOP, [np.array(x0, np.float32), h0])
+
+
 # ---------------------------------------------------------------------------
 # Whole modules: the generated loop against the plain plan.
 

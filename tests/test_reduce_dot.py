@@ -305,3 +305,17 @@ def test_legacy_dot():
     a = np.arange(6, dtype=np.float64).reshape(2, 3)
     v = np.array([1.0, -1.0, 0.5])
     np.testing.assert_allclose(run1(text, a, v), a @ v)
+
+
+def test_dot_general_kernel_remembers_geometry_per_shape_pair():
+    # The kernel caches its shape arithmetic per operand shape pair: other
+    # shapes (dynamic ones) still compute and still fail on a mismatch.
+    from stablehlo_interpreter.ops.dot import make_dot_general
+    run = make_dot_general((), (), (1,), (0,), 2, 2, np.float32)
+    rng = np.random.default_rng(0)
+    for m, k, n in [(3, 4, 5), (2, 4, 5), (3, 4, 5), (1, 7, 2)]:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        np.testing.assert_allclose(run(a, b), a.astype(np.float64) @ b, rtol=1e-5)
+    with pytest.raises(ValueError, match="contracting dims differ"):
+        run(np.zeros((3, 4), np.float32), np.zeros((5, 2), np.float32))

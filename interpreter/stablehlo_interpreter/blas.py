@@ -8,22 +8,30 @@ idle 2-core machine takes ~16 ms when one other process runs. Products below
 ones keep numpy's setting, where threads pay off even under load.
 
 The thread count is switched through OpenBLAS's own
-``openblas_set_num_threads`` (in every OpenBLAS loaded: numpy's and, once
-scipy.linalg is imported, scipy's, which its LAPACK/BLAS wrappers use; a
-no-op if there is none) and restored after the call. Only speed depends on it.
+``openblas_set_num_threads`` and restored after the call: for numpy's
+products in numpy's OpenBLAS only (scipy's costs 7 us to switch and back,
+half a scan step of a small RNN cell), for scipy's LAPACK/BLAS wrappers in
+every OpenBLAS loaded (numpy's and, once scipy.linalg is imported, scipy's);
+a no-op if there is none. Products below ``UNTHREADED_MACS`` multiply-adds
+(where OpenBLAS itself uses one thread: its gemv threads from 9216, its
+gemm from 262144) are not switched at all. Only speed depends on it.
 ``STABLEHLO_REF_SMALL_GEMM_MACS=0`` turns this off.
 """
 
 import ctypes
+import os.path
 
 from . import config as _config
 
 SMALL_GEMM_MACS = _config.SMALL_GEMM_MACS.value()   # a module constant: kernels test it per call
 
+UNTHREADED_MACS = 9216
+
 _PREFIXES = ("scipy_openblas_", "openblas_")
 _SUFFIXES = ("64_", "")
 _get = _set = None
 _libs = []          # (get, set) of every OpenBLAS found
+_numpy_libs = []    # those of numpy's own OpenBLAS (all of _libs if not told apart)
 _found_paths = None
 _lapack_found = False
 
@@ -44,6 +52,9 @@ def _find():
         return
     _found_paths = paths
     _libs.clear()
+    _numpy_libs.clear()
+    import numpy
+    numpy_dir = os.path.dirname(os.path.realpath(numpy.__file__))
     for path in sorted(paths):
         try:
             lib = ctypes.CDLL(path)
@@ -60,17 +71,29 @@ def _find():
                     s.restype = None
                     s.argtypes = [ctypes.c_int]
                     _libs.append((g, s))
+                    # numpy's wheel keeps its OpenBLAS in numpy.libs beside
+                    # the package (numpy/.libs on some builds).
+                    if os.path.realpath(path).startswith(numpy_dir):
+                        _numpy_libs.append((g, s))
                     done = True
+    if not _numpy_libs:
+        _numpy_libs.extend(_libs)
     _get, _set = _libs[0] if _libs else (None, None)
 
 
-def small_product(fn, *args):
-    """``fn(*args)`` with one BLAS thread (for products below SMALL_GEMM_MACS)."""
+def small_product(fn, *args, macs=None, libs=None):
+    """``fn(*args)`` with one BLAS thread (for products below SMALL_GEMM_MACS).
+
+    ``fn`` is numpy's (np.matmul) unless ``libs`` says otherwise: only
+    numpy's OpenBLAS is switched; ``macs`` below UNTHREADED_MACS: nothing is."""
+    if macs is not None and macs < UNTHREADED_MACS:
+        return fn(*args)
     if _found_paths is None:
         _find()
-    if not _libs:
+    libs = _numpy_libs if libs is None else libs
+    if not libs:
         return fn(*args)
-    saved = [(s, g()) for g, s in _libs]
+    saved = [(s, g()) for g, s in libs]
     for s, n in saved:
         if n > 1:
             s(1)
@@ -94,4 +117,4 @@ def small_lapack(fn, *args, **kwargs):
     if not _lapack_found:
         _find()
         _lapack_found = True
-    return small_product(lambda: fn(*args, **kwargs))
+    return small_product(lambda: fn(*args, **kwargs), libs=_libs)

@@ -17,9 +17,10 @@ while op, over all runs) is compiled once into one Python function (``exec``):
   the kernels' special cases (integer division by zero, NaN and signed
   zeros in float max/min). Only the op/dtype pairs in the tables below run
   so, each checked bit for bit against its kernel by tests/test_loopgen.py
-  (specials, overflow, NaN payloads); the rest (transcendentals, complex
-  multiply, float remainder...) call the op's own kernel on 0-d arrays made
-  on the spot;
+  (specials, overflow, NaN payloads); f32/f16 transcendentals (MATH) are
+  ``math`` on Python floats rounded once, with the kernel near halfway
+  points; the rest (complex multiply, float remainder, bf16 transcendentals...)
+  call the op's own kernel on 0-d arrays made on the spot;
 * dynamic_slice / dynamic_update_slice with scalar start indices and static
   shapes index the array directly (the scan pattern: read row ``i`` of xs,
   write row ``i`` of ys in place), with the kernels' clamping;
@@ -39,6 +40,7 @@ the generated functions to stderr, ``=always`` generates every loop from its
 first iteration (and fails where it cannot: for testing).
 """
 
+import math
 import sys
 from math import copysign as _copysign
 
@@ -47,6 +49,7 @@ import numpy as np
 
 from . import compiler as _compiler
 from . import config as _config
+from . import fusion as _fusion
 from .errors import ExecutionError, InterpreterError
 from .quant import involves_quant
 from .registry import has_trait, kernel_info
@@ -149,6 +152,67 @@ def _float_sign(a, _signs={}):
     if signs is None:
         signs = _signs[t] = (t(1), t(-1))
     return signs[0] if a > 0 else (signs[1] if a < 0 else a)
+
+
+# Transcendental ops on f32/f16/bf16 scalars: the kernels evaluate them in
+# float64 (numpy / scipy.special) and round once to the element type. The
+# generated code evaluates them with Python's ``math`` on a Python float
+# (libm, also within an ulp or two of the exact value) and rounds once; where
+# the two float64 values could round differently -- the libm value lies
+# within _MATH_GUARD float64 ulps of a halfway point of the element type, or
+# is subnormal there, non-finite, or libm raises (domain errors, overflow) --
+# the op's own kernel runs on a 0-d array instead. So the scalar form gives
+# the kernel's bits (tests/test_loopgen.py checks it value by value).
+def _logistic(x, _exp=math.exp):
+    return 1.0 / (1.0 + _exp(-x))
+
+
+def _rsqrt(x, _sqrt=math.sqrt):
+    return 1.0 / _sqrt(x)
+
+
+MATH = {
+    "stablehlo.sine": math.sin, "stablehlo.cosine": math.cos, "stablehlo.tan": math.tan,
+    "stablehlo.tanh": math.tanh, "stablehlo.exponential": math.exp,
+    "stablehlo.exponential_minus_one": math.expm1, "stablehlo.log": math.log,
+    "stablehlo.log_plus_one": math.log1p, "stablehlo.logistic": _logistic,
+    "stablehlo.rsqrt": _rsqrt, "stablehlo.cbrt": math.cbrt,
+    "chlo.erf": math.erf, "chlo.erfc": math.erfc, "chlo.lgamma": math.lgamma,
+    "chlo.tan": math.tan, "chlo.atan": math.atan, "chlo.asin": math.asin,
+    "chlo.acos": math.acos, "chlo.asinh": math.asinh, "chlo.acosh": math.acosh,
+    "chlo.atanh": math.atanh,
+}
+# Per element type: the low float64 mantissa bits its rounding drops, the
+# smallest normal and the largest finite magnitude (outside: the kernel), the
+# guard. (bf16 is not here: its ml_dtypes scalars cost a microsecond an op.)
+_MATH_TYPES = {np.dtype(np.float32): (29, 2.0 ** -126, float(np.finfo(np.float32).max), 1 << 16),
+               np.dtype(np.float16): (42, 2.0 ** -14, float(np.finfo(np.float16).max), 1 << 16)}
+
+
+def rounded_math(fn, kernel, dtype):
+    """A scalar function: ``fn`` (float64 -> float64, ``math``) rounded once
+    to ``dtype``, or ``kernel`` (the op's kernel, on a 0-d array) where the
+    rounding is not certain to equal the kernel's (see MATH)."""
+    drop, tiny, huge, guard = _MATH_TYPES[np.dtype(dtype)]
+    # -0.0 + y rounds the Python float y once to dtype (NEP 50: a Python
+    # float next to a numpy scalar takes its type) and keeps y's sign of
+    # zero: four times cheaper than calling the type.
+    neg_zero = np.dtype(dtype).type(-0.0)
+    scale = 2.0 ** 53
+    mask = (1 << drop) - 1
+    lo, width = (1 << (drop - 1)) - guard, 2 * guard
+    frexp, asarray = math.frexp, np.asarray
+
+    def scalar(x):
+        try:
+            y = fn(float(x))
+            if tiny <= abs(y) < huge and \
+                    ((int(abs(frexp(y)[0]) * scale) - lo) & mask) >= width:
+                return neg_zero + y
+        except (ValueError, OverflowError, ZeroDivisionError):
+            pass   # NaN, infinities, domain errors: the kernel's answer
+        return kernel(asarray(x))[()]
+    return scalar
 
 
 # Functions the forms call (globals of the generated code).
@@ -433,6 +497,13 @@ class _Gen:
                 return self.inline_while(step, env, ind)
             elif name in ("stablehlo.if", "stablehlo.case") and ind < _MAX_INDENT - 2:
                 return self.inline_branches(step, env, ind)
+            elif name == "stablehlo.composite" and op.attrs.get("name") in MATH:
+                # JAX serializes chlo.erf, lgamma, ... as composites; one that
+                # runs its direct kernel (fusion's rule, control.py's) is that
+                # kernel on its operands.
+                plain = _fusion._plain_composite(step)
+                if plain is not step and self.scalar_op(plain, env, ind, op.attrs["name"]):
+                    return None
             if self.scalar_op(step, env, ind) or self.shape_op(step, env, ind):
                 return None
         return self.generic(step, env, ind)
@@ -555,8 +626,9 @@ class _Gen:
             env[o] = v
 
     # -- fast ops ----------------------------------------------------------
-    def scalar_op(self, step, env, ind):
-        """Elementwise ops on scalar-held values as numpy scalar expressions."""
+    def scalar_op(self, step, env, ind, math_name=None):
+        """Elementwise ops on scalar-held values as numpy scalar expressions
+        (``math_name``: the MATH op a composite step runs, or None)."""
         fn, ins, out, dead, op = step
         if out.__class__ is not int or not ins or 0 in ins:
             return False
@@ -612,6 +684,12 @@ class _Gen:
                     expr = f"({t} if {t} < {names[2]} else {names[2]})"
                 else:
                     return False
+            elif (math_name or name) in MATH and len(ins) == 1 \
+                    and ot[0].dtype in _MATH_TYPES and rt.dtype == ot[0].dtype:
+                f = rounded_math(MATH[math_name or name], fn, rt.dtype)
+                expr = f"{self.glob(f, 'M')}({names[0]})"
+            elif math_name is not None:
+                return False
             else:
                 form = scalar_forms().get((name, ot[0].dtype)) if len(ins) <= 2 else None
                 if form is None:

@@ -18,7 +18,7 @@ from ..registry import KERNELS, Unsupported, annotate, composite, kernel, with_t
 
 # The kernels the chlo.broadcast_* ops wrap (with_trait below) register first.
 from . import elementwise, elementwise_math  # noqa: F401
-from .elementwise import round_f64
+from .elementwise import by_table, round_f64, via_f64_ufunc
 
 # --------------------------------------------------------------------------
 # Elementwise helpers
@@ -38,6 +38,14 @@ def _real_fn(op, fn):
     def run(*xs):
         with np.errstate(all="ignore"):
             return round_f64(np.asarray(fn(*[x.astype(np.float64) for x in xs])), dtype)
+    direct = via_f64_ufunc(fn, [t.dtype for t in op.operand_types], dtype)
+    if direct is not None:
+        def run(*xs):
+            with np.errstate(all="ignore"):
+                return direct(*xs)
+        run.__name__ = direct.__name__
+    if len(op.operand_types) == 1:
+        return by_table(run, (op.name, fn), op.operand_types[0].dtype, dtype)
     return run
 
 

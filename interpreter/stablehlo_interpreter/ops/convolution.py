@@ -113,7 +113,7 @@ def _gemm(a, b):
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         macs = int(np.prod(batch, dtype=np.int64)) * a.shape[-2] * a.shape[-1] * b.shape[-1]
         if macs < _blas.SMALL_GEMM_MACS:
-            return _blas.small_product(np.matmul, a, b)
+            return _blas.small_product(np.matmul, a, b, macs=macs)
     return np.matmul(a, b)
 
 

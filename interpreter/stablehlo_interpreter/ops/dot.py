@@ -59,8 +59,12 @@ def make_dot_general(lb, rb, lc, rc, lhs_rank, rhs_rank, out_dtype):
     compute, finish = _matmul_plan(out_dtype)
     out_dtype = np.dtype(out_dtype)
 
-    def run(lhs, rhs):
-        ls, rs = lhs.shape, rhs.shape
+    # The shape arithmetic of the operand shapes seen (one pair, unless
+    # shapes are dynamic): a small product in a loop body (an RNN cell's
+    # matrix-vector product) pays the Python of it once.
+    geometry = {}
+
+    def shapes_of(ls, rs):
         bshape = tuple(ls[d] for d in lb)
         if bshape != tuple(rs[d] for d in rb):
             raise ValueError(f"batching dims differ: lhs {ls} rhs {rs}")
@@ -69,7 +73,15 @@ def make_dot_general(lb, rb, lc, rc, lhs_rank, rhs_rank, out_dtype):
             raise ValueError(f"contracting dims differ: lhs {ls} rhs {rs}")
         lfs = tuple(ls[d] for d in lf)
         rfs = tuple(rs[d] for d in rf)
-        B, K, M, N = _prod(bshape), _prod(cshape), _prod(lfs), _prod(rfs)
+        if len(geometry) >= 64:
+            geometry.clear()
+        g = geometry[ls, rs] = (_prod(bshape), _prod(cshape), _prod(lfs), _prod(rfs),
+                                bshape + lfs + rfs)
+        return g
+
+    def run(lhs, rhs):
+        g = geometry.get((lhs.shape, rhs.shape))
+        B, K, M, N, out_shape = g if g is not None else shapes_of(lhs.shape, rhs.shape)
         a = lhs if l_ident else np.transpose(lhs, lperm)
         b = rhs if r_ident else np.transpose(rhs, rperm)
         # Convert to the result type first (exact when types agree).
@@ -78,7 +90,7 @@ def make_dot_general(lb, rb, lc, rc, lhs_rank, rhs_rank, out_dtype):
         if b.dtype != out_dtype:
             b = b.astype(out_dtype)
         cd, fin = compute, finish
-        if cd == "small-int":
+        if cd.__class__ is str:   # "small-int" (a dtype == str comparison costs 1 us)
             # |products| < 2**32 for <= 16-bit ints: float64 sums are exact
             # while K * 2**32 < 2**53.
             if K < (1 << 20):
@@ -96,12 +108,12 @@ def make_dot_general(lb, rb, lc, rc, lhs_rank, rhs_rank, out_dtype):
         if cd.kind == "c" and K <= _COMPLEX_SEQ_MAX_K:
             r = _complex_sequential(a, b)
         elif cd.kind in "fc" and B * M * N * K < _blas.SMALL_GEMM_MACS:
-            r = _blas.small_product(np.matmul, a, b)  # one BLAS thread (blas.py)
+            r = _blas.small_product(np.matmul, a, b, macs=B * M * N * K)  # one BLAS thread (blas.py)
         else:
             r = np.matmul(a, b)
         if fin is not None:
             r = fin(r)
-        return r.reshape(bshape + lfs + rfs)
+        return r.reshape(out_shape)
     return run
 
 

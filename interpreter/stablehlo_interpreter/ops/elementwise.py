@@ -93,6 +93,63 @@ def as_result(fn, dtype):
     return run
 
 
+def via_f64_ufunc(ufunc, dtypes, rdtype):
+    """A kernel applying the float64 loop of ``ufunc`` to float32/float16
+    operands ``dtypes`` and rounding once to ``rdtype`` (float32/float16), or
+    None when that does not apply. One ufunc call that casts in its own
+    cache-sized buffers: the bits of ``round_f64(ufunc(x.astype(F64)))``
+    (the same float64 loop on the same values, the same cast) without two
+    full-size float64 temporaries (exp of 1e6 f32: 1.2 ms, 4.5 ms with the casts)."""
+    rdtype = np.dtype(rdtype)
+    if not isinstance(ufunc, np.ufunc) or ufunc.nout != 1 or ufunc.nin != len(dtypes) \
+            or rdtype not in (F32, F16) or any(np.dtype(d) not in (F32, F16) for d in dtypes):
+        return None
+
+    def run(*xs):
+        shape = xs[0].shape if len(xs) == 1 else np.broadcast_shapes(*[x.shape for x in xs])
+        out = np.empty(shape, rdtype)
+        ufunc(*xs, out=out, dtype=F64, casting="unsafe")
+        return out
+    run.__name__ = ufunc.__name__
+    return run
+
+
+# Unary functions of 8- and 16-bit floats (f16, bf16, the f8 types) read
+# their results from a table of the function's value at every bit pattern of
+# the type (65536 or 256 entries, built by the kernel itself the first time
+# an operand of TABLE_MIN elements comes): one gather instead of the float64
+# detour (a cast, the function, a rounding). The kernels are elementwise, so
+# the table gives their bits exactly, NaN payloads included.
+TABLE_MIN = 4096
+_TABLES = {}
+
+
+def by_table(run, key, dtype, rdtype):
+    """``run`` (a unary elementwise kernel from ``dtype`` to ``rdtype``) with
+    operands of at least TABLE_MIN elements looked up in its table;
+    ``key`` names the function (tables are shared by every op that
+    computes the same function on the same types)."""
+    dtype, rdtype = np.dtype(dtype), np.dtype(rdtype)
+    if dtype.itemsize > 2 or dtype.kind not in "fV" or np.dtype(rdtype).itemsize > 8:
+        return run
+    index = np.dtype(f"uint{8 * dtype.itemsize}")
+    key = (key, dtype, rdtype)
+
+    def run_table(x):
+        if x.size < TABLE_MIN or x.dtype != dtype:
+            return run(x)
+        table = _TABLES.get(key)
+        if table is None:
+            every = np.arange(1 << (8 * dtype.itemsize), dtype=np.uint32).astype(index)
+            with np.errstate(all="ignore"):
+                table = np.ascontiguousarray(run(every.view(dtype)), dtype=rdtype)
+            table.flags.writeable = False
+            _TABLES[key] = table   # a race builds the same table twice
+        return table.take(x.view(index))
+    run_table.__name__ = getattr(run, "__name__", "kernel")
+    return run_table
+
+
 def exact_carrier(dtype):
     """A numpy float type holding every value of ``dtype`` exactly, with ufuncs.
 

@@ -19,12 +19,14 @@ from .elementwise import (
     _complex_divide,
     _via,
     as_result,
+    by_table,
     exact_carrier,
     kind,
     operand_dtype,
     result_dtype,
     round_f64,
     unsupported_type,
+    via_f64_ufunc,
 )
 
 
@@ -40,6 +42,9 @@ def _transcendental(op, f64_fn, c128_fn=None):
         def run(*xs):
             return round_f64(np.asarray(f64_fn(*[x.astype(F64) for x in xs])), rt)
         run.__name__ = op.name.split(".")[-1]
+        run = via_f64_ufunc(f64_fn, [t.dtype for t in op.operand_types], rt) or run
+        if len(op.operand_types) == 1:
+            run = by_table(run, (op.name, f64_fn), dt, rt)
         return as_result(run, rt)
     if k == "complex" and c128_fn is not None:
         if dt == C128:
