@@ -259,7 +259,8 @@ def run_program(ctx: Context, text: str, args: Sequence = ()) -> str | None:
     """Compiles and runs ``text`` on the plugin and the reference; raises
     Failed naming the first divergent op when they differ. Outputs that
     differ only as two summation orders of one dot/convolution/reduction
-    may (checker.summation) pass: the note saying so is returned."""
+    may (the oracle's summation-order cause) pass: the note saying so is
+    returned."""
     import stablehlo_interpreter as shi
     from stablehlo_interpreter import compare_outputs
     try:

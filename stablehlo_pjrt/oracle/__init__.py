@@ -25,13 +25,16 @@ that are not JAX is `stablehlo-ref compare` (stablehlo_interpreter.compare).
 
 import importlib
 
+# No submodule shares a name with a function exported here: importing it
+# would replace the package attribute (oracle.compare) with the module.
+
 # Imported on first use (JAX loads with some of them).
 _EXPORTS = {
-    "compare": "compare", "first_divergence": "bisect", "Divergence": "bisect",
+    "compare": "verdict", "first_divergence": "bisect", "Divergence": "bisect",
     "ModuleVariants": "bisect", "jax_backend_runner": "runners",
-    "reference_runner": "runners", "Report": "compare", "bounds": "bounds",
-    "Bounds": "bounds", "isolate": "isolate", "CAUSES": "causes",
-    "precision": "precision", "PrecisionReport": "precision",
+    "reference_runner": "runners", "Report": "verdict", "Bounds": "bounds",
+    "CAUSES": "causes", "precision": "precision_report",
+    "PrecisionReport": "precision_report",
     "find_nan": "probe", "trace_ops": "probe", "probe": "probe",
 }
 

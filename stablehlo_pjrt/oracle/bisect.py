@@ -321,7 +321,7 @@ def first_divergence(fn_or_module, *args, against="cpu", strategy: str = "bisect
     fixed = any(v is not None for v in tol.values())
     report = None
     if not fixed:
-        from .compare import compare
+        from .verdict import compare
         run_other.__name__ = other_name
         report = compare(module if isinstance(fn_or_module, (str, bytes, bytearray,
                                                              memoryview))

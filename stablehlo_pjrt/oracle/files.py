@@ -5,8 +5,8 @@ cause that needs no re-run there is tested: ``summation-order``. Outputs
 that differ must each be produced by a sum (dot_general, convolution,
 add-reduction; directly or through a call) whose value in the file is
 within the summation-order bound of that sum, computed on the reference
-from |operands| (checker/summation.py, the plugin checker's form of the
-cause).
+from |operands| (summation.py, the form of the cause the plugin checker
+applies too).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def summation_note(module_text: str, args: Sequence[np.ndarray],
                    reference: Sequence[np.ndarray], other: Sequence[np.ndarray]) -> str | None:
     """The note saying why the outputs that differ are correct sums in
     another order, or None (then the difference stands)."""
-    from ..checker.summation import explain
+    from .summation import explain
     if len(reference) != len(other):
         return None
     try:
