@@ -129,7 +129,7 @@ class Report:
 def compare(fn: Any, *args: Any, against: str | Runner = "cpu", rtol: float | None = None,
             atol: float | None = None, ulp: int | None = None,
             allow: Iterable[str] | None = None, forbid: Iterable[str] | None = None,
-            reference: str = REFERENCE_PLATFORM, samples: int = 16,
+            reference: str = REFERENCE_PLATFORM, samples: int = 8,
             shadow_on: str = REFERENCE_PLATFORM) -> Report:
     """The verdict on ``fn(*args)`` run on the reference and on ``against``
     (a JAX platform name or a Runner ``run(module_text, args) -> outputs``).
