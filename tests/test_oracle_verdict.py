@@ -318,3 +318,38 @@ def test_compare_command_explains_a_sum_in_another_order(tmp_path, capsys, shift
     text = capsys.readouterr().out
     assert "MISMATCH" in text
     assert ("explained: summation-order" in text) == (code == 0), text
+
+
+def scale_results(op, factor):
+    """Rewrites the first ``op`` so that its result is multiplied by
+    ``factor`` (a backend whose ``op`` errs by a few ULPs there)."""
+    pat = re.compile(rf"^(\s*)(%\S+) = stablehlo\.{op} (.*) : (tensor<[^>]*>)(.*)$")
+
+    def rewrite(text):
+        out, n = [], 0
+        for line in text.splitlines():
+            m = pat.match(line) if n == 0 else None
+            if m:
+                n += 1
+                ind, res, ops, t, rest = m.groups()
+                out.append(f"{ind}%sc{n} = stablehlo.{op} {ops} : {t}{rest}")
+                out.append(f"{ind}%sk{n} = stablehlo.constant dense<{factor}> : {t}")
+                line = f"{ind}{res} = stablehlo.multiply %sc{n}, %sk{n} : {t}{rest}"
+            out.append(line)
+        return "\n".join(out)
+    return rewrite
+
+
+def test_amplifier_is_not_blamed():
+    """A multiply 4 ULPs off is inside the per-dtype tolerance; the subtract
+    after it cancels (x*3 - x*2.9999), so bisection by tolerance stops at
+    the subtract. Run alone, the subtract is exact: it is reported as
+    amplified, with its cancellation, and the multiply is named."""
+    runner = rewriting("mul_4ulp", scale_results("multiply", "1.0000005"))
+    x = np.linspace(1, 2, 64, dtype=np.float32)
+    d = oracle.first_divergence(lambda x: x * np.float32(3) - x * np.float32(2.9999), x,
+                                against=runner)
+    assert d is not None and not d.explained
+    assert d.innermost.op.name == "stablehlo.multiply", str(d)
+    assert any("amplified: stablehlo.subtract" in n and "cancellation" in n
+               for n in d.notes), d.notes
