@@ -204,10 +204,30 @@ def Client_Create(ptr):
         raise PjrtError(C.ErrorCode.FAILED_PRECONDITION,
                         f"the stablehlo_interpreter package cannot be imported: "
                         f"{type(e).__name__}: {e}") from None
-    client = Client(options)
+    client = Client(options, _kv_store(a, options))
     a.client = client.handle
     if trace.ENABLED:
         trace.note(obj=client, options=options)
+
+
+def _kv_store(a, options):
+    """The caller's key-value store, read only for a client of several
+    processes (num_nodes > 1): the callbacks are the caller's to leave
+    unset otherwise. kv_try_get_* follow `client` in the struct: read only
+    when the caller's struct_size covers them."""
+    from .distributed import KvStore
+    try:
+        num_nodes = int(options.get("num_nodes", 1))
+    except (TypeError, ValueError):
+        return None  # Cluster.from_options reports the bad option
+    if num_nodes <= 1 or not a.kv_get_callback or not a.kv_put_callback:
+        return None
+    try_get = try_get_arg = None
+    end = C.Client_Create_Args.kv_try_get_user_arg.offset + ctypes.sizeof(ctypes.c_void_p)
+    if a.struct_size >= end:
+        try_get, try_get_arg = a.kv_try_get_callback, a.kv_try_get_user_arg
+    return KvStore(a.kv_get_callback, a.kv_get_user_arg, a.kv_put_callback,
+                   a.kv_put_user_arg, try_get, try_get_arg)
 
 
 def _client(h) -> Client:
@@ -258,10 +278,10 @@ def Client_TopologyDescription(ptr):
 def Client_Devices(ptr):
     a = C.Client_Devices_Args.from_address(ptr)
     c = _client(a.client)
-    a.devices = c.devices_c[1]
-    a.num_devices = len(c.devices)
+    a.devices = c.all_devices_c[1]
+    a.num_devices = len(c.all_devices)
     if trace.ENABLED:
-        trace.note(obj=c, devices=[str(d) for d in c.devices])
+        trace.note(obj=c, devices=[str(d) for d in c.all_devices])
 
 
 @handler
@@ -491,8 +511,7 @@ def Device_GetDescription(ptr):
 @handler
 def Device_IsAddressable(ptr):
     a = C.Device_IsAddressable_Args.from_address(ptr)
-    _device(a.device)
-    a.is_addressable = True
+    a.is_addressable = _device(a.device).addressable
 
 
 @handler
