@@ -58,6 +58,12 @@ HANDLERS: dict = {}
 # trampoline calls the handler without the _sized wrapper when the caller's
 # struct is at least that large).
 ARGS_SIZES: dict = {}
+# "PJRT_<name>" -> the struct_size of the first call whose args struct was
+# smaller than ARGS_SIZES[name]: a caller built against an older pjrt_c_api.h
+# (jaxlib 0.8/0.9 speak C API 0.80/0.90, this mirror 0.110). Only the _sized
+# path sees those calls, so recording costs nothing on a current caller.
+# docs/compatibility.md lists what each jaxlib line passes.
+OLDER_CALLER_SIZES: dict = {}
 # "PJRT_<name>" -> (getter, in_offset, ((out_offset, out_size), ...), constant):
 # calls that read one object and write fields, served by the C trampoline
 # through getter(handle) (see _shim.c, Slot); a constant getter's answer is
@@ -143,6 +149,8 @@ def _sized(name, fn, size):
         n = _read_size(ptr).value
         if n >= size:
             return fn(ptr)
+        if name not in OLDER_CALLER_SIZES:
+            OLDER_CALLER_SIZES[name] = n
         if n < C.HEADER_SIZE:
             raise invalid_argument(
                 f"{name}: args struct_size {n} is smaller than the struct header "
@@ -205,10 +213,30 @@ def Client_Create(ptr):
         raise PjrtError(C.ErrorCode.FAILED_PRECONDITION,
                         f"the stablehlo_interpreter package cannot be imported: "
                         f"{type(e).__name__}: {e}") from None
-    client = Client(options)
+    client = Client(options, _kv_store(a, options))
     a.client = client.handle
     if trace.ENABLED:
         trace.note(obj=client, options=options)
+
+
+def _kv_store(a, options):
+    """The caller's key-value store, read only for a client of several
+    processes (num_nodes > 1): the callbacks are the caller's to leave
+    unset otherwise. kv_try_get_* follow `client` in the struct: read only
+    when the caller's struct_size covers them."""
+    from .distributed import KvStore
+    try:
+        num_nodes = int(options.get("num_nodes", 1))
+    except (TypeError, ValueError):
+        return None  # Cluster.from_options reports the bad option
+    if num_nodes <= 1 or not a.kv_get_callback or not a.kv_put_callback:
+        return None
+    try_get = try_get_arg = None
+    end = C.Client_Create_Args.kv_try_get_user_arg.offset + ctypes.sizeof(ctypes.c_void_p)
+    if a.struct_size >= end:
+        try_get, try_get_arg = a.kv_try_get_callback, a.kv_try_get_user_arg
+    return KvStore(a.kv_get_callback, a.kv_get_user_arg, a.kv_put_callback,
+                   a.kv_put_user_arg, try_get, try_get_arg)
 
 
 def _client(h) -> Client:
@@ -259,10 +287,10 @@ def Client_TopologyDescription(ptr):
 def Client_Devices(ptr):
     a = C.Client_Devices_Args.from_address(ptr)
     c = _client(a.client)
-    a.devices = c.devices_c[1]
-    a.num_devices = len(c.devices)
+    a.devices = c.all_devices_c[1]
+    a.num_devices = len(c.all_devices)
     if trace.ENABLED:
-        trace.note(obj=c, devices=[str(d) for d in c.devices])
+        trace.note(obj=c, devices=[str(d) for d in c.all_devices])
 
 
 @handler
@@ -492,8 +520,7 @@ def Device_GetDescription(ptr):
 @handler
 def Device_IsAddressable(ptr):
     a = C.Device_IsAddressable_Args.from_address(ptr)
-    _device(a.device)
-    a.is_addressable = True
+    a.is_addressable = _device(a.device).addressable
 
 
 @handler

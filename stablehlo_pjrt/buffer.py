@@ -623,6 +623,10 @@ def device_and_memory(client, device_h, memory_h):
     else:
         device = given or client.devices[0]
         memory = device.default_memory
+    if not device.addressable:
+        raise invalid_argument(
+            f"{device} belongs to process {device.description.process_index}; process "
+            f"{client.process_index} cannot put buffers there (not addressable)")
     return device, memory
 
 

@@ -42,6 +42,8 @@ import weakref
 
 import numpy as np
 
+from . import compat
+
 PLATFORM_NAME = "stablehlo_ref"
 TARGET = "stablehlo_ref.host_callback"
 MODULE_ATTR = "stablehlo_ref.host_callbacks"
@@ -62,7 +64,7 @@ _TABLES_LOCK = threading.Lock()
 
 
 def _table_for(ctx) -> CallbackTable:
-    from jax._src.lib.mlir import ir
+    ir = compat.jax_internal("lib.mlir", "ir")
     mc = ctx.module_context
     attrs = mc.module.operation.attributes
     if MODULE_ATTR in attrs:
@@ -109,7 +111,7 @@ def _have_cpu() -> bool:
     """Whether JAX has a CPU backend (JAX's callback impls place their
     arguments there); asked once."""
     if not _cpu_state:
-        from jax._src import xla_bridge as xb
+        xb = compat.jax_internal("", "xla_bridge")
         try:
             _cpu_state.append(bool(xb.local_devices(backend="cpu")))
         except RuntimeError:
@@ -120,7 +122,7 @@ def _have_cpu() -> bool:
 def _checked(callback, result_avals):
     """JAX's wrapper in emit_python_callback: the callback's results must
     match the declared avals (same messages as on CPU)."""
-    from jax._src import dtypes
+    dtypes = compat.jax_internal("", "dtypes")
 
     def wrapped(*args):
         out_vals = callback(*args)
@@ -146,7 +148,8 @@ def _emit(ctx, callback, token, operands, result_avals, *, has_side_effect):
     """The custom call; returns (results, token-or-None)."""
     import dataclasses
 
-    from jax._src import core, ffi
+    core = compat.jax_internal("", "core")
+    ffi = compat.jax_internal("", "ffi")
     table = _table_for(ctx)
     fn = _checked(callback, result_avals)
     # So JAX knows the executable has host callbacks (no persistent caching).
@@ -174,8 +177,10 @@ def _emit(ctx, callback, token, operands, result_avals, *, has_side_effect):
 def _debug_callback_lowering(ctx, *args, effect, partitioned, callback, **params):
     from functools import partial
 
-    from jax._src import debugging, effects, sharding_impls
-    from jax._src.interpreters import mlir
+    debugging = compat.jax_internal("", "debugging")
+    effects = compat.jax_internal("", "effects")
+    sharding_impls = compat.jax_internal("", "sharding_impls")
+    mlir = compat.jax_internal("interpreters", "mlir")
     axis_context = ctx.module_context.axis_context
     if isinstance(axis_context, sharding_impls.SPMDAxisContext):
         partial_auto = set(axis_context.mesh.axis_names) - axis_context.manual_axes
@@ -215,14 +220,20 @@ def _debug_callback_lowering(ctx, *args, effect, partitioned, callback, **params
     return result
 
 
+_ABSENT = object()
+
+
 def _debug_print_lowering(ctx, *dyn_args, fmt, ordered, partitioned, in_tree,
                           static_args, np_printoptions, has_placeholders,
-                          logging_record):
+                          logging_record=_ABSENT):
     from functools import partial
 
-    from jax._src import debugging
+    debugging = compat.jax_internal("", "debugging")
+    # debug_print_p (and _format_print_callback) gained `logging_record`
+    # after JAX 0.8.0: pass it exactly when JAX has it, as JAX's own impl does.
+    extra = () if logging_record is _ABSENT else (logging_record,)
     callback = partial(debugging._format_print_callback, fmt, dict(np_printoptions),
-                       has_placeholders, logging_record)
+                       has_placeholders, *extra)
     callback = debugging._make_flat_callback(in_tree, callback, static_args)
     effect = debugging.ordered_debug_effect if ordered else debugging.debug_effect
     return _debug_callback_lowering(ctx, *dyn_args, effect=effect,
@@ -230,7 +241,7 @@ def _debug_print_lowering(ctx, *dyn_args, fmt, ordered, partitioned, in_tree,
 
 
 def _check_sharding(ctx, sharding, what):
-    from jax._src import callback as cb
+    cb = compat.jax_internal("", "callback")
     # JAX's validation of the `sharding` argument (raises the same errors);
     # the annotation itself is not needed: a sharded jit runs as one global
     # program (the callback runs once, like XLA's MAXIMAL sharding) and a
@@ -239,7 +250,7 @@ def _check_sharding(ctx, sharding, what):
 
 
 def _pure_callback_lowering(ctx, *args, callback, sharding, **params):
-    from jax._src import callback as cb
+    cb = compat.jax_internal("", "callback")
     _check_sharding(ctx, sharding, "pure_callback")
     if _have_cpu():
         def _callback(*flat_args):
@@ -254,8 +265,8 @@ def _pure_callback_lowering(ctx, *args, callback, sharding, **params):
 
 
 def _io_callback_lowering(ctx, *args, callback, sharding, ordered, **params):
-    from jax._src import callback as cb
-    from jax._src.interpreters import mlir
+    cb = compat.jax_internal("", "callback")
+    mlir = compat.jax_internal("interpreters", "mlir")
     _check_sharding(ctx, sharding, "io_callback")
     if _have_cpu():
         def _callback(*flat_args):
@@ -277,9 +288,9 @@ def _io_callback_lowering(ctx, *args, callback, sharding, ordered, **params):
 
 
 def register_callback_lowerings(platform: str = PLATFORM_NAME) -> None:
-    from jax._src import callback as cb
-    from jax._src import debugging
-    from jax._src.interpreters import mlir
+    cb = compat.jax_internal("", "callback")
+    debugging = compat.jax_internal("", "debugging")
+    mlir = compat.jax_internal("interpreters", "mlir")
     # cacheable=False: each lowering must append its own callable to the
     # module's table (JAX's CPU rules for pure/io callbacks do the same).
     mlir.register_lowering(debugging.debug_callback_p, _debug_callback_lowering,

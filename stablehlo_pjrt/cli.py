@@ -76,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
             return checker_cli.run(a)
         except KeyboardInterrupt:
             return 130
+    if argv[:1] == ["compare"] and not {"-h", "--help"} & set(argv):
+        # The interpreter's comparison, then the oracle's summation-order
+        # cause (docs/oracle.md) for a difference it finds.
+        from .oracle.files import compare_command
+        return compare_command(argv)
     if argv[:1] == ["config"] and len(argv) == 1:
         from . import config
         print(config.format_all())

@@ -112,34 +112,59 @@ class Topology:
 class Client:
     """PJRT_Client: owns the devices and memories; compiles and transfers."""
 
-    __slots__ = ("handle", "options", "process_index", "devices", "memories",
-                 "interpreter_name", "topology", "_devices_by_id",
+    __slots__ = ("handle", "options", "process_index", "devices", "all_devices",
+                 "memories", "interpreter_name", "topology", "cluster", "_devices_by_id",
                  "_devices_by_hw", "name_c", "version_c", "devices_c",
-                 "memories_c", "destroyed")
+                 "all_devices_c", "memories_c", "destroyed")
 
-    def __init__(self, options: dict | None = None):
+    def __init__(self, options: dict | None = None, store=None):
+        """``store``: the key-value store of PJRT_Client_Create (a
+        distributed.KvStore), read only by a client of several processes
+        (the ``num_nodes``/``node_id`` options)."""
+        from .distributed import Cluster
         self.options = dict(options or {})
-        self.process_index = 0
         # Programs arrive as bytecode, read first by an isolated helper
         # process (stablehlo_interpreter/isolate.py): start it now.
         from stablehlo_interpreter import prestart_bytecode_reader
         prestart_bytecode_reader()
         self.interpreter_name = "stablehlo_interpreter"
         n = configured_num_devices(self.options)
-        self.devices = [Device(self, i, i, n) for i in range(n)]
+        self.cluster = Cluster.from_options(self.options, store)
+        if self.cluster is None:
+            self.process_index = 0
+            counts = [n]
+        else:
+            # Every process lists every device: process p's devices follow
+            # those of processes 0..p-1 (global ids agree everywhere).
+            self.process_index = self.cluster.node_id
+            self.cluster.exchange_topology(n, {"version": plugin_version()})
+            counts = self.cluster.device_counts
+        total = sum(counts)
+        self.all_devices = []
+        for p, count in enumerate(counts):
+            base = sum(counts[:p])
+            self.all_devices += [Device(self, base + j, j, total, process_index=p)
+                                 for j in range(count)]
+        # `devices`: the addressable ones (this process's).
+        self.devices = [d for d in self.all_devices if d.addressable]
         self.memories = [m for d in self.devices for m in d.memories]
-        self._devices_by_id = {d.id: d for d in self.devices}
+        self._devices_by_id = {d.id: d for d in self.all_devices}
         self._devices_by_hw = {d.local_hardware_id: d for d in self.devices}
         self.name_c = CString(PLATFORM_NAME)
         self.version_c = CString(platform_version_string())
         self.devices_c = pointer_array(d.handle for d in self.devices)
+        self.all_devices_c = pointer_array(d.handle for d in self.all_devices)
         self.memories_c = pointer_array(m.handle for m in self.memories)
-        self.topology = Topology(n, [d.description for d in self.devices],
+        self.topology = Topology(total, [d.description for d in self.all_devices],
                                  owned_by_client=True)
         self.destroyed = False
         register(self)
 
     def __str__(self):
+        if self.cluster is not None:
+            return (f"StablehloRefClient(process {self.process_index} of "
+                    f"{self.cluster.num_nodes}, devices={len(self.devices)} of "
+                    f"{len(self.all_devices)}, {self.handle:#x})")
         return f"StablehloRefClient(devices={len(self.devices)}, {self.handle:#x})"
 
     def device_by_id(self, device_id: int) -> Device:
@@ -149,7 +174,7 @@ class Client:
             # LookupDeviceNegativeId/OutOfRangeId asks for that code).
             raise invalid_argument(
                 f"no stablehlo_ref device with id {device_id} (the client has "
-                f"{len(self.devices)}; set {NUM_DEVICES_ENV} for more)")
+                f"{len(self.all_devices)}; set {NUM_DEVICES_ENV} for more)")
         return d
 
     def device_by_hardware_id(self, hw_id: int) -> Device:
@@ -160,8 +185,8 @@ class Client:
 
     def default_assignment(self, replicas: int, partitions: int) -> list[list[int]]:
         need = replicas * partitions
-        if need > len(self.devices):
+        if need > len(self.all_devices):
             raise invalid_argument(
                 f"{replicas} replica(s) x {partitions} partition(s) need {need} devices; "
-                f"the stablehlo_ref client has {len(self.devices)} (set {NUM_DEVICES_ENV})")
+                f"the stablehlo_ref client has {len(self.all_devices)} (set {NUM_DEVICES_ENV})")
         return [[r * partitions + p for p in range(partitions)] for r in range(replicas)]

@@ -20,6 +20,8 @@ Executables with host callbacks are never written (JAX's rule).
 
 from __future__ import annotations
 
+from . import compat
+
 PLATFORM_NAME = "stablehlo_ref"
 
 
@@ -31,7 +33,7 @@ def enable(platform: str = PLATFORM_NAME) -> None:
     the module attribute."""
     import inspect
 
-    from jax._src import compilation_cache as cc
+    cc = compat.jax_internal("", "compilation_cache")
     original = getattr(cc, "is_cache_used", None)
     if original is None or list(inspect.signature(original).parameters) != ["backend"]:
         raise RuntimeError("jax._src.compilation_cache.is_cache_used(backend) is gone or "

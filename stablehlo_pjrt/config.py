@@ -21,10 +21,11 @@ from __future__ import annotations
 import os
 
 from stablehlo_interpreter import config as interpreter_config
-from stablehlo_interpreter.config import ConfigError, Setting, flag, seconds, text
+from stablehlo_interpreter.config import ConfigError, Setting, flag, integer, seconds, text
 
 __all__ = [
     "ConfigError", "Setting", "SETTINGS", "ASYNC", "EXECUTE_TIMEOUT", "NUM_DEVICES", "FAULT",
+    "DISTRIBUTED_TIMEOUT", "NUM_PROCESSES", "TORCH_RANKS",
     "TRACE", "TRACE_JSON", "SUITE", "PYTHON", "JAX_PLATFORMS", "PJRT_DEVICE",
     "describe_all", "format_all", "set_variable", "default_variable", "child_environ",
 ]
@@ -40,6 +41,22 @@ def async_mode(raw: str) -> str:
         return _ASYNC_MODES[raw.strip().lower()]
     except KeyError:
         raise ValueError("expected auto, 1/async or 0/sync") from None
+
+
+def positive_seconds(raw: str) -> float:
+    """A duration in seconds, more than 0."""
+    value = seconds(raw)
+    if not value > 0:
+        raise ValueError("must be > 0")
+    return value
+
+
+def process_count(raw: str) -> int:
+    """A number of processes, 1 to 4096."""
+    value = int(raw.strip())
+    if not 1 <= value <= 4096:
+        raise ValueError("must be between 1 and 4096")
+    return value
 
 
 def non_negative_seconds(raw: str) -> float:
@@ -64,6 +81,14 @@ EXECUTE_TIMEOUT: Setting[float] = Setting(
 NUM_DEVICES: Setting[str] = Setting(
     "STABLEHLO_REF_NUM_DEVICES", text, "",
     "devices of a new client (empty: 1; a client's num_devices option wins)",
+    read="each use")
+DISTRIBUTED_TIMEOUT: Setting[float] = Setting(
+    "STABLEHLO_REF_DISTRIBUTED_TIMEOUT", positive_seconds, 60.0,
+    "seconds a process of a multi-process client waits for another's part of an exchange "
+    "before failing with DEADLINE_EXCEEDED naming it (docs/devices.md)", read="each use")
+NUM_PROCESSES: Setting[int] = Setting(
+    "STABLEHLO_REF_NUM_PROCESSES", process_count, 1,
+    "processes PyTorch/XLA's xmp.spawn starts (each with STABLEHLO_REF_NUM_DEVICES devices)",
     read="each use")
 FAULT: Setting[str] = Setting(
     "STABLEHLO_REF_FAULT", text, "",
@@ -96,10 +121,22 @@ JAX_PLATFORMS: Setting[str] = Setting(
 PJRT_DEVICE: Setting[str] = Setting(
     "PJRT_DEVICE", text, "",
     "PyTorch/XLA's device (STABLEHLO_REF selects this plugin)", read="each use")
+# The rank and world size PyTorch/XLA's coordinator reads (torchrun's, and
+# the local ones xmp.spawn sets): the plugin passes them as node_id/num_nodes.
+TORCH_RANKS: dict[str, Setting[int]] = {
+    name: Setting(name, integer(0), default, f"PyTorch/XLA's {what} (several processes)",
+                  read="each use")
+    for name, default, what in (
+        ("RANK", -1, "global rank (torchrun)"),
+        ("WORLD_SIZE", -1, "number of processes (torchrun)"),
+        ("LOCAL_RANK", 0, "local rank (torchrun)"),
+        ("LOCAL_WORLD_SIZE", 1, "local number of processes (torchrun)"),
+        ("PJRT_LOCAL_PROCESS_RANK", -1, "local rank (xmp.spawn)"),
+        ("PJRT_LOCAL_PROCESS_COUNT", -1, "local number of processes (xmp.spawn)"))}
 
 SETTINGS: tuple[Setting, ...] = (
-    ASYNC, EXECUTE_TIMEOUT, NUM_DEVICES, FAULT, TRACE, TRACE_JSON, SUITE, PYTHON,
-    JAX_PLATFORMS, PJRT_DEVICE,
+    ASYNC, EXECUTE_TIMEOUT, NUM_DEVICES, DISTRIBUTED_TIMEOUT, NUM_PROCESSES, FAULT, TRACE,
+    TRACE_JSON, SUITE, PYTHON, JAX_PLATFORMS, PJRT_DEVICE, *TORCH_RANKS.values(),
 )
 interpreter_config._known(interpreter_config.SETTINGS + SETTINGS)   # no name twice
 

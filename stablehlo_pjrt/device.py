@@ -78,20 +78,25 @@ class Memory:
 
 
 class Device:
-    """PJRT_Device: an addressable interpreter device."""
+    """PJRT_Device: an interpreter device (of this process: addressable)."""
 
     __slots__ = ("handle", "client", "id", "local_hardware_id", "description",
-                 "memories", "default_memory", "memories_c", "_lock",
+                 "addressable", "memories", "default_memory", "memories_c", "_lock",
                  "bytes_in_use", "peak_bytes_in_use", "num_allocs",
                  "largest_alloc_size")
 
     def __init__(self, client, device_id: int, local_hardware_id: int,
-                 num_devices: int | None = None):
+                 num_devices: int | None = None, process_index: int | None = None):
         self.client = client
         self.id = device_id
         self.local_hardware_id = local_hardware_id
+        if process_index is None:
+            process_index = client.process_index
+        # A device of another process of a multi-process client
+        # (distributed.py) is listed but not addressable.
+        self.addressable = process_index == client.process_index
         self.description = DeviceDescription(
-            device_id, client.process_index,
+            device_id, process_index,
             {"interpreter": client.interpreter_name,
              "local_hardware_id": local_hardware_id})
         memory = Memory(device_id)

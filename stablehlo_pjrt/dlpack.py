@@ -41,6 +41,8 @@ import ctypes
 
 import numpy as np
 
+from . import compat
+
 PLATFORM_NAME = "stablehlo_ref"
 # DLPack device types (dlpack.h): the only one a stablehlo_ref buffer can be.
 KDLCPU = 1
@@ -133,7 +135,7 @@ class DLPackView:
         self.device = device
 
     def __dlpack_device__(self):
-        from jax._src.dlpack import DLDeviceType
+        DLDeviceType = compat.jax_internal("dlpack", "DLDeviceType")
         return DLDeviceType.kDLCPU, 0
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
@@ -202,8 +204,8 @@ def from_dlpack(external, device=None, copy=None):
     memory afterwards changes the array (undefined behaviour for JAX)."""
     import jax
     import jax.numpy as jnp
-    from jax._src import dtypes
-    from jax._src.dlpack import DLDeviceType
+    dtypes = compat.jax_internal("", "dtypes")
+    DLDeviceType = compat.jax_internal("dlpack", "DLDeviceType")
 
     if device is None:
         device = jax.devices(PLATFORM_NAME)[0]
@@ -236,7 +238,7 @@ def from_dlpack(external, device=None, copy=None):
     # PJRT_Client_CreateViewOfDeviceBuffer and falls back to a copy
     # (BufferFromHostBuffer) when the view is refused. JAX has no public entry
     # for it; tests/test_jax_runtime_dlpack.py pins the signature.
-    from jax._src.lib import _jax
+    _jax = compat.jax_internal("lib", "_jax")
     arr = _jax.dlpack_managed_tensor_to_buffer(capsule, device, None,
                                                False if copy is False else None,
                                                int(DLDeviceType.kDLCPU))

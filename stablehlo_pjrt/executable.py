@@ -17,7 +17,7 @@ import struct
 
 import numpy as np
 
-from . import donation
+from . import compat, donation
 from ._capi import BufferType, ErrorCode, PJRT_Program, read_bytes, read_sized, read_str
 from .buffer import dtype_of, type_of_dtype, type_of_element
 from .error import PjrtError, invalid_argument, unimplemented
@@ -44,7 +44,7 @@ _ENVELOPE_HEADER = struct.Struct("<IQQQ32s")
 def encode_device_assignment(assignment: list[list[int]]) -> bytes:
     """The serialized DeviceAssignmentProto of ``assignment[replica][partition]``
     (jaxlib's xla_client.DeviceAssignment writes it)."""
-    from jax._src.lib import xla_client
+    xla_client = compat.jax_internal("lib", "xla_client")
     replicas = len(assignment)
     partitions = len(assignment[0]) if replicas else 0
     ids = np.array(assignment, dtype=np.int64).reshape(replicas, partitions)
@@ -99,7 +99,7 @@ class CompileOptions:
         self.use_spmd_partitioning = False
         if serialized:
             try:
-                from jax._src.lib import xla_client
+                xla_client = compat.jax_internal("lib", "xla_client")
             except Exception as e:  # pragma: no cover - jaxlib is a dependency
                 raise unimplemented(
                     f"cannot read CompileOptionsProto without jaxlib: {e}") from None
@@ -257,7 +257,7 @@ class ExecutableMeta:
             try:
                 if self.spmd is not None and self.spmd.gspmd:
                     raise NotImplementedError
-                from jax._src.lib import xla_client
+                xla_client = compat.jax_internal("lib", "xla_client")
 
                 from .hlo_program import with_config
                 computation = xla_client._xla.mlir.mlir_module_to_xla_computation(

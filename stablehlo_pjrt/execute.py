@@ -84,7 +84,7 @@ class LoadedExecutable:
     """PJRT_LoadedExecutable: a compiled program bound to devices."""
 
     __slots__ = ("handle", "meta", "client", "devices", "logical_ids", "deleted",
-                 "run_ns", "devices_c", "logical_ids_c", "assignment_bytes",
+                 "run_ns", "span", "devices_c", "logical_ids_c", "assignment_bytes",
                  "_memories", "_fast")
 
     def __init__(self, client, meta: ExecutableMeta):
@@ -111,6 +111,15 @@ class LoadedExecutable:
             for p, device_id in enumerate(row):
                 self.devices.append(client.device_by_id(device_id))
                 self.logical_ids.append((r, p))
+        self.span = None
+        if not all(d.addressable for d in self.devices):
+            # Devices of other processes: Execute takes the addressable ones'
+            # arguments and exchanges the rest (distributed.py).
+            from .distributed import Span
+            self.span = Span(self.devices, meta)
+            local = [i for i, d in enumerate(self.devices) if d.addressable]
+            self.devices = [self.devices[i] for i in local]
+            self.logical_ids = [self.logical_ids[i] for i in local]
         self.devices_c = pointer_array(d.handle for d in self.devices)
         ids = (PJRT_LogicalDeviceIds * len(self.logical_ids))()
         for i, (r, p) in enumerate(self.logical_ids):
@@ -148,6 +157,8 @@ class LoadedExecutable:
             if len(args) != n_in:
                 raise invalid_argument(
                     f"{meta.name} takes {n_in} argument(s), got {len(args)}")
+        if self.span is not None and (execute_device is None or self.span.collectives):
+            return self._execute_spanning(argument_lists, execute_device)
         process = self._process(execute_device)
         try:
             # Programs with host callbacks run inline (XLA CPU runs them
@@ -217,7 +228,8 @@ class LoadedExecutable:
         """What :meth:`execute_fast` needs of this executable, or False when
         its runs never take that path."""
         meta = self.meta
-        if (len(self.devices) != 1 or meta.spmd is not None or meta.host_callbacks is not None
+        if (len(self.devices) != 1 or self.span is not None or meta.spmd is not None
+                or meta.host_callbacks is not None
                 or meta.aliased_params or meta.num_replicas * meta.num_partitions != 1
                 or BufferType.TOKEN in meta.output_buffer_types):
             return False
@@ -230,6 +242,38 @@ class LoadedExecutable:
                 tuple(m.handle for m in memories),
                 tuple(meta.output_buffer_types), tuple(meta.output_dtypes),
                 tuple(meta.output_shapes))
+
+    def _execute_spanning(self, argument_lists, execute_device) -> Outputs:
+        """A program whose devices span processes (distributed.execute):
+        inline, without donation (the arguments are sent to the other
+        processes; XLA treats donation as a hint)."""
+        from . import distributed
+        devices = self.devices
+        positions = None
+        if execute_device is not None:
+            # One device's replica of a program with collectives: the other
+            # processes launch theirs (PyTorch/XLA), with which it exchanges.
+            if execute_device not in devices:
+                raise invalid_argument(f"{execute_device} is not one of the devices of {self}")
+            if len(devices) != 1:
+                raise unimplemented(
+                    f"{self} has {len(devices)} devices in this process; launching one of "
+                    "them alone when the program has collectives across processes is "
+                    "supported with one device per process only")
+            devices = [execute_device]
+            positions = list(self.span.local)
+        meta = self.meta
+        try:
+            values = distributed.execute(self, argument_lists, positions)
+        except KeyboardInterrupt:
+            return self._interrupted(devices)
+        outputs = Outputs()
+        for dev, vals in zip(devices, values):
+            memories = self._output_memories(dev)
+            outputs.append([Buffer(v, bt, dev, mem) if bt != BufferType.TOKEN
+                            else Buffer(v, bt, dev, shape=())
+                            for v, bt, mem in zip(vals, meta.output_buffer_types, memories)])
+        return outputs
 
     def _process(self, execute_device) -> tuple[int, int]:
         """(replica, partition) of a launch on one device of the executable;

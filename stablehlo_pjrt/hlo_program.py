@@ -12,8 +12,10 @@ bytecode that takes the usual ``mlir`` path; its text is what the PJRT trace
 and the op trace show.
 """
 
+
 import re
 
+from . import compat
 from .error import PjrtError, invalid_argument, unimplemented
 from .protowire import fields, int_field, len_field
 
@@ -73,7 +75,7 @@ def hlo_to_stablehlo(code: bytes, code_format: str) -> bytes:
     HloModuleProtoWithConfig (``hlo_with_config``)."""
     if code_format == "hlo_with_config":
         code = _module_of_config_proto(code)
-    from jax._src.lib import _jax
+    _jax = compat.jax_internal("lib", "_jax")
     try:
         imported = _jax.mlir.hlo_to_stablehlo(code)
     except Exception as e:  # XlaRuntimeError: not an HloModuleProto
@@ -122,7 +124,7 @@ def scalar_start_indices(code: bytes) -> bytes | None:
     and parser (jaxlib's ``hlo`` module): jaxlib has no protobuf classes for
     HloModuleProto and no API to add instructions, and the text form is
     XLA's complete one (names, metadata, shardings, layouts, aliasing)."""
-    from jax._src.lib import hlo
+    hlo = compat.hlo_bindings()
     try:
         module = hlo.HloModule.from_serialized_hlo_module_proto(code)
     except Exception:  # noqa: BLE001 - not a module XLA reads: the caller's error stands

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 
+from . import compat
+
 PLATFORM_NAME = "stablehlo_ref"
 # JAX's CPU backend registers with priority 0; the default backend is the
 # registered one with the highest priority.
@@ -25,12 +27,17 @@ logger = logging.getLogger(__name__)
 
 
 def initialize() -> None:
-    from jax._src import xla_bridge
+    # Warns outside the tested jax/jaxlib range; raises only for a jaxlib the
+    # plugin cannot work with (JAX then reports the plugin as failed).
+    compat.check_versions()
+    xla_bridge = compat.jax_internal("", "xla_bridge", feature="registering the plugin")
 
     from . import table
 
-    xla_bridge.register_plugin(PLATFORM_NAME, priority=PRIORITY, c_api=table.capsule())
-    registration = xla_bridge._backend_factories.get(PLATFORM_NAME)
+    register = compat.internal_attr(xla_bridge, "register_plugin", owner="jax._src.xla_bridge",
+                                    feature="registering the plugin")
+    register(PLATFORM_NAME, priority=PRIORITY, c_api=table.capsule())
+    registration = getattr(xla_bridge, "_backend_factories", {}).get(PLATFORM_NAME)
     if registration is not None and hasattr(registration, "fail_quietly"):
         # Only matters when the user did not name platforms explicitly: with
         # JAX_PLATFORMS=stablehlo_ref JAX always fails loudly.
@@ -63,17 +70,38 @@ def initialize() -> None:
         # jax.profiler.trace(...) collects the plugin's PJRT call trace
         # (profiler.py): JAX registers a plugin's profiler extension itself
         # only for plugins loaded by library path, not for a C API capsule.
-        from jax._src.lib import _profiler
+        _profiler = compat.jax_internal("lib", "_profiler")
         _profiler.register_plugin_profiler(table.capsule())
     except Exception:  # noqa: BLE001 - must never break plugin initialization
         logger.warning("stablehlo_ref: jax.profiler will not see the plugin: %s", _reason(),
                        exc_info=True)
+    try:
+        # jaxlib 0.8.x / 0.9.0 read no shardings from C API plugins.
+        compat.install_sharding_shim(_op_shardings_of)
+    except Exception:  # noqa: BLE001 - must never break plugin initialization
+        logger.warning("stablehlo_ref: pmap and jit with open shardings on several devices "
+                       "need a newer jaxlib: %s", _reason(), exc_info=True)
     try:
         # Correctly rounded logistic / erfc / erf_inv / lgamma / digamma.
         from .lowerings import register_accurate_lowerings
         register_accurate_lowerings(PLATFORM_NAME)
     except Exception:  # noqa: BLE001 - must never break plugin initialization
         logger.warning("stablehlo_ref: could not register elementwise lowerings", exc_info=True)
+
+
+def _op_shardings_of(fingerprint) -> tuple[list[bytes], list[bytes]] | None:
+    """(input, output) serialized xla.OpSharding protos of the live
+    partitioned stablehlo_ref executable with this fingerprint (what the
+    PJRT Shardings extension reports), or None (compat.install_sharding_shim)."""
+    from . import handles
+    key = fingerprint.decode() if isinstance(fingerprint, bytes) else str(fingerprint)
+    for obj in list(handles._objects.values()):
+        meta = getattr(obj, "meta", None)
+        if meta is not None and getattr(meta, "fingerprint", None) == key:
+            if meta.spmd is None:
+                return None
+            return list(meta.spmd.op_shardings("in")), list(meta.spmd.op_shardings("out"))
+    return None
 
 
 def enable_donation(platform: str = PLATFORM_NAME) -> None:
@@ -88,7 +116,7 @@ def enable_donation(platform: str = PLATFORM_NAME) -> None:
     does). Raises, naming what changed, if that list is gone; initialize()
     then logs a warning and donations are ignored with JAX's "Some donated
     buffers were not usable" (tests/test_jax_runtime_hooks.py pins it)."""
-    from jax._src.interpreters import mlir
+    mlir = compat.jax_internal("interpreters", "mlir", feature="buffer donation")
     platforms = getattr(mlir, "_platforms_with_donation", None)
     if not isinstance(platforms, list):
         raise RuntimeError(
@@ -102,4 +130,4 @@ def enable_donation(platform: str = PLATFORM_NAME) -> None:
 def _reason() -> str:
     import jax
     return (f"JAX {jax.__version__} differs from the JAX internals this plugin was written "
-            "against (see docs/runtime.md, 'JAX internals the plugin relies on')")
+            f"against (tested: {compat.tested_range()}; see docs/compatibility.md)")

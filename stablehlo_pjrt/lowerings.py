@@ -76,6 +76,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from . import compat
+
 PLATFORM_NAME = "stablehlo_ref"
 
 logger = logging.getLogger(__name__)
@@ -100,7 +102,7 @@ def _custom_call(ctx, target, operands, avals_out, **attrs):
 
     Operands and results use the default (row-major) layout.
     """
-    from jax._src import ffi
+    ffi = compat.jax_internal("", "ffi")
     rule = ffi.ffi_lowering(target)
     sub = ctx.replace(avals_out=list(avals_out))
     op = rule(sub, *operands, **attrs)
@@ -109,7 +111,7 @@ def _custom_call(ctx, target, operands, avals_out, **attrs):
 
 def _slice_last(ctx, x, aval_in, aval_out, axis, lo, hi):
     """x[..., lo:hi] along ``axis`` (negative, counted from the end)."""
-    from jax._src.interpreters import mlir
+    mlir = compat.jax_internal("interpreters", "mlir")
     rank = len(aval_in.shape)
     axis = axis + rank
     start = [0] * rank
@@ -121,7 +123,7 @@ def _slice_last(ctx, x, aval_in, aval_out, axis, lo, hi):
 
 
 def _require_static(name, avals):
-    from jax._src import core
+    core = compat.jax_internal("", "core")
     for a in avals:
         if not core.is_constant_shape(a.shape):
             raise NotImplementedError(
@@ -135,14 +137,15 @@ def _require_static(name, avals):
 
 @_rule("eigh")
 def _eigh_rule(ctx, operand, *, lower, sort_eigenvalues, subset_by_index,
-               algorithm):
-    from jax._src.core import ShapedArray
-    from jax._src.interpreters import mlir
-    from jax._src.lax import linalg
-    from jax._src.lib.mlir.dialects import hlo
+               algorithm=None):
+    # (eigh_p has no `algorithm` parameter in JAX 0.8.0: QR then.)
+    ShapedArray = compat.jax_internal("core", "ShapedArray")
+    mlir = compat.jax_internal("interpreters", "mlir")
+    linalg = compat.jax_internal("lax", "linalg")
+    hlo = compat.jax_internal("lib.mlir.dialects", "hlo")
 
-    if algorithm == linalg.EighImplementation.QDWH:
-        from jax._src.tpu.linalg import eigh as tpu_eigh
+    if algorithm is not None and algorithm == linalg.EighImplementation.QDWH:
+        tpu_eigh = compat.jax_internal("tpu.linalg", "eigh")
         return tpu_eigh._eigh_tpu_lowering(
             ctx, operand, lower=lower, sort_eigenvalues=sort_eigenvalues,
             subset_by_index=subset_by_index, algorithm=algorithm)
@@ -160,8 +163,8 @@ def _eigh_rule(ctx, operand, *, lower, sort_eigenvalues, subset_by_index,
     # implements with LAPACK's syevd semantics: eigenvalues always ascending.
     v, w = mlir.custom_call(
         "Eigh",
-        result_types=[mlir.aval_to_ir_type(ctx.module_context, full_v),
-                      mlir.aval_to_ir_type(ctx.module_context, full_w)],
+        result_types=[compat.aval_to_ir_type(ctx.module_context, full_v),
+                      compat.aval_to_ir_type(ctx.module_context, full_w)],
         operands=[operand],
         backend_config=f"{int(lower)},{int(sort_eigenvalues)},100,1e-6",
         api_version=1,
@@ -179,9 +182,9 @@ _DEFAULT_SVD_RULE = None
 @_rule("svd")
 def _svd_rule(ctx, operand, *, full_matrices, compute_uv, subset_by_index,
               algorithm=None):
-    from jax._src.core import ShapedArray
-    from jax._src.interpreters import mlir
-    from jax._src.lax import linalg
+    ShapedArray = compat.jax_internal("core", "ShapedArray")
+    mlir = compat.jax_internal("interpreters", "mlir")
+    linalg = compat.jax_internal("lax", "linalg")
 
     operand_aval, = ctx.avals_in
     _require_static("svd", [operand_aval])
@@ -190,14 +193,16 @@ def _svd_rule(ctx, operand, *, full_matrices, compute_uv, subset_by_index,
     k = min(m, n)
     if full_matrices is None:
         full_matrices = True
-    if algorithm == linalg.SvdAlgorithm.POLAR and _DEFAULT_SVD_RULE is not None:
+    # SvdAlgorithm has POLAR from JAX 0.8.3 and DIVIDE_AND_CONQUER from 0.10.0.
+    polar = getattr(linalg.SvdAlgorithm, "POLAR", None)
+    dnc = getattr(linalg.SvdAlgorithm, "DIVIDE_AND_CONQUER", None)
+    if algorithm is not None and algorithm == polar and _DEFAULT_SVD_RULE is not None:
         # JAX's platform-independent (TPU) polar-decomposition SVD.
         return _DEFAULT_SVD_RULE(ctx, operand, full_matrices=full_matrices,
                                  compute_uv=compute_uv,
                                  subset_by_index=subset_by_index,
                                  algorithm=algorithm)
-    if algorithm is None or algorithm in (linalg.SvdAlgorithm.DEFAULT,
-                                          linalg.SvdAlgorithm.DIVIDE_AND_CONQUER):
+    if algorithm is None or algorithm in (linalg.SvdAlgorithm.DEFAULT, dnc):
         driver = "gesdd"
     elif algorithm == linalg.SvdAlgorithm.QR:
         driver = "gesvd"
@@ -233,7 +238,7 @@ def _svd_rule(ctx, operand, *, full_matrices, compute_uv, subset_by_index,
 def _eig_rule(ctx, operand, *, compute_left_eigenvectors,
               compute_right_eigenvectors, enable_eigvec_derivs=False,
               implementation=None):
-    from jax._src.lax import linalg
+    linalg = compat.jax_internal("lax", "linalg")
     del enable_eigvec_derivs
     if implementation and implementation != linalg.EigImplementation.LAPACK:
         raise ValueError(
@@ -292,7 +297,7 @@ _DEFAULT_RULES = {}
 
 
 def _default_or_none(name, ctx, operands, params):
-    from jax._src import core
+    core = compat.jax_internal("", "core")
     if all(core.is_constant_shape(a.shape) for a in list(ctx.avals_in) + list(ctx.avals_out)):
         return None
     return _DEFAULT_RULES[name](ctx, *operands, **params)
@@ -364,9 +369,9 @@ def _missing_rule_error(prim_name):
 
 def primitives_without_lowering():
     """The jax._src.lax.linalg primitives with no rule usable on an unknown platform."""
-    from jax._src import core
-    from jax._src.interpreters import mlir
-    from jax._src.lax import linalg
+    core = compat.jax_internal("", "core")
+    mlir = compat.jax_internal("interpreters", "mlir")
+    linalg = compat.jax_internal("lax", "linalg")
     out = []
     for value in vars(linalg).values():
         if (isinstance(value, core.Primitive) and value not in mlir._lowerings
@@ -383,8 +388,8 @@ def register_lowerings(platform: str = PLATFORM_NAME) -> list[str]:
     not know (a newer JAX) gets a rule raising a clear NotImplementedError.
     """
     global _DEFAULT_SVD_RULE
-    from jax._src.interpreters import mlir
-    from jax._src.lax import linalg
+    mlir = compat.jax_internal("interpreters", "mlir")
+    linalg = compat.jax_internal("lax", "linalg")
 
     registered = []
     specific = mlir._platform_specific_lowerings.get(platform, {})
@@ -441,8 +446,8 @@ _IN_DECOMPOSITION = threading.local()
 def _logistic_rule(generic):
     def rule(ctx, x, accuracy=None):
         import numpy as np
-        from jax._src.interpreters import mlir
-        from jax._src.lib.mlir.dialects import hlo
+        mlir = compat.jax_internal("interpreters", "mlir")
+        hlo = compat.jax_internal("lib.mlir.dialects", "hlo")
         if np.dtype(ctx.avals_out[0].dtype).kind == "c":
             # complex: JAX's formula, whose infinities XLA CPU shares
             return generic(ctx, x, accuracy=accuracy)
@@ -454,7 +459,7 @@ def _logistic_rule(generic):
 def _composite_rule(prim, chlo_name, generic):
     def rule(ctx, *args, **params):
         from jax import lax
-        from jax._src.interpreters import mlir
+        mlir = compat.jax_internal("interpreters", "mlir")
         if getattr(_IN_DECOMPOSITION, "active", False):
             return generic(ctx, *args, **params)
         _IN_DECOMPOSITION.active = True
@@ -468,9 +473,9 @@ def _composite_rule(prim, chlo_name, generic):
 
 def register_accurate_lowerings(platform: str = PLATFORM_NAME) -> list[str]:
     """Register the rules above; returns the primitive names handled."""
-    from jax._src.interpreters import mlir
-    from jax._src.lax import lax as lax_internal
-    from jax._src.lax import special
+    mlir = compat.jax_internal("interpreters", "mlir")
+    lax_internal = compat.jax_internal("lax", "lax")
+    special = compat.jax_internal("lax", "special")
 
     rules = {}
     logistic = getattr(mlir._lowerings.get(lax_internal.logistic_p), "rule", None)

@@ -2,7 +2,7 @@
 
 One home for what the SPMD planner (spmd.py), the oracle (oracle/bisect.py,
 oracle/_lowering.py) and the plugin checker's summation bound
-(checker/summation.py) each need of a module's ``func.func`` ops. Call these
+(oracle/summation.py) each need of a module's ``func.func`` ops. Call these
 with the module's context entered and ``MLIR_LOCK`` held, as every use of
 MLIR objects.
 """

@@ -16,11 +16,11 @@ programs, into the optimized program XLA's C API client reads them from.
 It uses the interpreter through its public names only.
 """
 
+
 import io
 import re
 
 import numpy as np
-from jax._src.lib import xla_client
 
 from stablehlo_interpreter import (
     MLIR_LOCK,
@@ -38,7 +38,10 @@ from stablehlo_interpreter import (
     parse_sharding_per_value,
 )
 
+from . import compat
 from .mlir_funcs import find_func
+
+xla_client = compat.jax_internal("lib", "xla_client", feature="SPMD programs (xla.OpSharding)")
 
 
 class SpmdPlan:

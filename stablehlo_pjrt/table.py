@@ -16,7 +16,7 @@ import sys
 import threading
 
 from . import _capi as C
-from . import _shim, api, shutdown, trace, trace_json
+from . import _shim, api, compat, shutdown, trace, trace_json
 
 _HANDLERS = api.HANDLERS
 
@@ -31,9 +31,12 @@ def _is_quiet(name: str) -> bool:
     rather than report an error: jaxlib calls them from destructors (an
     external reference is released by the destructor of a numpy view or
     memoryview, which may run during interpreter shutdown; jaxlib aborts on
-    an error there)."""
+    an error there). PJRT_Client_UpdateGlobalProcessInfo too: in a
+    multi-process run IFRT's watcher thread reports the processes' state
+    with it until the end, and aborts on an error."""
     return (name.endswith("_Destroy") or name.endswith("_Delete")
-            or name == "PJRT_Buffer_DecreaseExternalReferenceCount")
+            or name in ("PJRT_Buffer_DecreaseExternalReferenceCount",
+                        "PJRT_Client_UpdateGlobalProcessInfo"))
 
 
 def set_tracing(on: bool) -> None:
@@ -139,7 +142,7 @@ def _wait_for_jax_effects():
     # every thread. (Not in a process that never imported JAX.)
     if "jax" not in sys.modules:
         return
-    from jax._src import dispatch
+    dispatch = compat.jax_internal("", "dispatch")
     dispatch.runtime_tokens.block_until_ready()
 
 

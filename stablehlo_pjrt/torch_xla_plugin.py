@@ -16,15 +16,7 @@ from torch_xla.experimental import plugins
 
 from . import config, shim_path, shutdown
 from .client import configured_num_devices
-
-MULTIPROCESS_UNSUPPORTED = (
-    "stablehlo_ref does not support PyTorch/XLA's multi-process mode (xmp.spawn "
-    "without nprocs=1, torchrun with several local processes): its devices are "
-    "virtual devices of one process, with no collectives across processes, and "
-    "PyTorch/XLA 2.9 cannot set up replication for a device type whose name has "
-    "a '_' (its parse_xla_device reads 'STABLEHLO_REF:0' as no device). Use "
-    "xmp.spawn(fn, nprocs=1) for one device, or SPMD (torch_xla.distributed.spmd) "
-    "over STABLEHLO_REF_NUM_DEVICES devices in one process.")
+from .distributed import configured_num_processes
 
 
 class StablehloRefPlugin(plugins.DevicePlugin):
@@ -32,8 +24,9 @@ class StablehloRefPlugin(plugins.DevicePlugin):
 
     One process drives all the client's devices (STABLEHLO_REF_NUM_DEVICES,
     default 1): SPMD (`torch_xla.distributed.spmd`) shards over them.
-    Multi-process runs (`xmp.spawn` without nprocs=1, `torchrun` with several
-    local processes) are refused with the reason (MULTIPROCESS_UNSUPPORTED).
+    Several processes (`xmp.spawn` starts STABLEHLO_REF_NUM_PROCESSES,
+    `torchrun` its WORLD_SIZE) share PyTorch/XLA's coordinator as the
+    key-value store of the client (docs/devices.md, "Several processes").
     """
 
     def __init__(self):
@@ -44,6 +37,7 @@ class StablehloRefPlugin(plugins.DevicePlugin):
         # "STABLEHLO_REF": without this alias xr.host_index() and xmp.spawn
         # raise KeyError('STABLEHLO').  (The C++ side uses the full name.)
         plugins._plugin_registry.setdefault("STABLEHLO", self)
+        _accept_underscore_device_names()
         _sync_before_forcing_spmd()
         # Constructed during `import torch_xla`, after torch_xla registered
         # its atexit handler: the plugin's exit handler now runs before it
@@ -55,27 +49,69 @@ class StablehloRefPlugin(plugins.DevicePlugin):
         return shim_path()
 
     def physical_chip_count(self) -> int:
-        # Every device of this plugin lives in the one host process: one
-        # "chip".  PyTorch/XLA 2.9 asks this to size xmp.spawn (nprocs=None):
-        # one process, whose configure_multiprocess then refuses with the
-        # reason (nprocs=1 takes another path and works).
-        return 1
+        # The number of processes xmp.spawn (nprocs=None) starts.
+        return configured_num_processes()
 
     def client_create_options(self) -> dict:
         # Read by the client (num_devices); the env var keeps precedence
         # semantics simple: the option is the env var's value, or 1.
-        return {"num_devices": configured_num_devices()}
+        options = {"num_devices": configured_num_devices()}
+        rank, world = _rank_and_world()
+        if world > 1:
+            options.update(node_id=rank, num_nodes=world)
+        return options
+
+    def requires_xla_coordinator(self) -> bool:
+        # Several processes: PyTorch/XLA then starts its coordinator (RANK,
+        # WORLD_SIZE, MASTER_ADDR, XLA_COORDINATOR_PORT) and passes its
+        # key-value store to PJRT_Client_Create. One process needs none.
+        return _rank_and_world()[1] > 1
 
     def configure_single_process(self) -> None:
         # Debugging with world size 1: one device, whatever the env says.
         config.set_variable(config.NUM_DEVICES, "1")
 
     def configure_multiprocess(self, local_rank: int, local_world_size: int) -> None:
-        # Called first in every process xmp.spawn (nprocs=None) or torchrun
-        # starts, before PyTorch/XLA sets up replication (which fails on our
-        # device name, see MULTIPROCESS_UNSUPPORTED): say why, there.
+        # PyTorch/XLA has set PJRT_LOCAL_PROCESS_RANK/COUNT (read by
+        # _rank_and_world); each process has STABLEHLO_REF_NUM_DEVICES devices.
         del local_rank, local_world_size   # PyTorch/XLA's interface; nothing to configure
-        raise RuntimeError(MULTIPROCESS_UNSUPPORTED)
+
+
+def _rank_and_world() -> tuple[int, int]:
+    """(this process's rank, the number of processes), as PyTorch/XLA's
+    coordinator reads them (pjrt_registry.cc): RANK / WORLD_SIZE (torchrun),
+    else the local rank and count xmp.spawn sets."""
+    v = {name: s.value() for name, s in config.TORCH_RANKS.items()}
+    local_rank = v["PJRT_LOCAL_PROCESS_RANK"] if v["PJRT_LOCAL_PROCESS_RANK"] >= 0 \
+        else v["LOCAL_RANK"]
+    local_world = v["PJRT_LOCAL_PROCESS_COUNT"] if v["PJRT_LOCAL_PROCESS_COUNT"] >= 0 \
+        else v["LOCAL_WORLD_SIZE"]
+    return (v["RANK"] if v["RANK"] >= 0 else local_rank,
+            v["WORLD_SIZE"] if v["WORLD_SIZE"] >= 0 else local_world)
+
+
+def _accept_underscore_device_names() -> None:
+    """PyTorch/XLA 2.9's parse_xla_device reads device names with
+    ``[A-Z]+:N``: our 'STABLEHLO_REF:0' parses as no device, and setting up
+    replication (xmp.spawn, torchrun) fails with 'Invalid device format'.
+    Accept '_' in the device type (the C++ side names devices after
+    PJRT_DEVICE, underscores included)."""
+    import re
+
+    from torch_xla._internal import utils
+
+    original = utils.parse_xla_device
+    if getattr(original, "_stablehlo_ref_wrapper", False):
+        return
+
+    def parse_xla_device(device: str):
+        m = re.match(r"([A-Z][A-Z_]*):(\d+)$", device)
+        if m:
+            return (m.group(1), int(m.group(2)))
+        return original(device)
+
+    parse_xla_device._stablehlo_ref_wrapper = True
+    utils.parse_xla_device = parse_xla_device
 
 
 def _selected() -> bool:

@@ -15,7 +15,6 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import jaxlib._hlo as xla_hlo
 import ml_dtypes
 import numpy as np
 import pytest
@@ -23,6 +22,7 @@ import scipy.special as sps
 from test_pjrt_capi import call, client, destroy_buffer, event_destroy, execute, from_host, ok, to_host  # noqa: F401
 
 from stablehlo_pjrt import _capi as C
+from stablehlo_pjrt import compat
 
 
 def compile_program(client, code: bytes, fmt: bytes):  # noqa: F811
@@ -42,7 +42,7 @@ def hlo_proto(fn, *args) -> bytes:
 
 def hlo_text_proto(body: str, params: str = "p = f32[4] parameter(0)") -> bytes:
     text = f"HloModule m\nENTRY e {{\n {params}\n {body}\n}}\n"
-    return xla_hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
+    return compat.hlo_bindings().hlo_module_from_text(text).as_serialized_hlo_module_proto()
 
 
 def with_config(module: bytes) -> bytes:

@@ -22,6 +22,8 @@ import os
 import subprocess
 import sys
 
+from testkit import requires_jax_feature
+
 SCRIPT = r"""
 import json, logging, sys
 import jax, jax.numpy as jnp
@@ -74,8 +76,9 @@ def test_a_changed_jax_is_reported_not_fatal(tmp_path):
     out = _run("break", tmp_path)
     assert out["aliasing"] is False  # donation off, as JAX's warning then says
     text = "\n".join(out["warnings"])
-    assert "stablehlo_ref: buffer donation is off: JAX 0.10.2 differs from the JAX internals" \
-        in text, text
+    import jax
+    assert f"stablehlo_ref: buffer donation is off: JAX {jax.__version__} differs from the " \
+        "JAX internals" in text, text
     assert "stablehlo_ref: the persistent compilation cache is off" in text, text
 
 
@@ -102,6 +105,7 @@ def test_jax_consults_the_cache_check_through_the_module():
     assert 'supported_platforms = ["tpu", "gpu", "cpu", "neuron"]' in inspect.getsource(original)
 
 
+@requires_jax_feature("compile_on_worker_thread")
 def test_jaxlib_polls_for_signals_while_waiting():
     """Ctrl-C during a JAX compile is jaxlib's (it compiles on a worker and
     the waiting thread checks for signals); the plugin's trace function

@@ -4,6 +4,7 @@ placed where the program says, compute_on("device_host") and host-offload
 remat policies give CPU's kinds and values."""
 
 import numpy as np
+import pytest
 import runtime_scenarios as rs
 
 
@@ -11,6 +12,10 @@ def test_memory_kinds_like_cpu():
     ref = rs.run("stablehlo_ref", ["memory_kinds"], devices=1)["memory_kinds"]
     cpu = rs.run("cpu", ["memory_kinds"], devices=1)["memory_kinds"]
     assert ref["error"] is None, ref["error"]
+    if cpu["error"] and "annotate_device_placement" in cpu["error"]:
+        # XLA CPU of jaxlib 0.8.0 has no handler for the host-placement custom
+        # call JAX emits for compute_on("device_host"): no reference to compare.
+        pytest.skip(f"XLA CPU cannot run this JAX's compute_on('device_host'): {cpu['error'][:200]}")
     assert cpu["error"] is None, cpu["error"]
     r, c = ref["values"], cpu["values"]
     assert r["memories"] == c["memories"] == ["device", "pinned_host", "unpinned_host"]

@@ -552,6 +552,8 @@ def qr_lapack(mode):
         c.add(("hp", dt), jax.lax.linalg.householder_product, h, taus)
         for left in (True, False):
             for tr in (False, True):
+                if not hasattr(jax.lax.linalg, "ormqr"):
+                    break  # jax.lax.linalg.ormqr is public from JAX 0.10.0
                 cc = matrix((6, 2) if left else (2, 6), dt, 14)
                 c.add(("ormqr", dt, left, tr), lambda x, t, y, l=left, tr=tr:
                       jax.lax.linalg.ormqr(x, t, y, left=l, transpose=tr), h, taus, cc)

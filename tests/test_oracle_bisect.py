@@ -91,8 +91,9 @@ def run_script(tmp_path):
 def test_first_divergence(tmp_path):
     out, path, lines = run_script(tmp_path)
     assert out["compare_ok"], out["compare_text"]
-    assert "output[0]: float32[] ok" in out["compare_text"]
-    assert "output[1]: int32[] ok (exact)" in out["compare_text"]
+    assert out["compare_text"].startswith("stablehlo_ref vs cpu: ")
+    assert "output[0]: float32[] " in out["compare_text"]
+    assert "output[1]: int32[] identical" in out["compare_text"]
     assert out["agree"]
 
     tanh_line = f"{path}:{lines['LINE_TANH']}"

@@ -109,3 +109,13 @@ def count_donations(monkeypatch):
         return n
     monkeypatch.setattr(compiler, "_getrefcount", getrefcount)
     return seen
+
+
+def requires_jax_feature(feature: str):
+    """Skip marker for a test that needs a feature newer than the oldest
+    supported jaxlib (a stablehlo_pjrt.compat.FEATURES key), with the reason."""
+    import pytest
+
+    from stablehlo_pjrt import compat
+    reason = compat.missing_feature(feature)
+    return pytest.mark.skipif(reason is not None, reason=reason or "")

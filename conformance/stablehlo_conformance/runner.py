@@ -400,10 +400,16 @@ def main(argv=None):
                    help="print only the totals, not the per-family table")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print each case's status as it finishes")
+    p.add_argument("--numerics", choices=("spec", "accurate"), default="spec",
+                   help="the interpreter's numerics mode (default spec: the suite's "
+                        "expected values are the reference interpreter's element-type, "
+                        "sequential results; see docs/numerics.md)")
     a = p.parse_args(argv)
 
     t0 = time.monotonic()
     tasks, results = collect(a.suite_dir, a.only, tuple(a.suite or ("interpret", "testdata")))
+    for t in tasks:
+        t["numerics"] = a.numerics
 
     def on_result(r):
         results.append(r)

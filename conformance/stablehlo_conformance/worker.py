@@ -78,15 +78,16 @@ def roundtrip(text):
 
 
 class _Compiled:
-    def __init__(self, chunks):
+    def __init__(self, chunks, numerics=None):
         self.chunks = chunks
+        self.numerics = numerics   # None: STABLEHLO_REF_NUMERICS decides
         self.cache = {}
 
     def get(self, i):
         import stablehlo_interpreter as shi
         if i not in self.cache:
             try:
-                self.cache[i] = shi.compile(self.chunks[i])
+                self.cache[i] = shi.compile(self.chunks[i], numerics=self.numerics)
             except BaseException as e:
                 self.cache[i] = e
         v = self.cache[i]
@@ -169,7 +170,7 @@ def serve(conn, memory_limit_mb=0):
             return
         if task is None:
             return
-        compiled = _Compiled(task["chunks"])
+        compiled = _Compiled(task["chunks"], task.get("numerics"))
         outputs = {}
         for i, case in enumerate(task["cases"]):
             conn.send(("start", i))

@@ -49,9 +49,9 @@ def _read_module(path: str) -> bytes:
         raise UserError(f"cannot read module {path}: {e.strerror or e}") from None
 
 
-def _compile(path: str) -> Any:
+def _compile(path: str, numerics: str | None = None) -> Any:
     import stablehlo_interpreter as shi
-    return shi.compile(_read_module(path), name=path)
+    return shi.compile(_read_module(path), name=path, numerics=numerics)
 
 
 def load_args(path: str | None, func: Any, cast: bool = False) -> list[Any]:
@@ -132,7 +132,7 @@ def _describe(value: Any, ttype: Any) -> str:
 
 def _program_and_args(a: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
     """The compiled module, the function to run and its arguments from --args."""
-    program = _compile(a.module)
+    program = _compile(a.module, a.numerics)
     try:
         func = program.function(a.func)
     except Exception as e:
@@ -237,6 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--rtol", type=float, help="relative tolerance for floats")
     k.add_argument("--atol", type=float, help="absolute tolerance for floats")
     k.add_argument("--ulp", type=int, help="compare floats by ULP distance instead")
+    for sp in (r, k):
+        sp.add_argument("--numerics", choices=("accurate", "spec"),
+                        help="accurate: the most accurate result of the element type; "
+                        "spec: bit-identical to the C++ reference interpreter (element-type "
+                        "arithmetic in its order). Default: $STABLEHLO_REF_NUMERICS, else "
+                        "accurate (docs/numerics.md)")
     sub.add_parser("config", help="list the STABLEHLO_REF_* switches and their current values")
     a = p.parse_args(argv)
     if a.command == "config":

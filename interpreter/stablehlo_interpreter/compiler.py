@@ -26,11 +26,13 @@ from . import config as _config
 from . import fold as _fold
 from . import fusion as _fusion
 from . import heap as _heap
+from . import numerics as _numerics
 from . import quant as _quant
 from . import trace as _trace
 from .arguments import coerce as _coerce
 from .errors import ArgumentError, CompileError, ExecutionError, InterpreterError, UnsupportedOpsError
 from .loader import MLIR_LOCK, NEWER_OP_PREFIX, Module, load
+from .mlir_compat import attribute_names
 from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported, custom_call_rejection, kernel_info
 from .types import TensorType, conforms, describe, from_mlir
 
@@ -478,6 +480,7 @@ class Program:
         self.module_attrs = module_attrs
         self.main = main
         self.module = module  # the loaded Module (MLIR_LOCK guards its mlir)
+        self.numerics = "accurate"   # the mode it was compiled in (numerics.py)
         self.num_replicas = int(module_attrs.get("mhlo.num_replicas", 1) or 1)
         self.num_partitions = int(module_attrs.get("mhlo.num_partitions", 1) or 1)
         # The embedder's hook for `@stablehlo_ref.host_callback`: the Python
@@ -574,8 +577,10 @@ class Program:
 
 
 class _Compiler:
-    def __init__(self, module, source=None):
+    def __init__(self, module, source=None, numerics="accurate"):
         self.module = module
+        # Builders read it as ``op.module.numerics`` (numerics.py).
+        self.numerics = numerics
         # Shown instead of "-" in locations of text parsed from a file.
         self.source = source if source and not source.startswith("<") else None
         self.unsupported = []
@@ -585,7 +590,7 @@ class _Compiler:
         mod = self.module.mlir
         module_attrs = {}
         mattrs = mod.operation.attributes
-        for key in list(mattrs):
+        for key in attribute_names(mattrs):
             module_attrs[key] = _attrs.decode_attribute(mod.operation, key)
         funcs = []
         for op in mod.body.operations:
@@ -604,7 +609,9 @@ class _Compiler:
         if main is None:
             public = [n for n, f in self.functions.items() if f.visibility != "private"]
             main = public[0] if public else names[0]
-        return Program(self.functions, module_attrs, main, self.module)
+        program = Program(self.functions, module_attrs, main, self.module)
+        program.numerics = self.numerics
+        return program
 
     def function_ops(self):
         """``{name: func.func operation}`` of the module, built once: call,
@@ -773,7 +780,7 @@ class _Compiler:
         # kernel needs it (RawAttr keeps the text).
         attrs = {}
         oattrs = o.attributes
-        for key in list(oattrs):
+        for key in attribute_names(oattrs):
             attrs[key] = _attrs.decode_attribute(o, key)
         try:
             operand_types = [from_mlir(v.type) for v in o.operands]
@@ -880,16 +887,22 @@ def _special_step(fn, regions, cap_ranges, n_operands):
 
 
 def compile(module_or_data: Module | str | bytes, *,  # noqa: A001 - the natural name
-            name: str = "<input>") -> Program:
+            name: str = "<input>", numerics: str | None = None) -> Program:
     """Compile a module (or MLIR text/bytes) into a :class:`Program`.
+
+    ``numerics``: ``"accurate"`` (the most accurate result of the element
+    type) or ``"spec"`` (bit-identical to the C++ reference interpreter:
+    element-type arithmetic in its order); None reads
+    ``STABLEHLO_REF_NUMERICS`` (default accurate). See docs/numerics.md.
 
     Raises :class:`UnsupportedOpsError` listing every op that cannot run.
     """
+    numerics = _numerics.resolve(numerics)
     module = load(module_or_data, name=name)
     _heap.tune()   # once per process: freed arrays stay for the next run (heap.py)
     with MLIR_LOCK, module.context:
         try:
-            program = _Compiler(module, name).compile()
+            program = _Compiler(module, name, numerics).compile()
         except InterpreterError:
             raise
         except RecursionError:

@@ -208,10 +208,16 @@ MAX_NESTING: Setting[int] = Setting(
     "STABLEHLO_REF_MAX_NESTING", integer(minimum=1), 500,
     "deepest bracket/region nesting of MLIR text accepted before MLIR parses it")
 
+NUMERICS: Setting[str] = Setting(
+    "STABLEHLO_REF_NUMERICS", choice("accurate", "spec"), "accurate",
+    "numerics of programs compiled without numerics=: accurate (most accurate result) or spec "
+    "(bit-identical to the C++ reference interpreter; docs/numerics.md)",
+    read="each use")
+
 SETTINGS: tuple[Setting[Any], ...] = (
     TRACE_OPS, VALIDATE, NO_FOLD, FAST_LOOPS, FUSION, THREADS, MALLOC, PROBE_DIR,
     FULL_LOCATIONS, ISOLATE, ISOLATE_TIMEOUT, GRID_TIMEOUT, SMALL_GEMM_MACS, CONTEXT_SHARE,
-    MAX_NESTING,
+    MAX_NESTING, NUMERICS,
 )
 _known(SETTINGS)   # no name twice
 

@@ -395,7 +395,10 @@ def touch_strings(module):
         except Exception:
             pass
         attrs = op.attributes
-        for key in list(attrs):
+        # By position: iterating the map yields NamedAttribute objects on
+        # jaxlib 0.8.0, names from 0.8.3 (mlir_compat.attribute_names; this file
+        # runs as a standalone script, so it cannot import it).
+        for key in [attrs[i].name for i in range(len(attrs))]:
             try:
                 a = attrs[key]
             except Exception:

@@ -267,7 +267,7 @@ class _Barrier:
 
 def run_parallel(program, args_per_process=None, num_replicas=None, num_partitions=None,
                  *, func=None, programs=None, infeed=None, timeout=None, grid=None,
-                 consume=False):
+                 consume=False, process_programs=None):
     """Run ``program`` on every process of a process grid; one thread each.
 
     * ``programs``: function names as ``programs[replica_id][partition_id]``
@@ -285,6 +285,10 @@ def run_parallel(program, args_per_process=None, num_replicas=None, num_partitio
       caller gives up (each is emptied): as with :meth:`Program.run_donated`,
       an argument array nothing else refers to may be updated in place
       (donated buffers of a multi-device run).
+    * ``process_programs``: a compiled Program per process (process order),
+      run instead of ``program`` there: processes of one grid running
+      programs compiled apart (the plugin's processes of a multi-process
+      client, each with the program its host process compiled).
 
     Returns the list of each process's output list, in process order. If a
     process fails, the others are stopped and its error is raised, naming
@@ -332,17 +336,25 @@ def run_parallel(program, args_per_process=None, num_replicas=None, num_partitio
                 f"got arguments for {len(args)} process(es), the "
                 f"{grid.num_replicas}x{grid.num_partitions} grid has {len(procs)}")
     names = [programs[r][p] if programs is not None else func for r, p in procs]
+    if process_programs is not None:
+        process_programs = list(process_programs)
+        if len(process_programs) != len(procs):
+            raise InterpreterError(f"got {len(process_programs)} programs for the "
+                                   f"{len(procs)} processes of the grid")
+    else:
+        process_programs = [program] * len(procs)
     results = [None] * len(procs)
     errors = [None] * len(procs)
 
     def body(i):
         proc = procs[i]
+        prog = process_programs[i]
         try:
             if consume:
-                results[i] = program.run_donated(args[i], func=names[i], process=proc,
-                                                 grid=grid)
+                results[i] = prog.run_donated(args[i], func=names[i], process=proc,
+                                              grid=grid)
             else:
-                results[i] = program.run(*args[i], func=names[i], process=proc, grid=grid)
+                results[i] = prog.run(*args[i], func=names[i], process=proc, grid=grid)
         except BaseException as e:  # noqa: BLE001 - reported below, never lost
             errors[i] = e
             grid.abort(proc, e)

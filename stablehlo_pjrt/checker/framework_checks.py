@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import config
+from .. import compat, config
 from .core import EnvironmentFailure, Failed, Skipped, Unsupported, check, environment_error
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ def _jax(ctx):
         # Two reference devices for the several-device programs (the
         # worker process is the kit's own).
         config.default_variable(config.NUM_DEVICES, "2")
-        from jax._src import xla_bridge
+        xla_bridge = compat.jax_internal("", "xla_bridge")
         xla_bridge.register_plugin(PLATFORM, library_path=ctx.plugin_path,
                                    options=ctx.create_options or None)
         import jax

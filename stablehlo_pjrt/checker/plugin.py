@@ -27,6 +27,7 @@ from typing import Iterable, TypeVar
 import numpy as np
 
 from .. import _capi as C
+from .. import compat
 
 FN = ctypes.CFUNCTYPE(c_void_p, c_void_p)
 
@@ -279,7 +280,7 @@ DEFAULT_TIMEOUT = 60.0
 
 def compile_options(num_replicas: int = 1, num_partitions: int = 1) -> bytes:
     """A serialized xla.CompileOptionsProto (jaxlib's class, as JAX sends)."""
-    from jax._src.lib import xla_client as xc
+    xc = compat.jax_internal("lib", "xla_client")
     o = xc.CompileOptions()
     o.num_replicas = num_replicas
     o.num_partitions = num_partitions

@@ -71,8 +71,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
-                                   items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # After -k/-m deselection: the checks that will run, run once in batches.
     config._pjrt_state["selected"] = [
         item.callspec.params["pjrt_check"] for item in items

@@ -6,6 +6,8 @@ import os
 
 import numpy as np
 
+from .. import compat
+
 _EXCLUDED = False
 
 
@@ -14,29 +16,33 @@ def _exclude_oracle_frames():
     so that an op's location ends at the user's code."""
     global _EXCLUDED
     if not _EXCLUDED:
-        from jax._src import source_info_util
+        source_info_util = compat.jax_internal("", "source_info_util")
         source_info_util.register_exclusion(os.path.dirname(__file__) + os.sep)
         _EXCLUDED = True
 
 
-def lower(fn, *args) -> tuple[str, list[np.ndarray]]:
+def lower(fn, *args, platform: str | None = None) -> tuple[str, list[np.ndarray]]:
     """The StableHLO text of ``jax.jit(fn)`` on ``args`` (with source
     locations) and the flat list of argument arrays @main takes.
 
     ``keep_unused=True`` keeps the module's parameters in one-to-one
     correspondence with the argument leaves (JAX otherwise drops unused ones).
+    ``platform``: lower for that JAX platform (JAX's lowering rules differ
+    per platform, linear algebra for "cpu" becomes LAPACK custom calls);
+    by default for the default backend.
     """
     import jax
     _exclude_oracle_frames()
+    fn, args = unwrap_keys(fn, args)
     leaves = jax.tree.leaves(args)
-    for i, leaf in enumerate(leaves):
-        if jax.dtypes.issubdtype(getattr(leaf, "dtype", None), jax.dtypes.prng_key):
-            raise TypeError(f"argument leaf #{i} is a typed PRNG key array; pass "
-                            "jax.random.key_data(key) and wrap it inside the function")
+    placed = args
+    if platform is not None:
+        # Arguments committed to the platform's device make jit lower for it.
+        placed = jax.device_put(args, jax.devices(platform)[0])
     if callable(getattr(fn, "lower", None)):
-        lowered = fn.lower(*args)  # already jitted: respect its options
+        lowered = fn.lower(*placed)  # already jitted: respect its options
     else:
-        lowered = jax.jit(fn, keep_unused=True).lower(*args)
+        lowered = jax.jit(fn, keep_unused=True).lower(*placed)
     module = lowered.compiler_ir("stablehlo")
     from ..mlir_funcs import find_func
     with module.context:
@@ -50,3 +56,39 @@ def lower(fn, *args) -> tuple[str, list[np.ndarray]]:
                     "keep_unused=True drops unused arguments; pass the plain function)")
         text = module.operation.get_asm(enable_debug_info=True)
     return text, [np.asarray(x) for x in leaves]
+
+
+def _is_key(x) -> bool:
+    import jax
+    return jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key)
+
+
+def unwrap_keys(fn, args):
+    """(fn', args') where typed PRNG key arrays among ``args`` are replaced
+    by their raw key data and ``fn'`` wraps them back (with the key's own
+    implementation) before calling ``fn``: a module takes the raw data."""
+    import jax
+    leaves, tree = jax.tree.flatten(args)
+    impls = [jax.random.key_impl(x) if _is_key(x) else None for x in leaves]
+    if not any(i is not None for i in impls):
+        return fn, args
+    raw = [jax.random.key_data(x) if i is not None else x for x, i in zip(leaves, impls)]
+
+    def wrapped(*a):
+        flat = jax.tree.leaves(a)
+        back = [jax.random.wrap_key_data(x, impl=i) if i is not None else x
+                for x, i in zip(flat, impls)]
+        return fn(*jax.tree.unflatten(tree, back))
+
+    return wrapped, tuple(jax.tree.unflatten(tree, raw))
+
+
+def output_names(fn, *args) -> list[str]:
+    """Names of ``fn``'s output leaves in tree order: ``output``,
+    ``output[0]``, ``output['loss']``..."""
+    import jax
+    fn, args = unwrap_keys(fn, args)
+    shapes = jax.eval_shape(fn, *args)
+    leaves = jax.tree_util.tree_leaves_with_path(shapes)
+    return [f"output{jax.tree_util.keystr(path)}" if path else "output"
+            for path, _ in leaves]

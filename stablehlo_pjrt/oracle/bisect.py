@@ -22,9 +22,8 @@ and reports the earliest divergent op in program order.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -32,22 +31,7 @@ import stablehlo_interpreter as shi
 from stablehlo_interpreter import MLIR_LOCK, compare_arrays, summarize
 
 from ..mlir_funcs import entry_func, find_func, func_name, return_also
-
-# run(module_text, args) -> list of numpy arrays, one per result of @main.
-Runner = Callable[[str, Sequence[np.ndarray]], Sequence[np.ndarray]]
-
-_SOURCE_RE = re.compile(r'"([^"]+)":(\d+):(\d+)')
-
-
-def source_line(location: str) -> str | None:
-    """The innermost ``file:line`` of an op location JAX recorded, e.g.
-    ``"jit(f)/sin"(callsite("f"("x.py":4:20 to :30) at ...))`` -> ``x.py:4``."""
-    m = _SOURCE_RE.search(location or "")
-    if m:
-        return f"{m.group(1)}:{m.group(2)}"
-    # The interpreter's compact form: `file:line:col (in fn) [op]`.
-    m = re.match(r"(\S+?):(\d+):\d+(?: |$)", location or "")
-    return f"{m.group(1)}:{m.group(2)}" if m and m.group(1) != "-" else None
+from .runners import Runner, jax_backend_runner, reference_runner, source_line  # noqa: F401
 
 
 @dataclass
@@ -171,41 +155,6 @@ def _op_text(op) -> str:
     return first if len(first) <= 300 else first[:300] + " ..."
 
 
-def reference_runner(module_text: str, args: Sequence[np.ndarray]) -> list:
-    """Runs a module on the interpreter directly (not through PJRT)."""
-    return list(shi.compile(module_text, name="<variant>").run(*args))
-
-
-def jax_backend_runner(platform: str = "cpu") -> Runner:
-    """A Runner that compiles module text on a JAX backend's PJRT client
-    (``client.compile_and_load``, as jax._src.compiler does) and runs it on
-    that backend's first device."""
-    from jax._src import xla_bridge
-    from jax._src.lib import xla_client as xc
-    try:
-        backend = xla_bridge.get_backend(platform)
-    except RuntimeError as e:
-        raise RuntimeError(
-            f"backend {platform!r} is not available in this process ({e}); leave "
-            "JAX_PLATFORMS unset or list it, e.g. 'cpu,stablehlo_ref'") from None
-    device = backend.local_devices()[0]
-
-    def run(module_text: str, args: Sequence[np.ndarray]) -> list:
-        exe = backend.compile_and_load(
-            module_text, executable_devices=xc.DeviceList((device,)),
-            compile_options=xc.CompileOptions())
-        # Under enable_x64, device_put keeps the arrays' exact dtypes (it
-        # would otherwise turn 64-bit inputs into 32-bit ones).
-        import jax
-        with jax.enable_x64(True):
-            buffers = [jax.device_put(np.asarray(a), device) for a in args]
-        results = exe.execute_sharded(buffers).disassemble_into_single_device_arrays()
-        return [np.asarray(r[0]) for r in results]
-
-    run.__name__ = f"run_on_{platform}"
-    return run
-
-
 def _one_line(value) -> str:
     return " ".join(summarize(value).split())
 
@@ -226,6 +175,10 @@ class Divergence:
     notes: list = field(default_factory=list)
     inner: "Divergence | None" = None   # the divergence inside the op's body
     inner_where: str = ""                # e.g. "iteration 3 of the loop body"
+    explained: bool = False              # every difference has an allowed cause
+    causes: set = field(default_factory=set)   # the verdict's cause names
+    function: str = "main"               # the function the op is in
+    isolated: bool = False               # values from the op run alone
 
     @property
     def source(self) -> str | None:
@@ -249,17 +202,25 @@ class Divergence:
         return out
 
     def __str__(self):
-        if self.op is None:
-            lines = [f"the outputs of @main differ on {self.other_name}, but every "
-                     "intermediate top-level result agrees with the reference"]
+        if self.op is None and self.explained:
+            lines = [f"the outputs differ on {self.other_name} for these causes: "
+                     f"{', '.join(sorted(self.causes))}; no op is to blame"]
+        elif self.op is None:
+            lines = [f"the outputs of @main differ on {self.other_name}, but no op is "
+                     "outside its own bound when run alone"]
         else:
             op = self.op
-            lines = [f"first divergent op: {op.name} (top-level op #{op.index} of "
-                     f"{self.num_ops} in @main)",
+            where = (f"top-level op #{op.index} of {self.num_ops} in @main"
+                     if self.function == "main" else f"in @{self.function}")
+            lines = [f"first divergent op: {op.name} ({where})",
                      f"  source: {self.source or '(no Python location recorded)'}",
                      f"  location: {op.location}",
                      f"  op: {op.text}"]
-            if self.inputs:
+            if self.inputs and self.isolated:
+                lines.append("  inputs (the reference's, given to both sides alone):")
+                for label, v in self.inputs:
+                    lines.append(f"    {label}: {_one_line(v)}")
+            elif self.inputs:
                 lines.append(f"  inputs (the reference and {self.other_name} agree on these):")
                 for label, v in self.inputs:
                     lines.append(f"    {label}: {_one_line(v)}")
@@ -315,32 +276,41 @@ class _Search:
 
 
 def first_divergence(fn_or_module, *args, against="cpu", strategy: str = "bisect",
-                     rtol=None, atol=None, ulp=None, depth: int = 4) -> Divergence | None:
-    """Locates the first op whose result differs between the reference and
-    ``against``.
+                     rtol: float | None = None, atol: float | None = None,
+                     ulp: int | None = None, depth: int = 4,
+                     allow=None, forbid=None) -> Divergence | None:
+    """Locates the op to blame when ``against`` differs from the reference.
 
-    ``fn_or_module`` is a JAX function (lowered with ``jax.jit`` on ``args``)
-    or a module (MLIR text, bytecode or portable artifact) with ``args`` the
-    arrays @main takes. ``against`` is a JAX platform name, or a Runner
-    ``run(module_text, args) -> outputs`` for any other backend. Returns None
-    when the outputs agree (within the tolerances, see
-    stablehlo_interpreter.compare); otherwise a :class:`Divergence` whose
-    ``str()`` names the op, the Python line JAX recorded for it, its inputs
-    and both results. When that op has a body (``while``, ``case``, ``if``,
-    ``func.call``, ``stablehlo.composite``), the search descends into it, up
-    to ``depth`` levels: into the callee, the branch taken, or the loop
-    iteration whose body first gives another result from the same inputs
-    (``Divergence.inner``, ``.innermost``, ``.path``).
+    ``fn_or_module`` is a JAX function (lowered with ``jax.jit`` on ``args``;
+    typed PRNG keys are passed as their raw data) or a module (MLIR text,
+    bytecode or portable artifact) with ``args`` the arrays @main takes.
+    ``against`` is a JAX platform name, or a Runner ``run(module_text,
+    args) -> outputs`` for any other backend.
+
+    Returns None when nothing is unexplained: the verdict of
+    :func:`~stablehlo_pjrt.oracle.compare` (with ``allow``/``forbid``) is
+    ok. Otherwise a :class:`Divergence`: ``.explained`` and ``.causes`` say
+    whether causes account for the difference (a forbidden one, say), and
+    ``.op`` names an op only for an unexplained difference. The search
+    bisects over the top-level ops of @main for the first whose result
+    diverges, then isolates before blaming: the op re-run alone on the
+    other backend from the reference's exact inputs must fall outside its
+    own bound (oracle/isolate.py). An op inside its bound only amplified
+    differences that came from elsewhere (a note gives its condition
+    number and where they came from), and the first op outside its own
+    bound, in any called function, is named instead. When the op has a
+    body (``while``, ``case``, ``if``, ``func.call``, ``stablehlo.composite``),
+    the search descends into it, up to ``depth`` levels (``.inner``,
+    ``.innermost``, ``.path``). ``rtol``/``atol``/``ulp`` replace the
+    verdict by a fixed tolerance.
     """
     if isinstance(fn_or_module, (str, bytes, bytearray, memoryview)):
         module, flat_args = fn_or_module, list(args)
     else:
         from ._lowering import lower
         module, flat_args = lower(fn_or_module, *args)
-    if isinstance(against, str):
-        other_name, run_other = against, jax_backend_runner(against)
-    else:
-        other_name, run_other = getattr(against, "__name__", "other"), against
+    from .runners import other_runner
+    other_name, run_other = other_runner(against)
     if strategy not in ("bisect", "linear"):
         raise ValueError(f"strategy must be 'bisect' or 'linear', not {strategy!r}")
     variants = ModuleVariants(module)
@@ -348,6 +318,18 @@ def first_divergence(fn_or_module, *args, against="cpu", strategy: str = "bisect
         raise ValueError(f"@{variants.main_name} takes {variants.num_args} argument(s), "
                          f"got {len(flat_args)}")
     tol = {"rtol": rtol, "atol": atol, "ulp": ulp}
+    fixed = any(v is not None for v in tol.values())
+    report = None
+    if not fixed:
+        from .verdict import compare
+        run_other.__name__ = other_name
+        report = compare(module if isinstance(fn_or_module, (str, bytes, bytearray,
+                                                             memoryview))
+                         else fn_or_module, *(flat_args if isinstance(
+                             fn_or_module, (str, bytes, bytearray, memoryview)) else args),
+                         against=run_other, allow=allow, forbid=forbid)
+        if report.ok:
+            return None
     s = _Search(variants, flat_args, run_other, tol, other_name)
     candidates = [i for i in range(len(variants.ops)) if variants.returnable(i)]
 
@@ -363,11 +345,9 @@ def first_divergence(fn_or_module, *args, against="cpu", strategy: str = "bisect
     notes = []
     if strategy == "linear":
         found = next((i for i in candidates if s.diverges(i)), None)
-        if found is None and not outputs_differ:
+        if found is None and not outputs_differ and fixed:
             return None
-    else:
-        if not outputs_differ:
-            return None
+    elif outputs_differ:
         # Invariant: candidates[lo] agrees (or lo == -1: the arguments),
         # candidates[hi] diverges (or hi == len: the outputs).
         lo, hi = -1, len(candidates)
@@ -393,10 +373,21 @@ def first_divergence(fn_or_module, *args, against="cpu", strategy: str = "bisect
             notes.append(f"{variants.ops[op].name} (op #{op}) reads diverged values; "
                          "searched again before them")
             lo, hi = -1, candidates.index(min(bad))
+    elif fixed:
+        return None
 
+    if report is not None:
+        return _blame(report, variants, s, found, notes, output_diffs, run_other, tol,
+                      other_name, strategy, depth, module, flat_args)
     if found is None:
         return Divergence(None, len(variants.ops), [], [], [], [], output_diffs, s.runs,
                           other_name, notes)
+    return _divergence_at(variants, s, found, notes, output_diffs, run_other, tol,
+                          other_name, strategy, depth)
+
+
+def _divergence_at(variants, s, found, notes, output_diffs, run_other, tol, other_name,
+                   strategy, depth):
     op = variants.ops[found]
     inputs = []
     for src in op.reads:
@@ -410,6 +401,7 @@ def first_divergence(fn_or_module, *args, against="cpu", strategy: str = "bisect
                 inputs.append((f"result #{r} of op #{j} ({cand.name})", value))
     if strategy == "linear" and inputs:
         notes.append("linear search: the earliest divergent op in program order")
+    s.fetch([found])
     d = Divergence(op, len(variants.ops), inputs, s.ref_values[found],
                    s.other_values[found], s.diffs(found), output_diffs, s.runs,
                    other_name, notes)
@@ -418,6 +410,64 @@ def first_divergence(fn_or_module, *args, against="cpu", strategy: str = "bisect
             _descend(d, variants, s, found, run_other, tol, other_name, strategy, depth)
         except _CannotDescend as e:
             d.notes.append(f"not searched inside {op.name}: {e}")
+    return d
+
+
+def _blame(report, variants, s, found, notes, output_diffs, run_other, tol, other_name,
+           strategy, depth, module, flat_args):
+    """Isolate before blaming: the Divergence for a verdict that is not ok."""
+    from . import causes as C
+    from .isolate import condition, isolate
+    ops = report.ops
+    if not ops:
+        try:
+            ops = isolate(module, flat_args, run_other)
+        except Exception as e:  # noqa: BLE001 - then the bisection's op stands
+            notes.append(f"the ops could not be isolated: {type(e).__name__}: {e}")
+            ops = []
+    at = {v.position: v for v in ops if v.function == variants.main_name}
+    blamed = [v for v in ops if v.status == "blame"]
+    unexplained = C.UNEXPLAINED in report.causes
+    if found is not None and ops:
+        v = at.get(found)
+        if v is not None and v.status != "blame":
+            cond = condition(v)
+            srcs = [f"op #{src[1]} ({variants.ops[src[1]].name})" for src in
+                    variants.ops[found].reads if src[0] == "op" and src[1] in s.other_values
+                    and any(not np.array_equal(np.asarray(a), np.asarray(b)) for a, b in
+                            zip(s.ref_values[src[1]], s.other_values[src[1]]))]
+            notes.append(
+                f"amplified: {v.name} (op #{found}) is within its own bound when run alone "
+                f"on the reference's inputs" + (f"; {cond}" if cond else "") +
+                (f"; its input differences come from {', '.join(srcs)}" if srcs else ""))
+            found = None
+    if found is not None and (not ops or unexplained):
+        d = _divergence_at(variants, s, found, notes, output_diffs, run_other, tol,
+                           other_name, strategy, depth)
+        d.causes, d.explained = set(report.causes), False
+        return d
+    if blamed and unexplained:
+        v = blamed[0]
+        if v.function == variants.main_name and v.position < len(variants.ops) and \
+                variants.ops[v.position].name == v.name and \
+                variants.returnable(v.position):
+            d = _divergence_at(variants, s, v.position, notes, output_diffs, run_other,
+                               tol, other_name, strategy, depth)
+            d.causes, d.explained = set(report.causes), False
+            d.notes.append("isolated: outside its own bound when run alone on the "
+                           "reference's inputs")
+            return d
+        cand = Candidate(v.position, v.name, v.location, v.name, [], [])
+        diffs = [compare_arrays(f"result #{k}", r, o) for k, (r, o) in
+                 enumerate(zip(v.reference, v.other))]
+        d = Divergence(cand, 0, [(f"operand #{k}", x) for k, x in enumerate(v.inputs)],
+                       v.reference, v.other, diffs, output_diffs, s.runs + 1, other_name,
+                       notes + [ln for ln in v.detail.splitlines() if ln],
+                       causes=set(report.causes), function=v.function, isolated=True)
+        return d
+    d = Divergence(None, len(variants.ops), [], [], [], [], output_diffs, s.runs,
+                   other_name, notes + [str(report)], causes=set(report.causes),
+                   explained=not unexplained)
     return d
 
 

@@ -300,6 +300,16 @@ static void *Memory_Kind_Id(void *a) {
   F(a, Memory_Kind_Id_Args, kind_id, int) = 0;
   return NULL;
 }
+static void *Memory_DebugString(void *a) {
+  CHECK(a, Memory_DebugString_Args);
+  STR(a, Memory_DebugString_Args, debug_string, "FakeAccelerator device memory");
+  return NULL;
+}
+static void *Memory_ToString(void *a) {
+  CHECK(a, Memory_ToString_Args);
+  STR(a, Memory_ToString_Args, to_string, "device");
+  return NULL;
+}
 static void *Memory_AddressableByDevices(void *a) {
   CHECK(a, Memory_AddressableByDevices_Args);
   Memory *m = F(a, Memory_AddressableByDevices_Args, memory, Memory *);
@@ -337,5 +347,6 @@ __attribute__((visibility("default"))) void *GetPjrtApi(void) {
   SET(DeviceDescription_Kind); SET(DeviceDescription_DebugString);
   SET(DeviceDescription_ToString); SET(DeviceDescription_Attributes);
   SET(Memory_Id); SET(Memory_Kind); SET(Memory_Kind_Id); SET(Memory_AddressableByDevices);
+  SET(Memory_DebugString); SET(Memory_ToString);
   return &api;
 }

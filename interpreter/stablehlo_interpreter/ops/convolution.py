@@ -42,6 +42,7 @@ import numpy as np
 from .. import blas as _blas
 from .. import dtypes
 from ..registry import Unsupported, kernel
+from . import spec_kernels as _spec
 
 # im2col is materialised when it has at most this many elements.
 _IM2COL_LIMIT = 1 << 24
@@ -441,6 +442,9 @@ def convolution(op):
     """
     _check(op)
     padding = op.attrs.get("padding")
+    spec = _spec_conv(op)
+    if spec is not None:
+        return lambda lhs, rhs: spec(lhs, rhs, padding)
     conv = make_convolution(op.attrs, op.result_types[0].dtype)
     return lambda lhs, rhs: conv(lhs, rhs, padding)
 
@@ -449,5 +453,15 @@ def convolution(op):
 def dynamic_conv(op):
     """spec: dynamic_conv. Convolution with `padding` given as an operand."""
     _check(op)
-    conv = make_convolution(op.attrs, op.result_types[0].dtype)
+    conv = _spec_conv(op) or make_convolution(op.attrs, op.result_types[0].dtype)
     return lambda lhs, rhs, padding: conv(lhs, rhs, padding)
+
+
+def _spec_conv(op):
+    """Spec mode's sequential convolution for float and complex results
+    (spec_kernels), or None (accurate mode; integer sums are exact)."""
+    out = np.dtype(op.result_types[0].dtype)
+    if not _spec.is_spec(op) or not (dtypes.is_float(out) or dtypes.is_complex(out)):
+        return None
+    attrs = op.attrs
+    return lambda lhs, rhs, padding: _spec.convolution(lhs, rhs, attrs, padding, out)

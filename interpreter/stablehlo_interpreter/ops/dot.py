@@ -28,6 +28,7 @@ import numpy as np
 from .. import blas as _blas
 from .. import dtypes
 from ..registry import Unsupported, kernel
+from . import spec_kernels as _spec
 
 
 def _matmul_plan(dtype):
@@ -150,10 +151,19 @@ def dot_general(op):
     lt, rt = op.operand_types
     if any(t.quant is not None for t in (lt, rt, op.result_types[0])):
         raise Unsupported("dot_general on quantized element types")
-    return make_dot_general(dn["lhs_batching_dimensions"], dn["rhs_batching_dimensions"],
-                            dn["lhs_contracting_dimensions"],
-                            dn["rhs_contracting_dimensions"], lt.rank, rt.rank,
-                            op.result_types[0].dtype)
+    return _make(op, dn["lhs_batching_dimensions"], dn["rhs_batching_dimensions"],
+                 dn["lhs_contracting_dimensions"], dn["rhs_contracting_dimensions"], lt.rank,
+                 rt.rank, op.result_types[0].dtype)
+
+
+def _make(op, lb, rb, lc, rc, lhs_rank, rhs_rank, out_dtype):
+    """The kernel of one dot: spec mode's sequential contraction for float
+    and complex results (integer sums wrap: any order is exact)."""
+    out = np.dtype(out_dtype)
+    if _spec.is_spec(op) and (dtypes.is_float(out) or dtypes.is_complex(out)):
+        lb, rb, lc, rc = (tuple(int(d) for d in v) for v in (lb, rb, lc, rc))
+        return lambda lhs, rhs: _spec.dot_general(lhs, rhs, lb, rb, lc, rc, out)
+    return make_dot_general(lb, rb, lc, rc, lhs_rank, rhs_rank, out_dtype)
 
 
 @kernel("stablehlo.dot")
@@ -165,5 +175,4 @@ def dot(op):
         raise Unsupported(f"dot with operand ranks {lt.rank}, {rt.rank}")
     if any(t.quant is not None for t in (lt, rt, op.result_types[0])):
         raise Unsupported("dot on quantized element types")
-    return make_dot_general((), (), (lt.rank - 1,), (0,), lt.rank, rt.rank,
-                            op.result_types[0].dtype)
+    return _make(op, (), (), (lt.rank - 1,), (0,), lt.rank, rt.rank, op.result_types[0].dtype)

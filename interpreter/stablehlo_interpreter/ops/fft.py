@@ -4,6 +4,7 @@ import numpy as np
 
 from .. import dtypes
 from ..registry import Unsupported, kernel
+from . import spec_kernels as _spec
 
 
 @kernel("stablehlo.fft")
@@ -33,6 +34,10 @@ def fft(op):
                 x.shape[:-k] + out_tail, dtype=out_dtype)
         return lambda x: np.zeros(x.shape[:-k] + out_tail, dtype=out_dtype)
 
+    if fft_type in ("FFT", "RFFT") and _spec.is_spec(op) and \
+            (fft_type == "FFT" or dtypes.is_float(in_t.dtype)):
+        # Spec numerics: the C++ interpreter's DFT (spec_kernels.fft).
+        return guard(lambda x: _spec.fft(x, fft_type, k, out_dtype))
     if fft_type == "FFT":
         def fft_(x):
             return np.fft.fftn(x.astype(np.complex128), s=lengths, axes=axes).astype(out_dtype)

@@ -12,6 +12,9 @@ StableHLO counterpart are encoded as
 A sweep of the HLO opcodes with no StableHLO op (tests/test_hlo_program.py)
 found two such targets with jaxlib 0.10.2: ``mhlo.erf`` and ``mhlo.topk``.
 They compute exactly as ``chlo.erf`` and ``chlo.top_k`` (same kernels).
+jaxlib 0.8.0 also encodes CHLO ops this way when it serializes a portable
+artifact (JAX's lowering of ``jnp.arccosh``, ``jnp.cosh``, ...: @mhlo.acosh,
+@mhlo.cosh, ...); those run as the ``chlo`` op of the same name.
 The converter refuses the XLA-private ops (copy, add-dependency, domain,
 stochastic-convert, rng-get-and-update-state) itself, so they never reach
 the interpreter; the plugin reports its message at compile time.
@@ -45,6 +48,28 @@ def erf(op):
         raise Unsupported("@mhlo.erf takes one operand and has one result")
     from ..registry import KERNELS
     return KERNELS["chlo.erf"](op)
+
+
+# CHLO elementwise ops jaxlib 0.8.0's serializer writes as @mhlo.<name>
+# (observed: acos, acosh, asin, atanh, cosh, sinh; the rest of the family is
+# the same encoding of a CHLO op without a StableHLO counterpart).
+_CHLO_AS_MHLO = ("acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "tan",
+                 "erfc", "erf_inv", "lgamma", "digamma", "bessel_i1e", "polygamma", "zeta",
+                 "next_after")
+
+
+def _as_chlo(name):
+    def build(op):
+        _mhlo_attributes(op)
+        from ..registry import KERNELS
+        return KERNELS[f"chlo.{name}"](op)
+    build.__name__ = f"mhlo_{name}"
+    build.__doc__ = f"@mhlo.{name}: computed as chlo.{name}."
+    return build
+
+
+for _name in _CHLO_AS_MHLO:
+    custom_call(f"mhlo.{_name}")(_as_chlo(_name))
 
 
 @custom_call("mhlo.topk")

@@ -21,6 +21,7 @@ import numpy as np
 from ..attrs import decode_attribute
 from ..regions import arg_reducer_kind, batched, broadcast_results, is_batchable, reducer_kind
 from ..registry import Unsupported, annotate, kernel
+from . import spec_kernels as _spec
 from .reducers import reducer
 
 
@@ -62,6 +63,17 @@ def tree_reduce(body, xs, inits, dims):
     return res
 
 
+def sequential_reduce(body, xs, inits, dims):
+    """Spec mode's schedule for a batchable body (Ops.cpp reduceOp): the
+    inits, then the reduced elements one position at a time in row-major
+    order, each step one body call over all results at once."""
+    out_shape, n, vals = _reduced_dims_last(xs, dims)
+    acc = [np.broadcast_to(i, out_shape) for i in inits]
+    for k in range(n):
+        acc = broadcast_results(body(*acc, *[v[..., k] for v in vals]), out_shape)
+    return [np.array(a, order="C") for a in acc]
+
+
 def loop_reduce(body, xs, inits, dims):
     """The sequential schedule, one body call per element (any body)."""
     out_shape, n, vals = _reduced_dims_last(xs, dims)
@@ -97,13 +109,20 @@ def reduce(op):
 
     kind = reducer_kind(body) if n == 1 else None
     fast = reducer(kind, out_dtypes[0]) if kind is not None else None
+    spec = _spec.is_spec(op)
+    if fast is not None and spec and _spec.order_dependent(kind, out_dtypes[0]):
+        def run_spec(ctx, regions, x, init):
+            return _spec.reduce(kind, prepare([x])[0], dims, init, out_dtypes[0])
+        return annotate(run_spec, regions_unused=True)   # compiler._special_step binds none
     if fast is not None:
         def run_fast(ctx, regions, x, init):
             return fast.reduce(prepare([x])[0], dims, init)
         return annotate(run_fast, regions_unused=True)   # compiler._special_step binds none
 
     is_batched = is_batchable(body)
-    strategy = tree_reduce if is_batched else loop_reduce
+    # Spec mode keeps the reference's sequential order (the tree's differs
+    # for inexact bodies); argmax-style bodies are exact, any order.
+    strategy = (sequential_reduce if spec else tree_reduce) if is_batched else loop_reduce
     arg_kind = _arg_reduce(op, dims, out_dtypes) if is_batched and n == 2 else None
 
     def run(ctx, regions, *operands):

@@ -27,6 +27,7 @@ import numpy as np
 from .. import dtypes
 from ..regions import batched, broadcast_results, is_batchable, reducer_kind
 from ..registry import kernel
+from . import spec_kernels as _spec
 from .gather_scatter import apply_updates, update_strategy
 from .reducers import reducer
 
@@ -408,6 +409,12 @@ def reduce_window(op):
     kind = reducer_kind(body) if n == 1 else None
     red = reducer(kind, res_dtypes[0]) if kind else None
     batchable = is_batchable(body)
+    # Spec mode (spec_kernels): inexact known reducers fold the window
+    # positions in the reference's order; other bodies take the generic
+    # fold below (its order), never the tree scan.
+    spec = _spec.is_spec(op)
+    spec_kind = kind if spec and red is not None and \
+        _spec.order_dependent(kind, res_dtypes[0]) else None
     cache = {}
     scans = {}
 
@@ -418,11 +425,18 @@ def reduce_window(op):
         if geo is None:
             geo = cache[shape] = _Windows(shape, wdims, strides, bdil, wdil, padding)
             scans[shape] = _prefix_scan_axis(shape, wdims, strides, bdil, wdil, padding) \
-                if red is not None or batchable else None
+                if red is not None or (batchable and not spec) else None
         if geo.empty:
             out = [np.full(geo.out, i, dtype=dt) for i, dt in zip(inits, res_dtypes)]
             return out[0] if n == 1 else out
         scan = scans[shape]
+        if spec_kind is not None:
+            x = inputs[0] if inputs[0].dtype == res_dtypes[0] else inputs[0].astype(res_dtypes[0])
+            if scan is not None and not scan[1] and \
+                    _idempotent_init(lambda i: [red(i[0], i[0])], inits):
+                return _spec.prefix_scan(spec_kind, x, scan[0], inits[0], res_dtypes[0])
+            return _spec.reduce_windows(spec_kind, geo.pad(x, inits[0]), inits[0], geo,
+                                        res_dtypes[0])
         if scan is not None:
             axis, reverse = scan
             if red is not None:

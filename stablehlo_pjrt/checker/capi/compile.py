@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ... import _capi as C
+from ... import compat
 from ..core import Failed, Unsupported, check
 from ..plugin import PluginError, compile_options
 from ._common import ADD_ONE, E, _expect_error
@@ -56,7 +57,7 @@ def compile_hlo_module(ctx: Context) -> None:
     (format "hlo") of XLA's TupleCreate program compiles; run, its three
     outputs are its inputs (the first plus one). A plugin that takes only
     StableHLO answers UNIMPLEMENTED or INVALID_ARGUMENT: unsupported."""
-    from jax._src.lib import xla_client as xc
+    xc = compat.jax_internal("lib", "xla_client")
     text = ("func.func public @main(%v1: tensor<f32>, %v2: tensor<3xf32>, "
             "%v3: tensor<2x3xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<2x3xf32>) {\n"
             "  %one = stablehlo.constant dense<1.0> : tensor<f32>\n"

@@ -1,0 +1,576 @@
+"""Per-element error bounds of a JAX program, from first principles.
+
+For every output element this computes, next to the value the program's own
+types give:
+
+* the **centre**: the program evaluated in float64 (each op's exact result
+  up to float64 rounding, with every rounding the program asks for, such as
+  a convert to bf16, counted as an error instead of applied);
+* the **worst-case bound** ``worst``: a first-order forward error bound any
+  conforming implementation meets. Each op contributes its own rounding,
+  u*|y| (a few u for transcendental functions), and for a sum of n terms
+  (dot_general, conv, reduce_sum, cumsum) gamma_n * sum|terms| (Higham,
+  "Accuracy and Stability of Numerical Algorithms", 2nd ed., 3.1), with
+  sum|terms| from an absolute-value shadow of the same op. Errors reaching
+  an op through its operands are multiplied by the op's condition:
+  |J| * error, from the op's JVP (at |operands| for multilinear ops);
+* the **spread** ``spread``: the same local errors taken as independent
+  random signs (sums with a random-walk size u*sqrt(n)*sum|terms|),
+  propagated by the JVP in ``samples`` draws; ``spread`` is their root mean
+  square (a sum: u*sqrt(n/3)*sum|terms|). A legitimate difference stays within a few of these (the
+  verdict uses :data:`SPREAD_FACTOR`), which a sum whose terms were rounded
+  to bf16 exceeds while every order of f32 summation (sequential, pairwise,
+  blocked) stays inside.
+
+The evaluation walks the jaxpr of ``fn``: JAX's own JVP rules give the
+condition of every primitive. Calls (jit, custom_jvp/custom_vjp functions)
+are walked into; ``cond``, ``while`` and ``scan`` run their bodies through
+the same walk. The whole walk is one jitted float64 program, run on the
+platform ``shadow_on``: the reference by default (then XLA CPU), whose
+float64 rounding, 1e-16, is far below any float32 bound. The reference
+plans it in a fraction of the time XLA takes to compile it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+# Primitives that only move or select values: no rounding of their own.
+EXACT = frozenset({
+    "broadcast_in_dim", "reshape", "transpose", "squeeze", "expand_dims", "slice",
+    "dynamic_slice", "dynamic_update_slice", "concatenate", "pad", "gather", "rev",
+    "select_n", "copy", "copy_p", "neg", "abs", "max", "min", "reduce_max", "reduce_min",
+    "argmax", "argmin", "sort", "sign", "floor", "ceil", "round", "stop_gradient",
+    "real", "imag", "conj", "clamp", "reduce_precision", "optimization_barrier",
+    "iota", "eq", "ne", "lt", "le", "gt", "ge", "is_finite", "device_put",
+    "sharding_constraint", "squeeze_p", "split", "scatter", "select_and_gather_add",
+    "pjit", "jit",
+})
+# Functions whose implementations are not correctly rounded: a few u each.
+TRANSCENDENTAL = frozenset({
+    "exp", "exp2", "expm1", "log", "log1p", "tanh", "logistic", "sin", "cos", "tan",
+    "asin", "acos", "atan", "atan2", "sinh", "cosh", "asinh", "acosh", "atanh", "pow",
+    "erf", "erfc", "erf_inv", "lgamma", "digamma", "igamma", "igammac", "bessel_i0e",
+    "bessel_i1e", "cbrt", "rsqrt", "polygamma", "zeta", "random_gamma_grad",
+})
+TRANSCENDENTAL_ULPS = 4.0
+# Sums of products: linear in each operand, with n terms per result element.
+SUMMING = frozenset({"dot_general", "conv_general_dilated", "reduce_sum", "cumsum",
+                     "cumlogsumexp", "reduce_window_sum"})
+MULTILINEAR = SUMMING | {"mul", "add", "sub", "add_any", "neg", "integer_pow_never"}
+# Correctly rounded ops: into a narrow type (bf16, f16, f8) their rounding
+# is deterministic and the shadow applies it (see _Walker._rounded); into
+# f32/f64 it is modelled as noise of u*|y| (which also covers a backend
+# contracting a*b+c into one fused multiply-add).
+ROUNDED = frozenset({"add", "sub", "mul", "div", "sqrt", "add_any", "convert_element_type",
+                     "neg", "abs", "max", "min", "square"})
+# How many standard deviations of the spread a legitimate difference may reach.
+SPREAD_FACTOR = 4.0
+
+
+def unit_roundoff(dtype) -> float:
+    """u = eps/2 of a floating-point dtype (bf16, f16, f8 too); 0 otherwise."""
+    import ml_dtypes
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:   # an extended dtype (a PRNG key)
+        return 0.0
+    if dtype.kind in "biu" or dtype == np.bool_:
+        return 0.0
+    if dtype.kind == "c":
+        dtype = np.dtype(np.float32 if dtype == np.complex64 else np.float64)
+    try:
+        return float(ml_dtypes.finfo(dtype).eps) / 2
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _is_float(dtype) -> bool:
+    return unit_roundoff(dtype) > 0 and np.dtype(dtype).kind != "c"
+
+
+class _Exact:
+    """The error of an exact value (arguments, constants, and what exact
+    ops make of them): no arrays to carry or propagate."""
+
+    def __repr__(self):
+        return "EXACT"
+
+
+EXACT_ERR = _Exact()
+
+
+class _Independent:
+    """Samples that are independent random signs times ``mag`` (an op's own
+    rounding on exact inputs): drawn only when an op propagates them; their
+    root mean square is ``mag`` itself."""
+
+    def __init__(self, mag, signs):
+        self.mag, self.signs = mag, signs
+
+    def draw(self):
+        return self.signs(np.shape(self.mag)) * self.mag
+
+
+def _materialize(x, w, s, samples):
+    """(x, w, s) with EXACT_ERR replaced by zeros of x's shape."""
+    shape = np.shape(x)
+    if isinstance(s, _Independent):
+        s = s.draw()
+    return (x, _zeros(shape) if w is EXACT_ERR else w,
+            _zeros(shape, samples) if s is EXACT_ERR else s)
+
+
+def _zeros(shape, samples=None):
+    import jax.numpy as jnp
+    return jnp.zeros(tuple(shape) if samples is None else (samples,) + tuple(shape),
+                     np.float64)
+
+
+@dataclass
+class Bounds:
+    """Per output leaf: the float64 centre, the worst-case bound and the
+    spread (root mean square of the sampled legitimate errors)."""
+
+    centre: list
+    worst: list
+    spread: list
+    samples: int
+    unmodelled: set = field(default_factory=set)   # primitives without a rule
+
+    def allowed(self, k: int) -> np.ndarray:
+        """The largest |other - centre| output ``k`` may legitimately show:
+        SPREAD_FACTOR spreads, but never more than the worst-case bound."""
+        return np.minimum(SPREAD_FACTOR * self.spread[k], self.worst[k])
+
+
+def _terms(prim: str, params: dict, in_avals, out_aval) -> float:
+    """Terms summed into one result element."""
+    if prim == "dot_general":
+        (lc, _), _ = params["dimension_numbers"]
+        return float(np.prod([in_avals[0].shape[d] for d in lc])) if lc else 1.0
+    if prim == "conv_general_dilated":
+        dn = params["dimension_numbers"]
+        rhs = in_avals[1].shape
+        rhs_spec = dn.rhs_spec if dn is not None else tuple(range(len(rhs)))
+        # rhs_spec = (out feature dim, in feature dim, spatial...)
+        return float(np.prod([rhs[d] for d in rhs_spec[1:]]))
+    if prim == "reduce_sum":
+        return float(np.prod([in_avals[0].shape[a] for a in params["axes"]]))
+    if prim in ("cumsum", "cumlogsumexp"):
+        return float(in_avals[0].shape[params["axis"]])
+    if prim == "reduce_window_sum":
+        return float(np.prod(params["window_dimensions"]))
+    return 1.0
+
+
+def _narrow_format(dtype):
+    """(exponent bits, mantissa bits) of a float type narrower than f32, else None."""
+    import ml_dtypes
+    dtype = np.dtype(dtype)
+    if not _is_float(dtype) or dtype.itemsize >= 4:
+        return None
+    fi = ml_dtypes.finfo(dtype)
+    return int(fi.nexp), int(fi.nmant)
+
+
+def _gamma(n, u):
+    nu = n * u
+    return nu / (1 - nu) if nu < 0.5 else np.inf
+
+
+class _Walker:
+    """Evaluates a jaxpr on (value, worst, samples) triples in float64."""
+
+    def __init__(self, key, samples: int):
+        self.key = key
+        self.samples = samples
+        self.count = 0
+        self.unmodelled: set = set()
+
+    def _signs(self, shape):
+        """Pseudo-random signs, one per sample and element: a sine hash (JAX's
+        threefry would cost seconds of XLA compilation per call site)."""
+        import jax.numpy as jnp
+        from jax import lax
+        self.count += 1
+        shape = (self.samples,) + tuple(shape)
+        n = int(np.prod(shape))
+        i = lax.iota(np.float64, n).reshape(shape)
+        v = jnp.sin(i * 12.9898 + (self.count * 78.233 + self.key)) * 43758.5453
+        return jnp.where(v - jnp.floor(v) < 0.5, -1.0, 1.0)
+
+    # -- one primitive ----------------------------------------------------
+    def eqn(self, eqn, ins):
+        prim = eqn.primitive.name
+        params = dict(eqn.params)
+        sub = _subjaxpr(prim, params)
+        if sub is not None:
+            return self.jaxpr(sub[0], sub[1], ins)
+        if prim == "cond":
+            return self._cond(eqn, params, ins)
+        if prim == "while":
+            return self._while(eqn, params, ins)
+        if prim == "scan":
+            return self._scan(eqn, params, ins)
+        in_avals = [v.aval for v in eqn.invars]
+        out_avals = [v.aval for v in eqn.outvars]
+        params = _widen_params(prim, params)
+        vals = [x for x, _, _ in ins]
+        fl = [i for i, a in enumerate(in_avals) if _is_float(a.dtype)]
+
+        def f(*xs):
+            full = list(vals)
+            for i, x in zip(fl, xs):
+                full[i] = x
+            out = eqn.primitive.bind(*full, **params)
+            return list(out) if eqn.primitive.multiple_results else [out]
+
+        if prim == "reduce_precision":
+            def f(*xs):  # noqa: F811 - the shadow keeps the exact value
+                return [xs[0]]
+        prim_in = [vals[i] for i in fl]
+        outs = f(*prim_in)
+        float_out = [_is_float(a.dtype) for a in out_avals]
+        fo = [k for k, x in enumerate(float_out) if x]
+        if not fl or not fo:
+            outs = [o.astype(np.float64) if _is_float(o.dtype) else o for o in outs]
+            return [(o, EXACT_ERR, EXACT_ERR) for o in outs]
+        f_all = f
+
+        def f(*xs):  # noqa: F811 - the float results only (others have no tangent)
+            out = f_all(*xs)
+            return [out[k] for k in fo]
+
+        exact_in, prop, samp = self._propagate(prim, f, prim_in, ins, fl, fo)
+        result = []
+        for k, (o, oa) in enumerate(zip(outs, out_avals)):
+            if not float_out[k]:
+                result.append((o, EXACT_ERR, EXACT_ERR))
+                continue
+            o = o.astype(np.float64)
+            u = unit_roundoff(oa.dtype)
+            w, s = prop[k], samp[k]
+            fmt = _narrow_format(oa.dtype)
+            if prim == "reduce_precision":
+                fmt = (params["exponent_bits"], params["mantissa_bits"])
+            if fmt is not None:
+                # Computed in f32 (as backends do), then rounded as the program asks.
+                u = unit_roundoff(np.float32)
+            if fmt is None or prim not in ROUNDED and prim != "reduce_precision":
+                if prim in EXACT and fmt is None:
+                    lw = None
+                else:
+                    lw, ls = self._local(prim, params, prim_in, in_avals, oa, o, u,
+                                         [a for i, a in enumerate(in_avals) if i in fl], f)
+                if lw is not None and exact_in and fmt is None:
+                    result.append((o, _zeros(o.shape) + lw,
+                                   _Independent(_zeros(o.shape) + ls, self._signs)))
+                    continue
+                if lw is not None:
+                    w, s = w + lw, s + self._signs(o.shape) * ls
+            if fmt is not None:
+                w = _zeros(o.shape) + w
+                s = _zeros(o.shape, self.samples) + s
+                result.append(self._rounded(o, w, s, fmt))
+            elif isinstance(w, float) and isinstance(s, float):
+                result.append((o, EXACT_ERR, EXACT_ERR))
+            else:
+                result.append((o, _zeros(o.shape) + w, _zeros(o.shape, self.samples) + s))
+        return result
+
+    def _propagate(self, prim, f, prim_in, ins, fl, fo):
+        """(inputs exact?, {result: |J| W}, {result: J T}) of one op."""
+        import jax
+        import jax.numpy as jnp
+        exact_in = all(ins[i][1] is EXACT_ERR and ins[i][2] is EXACT_ERR for i in fl)
+        if exact_in:
+            # Exact inputs: nothing to propagate, only the op's own rounding.
+            prop = {k: 0.0 for k in fo}
+            samp = {k: 0.0 for k in fo}
+        else:
+            mat = [_materialize(ins[i][0], ins[i][1], ins[i][2], self.samples) for i in fl]
+            W = [m[1] for m in mat]
+            T = [m[2] for m in mat]
+            # Propagated worst case: |J| W.
+            if prim in MULTILINEAR:
+                absx = [jnp.abs(x) for x in prim_in]
+                if prim == "sub":
+                    prop = jax.jvp(lambda a, b: [a + b], absx, W)[1]
+                else:
+                    prop = jax.jvp(lambda *xs: f(*xs), absx, W)[1]
+                prop = [jnp.abs(p) for p in prop]
+            else:
+                prop = None
+                for j in range(len(fl)):
+                    tan = [W[k] if k == j else jnp.zeros_like(W[k]) for k in range(len(fl))]
+                    p = [jnp.abs(t) for t in jax.jvp(f, prim_in, tan)[1]]
+                    prop = p if prop is None else [a + b for a, b in zip(prop, p)]
+            # Propagated samples: J T.
+            samp = jax.vmap(lambda *ts: jax.jvp(f, prim_in, list(ts))[1])(*T)
+            prop = {k: p.astype(np.float64) for k, p in zip(fo, prop)}
+            samp = {k: p.astype(np.float64) for k, p in zip(fo, samp)}
+        return exact_in, prop, samp
+
+    def _rounded(self, y, w, s, fmt):
+        """A correctly rounded op into a narrow format: the result is the
+        exact value rounded, unless the incoming uncertainty (``w`` worst
+        case, SPREAD_FACTOR sampled spreads) straddles a rounding boundary;
+        there the other rounding is allowed too."""
+        import jax.numpy as jnp
+        from jax import lax
+        e, m = fmt
+
+        def rnd(v):
+            return lax.reduce_precision(v, exponent_bits=e, mantissa_bits=m)
+
+        yc = rnd(y)
+        sigma = jnp.sqrt(jnp.mean(s * s, axis=0))
+        band = SPREAD_FACTOR * sigma
+        a_s = jnp.maximum(jnp.abs(rnd(y + band) - yc), jnp.abs(rnd(y - band) - yc))
+        a_w = jnp.maximum(jnp.abs(rnd(y + w) - yc), jnp.abs(rnd(y - w) - yc))
+        a_s = jnp.where(jnp.isfinite(a_s), a_s, 0.0)
+        a_w = jnp.where(jnp.isfinite(a_w), a_w, 0.0)
+        return yc, w + a_w, s + self._signs(y.shape) * a_s
+
+    def _local(self, prim, params, xs, in_avals, out_aval, y, u, fl_avals, f):
+        """(worst-case, random-walk size) of the op's own rounding."""
+        import jax.numpy as jnp
+        ay = jnp.abs(y)
+        if prim in SUMMING:
+            n = _terms(prim, params, in_avals, out_aval)
+            s = jnp.abs(f(*[jnp.abs(x) for x in xs])[0])
+            # Random walk: n roundings of at most u of partial sums at most
+            # sum|terms|, uniform (standard deviation u/sqrt(3)) and independent.
+            return _gamma(n, u) * s + u * ay, u * np.sqrt(n / 3) * s + u * ay
+        if prim == "convert_element_type" or prim == "reduce_precision":
+            if prim == "reduce_precision":
+                uu = 2.0 ** -(params["mantissa_bits"] + 1)
+            else:
+                uu = u if fl_avals and unit_roundoff(fl_avals[0].dtype) < u else 0.0
+            return uu * ay, uu * ay
+        if prim in EXACT:
+            return 0 * ay, 0 * ay
+        if prim in TRANSCENDENTAL:
+            return TRANSCENDENTAL_ULPS * u * ay, u * ay
+        if prim == "integer_pow":
+            c = abs(params["y"])
+            return c * u * ay, c * u * ay
+        return u * ay, u * ay
+
+    # -- jaxprs -------------------------------------------------------------
+    def jaxpr(self, jaxpr, consts, ins):
+        import jax.numpy as jnp
+        env = {}
+
+        def read(v):
+            if hasattr(v, "val"):  # a Literal
+                x = jnp.asarray(v.val)
+                if _is_float(x.dtype):
+                    x = x.astype(np.float64)
+                return (x, EXACT_ERR, EXACT_ERR)
+            return env[v]
+
+        for v, c in zip(jaxpr.constvars, consts):
+            x = jnp.asarray(c)
+            x = x.astype(np.float64) if _is_float(x.dtype) else x
+            env[v] = (x, EXACT_ERR, EXACT_ERR)
+        for v, x in zip(jaxpr.invars, ins):
+            env[v] = x
+        for e in jaxpr.eqns:
+            outs = self.eqn(e, [read(v) for v in e.invars])
+            for v, o in zip(e.outvars, outs):
+                env[v] = o
+        return [read(v) for v in jaxpr.outvars]
+
+    def _closed(self, closed, ins):
+        return self.jaxpr(closed.jaxpr, closed.consts, ins)
+
+    def _cond(self, eqn, params, ins):
+        from jax import lax
+        index = ins[0][0]
+        branches = params["branches"]
+        ops = [_materialize(*x, self.samples) for x in ins[1:]]
+        fns = [lambda ops, b=b: [_materialize(*x, self.samples) for x in self._closed(b, ops)]
+               for b in branches]
+        return lax.switch(index.astype(np.int32), fns, ops)
+
+    def _while(self, eqn, params, ins):
+        from jax import lax
+        cn, bn = params["cond_nconsts"], params["body_nconsts"]
+        ins = [_materialize(*x, self.samples) for x in ins]
+        cc, bc, init = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
+
+        def cond(state):
+            return self._closed(params["cond_jaxpr"], list(cc) + list(state))[0][0]
+
+        def body(state):
+            return tuple(_materialize(*x, self.samples)
+                         for x in self._closed(params["body_jaxpr"], list(bc) + list(state)))
+
+        return list(lax.while_loop(cond, body, tuple(init)))
+
+    def _scan(self, eqn, params, ins):
+        import jax.numpy as jnp
+        from jax import lax
+        nc, ncarry = params["num_consts"], params["num_carry"]
+        ins = [_materialize(*x, self.samples) for x in ins]
+        consts, carry, xs = ins[:nc], ins[nc:nc + ncarry], ins[nc + ncarry:]
+        # Samples carry a leading sample axis: scan over axis 1 of them.
+        xs_t = [(x, w, jnp.moveaxis(s, 1, 0)) for x, w, s in xs]
+
+        def body(c, x):
+            x = [(a, b, s) for a, b, s in x]
+            out = [_materialize(*o, self.samples)
+                   for o in self._closed(params["jaxpr"], list(consts) + list(c) + x)]
+            return tuple(out[:ncarry]), tuple(out[ncarry:])
+
+        c, ys = lax.scan(body, tuple(carry), tuple(xs_t), length=params["length"],
+                         reverse=params["reverse"], unroll=1)
+        ys = [(y, w, jnp.moveaxis(s, 0, 1)) for y, w, s in ys]
+        return list(c) + ys
+
+
+def _subjaxpr(prim, params):
+    """(jaxpr, consts) of a call-like primitive's body, or None."""
+    if prim in ("cond", "while", "scan"):
+        return None
+    for name in ("jaxpr", "call_jaxpr", "fun_jaxpr"):
+        j = params.get(name)
+        if j is None or callable(j) and not hasattr(j, "eqns") and not hasattr(j, "jaxpr"):
+            continue
+        if hasattr(j, "consts") and hasattr(j, "jaxpr"):
+            return j.jaxpr, j.consts
+        if hasattr(j, "eqns"):
+            return j, []
+    return None
+
+
+def _widen_params(prim, params):
+    """Params for evaluating the primitive on float64 operands."""
+    p = dict(params)
+    if prim == "bitcast_convert_type":
+        return p   # reinterprets bits: the types stay
+    for name in ("preferred_element_type", "new_dtype", "dtype"):
+        if name in p and p[name] is not None and _is_float(p[name]):
+            p[name] = np.dtype(np.float64)
+    if prim == "dot_general" or prim == "conv_general_dilated":
+        p["precision"] = None
+    return p
+
+
+_CACHE: dict = {}
+
+
+def bounds(fn: Callable, *args: Any, samples: int = 8, seed: int = 0,
+           shadow_on: str = "stablehlo_ref") -> Bounds:
+    """The centre, worst-case bound and spread of every output leaf of
+    ``fn(*args)`` (see the module docstring). ``args`` are what ``fn``
+    takes; integer and bool outputs get zero bounds (they must be equal)."""
+    import jax
+
+    from ._lowering import unwrap_keys
+    fn, args = unwrap_keys(fn, args)
+    # Through jit: its tracing cache makes a repeated call on the same
+    # function and shapes cheap (make_jaxpr traces every time).
+    closed = jax.jit(fn, keep_unused=True).trace(*args).jaxpr
+    leaves = jax.tree.leaves(args)
+    if len(leaves) != len(closed.jaxpr.invars):
+        raise ValueError("the arguments do not match the function's jaxpr")
+    with jax.enable_x64(True):
+        flat = [np.asarray(x).astype(np.float64) if _is_float(np.asarray(x).dtype)
+                else np.asarray(x) for x in leaves]
+        device = None
+        for platform in (shadow_on, "stablehlo_ref", "cpu"):
+            try:
+                device = jax.devices(platform)[0]
+                break
+            except RuntimeError:
+                continue
+        device = device or jax.devices()[0]
+        walk = _jitted_walk(closed, samples, device.platform)
+        with jax.default_device(device):
+            out = walk(flat, np.float64(seed))
+        out = jax.device_get(out)
+    unmodelled = _CACHE_UNMODELLED.get(id(walk), set())
+    centre = [np.asarray(o) for o, _, _ in out]
+    worst = [np.asarray(w) for _, w, _ in out]
+    spread = [np.asarray(s) for _, _, s in out]
+    return Bounds(centre, worst, spread, samples, unmodelled)
+
+
+_CACHE_UNMODELLED: dict = {}
+_BY_ID: dict = {}   # id(ClosedJaxpr) -> (that jaxpr, its walk): jit's trace cache hands it back
+
+
+def _jitted_walk(closed, samples: int, platform: str):
+    """The jitted walk of ``closed``, cached by the jaxpr's text and
+    constants: a program compared again is neither traced nor planned
+    again."""
+    import hashlib
+
+    import jax
+    fn = _BY_ID.get(id(closed))
+    if fn is not None and fn[0] is closed:
+        return fn[1]
+    h = hashlib.sha256(str(closed.jaxpr).encode())
+    for c in closed.consts:
+        c = np.asarray(c)
+        h.update(f"{c.dtype}{c.shape}".encode())
+        h.update(np.ascontiguousarray(c).tobytes())
+    key = (h.hexdigest(), samples, platform)
+    fn = _CACHE.get(key)
+    if fn is not None:
+        _BY_ID[id(closed)] = (closed, fn)
+        return fn
+    walker = _Walker(None, samples)
+
+    def run(flat, seed):
+        walker.key, walker.count = seed, 0
+        ins = [(x, EXACT_ERR, EXACT_ERR) for x in flat]
+        out = []
+        for o, w, s in walker._closed(closed, ins):
+            if isinstance(s, _Independent):
+                out.append((o, w, s.mag))
+                continue
+            o, w, s = _materialize(o, w, s, samples)
+            out.append((o, w, jax.numpy.sqrt(jax.numpy.mean(s * s, axis=0))))
+        return out
+
+    fn = jax.jit(run)
+    if len(_CACHE) >= 32:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[key] = fn
+    _CACHE_UNMODELLED[id(fn)] = walker.unmodelled
+    if len(_BY_ID) >= 32:
+        _BY_ID.pop(next(iter(_BY_ID)))
+    _BY_ID[id(closed)] = (closed, fn)
+    return fn
+
+
+def order_spread(terms: np.ndarray, axis: int, dtype) -> np.ndarray:
+    """How far legitimate summation orders of ``terms`` along ``axis`` fall
+    from the exact sum, in ``dtype``: the largest error of sequential
+    (np.add.accumulate), pairwise (np.sum) and blocked (16 partial sums, as
+    vectorized BLAS/XLA loops keep) summation. One small function, so that
+    a spec-mode sequential run can replace the numpy orders."""
+    t = np.moveaxis(np.asarray(terms), axis, -1).astype(dtype)
+    exact = t.astype(np.float64).sum(axis=-1)
+    seq = np.add.accumulate(t, axis=-1, dtype=dtype)[..., -1] if t.shape[-1] else \
+        np.zeros(t.shape[:-1], dtype)
+    pair = np.sum(t, axis=-1, dtype=dtype)
+    n = t.shape[-1]
+    pad = (-n) % 16
+    tt = np.concatenate([t, np.zeros(t.shape[:-1] + (pad,), dtype)], axis=-1)
+    lanes = np.add.accumulate(tt.reshape(t.shape[:-1] + (-1, 16)), axis=-2,
+                              dtype=dtype)[..., -1, :]
+    blocked = np.sum(lanes, axis=-1, dtype=dtype)
+    return np.max([np.abs(v.astype(np.float64) - exact) for v in (seq, pair, blocked)],
+                  axis=0)
+
+
+__all__: Sequence[str] = ("Bounds", "bounds", "order_spread", "unit_roundoff",
+                          "SPREAD_FACTOR")
