@@ -316,6 +316,21 @@ def test_composite_transcendentals_in_a_loop_are_bit_identical(x0, monkeypatch):
     assert built
 
 
+def test_spec_numerics_loops_run_the_kernels(monkeypatch):
+    # Spec-mode kernels round other intermediates (logistic's 1 + e in the
+    # element type): the generated loop calls them, never the scalar math.
+    built = []
+    real = loopgen.rounded_math
+    monkeypatch.setattr(loopgen, "rounded_math", lambda *a: built.append(a) or real(*a))
+    monkeypatch.setenv("STABLEHLO_REF_NUMERICS", "spec")
+    args = [np.array(0.5, np.float32), np.array(0.75, np.float16)]
+    _run_both(SIN_LOOP, args)
+    assert not built
+    monkeypatch.delenv("STABLEHLO_REF_NUMERICS")
+    _run_both(SIN_LOOP, args)
+    assert built
+
+
 @pytest.mark.parametrize("x0", [0.5, -3.0, 1e30, float("nan")])
 def test_transcendental_loop_is_bit_identical(x0):
     # log of negative values (NaN), overflow and NaN carries go to the kernel.

@@ -481,7 +481,7 @@ class _Gen:
                 return self.inline_while(step, env, ind)
             elif name in ("stablehlo.if", "stablehlo.case") and ind < _MAX_INDENT - 2:
                 return self.inline_branches(step, env, ind)
-            elif name == "stablehlo.composite" and scalar_math(op.attrs.get("name")):
+            elif name == "stablehlo.composite" and self.scalar_math(op.attrs.get("name")):
                 # JAX serializes chlo.erf, lgamma, ... as composites; one that
                 # runs its direct kernel (fusion's rule, control.py's) is that
                 # kernel on its operands.
@@ -610,6 +610,14 @@ class _Gen:
             env[o] = v
 
     # -- fast ops ----------------------------------------------------------
+    def scalar_math(self, name):
+        """The ``math`` function op ``name``'s kernel rounds (registry.scalar_math),
+        in the accurate numerics mode only: spec-mode kernels round other
+        intermediate values (numerics.py), so there the kernel runs."""
+        if getattr(self.program, "numerics", "accurate") != "accurate":
+            return None
+        return scalar_math(name)
+
     def scalar_op(self, step, env, ind, math_name=None):
         """Elementwise ops on scalar-held values as numpy scalar expressions
         (``math_name``: the transcendental a composite step runs, or None)."""
@@ -668,9 +676,9 @@ class _Gen:
                     expr = f"({t} if {t} < {names[2]} else {names[2]})"
                 else:
                     return False
-            elif scalar_math(math_name or name) is not None and len(ins) == 1 \
+            elif self.scalar_math(math_name or name) is not None and len(ins) == 1 \
                     and ot[0].dtype in _MATH_TYPES and rt.dtype == ot[0].dtype:
-                f = rounded_math(scalar_math(math_name or name), fn, rt.dtype)
+                f = rounded_math(self.scalar_math(math_name or name), fn, rt.dtype)
                 expr = f"{self.glob(f, 'M')}({names[0]})"
             elif math_name is not None:
                 return False

@@ -113,8 +113,17 @@ def _spec_libm(name, accurate):
         if dtypes.is_float(dt):
             return _narrow(np_fn, dt)
         return accurate(op)
+    return _like(builder, accurate)
+
+
+def _like(builder, accurate):
+    """``builder`` with the accurate builder's name, doc and KernelInfo
+    (its scalar_math: loopgen.py asks it in the accurate mode only)."""
     builder.__doc__ = accurate.__doc__
     builder.__name__ = accurate.__name__
+    info = getattr(accurate, "kernel_info", None)
+    if info is not None:
+        builder.kernel_info = info
     return builder
 
 
@@ -144,9 +153,7 @@ def _spec_logistic(accurate):
             s = (np.asarray(1.0, car) + e.astype(car)).astype(dt)
             return np.asarray((np.asarray(1.0, car) / s.astype(car)).astype(dt))
         return run_narrow
-    builder.__doc__ = accurate.__doc__
-    builder.__name__ = accurate.__name__
-    return builder
+    return _like(builder, accurate)
 
 
 def _complex(x, y, dt):
@@ -247,9 +254,7 @@ def _spec_complex(name, accurate, fn):
             return accurate(op)
         # (numpy gives 0-d operands numpy scalars back; kernels return arrays)
         return lambda *xs: np.asarray(fn(*xs))
-    builder.__doc__ = accurate.__doc__
-    builder.__name__ = accurate.__name__
-    return builder
+    return _like(builder, accurate)
 
 
 def _install():
