@@ -436,11 +436,21 @@ def _blame(report, variants, s, found, notes, output_diffs, run_other, tol, othe
                     variants.ops[found].reads if src[0] == "op" and src[1] in s.other_values
                     and any(not np.array_equal(np.asarray(a), np.asarray(b)) for a, b in
                             zip(s.ref_values[src[1]], s.other_values[src[1]]))]
-            notes.append(
-                f"amplified: {v.name} (op #{found}) is within its own bound when run alone "
-                f"on the reference's inputs" + (f"; {cond}" if cond else "") +
-                (f"; its input differences come from {', '.join(srcs)}" if srcs else ""))
-            found = None
+            if srcs:
+                notes.append(
+                    f"amplified: {v.name} (op #{found}) is within its own bound when run "
+                    f"alone on the reference's inputs" + (f"; {cond}" if cond else "") +
+                    f"; its input differences come from {', '.join(srcs)}")
+                found = None
+            else:
+                # Same inputs on both sides, a different result: the op is to
+                # blame even though it passes alone (the other backend computes
+                # it differently in context, e.g. folding it as a constant).
+                notes.append(
+                    f"{v.name} (op #{found}) reads the same values on both sides and its "
+                    f"result differs; run alone on those values on {other_name} it is within "
+                    "its own bound, so the difference comes from how the program around it "
+                    "is compiled (constant folding or fusion, for example)")
     if found is not None and (not ops or unexplained):
         d = _divergence_at(variants, s, found, notes, output_diffs, run_other, tol,
                            other_name, strategy, depth)
