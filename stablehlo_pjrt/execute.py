@@ -262,18 +262,11 @@ class LoadedExecutable:
                     "supported with one device per process only")
             devices = [execute_device]
             positions = list(self.span.local)
-        meta = self.meta
         try:
             values = distributed.execute(self, argument_lists, positions)
         except KeyboardInterrupt:
             return self._interrupted(devices)
-        outputs = Outputs()
-        for dev, vals in zip(devices, values):
-            memories = self._output_memories(dev)
-            outputs.append([Buffer(v, bt, dev, mem) if bt != BufferType.TOKEN
-                            else Buffer(v, bt, dev, shape=())
-                            for v, bt, mem in zip(vals, meta.output_buffer_types, memories)])
-        return outputs
+        return self._output_buffers(devices, values)
 
     def _process(self, execute_device) -> tuple[int, int]:
         """(replica, partition) of a launch on one device of the executable;
@@ -299,19 +292,23 @@ class LoadedExecutable:
     # -- inline --------------------------------------------------------------
 
     def _execute_now(self, devices, argument_lists, donations, process) -> Outputs:
-        meta = self.meta
         try:
             values = self._run_gathered(devices, argument_lists, donations, process)
         except KeyboardInterrupt:
             # Ctrl-C: the outputs are error buffers and the interrupt is
             # re-raised in the caller once Execute returns (interrupt.py).
             return self._interrupted(devices)
+        return self._output_buffers(devices, values)
+
+    def _output_buffers(self, devices, values) -> Outputs:
+        """Buffers holding each device's row of finished output values."""
+        types = self.meta.output_buffer_types
         outputs = Outputs()
         for dev, row in zip(devices, values):
             memories = self._output_memories(dev)
             outputs.append([Buffer(v, bt, dev, mem) if bt != BufferType.TOKEN
                             else Buffer(v, bt, dev, shape=())
-                            for v, bt, mem in zip(row, meta.output_buffer_types, memories)])
+                            for v, bt, mem in zip(row, types, memories)])
         return outputs
 
     # -- both paths ----------------------------------------------------------
