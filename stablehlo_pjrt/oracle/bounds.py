@@ -14,12 +14,15 @@ types give:
   sum|terms| from an absolute-value shadow of the same op. Errors reaching
   an op through its operands are multiplied by the op's condition:
   |J| * error, from the op's JVP (at |operands| for multilinear ops);
-* the **spread** ``spread``: the same local errors taken as independent
-  random signs (sums with a random-walk size u*sqrt(n)*sum|terms|),
-  propagated by the JVP in ``samples`` draws; ``spread`` is their root mean
-  square (a sum: u*sqrt(n/3)*sum|terms|). A legitimate difference stays within a few of these (the
-  verdict uses :data:`SPREAD_FACTOR`), which a sum whose terms were rounded
-  to bf16 exceeds while every order of f32 summation (sequential, pairwise,
+* the **spread** ``spread``: the standard deviation of the same local
+  errors taken as independent random variables (a sum's as the random walk
+  of its n partial-sum roundings, u*sqrt(n/3)*sum|terms|). Their variances
+  are propagated directly, ``J^2 var`` (for multilinear ops the op applied
+  to the squared operands and the variances: one extra product per dot),
+  which assumes the errors of different elements independent.
+  A legitimate difference stays within a few of these (the verdict uses
+  :data:`SPREAD_FACTOR`), which a sum whose terms were rounded to bf16
+  exceeds while every order of f32 summation (sequential, pairwise,
   blocked) stays inside.
 
 The evaluation walks the jaxpr of ``fn``: JAX's own JVP rules give the
@@ -103,42 +106,25 @@ class _Exact:
 EXACT_ERR = _Exact()
 
 
-class _Independent:
-    """Samples that are independent random signs times ``mag`` (an op's own
-    rounding on exact inputs): drawn only when an op propagates them; their
-    root mean square is ``mag`` itself."""
-
-    def __init__(self, mag, signs):
-        self.mag, self.signs = mag, signs
-
-    def draw(self):
-        return self.signs(np.shape(self.mag)) * self.mag
-
-
-def _materialize(x, w, s, samples):
-    """(x, w, s) with EXACT_ERR replaced by zeros of x's shape."""
+def _materialize(x, w, v):
+    """(x, w, v) with EXACT_ERR replaced by zeros of x's shape."""
     shape = np.shape(x)
-    if isinstance(s, _Independent):
-        s = s.draw()
-    return (x, _zeros(shape) if w is EXACT_ERR else w,
-            _zeros(shape, samples) if s is EXACT_ERR else s)
+    return (x, _zeros(shape) if w is EXACT_ERR else w, _zeros(shape) if v is EXACT_ERR else v)
 
 
-def _zeros(shape, samples=None):
+def _zeros(shape):
     import jax.numpy as jnp
-    return jnp.zeros(tuple(shape) if samples is None else (samples,) + tuple(shape),
-                     np.float64)
+    return jnp.zeros(tuple(shape), np.float64)
 
 
 @dataclass
 class Bounds:
     """Per output leaf: the float64 centre, the worst-case bound and the
-    spread (root mean square of the sampled legitimate errors)."""
+    spread (standard deviation of the legitimate errors)."""
 
     centre: list
     worst: list
     spread: list
-    samples: int
     unmodelled: set = field(default_factory=set)   # primitives without a rule
 
     def allowed(self, k: int) -> np.ndarray:
@@ -183,25 +169,10 @@ def _gamma(n, u):
 
 
 class _Walker:
-    """Evaluates a jaxpr on (value, worst, samples) triples in float64."""
+    """Evaluates a jaxpr on (value, worst, variance) triples in float64."""
 
-    def __init__(self, key, samples: int):
-        self.key = key
-        self.samples = samples
-        self.count = 0
+    def __init__(self):
         self.unmodelled: set = set()
-
-    def _signs(self, shape):
-        """Pseudo-random signs, one per sample and element: a sine hash (JAX's
-        threefry would cost seconds of XLA compilation per call site)."""
-        import jax.numpy as jnp
-        from jax import lax
-        self.count += 1
-        shape = (self.samples,) + tuple(shape)
-        n = int(np.prod(shape))
-        i = lax.iota(np.float64, n).reshape(shape)
-        v = jnp.sin(i * 12.9898 + (self.count * 78.233 + self.key)) * 43758.5453
-        return jnp.where(v - jnp.floor(v) < 0.5, -1.0, 1.0)
 
     # -- one primitive ----------------------------------------------------
     def eqn(self, eqn, ins):
@@ -266,24 +237,21 @@ class _Walker:
                 else:
                     lw, ls = self._local(prim, params, prim_in, in_avals, oa, o, u,
                                          [a for i, a in enumerate(in_avals) if i in fl], f)
-                if lw is not None and exact_in and fmt is None:
-                    result.append((o, _zeros(o.shape) + lw,
-                                   _Independent(_zeros(o.shape) + ls, self._signs)))
-                    continue
                 if lw is not None:
-                    w, s = w + lw, s + self._signs(o.shape) * ls
+                    w, s = w + lw, s + ls * ls
             if fmt is not None:
                 w = _zeros(o.shape) + w
-                s = _zeros(o.shape, self.samples) + s
+                s = _zeros(o.shape) + s
                 result.append(self._rounded(o, w, s, fmt))
             elif isinstance(w, float) and isinstance(s, float):
                 result.append((o, EXACT_ERR, EXACT_ERR))
             else:
-                result.append((o, _zeros(o.shape) + w, _zeros(o.shape, self.samples) + s))
+                result.append((o, _zeros(o.shape) + w, _zeros(o.shape) + s))
         return result
 
     def _propagate(self, prim, f, prim_in, ins, fl, fo):
-        """(inputs exact?, {result: |J| W}, {result: J T}) of one op."""
+        """(inputs exact?, {result: |J| W}, {result: J^2 V}) of one op, for
+        the inputs' worst cases W and variances V."""
         import jax
         import jax.numpy as jnp
         exact_in = all(ins[i][1] is EXACT_ERR and ins[i][2] is EXACT_ERR for i in fl)
@@ -292,9 +260,9 @@ class _Walker:
             prop = {k: 0.0 for k in fo}
             samp = {k: 0.0 for k in fo}
         else:
-            mat = [_materialize(ins[i][0], ins[i][1], ins[i][2], self.samples) for i in fl]
+            mat = [_materialize(*ins[i]) for i in fl]
             W = [m[1] for m in mat]
-            T = [m[2] for m in mat]
+            V = [m[2] for m in mat]
             # Propagated worst case: |J| W.
             if prim in MULTILINEAR:
                 absx = [jnp.abs(x) for x in prim_in]
@@ -309,8 +277,23 @@ class _Walker:
                     tan = [W[k] if k == j else jnp.zeros_like(W[k]) for k in range(len(fl))]
                     p = [jnp.abs(t) for t in jax.jvp(f, prim_in, tan)[1]]
                     prop = p if prop is None else [a + b for a, b in zip(prop, p)]
-            # Propagated samples: J T.
-            samp = jax.vmap(lambda *ts: jax.jvp(f, prim_in, list(ts))[1])(*T)
+            # Propagated variances: J^2 V, element errors taken independent.
+            if prim in MULTILINEAR and prim != "cumlogsumexp":
+                # Linear in each operand: J^2 V is the op on the squared
+                # operands with the variances as tangents (a*b: Va*b^2 + a^2*Vb).
+                sq = [x * x for x in prim_in]
+                g = (lambda a, b: [a + b]) if prim == "sub" else f
+                samp = [jnp.abs(p) for p in jax.jvp(g, sq, V)[1]]
+            else:
+                # Elementwise and selecting ops: one nonzero per row of J,
+                # so (J sqrt(V))^2 is J^2 V (for other ops it adds the
+                # correlated terms too).
+                samp = None
+                for j in range(len(fl)):
+                    tan = [jnp.sqrt(V[k]) if k == j else jnp.zeros_like(V[k])
+                           for k in range(len(fl))]
+                    p = [t * t for t in jax.jvp(f, prim_in, tan)[1]]
+                    samp = p if samp is None else [a + b for a, b in zip(samp, p)]
             prop = {k: p.astype(np.float64) for k, p in zip(fo, prop)}
             samp = {k: p.astype(np.float64) for k, p in zip(fo, samp)}
         return exact_in, prop, samp
@@ -318,8 +301,8 @@ class _Walker:
     def _rounded(self, y, w, s, fmt):
         """A correctly rounded op into a narrow format: the result is the
         exact value rounded, unless the incoming uncertainty (``w`` worst
-        case, SPREAD_FACTOR sampled spreads) straddles a rounding boundary;
-        there the other rounding is allowed too."""
+        case, SPREAD_FACTOR spreads, ``s`` the variance) straddles a
+        rounding boundary; there the other rounding is allowed too."""
         import jax.numpy as jnp
         from jax import lax
         e, m = fmt
@@ -328,16 +311,16 @@ class _Walker:
             return lax.reduce_precision(v, exponent_bits=e, mantissa_bits=m)
 
         yc = rnd(y)
-        sigma = jnp.sqrt(jnp.mean(s * s, axis=0))
+        sigma = jnp.sqrt(s)
         band = SPREAD_FACTOR * sigma
         a_s = jnp.maximum(jnp.abs(rnd(y + band) - yc), jnp.abs(rnd(y - band) - yc))
         a_w = jnp.maximum(jnp.abs(rnd(y + w) - yc), jnp.abs(rnd(y - w) - yc))
         a_s = jnp.where(jnp.isfinite(a_s), a_s, 0.0)
         a_w = jnp.where(jnp.isfinite(a_w), a_w, 0.0)
-        return yc, w + a_w, s + self._signs(y.shape) * a_s
+        return yc, w + a_w, s + a_s * a_s
 
     def _local(self, prim, params, xs, in_avals, out_aval, y, u, fl_avals, f):
-        """(worst-case, random-walk size) of the op's own rounding."""
+        """(worst-case, standard deviation) of the op's own rounding."""
         import jax.numpy as jnp
         ay = jnp.abs(y)
         if prim in SUMMING:
@@ -393,45 +376,40 @@ class _Walker:
         from jax import lax
         index = ins[0][0]
         branches = params["branches"]
-        ops = [_materialize(*x, self.samples) for x in ins[1:]]
-        fns = [lambda ops, b=b: [_materialize(*x, self.samples) for x in self._closed(b, ops)]
+        ops = [_materialize(*x) for x in ins[1:]]
+        fns = [lambda ops, b=b: [_materialize(*x) for x in self._closed(b, ops)]
                for b in branches]
         return lax.switch(index.astype(np.int32), fns, ops)
 
     def _while(self, eqn, params, ins):
         from jax import lax
         cn, bn = params["cond_nconsts"], params["body_nconsts"]
-        ins = [_materialize(*x, self.samples) for x in ins]
+        ins = [_materialize(*x) for x in ins]
         cc, bc, init = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
 
         def cond(state):
             return self._closed(params["cond_jaxpr"], list(cc) + list(state))[0][0]
 
         def body(state):
-            return tuple(_materialize(*x, self.samples)
+            return tuple(_materialize(*x)
                          for x in self._closed(params["body_jaxpr"], list(bc) + list(state)))
 
         return list(lax.while_loop(cond, body, tuple(init)))
 
     def _scan(self, eqn, params, ins):
-        import jax.numpy as jnp
         from jax import lax
         nc, ncarry = params["num_consts"], params["num_carry"]
-        ins = [_materialize(*x, self.samples) for x in ins]
+        ins = [_materialize(*x) for x in ins]
         consts, carry, xs = ins[:nc], ins[nc:nc + ncarry], ins[nc + ncarry:]
-        # Samples carry a leading sample axis: scan over axis 1 of them.
-        xs_t = [(x, w, jnp.moveaxis(s, 1, 0)) for x, w, s in xs]
 
         def body(c, x):
-            x = [(a, b, s) for a, b, s in x]
-            out = [_materialize(*o, self.samples)
-                   for o in self._closed(params["jaxpr"], list(consts) + list(c) + x)]
+            out = [_materialize(*o)
+                   for o in self._closed(params["jaxpr"], list(consts) + list(c) + list(x))]
             return tuple(out[:ncarry]), tuple(out[ncarry:])
 
-        c, ys = lax.scan(body, tuple(carry), tuple(xs_t), length=params["length"],
+        c, ys = lax.scan(body, tuple(carry), tuple(xs), length=params["length"],
                          reverse=params["reverse"], unroll=1)
-        ys = [(y, w, jnp.moveaxis(s, 0, 1)) for y, w, s in ys]
-        return list(c) + ys
+        return list(c) + list(ys)
 
 
 def _subjaxpr(prim, params):
@@ -465,8 +443,7 @@ def _widen_params(prim, params):
 _CACHE: dict = {}
 
 
-def bounds(fn: Callable, *args: Any, samples: int = 8, seed: int = 0,
-           shadow_on: str = "stablehlo_ref") -> Bounds:
+def bounds(fn: Callable, *args: Any, shadow_on: str = "stablehlo_ref") -> Bounds:
     """The centre, worst-case bound and spread of every output leaf of
     ``fn(*args)`` (see the module docstring). ``args`` are what ``fn``
     takes; integer and bool outputs get zero bounds (they must be equal)."""
@@ -491,29 +468,30 @@ def bounds(fn: Callable, *args: Any, samples: int = 8, seed: int = 0,
             except RuntimeError:
                 continue
         device = device or jax.devices()[0]
-        walk = _jitted_walk(closed, samples, device.platform)
+        walk = _jitted_walk(closed, device.platform)
         with jax.default_device(device):
-            out = walk(flat, np.float64(seed))
+            out = walk(flat)
         out = jax.device_get(out)
     unmodelled = _CACHE_UNMODELLED.get(id(walk), set())
     centre = [np.asarray(o) for o, _, _ in out]
     worst = [np.asarray(w) for _, w, _ in out]
     spread = [np.asarray(s) for _, _, s in out]
-    return Bounds(centre, worst, spread, samples, unmodelled)
+    return Bounds(centre, worst, spread, unmodelled)
 
 
 _CACHE_UNMODELLED: dict = {}
-_BY_ID: dict = {}   # id(ClosedJaxpr) -> (that jaxpr, its walk): jit's trace cache hands it back
+# (id(ClosedJaxpr), platform) -> (that jaxpr, its walk): jit's trace cache hands it back
+_BY_ID: dict = {}
 
 
-def _jitted_walk(closed, samples: int, platform: str):
+def _jitted_walk(closed, platform: str):
     """The jitted walk of ``closed``, cached by the jaxpr's text and
     constants: a program compared again is neither traced nor planned
     again."""
     import hashlib
 
     import jax
-    fn = _BY_ID.get(id(closed))
+    fn = _BY_ID.get((id(closed), platform))
     if fn is not None and fn[0] is closed:
         return fn[1]
     h = hashlib.sha256(str(closed.jaxpr).encode())
@@ -521,23 +499,19 @@ def _jitted_walk(closed, samples: int, platform: str):
         c = np.asarray(c)
         h.update(f"{c.dtype}{c.shape}".encode())
         h.update(np.ascontiguousarray(c).tobytes())
-    key = (h.hexdigest(), samples, platform)
+    key = (h.hexdigest(), platform)
     fn = _CACHE.get(key)
     if fn is not None:
-        _BY_ID[id(closed)] = (closed, fn)
+        _BY_ID[(id(closed), platform)] = (closed, fn)
         return fn
-    walker = _Walker(None, samples)
+    walker = _Walker()
 
-    def run(flat, seed):
-        walker.key, walker.count = seed, 0
+    def run(flat):
         ins = [(x, EXACT_ERR, EXACT_ERR) for x in flat]
         out = []
-        for o, w, s in walker._closed(closed, ins):
-            if isinstance(s, _Independent):
-                out.append((o, w, s.mag))
-                continue
-            o, w, s = _materialize(o, w, s, samples)
-            out.append((o, w, jax.numpy.sqrt(jax.numpy.mean(s * s, axis=0))))
+        for o, w, v in walker._closed(closed, ins):
+            o, w, v = _materialize(o, w, v)
+            out.append((o, w, jax.numpy.sqrt(v)))
         return out
 
     fn = jax.jit(run)
@@ -547,7 +521,7 @@ def _jitted_walk(closed, samples: int, platform: str):
     _CACHE_UNMODELLED[id(fn)] = walker.unmodelled
     if len(_BY_ID) >= 32:
         _BY_ID.pop(next(iter(_BY_ID)))
-    _BY_ID[id(closed)] = (closed, fn)
+    _BY_ID[(id(closed), platform)] = (closed, fn)
     return fn
 
 

@@ -30,6 +30,7 @@ seeing the difference disappear (docs/oracle.md lists them):
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -133,6 +134,8 @@ _CONVERT = re.compile(r"^(\s*%\S+ = )stablehlo\.convert (%[^ ]+) : \(tensor<([^>
 _FORMATS = {"bf16": "e8m7", "f16": "e5m10", "f8E4M3FN": "e4m3", "f8E5M2": "e5m2"}
 
 
+# Cached: a program judged again is not rewritten again (the text is the key).
+@functools.lru_cache(maxsize=32)
 def widen_module(text: str, keep_converts: bool = False) -> str | None:
     """The module with its bf16/f16/f8 element types computed in f32 (the
     hypothesis of ``excess-precision``), or None when it has none.
@@ -282,6 +285,7 @@ def transcendental_verdict(op_name: str, x: np.ndarray, ref: np.ndarray,
     return ok, text
 
 
+@functools.lru_cache(maxsize=32)
 def skip_final_roundings(text: str) -> str | None:
     """The module where each bf16/f16 elementwise result that the program
     converts straight back to f32 is computed in f32 instead (None when

@@ -129,8 +129,7 @@ class Report:
 def compare(fn: Any, *args: Any, against: str | Runner = "cpu", rtol: float | None = None,
             atol: float | None = None, ulp: int | None = None,
             allow: Iterable[str] | None = None, forbid: Iterable[str] | None = None,
-            reference: str = REFERENCE_PLATFORM, samples: int = 8,
-            shadow_on: str = REFERENCE_PLATFORM) -> Report:
+            reference: str = REFERENCE_PLATFORM, shadow_on: str = REFERENCE_PLATFORM) -> Report:
     """The verdict on ``fn(*args)`` run on the reference and on ``against``
     (a JAX platform name or a Runner ``run(module_text, args) -> outputs``).
 
@@ -140,9 +139,8 @@ def compare(fn: Any, *args: Any, against: str | Runner = "cpu", rtol: float | No
     output difference no op accounts for is amplified rounding).
     ``allow``/``forbid`` choose the causes (causes.CAUSES) that may explain
     a difference; ``rtol``/``atol``/``ulp`` override the analysis with a
-    fixed tolerance. ``samples`` draws estimate the spread; the float64
-    shadow runs on the platform ``shadow_on`` (XLA CPU when it is
-    missing)."""
+    fixed tolerance. The float64 shadow runs on the platform ``shadow_on``
+    (XLA CPU when it is missing)."""
     from .runners import reference_runner
     allowed = C.check_names(allow) or set(C.CAUSES)
     allowed -= C.check_names(forbid)
@@ -170,7 +168,7 @@ def compare(fn: Any, *args: Any, against: str | Runner = "cpu", rtol: float | No
                              f"{len(other_outs)} on {other_name}")
     names = names or [f"output #{k}" for k in range(len(ref_outs))]
     j = _Judge(fn, args, text, flat, ref_outs, other_outs, run_other, allowed,
-               is_module, samples, shadow_on)
+               is_module, shadow_on)
     outputs = []
     for k, name in enumerate(names):
         if rtol is not None or atol is not None or ulp is not None:
@@ -194,11 +192,11 @@ def _available(platform: str) -> str | None:
 
 class _Judge:
     def __init__(self, fn, args, text, flat, ref, other, run_other, allowed, is_module,
-                 samples, shadow_on):
+                 shadow_on):
         self.fn, self.args, self.text, self.flat = fn, args, text, flat
         self.ref, self.other, self.run_other = ref, other, run_other
         self.allowed, self.is_module = allowed, is_module
-        self.samples, self.shadow_on = samples, shadow_on
+        self.shadow_on = shadow_on
         self._bounds = None
         self.ops = None
         self.notes: list = []
@@ -211,8 +209,7 @@ class _Judge:
     def bounds(self):
         if self._bounds is None:
             from .bounds import bounds
-            self._bounds = bounds(self.fn, *self.args, samples=self.samples,
-                                  shadow_on=self.shadow_on)
+            self._bounds = bounds(self.fn, *self.args, shadow_on=self.shadow_on)
         return self._bounds
 
     def isolated(self):
