@@ -24,6 +24,7 @@ that are not JAX is `stablehlo-ref compare` (stablehlo_interpreter.compare).
 """
 
 import importlib
+from typing import Any
 
 # No submodule shares a name with a function exported here: importing it
 # would replace the package attribute (oracle.compare) with the module.
@@ -41,7 +42,7 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any, Callable
 
 import numpy as np
 
@@ -21,7 +22,7 @@ def _exclude_oracle_frames():
         _EXCLUDED = True
 
 
-def lower(fn, *args, platform: str | None = None) -> tuple[str, list[np.ndarray]]:
+def lower(fn: Callable[..., Any], *args: Any, platform: str | None = None) -> tuple[str, list[np.ndarray]]:
     """The StableHLO text of ``jax.jit(fn)`` on ``args`` (with source
     locations) and the flat list of argument arrays @main takes.
 
@@ -58,12 +59,13 @@ def lower(fn, *args, platform: str | None = None) -> tuple[str, list[np.ndarray]
     return text, [np.asarray(x) for x in leaves]
 
 
-def _is_key(x) -> bool:
+def _is_key(x: Any) -> bool:
     import jax
     return jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key)
 
 
-def unwrap_keys(fn, args):
+def unwrap_keys(fn: Callable[..., Any], args: tuple[Any, ...]
+                ) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """(fn', args') where typed PRNG key arrays among ``args`` are replaced
     by their raw key data and ``fn'`` wraps them back (with the key's own
     implementation) before calling ``fn``: a module takes the raw data."""
@@ -83,7 +85,7 @@ def unwrap_keys(fn, args):
     return wrapped, tuple(jax.tree.unflatten(tree, raw))
 
 
-def output_names(fn, *args) -> list[str]:
+def output_names(fn: Callable[..., Any], *args: Any) -> list[str]:
     """Names of ``fn``'s output leaves in tree order: ``output``,
     ``output[0]``, ``output['loss']``..."""
     import jax

@@ -23,7 +23,7 @@ and reports the earliest divergent op in program order.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
@@ -32,6 +32,12 @@ from stablehlo_interpreter import MLIR_LOCK, compare_arrays, summarize
 
 from ..mlir_funcs import entry_func, find_func, func_name, return_also
 from .runners import Runner, jax_backend_runner, reference_runner, source_line  # noqa: F401
+
+if TYPE_CHECKING:
+    from .verdict import Report
+
+# Where a value of @main comes from: ("arg", k) or ("op", op index, result number).
+Source = tuple[Any, ...]
 
 
 @dataclass
@@ -42,25 +48,25 @@ class Candidate:
     name: str
     location: str
     text: str                  # the op as MLIR (regions elided)
-    result_numbers: list       # which results are tensors (returnable)
-    reads: list                # ("arg", k) or ("op", candidate index, result number)
+    result_numbers: list[int]  # which results are tensors (returnable)
+    reads: list[Source]        # ("arg", k) or ("op", candidate index, result number)
 
 
 class ModuleVariants:
     """A module and the variants of it whose @main also returns intermediates."""
 
-    def __init__(self, module, name: str = "<module>"):
+    def __init__(self, module: Any, name: str = "<module>") -> None:
         from jaxlib.mlir import ir
         self._module = shi.load(module, name=name)
         with MLIR_LOCK, self._module.context:
-            self.text = self._module.mlir.operation.get_asm(enable_debug_info=True)
+            self.text: str = str(self._module.mlir.operation.get_asm(enable_debug_info=True))
             main = entry_func(self._module.mlir)
             self.main_name = func_name(main)
             self.ops: list[Candidate] = []
             self.num_outputs = len(ir.FunctionType(
                 ir.TypeAttr(main.attributes["function_type"]).value).results)
             self.num_args = len(main.regions[0].blocks[0].arguments)
-            where = {}  # MLIR value -> ("arg", k) | ("op", i, r)
+            where: dict[Any, Source] = {}  # MLIR value -> ("arg", k) | ("op", i, r)
             for k, a in enumerate(main.regions[0].blocks[0].arguments):
                 where[a] = ("arg", k)
             body = list(main.regions[0].blocks[0].operations)
@@ -68,7 +74,7 @@ class ModuleVariants:
                 op = op.operation
                 for r, v in enumerate(op.results):
                     where[v] = ("op", i, r)
-                reads = []
+                reads: list[Source] = []
                 for v in self._values_read(op):
                     src = where.get(v)
                     if src is not None and src not in reads:
@@ -81,12 +87,12 @@ class ModuleVariants:
                     text=_op_text(op), result_numbers=tensor_results, reads=reads))
 
     @staticmethod
-    def _values_read(op):
+    def _values_read(op: Any) -> list[Any]:
         """Operands of ``op`` and values its regions use from outside them."""
         out = list(op.operands)
-        inner_defined = set()
+        inner_defined: set[Any] = set()
 
-        def walk(o):
+        def walk(o: Any) -> None:
             for region in o.regions:
                 for block in region.blocks:
                     inner_defined.update(block.arguments)
@@ -110,16 +116,17 @@ class ModuleVariants:
             module = ir.Module.parse(self.text)
             main = entry_func(module)
             body = list(main.regions[0].blocks[0].operations)
-            extra = []
+            extra: list[Any] = []
             for i in indices:
                 op = body[i].operation
                 extra.extend(op.results[r] for r in self.ops[i].result_numbers)
             return_also(main, extra)
             if not module.operation.verify():
                 raise RuntimeError("internal error: the rewritten module does not verify")
-            return module.operation.get_asm(enable_debug_info=True)
+            return str(module.operation.get_asm(enable_debug_info=True))
 
-    def split(self, indices: Sequence[int], outputs: Sequence) -> tuple[list, dict]:
+    def split(self, indices: Sequence[int],
+              outputs: Sequence[Any]) -> tuple[list[Any], dict[int, list[Any]]]:
         """(original outputs, {op index: [tensor results]}) of a variant's outputs."""
         outputs = list(outputs)
         expected = self.num_outputs + sum(len(self.ops[i].result_numbers) for i in indices)
@@ -127,7 +134,7 @@ class ModuleVariants:
             raise RuntimeError(f"the variant returned {len(outputs)} value(s), "
                                f"expected {expected}")
         pos = self.num_outputs
-        values = {}
+        values: dict[int, list[Any]] = {}
         for i in indices:
             n = len(self.ops[i].result_numbers)
             values[i] = outputs[pos:pos + n]
@@ -135,27 +142,27 @@ class ModuleVariants:
         return outputs[:self.num_outputs], values
 
 
-def _static_tensor(t) -> bool:
+def _static_tensor(t: Any) -> bool:
     """A ranked, statically shaped tensor type (one every backend can return)."""
     from jaxlib.mlir import ir
     t = t.maybe_downcast() if hasattr(t, "maybe_downcast") else t
-    return isinstance(t, ir.RankedTensorType) and t.has_static_shape
+    return isinstance(t, ir.RankedTensorType) and bool(t.has_static_shape)
 
 
-def _op_text(op) -> str:
+def _op_text(op: Any) -> str:
     """One line of MLIR for an op: its own text, without its regions' bodies
     or large constants."""
     try:
-        text = op.get_asm(large_elements_limit=8)
+        text = str(op.get_asm(large_elements_limit=8))
     except TypeError:
         text = str(op)
-    first = text.strip().splitlines()[0] if text.strip() else op.name
+    first = text.strip().splitlines()[0] if text.strip() else str(op.name)
     if op.regions and len(text.strip().splitlines()) > 1:
         first += " ... }"
     return first if len(first) <= 300 else first[:300] + " ..."
 
 
-def _one_line(value) -> str:
+def _one_line(value: Any) -> str:
     return " ".join(summarize(value).split())
 
 
@@ -165,18 +172,18 @@ class Divergence:
 
     op: Candidate | None          # None: only the final outputs differ
     num_ops: int
-    inputs: list                  # [(label, reference value)] of what the op reads
-    reference: list               # the op's tensor results on the reference
-    other: list                   # ... and on the other backend
-    diffs: list                   # LeafDiff per result
-    output_diffs: list            # LeafDiff per output of @main
+    inputs: list[tuple[str, Any]]  # [(label, reference value)] of what the op reads
+    reference: list[Any]          # the op's tensor results on the reference
+    other: list[Any]              # ... and on the other backend
+    diffs: list[Any]              # LeafDiff per result
+    output_diffs: list[Any]       # LeafDiff per output of @main
     runs: int                     # runs of the other backend it took
     other_name: str = "other"
-    notes: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     inner: "Divergence | None" = None   # the divergence inside the op's body
     inner_where: str = ""                # e.g. "iteration 3 of the loop body"
     explained: bool = False              # every difference has an allowed cause
-    causes: set = field(default_factory=set)   # the verdict's cause names
+    causes: set[str] = field(default_factory=set)   # the verdict's cause names
     function: str = "main"               # the function the op is in
     isolated: bool = False               # values from the op run alone
 
@@ -195,13 +202,14 @@ class Divergence:
     @property
     def path(self) -> list[str]:
         """Op names from @main down to the innermost divergent op."""
-        out, d = [], self
+        out: list[str] = []
+        d: Divergence | None = self
         while d is not None and d.op is not None:
             out.append(d.op.name + (f" [{d.inner_where}]" if d.inner is not None else ""))
             d = d.inner
         return out
 
-    def __str__(self):
+    def __str__(self) -> str:
         if self.op is None and self.explained:
             lines = [f"the outputs differ on {self.other_name} for these causes: "
                      f"{', '.join(sorted(self.causes))}; no op is to blame"]
@@ -237,21 +245,22 @@ class Divergence:
 
 
 class _Search:
-    def __init__(self, variants: ModuleVariants, args, run_other: Runner, tol: dict,
-                 other_name: str):
+    def __init__(self, variants: ModuleVariants, args: Sequence[Any], run_other: Runner,
+                 tol: dict[str, Any], other_name: str) -> None:
         self.v = variants
         self.args = [np.asarray(a) for a in args]
         self.run_other = run_other
         self.tol = tol
         self.other_name = other_name
         self.runs = 0
-        self.other_values: dict = {}
-        self.verdicts: dict = {}
+        self.other_values: dict[int, list[Any]] = {}
+        self.verdicts: dict[int, bool] = {}
+        self.other_outputs: list[Any] = []
         every = [i for i in range(len(variants.ops)) if variants.returnable(i)]
         outs = reference_runner(variants.variant(every), self.args)
         self.ref_outputs, self.ref_values = variants.split(every, outs)
 
-    def fetch(self, indices):
+    def fetch(self, indices: Sequence[int]) -> None:
         need = [i for i in indices if i not in self.other_values]
         if not need and indices:
             return
@@ -260,25 +269,26 @@ class _Search:
         self.other_outputs, values = self.v.split(need, outs)
         self.other_values.update(values)
 
-    def diffs(self, i):
+    def diffs(self, i: int) -> list[Any]:
         return [compare_arrays(f"result #{k}", r, o, **self.tol) for k, (r, o) in
                 enumerate(zip(self.ref_values[i], self.other_values[i]))]
 
-    def diverges(self, i) -> bool:
+    def diverges(self, i: int) -> bool:
         if i not in self.verdicts:
             self.fetch([i])
             self.verdicts[i] = not all(d.ok for d in self.diffs(i))
         return self.verdicts[i]
 
-    def producers(self, i):
+    def producers(self, i: int) -> list[int]:
         return sorted({src[1] for src in self.v.ops[i].reads
                        if src[0] == "op" and self.v.returnable(src[1])})
 
 
-def first_divergence(fn_or_module, *args, against="cpu", strategy: str = "bisect",
-                     rtol: float | None = None, atol: float | None = None,
-                     ulp: int | None = None, depth: int = 4,
-                     allow=None, forbid=None) -> Divergence | None:
+def first_divergence(fn_or_module: Any, *args: Any, against: str | Runner = "cpu",
+                     strategy: str = "bisect", rtol: float | None = None,
+                     atol: float | None = None, ulp: int | None = None, depth: int = 4,
+                     allow: Iterable[str] | None = None,
+                     forbid: Iterable[str] | None = None) -> Divergence | None:
     """Locates the op to blame when ``against`` differs from the reference.
 
     ``fn_or_module`` is a JAX function (lowered with ``jax.jit`` on ``args``;
@@ -317,9 +327,9 @@ def first_divergence(fn_or_module, *args, against="cpu", strategy: str = "bisect
     if len(flat_args) != variants.num_args:
         raise ValueError(f"@{variants.main_name} takes {variants.num_args} argument(s), "
                          f"got {len(flat_args)}")
-    tol = {"rtol": rtol, "atol": atol, "ulp": ulp}
+    tol: dict[str, Any] = {"rtol": rtol, "atol": atol, "ulp": ulp}
     fixed = any(v is not None for v in tol.values())
-    report = None
+    report: Report | None = None
     if not fixed:
         from .verdict import compare
         run_other.__name__ = other_name
@@ -341,8 +351,8 @@ def first_divergence(fn_or_module, *args, against="cpu", strategy: str = "bisect
                     for k, (r, o) in enumerate(zip(s.ref_outputs, s.other_outputs))]
     outputs_differ = not all(d.ok for d in output_diffs)
 
-    found = None
-    notes = []
+    found: int | None = None
+    notes: list[str] = []
     if strategy == "linear":
         found = next((i for i in candidates if s.diverges(i)), None)
         if found is None and not outputs_differ and fixed:
@@ -386,10 +396,11 @@ def first_divergence(fn_or_module, *args, against="cpu", strategy: str = "bisect
                           other_name, strategy, depth)
 
 
-def _divergence_at(variants, s, found, notes, output_diffs, run_other, tol, other_name,
-                   strategy, depth):
+def _divergence_at(variants: ModuleVariants, s: _Search, found: int, notes: list[str],
+                   output_diffs: list[Any], run_other: Runner, tol: dict[str, Any],
+                   other_name: str, strategy: str, depth: int) -> Divergence:
     op = variants.ops[found]
-    inputs = []
+    inputs: list[tuple[str, Any]] = []
     for src in op.reads:
         if src[0] == "arg":
             inputs.append((f"%arg{src[1]}", s.args[src[1]]))
@@ -413,8 +424,10 @@ def _divergence_at(variants, s, found, notes, output_diffs, run_other, tol, othe
     return d
 
 
-def _blame(report, variants, s, found, notes, output_diffs, run_other, tol, other_name,
-           strategy, depth, module, flat_args):
+def _blame(report: Report, variants: ModuleVariants, s: _Search, found: int | None,
+           notes: list[str], output_diffs: list[Any], run_other: Runner,
+           tol: dict[str, Any], other_name: str, strategy: str, depth: int, module: Any,
+           flat_args: list[Any]) -> Divergence:
     """Isolate before blaming: the Divergence for a verdict that is not ok."""
     from . import causes as C
     from .isolate import condition, isolate
@@ -492,10 +505,10 @@ class _CannotDescend(Exception):
 _MAX_ITERATIONS = 10000
 
 
-def _sources_of_main(module):
+def _sources_of_main(module: Any) -> tuple[Any, dict[Any, Source]]:
     """{value: ("arg", k) | ("op", i, r)} over the top level of @main."""
     main = entry_func(module)
-    where = {}
+    where: dict[Any, Source] = {}
     for k, a in enumerate(main.regions[0].blocks[0].arguments):
         where[a] = ("arg", k)
     for i, op in enumerate(list(main.regions[0].blocks[0].operations)[:-1]):
@@ -504,11 +517,12 @@ def _sources_of_main(module):
     return main, where
 
 
-def _captured(region):
+def _captured(region: Any) -> list[Any]:
     """Values a region uses that are defined outside it, in first-use order."""
-    inner, out = set(), []
+    inner: set[Any] = set()
+    out: list[Any] = []
 
-    def walk(reg):
+    def walk(reg: Any) -> None:
         for block in reg.blocks:
             inner.update(block.arguments)
             for op in block.operations:
@@ -525,7 +539,8 @@ def _captured(region):
     return [v for v in out if v not in inner]
 
 
-def _region_module(text: str, op_index: int, region_index: int):
+def _region_module(text: str, op_index: int,
+                   region_index: int) -> tuple[str, list[Source], int]:
     """A module whose @main is region ``region_index`` of top-level op
     ``op_index`` of @main: its arguments are the region's block arguments
     followed by the values it captures; it returns what the region yields.
@@ -541,7 +556,7 @@ def _region_module(text: str, op_index: int, region_index: int):
             raise _CannotDescend("a region with several blocks")
         block = region.blocks[0]
         captured = _captured(region)
-        sources = []
+        sources: list[Source] = []
         for v in captured:
             src = where.get(v)
             if src is None:
@@ -564,7 +579,7 @@ def _region_module(text: str, op_index: int, region_index: int):
         f.operation.attributes["sym_name"] = ir.StringAttr.get("main")
         if not module.operation.verify():
             raise _CannotDescend("the extracted body does not verify")
-        return module.operation.get_asm(enable_debug_info=True), sources, n_args
+        return str(module.operation.get_asm(enable_debug_info=True)), sources, n_args
 
 
 def _callee_module(text: str, callee: str) -> str:
@@ -585,23 +600,23 @@ def _callee_module(text: str, callee: str) -> str:
         clone.attributes["sym_visibility"] = ir.StringAttr.get("public")
         if not module.operation.verify():
             raise _CannotDescend("the callee as @main does not verify")
-        return module.operation.get_asm(enable_debug_info=True)
+        return str(module.operation.get_asm(enable_debug_info=True))
 
 
-def _top_op(text, index):
+def _top_op(text: str, index: int) -> tuple[str, dict[str, str], int, int]:
     from jaxlib.mlir import ir
     with MLIR_LOCK, shi.load(text).context:
         module = ir.Module.parse(text)
         main = entry_func(module)
         op = list(main.regions[0].blocks[0].operations)[index].operation
-        attrs = {}
+        attrs: dict[str, str] = {}
         for name in ("callee", "decomposition"):
             if name in op.attributes:
-                attrs[name] = ir.FlatSymbolRefAttr(op.attributes[name]).value
-        return op.name, attrs, len(op.regions), len(op.operands)
+                attrs[name] = str(ir.FlatSymbolRefAttr(op.attributes[name]).value)
+        return str(op.name), attrs, len(op.regions), len(op.operands)
 
 
-def _value(s: "_Search", src):
+def _value(s: "_Search", src: Source) -> Any:
     if src[0] == "arg":
         return s.args[src[1]]
     j, r = src[1], src[2]
@@ -611,7 +626,7 @@ def _value(s: "_Search", src):
     return s.ref_values[j][cand.result_numbers.index(r)]
 
 
-def _operand_values(s, op_index, n):
+def _operand_values(s: _Search, op_index: int, n: int) -> list[Any]:
     """Reference values of the first ``n`` operands of top-level op ``op_index``."""
     from jaxlib.mlir import ir
     text = s.v.text
@@ -622,14 +637,16 @@ def _operand_values(s, op_index, n):
         srcs = [where.get(v) for v in list(op.operands)[:n]]
     if any(x is None for x in srcs):
         raise _CannotDescend("an operand is not a top-level value")
-    return [_value(s, x) for x in srcs]
+    return [_value(s, x) for x in srcs if x is not None]
 
 
-def _descend(d, variants, s, found, run_other, tol, other_name, strategy, depth):
+def _descend(d: Divergence, variants: ModuleVariants, s: _Search, found: int,
+             run_other: Runner, tol: dict[str, Any], other_name: str, strategy: str,
+             depth: int) -> None:
     name, attrs, n_regions, n_operands = _top_op(variants.text, found)
-    sub = dict(against=run_other, strategy=strategy, depth=depth - 1, **tol)
+    sub: dict[str, Any] = dict(against=run_other, strategy=strategy, depth=depth - 1, **tol)
 
-    def recurse(text, args, where):
+    def recurse(text: str, args: list[Any], where: str) -> None:
         inner = first_divergence(text, *args, **sub)
         if inner is None:
             d.notes.append(f"{where} agrees when run alone from the reference's inputs")
@@ -638,7 +655,7 @@ def _descend(d, variants, s, found, run_other, tol, other_name, strategy, depth)
         d.runs += inner.runs
 
     if name == "func.call" or (name == "stablehlo.composite" and "decomposition" in attrs):
-        callee = attrs.get("callee") or attrs.get("decomposition")
+        callee = attrs.get("callee") or attrs.get("decomposition") or ""
         args = _operand_values(s, found, n_operands)
         recurse(_callee_module(variants.text, callee), args, f"the callee @{callee}")
     elif name in ("stablehlo.case", "stablehlo.if"):

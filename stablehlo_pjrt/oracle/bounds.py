@@ -37,7 +37,7 @@ plans it in a fraction of the time XLA takes to compile it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -74,9 +74,9 @@ ROUNDED = frozenset({"add", "sub", "mul", "div", "sqrt", "add_any", "convert_ele
 SPREAD_FACTOR = 4.0
 
 
-def unit_roundoff(dtype) -> float:
+def unit_roundoff(dtype: Any) -> float:
     """u = eps/2 of a floating-point dtype (bf16, f16, f8 too); 0 otherwise."""
-    import ml_dtypes
+    from .causes import _finfo
     try:
         dtype = np.dtype(dtype)
     except TypeError:   # an extended dtype (a PRNG key)
@@ -86,12 +86,12 @@ def unit_roundoff(dtype) -> float:
     if dtype.kind == "c":
         dtype = np.dtype(np.float32 if dtype == np.complex64 else np.float64)
     try:
-        return float(ml_dtypes.finfo(dtype).eps) / 2
+        return float(_finfo(dtype).eps) / 2
     except (TypeError, ValueError):
         return 0.0
 
 
-def _is_float(dtype) -> bool:
+def _is_float(dtype: Any) -> bool:
     return unit_roundoff(dtype) > 0 and np.dtype(dtype).kind != "c"
 
 
@@ -99,20 +99,24 @@ class _Exact:
     """The error of an exact value (arguments, constants, and what exact
     ops make of them): no arrays to carry or propagate."""
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "EXACT"
 
 
 EXACT_ERR = _Exact()
 
 
-def _materialize(x, w, v):
+# (value, worst case, variance); the errors are EXACT_ERR for exact values.
+Triple = tuple[Any, Any, Any]
+
+
+def _materialize(x: Any, w: Any, v: Any) -> Triple:
     """(x, w, v) with EXACT_ERR replaced by zeros of x's shape."""
     shape = np.shape(x)
     return (x, _zeros(shape) if w is EXACT_ERR else w, _zeros(shape) if v is EXACT_ERR else v)
 
 
-def _zeros(shape):
+def _zeros(shape: Any) -> Any:
     import jax.numpy as jnp
     return jnp.zeros(tuple(shape), np.float64)
 
@@ -122,18 +126,18 @@ class Bounds:
     """Per output leaf: the float64 centre, the worst-case bound and the
     spread (standard deviation of the legitimate errors)."""
 
-    centre: list
-    worst: list
-    spread: list
-    unmodelled: set = field(default_factory=set)   # primitives without a rule
+    centre: list[np.ndarray]
+    worst: list[np.ndarray]
+    spread: list[np.ndarray]
+    unmodelled: set[str] = field(default_factory=set)   # primitives without a rule
 
     def allowed(self, k: int) -> np.ndarray:
         """The largest |other - centre| output ``k`` may legitimately show:
         SPREAD_FACTOR spreads, but never more than the worst-case bound."""
-        return np.minimum(SPREAD_FACTOR * self.spread[k], self.worst[k])
+        return np.asarray(np.minimum(SPREAD_FACTOR * self.spread[k], self.worst[k]))
 
 
-def _terms(prim: str, params: dict, in_avals, out_aval) -> float:
+def _terms(prim: str, params: dict[str, Any], in_avals: Any, out_aval: Any) -> float:
     """Terms summed into one result element."""
     if prim == "dot_general":
         (lc, _), _ = params["dimension_numbers"]
@@ -153,29 +157,29 @@ def _terms(prim: str, params: dict, in_avals, out_aval) -> float:
     return 1.0
 
 
-def _narrow_format(dtype):
+def _narrow_format(dtype: Any) -> tuple[int, int] | None:
     """(exponent bits, mantissa bits) of a float type narrower than f32, else None."""
-    import ml_dtypes
+    from .causes import _finfo
     dtype = np.dtype(dtype)
     if not _is_float(dtype) or dtype.itemsize >= 4:
         return None
-    fi = ml_dtypes.finfo(dtype)
+    fi = _finfo(dtype)
     return int(fi.nexp), int(fi.nmant)
 
 
-def _gamma(n, u):
+def _gamma(n: float, u: float) -> float:
     nu = n * u
-    return nu / (1 - nu) if nu < 0.5 else np.inf
+    return nu / (1 - nu) if nu < 0.5 else float(np.inf)
 
 
 class _Walker:
     """Evaluates a jaxpr on (value, worst, variance) triples in float64."""
 
-    def __init__(self):
-        self.unmodelled: set = set()
+    def __init__(self) -> None:
+        self.unmodelled: set[str] = set()
 
     # -- one primitive ----------------------------------------------------
-    def eqn(self, eqn, ins):
+    def eqn(self, eqn: Any, ins: list[Triple]) -> list[Triple]:
         prim = eqn.primitive.name
         params = dict(eqn.params)
         sub = _subjaxpr(prim, params)
@@ -193,31 +197,32 @@ class _Walker:
         vals = [x for x, _, _ in ins]
         fl = [i for i, a in enumerate(in_avals) if _is_float(a.dtype)]
 
-        def f(*xs):
+        def bind(*xs: Any) -> list[Any]:
             full = list(vals)
             for i, x in zip(fl, xs):
                 full[i] = x
             out = eqn.primitive.bind(*full, **params)
             return list(out) if eqn.primitive.multiple_results else [out]
 
-        if prim == "reduce_precision":
-            def f(*xs):  # noqa: F811 - the shadow keeps the exact value
-                return [xs[0]]
+        def keep(*xs: Any) -> list[Any]:
+            return [xs[0]]   # reduce_precision: the shadow keeps the exact value
+
+        f_all = keep if prim == "reduce_precision" else bind
         prim_in = [vals[i] for i in fl]
-        outs = f(*prim_in)
+        outs = f_all(*prim_in)
         float_out = [_is_float(a.dtype) for a in out_avals]
         fo = [k for k, x in enumerate(float_out) if x]
         if not fl or not fo:
             outs = [o.astype(np.float64) if _is_float(o.dtype) else o for o in outs]
             return [(o, EXACT_ERR, EXACT_ERR) for o in outs]
-        f_all = f
 
-        def f(*xs):  # noqa: F811 - the float results only (others have no tangent)
+        def f(*xs: Any) -> list[Any]:
+            """The float results only (others have no tangent)."""
             out = f_all(*xs)
             return [out[k] for k in fo]
 
         exact_in, prop, samp = self._propagate(prim, f, prim_in, ins, fl, fo)
-        result = []
+        result: list[Triple] = []
         for k, (o, oa) in enumerate(zip(outs, out_avals)):
             if not float_out[k]:
                 result.append((o, EXACT_ERR, EXACT_ERR))
@@ -249,7 +254,9 @@ class _Walker:
                 result.append((o, _zeros(o.shape) + w, _zeros(o.shape) + s))
         return result
 
-    def _propagate(self, prim, f, prim_in, ins, fl, fo):
+    def _propagate(self, prim: str, f: Callable[..., list[Any]], prim_in: list[Any],
+                   ins: list[Triple], fl: list[int],
+                   fo: list[int]) -> tuple[bool, dict[int, Any], dict[int, Any]]:
         """(inputs exact?, {result: |J| W}, {result: J^2 V}) of one op, for
         the inputs' worst cases W and variances V."""
         import jax
@@ -257,13 +264,13 @@ class _Walker:
         exact_in = all(ins[i][1] is EXACT_ERR and ins[i][2] is EXACT_ERR for i in fl)
         if exact_in:
             # Exact inputs: nothing to propagate, only the op's own rounding.
-            prop = {k: 0.0 for k in fo}
-            samp = {k: 0.0 for k in fo}
+            return True, {k: 0.0 for k in fo}, {k: 0.0 for k in fo}
         else:
             mat = [_materialize(*ins[i]) for i in fl]
             W = [m[1] for m in mat]
             V = [m[2] for m in mat]
             # Propagated worst case: |J| W.
+            prop: list[Any] | None = None
             if prim in MULTILINEAR:
                 absx = [jnp.abs(x) for x in prim_in]
                 if prim == "sub":
@@ -272,7 +279,6 @@ class _Walker:
                     prop = jax.jvp(lambda *xs: f(*xs), absx, W)[1]
                 prop = [jnp.abs(p) for p in prop]
             else:
-                prop = None
                 for j in range(len(fl)):
                     tan = [W[k] if k == j else jnp.zeros_like(W[k]) for k in range(len(fl))]
                     p = [jnp.abs(t) for t in jax.jvp(f, prim_in, tan)[1]]
@@ -282,8 +288,8 @@ class _Walker:
                 # Linear in each operand: J^2 V is the op on the squared
                 # operands with the variances as tangents (a*b: Va*b^2 + a^2*Vb).
                 sq = [x * x for x in prim_in]
-                g = (lambda a, b: [a + b]) if prim == "sub" else f
-                samp = [jnp.abs(p) for p in jax.jvp(g, sq, V)[1]]
+                g: Callable[..., list[Any]] = (lambda a, b: [a + b]) if prim == "sub" else f
+                samp: list[Any] | None = [jnp.abs(p) for p in jax.jvp(g, sq, V)[1]]
             else:
                 # Elementwise and selecting ops: one nonzero per row of J,
                 # so (J sqrt(V))^2 is J^2 V (for other ops it adds the
@@ -294,11 +300,11 @@ class _Walker:
                            for k in range(len(fl))]
                     p = [t * t for t in jax.jvp(f, prim_in, tan)[1]]
                     samp = p if samp is None else [a + b for a, b in zip(samp, p)]
-            prop = {k: p.astype(np.float64) for k, p in zip(fo, prop)}
-            samp = {k: p.astype(np.float64) for k, p in zip(fo, samp)}
-        return exact_in, prop, samp
+            assert prop is not None and samp is not None   # fl is not empty
+            return (False, {k: p.astype(np.float64) for k, p in zip(fo, prop)},
+                    {k: p.astype(np.float64) for k, p in zip(fo, samp)})
 
-    def _rounded(self, y, w, s, fmt):
+    def _rounded(self, y: Any, w: Any, s: Any, fmt: tuple[int, int]) -> Triple:
         """A correctly rounded op into a narrow format: the result is the
         exact value rounded, unless the incoming uncertainty (``w`` worst
         case, SPREAD_FACTOR spreads, ``s`` the variance) straddles a
@@ -307,7 +313,7 @@ class _Walker:
         from jax import lax
         e, m = fmt
 
-        def rnd(v):
+        def rnd(v: Any) -> Any:
             return lax.reduce_precision(v, exponent_bits=e, mantissa_bits=m)
 
         yc = rnd(y)
@@ -319,7 +325,9 @@ class _Walker:
         a_w = jnp.where(jnp.isfinite(a_w), a_w, 0.0)
         return yc, w + a_w, s + a_s * a_s
 
-    def _local(self, prim, params, xs, in_avals, out_aval, y, u, fl_avals, f):
+    def _local(self, prim: str, params: dict[str, Any], xs: list[Any], in_avals: Any,
+               out_aval: Any, y: Any, u: float, fl_avals: list[Any],
+               f: Callable[..., list[Any]]) -> tuple[Any, Any]:
         """(worst-case, standard deviation) of the op's own rounding."""
         import jax.numpy as jnp
         ay = jnp.abs(y)
@@ -345,11 +353,11 @@ class _Walker:
         return u * ay, u * ay
 
     # -- jaxprs -------------------------------------------------------------
-    def jaxpr(self, jaxpr, consts, ins):
+    def jaxpr(self, jaxpr: Any, consts: Any, ins: list[Triple]) -> list[Triple]:
         import jax.numpy as jnp
-        env = {}
+        env: dict[Any, Triple] = {}
 
-        def read(v):
+        def read(v: Any) -> Triple:
             if hasattr(v, "val"):  # a Literal
                 x = jnp.asarray(v.val)
                 if _is_float(x.dtype):
@@ -361,48 +369,51 @@ class _Walker:
             x = jnp.asarray(c)
             x = x.astype(np.float64) if _is_float(x.dtype) else x
             env[v] = (x, EXACT_ERR, EXACT_ERR)
-        for v, x in zip(jaxpr.invars, ins):
-            env[v] = x
+        for v, t in zip(jaxpr.invars, ins):
+            env[v] = t
         for e in jaxpr.eqns:
             outs = self.eqn(e, [read(v) for v in e.invars])
             for v, o in zip(e.outvars, outs):
                 env[v] = o
         return [read(v) for v in jaxpr.outvars]
 
-    def _closed(self, closed, ins):
+    def _closed(self, closed: Any, ins: list[Triple]) -> list[Triple]:
         return self.jaxpr(closed.jaxpr, closed.consts, ins)
 
-    def _cond(self, eqn, params, ins):
+    def _cond(self, eqn: Any, params: dict[str, Any], ins: list[Triple]) -> list[Triple]:
         from jax import lax
         index = ins[0][0]
         branches = params["branches"]
         ops = [_materialize(*x) for x in ins[1:]]
-        fns = [lambda ops, b=b: [_materialize(*x) for x in self._closed(b, ops)]
-               for b in branches]
-        return lax.switch(index.astype(np.int32), fns, ops)
+        def branch(b: Any) -> Callable[[list[Triple]], list[Triple]]:
+            return lambda ops: [_materialize(*x) for x in self._closed(b, ops)]
 
-    def _while(self, eqn, params, ins):
+        fns = [branch(b) for b in branches]
+        return list(lax.switch(index.astype(np.int32), fns, ops))
+
+    def _while(self, eqn: Any, params: dict[str, Any], ins: list[Triple]) -> list[Triple]:
         from jax import lax
         cn, bn = params["cond_nconsts"], params["body_nconsts"]
         ins = [_materialize(*x) for x in ins]
         cc, bc, init = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
 
-        def cond(state):
+        def cond(state: Iterable[Triple]) -> Any:
             return self._closed(params["cond_jaxpr"], list(cc) + list(state))[0][0]
 
-        def body(state):
+        def body(state: Iterable[Triple]) -> tuple[Triple, ...]:
             return tuple(_materialize(*x)
                          for x in self._closed(params["body_jaxpr"], list(bc) + list(state)))
 
         return list(lax.while_loop(cond, body, tuple(init)))
 
-    def _scan(self, eqn, params, ins):
+    def _scan(self, eqn: Any, params: dict[str, Any], ins: list[Triple]) -> list[Triple]:
         from jax import lax
         nc, ncarry = params["num_consts"], params["num_carry"]
         ins = [_materialize(*x) for x in ins]
         consts, carry, xs = ins[:nc], ins[nc:nc + ncarry], ins[nc + ncarry:]
 
-        def body(c, x):
+        def body(c: tuple[Triple, ...],
+                 x: tuple[Triple, ...]) -> tuple[tuple[Triple, ...], tuple[Triple, ...]]:
             out = [_materialize(*o)
                    for o in self._closed(params["jaxpr"], list(consts) + list(c) + list(x))]
             return tuple(out[:ncarry]), tuple(out[ncarry:])
@@ -412,7 +423,7 @@ class _Walker:
         return list(c) + list(ys)
 
 
-def _subjaxpr(prim, params):
+def _subjaxpr(prim: str, params: dict[str, Any]) -> tuple[Any, Any] | None:
     """(jaxpr, consts) of a call-like primitive's body, or None."""
     if prim in ("cond", "while", "scan"):
         return None
@@ -427,7 +438,7 @@ def _subjaxpr(prim, params):
     return None
 
 
-def _widen_params(prim, params):
+def _widen_params(prim: str, params: Any) -> dict[str, Any]:
     """Params for evaluating the primitive on float64 operands."""
     p = dict(params)
     if prim == "bitcast_convert_type":
@@ -440,10 +451,10 @@ def _widen_params(prim, params):
     return p
 
 
-_CACHE: dict = {}
+_CACHE: dict[tuple[str, str], Callable[..., Any]] = {}
 
 
-def bounds(fn: Callable, *args: Any, shadow_on: str = "stablehlo_ref") -> Bounds:
+def bounds(fn: Callable[..., Any], *args: Any, shadow_on: str = "stablehlo_ref") -> Bounds:
     """The centre, worst-case bound and spread of every output leaf of
     ``fn(*args)`` (see the module docstring). ``args`` are what ``fn``
     takes; integer and bool outputs get zero bounds (they must be equal)."""
@@ -479,21 +490,21 @@ def bounds(fn: Callable, *args: Any, shadow_on: str = "stablehlo_ref") -> Bounds
     return Bounds(centre, worst, spread, unmodelled)
 
 
-_CACHE_UNMODELLED: dict = {}
+_CACHE_UNMODELLED: dict[int, set[str]] = {}
 # (id(ClosedJaxpr), platform) -> (that jaxpr, its walk): jit's trace cache hands it back
-_BY_ID: dict = {}
+_BY_ID: dict[tuple[int, str], tuple[Any, Callable[..., Any]]] = {}
 
 
-def _jitted_walk(closed, platform: str):
+def _jitted_walk(closed: Any, platform: str) -> Callable[..., Any]:
     """The jitted walk of ``closed``, cached by the jaxpr's text and
     constants: a program compared again is neither traced nor planned
     again."""
     import hashlib
 
     import jax
-    fn = _BY_ID.get((id(closed), platform))
-    if fn is not None and fn[0] is closed:
-        return fn[1]
+    known = _BY_ID.get((id(closed), platform))
+    if known is not None and known[0] is closed:
+        return known[1]
     h = hashlib.sha256(str(closed.jaxpr).encode())
     for c in closed.consts:
         c = np.asarray(c)
@@ -506,8 +517,8 @@ def _jitted_walk(closed, platform: str):
         return fn
     walker = _Walker()
 
-    def run(flat):
-        ins = [(x, EXACT_ERR, EXACT_ERR) for x in flat]
+    def run(flat: list[Any]) -> list[Triple]:
+        ins: list[Triple] = [(x, EXACT_ERR, EXACT_ERR) for x in flat]
         out = []
         for o, w, v in walker._closed(closed, ins):
             o, w, v = _materialize(o, w, v)
@@ -525,7 +536,7 @@ def _jitted_walk(closed, platform: str):
     return fn
 
 
-def order_spread(terms: np.ndarray, axis: int, dtype) -> np.ndarray:
+def order_spread(terms: np.ndarray, axis: int, dtype: Any) -> np.ndarray:
     """How far legitimate summation orders of ``terms`` along ``axis`` fall
     from the exact sum, in ``dtype``: the largest error of sequential
     (np.add.accumulate), pairwise (np.sum) and blocked (16 partial sums, as
@@ -542,8 +553,8 @@ def order_spread(terms: np.ndarray, axis: int, dtype) -> np.ndarray:
     lanes = np.add.accumulate(tt.reshape(t.shape[:-1] + (-1, 16)), axis=-2,
                               dtype=dtype)[..., -1, :]
     blocked = np.sum(lanes, axis=-1, dtype=dtype)
-    return np.max([np.abs(v.astype(np.float64) - exact) for v in (seq, pair, blocked)],
-                  axis=0)
+    return np.asarray(np.max([np.abs(v.astype(np.float64) - exact)
+                              for v in (seq, pair, blocked)], axis=0))
 
 
 __all__: Sequence[str] = ("Bounds", "bounds", "order_spread", "unit_roundoff",

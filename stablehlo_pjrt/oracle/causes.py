@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -51,20 +52,20 @@ TRANSCENDENTAL_BACKWARD_ULPS = 32.0
 ABSOLUTE_FLOOR = frozenset({"chlo.lgamma", "chlo.digamma"})
 
 
-def check_names(names) -> set:
+def check_names(names: str | Iterable[str] | None) -> set[str]:
     """The cause names of ``allow``/``forbid``, checked."""
     if names is None:
         return set()
     if isinstance(names, str):
         names = [names]
-    names = set(names)
-    bad = names - set(CAUSES)
+    found = set(names)
+    bad = found - set(CAUSES)
     if bad:
         raise ValueError(f"unknown cause(s) {sorted(bad)}; the causes are {list(CAUSES)}")
-    return names
+    return found
 
 
-def bit_causes(ref: np.ndarray, other: np.ndarray) -> set | None:
+def bit_causes(ref: np.ndarray, other: np.ndarray) -> set[str] | None:
     """The causes of the difference when the arrays are equal up to NaN
     payloads and zero signs (None when they differ otherwise)."""
     r, o = np.asarray(ref), np.asarray(other)
@@ -77,7 +78,7 @@ def bit_causes(ref: np.ndarray, other: np.ndarray) -> set | None:
         return None
     if not np.array_equal(r64[~rn], o64[~on]):
         return None
-    causes = set()
+    causes: set[str] = set()
     if rn.any() and r.view(_uint(r)).tolist() != o.view(_uint(o)).tolist():
         rb, ob = r.view(_uint(r)), o.view(_uint(o))
         if np.any(rb[rn] != ob[on]):
@@ -92,17 +93,22 @@ _ML_FLOATS = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
               "float8_e5m2fnuz", "float8_e4m3b11fnuz")
 
 
-def _uint(a):
+def _uint(a: Any) -> np.dtype[Any]:
     return np.dtype(f"u{np.asarray(a).dtype.itemsize}")
+
+
+def _finfo(dtype: Any) -> Any:
+    """ml_dtypes' finfo (bf16 and f8 too; ml_dtypes has no type hints)."""
+    import ml_dtypes
+    return ml_dtypes.finfo(dtype)  # type: ignore[no-untyped-call]
 
 
 def flush_subnormals(a: np.ndarray) -> np.ndarray:
     """``a`` with subnormal floats replaced by zeros of the same sign."""
-    import ml_dtypes
     a = np.asarray(a)
     if a.dtype.kind != "f" and a.dtype.name not in _ML_FLOATS:
         return a
-    tiny = float(ml_dtypes.finfo(a.dtype).tiny)
+    tiny = float(_finfo(a.dtype).tiny)
     x = a.astype(np.float64)
     sub = (x != 0) & (np.abs(x) < tiny)
     if not sub.any():
@@ -112,13 +118,12 @@ def flush_subnormals(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def ftz_explains(ref, other, bad) -> bool:
+def ftz_explains(ref: np.ndarray, other: np.ndarray, bad: np.ndarray) -> bool:
     """Every element in ``bad`` is one where one side is a subnormal (or
     zero) and the other a zero (or subnormal)."""
-    import ml_dtypes
     r = np.asarray(ref)
     try:
-        tiny = float(ml_dtypes.finfo(r.dtype).tiny)
+        tiny = float(_finfo(r.dtype).tiny)
     except (TypeError, ValueError):
         return False
     r64, o64 = r.astype(np.float64)[bad], np.asarray(other).astype(np.float64)[bad]
@@ -174,7 +179,7 @@ def round_mantissa(a: np.ndarray, mantissa_bits: int) -> np.ndarray:
     return np.where(np.isfinite(a), out, a)
 
 
-def reduced_operands(fmt: str, operands: list) -> list[list]:
+def reduced_operands(fmt: str, operands: list[Any]) -> list[list[np.ndarray]]:
     """The operand lists whose dot products, summed, are what a backend
     computing in ``fmt`` gets: one list for tf32/bf16, three (hi*hi,
     hi*lo, lo*hi) for bf16x3."""
@@ -183,11 +188,14 @@ def reduced_operands(fmt: str, operands: list) -> list[list]:
         hi = [round_mantissa(x, 7) for x in ops]
         lo = [round_mantissa(x.astype(np.float32) - h, 7) for x, h in zip(ops, hi)]
         return [[hi[0], hi[1]], [hi[0], lo[1]], [lo[0], hi[1]]]
-    mant = REDUCED_FORMATS[fmt][1]
+    bits = REDUCED_FORMATS[fmt]
+    if bits is None:
+        raise ValueError(f"{fmt}: not one rounding format")
+    mant = bits[1]
     return [[round_mantissa(x, mant) if x.dtype == np.float32 else x for x in ops]]
 
 
-def mp_truth(op_name: str, inputs: list) -> np.ndarray | None:
+def mp_truth(op_name: str, inputs: list[Any]) -> np.ndarray | None:
     """A correctly rounded (float64 of a 50-digit mpmath value) result of an
     elementwise function at each element of ``inputs``, or None when the
     function has no mpmath counterpart here."""
@@ -234,14 +242,14 @@ TRANSCENDENTAL_OPS = frozenset({
 
 
 def transcendental_verdict(op_name: str, x: np.ndarray, ref: np.ndarray,
-                           other: np.ndarray, bad: np.ndarray, limit: int = 2048):
+                           other: np.ndarray, bad: np.ndarray,
+                           limit: int = 2048) -> tuple[bool, str]:
     """(explained, text) for a one-input elementwise function whose results
     differ at ``bad``: measures both sides in ULPs of a correctly rounded
     truth at (up to ``limit`` of) those elements, and whether the other side
     is within TRANSCENDENTAL_BACKWARD_ULPS of the truth at an input that
     many ULPs away (|f'(x)| * k * ulp(x), from the truth's finite
     difference) or that many ULPs of the result."""
-    import ml_dtypes
     bad = np.asarray(bad).reshape(-1)
     gap = np.abs(np.asarray(other, np.float64) - np.asarray(ref, np.float64)).reshape(-1)
     idx = np.flatnonzero(bad)
@@ -254,9 +262,12 @@ def transcendental_verdict(op_name: str, x: np.ndarray, ref: np.ndarray,
     if truth is None:
         return False, f"{op_name}: no correctly rounded truth available"
     dtype = np.asarray(ref).dtype
-    fi = ml_dtypes.finfo(dtype)
-    spacing = lambda v: np.abs(np.spacing(np.abs(v).astype(dtype)).astype(np.float64)) \
-        if dtype.kind == "f" else np.maximum(np.abs(v) * float(fi.eps), float(fi.tiny))  # noqa: E731
+    fi = _finfo(dtype)
+
+    def spacing(v: np.ndarray) -> np.ndarray:
+        if dtype.kind == "f":
+            return np.asarray(np.abs(np.spacing(np.abs(v).astype(dtype)).astype(np.float64)))
+        return np.asarray(np.maximum(np.abs(v) * float(fi.eps), float(fi.tiny)))
     r = np.asarray(ref).reshape(-1)[idx].astype(np.float64)
     o = np.asarray(other).reshape(-1)[idx].astype(np.float64)
     ulp_y = np.maximum(spacing(np.maximum(np.abs(truth), np.abs(r))),
@@ -337,4 +348,4 @@ def skip_final_roundings(text: str) -> str | None:
                 changed = True
         if not changed or not module.operation.verify():
             return None
-        return module.operation.get_asm(enable_debug_info=True)
+        return str(module.operation.get_asm(enable_debug_info=True))

@@ -27,7 +27,7 @@ amplified rounding.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -266,7 +266,7 @@ def sum_allowed(ref: np.ndarray, terms: np.ndarray, n: np.ndarray,
     return np.minimum(SPREAD_FACTOR * walk, worst) + 2 * u * np.abs(ref.astype(np.float64))
 
 
-def isolate(text, args: Sequence[np.ndarray], run_other: Runner,
+def isolate(text: Any, args: Sequence[np.ndarray], run_other: Runner,
             recorded: Recording | None = None) -> list[OpVerdict]:
     """Every isolatable op of the module judged alone (see the module
     docstring), in program order. An op that ran but could not be isolated

@@ -43,7 +43,7 @@ class OpPrecision:
     primitive: str
     source: str
     dtype: str
-    shape: tuple
+    shape: tuple[int, ...]
     bits: int
     lost: float
     grown: float
@@ -54,14 +54,14 @@ class OpPrecision:
 
 @dataclass
 class PrecisionReport:
-    rows: list = field(default_factory=list)
-    outputs_lost: list = field(default_factory=list)   # bits lost per output leaf
+    rows: list[OpPrecision] = field(default_factory=list)
+    outputs_lost: list[float] = field(default_factory=list)   # bits lost per output leaf
 
-    def worst(self, n: int = 5) -> list:
+    def worst(self, n: int = 5) -> list[OpPrecision]:
         """The ``n`` ops that add the most lost bits."""
         return sorted(self.rows, key=lambda r: -r.grown)[:n]
 
-    def __str__(self):
+    def __str__(self) -> str:
         head = (f"{'#':>4} {'op':<22} {'type':<16} {'bits':>4} {'lost':>5} {'grown':>5} "
                 f"{'cancel':>6} {'ovf':>4} {'unf':>4}  source")
         lines = [head]
@@ -98,12 +98,12 @@ class PrecisionReport:
         return path
 
 
-def _is_float(dtype) -> bool:
+def _is_float(dtype: Any) -> bool:
     from .bounds import _is_float as f
     return f(dtype)
 
 
-def _lost_bits(own, shadow, bits) -> float:
+def _lost_bits(own: Any, shadow: Any, bits: int) -> float:
     o = np.asarray(own).astype(np.float64)
     s = np.asarray(shadow).astype(np.float64)
     ok = np.isfinite(o) & np.isfinite(s)
@@ -118,27 +118,27 @@ def _lost_bits(own, shadow, bits) -> float:
     return float(np.clip(np.log2(worst) + bits, 0, bits))
 
 
-def precision(fn: Callable, *args: Any) -> PrecisionReport:
+def precision(fn: Callable[..., Any], *args: Any) -> PrecisionReport:
     """Runs ``fn(*args)`` op by op in its own types and in a float64 shadow;
     returns the per-op :class:`PrecisionReport` (see the module docstring)."""
     import jax
-    import ml_dtypes
     source_info_util = compat.jax_internal("", "source_info_util")
 
     from ._lowering import unwrap_keys
     from .bounds import _subjaxpr, _widen_params
+    from .causes import _finfo
     fn, args = unwrap_keys(fn, args)
     closed = jax.make_jaxpr(fn)(*args)
-    rows: list = []
-    lost_of: dict = {}
+    rows: list[OpPrecision] = []
+    lost_of: dict[int, float] = {}
 
-    def bits_of(dtype):
-        return int(ml_dtypes.finfo(np.dtype(dtype)).nmant) + 1
+    def bits_of(dtype: Any) -> int:
+        return int(_finfo(np.dtype(dtype)).nmant) + 1
 
-    def run(jaxpr, consts, own_in, sh_in):
-        env = {}
+    def run(jaxpr: Any, consts: Any, own_in: list[Any], sh_in: list[Any]) -> list[Any]:
+        env: dict[Any, tuple[Any, Any]] = {}
 
-        def read(v):
+        def read(v: Any) -> tuple[Any, Any]:
             if hasattr(v, "val"):
                 x = np.asarray(v.val)
                 return x, (x.astype(np.float64) if _is_float(x.dtype) else x)
@@ -177,7 +177,7 @@ def precision(fn: Callable, *args: Any) -> PrecisionReport:
                     bits = bits_of(o.dtype)
                     lost = _lost_bits(o, s, bits)
                     lost_of[id(v)] = lost
-                    tiny = float(ml_dtypes.finfo(o.dtype).tiny)
+                    tiny = float(_finfo(o.dtype).tiny)
                     o64 = o.astype(np.float64)
                     with np.errstate(invalid="ignore"):
                         ovf = int(np.sum(np.isinf(o64) & np.isfinite(s)))

@@ -32,7 +32,7 @@ def source_line(location: str) -> str | None:
 _PROGRAMS: dict = {}
 
 
-def reference_runner(module_text: str, args: Sequence[np.ndarray]) -> list:
+def reference_runner(module_text: str, args: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Runs a module on the interpreter directly (not through PJRT). The
     last few compiled programs are kept: a verdict runs the same module and
     its hypotheses again when the same program is compared again."""
@@ -76,7 +76,7 @@ def jax_backend_runner(platform: str = "cpu") -> Runner:
     return run
 
 
-def other_runner(against) -> tuple[str, Runner]:
+def other_runner(against: str | Runner) -> tuple[str, Runner]:
     """(name, Runner) of a platform name or a Runner; the one name the
     reports use for the other backend at every level."""
     if isinstance(against, str):

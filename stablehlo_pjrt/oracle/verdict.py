@@ -26,7 +26,7 @@ Per output leaf:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
 
@@ -35,11 +35,15 @@ from stablehlo_interpreter import compare_arrays
 from . import causes as C
 from .runners import Runner, other_runner
 
+if TYPE_CHECKING:
+    from .bounds import Bounds
+    from .isolate import OpVerdict
+
 REFERENCE_PLATFORM = "stablehlo_ref"
 VERDICTS = ("identical", "agree", "explained", "differ")
 
 
-def _device(platform: str):
+def _device(platform: str) -> Any:
     import jax
     try:
         devices = jax.devices(platform)
@@ -53,7 +57,8 @@ def _device(platform: str):
     return devices[0]
 
 
-def run_on(platform: str, fn, *args):
+def run_on(platform: str, fn: Callable[..., Any],
+           *args: Any) -> list[tuple[str, np.ndarray]]:
     """``jax.jit(fn)(*args)`` with every input committed to ``platform``'s
     first device (so the computation runs there); returns the outputs as a
     list of (name, numpy array) in tree order."""
@@ -72,12 +77,12 @@ class OutputReport:
 
     name: str
     verdict: str
-    causes: set = field(default_factory=set)
+    causes: set[str] = field(default_factory=set)
     dtype: str = ""
-    shape: tuple = ()
-    detail: list = field(default_factory=list)
+    shape: tuple[int, ...] = ()
+    detail: list[str] = field(default_factory=list)
 
-    def __str__(self):
+    def __str__(self) -> str:
         head = f"{self.name}: {self.dtype}{list(self.shape)} {self.verdict}"
         if self.causes:
             head += f" ({', '.join(sorted(self.causes))})"
@@ -88,11 +93,11 @@ class OutputReport:
 class Report:
     """The verdict on every output; ``ok`` unless one output differs."""
 
-    outputs: list
+    outputs: list[OutputReport]
     reference_name: str = REFERENCE_PLATFORM
     other_name: str = "other"
-    ops: list = field(default_factory=list)      # isolate.OpVerdict, when isolated
-    notes: list = field(default_factory=list)
+    ops: list[OpVerdict] = field(default_factory=list)      # when isolated
+    notes: list[str] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -103,21 +108,21 @@ class Report:
         return self.verdict != "differ"
 
     @property
-    def causes(self) -> set:
-        out = set()
+    def causes(self) -> set[str]:
+        out: set[str] = set()
         for o in self.outputs:
             out |= o.causes
         return out
 
     @property
-    def blamed(self) -> list:
+    def blamed(self) -> list[OpVerdict]:
         """The isolated ops outside their own bound with no cause."""
         return [v for v in self.ops if v.status == "blame"]
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         return self.ok
 
-    def __str__(self):
+    def __str__(self) -> str:
         head = f"{self.reference_name} vs {self.other_name}: {self.verdict}"
         if self.causes:
             head += f" ({', '.join(sorted(self.causes))})"
@@ -191,28 +196,29 @@ def _available(platform: str) -> str | None:
 
 
 class _Judge:
-    def __init__(self, fn, args, text, flat, ref, other, run_other, allowed, is_module,
-                 shadow_on):
+    def __init__(self, fn: Any, args: tuple[Any, ...], text: Any, flat: list[np.ndarray],
+                 ref: list[np.ndarray], other: list[np.ndarray], run_other: Runner,
+                 allowed: set[str], is_module: bool, shadow_on: str) -> None:
         self.fn, self.args, self.text, self.flat = fn, args, text, flat
         self.ref, self.other, self.run_other = ref, other, run_other
         self.allowed, self.is_module = allowed, is_module
         self.shadow_on = shadow_on
-        self._bounds = None
-        self.ops = None
-        self.notes: list = []
+        self._bounds: Bounds | None = None
+        self.ops: list[OpVerdict] | None = None
+        self.notes: list[str] = []
         self._widened = False
-        self._widened_outs = None
+        self._widened_outs: list[list[np.ndarray]] = []
         self._flushed = False
-        self._flushed_outs = None
+        self._flushed_outs: list[np.ndarray] | None = None
 
     # -- lazily computed evidence -------------------------------------------
-    def bounds(self):
+    def bounds(self) -> Bounds:
         if self._bounds is None:
             from .bounds import bounds
             self._bounds = bounds(self.fn, *self.args, shadow_on=self.shadow_on)
         return self._bounds
 
-    def isolated(self):
+    def isolated(self) -> list[OpVerdict]:
         if self.ops is None:
             from .isolate import isolate
             try:
@@ -222,7 +228,7 @@ class _Judge:
                 self.notes.append(f"the ops could not be isolated: {type(e).__name__}: {e}")
         return self.ops
 
-    def widened(self):
+    def widened(self) -> list[list[np.ndarray]]:
         """The reference's outputs under each excess-precision hypothesis:
         every bf16/f16 value in f32, arithmetic results in f32 with explicit
         converts still rounding, the roundings before explicit widenings
@@ -230,7 +236,6 @@ class _Judge:
         if not self._widened:
             self._widened = True
             from .runners import reference_runner
-            self._widened_outs = []
             if not isinstance(self.text, str):
                 return self._widened_outs
             for make in (C.widen_module, lambda t: C.widen_module(t, keep_converts=True),
@@ -250,7 +255,7 @@ class _Judge:
                                       f"{type(e).__name__}: {' '.join(str(e).split())[:200]}")
         return self._widened_outs
 
-    def flushed(self):
+    def flushed(self) -> list[np.ndarray] | None:
         """The reference's outputs with subnormal arguments flushed to zero."""
         if not self._flushed:
             self._flushed = True
@@ -261,7 +266,8 @@ class _Judge:
         return self._flushed_outs
 
     # -- verdicts -------------------------------------------------------------
-    def fixed(self, k, name, rtol, atol, ulp):
+    def fixed(self, k: int, name: str, rtol: float | None, atol: float | None,
+              ulp: int | None) -> OutputReport:
         r, o = self.ref[k], self.other[k]
         out = OutputReport(name, "identical", set(), str(r.dtype), r.shape)
         if r.dtype == o.dtype and r.shape == o.shape and r.tobytes() == o.tobytes():
@@ -272,7 +278,7 @@ class _Judge:
             out.detail.append(str(d))
         return out
 
-    def output(self, k, name):
+    def output(self, k: int, name: str) -> OutputReport:
         r, o = self.ref[k], self.other[k]
         out = OutputReport(name, "identical", set(), str(r.dtype), r.shape)
         if r.dtype != o.dtype or r.shape != o.shape:
@@ -323,7 +329,8 @@ class _Judge:
         return self._causes(out, k, r, o, centre, allowed, bad)
 
     @staticmethod
-    def _outside(r, o, centre, allowed):
+    def _outside(r: np.ndarray, o: np.ndarray, centre: np.ndarray,
+                 allowed: np.ndarray) -> np.ndarray:
         o64 = o.astype(np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
             diff = np.abs(o64 - centre)
@@ -333,16 +340,16 @@ class _Judge:
             # A non-finite centre that the program's type rounds the same way.
             bad &= ~((o64 == r.astype(np.float64)) | (np.isnan(o64) & np.isnan(r.astype(
                 np.float64)))) | finite
-        return bad
+        return np.asarray(bad, bool)
 
     @staticmethod
-    def _ratio(o, centre, allowed):
+    def _ratio(o: np.ndarray, centre: np.ndarray, allowed: np.ndarray) -> float:
         with np.errstate(invalid="ignore", divide="ignore"):
             q = np.abs(o.astype(np.float64) - centre) / allowed
         q = q[np.isfinite(q)]
         return float(q.max()) if q.size else 0.0
 
-    def _settle(self, out, causes, detail):
+    def _settle(self, out: OutputReport, causes: set[str], detail: list[str]) -> OutputReport:
         bad = causes - self.allowed
         out.causes = set(causes)
         out.detail.extend(detail)
@@ -353,7 +360,8 @@ class _Judge:
             out.verdict = "explained"
         return out
 
-    def _causes(self, out, k, r, o, centre, allowed, bad):
+    def _causes(self, out: OutputReport, k: int, r: np.ndarray, o: np.ndarray,
+                centre: np.ndarray, allowed: np.ndarray, bad: np.ndarray) -> OutputReport:
         """Tests the causes at the elements outside the bound."""
         o64 = o.astype(np.float64)
         n_bad = int(bad.sum())
@@ -378,7 +386,7 @@ class _Judge:
                                  "side skipped roundings the program asks for"])
         ops = self.isolated()
         blamed = [v for v in ops if v.status == "blame"]
-        found = set()
+        found: set[str] = set()
         for v in ops:
             if v.status == "explained":
                 found |= v.causes - {"summation-order"}
@@ -405,11 +413,11 @@ class _Judge:
                            "the ops were not isolated"]
         return out
 
-    def _other_label(self):
+    def _other_label(self) -> str:
         return "other"
 
     @staticmethod
-    def _close(alt, o, allowed, bad):
+    def _close(alt: Any, o: np.ndarray, allowed: Any, bad: np.ndarray) -> bool:
         alt = np.asarray(alt)
         if alt.shape != o.shape:
             return False
@@ -422,7 +430,7 @@ class _Judge:
             ok = (np.abs(a64 - o64) <= tol) | (np.isnan(a64) & np.isnan(o64)) | (a64 == o64)
         return bool(np.all(ok[bad]))
 
-    def _by_isolation(self, out, k, plain):
+    def _by_isolation(self, out: OutputReport, k: int, plain: Any) -> OutputReport:
         """A module without a jaxpr: judged by its ops alone."""
         if plain.ok:
             out.verdict = "agree"
