@@ -62,6 +62,18 @@ TRAITS: dict[str, str] = {
                         "instead of their decomposition (registered as a composite)",
     "jax_composite": "a chlo op JAX's lowering of the same-named primitive may wrap in "
                      "stablehlo.composite, run directly here (stablehlo_pjrt/lowerings.py)",
+    # How much a conforming backend's result may differ from the exact one:
+    # the error model the oracle judges another backend's ops by
+    # (stablehlo_pjrt/oracle/isolate.py, causes.py, summation.py).
+    "no_rounding": "moves, selects or picks operand elements, or computes an exact "
+                   "function of them: every conforming backend gives the same bits",
+    "one_rounding": "an IEEE basic operation: the exact result rounded once to the element "
+                    "type",
+    "summing": "sums terms in an order the spec leaves to the implementation (bounded by "
+               "gamma_n * sum|terms|)",
+    "transcendental": "an elementwise function whose accuracy the spec leaves to the "
+                      "implementation (measured in ULPs against a correctly rounded truth)",
+    "judged_whole": "the oracle runs it, body and all, as one unit instead of op by op",
 }
 _OP_TRAITS: dict[str, frozenset[str]] = {}       # op name -> its traits
 _WITH_TRAIT: dict[str, frozenset[str]] = {}      # trait -> op names (a cache)

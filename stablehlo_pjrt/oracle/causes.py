@@ -36,6 +36,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from stablehlo_interpreter import with_trait
+
 CAUSES = ("summation-order", "reduced-precision-inputs", "excess-precision",
           "flush-to-zero", "transcendental-accuracy", "nan-payload", "signed-zero")
 UNEXPLAINED = "unexplained"
@@ -230,15 +232,7 @@ def mp_truth(op_name: str, inputs: list[Any]) -> np.ndarray | None:
     return out
 
 
-TRANSCENDENTAL_OPS = frozenset({
-    "stablehlo.exponential", "stablehlo.log", "stablehlo.tanh", "stablehlo.sine",
-    "stablehlo.cosine", "stablehlo.tan", "stablehlo.logistic", "stablehlo.rsqrt",
-    "stablehlo.cbrt", "stablehlo.exponential_minus_one", "stablehlo.log_plus_one",
-    "stablehlo.power", "stablehlo.atan2", "chlo.lgamma", "chlo.digamma", "chlo.erf",
-    "chlo.erfc", "chlo.erf_inv", "chlo.atan", "chlo.asin", "chlo.acos", "chlo.sinh",
-    "chlo.cosh", "chlo.asinh", "chlo.acosh", "chlo.atanh", "chlo.tan",
-    "chlo.bessel_i1e", "chlo.polygamma", "chlo.zeta",
-})
+TRANSCENDENTAL_OPS = with_trait("transcendental")  # registry.TRAITS
 
 
 def transcendental_verdict(op_name: str, x: np.ndarray, ref: np.ndarray,

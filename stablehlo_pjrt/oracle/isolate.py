@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import stablehlo_interpreter as shi
-from stablehlo_interpreter import MLIR_LOCK, compare_arrays
+from stablehlo_interpreter import MLIR_LOCK, compare_arrays, with_trait
 
 from . import causes as C
 from .bounds import SPREAD_FACTOR, TRANSCENDENTAL_ULPS, order_spread, unit_roundoff
@@ -40,29 +40,13 @@ from .bounds import SPREAD_FACTOR, TRANSCENDENTAL_ULPS, order_spread, unit_round
 Runner = Callable[[str, Sequence[np.ndarray]], Sequence[np.ndarray]]
 
 ARITHMETIC_ULPS = 2
-EXACT_OPS = frozenset({
-    "stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.transpose",
-    "stablehlo.slice", "stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice",
-    "stablehlo.concatenate", "stablehlo.pad", "stablehlo.gather", "stablehlo.reverse",
-    "stablehlo.select", "stablehlo.negate", "stablehlo.abs", "stablehlo.maximum",
-    "stablehlo.minimum", "stablehlo.compare", "stablehlo.clamp", "stablehlo.iota",
-    "stablehlo.constant", "stablehlo.sign", "stablehlo.floor", "stablehlo.ceil",
-    "stablehlo.round_nearest_even", "stablehlo.round_nearest_afz", "stablehlo.real",
-    "stablehlo.imag", "stablehlo.reduce_precision", "stablehlo.copy",
-    "stablehlo.broadcast", "stablehlo.is_finite", "stablehlo.not", "stablehlo.and",
-    "stablehlo.or", "stablehlo.xor", "stablehlo.bitcast_convert",
-})
-ARITHMETIC_OPS = frozenset({
-    "stablehlo.add", "stablehlo.subtract", "stablehlo.multiply", "stablehlo.divide",
-    "stablehlo.sqrt", "stablehlo.convert", "stablehlo.remainder", "chlo.square",
-})
-SUM_OPS = frozenset({"stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution",
-                     "stablehlo.reduce", "stablehlo.reduce_window"})
-# Ops whose bodies are not isolated op by op (they run as one unit).
-_UNITS = ("stablehlo.while", "stablehlo.case", "stablehlo.if", "stablehlo.reduce",
-          "stablehlo.reduce_window", "stablehlo.sort", "stablehlo.scatter",
-          "stablehlo.select_and_scatter", "stablehlo.map", "stablehlo.all_reduce",
-          "stablehlo.reduce_scatter", "stablehlo.composite", "chlo.top_k")
+# The error model of each op is a registry trait (stablehlo_interpreter's
+# registry.TRAITS): no rounding, one rounding, a sum in any order; ops with
+# bodies (and chlo.top_k) are judged as one unit.
+EXACT_OPS = with_trait("no_rounding")
+ARITHMETIC_OPS = with_trait("one_rounding")
+SUM_OPS = with_trait("summing")
+_UNITS = with_trait("judged_whole")
 
 
 @dataclass

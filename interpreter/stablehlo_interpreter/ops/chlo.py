@@ -88,17 +88,17 @@ def _unary(name, traits, fn, complex_ok=True, doc="", scalar=None):
     return builder
 
 
-_unary("chlo.acos", _DIRECT, np.arccos, scalar=math.acos,
+_unary("chlo.acos", _DIRECT + ("transcendental",), np.arccos, scalar=math.acos,
        doc="chlo.acos: arc cosine (complex: principal branch).")
-_unary("chlo.acosh", _DIRECT, np.arccosh, scalar=math.acosh,
+_unary("chlo.acosh", _DIRECT + ("transcendental",), np.arccosh, scalar=math.acosh,
        doc="chlo.acosh: inverse hyperbolic cosine.")
-_unary("chlo.asin", _DIRECT, np.arcsin, scalar=math.asin,
+_unary("chlo.asin", _DIRECT + ("transcendental",), np.arcsin, scalar=math.asin,
        doc="chlo.asin: arc sine.")
-_unary("chlo.asinh", _DIRECT, np.arcsinh, scalar=math.asinh,
+_unary("chlo.asinh", _DIRECT + ("transcendental",), np.arcsinh, scalar=math.asinh,
        doc="chlo.asinh: inverse hyperbolic sine.")
-_unary("chlo.atan", _DIRECT, np.arctan, scalar=math.atan,
+_unary("chlo.atan", _DIRECT + ("transcendental",), np.arctan, scalar=math.atan,
        doc="chlo.atan: arc tangent.")
-_unary("chlo.atanh", _DIRECT, np.arctanh, scalar=math.atanh,
+_unary("chlo.atanh", _DIRECT + ("transcendental",), np.arctanh, scalar=math.atanh,
        doc="chlo.atanh: inverse hyperbolic tangent.")
 
 
@@ -148,14 +148,15 @@ def _hyperbolic(name, traits, complex_fn, combine, small=None):
     kernel(name, traits=traits)(builder)
 
 
-_hyperbolic("chlo.cosh", _MATH, np.cosh, lambda ea, eb: ea + eb)
+_hyperbolic("chlo.cosh", _MATH + ("transcendental",), np.cosh, lambda ea, eb: ea + eb)
 # sinh: |x| < 1 uses an expm1 form, accurate to the type; exact sinh here.
-_hyperbolic("chlo.sinh", _MATH, np.sinh, lambda ea, eb: ea - eb, small=np.sinh)
-_unary("chlo.tan", _DIRECT, np.tan, scalar=math.tan,
+_hyperbolic("chlo.sinh", _MATH + ("transcendental",), np.sinh, lambda ea, eb: ea - eb, small=np.sinh)
+_unary("chlo.tan", _DIRECT + ("transcendental",), np.tan, scalar=math.tan,
        doc="chlo.tan: tangent.")
-_unary("chlo.erf", _DIRECT, sps.erf, complex_ok=False, scalar=math.erf,
+_unary("chlo.erf", _DIRECT + ("transcendental",), sps.erf, complex_ok=False, scalar=math.erf,
        doc="chlo.erf: error function.")
-_unary("chlo.erfc", _DIRECT + ("jax_composite",), sps.erfc, complex_ok=False, scalar=math.erfc,
+_unary("chlo.erfc", _DIRECT + ("jax_composite", "transcendental"), sps.erfc,
+       complex_ok=False, scalar=math.erfc,
        doc="chlo.erfc: complementary error function 1 - erf(x), without cancellation.")
 
 
@@ -186,7 +187,7 @@ def _erfinv_narrow(x):
     return out
 
 
-@kernel("chlo.erf_inv", traits=_DIRECT + ("jax_composite",))
+@kernel("chlo.erf_inv", traits=_DIRECT + ("jax_composite", "transcendental"))
 def erf_inv(op):
     """chlo.erf_inv: inverse error function (+-inf at +-1, NaN outside [-1, 1]).
 
@@ -201,7 +202,7 @@ def erf_inv(op):
         raise Unsupported(f"chlo.erf_inv of {t.element_type}")
     return _real_fn(op, _erfinv_narrow)
 
-_unary("chlo.bessel_i1e", ("fusible", "direct_composite"), sps.i1e, complex_ok=False,
+_unary("chlo.bessel_i1e", ("fusible", "direct_composite") + ("transcendental",), sps.i1e, complex_ok=False,
        doc="chlo.bessel_i1e: exponentially scaled modified Bessel function of order 1.")
 
 
@@ -210,7 +211,8 @@ def _lgamma64(x):
     return np.where(np.isinf(x), np.inf, sps.gammaln(x))
 
 
-_unary("chlo.lgamma", _DIRECT + ("jax_composite",), _lgamma64, complex_ok=False, scalar=math.lgamma,
+_unary("chlo.lgamma", _DIRECT + ("jax_composite", "transcendental"), _lgamma64,
+       complex_ok=False, scalar=math.lgamma,
        doc="chlo.lgamma: log of the absolute value of Gamma; +inf at poles and +-inf.")
 
 
@@ -220,7 +222,7 @@ def _digamma64(x):
     return np.where(pole, np.nan, sps.psi(x))
 
 
-_unary("chlo.digamma", _DIRECT + ("jax_composite",), _digamma64, complex_ok=False,
+_unary("chlo.digamma", _DIRECT + ("jax_composite", "transcendental"), _digamma64, complex_ok=False,
        doc="chlo.digamma: derivative of lgamma; NaN at the poles x <= 0 integer.")
 
 
@@ -262,13 +264,13 @@ def _polygamma64(n, x):
     return np.where(natural, res, np.nan)
 
 
-@kernel("chlo.zeta", traits=("chlo_broadcast",))
+@kernel("chlo.zeta", traits=("chlo_broadcast", "transcendental"))
 def zeta(op):
     """chlo.zeta: Hurwitz zeta function zeta(x, q) = sum_k (k + q)^-x."""
     return _real_fn(op, _zeta64)
 
 
-@kernel("chlo.polygamma", traits=("chlo_broadcast",))
+@kernel("chlo.polygamma", traits=("chlo_broadcast", "transcendental"))
 def polygamma(op):
     """chlo.polygamma: the n-th derivative of digamma at x."""
     return _real_fn(op, _polygamma64)
@@ -280,7 +282,7 @@ def conj(op):
     return lambda x: np.conj(x)
 
 
-@kernel("chlo.square", traits=("fusible", "exact"))
+@kernel("chlo.square", traits=("fusible", "exact", "one_rounding"))
 def square(op):
     """chlo.square: x * x in the operand type."""
     return lambda x: np.multiply(x, x)
@@ -398,7 +400,7 @@ def mulhi(op):
 # top_k
 
 
-@kernel("chlo.top_k")
+@kernel("chlo.top_k", traits=("judged_whole",))
 def top_k(op):
     """chlo.top_k: the k largest entries along the last dimension and their indices.
 

@@ -217,7 +217,7 @@ def all_gather(op):
     return run
 
 
-@kernel("stablehlo.all_reduce", special=True)
+@kernel("stablehlo.all_reduce", special=True, traits=("judged_whole",))
 def all_reduce(op):
     """spec: all_reduce. Reduces each operand over the group with `computation`."""
     _no_quant_reduction(op)
@@ -235,7 +235,7 @@ def all_reduce(op):
     return run
 
 
-@kernel("stablehlo.reduce_scatter", special=True)
+@kernel("stablehlo.reduce_scatter", special=True, traits=("judged_whole",))
 def reduce_scatter(op):
     """spec: reduce_scatter. all_reduce, then member i keeps part i of the
     result split along scatter_dimension."""

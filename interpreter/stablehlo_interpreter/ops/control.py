@@ -6,7 +6,7 @@ from .. import loopgen as _loopgen
 from ..registry import COMPOSITES, Unsupported, kernel, kernel_info, one_or_many
 
 
-@kernel("stablehlo.constant", traits=("elementwise", "quant_aware"))
+@kernel("stablehlo.constant", traits=("elementwise", "quant_aware", "no_rounding"))
 def constant(op):
     """spec: constant. Materialised once at compile time."""
     value = op.attrs["value"]
@@ -61,7 +61,7 @@ def _direct_composite(op):
     return lambda ctx, regions, *args: fn(*args)
 
 
-@kernel("stablehlo.composite", special=True)
+@kernel("stablehlo.composite", special=True, traits=("judged_whole",))
 def composite(op):
     """spec: composite. Runs the decomposition function, as the spec defines,
     or a kernel registered for the composite's name (registry.composite: e.g.
@@ -80,7 +80,7 @@ def composite(op):
     return run
 
 
-@kernel("stablehlo.while", special=True)
+@kernel("stablehlo.while", special=True, traits=("judged_whole",))
 def while_(op):
     """spec: while. Runs `body` while `cond` yields true.
 
@@ -132,7 +132,7 @@ def while_(op):
     return run
 
 
-@kernel("stablehlo.if", special=True)
+@kernel("stablehlo.if", special=True, traits=("judged_whole",))
 def if_(op):
     """spec: if. Runs `true_branch` or `false_branch` depending on `pred`."""
     wrap = one_or_many(op)
@@ -142,7 +142,7 @@ def if_(op):
     return run
 
 
-@kernel("stablehlo.case", special=True)
+@kernel("stablehlo.case", special=True, traits=("judged_whole",))
 def case(op):
     """spec: case. An out-of-range index selects the last branch."""
     wrap = one_or_many(op)

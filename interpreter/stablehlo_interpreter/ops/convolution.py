@@ -432,7 +432,7 @@ def _check(op):
             raise Unsupported("quantized convolution")
 
 
-@kernel("stablehlo.convolution")
+@kernel("stablehlo.convolution", traits=("summing",))
 def convolution(op):
     """spec: convolution. `precision_config` is ignored, as the spec allows.
 

@@ -142,7 +142,7 @@ def _wrap_from_float(dtype):
     return fin
 
 
-@kernel("stablehlo.dot_general")
+@kernel("stablehlo.dot_general", traits=("summing",))
 def dot_general(op):
     """spec: dot_general. Batching/contracting dims may be in any position."""
     dn = op.attrs["dot_dimension_numbers"]
@@ -166,7 +166,7 @@ def _make(op, lb, rb, lc, rc, lhs_rank, rhs_rank, out_dtype):
     return make_dot_general(lb, rb, lc, rc, lhs_rank, rhs_rank, out_dtype)
 
 
-@kernel("stablehlo.dot")
+@kernel("stablehlo.dot", traits=("summing",))
 def dot(op):
     """stablehlo.dot (legacy; the spec defines it through dot_general):
     contracts the last lhs dim with the first rhs dim, ranks 1 or 2."""

@@ -343,7 +343,7 @@ def _binary_arith(op, *, float_carrier=arith_carrier, **fns):
 
 
 @kernel("stablehlo.add", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "reducer",
-                                 "chlo_broadcast", "commutative"))
+                                 "chlo_broadcast", "commutative", "one_rounding"))
 def add(op):
     """spec: add. Booleans: logical OR; integers wrap; floats/complex: IEEE addition."""
     return _binary_arith(op, bool_fn=np.logical_or, int_fn=lambda i: np.add,
@@ -351,7 +351,7 @@ def add(op):
 
 
 @kernel("stablehlo.subtract", traits=("elementwise", "fusible", "exact", "cheap", "foldable",
-                                      "chlo_broadcast"))
+                                      "chlo_broadcast", "one_rounding"))
 def subtract(op):
     """spec: subtract. Integers wrap; floats/complex: IEEE subtraction."""
     return _binary_arith(op, int_fn=lambda i: np.subtract, float_fn=np.subtract,
@@ -371,7 +371,7 @@ def _complex_multiply(a, b):
 
 
 @kernel("stablehlo.multiply", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "reducer",
-                                      "chlo_broadcast", "commutative"))
+                                      "chlo_broadcast", "commutative", "one_rounding"))
 def multiply(op):
     """spec: multiply. Booleans: logical AND; integers wrap; floats/complex: IEEE."""
     return _binary_arith(op, bool_fn=np.logical_and, int_fn=lambda i: np.multiply,
@@ -489,14 +489,16 @@ def _complex_divide(a, b):
     return out
 
 
-@kernel("stablehlo.divide", traits=("elementwise", "fusible", "exact", "foldable", "chlo_broadcast"))
+@kernel("stablehlo.divide", traits=("elementwise", "fusible", "exact", "foldable", "chlo_broadcast",
+                                    "one_rounding"))
 def divide(op):
     """spec: divide. Integers truncate toward zero; complex division in complex128."""
     return _binary_arith(op, int_fn=_int_divide, float_fn=np.divide,
                          complex_fn=_complex_divide, complex_wide=True)
 
 
-@kernel("stablehlo.remainder", traits=("elementwise", "fusible", "exact", "foldable", "chlo_broadcast"))
+@kernel("stablehlo.remainder", traits=("elementwise", "fusible", "exact", "foldable", "chlo_broadcast",
+                                       "one_rounding"))
 def remainder(op):
     """spec: remainder. Sign of the dividend (C fmod), exact for floats.
 
@@ -546,7 +548,7 @@ def _float_power(x, y):
     return np.power(x, y)
 
 
-@kernel("stablehlo.power", traits=("elementwise", "fusible", "foldable", "chlo_broadcast"))
+@kernel("stablehlo.power", traits=("elementwise", "fusible", "foldable", "chlo_broadcast", "transcendental"))
 def power(op):
     """spec: power. Floats: C pow in float64, rounded once; complex: complex128 pow."""
     return _binary_arith(op, int_fn=_int_power, float_fn=_float_power,
@@ -600,7 +602,7 @@ def _complex_min(a, b):
 
 
 @kernel("stablehlo.maximum", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "reducer",
-                                     "quant_same_params", "chlo_broadcast", "commutative"))
+                                     "quant_same_params", "chlo_broadcast", "commutative", "no_rounding"))
 def maximum(op):
     """spec: maximum. Bool: OR; floats: IEEE maximum (NaN wins, +0 > -0); complex: lexicographic."""
     return _binary_arith(op, bool_fn=np.logical_or, int_fn=lambda i: np.maximum,
@@ -609,7 +611,7 @@ def maximum(op):
 
 
 @kernel("stablehlo.minimum", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "reducer",
-                                     "quant_same_params", "chlo_broadcast", "commutative"))
+                                     "quant_same_params", "chlo_broadcast", "commutative", "no_rounding"))
 def minimum(op):
     """spec: minimum. Bool: AND; floats: IEEE minimum (NaN wins, -0 < +0); complex: lexicographic."""
     return _binary_arith(op, bool_fn=np.logical_and, int_fn=lambda i: np.minimum,
@@ -621,14 +623,14 @@ def _unary_simple(op, **fns):
     return _by_kind(op, _int_unary, **fns)
 
 
-@kernel("stablehlo.negate", traits=("elementwise", "fusible", "exact", "cheap", "foldable"))
+@kernel("stablehlo.negate", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "no_rounding"))
 def negate(op):
     """spec: negate. Integers wrap (-INT_MIN = INT_MIN; unsigned: 2**n - x)."""
     return _unary_simple(op, int_fn=lambda i: np.negative, float_fn=np.negative,
                          complex_fn=np.negative)
 
 
-@kernel("stablehlo.abs", traits=("elementwise", "fusible", "exact", "cheap", "foldable"))
+@kernel("stablehlo.abs", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "no_rounding"))
 def abs_(op):
     """spec: abs. Integers: |INT_MIN| = INT_MIN; complex: modulus (a real result)."""
     return _unary_simple(op, int_fn=lambda i: np.abs if i.signed else (lambda x: x),
@@ -655,7 +657,7 @@ def _complex_sign(x):
     return np.where(nan, complex(np.nan, np.nan), out).astype(x.dtype)
 
 
-@kernel("stablehlo.sign", traits=("elementwise", "fusible", "exact", "cheap", "foldable"))
+@kernel("stablehlo.sign", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "no_rounding"))
 def sign(op):
     """spec: sign. -1/0/1; floats keep NaN and the sign of zero; complex x/|x|."""
     return _unary_simple(op, int_fn=lambda i: np.sign, float_fn=_float_sign,
@@ -686,27 +688,27 @@ def _bitwise(op, np_fn):
 
 
 @kernel("stablehlo.and", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "reducer",
-                                 "chlo_broadcast", "commutative"))
+                                 "chlo_broadcast", "commutative", "no_rounding"))
 def and_(op):
     """spec: and. Bitwise AND (logical for booleans)."""
     return _bitwise(op, np.bitwise_and)
 
 
 @kernel("stablehlo.or", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "reducer",
-                                "chlo_broadcast", "commutative"))
+                                "chlo_broadcast", "commutative", "no_rounding"))
 def or_(op):
     """spec: or. Bitwise OR (logical for booleans)."""
     return _bitwise(op, np.bitwise_or)
 
 
 @kernel("stablehlo.xor", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "reducer",
-                                 "chlo_broadcast", "commutative"))
+                                 "chlo_broadcast", "commutative", "no_rounding"))
 def xor(op):
     """spec: xor. Bitwise XOR (logical for booleans)."""
     return _bitwise(op, np.bitwise_xor)
 
 
-@kernel("stablehlo.not", traits=("elementwise", "fusible", "exact", "cheap", "foldable"))
+@kernel("stablehlo.not", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "no_rounding"))
 def not_(op):
     """spec: not. Bitwise NOT (logical for booleans)."""
     dt = operand_dtype(op)
@@ -934,7 +936,7 @@ def _total_order_signed(x, signed):
 
 
 @kernel("stablehlo.compare", traits=("elementwise", "fusible", "exact", "cheap", "foldable",
-                                     "chlo_broadcast"))
+                                     "chlo_broadcast", "no_rounding"))
 def compare(op):
     """spec: compare. FLOAT uses IEEE quiet comparisons; TOTALORDER orders
     -NaN < -inf < ... < -0 < +0 < ... < inf < NaN (bitwise, like XLA);
@@ -980,7 +982,7 @@ def compare(op):
 
 
 @kernel("stablehlo.select", traits=("elementwise", "fusible", "exact", "cheap", "foldable",
-                                    "quant_same_params", "chlo_broadcast"))
+                                    "quant_same_params", "chlo_broadcast", "no_rounding"))
 def select(op):
     """spec: select. ``pred`` is 0-d (chooses a whole operand) or elementwise."""
     rt = result_dtype(op)
@@ -1063,7 +1065,7 @@ def _flat_or_one(x, shape):
     return None
 
 
-@kernel("stablehlo.clamp", traits=("elementwise", "fusible", "exact", "cheap", "foldable"))
+@kernel("stablehlo.clamp", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "no_rounding"))
 def clamp(op):
     """spec: clamp. ``min(max(operand, min), max)`` with the maximum/minimum
     semantics of the element type (NaN propagates); min/max may be 0-d."""
@@ -1109,7 +1111,7 @@ def complex_(op):
     return as_result(complex_, rt)
 
 
-@kernel("stablehlo.real", traits=("elementwise", "fusible", "cheap", "foldable"))
+@kernel("stablehlo.real", traits=("elementwise", "fusible", "cheap", "foldable", "no_rounding"))
 def real(op):
     """spec: real. Real part; identity on floats."""
     rt = result_dtype(op)
@@ -1118,7 +1120,7 @@ def real(op):
     return as_result(lambda x: x, rt)
 
 
-@kernel("stablehlo.imag", traits=("elementwise", "fusible", "cheap", "foldable"))
+@kernel("stablehlo.imag", traits=("elementwise", "fusible", "cheap", "foldable", "no_rounding"))
 def imag(op):
     """spec: imag. Imaginary part; zeros for floats."""
     rt = result_dtype(op)
@@ -1127,7 +1129,7 @@ def imag(op):
     return as_result(lambda x: np.zeros(x.shape, rt), rt)
 
 
-@kernel("stablehlo.is_finite", traits=("elementwise", "fusible", "exact", "cheap", "foldable"))
+@kernel("stablehlo.is_finite", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "no_rounding"))
 def is_finite(op):
     """spec: is_finite. False for +-inf and NaN."""
     dt = operand_dtype(op)
@@ -1141,7 +1143,7 @@ def is_finite(op):
 # map
 
 
-@kernel("stablehlo.map", special=True)
+@kernel("stablehlo.map", special=True, traits=("judged_whole",))
 def map_(op):
     """spec: map. ``result[i] = computation(inputs...[i])`` over all dimensions.
 

@@ -148,7 +148,7 @@ def build_convert(src, dst):
     raise Unsupported(f"convert from {src} to {dst}")
 
 
-@kernel("stablehlo.convert", traits=("elementwise", "fusible", "exact", "cheap", "foldable"))
+@kernel("stablehlo.convert", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "one_rounding"))
 def convert(op):
     """spec: convert. See the module docstring for the rules of each pair."""
     src, dst = operand_dtype(op), result_dtype(op)
@@ -194,7 +194,7 @@ def _from_bits(p, dt):
 
 
 @kernel("stablehlo.bitcast_convert", traits=("elementwise", "fusible", "exact", "cheap", "foldable",
-                                             "quant_aware"))
+                                             "quant_aware", "no_rounding"))
 def bitcast_convert(op):
     """spec: bitcast_convert. Reinterprets the bits, little-endian: a wider
     element is made of the narrower ones along the last dimension, lowest
@@ -238,7 +238,7 @@ def bitcast_convert(op):
 # reduce_precision
 
 
-@kernel("stablehlo.reduce_precision", traits=("elementwise", "fusible", "foldable"))
+@kernel("stablehlo.reduce_precision", traits=("elementwise", "fusible", "foldable", "no_rounding"))
 def reduce_precision(op):
     """spec: reduce_precision. The bit-level algorithm of XLA / the reference
     (Element.cpp reducePrecision): round the mantissa to ``mantissa_bits``

@@ -67,7 +67,7 @@ def _exact(op, fn):
     return as_result(fn if car == dt else _via(car, fn, dt), dt)
 
 
-@kernel("stablehlo.exponential", traits=("elementwise", "fusible", "foldable"))
+@kernel("stablehlo.exponential", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def exponential(op):
     """spec: exponential."""
     return _transcendental(op, np.exp, np.exp)
@@ -88,13 +88,13 @@ def _expm1_complex(z):
     return np.where(np.isfinite(z), out, np.exp(z) - 1)
 
 
-@kernel("stablehlo.exponential_minus_one", traits=("elementwise", "fusible", "foldable"))
+@kernel("stablehlo.exponential_minus_one", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def exponential_minus_one(op):
     """spec: exponential_minus_one. ``exp(x) - 1`` accurate near 0."""
     return _transcendental(op, np.expm1, _expm1_complex)
 
 
-@kernel("stablehlo.log", traits=("elementwise", "fusible", "foldable"))
+@kernel("stablehlo.log", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def log(op):
     """spec: log. Natural logarithm (principal branch for complex)."""
     return _transcendental(op, np.log, np.log)
@@ -113,7 +113,7 @@ def _log1p_complex(z):
     return out
 
 
-@kernel("stablehlo.log_plus_one", traits=("elementwise", "fusible", "foldable"))
+@kernel("stablehlo.log_plus_one", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def log_plus_one(op):
     """spec: log_plus_one. ``log(1 + x)`` accurate near 0."""
     return _transcendental(op, np.log1p, _log1p_complex)
@@ -129,13 +129,13 @@ def _logistic_complex(z):
         return _complex_divide(np.ones_like(z), 1.0 + np.exp(-z))
 
 
-@kernel("stablehlo.logistic", traits=("elementwise", "fusible", "foldable"))
+@kernel("stablehlo.logistic", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def logistic(op):
     """spec: logistic. ``1 / (1 + exp(-x))``."""
     return _transcendental(op, _logistic, _logistic_complex)
 
 
-@kernel("stablehlo.sine", traits=("elementwise", "fusible", "foldable"))
+@kernel("stablehlo.sine", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def sine(op):
     """spec: sine. float32: see :func:`sin_f32`."""
     if operand_dtype(op) == F32:
@@ -198,25 +198,25 @@ def sin_f32(x):
     return y
 
 
-@kernel("stablehlo.cosine", traits=("elementwise", "fusible", "foldable"))
+@kernel("stablehlo.cosine", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def cosine(op):
     """spec: cosine."""
     return _transcendental(op, np.cos, np.cos)
 
 
-@kernel("stablehlo.tan", traits=("elementwise", "fusible", "foldable"))
+@kernel("stablehlo.tan", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def tan(op):
     """spec: tan."""
     return _transcendental(op, np.tan, np.tan)
 
 
-@kernel("stablehlo.tanh", traits=("elementwise", "fusible", "foldable"))
+@kernel("stablehlo.tanh", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def tanh(op):
     """spec: tanh."""
     return _transcendental(op, np.tanh, np.tanh)
 
 
-@kernel("stablehlo.sqrt", traits=("elementwise", "fusible", "exact", "foldable"))
+@kernel("stablehlo.sqrt", traits=("elementwise", "fusible", "exact", "foldable", "one_rounding"))
 def sqrt(op):
     """spec: sqrt. Correctly rounded: IEEE 754 requires it of every sqrt
     (numpy's float16/float32 loops included, on every host), so those types
@@ -239,7 +239,7 @@ def _rsqrt_complex(z):
         return _complex_divide(np.ones_like(z), np.sqrt(z))
 
 
-@kernel("stablehlo.rsqrt", traits=("elementwise", "fusible", "foldable"))
+@kernel("stablehlo.rsqrt", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def rsqrt(op):
     """spec: rsqrt. ``1 / sqrt(x)`` in float64 (complex128), rounded once."""
     return _transcendental(op, _rsqrt, _rsqrt_complex)
@@ -255,7 +255,7 @@ def _cbrt_complex(z):
     return out
 
 
-@kernel("stablehlo.cbrt", traits=("elementwise", "fusible", "foldable"))
+@kernel("stablehlo.cbrt", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def cbrt(op):
     """spec: cbrt. Real cube root (negative for negative x); complex principal root."""
     return _transcendental(op, np.cbrt, _cbrt_complex)
@@ -266,19 +266,19 @@ def _atan2_complex(y, x):
     return -1j * np.log((x + 1j * y) / np.sqrt(x * x + y * y))
 
 
-@kernel("stablehlo.atan2", traits=("elementwise", "fusible", "foldable", "chlo_broadcast"))
+@kernel("stablehlo.atan2", traits=("elementwise", "fusible", "foldable", "chlo_broadcast", "transcendental"))
 def atan2(op):
     """spec: atan2. ``atan2(lhs, rhs)`` with the IEEE special cases (C atan2)."""
     return _transcendental(op, np.arctan2, _atan2_complex)
 
 
-@kernel("stablehlo.floor", traits=("elementwise", "fusible", "exact", "cheap", "foldable"))
+@kernel("stablehlo.floor", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "no_rounding"))
 def floor(op):
     """spec: floor. roundToIntegralTowardNegative."""
     return _exact(op, np.floor)
 
 
-@kernel("stablehlo.ceil", traits=("elementwise", "fusible", "exact", "cheap", "foldable"))
+@kernel("stablehlo.ceil", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "no_rounding"))
 def ceil(op):
     """spec: ceil. roundToIntegralTowardPositive."""
     return _exact(op, np.ceil)
@@ -291,13 +291,13 @@ def _round_afz(x):
     return np.where(np.abs(x - t) >= 0.5, t + np.sign(x), t)
 
 
-@kernel("stablehlo.round_nearest_afz", traits=("elementwise", "fusible", "exact", "foldable"))
+@kernel("stablehlo.round_nearest_afz", traits=("elementwise", "fusible", "exact", "foldable", "no_rounding"))
 def round_nearest_afz(op):
     """spec: round_nearest_afz. Nearest integer, ties away from zero."""
     return _exact(op, _round_afz)
 
 
-@kernel("stablehlo.round_nearest_even", traits=("elementwise", "fusible", "exact", "foldable"))
+@kernel("stablehlo.round_nearest_even", traits=("elementwise", "fusible", "exact", "foldable", "no_rounding"))
 def round_nearest_even(op):
     """spec: round_nearest_even. Nearest integer, ties to even (np.rint)."""
     return _exact(op, np.rint)

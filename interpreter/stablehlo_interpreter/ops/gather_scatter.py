@@ -261,7 +261,7 @@ def _gather_runner(dn, static_slice_sizes=None):
     return run
 
 
-@kernel("stablehlo.gather", traits=("foldable", "quant_same_params"))
+@kernel("stablehlo.gather", traits=("foldable", "quant_same_params", "no_rounding"))
 def gather(op):
     """spec: gather. Slices of `operand` at (clamped) `start_indices`.
 
@@ -521,7 +521,7 @@ def _ufunc_at_works(uf, dtype):
     return _AT_OK[key]
 
 
-@kernel("stablehlo.scatter", special=True, traits=("keeps_tiling",))
+@kernel("stablehlo.scatter", special=True, traits=("keeps_tiling", "judged_whole"))
 def scatter(op):
     """spec: scatter. Applies `update_computation` at every in-bounds index.
 

@@ -87,7 +87,7 @@ def loop_reduce(body, xs, inits, dims):
     return outs
 
 
-@kernel("stablehlo.reduce", special=True)
+@kernel("stablehlo.reduce", special=True, traits=("summing", "judged_whole"))
 def reduce(op):
     """spec: reduce. N inputs and N init values, reduced over `dimensions`."""
     n = len(op.operand_types) // 2

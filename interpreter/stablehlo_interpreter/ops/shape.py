@@ -132,7 +132,7 @@ def check_result_dims(shape, rtype, what):
 # Kernels
 
 
-@kernel("stablehlo.iota", traits=("foldable", "moves_elements"))
+@kernel("stablehlo.iota", traits=("foldable", "moves_elements", "no_rounding"))
 def iota(op):
     """spec: iota. Static result shape: computed once at compile time."""
     rtype = op.result_types[0]
@@ -142,7 +142,7 @@ def iota(op):
     return lambda: value
 
 
-@kernel("stablehlo.broadcast_in_dim", traits=("foldable", "view", "quant_same_params"))
+@kernel("stablehlo.broadcast_in_dim", traits=("foldable", "view", "quant_same_params", "no_rounding"))
 def broadcast_in_dim(op):
     """spec: broadcast_in_dim. A read-only broadcast view of the operand."""
     bdims = tuple(op.attrs["broadcast_dimensions"])
@@ -175,7 +175,7 @@ def broadcast_in_dim(op):
     return run
 
 
-@kernel("stablehlo.broadcast")
+@kernel("stablehlo.broadcast", traits=("no_rounding",))
 def broadcast(op):
     """stablehlo.broadcast (the pre-broadcast_in_dim form, not in the spec):
     result shape is ``broadcast_sizes + operand.shape``."""
@@ -183,7 +183,7 @@ def broadcast(op):
     return lambda x: np.broadcast_to(x, sizes + x.shape)
 
 
-@kernel("stablehlo.reshape", traits=("foldable", "view", "quant_same_params"))
+@kernel("stablehlo.reshape", traits=("foldable", "view", "quant_same_params", "no_rounding"))
 def reshape(op):
     """spec: reshape. Row-major order is kept (numpy's C order)."""
     rshape = op.result_types[0].shape
@@ -197,14 +197,15 @@ def reshape(op):
     return run
 
 
-@kernel("stablehlo.transpose", traits=("foldable", "view", "quant_same_params"))
+@kernel("stablehlo.transpose", traits=("foldable", "view", "quant_same_params", "no_rounding"))
 def transpose(op):
     """spec: transpose. ``result.shape[i] = operand.shape[permutation[i]]`` (a view)."""
     perm = tuple(op.attrs["permutation"])
     return lambda x: np.transpose(x, perm)
 
 
-@kernel("stablehlo.slice", traits=("foldable", "view", "quant_same_params", "moves_elements", "keeps_tiling"))
+@kernel("stablehlo.slice", traits=("foldable", "view", "quant_same_params", "moves_elements",
+                                   "keeps_tiling", "no_rounding"))
 def slice_(op):
     """spec: slice. Static start/limit/strides: a strided view."""
     index = tuple(slice(s, l, st) for s, l, st in zip(
@@ -218,7 +219,8 @@ def slice_(op):
     return run
 
 
-@kernel("stablehlo.dynamic_slice", traits=("foldable", "quant_same_params", "moves_elements", "keeps_tiling"))
+@kernel("stablehlo.dynamic_slice", traits=("foldable", "quant_same_params", "moves_elements",
+                                           "keeps_tiling", "no_rounding"))
 def dynamic_slice(op):
     """spec: dynamic_slice. Start indices are clamped to ``[0, dim - size]``."""
     sizes = tuple(op.attrs["slice_sizes"])
@@ -234,7 +236,7 @@ def dynamic_slice(op):
 
 
 @kernel("stablehlo.dynamic_update_slice", traits=("foldable", "quant_same_params", "moves_elements",
-                                                  "keeps_tiling"))
+                                                  "keeps_tiling", "no_rounding"))
 def dynamic_update_slice(op):
     """spec: dynamic_update_slice. Start indices are clamped to
     ``[0, dim - update_dim]``; the operand itself is never modified."""
@@ -262,7 +264,8 @@ def dynamic_update_slice(op):
     return annotate(run, donate_first=run_in_place)
 
 
-@kernel("stablehlo.concatenate", traits=("foldable", "quant_same_params", "moves_elements", "keeps_tiling"))
+@kernel("stablehlo.concatenate", traits=("foldable", "quant_same_params", "moves_elements", "keeps_tiling",
+                                         "no_rounding"))
 def concatenate(op):
     """spec: concatenate along `dimension`."""
     dim = op.attrs["dimension"]
@@ -273,7 +276,8 @@ def concatenate(op):
     return run
 
 
-@kernel("stablehlo.pad", traits=("foldable", "quant_same_params", "moves_elements", "keeps_tiling"))
+@kernel("stablehlo.pad", traits=("foldable", "quant_same_params", "moves_elements", "keeps_tiling",
+                                 "no_rounding"))
 def pad(op):
     """spec: pad (edge padding may be negative, interior padding >= 0)."""
     low = tuple(op.attrs["edge_padding_low"])
@@ -284,7 +288,8 @@ def pad(op):
     return lambda x, v: do_pad(x, v, low, high, interior)
 
 
-@kernel("stablehlo.reverse", traits=("foldable", "view", "quant_same_params", "moves_elements"))
+@kernel("stablehlo.reverse", traits=("foldable", "view", "quant_same_params", "moves_elements",
+                                     "no_rounding"))
 def reverse(op):
     """spec: reverse along `dimensions` (a view)."""
     dims = tuple(op.attrs["dimensions"])

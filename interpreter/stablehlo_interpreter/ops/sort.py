@@ -334,7 +334,7 @@ def _python_sort_perm(region, ops2d):
     return perm
 
 
-@kernel("stablehlo.sort", special=True, traits=("moves_elements", "keeps_tiling"))
+@kernel("stablehlo.sort", special=True, traits=("moves_elements", "keeps_tiling", "judged_whole"))
 def sort(op):
     """spec: sort. Sorts slices along `dimension` (negative allowed) together.
 

@@ -384,7 +384,7 @@ def _reduce_known(red, x, init, geo, res_dtype):
     return r.astype(res_dtype)
 
 
-@kernel("stablehlo.reduce_window", special=True, traits=("keeps_tiling",))
+@kernel("stablehlo.reduce_window", special=True, traits=("keeps_tiling", "summing", "judged_whole"))
 def reduce_window(op):
     """spec: reduce_window. Reduces every window of the padded inputs with `body`.
 
@@ -474,7 +474,7 @@ def reduce_window(op):
     return run
 
 
-@kernel("stablehlo.select_and_scatter", special=True)
+@kernel("stablehlo.select_and_scatter", special=True, traits=("judged_whole",))
 def select_and_scatter(op):
     """spec: select_and_scatter.
 
