@@ -37,6 +37,8 @@ sums are added in float64. On a CNN step's layers every form is at least as
 accurate as XLA CPU (docs/accuracy.md).
 """
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .. import blas as _blas
@@ -144,25 +146,54 @@ def _window_slices(kpos, rhs_dil, out_sp, strides):
                  for k, d, n, s in zip(kpos, rhs_dil, out_sp, strides))
 
 
+class ConvGeometry(NamedTuple):
+    """A convolution's dimension numbers and window attributes, decoded."""
+
+    ib: int                 # input batch dimension
+    if_: int                # input feature dimension
+    isp: tuple[int, ...]    # input spatial dimensions
+    ki: int                 # kernel input feature dimension
+    ko: int                 # kernel output feature dimension
+    ksp: tuple[int, ...]    # kernel spatial dimensions
+    ob: int                 # output batch dimension
+    of: int                 # output feature dimension
+    osp: tuple[int, ...]    # output spatial dimensions
+    ns: int                 # number of spatial dimensions
+    strides: tuple[int, ...]
+    lhs_dil: tuple[int, ...]
+    rhs_dil: tuple[int, ...]
+    reversal: tuple[bool, ...]
+    G: int                  # feature_group_count
+    B: int                  # batch_group_count
+
+
+def conv_geometry(attrs) -> ConvGeometry:
+    """The geometry of a convolution op from its attributes (the accurate
+    kernel here and the spec mode's, ops/spec_kernels.py, share it)."""
+    dn = attrs["dimension_numbers"]
+    isp = tuple(dn["input_spatial_dimensions"])
+    ns = len(isp)
+    # (Exported dynamic programs may carry longer window attributes than
+    # there are spatial dims; only the first `ns` entries mean anything.)
+    return ConvGeometry(
+        dn["input_batch_dimension"], dn["input_feature_dimension"], isp,
+        dn["kernel_input_feature_dimension"], dn["kernel_output_feature_dimension"],
+        tuple(dn["kernel_spatial_dimensions"]),
+        dn["output_batch_dimension"], dn["output_feature_dimension"],
+        tuple(dn["output_spatial_dimensions"]), ns,
+        tuple(attrs.get("window_strides") or (1,) * ns)[:ns],
+        tuple(attrs.get("lhs_dilation") or (1,) * ns)[:ns],
+        tuple(attrs.get("rhs_dilation") or (1,) * ns)[:ns],
+        tuple(attrs.get("window_reversal") or (False,) * ns)[:ns],
+        int(attrs.get("feature_group_count", 1)), int(attrs.get("batch_group_count", 1)))
+
+
 def make_convolution(attrs, result_dtype, wide=False):
     """Runtime function ``conv(lhs, rhs, padding)`` for one op occurrence
     (``wide``: every float dot product in float64, as the short ones)."""
     dn = attrs["dimension_numbers"]
-    ib, if_ = dn["input_batch_dimension"], dn["input_feature_dimension"]
-    isp = tuple(dn["input_spatial_dimensions"])
-    ki, ko = dn["kernel_input_feature_dimension"], dn["kernel_output_feature_dimension"]
-    ksp = tuple(dn["kernel_spatial_dimensions"])
-    ob, of = dn["output_batch_dimension"], dn["output_feature_dimension"]
-    osp = tuple(dn["output_spatial_dimensions"])
-    ns = len(isp)
-    # (Exported dynamic programs may carry longer window attributes than
-    # there are spatial dims; only the first `ns` entries mean anything.)
-    strides = tuple(attrs.get("window_strides") or (1,) * ns)[:ns]
-    lhs_dil = tuple(attrs.get("lhs_dilation") or (1,) * ns)[:ns]
-    rhs_dil = tuple(attrs.get("rhs_dilation") or (1,) * ns)[:ns]
-    reversal = tuple(attrs.get("window_reversal") or (False,) * ns)[:ns]
-    G = int(attrs.get("feature_group_count", 1))
-    B = int(attrs.get("batch_group_count", 1))
+    (ib, if_, isp, ki, ko, ksp, ob, of, osp, ns, strides, lhs_dil, rhs_dil, reversal,
+     G, B) = conv_geometry(attrs)
     work = _work_dtype(np.dtype(result_dtype))
     # Output layout: canonical (N, O, spatial...) -> result dims.
     out_perm = [0] * (ns + 2)
@@ -463,5 +494,5 @@ def _spec_conv(op):
     out = np.dtype(op.result_types[0].dtype)
     if not _spec.is_spec(op) or not (dtypes.is_float(out) or dtypes.is_complex(out)):
         return None
-    attrs = op.attrs
-    return lambda lhs, rhs, padding: _spec.convolution(lhs, rhs, attrs, padding, out)
+    geometry = conv_geometry(op.attrs)
+    return lambda lhs, rhs, padding: _spec.convolution(lhs, rhs, geometry, padding, out)

@@ -223,23 +223,13 @@ def dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype):
     return contract(a, b, out_dtype).reshape(bshape + lfs + rfs)
 
 
-def convolution(lhs, rhs, attrs, padding, out_dtype):
-    """Ops.cpp convolutionOp (see the module docstring)."""
+def convolution(lhs, rhs, geometry, padding, out_dtype):
+    """Ops.cpp convolutionOp (see the module docstring); ``geometry`` is
+    ops/convolution.py's ConvGeometry of the op."""
     out_dtype = np.dtype(out_dtype)
-    dn = attrs["dimension_numbers"]
-    ib, if_ = dn["input_batch_dimension"], dn["input_feature_dimension"]
-    isp = list(dn["input_spatial_dimensions"])
-    ki, ko = dn["kernel_input_feature_dimension"], dn["kernel_output_feature_dimension"]
-    ksp = list(dn["kernel_spatial_dimensions"])
-    ob, of = dn["output_batch_dimension"], dn["output_feature_dimension"]
-    osp = list(dn["output_spatial_dimensions"])
-    ns = len(isp)
-    strides = tuple(attrs.get("window_strides") or (1,) * ns)[:ns]
-    lhs_dil = tuple(attrs.get("lhs_dilation") or (1,) * ns)[:ns]
-    rhs_dil = tuple(attrs.get("rhs_dilation") or (1,) * ns)[:ns]
-    reversal = tuple(attrs.get("window_reversal") or (False,) * ns)[:ns]
-    fg = int(attrs.get("feature_group_count", 1))
-    bg = int(attrs.get("batch_group_count", 1))
+    (ib, if_, isp, ki, ko, ksp, ob, of, osp, ns, strides, lhs_dil, rhs_dil, reversal,
+     fg, bg) = geometry
+    isp, ksp, osp = list(isp), list(ksp), list(osp)
     pad = np.zeros((ns, 2), np.int64) if padding is None else \
         np.asarray(padding, dtype=np.int64).reshape(ns, 2)
     # lhs as (N, spatial..., C), zero-padded and dilated; rhs as (K..., I, O).
