@@ -165,6 +165,21 @@ def wrap_kernel(name: str, wrap: Callable[[Callable[..., Any]], Callable[..., An
     KERNELS[name] = wrapped
 
 
+def override_builder(name: str, make: Callable[[Builder], Builder]) -> None:
+    """Replace op ``name``'s builder by ``make(current)``, a builder that may
+    fall back to the current one (the spec numerics mode's builders do,
+    ops/spec_elementwise.py). The replacement keeps the current builder's
+    name, doc and :class:`KernelInfo`; the op keeps its traits."""
+    current = KERNELS[name]
+    builder = make(current)
+    builder.__doc__ = current.__doc__
+    builder.__name__ = current.__name__
+    info = getattr(current, "kernel_info", None)
+    if info is not None:
+        builder.kernel_info = info  # type: ignore[attr-defined]
+    KERNELS[name] = builder
+
+
 def simple(*names: str, traits: Iterable[str] = ()) -> Callable[[F], F]:
     """Register a kernel that needs nothing from the op: ``fn`` is the kernel."""
     def deco(fn: F) -> F:

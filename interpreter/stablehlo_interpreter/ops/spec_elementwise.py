@@ -113,17 +113,6 @@ def _spec_libm(name, accurate):
         if dtypes.is_float(dt):
             return _narrow(np_fn, dt)
         return accurate(op)
-    return _like(builder, accurate)
-
-
-def _like(builder, accurate):
-    """``builder`` with the accurate builder's name, doc and KernelInfo
-    (its scalar_math: loopgen.py asks it in the accurate mode only)."""
-    builder.__doc__ = accurate.__doc__
-    builder.__name__ = accurate.__name__
-    info = getattr(accurate, "kernel_info", None)
-    if info is not None:
-        builder.kernel_info = info
     return builder
 
 
@@ -153,7 +142,7 @@ def _spec_logistic(accurate):
             s = (np.asarray(1.0, car) + e.astype(car)).astype(dt)
             return np.asarray((np.asarray(1.0, car) / s.astype(car)).astype(dt))
         return run_narrow
-    return _like(builder, accurate)
+    return builder
 
 
 def _complex(x, y, dt):
@@ -254,16 +243,18 @@ def _spec_complex(name, accurate, fn):
             return accurate(op)
         # (numpy gives 0-d operands numpy scalars back; kernels return arrays)
         return lambda *xs: np.asarray(fn(*xs))
-    return _like(builder, accurate)
+    return builder
 
 
 def _install():
+    # Each spec builder falls back to the accurate one it replaces, which
+    # keeps its KernelInfo (scalar_math: loopgen.py asks it in the accurate
+    # mode only).
     for name, fn in _COMPLEX_ONLY.items():
-        registry.KERNELS[name] = _spec_complex(name, registry.KERNELS[name], fn)
+        registry.override_builder(name, lambda accurate, n=name, f=fn: _spec_complex(n, accurate, f))
     for name in _LIBM:
-        registry.KERNELS[name] = _spec_libm(name, registry.KERNELS[name])
-    name = "stablehlo.logistic"
-    registry.KERNELS[name] = _spec_logistic(registry.KERNELS[name])
+        registry.override_builder(name, lambda accurate, n=name: _spec_libm(n, accurate))
+    registry.override_builder("stablehlo.logistic", _spec_logistic)
 
 
 _install()
