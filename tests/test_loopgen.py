@@ -151,19 +151,23 @@ def test_float_arithmetic_keeps_its_scalar_forms():
 
 @pytest.mark.parametrize("direction", sorted(loopgen._CMP))
 def test_compare_scalar_forms_equal_kernels(direction):
-    sym = loopgen._CMP[direction]
-    form = f"({{0}} {sym} {{1}})"
+    # TOTALORDER too: signed zeros and NaNs of either sign and any payload
+    # are ordered by their bits.
+    checked = set()
     for dtype in DTYPES:
         k = loopgen.FAST_KIND[dtype]
-        if k == "c" and sym not in ("==", "!="):
-            continue
-        for ctype in loopgen._CMP_TYPES[k]:
+        for ctype in (None, "SIGNED", "UNSIGNED", "FLOAT", "TOTALORDER"):
+            form = loopgen.compare_form(direction, ctype, k)
+            if form is None:
+                continue
             attrs = {"comparison_direction": direction}
             if ctype is not None:
                 attrs["compare_type"] = ctype
             fn = kernel("stablehlo.compare", [dtype, dtype], np.bool_, **attrs)
             xs, ys = _pairs(dtype)
             _check_pairs(form, fn, xs, ys, f"compare {direction} {ctype} {dtype}")
+            checked.add((k, ctype))
+    assert {("f", "TOTALORDER"), ("h", "TOTALORDER"), ("f", "FLOAT"), ("i", "SIGNED")} <= checked
 
 
 @pytest.mark.parametrize("src", DTYPES, ids=str)
@@ -175,10 +179,12 @@ def test_convert_scalar_forms_equal_kernels(src):
             continue
         tried += 1
         fn = kernel("stablehlo.convert", [src], dst)
-        scalar = eval("lambda a, T, Z, D: " + form.format("a", T="T", Z="Z", D="D"))  # noqa: S307
+        scalar = eval("lambda a, T, Z, D, N: " + form.format("a", T="T", Z="Z", D="D", N="N"),  # noqa: S307
+                      dict(loopgen.HELPERS))
+        neg_zero = dst.type(-0.0) if dst.kind == "f" else None
         with np.errstate(all="ignore"):
             for a in special_values(src):
-                got = scalar(a[()], dst.type, src.type(0), np.float64)
+                got = scalar(a[()], dst.type, src.type(0), np.float64, neg_zero)
                 assert same(got, fn(a)), (src, dst, a, got, fn(a))
     assert tried >= 1   # at least the identity
 
@@ -242,6 +248,61 @@ def test_math_scalar_form_guard_absorbs_a_less_accurate_libm():
         for a in vals:
             assert same(scalar(a[()]), fn(a)), a
     assert 0 < len(calls) < len(vals) // 2
+
+
+BITCAST_LOOP = """
+func.func @main(%xs: tensor<NxF>) -> (tensor<NxI>, tensor<NxF>) {
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %zi = stablehlo.constant dense<0> : tensor<NxI>
+  %zf = stablehlo.constant dense<0.0> : tensor<NxF>
+  %r:3 = stablehlo.while(%i = %c0, %ys = %zi, %zs = %zf) : tensor<i32>, tensor<NxI>, tensor<NxF>
+  cond {
+    %n = stablehlo.constant dense<N> : tensor<i32>
+    %lt = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %lt : tensor<i1>
+  } do {
+    %one = stablehlo.constant dense<1> : tensor<i32>
+    %i2 = stablehlo.add %i, %one : tensor<i32>
+    %s = stablehlo.dynamic_slice %xs, %i, sizes = [1] : (tensor<NxF>, tensor<i32>) -> tensor<1xF>
+    %x = stablehlo.reshape %s : (tensor<1xF>) -> tensor<F>
+    %b = stablehlo.bitcast_convert %x : (tensor<F>) -> tensor<I>
+    %k = stablehlo.constant dense<1> : tensor<I>
+    %b2 = stablehlo.xor %b, %k : tensor<I>
+    %y = stablehlo.bitcast_convert %b2 : (tensor<I>) -> tensor<F>
+    %bs = stablehlo.reshape %b : (tensor<I>) -> tensor<1xI>
+    %ys2 = stablehlo.dynamic_update_slice %ys, %bs, %i : (tensor<NxI>, tensor<1xI>, tensor<i32>) -> tensor<NxI>
+    %ys1 = stablehlo.reshape %y : (tensor<F>) -> tensor<1xF>
+    %zs2 = stablehlo.dynamic_update_slice %zs, %ys1, %i : (tensor<NxF>, tensor<1xF>, tensor<i32>) -> tensor<NxF>
+    stablehlo.return %i2, %ys2, %zs2 : tensor<i32>, tensor<NxI>, tensor<NxF>
+  }
+  return %r#1, %r#2 : tensor<NxI>, tensor<NxF>
+}
+"""
+
+
+@pytest.mark.parametrize("f, i", [(np.float32, np.uint32), (np.float32, np.int32),
+                                  (np.float64, np.int64), (np.float16, np.uint16),
+                                  (BF16, np.int16)], ids=str)
+def test_bitcast_in_a_loop_keeps_every_bit(f, i):
+    # Signaling NaNs and payloads included: the scalar form copies bits.
+    f, i = np.dtype(f), np.dtype(i)
+    xs = np.array([v[()] for v in special_values(f, n_random=50)], f)
+    text = (BITCAST_LOOP.replace("NxF", f"{len(xs)}x{ELEMENT[f]}")
+            .replace("NxI", f"{len(xs)}x{ELEMENT[i]}").replace("<N>", f"<{len(xs)}>")
+            .replace("<F>", f"<{ELEMENT[f]}>").replace("<1xF>", f"<1x{ELEMENT[f]}>")
+            .replace("<I>", f"<{ELEMENT[i]}>").replace("<1xI>", f"<1x{ELEMENT[i]}>"))
+    ys, zs = _run_both(text, [xs])
+    assert ys.tobytes() == xs.tobytes()
+    assert (zs.view(i) ^ ys).tolist() == [1] * len(xs)
+    saved = loopgen.GENERATE_AFTER
+    try:
+        loopgen.GENERATE_AFTER = 0
+        program = shi.compile(text)
+        program.run(xs)
+    finally:
+        loopgen.GENERATE_AFTER = saved
+    source, = [state.source for state in _loop_states(program)]
+    assert "_bb" in source, source   # the scalar form ran, not the kernel
 
 
 SIN_LOOP = """

@@ -87,32 +87,30 @@ FAST_KIND = {np.dtype(t): k for t, k in [
 # NaN and signed zeros): the generated code calls them on numpy scalars.
 
 
-def _int_divide(a, b, _ones={}, _max={}):
-    """divide of two integer scalars of one type: truncating; x / 0 = -1
-    (all ones) and INT_MIN / -1 = INT_MIN, as the kernel (XLA's choice)."""
-    t = type(a)
+def _int_divide(a, b):
+    """divide of two signed integer scalars of one type: truncating; x / 0 =
+    -1 (all ones) and INT_MIN / -1 = INT_MIN, as the kernel (XLA's choice).
+    numpy scalar arithmetic (wrapping; errors are ignored in a run), no
+    Python ints: floor division corrected towards zero."""
     if not b:
-        ones = _ones.get(t)
-        if ones is None:
-            ones = _ones[t] = np.array(-1).astype(t)[()]
-        return ones
-    x, y = int(a), int(b)
-    q = abs(x) // abs(y)
-    if (x < 0) != (y < 0):
-        q = -q
-    hi = _max.get(t)
-    if hi is None:
-        hi = _max[t] = int(np.iinfo(t).max)
-    return a if q > hi else t(q)   # only INT_MIN / -1 overflows
+        return ~(a ^ a)      # all ones of a's type
+    if b == -1:
+        return -a            # wraps INT_MIN to itself
+    q = a // b
+    if q < 0 and a % b:
+        q += 1               # the floor of a negative inexact quotient
+    return q
 
 
 def _int_remainder(a, b):
-    """remainder of two integer scalars: the sign of the dividend, x % 0 = x."""
+    """remainder of two signed integer scalars: the sign of the dividend,
+    x % 0 = x (numpy's % takes the divisor's sign)."""
     if not b:
         return a
-    x, y = int(a), int(b)
-    r = abs(x) % abs(y)
-    return type(a)(-r if x < 0 else r)
+    r = a % b
+    if r and (r < 0) != (a < 0):
+        r -= b
+    return r
 
 
 def _float_max(a, b):
@@ -135,6 +133,33 @@ def _float_min(a, b):
     if a == b:
         return a if _copysign(1.0, a) < 0 else b
     return a if a != a else b
+
+
+def _total_key(x, _signed={}):
+    """IEEE totalOrder key of a float scalar: its bits as a signed integer,
+    every bit but the sign flipped when negative (the kernel's
+    _total_order_signed, on one value)."""
+    t = type(x)
+    sd = _signed.get(t)
+    if sd is None:
+        sd = _signed[t] = (np.dtype(f"int{np.dtype(t).itemsize * 8}"),
+                           (1 << (np.dtype(t).itemsize * 8 - 1)) - 1)
+    v = int(np.asarray(x).view(sd[0]))
+    return v ^ sd[1] if v < 0 else v
+
+
+def _total_order(a, b):
+    """-1, 0 or 1: the IEEE totalOrder of two float scalars of one type
+    (compare_type TOTALORDER). Ordered unequal values compare as floats;
+    zeros and NaNs by their keys."""
+    if a < b:
+        return -1
+    if b < a:
+        return 1
+    if a == b and a:
+        return 0             # equal nonzero values have equal bits
+    ka, kb = _total_key(a), _total_key(b)
+    return (ka > kb) - (ka < kb)
 
 
 def _int_sign(a, _signs={}):
@@ -168,7 +193,7 @@ def _float_sign(a, _signs={}):
 # (registry.scalar_math), given where the kernel is registered.
 # Per element type: the low float64 mantissa bits its rounding drops, the
 # smallest normal and the largest finite magnitude (outside: the kernel), the
-# guard. (bf16 is not here: its ml_dtypes scalars cost a microsecond an op.)
+# guard (in float64 ulps). (bf16 is not here: its ml_dtypes scalars cost a microsecond an op.)
 _MATH_TYPES = {np.dtype(np.float32): (29, 2.0 ** -126, float(np.finfo(np.float32).max), 1 << 16),
                np.dtype(np.float16): (42, 2.0 ** -14, float(np.finfo(np.float16).max), 1 << 16)}
 
@@ -177,22 +202,27 @@ def rounded_math(fn, kernel, dtype):
     """A scalar function: ``fn`` (float64 -> float64, ``math``) rounded once
     to ``dtype``, or ``kernel`` (the op's kernel, on a 0-d array) where the
     rounding is not certain to equal the kernel's (see above)."""
-    drop, tiny, huge, guard = _MATH_TYPES[np.dtype(dtype)]
+    _, tiny, huge, guard = _MATH_TYPES[np.dtype(dtype)]
     # -0.0 + y rounds the Python float y once to dtype (NEP 50: a Python
     # float next to a numpy scalar takes its type) and keeps y's sign of
     # zero: four times cheaper than calling the type.
     neg_zero = np.dtype(dtype).type(-0.0)
-    scale = 2.0 ** 53
-    mask = (1 << drop) - 1
-    lo, width = (1 << (drop - 1)) - guard, 2 * guard
-    frexp, asarray = math.frexp, np.asarray
+    # Rounding is monotonic: when y shrunk and grown by the guard (relative,
+    # 2**16 float64 ulps of y's binade or more) round to the same value,
+    # every float64 within the guard of y -- the kernel's among them --
+    # rounds to it too. Two roundings and two products, cheaper than
+    # reading y's low mantissa bits.
+    rel = guard * 2.0 ** -52
+    below, above = 1.0 - rel, 1.0 + rel
+    asarray = np.asarray
 
     def scalar(x):
         try:
             y = fn(float(x))
-            if tiny <= abs(y) < huge and \
-                    ((int(abs(frexp(y)[0]) * scale) - lo) & mask) >= width:
-                return neg_zero + y
+            if tiny <= abs(y) < huge:
+                r = neg_zero + y * below
+                if r == neg_zero + y * above:
+                    return r
         except (ValueError, OverflowError, ZeroDivisionError):
             pass   # NaN, infinities, domain errors: the kernel's answer
         return kernel(asarray(x))[()]
@@ -201,7 +231,8 @@ def rounded_math(fn, kernel, dtype):
 
 # Functions the forms call (globals of the generated code).
 HELPERS = {"_idiv": _int_divide, "_irem": _int_remainder, "_fmax": _float_max,
-           "_fmin": _float_min, "_isign": _int_sign, "_fsign": _float_sign}
+           "_fmin": _float_min, "_isign": _int_sign, "_fsign": _float_sign,
+           "_tord": _total_order, "_NB": (np.False_, np.True_), "_float": float}
 
 # Scalar forms of elementwise ops, by operand kind; {0}, {1}... are operands.
 # Integer + - * wrap like numpy's integer ufuncs (errors are ignored inside a
@@ -218,9 +249,11 @@ BINARY = {
                            "h": "({0} - {1})", "c": "({0} - {1})"},
     "stablehlo.multiply": {"b": "({0} & {1})", "i": "({0} * {1})", "u": "({0} * {1})",
                            "f": "({0} * {1})", "h": "({0} * {1})"},
+    # Unsigned: numpy's floor division and modulo are the truncating ones;
+    # x / 0 is all ones (~(x ^ x)), x % 0 is x.
     "stablehlo.divide": {"f": "({0} / {1})", "h": "({0} / {1})", "i": "_idiv({0}, {1})",
-                         "u": "_idiv({0}, {1})"},
-    "stablehlo.remainder": {"i": "_irem({0}, {1})", "u": "_irem({0}, {1})"},
+                         "u": "({0} // {1} if {1} else ~({0} ^ {0}))"},
+    "stablehlo.remainder": {"i": "_irem({0}, {1})", "u": "({0} % {1} if {1} else {0})"},
     "stablehlo.and": {"b": "({0} & {1})", "i": "({0} & {1})", "u": "({0} & {1})"},
     "stablehlo.or": {"b": "({0} | {1})", "i": "({0} | {1})", "u": "({0} | {1})"},
     "stablehlo.xor": {"b": "({0} ^ {1})", "i": "({0} ^ {1})", "u": "({0} ^ {1})"},
@@ -247,10 +280,23 @@ _CMP_TYPES = {"b": (None, "UNSIGNED"), "i": (None, "SIGNED"), "u": (None, "UNSIG
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
+def compare_form(direction, compare_type, k):
+    """Scalar form of a compare of operands of kind ``k``, or None (the
+    kernel runs). TOTALORDER on floats orders through _total_order."""
+    sym = _CMP.get(direction)
+    if sym is None:
+        return None
+    if compare_type == "TOTALORDER" and k in "fh":
+        return f"_NB[_tord({{0}}, {{1}}) {sym} 0]"
+    if compare_type not in _CMP_TYPES[k] or (k == "c" and sym not in ("==", "!=")):
+        return None
+    return f"({{0}} {sym} {{1}})"
+
+
 def convert_form(src, dst):
     """Scalar form converting ``src`` to ``dst`` ({T}: the target scalar
-    type, {Z}: a zero of the source type, {D}: float64), or None (the
-    kernel runs)."""
+    type, {Z}: a zero of the source type, {D}: float64, {N}: -0.0 of the
+    target type), or None (the kernel runs)."""
     ks, kd = FAST_KIND.get(src), FAST_KIND.get(dst)
     if ks is None or kd is None:
         return None
@@ -265,6 +311,12 @@ def convert_form(src, dst):
     if ks in "biu" and kd in "iu":
         return "{T}({0})"           # two's complement truncation / extension
     if ks in "biu" and kd == "f":
+        if src.itemsize <= 4:
+            # The Python float of an integer of up to 32 bits is exact; -0.0
+            # of the target type plus it rounds it once (NEP 50: the Python
+            # float takes the numpy scalar's type), +0 for 0: a sixth of the
+            # cost of calling the type.
+            return "({N} + _float({0}))"
         return "{T}({0})"           # one rounding to nearest even
     if ks == "f" and kd == "f":
         # Through float64, as the kernel: a NaN's payload moves as it does there.
@@ -369,7 +421,7 @@ class _Gen:
         self.program = program
         self.lines = []         # (indent, text)
         self.line_ops = []      # the Op each line belongs to
-        self.ns = {"_A": np.asarray, "_nd": np.ndarray, "_int": int,
+        self.ns = {"_A": np.asarray, "_nd": np.ndarray, "_int": int, "_empty": np.empty,
                    "_grc": _compiler._getrefcount, **HELPERS}
         self.ids = {}
         self.counter = 0
@@ -379,6 +431,8 @@ class _Gen:
         self.consts = set()     # names of constants
         self.int_consts = {}    # name -> value of 0-d integer constants
         self.clamps = {}        # (index name, limit) -> clamped start, in scope
+        self.buffers = {}       # (src, dst) -> bitcast buffer names
+        self.prologue = []      # lines run once per call, before the loop
 
     # -- names -----------------------------------------------------------
     def fresh(self, prefix="v"):
@@ -651,7 +705,15 @@ class _Gen:
                 return True
             expr = form.format(vals[0].name, T=self.glob(rt.dtype.type, "T"),
                                Z=self.glob(ot[0].dtype.type(0), "K"),
-                               D=self.glob(np.float64, "T"))
+                               D=self.glob(np.float64, "T"),
+                               N=self.glob(rt.dtype.type(-0.0), "K")
+                               if rt.dtype.kind == "f" else None)
+        elif name == "stablehlo.bitcast_convert":
+            if vals[0].name in self.consts:
+                return False   # the kernel folds it
+            expr = self.bitcast(ind, op, ot[0].dtype, rt.dtype, vals[0].name)
+            if expr is None:
+                return False
         else:
             if any(t.shape != rt.shape for t in ot):
                 return False
@@ -660,11 +722,11 @@ class _Gen:
                 return False
             names = [v.name for v in vals]
             if name == "stablehlo.compare":
-                sym = _CMP.get(op.attrs.get("comparison_direction"))
-                if sym is None or op.attrs.get("compare_type") not in _CMP_TYPES[k] \
-                        or (k == "c" and sym not in ("==", "!=")):
+                form = compare_form(op.attrs.get("comparison_direction"),
+                                    op.attrs.get("compare_type"), k)
+                if form is None:
                     return False
-                expr = f"({names[0]} {sym} {names[1]})"
+                expr = form.format(*names)
             elif name == "stablehlo.clamp":
                 # min(max(x, lo), hi) on integers and booleans.
                 if k == "b":
@@ -699,6 +761,24 @@ class _Gen:
         self.emit(ind, f"{v.name} = {expr}", op)
         env[out] = v
         return True
+
+    def bitcast(self, ind, op, src, dst, x):
+        """Expression reading scalar ``x`` of ``src`` as ``dst`` (same
+        width), after a line writing it: through a one-element buffer of
+        each type over the same memory, made once per call of the function
+        (its locals: no state shared between threads); a numpy scalar's
+        view() costs four times more. None where the kernel runs (bool,
+        complex, other widths)."""
+        if src.itemsize != dst.itemsize or FAST_KIND[src] in "bc" or FAST_KIND[dst] in "bc":
+            return None
+        key = (src, dst)
+        names = self.buffers.get(key)
+        if names is None:
+            names = self.buffers[key] = (self.fresh("_bb"), self.fresh("_bv"))
+            self.prologue.append((f"{names[0]} = _empty(1, {self.glob(src, 'T')}); "
+                                  f"{names[1]} = {names[0]}.view({self.glob(dst, 'T')})", op))
+        self.emit(ind, f"{names[0]}[0] = {x}", op)
+        return f"{names[1]}[0]"
 
     def starts(self, ind, op, idx_vals, shape, sizes):
         """Python ints of the clamped start indices (spec: clamp to
@@ -856,8 +936,9 @@ class CompiledLoop:
             if v.__class__ is not np.ndarray or v.shape != shape or v.dtype != dtype:
                 return None
         try:
-            with np.errstate(all="ignore"):
-                return self.fn(ctx, ccap, bcap, vals)
+            # The plan's runs already ignore floating-point errors; setting
+            # it again costs a tenth of np.errstate.
+            return _compiler._run_ignoring_fp_errors(self.fn, ctx, ccap, bcap, vals)
         except InterpreterError:
             raise
         except RecursionError:
@@ -921,6 +1002,8 @@ def build(program, op, ccap, bcap):
             g.emit(1, f"{c.name} = {c.name}[()]", op)
     g.loop(1, op, cond, body, carries, ccaps, bcaps)
     g.emit(1, f"return [{', '.join(g.arr(c) for c in carries)}]", op)
+    g.lines[0:0] = [(1, text) for text, _ in g.prologue]
+    g.line_ops[0:0] = [o for _, o in g.prologue]
     src = "def _loop(ctx, ccap, bcap, vals):\n" + g.source()
     code = compile(src, f"<stablehlo loop at {op.location}>", "exec")
     ns = g.ns
