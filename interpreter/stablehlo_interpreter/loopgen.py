@@ -232,7 +232,8 @@ def rounded_math(fn, kernel, dtype):
 # Functions the forms call (globals of the generated code).
 HELPERS = {"_idiv": _int_divide, "_irem": _int_remainder, "_fmax": _float_max,
            "_fmin": _float_min, "_isign": _int_sign, "_fsign": _float_sign,
-           "_tord": _total_order, "_NB": (np.False_, np.True_), "_float": float}
+           "_tord": _total_order, "_NB": (np.False_, np.True_), "_float": float,
+           "_floor": np.floor, "_ceil": np.ceil, "_rint": np.rint, "_sqrt": np.sqrt}
 
 # Scalar forms of elementwise ops, by operand kind; {0}, {1}... are operands.
 # Integer + - * wrap like numpy's integer ufuncs (errors are ignored inside a
@@ -272,6 +273,13 @@ UNARY = {
     "stablehlo.not": {"b": "(~{0})", "i": "(~{0})", "u": "(~{0})"},
     "stablehlo.abs": {"i": "abs({0})", "u": "{0}", "f": "abs({0})"},
     "stablehlo.sign": {"i": "_isign({0})", "f": "_fsign({0})"},
+    # numpy's ufuncs on one scalar (exact results; sqrt is correctly rounded
+    # in every IEEE type): a tenth of the kernel's round trip through 0-d
+    # arrays.
+    "stablehlo.floor": {"f": "_floor({0})"},
+    "stablehlo.ceil": {"f": "_ceil({0})"},
+    "stablehlo.round_nearest_even": {"f": "_rint({0})"},
+    "stablehlo.sqrt": {"f": "_sqrt({0})"},
 }
 _CMP = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 # compare_type each operand kind may carry (None: attribute absent).
@@ -350,16 +358,16 @@ def scalar_forms():
     forms = {}
     for table in (BINARY, UNARY):
         for name, by_kind in table.items():
-            checked = table is BINARY
             for dtype, k in FAST_KIND.items():
                 form = by_kind.get(k)
                 if form is None:
                     continue
-                if checked and k in "fhc":
+                if k in "fhc":
                     t = TensorType((), dtype, None)
-                    fn = KERNELS[name](_compiler.Op(name, "", {}, [t, t], [t], [], None, None))
+                    ts = [t, t] if table is BINARY else [t]
+                    fn = KERNELS[name](_compiler.Op(name, "", {}, ts, [t], [], None, None))
                     choices = [form]
-                    if has_trait(name, "commutative"):
+                    if table is BINARY and has_trait(name, "commutative"):
                         choices.append(form.replace("{0}", "{x}").replace("{1}", "{0}")
                                        .replace("{x}", "{1}"))
                     form = next((f for f in choices if _agrees(f, fn, _nans(dtype))), None)
@@ -371,6 +379,14 @@ def scalar_forms():
 
 
 def _agrees(form, fn, values):
+    if "{1}" not in form:   # unary: each value
+        scalar = eval("lambda a: " + form.format("a"), dict(HELPERS))  # noqa: S307
+        with np.errstate(all="ignore"):
+            for a in values:
+                got, want = np.asarray(scalar(a[()])), np.asarray(fn(a))
+                if got.dtype != want.dtype or got.tobytes() != want.tobytes():
+                    return False
+        return True
     scalar = eval("lambda a, b: " + form.format("a", "b"), dict(HELPERS))  # noqa: S307
     with np.errstate(all="ignore"):
         for a in values:
