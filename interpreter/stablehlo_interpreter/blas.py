@@ -14,12 +14,15 @@ half a scan step of a small RNN cell), for scipy's LAPACK/BLAS wrappers in
 every OpenBLAS loaded (numpy's and, once scipy.linalg is imported, scipy's);
 a no-op if there is none. Products below ``UNTHREADED_MACS`` multiply-adds
 (where OpenBLAS itself uses one thread: its gemv threads from 9216, its
-gemm from 262144) are not switched at all. Only speed depends on it.
+gemm from 262144) are not switched at all, nor are products inside a
+``single_threaded()`` scope (a generated loop of small products holds one
+thread for the whole loop). Only speed depends on it.
 ``STABLEHLO_REF_SMALL_GEMM_MACS=0`` turns this off.
 """
 
 import ctypes
 import os.path
+import threading
 
 from . import config as _config
 
@@ -34,6 +37,9 @@ _libs = []          # (get, set) of every OpenBLAS found
 _numpy_libs = []    # those of numpy's own OpenBLAS (all of _libs if not told apart)
 _found_paths = None
 _lapack_found = False
+_pin_lock = threading.Lock()
+_pinned = 0         # single_threaded() scopes open (numpy's OpenBLAS held at one thread)
+_pin_saved = []     # (set, threads) to restore when the last scope closes
 
 
 def _find():
@@ -86,7 +92,7 @@ def small_product(fn, *args, macs=None, libs=None):
 
     ``fn`` is numpy's (np.matmul) unless ``libs`` says otherwise: only
     numpy's OpenBLAS is switched; ``macs`` below UNTHREADED_MACS: nothing is."""
-    if macs is not None and macs < UNTHREADED_MACS:
+    if macs is not None and macs < UNTHREADED_MACS or (_pinned and libs is None):
         return fn(*args)
     if _found_paths is None:
         _find()
@@ -103,6 +109,40 @@ def small_product(fn, *args, macs=None, libs=None):
         for s, n in saved:
             if n > 1:
                 s(n)
+
+
+class single_threaded:
+    """Context: numpy's OpenBLAS at one thread for the whole scope, so that
+    the small_product calls inside it switch nothing (a generated loop
+    whose products are all small: two thread switches per product and
+    step cost more than a 16x128x128 product itself). Scopes nest and may
+    overlap between threads; the last one to close restores the counts."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        global _pinned
+        with _pin_lock:
+            if _pinned == 0:
+                if _found_paths is None:
+                    _find()
+                _pin_saved[:] = [(s, g()) for g, s in _numpy_libs]
+                for s, n in _pin_saved:
+                    if n > 1:
+                        s(1)
+            _pinned += 1
+        return self
+
+    def __exit__(self, *exc):
+        global _pinned
+        with _pin_lock:
+            _pinned -= 1
+            if _pinned == 0:
+                for s, n in _pin_saved:
+                    if n > 1:
+                        s(n)
+                _pin_saved.clear()
+        return False
 
 
 def small_lapack(fn, *args, **kwargs):

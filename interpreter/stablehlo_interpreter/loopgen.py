@@ -48,6 +48,7 @@ from math import copysign as _copysign
 import ml_dtypes
 import numpy as np
 
+from . import blas as _blas
 from . import compiler as _compiler
 from . import config as _config
 from . import fusion as _fusion
@@ -448,6 +449,7 @@ class _Gen:
         self.int_consts = {}    # name -> value of 0-d integer constants
         self.clamps = {}        # (index name, limit) -> clamped start, in scope
         self.buffers = {}       # (src, dst) -> bitcast buffer names
+        self.products = []      # multiply-adds of each BLAS product (None: unknown)
         self.prologue = []      # lines run once per call, before the loop
 
     # -- names -----------------------------------------------------------
@@ -892,6 +894,8 @@ class _Gen:
     def generic(self, step, env, ind):
         """Call the op's kernel as the plan does (0-d values as arrays)."""
         fn, ins, out, dead, op = step
+        if op.name in ("stablehlo.dot_general", "stablehlo.convolution", "stablehlo.dot"):
+            self.products.append(_product_macs(op))
         k = self.glob(fn, "F")
         args = ["ctx" if s == 0 else self.arr(env[s]) for s in ins]
         outs = (out,) if out.__class__ is int else out
@@ -938,12 +942,15 @@ class CompiledLoop:
     results, or None (nothing consumed) when the values do not have the
     types the code was generated for."""
 
-    def __init__(self, fn, code, line_ops, op, checks):
+    def __init__(self, fn, code, line_ops, op, checks, pin=False):
         self.fn = fn
         self.code = code
         self.line_ops = line_ops
         self.op = op
         self.checks = checks   # ((which, index, shape, dtype) ...)
+        # Every BLAS product of the loop is small (blas.py): one BLAS
+        # thread for the whole run instead of a switch per product.
+        self.pin = pin
 
     def run(self, ctx, ccap, bcap, vals):
         groups = (vals, ccap, bcap)
@@ -954,6 +961,9 @@ class CompiledLoop:
         try:
             # The plan's runs already ignore floating-point errors; setting
             # it again costs a tenth of np.errstate.
+            if self.pin:
+                with _blas.single_threaded():
+                    return _compiler._run_ignoring_fp_errors(self.fn, ctx, ccap, bcap, vals)
             return _compiler._run_ignoring_fp_errors(self.fn, ctx, ccap, bcap, vals)
         except InterpreterError:
             raise
@@ -975,6 +985,20 @@ class CompiledLoop:
                     op = self.line_ops[i]
             tb = tb.tb_next
         return op
+
+
+def _product_macs(op):
+    """Multiply-adds of a dot_general with static shapes, else None."""
+    if op.name != "stablehlo.dot_general":
+        return None
+    lt, rt = op.operand_types[0], op.result_types[0]
+    dn = op.attrs.get("dot_dimension_numbers")
+    if not (_static(lt) and _static(rt) and isinstance(dn, dict)):
+        return None
+    k = 1
+    for d in dn.get("lhs_contracting_dimensions", ()):
+        k *= lt.shape[d]
+    return k * math.prod(rt.shape)
 
 
 def _runtime_type(v):
@@ -1025,7 +1049,9 @@ def build(program, op, ccap, bcap):
     ns = g.ns
     exec(code, ns)  # noqa: S102 - our own generated source
     fn = ns["_loop"]
-    return CompiledLoop(fn, fn.__code__, g.line_ops, op, tuple(checks)), src
+    pin = bool(g.products) and all(m is not None and m < _blas.SMALL_GEMM_MACS
+                                    for m in g.products)
+    return CompiledLoop(fn, fn.__code__, g.line_ops, op, tuple(checks), pin), src
 
 
 class LoopState:
