@@ -742,6 +742,71 @@ func.func @main(%xs: tensor<10x4xf32>, %w: tensor<4x4xf32>, %h0: tensor<4xf32>) 
 """
 
 
+HOIST_LOOP = """
+func.func @main(%w0: tensor<4xf32>, %s0: tensor<f32>, %n: tensor<i32>)
+    -> (tensor<4xf32>, tensor<3x4xf32>, tensor<4xf32>, tensor<4xf32>) {
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %z = stablehlo.constant dense<0.0> : tensor<3x4xf32>
+  %r:6 = stablehlo.while(%i = %c0, %w = %w0, %acc = %z, %last = %w0, %s = %s0, %q = %w0)
+      : tensor<i32>, tensor<4xf32>, tensor<3x4xf32>, tensor<4xf32>, tensor<f32>, tensor<4xf32>
+  cond {
+    %lt = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %lt : tensor<i1>
+  } do {
+    %one = stablehlo.constant dense<1> : tensor<i32>
+    %i2 = stablehlo.add %i, %one : tensor<i32>
+    %b = stablehlo.broadcast_in_dim %w, dims = [1] : (tensor<4xf32>) -> tensor<1x4xf32>
+    %k = stablehlo.constant dense<2.0> : tensor<f32>
+    %sk = stablehlo.multiply %s, %k : tensor<f32>
+    %bs = stablehlo.broadcast_in_dim %sk, dims = [] : (tensor<f32>) -> tensor<1x4xf32>
+    %row = stablehlo.add %b, %bs : tensor<1x4xf32>
+    %ic = stablehlo.clamp %c0, %i, %one : tensor<i32>
+    %acc2 = stablehlo.dynamic_update_slice %acc, %row, %i, %c0 : (tensor<3x4xf32>, tensor<1x4xf32>, tensor<i32>, tensor<i32>) -> tensor<3x4xf32>
+    %same = stablehlo.broadcast_in_dim %w, dims = [0] : (tensor<4xf32>) -> tensor<4xf32>
+    %f1 = stablehlo.constant dense<-1.0> : tensor<1xf32>
+    %last2 = stablehlo.dynamic_update_slice %same, %f1, %ic : (tensor<4xf32>, tensor<1xf32>, tensor<i32>) -> tensor<4xf32>
+    %p = stablehlo.compare GT, %s, %k, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    %q2 = "stablehlo.if"(%p) ({
+      %e = stablehlo.exponential %w : tensor<4xf32>
+      stablehlo.return %e : tensor<4xf32>
+    }, {
+      stablehlo.return %q : tensor<4xf32>
+    }) : (tensor<i1>) -> tensor<4xf32>
+    stablehlo.return %i2, %w, %acc2, %last2, %s, %q2 : tensor<i32>, tensor<4xf32>, tensor<3x4xf32>, tensor<4xf32>, tensor<f32>, tensor<4xf32>
+  }
+  return %r#1, %r#2, %r#3, %r#5 : tensor<4xf32>, tensor<3x4xf32>, tensor<4xf32>, tensor<4xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("n, s", [(3, 0.5), (3, 3.0), (0, 3.0)])
+def test_invariant_ops_run_once_before_the_loop(n, s, monkeypatch):
+    # Ops of only invariant values (carries the body passes through, captures,
+    # constants) run in a preheader; an invariant op inside an if branch stays
+    # there; a hoisted array is never updated in place (the body updates a
+    # copy of `w` each step and `w` comes out unchanged); no iterations:
+    # the same results.
+    w = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+    args = [w, np.array(s, np.float32), np.array(n, np.int32)]
+    wout, acc, last, q = _run_both(HOIST_LOOP, args, after=(0, 2) if n else (0,))
+    assert wout.tobytes() == w.tobytes()
+    if n:
+        assert acc[:n].tolist() == [(w + np.float32(2 * s)).tolist()] * n
+        assert last.tolist() == [w[0], -1.0, w[2], w[3]]
+    monkeypatch.setattr(loopgen, "GENERATE_AFTER", 0)
+    program = shi.compile(HOIST_LOOP)
+    program.run(*args)
+    state, = _loop_states(program)
+    lines = state.source.splitlines()[1:]
+    head = next(i for i, line in enumerate(lines) if line.strip() == "while True:")
+    ops = state.compiled.line_ops
+    before = {ops[i].name for i in range(head)}
+    after = {ops[i].name for i in range(head, len(lines))}
+    assert {"stablehlo.broadcast_in_dim", "stablehlo.multiply", "stablehlo.add"} <= before
+    assert "stablehlo.exponential" in after and "stablehlo.exponential" not in before
+    assert "stablehlo.dynamic_update_slice" in after
+
+
 def test_array_loop_is_bit_identical():
     rng = np.random.default_rng(1)
     xs = rng.standard_normal((10, 4)).astype(np.float32)

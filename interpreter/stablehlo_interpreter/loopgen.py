@@ -417,18 +417,25 @@ class Val:
     """A value of the generated code: a local (or global) ``name``, its
     ``type``; ``scalar``: held as a numpy scalar (the type is 0-d or has
     only size-1 dims); ``own``: the local holds a reference of its own, to
-    be dropped when the value dies (array locals only)."""
+    be dropped when the value dies (array locals only); ``inv``: the same
+    in every iteration of the innermost loop being emitted (see hoisting)."""
 
-    __slots__ = ("name", "type", "scalar", "own")
+    __slots__ = ("name", "type", "scalar", "own", "inv")
 
-    def __init__(self, name, type_, scalar, own):
+    def __init__(self, name, type_, scalar, own, inv=False):
         self.name = name
         self.type = type_
         self.scalar = scalar
         self.own = own
+        self.inv = inv
 
     def alias(self):
-        return Val(self.name, self.type, self.scalar, False)
+        return Val(self.name, self.type, self.scalar, False, self.inv)
+
+    def invariant(self):
+        """An alias marked invariant: held (never dropped or updated in
+        place) for the whole loop."""
+        return Val(self.name, self.type, self.scalar, False, True)
 
 
 class _Gen:
@@ -450,6 +457,10 @@ class _Gen:
         self.clamps = {}        # (index name, limit) -> clamped start, in scope
         self.buffers = {}       # (src, dst) -> bitcast buffer names
         self.products = []      # multiply-adds of each BLAS product (None: unknown)
+        # The innermost loop's preheader: (indent, lines, line ops, branch
+        # depth of the loop's body), or None outside loops.
+        self.hoist = None
+        self.branch_depth = 0   # if/case branches being emitted
         self.prologue = []      # lines run once per call, before the loop
 
     # -- names -----------------------------------------------------------
@@ -479,11 +490,11 @@ class _Gen:
     def const(self, value):
         t = TensorType(value.shape, value.dtype, None) if isinstance(value, np.ndarray) else None
         if t is not None and scalar_type(t):
-            v = Val(self.glob(value[()], "K"), t, True, False)
+            v = Val(self.glob(value[()], "K"), t, True, False, True)
             if FAST_KIND[t.dtype] in "iu":
                 self.int_consts[v.name] = int(value)
         else:
-            v = Val(self.glob(value, "K"), t, False, False)
+            v = Val(self.glob(value, "K"), t, False, False, True)
         self.consts.add(v.name)
         return v
 
@@ -542,6 +553,8 @@ class _Gen:
     def step(self, step, env, ind):
         fn, ins, out, dead, op = step
         name = op.name
+        if self.hoistable(step, env):
+            return self.hoisted(step, env)
         if not involves_quant(op):
             if name == "func.call":
                 callee = self.program.functions.get(op.attrs.get("callee"))
@@ -563,6 +576,39 @@ class _Gen:
             if self.scalar_op(step, env, ind) or self.shape_op(step, env, ind):
                 return None
         return self.generic(step, env, ind)
+
+    # -- loop-invariant ops ------------------------------------------------
+    def hoistable(self, step, env):
+        """Does ``step`` compute the same value in every iteration of the
+        innermost loop, so that it may run once before it? Pure ops only
+        (the registry's foldable trait: what the compiler folds for constant
+        operands it may evaluate ahead for invariant ones), not quantized,
+        of invariant operands, outside the body's if/case branches (which
+        may not run)."""
+        h = self.hoist
+        if h is None or h[3] != self.branch_depth:
+            return False
+        fn, ins, out, dead, op = step
+        if not ins or 0 in ins or not has_trait(op.name, "foldable") or involves_quant(op):
+            return False
+        return all(env[s].inv for s in ins)
+
+    def hoisted(self, step, env):
+        """Emit ``step`` into the innermost loop's preheader; its results are
+        invariant, held for the whole loop."""
+        ind, lines, line_ops, _ = self.hoist
+        saved = self.lines, self.line_ops, self.clamps
+        # Clamped indices made here are not shared with the loop body's (nor
+        # the body's with these: they are assigned later, inside the loop).
+        self.lines, self.line_ops, self.clamps = lines, line_ops, {}
+        try:
+            if not (self.scalar_op(step, env, ind) or self.shape_op(step, env, ind)):
+                self.generic(step, env, ind)
+        finally:
+            self.lines, self.line_ops, self.clamps = saved
+        out = step.out
+        for o in ((out,) if out.__class__ is int else out):
+            env[o] = env[o].invariant()
 
     # -- calls, loops, branches ------------------------------------------
     def hand_over(self, ind, op, ins, dead, env):
@@ -628,10 +674,20 @@ class _Gen:
     def loop(self, ind, op, cond, body, carries, ccaps, bcaps):
         self.loop_nesting += 1
         outer_clamps = dict(self.clamps)   # clamps made in the loop stay in it
+        # Invariant in this loop: its captures, and the carries the body
+        # returns as they came in (scan's weights); ops of only such values
+        # (and constants) go to a preheader before `while True:`.
+        same = {i for i, (a, r) in enumerate(zip(body.arg_slots, body.result_slots)) if a == r}
+        inner = [c.invariant() if i in same else c for i, c in enumerate(carries)]
+        ccaps = [v.invariant() for v in ccaps]
+        bcaps = [v.invariant() for v in bcaps]
+        outer_hoist = self.hoist
+        self.hoist = (ind, [], [], self.branch_depth)
+        head = len(self.lines)
         self.emit(ind, "while True:", op)
-        pred = self.block(cond, ind + 1, [c.alias() for c in carries], ccaps)[0]
+        pred = self.block(cond, ind + 1, [c.alias() for c in inner], ccaps)[0]
         self.emit(ind + 1, f"if not {pred.name}: break", op)
-        res = self.block(body, ind + 1, carries, bcaps)
+        res = self.block(body, ind + 1, inner, bcaps)
         if carries:
             names = ", ".join(c.name for c in carries)
             exprs = ", ".join(self.coerce(r, c.scalar) for r, c in zip(res, carries))
@@ -640,6 +696,10 @@ class _Gen:
             self.clear(ind + 1, [r for r in res if r.name not in carry_names], op)
         else:
             self.emit(ind + 1, "pass", op)
+        _, pre, pre_ops, _ = self.hoist
+        self.lines[head:head] = pre
+        self.line_ops[head:head] = pre_ops
+        self.hoist = outer_hoist
         self.clamps = outer_clamps
         self.loop_nesting -= 1
 
@@ -664,6 +724,7 @@ class _Gen:
             if len(regions) == 1:
                 heads = ["if True:"]
         outer_clamps = self.clamps
+        self.branch_depth += 1
         for head, region, rcaps in zip(heads, regions, spans):
             self.clamps = dict(outer_clamps)   # a branch's clamps stay in it
             self.emit(ind, head, op)
@@ -676,6 +737,7 @@ class _Gen:
                 self.clear(ind + 1, res, op)
             if len(self.lines) == before:
                 self.emit(ind + 1, "pass", op)
+        self.branch_depth -= 1
         self.clamps = outer_clamps
         outs_slots = (out,) if out.__class__ is int else out
         for o, v in zip(outs_slots, outs):
