@@ -20,8 +20,15 @@ while op, over all runs) is compiled once into one Python function (``exec``):
   (specials, overflow, NaN payloads); f32/f16 transcendentals (their
   builders' ``KernelInfo.scalar_math``) are
   ``math`` on Python floats rounded once, with the kernel near halfway
-  points; the rest (complex multiply, float remainder, bf16 transcendentals...)
-  call the op's own kernel on 0-d arrays made on the spot;
+  points; same-width bitcast_convert goes through a one-element buffer of
+  each type made once per call; the rest (complex multiply, float
+  remainder, bf16 transcendentals...) call the op's own kernel on 0-d
+  arrays made on the spot;
+* ops of only loop-invariant values (constants, captures, carries the body
+  returns unchanged) that the registry marks foldable (pure) run once in a
+  preheader before the loop (not from inside if/case branches, which may not
+  run); a loop whose BLAS products are all small holds numpy's OpenBLAS at
+  one thread for the whole run (blas.single_threaded);
 * dynamic_slice / dynamic_update_slice with scalar start indices and static
   shapes index the array directly (the scan pattern: read row ``i`` of xs,
   write row ``i`` of ys in place), with the kernels' clamping;
