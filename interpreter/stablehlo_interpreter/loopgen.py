@@ -143,6 +143,21 @@ def _float_min(a, b):
     return a if a != a else b
 
 
+def _float_to_int(x, t, _bounds={}):
+    """convert of a float scalar to integer type ``t``: truncated, NaN -> 0,
+    saturated at the type's bounds (the kernel's rule). Python floats and
+    ints compare exactly; the int, in range, joins t's zero (NEP 50)."""
+    b = _bounds.get(t)
+    if b is None:
+        info = np.iinfo(t)
+        b = _bounds[t] = (int(info.min), int(info.max) + 1, t(0), t(info.min), t(info.max))
+    lo, end, zero, tlo, thi = b
+    f = float(x)
+    if lo <= f < end:
+        return zero + int(f)
+    return thi if f > 0 else (tlo if f < 0 else zero)
+
+
 def _total_key(x, _signed={}):
     """IEEE totalOrder key of a float scalar: its bits as a signed integer,
     every bit but the sign flipped when negative (the kernel's
@@ -241,6 +256,7 @@ def rounded_math(fn, kernel, dtype):
 HELPERS = {"_idiv": _int_divide, "_irem": _int_remainder, "_fmax": _float_max,
            "_fmin": _float_min, "_isign": _int_sign, "_fsign": _float_sign,
            "_tord": _total_order, "_NB": (np.False_, np.True_), "_float": float,
+           "_f2i": _float_to_int,
            "_floor": np.floor, "_ceil": np.ceil, "_rint": np.rint, "_sqrt": np.sqrt}
 
 # Scalar forms of elementwise ops, by operand kind; {0}, {1}... are operands.
@@ -337,6 +353,8 @@ def convert_form(src, dst):
     if ks == "f" and kd == "f":
         # Through float64, as the kernel: a NaN's payload moves as it does there.
         return "{T}({0})" if src == _F64 or dst == _F64 else "{T}({D}({0}))"
+    if ks == "f" and kd in "iu":
+        return "_f2i({0}, {T})"
     return None
 
 
