@@ -483,7 +483,8 @@ class _Gen:
         self.buffers = {}       # (src, dst) -> bitcast buffer names
         self.products = []      # multiply-adds of each BLAS product (None: unknown)
         # The innermost loop's preheader: (indent, lines, line ops, branch
-        # depth of the loop's body), or None outside loops.
+        # depth of the loop's body, names to drop after it), or None
+        # outside loops.
         self.hoist = None
         self.branch_depth = 0   # if/case branches being emitted
         self.prologue = []      # lines run once per call, before the loop
@@ -621,7 +622,7 @@ class _Gen:
     def hoisted(self, step, env):
         """Emit ``step`` into the innermost loop's preheader; its results are
         invariant, held for the whole loop."""
-        ind, lines, line_ops, _ = self.hoist
+        ind, lines, line_ops, _, _ = self.hoist
         saved = self.lines, self.line_ops, self.clamps
         # Clamped indices made here are not shared with the loop body's (nor
         # the body's with these: they are assigned later, inside the loop).
@@ -707,7 +708,9 @@ class _Gen:
         ccaps = [v.invariant() for v in ccaps]
         bcaps = [v.invariant() for v in bcaps]
         outer_hoist = self.hoist
-        self.hoist = (ind, [], [], self.branch_depth)
+        # (indent, preheader lines, their ops, branch depth, names to drop
+        # after the loop)
+        self.hoist = (ind, [], [], self.branch_depth, [])
         head = len(self.lines)
         self.emit(ind, "while True:", op)
         pred = self.block(cond, ind + 1, [c.alias() for c in inner], ccaps)[0]
@@ -721,7 +724,9 @@ class _Gen:
             self.clear(ind + 1, [r for r in res if r.name not in carry_names], op)
         else:
             self.emit(ind + 1, "pass", op)
-        _, pre, pre_ops, _ = self.hoist
+        _, pre, pre_ops, _, drop = self.hoist
+        if drop:   # the loop's own references, not the code's after it
+            self.emit(ind, " = ".join(drop) + " = None", op)
         self.lines[head:head] = pre
         self.line_ops[head:head] = pre_ops
         self.hoist = outer_hoist
@@ -967,9 +972,23 @@ class _Gen:
                 self.emit(ind, f"{v.name} = {x.name}", op)
                 self.emit(ind, f"{x.name} = None", op)
                 env[ins[0]] = x.alias()
-                self.emit(ind, f"if not ({v.name}.__class__ is _nd and {v.name}.base is None "
-                               f"and {v.name}.flags.writeable and _grc({v.name}) == 2): "
-                               f"{v.name} = {v.name}.copy()", op)
+                check = (f"if not ({v.name}.__class__ is _nd and {v.name}.base is None "
+                         f"and {v.name}.flags.writeable and _grc({v.name}) == 2): "
+                         f"{v.name} = {v.name}.copy()")
+                if self.hoist is None:
+                    self.emit(ind, check, op)
+                else:
+                    # The array this op checked (or copied) last time, held
+                    # in `keep` (a third reference): the same one again
+                    # (a scan's ys, updated in place step after step) is
+                    # only counted, not inspected again.
+                    keep = self.fresh("_k")
+                    self.hoist[1].append((self.hoist[0], f"{keep} = None"))
+                    self.hoist[2].append(op)
+                    self.hoist[4].append(keep)
+                    self.emit(ind, f"if {v.name} is not {keep} or _grc({v.name}) != 3:", op)
+                    self.emit(ind + 1, check, op)
+                    self.emit(ind + 1, f"{keep} = {v.name}", op)
             else:
                 self.emit(ind, f"{v.name} = {x.name}.copy()", op)
             self.emit(ind, f"{v.name}[{target},] = {value}", op)
