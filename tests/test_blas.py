@@ -82,6 +82,9 @@ def test_single_threaded_scope_holds_one_thread_and_switches_nothing_inside(monk
         seen.append(np_lib[0]())
         return 1
     with blas.single_threaded():
+        pass
+    assert calls == []                            # no product: nothing switched
+    with blas.single_threaded():
         with blas.single_threaded():              # scopes nest
             assert blas.small_product(product, macs=256 * 256) == 1
         assert calls == [("numpy", 1)] and seen == [1]

@@ -38,7 +38,8 @@ _numpy_libs = []    # those of numpy's own OpenBLAS (all of _libs if not told ap
 _found_paths = None
 _lapack_found = False
 _pin_lock = threading.Lock()
-_pinned = 0         # single_threaded() scopes open (numpy's OpenBLAS held at one thread)
+_pinned = 0         # single_threaded() scopes open
+_pin_done = False   # numpy's OpenBLAS switched to one thread for them (by a product)
 _pin_saved = []     # (set, threads) to restore when the last scope closes
 
 
@@ -92,7 +93,11 @@ def small_product(fn, *args, macs=None, libs=None):
 
     ``fn`` is numpy's (np.matmul) unless ``libs`` says otherwise: only
     numpy's OpenBLAS is switched; ``macs`` below UNTHREADED_MACS: nothing is."""
-    if macs is not None and macs < UNTHREADED_MACS or (_pinned and libs is None):
+    if macs is not None and macs < UNTHREADED_MACS:
+        return fn(*args)
+    if _pinned and libs is None:
+        if not _pin_done:
+            _pin()
         return fn(*args)
     if _found_paths is None:
         _find()
@@ -111,37 +116,47 @@ def small_product(fn, *args, macs=None, libs=None):
                 s(n)
 
 
+def _pin():
+    """The first product inside single_threaded() scopes: one thread for
+    numpy's OpenBLAS until the last scope closes."""
+    global _pin_done
+    with _pin_lock:
+        if _pinned and not _pin_done:
+            if _found_paths is None:
+                _find()
+            _pin_saved[:] = [(s, g()) for g, s in _numpy_libs]
+            for s, n in _pin_saved:
+                if n > 1:
+                    s(1)
+            _pin_done = True
+
+
 class single_threaded:
     """Context: numpy's OpenBLAS at one thread for the whole scope, so that
     the small_product calls inside it switch nothing (a generated loop
     whose products are all small: two thread switches per product and
-    step cost more than a 16x128x128 product itself). Scopes nest and may
-    overlap between threads; the last one to close restores the counts."""
+    step cost more than a 16x128x128 product itself). The first product
+    switches, the last scope to close restores (a scope without products
+    costs a counter); scopes nest and may overlap between threads."""
 
     __slots__ = ()
 
     def __enter__(self):
         global _pinned
         with _pin_lock:
-            if _pinned == 0:
-                if _found_paths is None:
-                    _find()
-                _pin_saved[:] = [(s, g()) for g, s in _numpy_libs]
-                for s, n in _pin_saved:
-                    if n > 1:
-                        s(1)
             _pinned += 1
         return self
 
     def __exit__(self, *exc):
-        global _pinned
+        global _pinned, _pin_done
         with _pin_lock:
             _pinned -= 1
-            if _pinned == 0:
+            if _pinned == 0 and _pin_done:
                 for s, n in _pin_saved:
                     if n > 1:
                         s(n)
                 _pin_saved.clear()
+                _pin_done = False
         return False
 
 
