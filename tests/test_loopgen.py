@@ -392,6 +392,22 @@ def test_spec_numerics_loops_run_the_kernels(monkeypatch):
     assert built
 
 
+def test_spec_numerics_scalar_forms_and_hoisting_are_bit_identical(monkeypatch):
+    # The scalar forms (bitcasts, converts, TOTALORDER compares...) and the
+    # invariant ops before the loop give the spec mode's kernels' bits too.
+    monkeypatch.setenv("STABLEHLO_REF_NUMERICS", "spec")
+    w = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+    _run_both(HOIST_LOOP, [w, np.array(0.5, np.float32), np.array(3, np.int32)])
+    xs = np.array([v[()] for v in special_values(np.float32, n_random=20)], np.float32)
+    text = (BITCAST_LOOP.replace("NxF", f"{len(xs)}xf32").replace("NxI", f"{len(xs)}xui32")
+            .replace("<N>", f"<{len(xs)}>").replace("<F>", "<f32>").replace("<1xF>", "<1xf32>")
+            .replace("<I>", "<ui32>").replace("<1xI>", "<1xui32>"))
+    _run_both(text, [xs])
+    for name, fn, args in _jax_loops():
+        if name in ("searchsorted", "float_int", "scan_outputs"):
+            _run_both(_lower(fn, args), [np.asarray(a) for a in args])
+
+
 @pytest.mark.parametrize("x0", [0.5, -3.0, 1e30, float("nan")])
 def test_transcendental_loop_is_bit_identical(x0):
     # log of negative values (NaN), overflow and NaN carries go to the kernel.
@@ -930,6 +946,22 @@ def _jax_loops():
     def lax_map(xs):
         return lax.map(lambda r: jnp.sum(r ** 2) - jnp.max(r), xs)
 
+    def searchsorted(xs):
+        # An inner binary search per step: TOTALORDER compares (NaN, -0),
+        # unsigned floor division.
+        s = jnp.sort(xs)
+        return lax.fori_loop(0, 40, lambda i, c: c + jnp.searchsorted(s, s[i % 30] * 0.5 - 0.0), 0)
+
+    def float_int(x):
+        def body(i, st):
+            a, n, u, r = st
+            a2 = a * -1.7 + i.astype(jnp.float32) * 0.01
+            n2 = n + (a2 * 1e8).astype(jnp.int8).astype(jnp.int32) + (a2 * 1e12).astype(jnp.uint32)
+            u2 = lax.bitcast_convert_type(a2, jnp.uint32) ^ (u >> 3)
+            r2 = jnp.floor(a2) + jnp.ceil(-a2) + jnp.round(a2) + jnp.sqrt(a2) + r
+            return a2, n2, u2, r2
+        return lax.fori_loop(0, 60, body, (x, jnp.int32(0), jnp.uint32(7), jnp.float32(0)))
+
     f32 = np.float32
     rng_ = np.random.default_rng(0)
     xs = rng_.standard_normal(30).astype(f32)
@@ -949,6 +981,8 @@ def _jax_loops():
         ("rng", rng, (np.array([0, 42], np.uint32),)),
         ("mixed_types", mixed_types, (f32(0.5),)),
         ("lax_map", lax_map, (rng_.standard_normal((25, 4)).astype(f32),)),
+        ("searchsorted", searchsorted, (np.concatenate([xs, [f32(-0.0), f32(0.0)]]),)),
+        ("float_int", float_int, (f32(0.3),)),
     ]
 
 
