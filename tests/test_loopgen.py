@@ -181,7 +181,7 @@ def test_convert_scalar_forms_equal_kernels(src):
         fn = kernel("stablehlo.convert", [src], dst)
         scalar = eval("lambda a, T, Z, D, N: " + form.format("a", T="T", Z="Z", D="D", N="N"),  # noqa: S307
                       dict(loopgen.HELPERS))
-        neg_zero = dst.type(-0.0) if dst.kind == "f" else None
+        neg_zero = dst.type(-0.0 if dst.kind == "f" else 0)
         with np.errstate(all="ignore"):
             for a in special_values(src):
                 got = scalar(a[()], dst.type, src.type(0), np.float64, neg_zero)
