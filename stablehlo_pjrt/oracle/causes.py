@@ -9,8 +9,9 @@ seeing the difference disappear (docs/oracle.md lists them):
     (bounds.py): sums taken in another order, rounding amplified by the
     program's condition.
 ``reduced-precision-inputs``
-    dot/convolution operands rounded to TF32, bf16 or bf16x3 (three bf16
-    products); only where the op's precision config is DEFAULT or HIGH.
+    dot/convolution operands rounded to TF32 (to nearest even, nearest with
+    ties away, or toward zero), bf16 or bf16x3 (three bf16 products); only
+    where the op's precision config is DEFAULT or HIGH.
 ``excess-precision``
     the backend kept a value wider than the program's bf16/f16 type (it
     skipped a rounding the program asks for).
@@ -42,8 +43,15 @@ CAUSES = ("summation-order", "reduced-precision-inputs", "excess-precision",
           "flush-to-zero", "transcendental-accuracy", "nan-payload", "signed-zero")
 UNEXPLAINED = "unexplained"
 
-# Formats a DEFAULT/HIGH dot may round its operands to: (exponent, mantissa bits).
-REDUCED_FORMATS = {"tf32": (8, 10), "bf16": (8, 7), "bf16x3": None}
+# Formats a DEFAULT/HIGH dot may round its operands to: (mantissa bits, the
+# rounding of the f32 operand), or None for bf16x3 (three bf16 products).
+# TF32 comes in the three roundings hardware and compilers use: to nearest
+# even (cuBLAS, cuDNN), to nearest with ties away from zero (PTX
+# cvt.rna.tf32.f32, what XLA's Triton GEMMs emit) and toward zero (tensor
+# cores fed raw f32 bits ignore the low 13 mantissa bits).
+REDUCED_FORMATS: dict[str, tuple[int, str] | None] = {
+    "tf32": (10, "nearest-even"), "tf32-rna": (10, "nearest-away"),
+    "tf32-rz": (10, "toward-zero"), "bf16": (7, "nearest-even"), "bf16x3": None}
 # How far a transcendental function's result may be from a correctly rounded
 # one of an input this many ULPs away (backward error), or this many ULPs of
 # the result (forward error), to count as an accuracy difference, not a bug.
@@ -168,33 +176,48 @@ def widen_module(text: str, keep_converts: bool = False) -> str | None:
     return "\n".join(lines)
 
 
-def round_mantissa(a: np.ndarray, mantissa_bits: int) -> np.ndarray:
-    """``a`` (float32) rounded to nearest even with ``mantissa_bits``
-    explicit mantissa bits (TF32: 10, bf16: 7), exponent range kept."""
+def round_mantissa(a: np.ndarray, mantissa_bits: int,
+                   mode: str = "nearest-even") -> np.ndarray:
+    """``a`` (float32) rounded with ``mantissa_bits`` explicit mantissa bits
+    (TF32: 10, bf16: 7), exponent range kept; ``mode`` is "nearest-even",
+    "nearest-away" (ties away from zero) or "toward-zero" (truncation)."""
     a = np.ascontiguousarray(a, np.float32)
     bits = a.view(np.uint32).astype(np.uint64)
-    drop = 23 - mantissa_bits
-    half = np.uint64(1 << (drop - 1))
-    lsb = (bits >> np.uint64(drop)) & np.uint64(1)
-    rounded = ((bits + half - np.uint64(1) + lsb) >> np.uint64(drop)) << np.uint64(drop)
-    out = rounded.astype(np.uint32).view(np.float32)
+    drop = np.uint64(23 - mantissa_bits)
+    half = np.uint64(1 << (23 - mantissa_bits - 1))
+    if mode == "nearest-even":
+        bits = bits + half - np.uint64(1) + ((bits >> drop) & np.uint64(1))
+    elif mode == "nearest-away":
+        bits = bits + half
+    elif mode != "toward-zero":
+        raise ValueError(f"unknown rounding mode {mode!r}")
+    out = ((bits >> drop) << drop).astype(np.uint32).view(np.float32)
     return np.where(np.isfinite(a), out, a)
 
 
 def reduced_operands(fmt: str, operands: list[Any]) -> list[list[np.ndarray]]:
     """The operand lists whose dot products, summed, are what a backend
-    computing in ``fmt`` gets: one list for tf32/bf16, three (hi*hi,
-    hi*lo, lo*hi) for bf16x3."""
+    computing in ``fmt`` (a REDUCED_FORMATS key) gets: one list for the
+    single formats, three (hi*hi, hi*lo, lo*hi) for bf16x3."""
     ops = [np.asarray(x) for x in operands]
     if fmt == "bf16x3":
         hi = [round_mantissa(x, 7) for x in ops]
         lo = [round_mantissa(x.astype(np.float32) - h, 7) for x, h in zip(ops, hi)]
         return [[hi[0], hi[1]], [hi[0], lo[1]], [lo[0], hi[1]]]
-    bits = REDUCED_FORMATS[fmt]
-    if bits is None:
+    spec = REDUCED_FORMATS[fmt]
+    if spec is None:
         raise ValueError(f"{fmt}: not one rounding format")
-    mant = bits[1]
-    return [[round_mantissa(x, mant) if x.dtype == np.float32 else x for x in ops]]
+    mant, mode = spec
+    return [[round_mantissa(x, mant, mode) if x.dtype == np.float32 else x for x in ops]]
+
+
+def format_label(fmt: str) -> str:
+    """How a report names a REDUCED_FORMATS entry."""
+    spec = REDUCED_FORMATS[fmt]
+    if spec is None:
+        return "bf16x3 (hi*hi + hi*lo + lo*hi)"
+    name = fmt.split("-")[0]
+    return f"{name} (rounded to {spec[1].replace('-', ' ')})"
 
 
 def mp_truth(op_name: str, inputs: list[Any]) -> np.ndarray | None:

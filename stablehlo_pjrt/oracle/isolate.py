@@ -294,9 +294,8 @@ def _sum_terms(rec: Recording, sums):
     return {i: (t[i][0], n[i][0]) for i in sums}
 
 
-def _run_sum_with(rec: Recording, i, operands):
-    text = cut_module(rec, [i])
-    return np.asarray(shi.compile(text, name="<sum hypothesis>").run(*operands)[0])
+def _sum_program(rec: Recording, i):
+    return shi.compile(cut_module(rec, [i]), name="<sum hypothesis>")
 
 
 def _reduce_dims(raw):
@@ -399,21 +398,22 @@ def _reduce_spread(dims, x, r):
 
 def _reduced_precision(v, rec, r, o, sum_info):
     """A dot/convolution whose other-side result matches the reference's on
-    operands rounded to TF32, bf16 or bf16x3."""
-    i = v.index
+    operands rounded to one of causes.REDUCED_FORMATS (TF32 in each of its
+    roundings, bf16, bf16x3)."""
+    if any(np.asarray(x).dtype != np.float32 for x in v.inputs[:2]):
+        return None
+    program = _sum_program(rec, v.index)
     for fmt in C.REDUCED_FORMATS:
-        if any(np.asarray(x).dtype != np.float32 for x in v.inputs[:2]):
-            return None
         parts = C.reduced_operands(fmt, v.inputs[:2])
         alt = None
         for ops in parts:
-            y = _run_sum_with(rec, i, ops + list(v.inputs[2:])).astype(np.float64)
+            y = np.asarray(program.run(*ops, *v.inputs[2:])[0]).astype(np.float64)
             alt = y if alt is None else alt + y
         allowed = sum_allowed(r, sum_info[0], sum_info[1]) * len(parts)
         if np.all(np.abs(o.astype(np.float64) - alt) <= allowed):
             return ("reduced-precision-inputs",
-                    f"{v.name}: matches the reference on operands rounded to {fmt} "
-                    "(the op's precision config allows it)")
+                    f"{v.name}: matches the reference on operands rounded to "
+                    f"{C.format_label(fmt)} (the op's precision config allows it)")
     return None
 
 

@@ -154,7 +154,9 @@ def compare(fn: Any, *args: Any, against: str | Runner = "cpu", rtol: float | No
         text, flat = fn, [np.asarray(a) for a in args]
         names = None
     else:
-        from ._lowering import lower, output_names
+        from ._lowering import canonical_args, lower, output_names
+        # As jax.jit takes them (float64 -> float32 without jax_enable_x64).
+        args = canonical_args(args)
         text, flat = lower(fn, *args, platform=_available(reference))
         names = output_names(fn, *args)
     other_name, run_other = other_runner(against)

@@ -1,0 +1,164 @@
+"""The oracle's verdicts on what real backends do: Runners that model what
+XLA's CUDA plugin and XLA CPU were seen doing (docs/oracle.md, "Seen on
+XLA's CUDA plugin"), each next to a planted bug the verdict must still
+call ``differ``.
+
+* a Triton GEMM at DEFAULT precision: operands rounded to TF32 with ties
+  away from zero (PTX cvt.rna.tf32.f32), split-K partial products;
+* CUDA's approximate f32 division (within 2 ULPs, not correctly rounded);
+* XLA CPU's tanh inside a fusion, a few ULPs less accurate than alone;
+* an FFT computed in another order (numpy's pocketfft in complex64);
+* float64 arguments without jax_enable_x64.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+lax = jax.lax
+
+from stablehlo_pjrt import oracle  # noqa: E402
+from stablehlo_pjrt.oracle import causes as C  # noqa: E402
+
+try:
+    jax.devices("cpu")
+except RuntimeError:  # pragma: no cover - a process limited to stablehlo_ref
+    pytest.skip("the oracle needs XLA CPU in the process", allow_module_level=True)
+
+CPU = oracle.jax_backend_runner("cpu")
+RNG = np.random.default_rng(7)
+
+_DOT = re.compile(r"^(\s*)(%\S+) = stablehlo\.dot_general (%[^,\s]+), (%[^,\s]+), "
+                  r"contracting_dims = \[1\] x \[0\](?:, precision = \[[A-Z, ]+\])? : "
+                  r"\(tensor<(\d+)x(\d+)xf32>, tensor<(\d+)x(\d+)xf32>\) -> "
+                  r"tensor<(\d+)x(\d+)xf32>")
+
+
+def _tf32(ind: str, name: str, shape: str, tag: str, mode: str) -> tuple[list[str], str]:
+    """StableHLO lines rounding the f32 tensor ``name`` to TF32 by integer
+    arithmetic on its bits (reduce_precision only rounds to nearest even)."""
+    t, u = f"tensor<{shape}xf32>", f"tensor<{shape}xui32>"
+    add = 0x1000 if mode == "nearest-away" else 0
+    lines = [f"{ind}%{tag}b = stablehlo.bitcast_convert {name} : ({t}) -> {u}",
+             f"{ind}%{tag}h = stablehlo.constant dense<{add}> : {u}",
+             f"{ind}%{tag}m = stablehlo.constant dense<4294959104> : {u}",   # 0xFFFFE000
+             f"{ind}%{tag}s = stablehlo.add %{tag}b, %{tag}h : {u}",
+             f"{ind}%{tag}a = stablehlo.and %{tag}s, %{tag}m : {u}",
+             f"{ind}%{tag}r = stablehlo.bitcast_convert %{tag}a : ({u}) -> {t}"]
+    return lines, f"%{tag}r"
+
+
+def triton_gemm(mode: str = "nearest-away", splits: int = 4, lhs_error: float = 0.0):
+    """A Runner: XLA CPU running each f32 matmul as XLA's Triton GEMM on a
+    GPU does at DEFAULT precision: operands rounded to TF32 (``mode``),
+    K split into ``splits`` f32 partial products summed afterwards (split-K).
+    ``lhs_error``: a planted bug, the lhs scaled by 1 + lhs_error first."""
+    def rewrite(text: str) -> str:
+        out, n = [], 0
+        for line in text.splitlines():
+            m = _DOT.match(line)
+            if not m:
+                out.append(line)
+                continue
+            n += 1
+            ind, res, a, b = m.group(1), m.group(2), m.group(3), m.group(4)
+            M, K, N = int(m.group(5)), int(m.group(6)), int(m.group(8))
+            if lhs_error:
+                out.append(f"{ind}%g{n}c = stablehlo.constant dense<{1 + lhs_error!r}> : "
+                           f"tensor<{M}x{K}xf32>")
+                out.append(f"{ind}%g{n}e = stablehlo.multiply {a}, %g{n}c : tensor<{M}x{K}xf32>")
+                a = f"%g{n}e"
+            la, a = _tf32(ind, a, f"{M}x{K}", f"g{n}a", mode)
+            lb, b = _tf32(ind, b, f"{K}x{N}", f"g{n}b", mode)
+            out += la + lb
+            k = K // splits if K % splits == 0 else K
+            parts = []
+            for s in range(K // k):
+                out.append(f"{ind}%g{n}x{s} = stablehlo.slice {a} [0:{M}, {s * k}:{s * k + k}] "
+                           f": (tensor<{M}x{K}xf32>) -> tensor<{M}x{k}xf32>")
+                out.append(f"{ind}%g{n}y{s} = stablehlo.slice {b} [{s * k}:{s * k + k}, 0:{N}] "
+                           f": (tensor<{K}x{N}xf32>) -> tensor<{k}x{N}xf32>")
+                out.append(f"{ind}%g{n}p{s} = stablehlo.dot_general %g{n}x{s}, %g{n}y{s}, "
+                           f"contracting_dims = [1] x [0] : (tensor<{M}x{k}xf32>, "
+                           f"tensor<{k}x{N}xf32>) -> tensor<{M}x{N}xf32>")
+                parts.append(f"%g{n}p{s}")
+            acc = parts[0]
+            for s, p in enumerate(parts[1:]):
+                nxt = res if s == len(parts) - 2 else f"%g{n}q{s}"
+                out.append(f"{ind}{nxt} = stablehlo.add {acc}, {p} : tensor<{M}x{N}xf32>")
+                acc = nxt
+            if len(parts) == 1:
+                out.append(f"{ind}{res} = stablehlo.add {acc}, %g{n}z : tensor<{M}x{N}xf32>")
+                out.insert(-1, f"{ind}%g{n}z = stablehlo.constant dense<0.0> : "
+                               f"tensor<{M}x{N}xf32>")
+        return "\n".join(out)
+
+    def run(text, args):
+        return CPU(rewrite(text), args)
+    run.__name__ = f"triton-gemm-{mode}"
+    return run
+
+
+def _with_ties(shape) -> np.ndarray:
+    """Random f32 values, a quarter of them halfway between two TF32 values
+    (their dropped 13 bits 0x1000: data with short mantissas has many), where
+    the TF32 roundings to nearest even and away from zero differ."""
+    a = RNG.standard_normal(shape).astype(np.float32)
+    bits = a.view(np.uint32)
+    tie = RNG.random(shape) < 0.25
+    bits[tie] = (bits[tie] & np.uint32(0xFFFFE000)) | np.uint32(0x1000)
+    return a
+
+
+def test_tf32_rounding_flavours():
+    x = np.array([1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, -(1 + 2.0 ** -11), 1 + 2.0 ** -12],
+                 np.float32)
+    assert C.round_mantissa(x, 10).tolist() == [1, 1 + 2.0 ** -9, -1, 1]
+    assert C.round_mantissa(x, 10, "nearest-away").tolist() == \
+        [1 + 2.0 ** -10, 1 + 2.0 ** -9, -(1 + 2.0 ** -10), 1]
+    assert C.round_mantissa(x, 10, "toward-zero").tolist() == \
+        [1, 1 + 2.0 ** -10, -1, 1]
+    with pytest.raises(ValueError, match="rounding mode"):
+        C.round_mantissa(x, 10, "up")
+
+
+@pytest.mark.parametrize("mode", ["nearest-away", "toward-zero"])
+def test_triton_split_k_tf32_dot_is_reduced_precision_inputs(mode):
+    a, b = _with_ties((64, 512)), _with_ties((512, 64))
+    rep = oracle.compare(lambda a, b: a @ b, a, b, against=triton_gemm(mode))
+    assert rep.verdict == "explained", str(rep)
+    assert rep.causes == {"reduced-precision-inputs"}, str(rep)
+    assert "tf32" in str(rep) and mode.replace("-", " ") in str(rep)
+    # At HIGHEST the same backend is wrong.
+    hi = oracle.compare(lambda a, b: jnp.matmul(a, b, precision=lax.Precision.HIGHEST),
+                        a, b, against=triton_gemm(mode))
+    assert hi.verdict == "differ", str(hi)
+
+
+def test_a_dot_wrong_beyond_tf32_still_differs():
+    a, b = _with_ties((64, 512)), _with_ties((512, 64))
+    # The lhs off by 2^-9 relative: more than TF32's rounding (2^-11) explains.
+    rep = oracle.compare(lambda a, b: a @ b, a, b,
+                         against=triton_gemm("nearest-away", lhs_error=2.0 ** -9))
+    assert rep.verdict == "differ", str(rep)
+    assert "dot_general" in str(rep)
+
+
+def test_float64_arguments_are_canonicalised_as_jit_does():
+    # Without jax_enable_x64, jit runs a float64 argument as float32.
+    assert not jax.config.jax_enable_x64
+    a = RNG.standard_normal((32, 32))
+    rep = oracle.compare(lambda a, b: a @ b, a, a, against="cpu")
+    assert rep.ok and rep.outputs[0].dtype == "float32", str(rep)
+    assert oracle.first_divergence(lambda a, b: a @ b, a, a, against="cpu") is None
+    # A Python scalar keeps its weak type: x * 2.5 stays bf16.
+    x = RNG.standard_normal(16).astype(jnp.bfloat16)
+    rep = oracle.compare(lambda x, s: x * s, x, 2.5, against="cpu")
+    assert rep.ok and rep.outputs[0].dtype == "bfloat16", str(rep)
+    i = np.arange(8, dtype=np.int64)
+    assert oracle.compare(lambda i: i * 3, i, against="cpu").verdict == "identical"
