@@ -162,3 +162,56 @@ def test_float64_arguments_are_canonicalised_as_jit_does():
     assert rep.ok and rep.outputs[0].dtype == "bfloat16", str(rep)
     i = np.arange(8, dtype=np.int64)
     assert oracle.compare(lambda i: i * 3, i, against="cpu").verdict == "identical"
+
+
+_DIV = re.compile(r"^(\s*)(%\S+) = stablehlo\.divide (%[^,\s]+), (%[^,\s]+) : "
+                  r"(tensor<[^>]*xf32>)")
+
+
+def approximate_division(ulps: int = 1):
+    """A Runner: XLA CPU with each f32 quotient moved ``ulps`` ULPs away
+    from zero after its correct rounding (integer arithmetic on its bits).
+    One ULP: 0.5 to 1.5 ULPs from the exact quotient, an approximate
+    division within the 2 ULPs CUDA's div.full.f32 errs by (1.98 on the
+    captured data); more: a planted bug."""
+    def rewrite(text: str) -> str:
+        out = []
+        for n, line in enumerate(text.splitlines()):
+            m = _DIV.match(line)
+            if not m:
+                out.append(line)
+                continue
+            ind, res, x, y, t = m.groups()
+            u = t.replace("xf32>", "xui32>")
+            out += [f"{ind}%d{n}q = stablehlo.divide {x}, {y} : {t}",
+                    f"{ind}%d{n}b = stablehlo.bitcast_convert %d{n}q : ({t}) -> {u}",
+                    f"{ind}%d{n}k = stablehlo.constant dense<{ulps}> : {u}",
+                    f"{ind}%d{n}s = stablehlo.add %d{n}b, %d{n}k : {u}",
+                    f"{ind}{res} = stablehlo.bitcast_convert %d{n}s : ({u}) -> {t}"]
+        return "\n".join(out)
+
+    def run(text, args):
+        return CPU(rewrite(text), args)
+    run.__name__ = "approximate-division"
+    return run
+
+
+def test_approximate_division_is_named():
+    x = RNG.standard_normal(20_000).astype(np.float32)
+    y = RNG.uniform(0.01, 5, 20_000).astype(np.float32)
+    rep = oracle.compare(lambda x, y: x / y, x, y, against=approximate_division())
+    assert rep.verdict == "explained", str(rep)
+    assert rep.causes == {"approximate-division"}, str(rep)
+    assert "not correctly rounded" in str(rep)
+    # Where IEEE division is required.
+    strict = oracle.compare(lambda x, y: x / y, x, y, against=approximate_division(),
+                            forbid=["approximate-division"])
+    assert strict.verdict == "differ", str(strict)
+    # 3.5 to 4.5 ULPs off: a wrong division.
+    bug = oracle.compare(lambda x, y: x / y, x, y,
+                         against=approximate_division(4))
+    assert bug.verdict == "differ", str(bug)
+    assert "more than an approximate division" in str(bug)
+    d = oracle.first_divergence(lambda x, y: x / y, x, y,
+                                against=approximate_division(4))
+    assert d is not None and d.op is not None and "divide" in str(d)

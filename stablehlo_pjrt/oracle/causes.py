@@ -23,6 +23,10 @@ seeing the difference disappear (docs/oracle.md lists them):
     correctly rounded result, or of the result for an input that many ULPs
     away (lgamma, digamma: also that many ULPs of 1); both sides are
     measured against a truth computed with mpmath.
+``approximate-division``
+    a floating-point divide that is not correctly rounded (StableHLO's
+    divide is IEEE division) but within APPROXIMATE_DIVISION_ULPS of the
+    exact quotient: what GPUs compute by default (CUDA's div.full.f32).
 ``nan-payload``, ``signed-zero``
     NaNs with other bits, zeros of the other sign.
 ``unexplained``
@@ -40,7 +44,8 @@ import numpy as np
 from stablehlo_interpreter import with_trait
 
 CAUSES = ("summation-order", "reduced-precision-inputs", "excess-precision",
-          "flush-to-zero", "transcendental-accuracy", "nan-payload", "signed-zero")
+          "flush-to-zero", "transcendental-accuracy", "approximate-division",
+          "nan-payload", "signed-zero")
 UNEXPLAINED = "unexplained"
 
 # Formats a DEFAULT/HIGH dot may round its operands to: (mantissa bits, the
@@ -52,6 +57,11 @@ UNEXPLAINED = "unexplained"
 REDUCED_FORMATS: dict[str, tuple[int, str] | None] = {
     "tf32": (10, "nearest-even"), "tf32-rna": (10, "nearest-away"),
     "tf32-rz": (10, "toward-zero"), "bf16": (7, "nearest-even"), "bf16x3": None}
+# How far from the exact quotient an approximate division may be: CUDA
+# documents 2 ULPs for div.full.f32 and for x/y compiled with
+# -prec-div=false (CUDA C++ Programming Guide, "Mathematical Functions",
+# single precision: "x/y ... 2 ulp" without IEEE-compliant division).
+APPROXIMATE_DIVISION_ULPS = 2.0
 # How far a transcendental function's result may be from a correctly rounded
 # one of an input this many ULPs away (backward error), or this many ULPs of
 # the result (forward error), to count as an accuracy difference, not a bug.
@@ -256,6 +266,46 @@ def mp_truth(op_name: str, inputs: list[Any]) -> np.ndarray | None:
 
 
 TRANSCENDENTAL_OPS = with_trait("transcendental")  # registry.TRAITS
+
+
+def _spacing(dtype: np.dtype[Any], v: np.ndarray) -> np.ndarray:
+    """The ULP of ``dtype`` at |v| (float64 values; bf16/f8 from finfo)."""
+    fi = _finfo(dtype)
+    if dtype.kind == "f":
+        sp = np.abs(np.spacing(np.abs(v).astype(dtype)).astype(np.float64))
+    else:
+        sp = np.maximum(np.abs(v) * float(fi.eps), float(fi.tiny))
+    return np.asarray(np.maximum(sp, float(fi.smallest_subnormal)))
+
+
+def division_verdict(x: np.ndarray, y: np.ndarray, ref: np.ndarray, other: np.ndarray,
+                     bad: np.ndarray) -> tuple[bool, str]:
+    """(explained, text) for a real divide whose other-side quotients differ
+    from the reference's correctly rounded ones at ``bad``: whether each is
+    within APPROXIMATE_DIVISION_ULPS of the exact quotient (the float64
+    quotient of the operands, exact to 2^-53 relative for f32 and narrower)."""
+    dtype = np.asarray(ref).dtype
+    if dtype.itemsize > 4:
+        return False, "stablehlo.divide: not correctly rounded (float64: no exact quotient here)"
+    bad = np.asarray(bad).reshape(-1)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        exact = (np.broadcast_to(np.asarray(x, np.float64), np.shape(ref)).reshape(-1)[bad] /
+                 np.broadcast_to(np.asarray(y, np.float64), np.shape(ref)).reshape(-1)[bad])
+    o = np.asarray(other).astype(np.float64).reshape(-1)[bad]
+    finite = np.isfinite(exact) & np.isfinite(o)
+    same = (o == exact) | (np.isnan(o) & np.isnan(exact))
+    with np.errstate(invalid="ignore"):
+        err = np.where(finite, np.abs(o - exact) / _spacing(dtype, exact), np.inf)
+    err = np.where(same, 0.0, err)
+    k = APPROXIMATE_DIVISION_ULPS
+    worst = float(np.max(err)) if err.size else 0.0
+    text = (f"stablehlo.divide: {int(bad.sum())} of {np.size(ref)} quotient(s) not correctly "
+            f"rounded (StableHLO's divide is IEEE division); vs the exact quotient the other "
+            f"side errs by at most {worst:.3g} ULP")
+    if worst <= k:
+        return True, text + (f", within the {k:g} ULPs of an approximate division (CUDA's "
+                             "div.full.f32)")
+    return False, text + f", more than an approximate division's {k:g} ULPs"
 
 
 def transcendental_verdict(op_name: str, x: np.ndarray, ref: np.ndarray,

@@ -8,8 +8,10 @@ once on the reference's inputs, so each op is judged on its own, against
 its own bound:
 
 * ops that move or select values, and integer results: equal;
-* basic arithmetic (add, multiply, divide, sqrt, convert, ...): within
-  ARITHMETIC_ULPS;
+* basic arithmetic (add, multiply, divide, sqrt, convert, ...): the
+  correctly rounded result, bit for bit (the reference's); a divide within
+  causes.APPROXIMATE_DIVISION_ULPS of the exact quotient is
+  ``approximate-division``;
 * sums (dot_general, convolution, add-reductions): within the
   summation-order bound (see :func:`sum_allowed`); a DEFAULT/HIGH
   dot/convolution may instead match its operands rounded to TF32, bf16 or
@@ -39,7 +41,6 @@ from .bounds import SPREAD_FACTOR, TRANSCENDENTAL_ULPS, order_spread, unit_round
 
 Runner = Callable[[str, Sequence[np.ndarray]], Sequence[np.ndarray]]
 
-ARITHMETIC_ULPS = 2
 # The error model of each op is a registry trait (stablehlo_interpreter's
 # registry.TRAITS): no rounding, one rounding, a sum in any order; ops with
 # bodies (and chlo.top_k) are judged as one unit.
@@ -337,7 +338,8 @@ def _judge(v: OpVerdict, sum_info, rec, allows_rounding, dims):
         if v.name in EXACT_OPS:
             allowed = np.zeros_like(r64)
         elif v.name in ARITHMETIC_OPS:
-            allowed = ARITHMETIC_ULPS * spacing
+            # IEEE operations: one correctly rounded result, the reference's.
+            allowed = np.zeros_like(r64)
         elif v.name in C.TRANSCENDENTAL_OPS:
             allowed = TRANSCENDENTAL_ULPS * spacing
         elif sum_info is not None:
@@ -359,6 +361,12 @@ def _judge(v: OpVerdict, sum_info, rec, allows_rounding, dims):
         explained = None
         if C.ftz_explains(r, o, bad):
             explained = ("flush-to-zero", "subnormal results taken as zero")
+        elif v.name == "stablehlo.divide" and len(v.inputs) == 2:
+            ok, text = C.division_verdict(v.inputs[0], v.inputs[1], r, o, bad)
+            if ok:
+                explained = ("approximate-division", text)
+            else:
+                v.detail += text + "\n"
         elif v.name in C.TRANSCENDENTAL_OPS and len(v.inputs) == 1:
             ok, text = C.transcendental_verdict(v.name, v.inputs[0], r, o, bad)
             if ok:
