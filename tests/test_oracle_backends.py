@@ -215,3 +215,46 @@ def test_approximate_division_is_named():
     d = oracle.first_divergence(lambda x, y: x / y, x, y,
                                 against=approximate_division(4))
     assert d is not None and d.op is not None and "divide" in str(d)
+
+
+_TANH = re.compile(r"^(\s*)(%\S+) = stablehlo\.tanh (%[^\s]+) : (tensor<[^>]*xf32>)")
+
+
+def tanh_in_fusion(ulps: int):
+    """A Runner: XLA CPU with each f32 tanh whose operand is computed in the
+    module (not a parameter: inside a fusion, not run alone) moved ``ulps``
+    ULPs away from zero: XLA CPU's tanh in jax.nn.gelu's fusion errs by 4
+    ULPs where its tanh alone is correctly rounded."""
+    def rewrite(text: str) -> str:
+        out = []
+        for n, line in enumerate(text.splitlines()):
+            m = _TANH.match(line)
+            if not m or m.group(3).startswith("%arg"):
+                out.append(line)
+                continue
+            ind, res, x, t = m.groups()
+            u = t.replace("xf32>", "xui32>")
+            out += [f"{ind}%t{n}q = stablehlo.tanh {x} : {t}",
+                    f"{ind}%t{n}b = stablehlo.bitcast_convert %t{n}q : ({t}) -> {u}",
+                    f"{ind}%t{n}k = stablehlo.constant dense<{ulps}> : {u}",
+                    f"{ind}%t{n}s = stablehlo.add %t{n}b, %t{n}k : {u}",
+                    f"{ind}{res} = stablehlo.bitcast_convert %t{n}s : ({u}) -> {t}"]
+        return "\n".join(out)
+
+    def run(text, args):
+        return CPU(rewrite(text), args)
+    run.__name__ = f"tanh-in-fusion-{ulps}"
+    return run
+
+
+def test_gelu_with_a_less_accurate_fused_tanh_is_transcendental_accuracy():
+    # x near -3.3: 1 + tanh(...) cancels, amplifying tanh's error ~1000x.
+    # (|tanh| stays below 1 even 4 ULPs away from zero: |x| < 4.5.)
+    x = np.concatenate([RNG.uniform(-3.6, -3.0, 2000), RNG.uniform(-4.5, 4.5, 2000)])
+    x = x.astype(np.float32)
+    rep = oracle.compare(jax.nn.gelu, x, against=tanh_in_fusion(4))
+    assert rep.verdict == "explained", str(rep)
+    assert rep.causes == {"transcendental-accuracy"}, str(rep)
+    assert "tanh" in str(rep)
+    bug = oracle.compare(jax.nn.gelu, x, against=tanh_in_fusion(1 << 16))
+    assert bug.verdict == "differ", str(bug)

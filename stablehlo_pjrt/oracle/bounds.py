@@ -130,6 +130,7 @@ class Bounds:
     worst: list[np.ndarray]
     spread: list[np.ndarray]
     unmodelled: set[str] = field(default_factory=set)   # primitives without a rule
+    transcendental: set[str] = field(default_factory=set)   # such primitives walked
 
     def allowed(self, k: int) -> np.ndarray:
         """The largest |other - centre| output ``k`` may legitimately show:
@@ -175,8 +176,11 @@ def _gamma(n: float, u: float) -> float:
 class _Walker:
     """Evaluates a jaxpr on (value, worst, variance) triples in float64."""
 
-    def __init__(self) -> None:
+    def __init__(self, transcendental_ulps: float = TRANSCENDENTAL_ULPS) -> None:
         self.unmodelled: set[str] = set()
+        self.transcendental: set[str] = set()
+        # The worst-case error of a transcendental function, in u*|y|.
+        self.transcendental_ulps = transcendental_ulps
 
     # -- one primitive ----------------------------------------------------
     def eqn(self, eqn: Any, ins: list[Triple]) -> list[Triple]:
@@ -346,7 +350,8 @@ class _Walker:
         if prim in EXACT:
             return 0 * ay, 0 * ay
         if prim in TRANSCENDENTAL:
-            return TRANSCENDENTAL_ULPS * u * ay, u * ay
+            self.transcendental.add(prim)
+            return self.transcendental_ulps * u * ay, u * ay
         if prim == "integer_pow":
             c = abs(params["y"])
             return c * u * ay, c * u * ay
@@ -451,13 +456,16 @@ def _widen_params(prim: str, params: Any) -> dict[str, Any]:
     return p
 
 
-_CACHE: dict[tuple[str, str], Callable[..., Any]] = {}
+_CACHE: dict[tuple[str, str, float], Callable[..., Any]] = {}
 
 
-def bounds(fn: Callable[..., Any], *args: Any, shadow_on: str = "stablehlo_ref") -> Bounds:
+def bounds(fn: Callable[..., Any], *args: Any, shadow_on: str = "stablehlo_ref",
+           transcendental_ulps: float = TRANSCENDENTAL_ULPS) -> Bounds:
     """The centre, worst-case bound and spread of every output leaf of
     ``fn(*args)`` (see the module docstring). ``args`` are what ``fn``
-    takes; integer and bool outputs get zero bounds (they must be equal)."""
+    takes; integer and bool outputs get zero bounds (they must be equal).
+    ``transcendental_ulps``: each transcendental function's own worst-case
+    error, in u*|y| (the transcendental-accuracy hypothesis widens it)."""
     import jax
 
     from ._lowering import unwrap_keys
@@ -479,30 +487,32 @@ def bounds(fn: Callable[..., Any], *args: Any, shadow_on: str = "stablehlo_ref")
             except RuntimeError:
                 continue
         device = device or jax.devices()[0]
-        walk = _jitted_walk(closed, device.platform)
+        walk = _jitted_walk(closed, device.platform, transcendental_ulps)
         with jax.default_device(device):
             out = walk(flat)
         out = jax.device_get(out)
-    unmodelled = _CACHE_UNMODELLED.get(id(walk), set())
+    walker = _WALKERS.get(id(walk))
     centre = [np.asarray(o) for o, _, _ in out]
     worst = [np.asarray(w) for _, w, _ in out]
     spread = [np.asarray(s) for _, _, s in out]
-    return Bounds(centre, worst, spread, unmodelled)
+    return Bounds(centre, worst, spread, set(walker.unmodelled) if walker else set(),
+                  set(walker.transcendental) if walker else set())
 
 
-_CACHE_UNMODELLED: dict[int, set[str]] = {}
+_WALKERS: dict[int, _Walker] = {}   # id(jitted walk) -> its walker
 # (id(ClosedJaxpr), platform) -> (that jaxpr, its walk): jit's trace cache hands it back
-_BY_ID: dict[tuple[int, str], tuple[Any, Callable[..., Any]]] = {}
+_BY_ID: dict[tuple[int, str, float], tuple[Any, Callable[..., Any]]] = {}
 
 
-def _jitted_walk(closed: Any, platform: str) -> Callable[..., Any]:
+def _jitted_walk(closed: Any, platform: str,
+                 transcendental_ulps: float = TRANSCENDENTAL_ULPS) -> Callable[..., Any]:
     """The jitted walk of ``closed``, cached by the jaxpr's text and
     constants: a program compared again is neither traced nor planned
     again."""
     import hashlib
 
     import jax
-    known = _BY_ID.get((id(closed), platform))
+    known = _BY_ID.get((id(closed), platform, transcendental_ulps))
     if known is not None and known[0] is closed:
         return known[1]
     h = hashlib.sha256(str(closed.jaxpr).encode())
@@ -510,12 +520,12 @@ def _jitted_walk(closed: Any, platform: str) -> Callable[..., Any]:
         c = np.asarray(c)
         h.update(f"{c.dtype}{c.shape}".encode())
         h.update(np.ascontiguousarray(c).tobytes())
-    key = (h.hexdigest(), platform)
+    key = (h.hexdigest(), platform, transcendental_ulps)
     fn = _CACHE.get(key)
     if fn is not None:
-        _BY_ID[(id(closed), platform)] = (closed, fn)
+        _BY_ID[(id(closed), platform, transcendental_ulps)] = (closed, fn)
         return fn
-    walker = _Walker()
+    walker = _Walker(transcendental_ulps)
 
     def run(flat: list[Any]) -> list[Triple]:
         ins: list[Triple] = [(x, EXACT_ERR, EXACT_ERR) for x in flat]
@@ -527,12 +537,12 @@ def _jitted_walk(closed: Any, platform: str) -> Callable[..., Any]:
 
     fn = jax.jit(run)
     if len(_CACHE) >= 32:
-        _CACHE.pop(next(iter(_CACHE)))
+        _WALKERS.pop(id(_CACHE.pop(next(iter(_CACHE)))), None)
     _CACHE[key] = fn
-    _CACHE_UNMODELLED[id(fn)] = walker.unmodelled
+    _WALKERS[id(fn)] = walker
     if len(_BY_ID) >= 32:
         _BY_ID.pop(next(iter(_BY_ID)))
-    _BY_ID[(id(closed), platform)] = (closed, fn)
+    _BY_ID[(id(closed), platform, transcendental_ulps)] = (closed, fn)
     return fn
 
 
