@@ -258,3 +258,59 @@ def test_gelu_with_a_less_accurate_fused_tanh_is_transcendental_accuracy():
     assert "tanh" in str(rep)
     bug = oracle.compare(jax.nn.gelu, x, against=tanh_in_fusion(1 << 16))
     assert bug.verdict == "differ", str(bug)
+
+
+def radix2_fft(wrong_twiddle: int | None = None):
+    """A Runner for a module that is one complex64 FFT of a power-of-two
+    length (the program and its isolated op alike): an iterative radix-2
+    FFT in complex64, log2(n) butterfly stages, with twiddles rounded to
+    complex64: another legitimate order than the reference's (complex128,
+    rounded once). ``wrong_twiddle``: a planted bug, the last stage's
+    twiddle at that index taken one step too far (w^(k+1))."""
+    def run(text, args):
+        assert "stablehlo.fft" in text and len(args) == 1
+        x = np.asarray(args[0], np.complex64)
+        n = x.shape[-1]
+        bits = int(np.log2(n))
+        rev = np.array([int(f"{i:0{bits}b}"[::-1], 2) for i in range(n)])
+        y = x[..., rev]
+        m = 2
+        while m <= n:
+            w = np.exp(-2j * np.pi * np.arange(m // 2) / m)
+            if wrong_twiddle is not None and m == n:
+                w[wrong_twiddle] = np.exp(-2j * np.pi * (wrong_twiddle + 1) / m)
+            w = w.astype(np.complex64)
+            y = y.reshape(y.shape[:-1] + (n // m, m))
+            even, odd = y[..., : m // 2], y[..., m // 2:] * w
+            y = np.concatenate([even + odd, even - odd], axis=-1).reshape(x.shape)
+            m *= 2
+        return [y.astype(np.complex64)]
+    run.__name__ = "radix2-fft" if wrong_twiddle is None else "radix2-fft-bug"
+    return run
+
+
+def test_fft_in_another_order_is_within_its_bound():
+    z = (RNG.standard_normal(4096) + 1j * RNG.standard_normal(4096)).astype(np.complex64)
+    rep = oracle.compare(jnp.fft.fft, z, against=radix2_fft())
+    assert rep.ok and rep.verdict in ("agree", "explained"), str(rep)
+    rep = oracle.compare(jnp.fft.fft, z, against="cpu")
+    assert rep.ok, str(rep)
+    # One twiddle of 2048 off by one step (2*pi/4096): two outputs wrong.
+    bug = oracle.compare(jnp.fft.fft, z, against=radix2_fft(wrong_twiddle=1000))
+    assert bug.verdict == "differ", str(bug)
+    assert "stablehlo.fft" in str(bug) and "FFT of length [4096]" in str(bug)
+
+
+def test_fft_bound_covers_inverse_and_real_transforms():
+    from stablehlo_pjrt.oracle.bounds import fft_allowed
+    x = RNG.standard_normal((3, 64)).astype(np.float32)
+    for kind, arg, dtype, ref in (
+            ("RFFT", x, np.complex64, np.fft.rfft(x).astype(np.complex64)),
+            ("IFFT", x.astype(np.complex64), np.complex64, np.fft.ifft(x).astype(np.complex64)),
+            ("IRFFT", np.fft.rfft(x).astype(np.complex64), np.float32,
+             np.fft.irfft(np.fft.rfft(x).astype(np.complex64), 64).astype(np.float32))):
+        exact, allowed = fft_allowed(kind, [64], arg, dtype)
+        assert exact.shape == ref.shape and np.all(np.abs(ref - exact) <= allowed), kind
+        assert np.all(allowed < 1e-4 * np.max(np.abs(exact))), kind
+    y = np.fft.rfft(x).astype(np.complex64)
+    assert oracle.compare(lambda v: jnp.fft.irfft(v, 64), y, against="cpu").ok

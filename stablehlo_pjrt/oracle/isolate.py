@@ -48,6 +48,7 @@ EXACT_OPS = with_trait("no_rounding")
 ARITHMETIC_OPS = with_trait("one_rounding")
 SUM_OPS = with_trait("summing")
 _UNITS = with_trait("judged_whole")
+FOURIER_OPS = with_trait("fourier")
 
 
 @dataclass
@@ -271,11 +272,15 @@ def isolate(text: Any, args: Sequence[np.ndarray], run_other: Runner,
                 and unit_roundoff(np.asarray(rec.events[i][5][0]).dtype) > 0]
         allows = {i: _precision_allows_rounding(raws[i]) for i in sums}
         dims = {i: _reduce_dims(raws[i]) for i in sums}
+        fourier = {i: _fft_attrs(raws[i]) for i in which if raws[i].name in FOURIER_OPS}
     sum_info = _sum_terms(rec, sums) if sums else {}
     for i in which:
         _, name, loc, fn, inputs, ref, position = rec.events[i]
         v = OpVerdict(i, name, loc, fn, inputs, ref, other_vals[i], position=position)
-        _judge(v, sum_info.get(i), rec, allows.get(i, False), dims.get(i))
+        if i in fourier:
+            _judge_fft(v, *fourier[i])
+        else:
+            _judge(v, sum_info.get(i), rec, allows.get(i, False), dims.get(i))
         verdicts.append(v)
     for name in rec.skipped:
         verdicts.append(OpVerdict(-1, name, "", "", [], [], [], status="not isolated"))
@@ -392,6 +397,46 @@ def _judge(v: OpVerdict, sum_info, rec, allows_rounding, dims):
         v.detail += "\n".join(problems)
     elif found:
         v.status, v.causes = "explained", found
+
+
+def _fft_attrs(raw):
+    """(fft_type, fft_length) of a stablehlo.fft."""
+    from jaxlib.mlir import ir
+    kind = str(raw.attributes["fft_type"]).rstrip(">").split()[-1]
+    return kind, [int(n) for n in ir.DenseI64ArrayAttr(raw.attributes["fft_length"])]
+
+
+def _judge_fft(v: OpVerdict, fft_type: str, lengths: list[int]) -> None:
+    """An FFT judged alone: each output element within the rounding bound
+    of a floating-point FFT (bounds.fft_allowed) of the exact transform."""
+    from .bounds import fft_allowed
+    r, o = np.asarray(v.reference[0]), np.asarray(v.other[0])
+    if r.shape != o.shape or r.dtype != o.dtype:
+        v.status, v.causes = "blame", {C.UNEXPLAINED}
+        v.detail += f"result #0: {o.dtype}{list(o.shape)} vs {r.dtype}{list(r.shape)}"
+        return
+    if r.tobytes() == o.tobytes() or C.bit_causes(r, o) is not None:
+        return
+    exact, allowed = fft_allowed(fft_type, lengths, np.asarray(v.inputs[0]), r.dtype)
+    o128 = o.astype(np.complex128 if o.dtype.kind == "c" else np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(o128 - exact)
+        bad = ~(err <= allowed)
+    what = f"{v.name} {fft_type} of length {lengths}"
+    if not bad.any():
+        ratio = float(np.max(err / allowed)) if np.all(allowed > 0) else 0.0
+        v.status, v.causes = "explained", {"summation-order"}
+        v.detail += (f"{what}: within the rounding bound of a floating-point FFT "
+                     f"(Higham ch. 24; the largest difference is {ratio:.2g} of it)\n")
+        return
+    worst = int(np.argmax(np.where(bad, np.nan_to_num(err, nan=np.inf), -1)))
+    idx = [int(i) for i in np.unravel_index(worst, r.shape)] if r.shape else []
+    v.status, v.causes = "blame", {C.UNEXPLAINED}
+    v.detail += (f"result #0: {int(bad.sum())} of {r.size} element(s) of {what} outside the "
+                 f"rounding bound of a floating-point FFT; worst at {idx}: reference "
+                 f"{r.reshape(-1)[worst].item()!r}, other {o.reshape(-1)[worst].item()!r}, "
+                 f"exact {complex(exact.reshape(-1)[worst])!r}, bound "
+                 f"{float(np.broadcast_to(allowed, r.shape).reshape(-1)[worst]):.3g}")
 
 
 def _reduce_spread(dims, x, r):
