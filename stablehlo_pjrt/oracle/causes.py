@@ -226,8 +226,9 @@ def format_label(fmt: str) -> str:
     spec = REDUCED_FORMATS[fmt]
     if spec is None:
         return "bf16x3 (hi*hi + hi*lo + lo*hi)"
-    name = fmt.split("-")[0]
-    return f"{name} (rounded to {spec[1].replace('-', ' ')})"
+    how = {"nearest-even": "to nearest even", "nearest-away": "to nearest, ties away from "
+           "zero", "toward-zero": "toward zero"}[spec[1]]
+    return f"{fmt.split('-')[0]} (rounded {how})"
 
 
 def mp_truth(op_name: str, inputs: list[Any]) -> np.ndarray | None:
