@@ -18,6 +18,8 @@ its own bound:
   bf16x3 (``reduced-precision-inputs``);
 * transcendental functions: within bounds.TRANSCENDENTAL_ULPS, else the
   ``transcendental-accuracy`` test of causes.py;
+* FFTs (registry trait ``fourier``): within bounds.fft_allowed of the
+  exact transform;
 * anything else (ops with bodies, custom calls, sorts): the per-dtype
   tolerance of stablehlo_interpreter.compare.
 
