@@ -165,6 +165,17 @@ def test_float64_arguments_are_canonicalised_as_jit_does():
     assert oracle.compare(lambda i: i * 3, i, against="cpu").verdict == "identical"
 
 
+def _ulps_away(ind: str, res: str, op: str, t: str, ulps: int, tag: str) -> list[str]:
+    """StableHLO lines computing ``res = op : t`` (f32) and then moving it
+    ``ulps`` ULPs away from zero (integer arithmetic on its bits)."""
+    u = t.replace("xf32>", "xui32>")
+    return [f"{ind}%{tag}q = {op} : {t}",
+            f"{ind}%{tag}b = stablehlo.bitcast_convert %{tag}q : ({t}) -> {u}",
+            f"{ind}%{tag}k = stablehlo.constant dense<{ulps}> : {u}",
+            f"{ind}%{tag}s = stablehlo.add %{tag}b, %{tag}k : {u}",
+            f"{ind}{res} = stablehlo.bitcast_convert %{tag}s : ({u}) -> {t}"]
+
+
 _DIV = re.compile(r"^(\s*)(%\S+) = stablehlo\.divide (%[^,\s]+), (%[^,\s]+) : "
                   r"(tensor<[^>]*xf32>)")
 
@@ -183,12 +194,7 @@ def approximate_division(ulps: int = 1):
                 out.append(line)
                 continue
             ind, res, x, y, t = m.groups()
-            u = t.replace("xf32>", "xui32>")
-            out += [f"{ind}%d{n}q = stablehlo.divide {x}, {y} : {t}",
-                    f"{ind}%d{n}b = stablehlo.bitcast_convert %d{n}q : ({t}) -> {u}",
-                    f"{ind}%d{n}k = stablehlo.constant dense<{ulps}> : {u}",
-                    f"{ind}%d{n}s = stablehlo.add %d{n}b, %d{n}k : {u}",
-                    f"{ind}{res} = stablehlo.bitcast_convert %d{n}s : ({u}) -> {t}"]
+            out += _ulps_away(ind, res, f"stablehlo.divide {x}, {y}", t, ulps, f"d{n}")
         return "\n".join(out)
 
     def run(text, args):
@@ -234,12 +240,7 @@ def tanh_in_fusion(ulps: int):
                 out.append(line)
                 continue
             ind, res, x, t = m.groups()
-            u = t.replace("xf32>", "xui32>")
-            out += [f"{ind}%t{n}q = stablehlo.tanh {x} : {t}",
-                    f"{ind}%t{n}b = stablehlo.bitcast_convert %t{n}q : ({t}) -> {u}",
-                    f"{ind}%t{n}k = stablehlo.constant dense<{ulps}> : {u}",
-                    f"{ind}%t{n}s = stablehlo.add %t{n}b, %t{n}k : {u}",
-                    f"{ind}{res} = stablehlo.bitcast_convert %t{n}s : ({u}) -> {t}"]
+            out += _ulps_away(ind, res, f"stablehlo.tanh {x}", t, ulps, f"t{n}")
         return "\n".join(out)
 
     def run(text, args):
