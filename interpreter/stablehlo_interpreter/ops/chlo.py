@@ -462,7 +462,7 @@ def _descending_key(x):
     size = np.dtype(dt).itemsize
     if dtypes.is_float(dt) and size in _SINT_OF and dtypes.bit_width(dt) == size * 8:
         b = x.view(_SINT_OF[size])
-        mag = b.dtype.type(np.iinfo(b.dtype).max)
+        mag = b.dtype.type((1 << (size * 8 - 1)) - 1)   # the maximum (np.iinfo costs ~5 us)
         # ~(b ^ ((b >> (w - 1)) & mag)), in one fresh array updated in place.
         key = np.right_shift(b, b.dtype.type(size * 8 - 1), out=np.empty(b.shape, b.dtype))
         np.bitwise_and(key, mag, out=key)
