@@ -43,7 +43,8 @@ TRAITS: dict[str, str] = {
     "fusible": "may be a member of a fused elementwise chain (fusion.py)",
     "exact": "result bits fixed by the spec whatever the numpy loop (fusion.py passes 0-d operands)",
     "cheap": "one memory-bound pass: alone, gains nothing from chunking (fusion.py)",
-    "foldable": "run at compile time when every operand is a constant (fold.py)",
+    "foldable": "run at compile time when every operand is a constant (fold.py), once before "
+                "a generated loop when every operand is loop-invariant (loopgen.py)",
     "view": "the kernel returns a view of its operand: no memory of its own (fold.py)",
     "reducer": "a commutative binary op a reduce body may be recognised as (regions.reducer_kind)",
     "quant_aware": "the kernel takes quantized storage values as they are (quant.py)",
