@@ -622,7 +622,11 @@ class _Gen:
         fn, ins, out, dead, op = step
         if not ins or 0 in ins or not has_trait(op.name, "foldable") or involves_quant(op):
             return False
-        return all(env[s].inv for s in ins)
+        # Static shapes: such an op cannot fail on the values it gets, so
+        # running it ahead (also when the loop runs no iteration) changes
+        # nothing but when it runs.
+        return all(env[s].inv for s in ins) and all(
+            _static(t) for t in (*op.operand_types, *op.result_types))
 
     def hoisted(self, step, env):
         """Emit ``step`` into the innermost loop's preheader; its results are
