@@ -439,6 +439,22 @@ def _static(t):
         d is not None for d in t.shape)
 
 
+def _same_elements(op, xt, rt):
+    """Is op (a reshape, or a broadcast_in_dim that only adds size-1 dims
+    in order) the same elements in a new static shape?"""
+    if op.name == "stablehlo.reshape":
+        return math.prod(xt.shape) == math.prod(rt.shape)
+    bdims = tuple(op.attrs.get("broadcast_dimensions", ()))
+    if len(bdims) != len(xt.shape) or any(a >= b for a, b in zip(bdims, bdims[1:])):
+        return False
+    view = [1] * len(rt.shape)
+    for i, d in enumerate(bdims):
+        if not 0 <= d < len(view):
+            return False
+        view[d] = xt.shape[i]
+    return tuple(view) == tuple(rt.shape)
+
+
 def _size1(t):
     return _static(t) and all(d == 1 for d in t.shape)
 
@@ -929,6 +945,15 @@ class _Gen:
         rt = op.result_types[0]
         if name in ("stablehlo.reshape", "stablehlo.broadcast_in_dim"):
             x = env[ins[0]]
+            if not x.scalar and _static(x.type) and _static(rt) and rt.shape \
+                    and _same_elements(op, x.type, rt):
+                # A static reshape of an array (scan's row of xs to a vector,
+                # a step's output to a row of ys): the ndarray method, the
+                # kernel's own result, without its call.
+                v = Val(self.fresh(), rt, False, True)
+                self.emit(ind, f"{v.name} = _A({x.name}).reshape({tuple(rt.shape)!r})", op)
+                env[out] = v
+                return True
             if x.scalar or not _size1(x.type) or not scalar_type(rt):
                 return False
             v = Val(self.fresh(), rt, True, False)
