@@ -41,7 +41,10 @@ def _recording_lib(calls, name, n=4):
     return get, set_
 
 
-def test_numpy_products_switch_numpys_blas_only_and_tiny_ones_none(monkeypatch):
+def _recorded(monkeypatch):
+    """numpy's and scipy's OpenBLAS replaced by recorders (4 threads each):
+    the (lib, threads) switches made, numpy's (get, set), the thread counts
+    a product saw, and that product."""
     blas._find()
     calls = []
     np_lib, sp_lib = _recording_lib(calls, "numpy"), _recording_lib(calls, "scipy")
@@ -52,6 +55,11 @@ def test_numpy_products_switch_numpys_blas_only_and_tiny_ones_none(monkeypatch):
     def product():
         seen.append(np_lib[0]())
         return 1
+    return calls, np_lib, seen, product
+
+
+def test_numpy_products_switch_numpys_blas_only_and_tiny_ones_none(monkeypatch):
+    calls, np_lib, seen, product = _recorded(monkeypatch)
     assert blas.small_product(product, macs=256 * 256) == 1
     assert calls == [("numpy", 1), ("numpy", 4)] and seen == [1]
     calls.clear()
@@ -71,16 +79,7 @@ def test_numpys_openblas_is_told_apart():
 
 
 def test_single_threaded_scope_holds_one_thread_and_switches_nothing_inside(monkeypatch):
-    blas._find()
-    calls = []
-    np_lib, sp_lib = _recording_lib(calls, "numpy"), _recording_lib(calls, "scipy")
-    monkeypatch.setattr(blas, "_libs", [np_lib, sp_lib])
-    monkeypatch.setattr(blas, "_numpy_libs", [np_lib])
-    seen = []
-
-    def product():
-        seen.append(np_lib[0]())
-        return 1
+    calls, np_lib, seen, product = _recorded(monkeypatch)
     with blas.single_threaded():
         pass
     assert calls == []                            # no product: nothing switched
