@@ -316,6 +316,46 @@ def _reduce_dims(raw):
         return None
 
 
+def _op_allowed(v: OpVerdict, r, r64, spacing, sum_info, dims):
+    """The op's own bound per element, or None when it has none (then the
+    per-dtype tolerance judges)."""
+    if v.name in EXACT_OPS or v.name in ARITHMETIC_OPS:
+        # Exact ops, and IEEE operations: one correctly rounded result, the
+        # reference's.
+        return np.zeros_like(r64)
+    if v.name in C.TRANSCENDENTAL_OPS:
+        return TRANSCENDENTAL_ULPS * spacing
+    if sum_info is not None:
+        spread = None
+        if v.name == "stablehlo.reduce" and len(v.inputs) == 2:
+            spread = _reduce_spread(dims, v.inputs[0], r)
+        return sum_allowed(r, sum_info[0], sum_info[1], spread)
+    return None
+
+
+def _explain(v: OpVerdict, rec, r, o, bad, sum_info, allows_rounding):
+    """(cause, text) when a named cause accounts for the elements outside the
+    op's bound, else None (a rejected cause's reason goes to v.detail)."""
+    if C.ftz_explains(r, o, bad):
+        return ("flush-to-zero", "subnormal results taken as zero")
+    if v.name == "stablehlo.divide" and len(v.inputs) == 2:
+        ok, text = C.division_verdict(v.inputs[0], v.inputs[1], r, o, bad)
+        if ok:
+            return ("approximate-division", text)
+        v.detail += text + "\n"
+        return None
+    if v.name in C.TRANSCENDENTAL_OPS and len(v.inputs) == 1:
+        ok, text = C.transcendental_verdict(v.name, v.inputs[0], r, o, bad)
+        if ok:
+            return ("transcendental-accuracy", text)
+        v.detail += text + "\n"
+        return None
+    if sum_info is not None and allows_rounding and v.name in (
+            "stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution"):
+        return _reduced_precision(v, rec, r, o, sum_info)
+    return None
+
+
 def _judge(v: OpVerdict, sum_info, rec, allows_rounding, dims):
     problems, found = [], set()
     for k, (r, o) in enumerate(zip(v.reference, v.other)):
@@ -342,19 +382,8 @@ def _judge(v: OpVerdict, sum_info, rec, allows_rounding, dims):
             ((np.isfinite(r64) & np.isfinite(o64)) | (r64 == o64) | np.isnan(r64))
         spacing = np.abs(np.spacing(np.abs(r)).astype(np.float64)) if r.dtype.kind == "f" \
             else np.maximum(np.abs(r64) * 2 * u, 0)
-        if v.name in EXACT_OPS:
-            allowed = np.zeros_like(r64)
-        elif v.name in ARITHMETIC_OPS:
-            # IEEE operations: one correctly rounded result, the reference's.
-            allowed = np.zeros_like(r64)
-        elif v.name in C.TRANSCENDENTAL_OPS:
-            allowed = TRANSCENDENTAL_ULPS * spacing
-        elif sum_info is not None:
-            spread = None
-            if v.name == "stablehlo.reduce" and len(v.inputs) == 2:
-                spread = _reduce_spread(dims, v.inputs[0], r)
-            allowed = sum_allowed(r, sum_info[0], sum_info[1], spread)
-        else:
+        allowed = _op_allowed(v, r, r64, spacing, sum_info, dims)
+        if allowed is None:
             d = compare_arrays(f"result #{k}", r, o)
             if not d.ok:
                 problems.append(str(d) + " (no bound of its own: the per-dtype tolerance)")
@@ -365,25 +394,7 @@ def _judge(v: OpVerdict, sum_info, rec, allows_rounding, dims):
             if v.name in SUM_OPS:
                 found.add("summation-order")
             continue
-        explained = None
-        if C.ftz_explains(r, o, bad):
-            explained = ("flush-to-zero", "subnormal results taken as zero")
-        elif v.name == "stablehlo.divide" and len(v.inputs) == 2:
-            ok, text = C.division_verdict(v.inputs[0], v.inputs[1], r, o, bad)
-            if ok:
-                explained = ("approximate-division", text)
-            else:
-                v.detail += text + "\n"
-        elif v.name in C.TRANSCENDENTAL_OPS and len(v.inputs) == 1:
-            ok, text = C.transcendental_verdict(v.name, v.inputs[0], r, o, bad)
-            if ok:
-                explained = ("transcendental-accuracy", text)
-            else:
-                v.detail += text + "\n"
-        elif sum_info is not None and v.name in ("stablehlo.dot_general", "stablehlo.dot",
-                                                 "stablehlo.convolution") \
-                and allows_rounding:
-            explained = _reduced_precision(v, rec, r, o, sum_info)
+        explained = _explain(v, rec, r, o, bad, sum_info, allows_rounding)
         if explained is not None:
             found.add(explained[0])
             v.detail += explained[1] + "\n"
