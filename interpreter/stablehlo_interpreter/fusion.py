@@ -147,13 +147,30 @@ def _plain_composite(step):
 
 
 class _Group:
-    __slots__ = ("shape", "members", "reads", "produced")
+    __slots__ = ("shape", "members", "reads", "produced", "sinks")
 
     def __init__(self, shape):
         self.shape = shape
         self.members = []     # step indices, in program order
         self.reads = set()    # slots read by members
         self.produced = set()  # slots written by members
+        self.sinks = {}       # step index of a reduce fed by the chain -> its RowPlan
+
+
+def _sink_plan(step, groups):
+    """``(group, plan)`` when ``step`` is a reduce (KernelInfo.reduction)
+    of a value an open group makes, over trailing axes of the group's
+    shape (reducers.RowPlan), else None."""
+    reduction = kernel_info(step.fn).reduction
+    if reduction is None or len(step.ins) != 3 or step.ins[0] != 0 \
+            or step.out.__class__ is not int:
+        return None
+    red, dims = reduction
+    for g in groups.values():
+        if step.ins[1] in g.produced and step.ins[2] not in g.produced:
+            plan = red.row_plan(g.shape, dims)
+            return None if plan is None else (g, plan)
+    return None
 
 
 def fuse(steps, result_slots, constants=()):
@@ -194,16 +211,129 @@ def fuse(steps, result_slots, constants=()):
             g.reads.update(step.ins)
             g.produced.add(step.out)
             continue
+        sink = _sink_plan(step, groups)
         # Another step: the groups whose values it reads, or whose inputs it
-        # frees, must run before it.
+        # frees, must run before it -- unless it is a reduce the group feeds
+        # (a sink: reduced chunk by chunk inside the fused step).
         dead = set(step.dead)
         for g in list(groups.values()):
+            if sink is not None and g is sink[0]:
+                continue
             if not g.produced.isdisjoint(step.ins) or not g.reads.isdisjoint(dead):
                 close(g)
+        if sink is not None:
+            g = sink[0]
+            g.members.append(i)
+            g.sinks[i] = sink[1]
+            g.reads.update(step.ins[1:])
+            g.produced.add(step.out)
+            continue
         out.append(step)
     for g in list(groups.values()):
         close(g)
     return out
+
+
+def _without_sinks(g, steps, users, keep, constants):
+    """Group ``g`` emitted with its reduces as steps of their own after it
+    (a reduce of a value the chain computes once, not chunk by chunk)."""
+    after = [steps[i] for i in g.sinks]
+    g.members = [i for i in g.members if i not in g.sinks]
+    g.sinks = {}
+    return _emit(g, steps, users, keep, constants) + after
+
+
+# Calls of at most this many steps are inlined (inline_calls), this many
+# levels deep.
+MAX_INLINE_STEPS = 64
+MAX_INLINE_DEPTH = 4
+
+
+def inline_calls(steps, template):
+    """``(steps, template)`` with each ``func.call`` of a small function
+    whose steps are plain kernels replaced by those steps, so that chains
+    split across JAX's helper functions (``jnp.where`` is a call of
+    ``_where``) fuse with their caller's ops and reduces.
+
+    The callee's slots become new slots of the caller's frame (its
+    constants are appended to ``template``, a new list), its arguments the
+    call's operands, its results the call's result slots. Values of the
+    caller are never freed inside the callee's steps (the callee does not
+    own them); what the call frees is freed after its last step. A callee
+    qualifies when its steps are not calls, bind no regions (a reduce with
+    a recognised body is fine: KernelInfo.reduction), capture nothing and
+    return values its steps compute, each once. Every step keeps its op, so
+    an error names the op as the call would. Returns the arguments
+    themselves when nothing is inlined.
+    """
+    out_template = None
+    for _ in range(MAX_INLINE_DEPTH):
+        new_steps = []
+        changed = False
+        for step in steps:
+            body = _callee(step)
+            if body is None:
+                new_steps.append(step)
+                continue
+            if out_template is None:
+                out_template = list(template)
+            new_steps.extend(_inlined(step, body, out_template))
+            changed = True
+        if not changed:
+            break
+        steps = new_steps
+    return (steps, template) if out_template is None else (steps, out_template)
+
+
+def _callee(step):
+    """The callee Block of a call ``inline_calls`` may inline, else None."""
+    op = step.op
+    if op is None or op.name != "func.call" or not step.ins or step.ins[0] != 0:
+        return None
+    functions = getattr(op.module, "functions", None)
+    fn = functions.get(op.attrs.get("callee")) if functions else None
+    blk = getattr(fn, "block", None)
+    if blk is None or blk.capture_slots or not 0 < len(blk.steps) <= MAX_INLINE_STEPS \
+            or len(blk.arg_slots) != len(step.ins) - 1 or blk.template is None:
+        return None
+    outs = step.out if step.out.__class__ is tuple else (step.out,)
+    results = tuple(blk.result_slots)
+    produced = {s.out for s in blk.steps if s.out.__class__ is int}
+    if len(results) != len(outs) or len(set(results)) != len(results) \
+            or not set(results) <= produced:
+        return None
+    for s in blk.steps:
+        if s.op is None or s.op.name == "func.call" or s.out.__class__ is not int \
+                or s.op.regions and kernel_info(s.fn).reduction is None:
+            return None
+    return blk
+
+
+def _inlined(step, blk, template):
+    """The steps of callee ``blk`` in the caller's frame (``template`` grows)."""
+    slot = {0: 0}
+    for a, b in zip(blk.arg_slots, step.ins[1:]):
+        slot[a] = b
+    outs = step.out if step.out.__class__ is tuple else (step.out,)
+    for r, o in zip(blk.result_slots, outs):
+        slot[r] = o
+    caller = set(slot.values())
+
+    def local(s):
+        if s not in slot:
+            slot[s] = len(template)
+            template.append(blk.template[s])
+        return slot[s]
+
+    body = []
+    for s in blk.steps:
+        ins = tuple(local(i) for i in s.ins)
+        out = local(s.out)
+        dead = tuple(d for d in (local(d) for d in s.dead) if d not in caller)
+        body.append(s._replace(ins=ins, out=out, dead=dead))
+    last = body[-1]
+    body[-1] = last._replace(dead=last.dead + tuple(step.dead))
+    return body
 
 
 def _one_value(v):
@@ -216,7 +346,8 @@ def _emit(g, steps, users, keep, constants=()):
     """The steps replacing group ``g``: one fused step, or the members
     themselves when fusing gains nothing."""
     member_set = set(g.members)
-    members = [steps[i] for i in g.members]
+    sinks = [(steps[i], plan) for i, plan in g.sinks.items()]
+    members = [steps[i] for i in g.members if i not in g.sinks]
     outputs = [s.out for s in members
                if s.out in keep or any(u not in member_set for u in users.get(s.out, ()))]
     # A broadcast whose view is needed outside stays a step of its own (run
@@ -225,7 +356,8 @@ def _emit(g, steps, users, keep, constants=()):
     fused_members = [s for s in members if not (s.op.name == _BROADCAST and s.out in outputs)]
     outputs = [slot for slot in outputs if slot not in {s.out for s in pre}]
     real = [s for s in fused_members if s.op.name != _BROADCAST]
-    if not real or not outputs or (len(real) == 1 and has_trait(real[0].op.name, "cheap")):
+    if not sinks and (not real or not outputs
+                      or (len(real) == 1 and has_trait(real[0].op.name, "cheap"))):
         return members   # nothing to keep in cache, nothing to share
     inputs = {}   # ordered set
     produced = set()
@@ -234,14 +366,20 @@ def _emit(g, steps, users, keep, constants=()):
             if slot not in produced:
                 inputs.setdefault(slot)
         produced.add(s.out)
+    for s, _ in sinks:
+        inputs.setdefault(s.ins[2])   # the init value
     inputs = list(inputs)
-    dead = list(dict.fromkeys(d for s in fused_members for d in s.dead))
+    dead = list(dict.fromkeys(d for s in fused_members + [s for s, _ in sinks] for d in s.dead
+                              if d not in produced))
+    outputs += [s.out for s, _ in sinks]
     # Inputs that are one constant value broadcast (a folded broadcast_in_dim
     # of a scalar) are invariant, like the 0-d value of a broadcast member:
     # hoisted, bound as a shift amount, never chunked.
     one_value = {slot for slot in inputs
                  if slot < len(constants) and _one_value(constants[slot])}
-    fused = FusedChain(g.shape, fused_members, inputs, outputs, one_value)
+    fused = FusedChain(g.shape, fused_members, inputs, outputs, one_value, sinks)
+    if fused.unfed_sinks:
+        return _without_sinks(g, steps, users, keep, constants)
     out = outputs[0] if len(outputs) == 1 else tuple(outputs)
     return pre + [fused_members[0]._replace(fn=fused, ins=tuple(inputs), out=out,
                                             dead=tuple(dead), op=fused.op)]
@@ -303,17 +441,18 @@ class FusedChain:
     per value), so a chunk costs the members' calls and little else.
     """
 
-    def __init__(self, shape, members, inputs, outputs, one_value=frozenset()):
+    def __init__(self, shape, members, inputs, outputs, one_value=frozenset(), sinks=()):
         self.shape = shape
         self.size = _size(shape)
-        self.op = FusedOp([s.op for s in members])
+        self.op = FusedOp([s.op for s in members] + [s.op for s, _ in sinks])
         self.n_out = len(outputs)
+        outputs = outputs[:len(outputs) - len(sinks)]
         self.n_inputs = len(inputs)
         local = {slot: k for k, slot in enumerate(inputs)}
         input_shape = {}
         dtype = {}
-        for s in members:
-            for slot, t in zip(s.ins, s.op.operand_types):
+        for s in list(members) + [s for s, _ in sinks]:
+            for slot, t in zip(s.ins[-len(s.op.operand_types):], s.op.operand_types):
                 input_shape.setdefault(slot, tuple(t.shape))
                 if slot in local:
                     dtype.setdefault(local[slot], t.dtype)
@@ -382,6 +521,7 @@ class FusedChain:
                     m.inplace = a
                     break
         self.plan = tuple(plan)
+        self._sinks(sinks, local, invariant, len(outputs))
         self.chunked_inputs = tuple(k for k in range(len(inputs)) if k not in invariant)
         # Inputs only exact members read (their loops give the same bits
         # whatever the operand's layout): these may be tiled (_layout).
@@ -398,13 +538,28 @@ class FusedChain:
         self.chunk = max(1024, CHUNK_BYTES // max(8, widest))
         self._chunk_fn = self._generate()
 
+    def _sinks(self, sinks, local, invariant, n_stored):
+        """The reduces fed by the chain: ``self.sinks`` holds ``(value, plan,
+        init input, op)`` per reduce, and the member making each value feeds
+        it (``_Member.feeds``: indices into the reduction states, which
+        follow the stored outputs in ``targets``). ``unfed_sinks``: a value
+        the chain does not compute chunk by chunk (an invariant)."""
+        self.sinks = tuple((local[s.ins[1]], plan, local[s.ins[2]], s.op) for s, plan in sinks)
+        self.unfed_sinks = any(v in invariant for v, _, _, _ in self.sinks)
+        by_res = {m.res: m for m in self.plan}
+        for k, (v, _, _, _) in enumerate(self.sinks):
+            if v in by_res and v not in invariant:
+                by_res[v].feeds += (n_stored + k,)
+        self.n_stored = n_stored
+
     def _generate(self):
-        """The per-chunk function: ``chunk(views, tiled, inv, targets, lo, hi, cshape)``."""
+        """The per-chunk function: ``chunk(views, tiled, inv, targets, lo, hi, cshape, scale)``."""
         g = {"_bcast": np.broadcast_to, "_full": np.full,
              "_InterpreterError": InterpreterError, "_fail": self._fail}
         hoisted = {m.res for m in self.hoisted} | {k for k in range(self.n_inputs)
                                                   if k not in self.chunked_inputs}
-        lines = ["def chunk(views, tiled, inv, targets, lo, hi, cshape):", "    m = -1", "    try:"]
+        lines = ["def chunk(views, tiled, inv, targets, lo, hi, cshape, scale):", "    m = -1",
+                 "    try:"]
         body = []
         for k in self.chunked_inputs:
             body.append(f"v{k} = views[{k}][:hi - lo] if tiled[{k}] else views[{k}][lo:hi]")
@@ -438,6 +593,9 @@ class FusedChain:
                 body.append(f"v{m.res} = f{j}({', '.join(xs)})")
             if m.store is not None:
                 body.append(f"targets[{m.store}][lo:hi] = v{m.res}")
+            for t in m.feeds:   # a reduce's state (in flat elements)
+                body.append(f"m = {-2 - (t - self.n_stored)}")
+                body.append(f"targets[{t}].add(v{m.res}, lo * scale, hi * scale)")
             gone = [f"v{d}" for d in m.dies if d not in hoisted]
             if gone:
                 body.append(f"del {', '.join(gone)}")
@@ -449,13 +607,14 @@ class FusedChain:
         return g["chunk"]
 
     def _fail(self, m, e):
-        op = self.plan[m].op if m >= 0 else self.op.members[0]
+        op = self.plan[m].op if m >= 0 else \
+            self.sinks[-2 - m][3] if m <= -2 else self.op.members[0]
         raise ExecutionError(f"{op.where()}: {type(e).__name__}: {e}",
                              op.name, op.location) from e
 
     # -- one call
 
-    def _layout(self, inputs):
+    def _layout(self, inputs, multiple=1):
         """``(views, tiled, unit, rows)``: the chunked inputs as the arrays
         chunks are sliced from (a tiled one is one chunk long, the same for
         every chunk), the chunk length, and whether chunks are ranges of the
@@ -465,12 +624,14 @@ class FusedChain:
         or -- read by exact members only -- a contiguous block repeated
         along leading axes (a per-feature vector broadcast over rows): that
         one is tiled once into a chunk-long buffer, the chunk length a
-        multiple of the block. Otherwise rows, with each input's own strides.
+        multiple of the block (and of ``multiple``: the rows of the
+        reduces the chain feeds). Otherwise rows, with each input's own
+        strides.
         """
         shape = self.shape
         views = [None] * len(inputs)
         n = self.size
-        period = 1
+        period = multiple
         tiled = {}
         flat = True
         for k in self.chunked_inputs:
@@ -512,13 +673,16 @@ class FusedChain:
 
     def _call(self, inputs):
         shape = self.shape
-        views, tiled, unit, rows = self._layout(inputs)
+        plans = [plan for _, plan, _, _ in self.sinks]
+        split = any(p.block < p.n for p in plans)
+        views, tiled, unit, rows = self._layout(
+            inputs, 1 if split else int(np.lcm.reduce([p.n for p in plans] or [1])))
         outs = [np.empty(shape, dt) for dt in self.out_dtypes]
         if not rows:
-            total, tail = self.size, ()
+            total, tail, scale = self.size, (), 1
             targets = [o.reshape(-1) for o in outs]
         else:
-            total, tail = shape[0], shape[1:]
+            total, tail, scale = shape[0], shape[1:], self.size // shape[0]
             targets = outs
         inv = self._prologue(inputs, targets)
         threads = thread_count() if (self.heavy or THREAD_EXACT_CHAINS) and \
@@ -526,12 +690,28 @@ class FusedChain:
         if threads > 1 and not self.heavy and not any(tiled):
             unit *= 2   # exact ops: longer ufunc calls per GIL hand-over
         bounds = [(lo, min(lo + unit, total)) for lo in range(0, total, unit)] or [(0, 0)]
+        states = []
+        if plans:
+            # Chunks are the pieces the reduces take (RowPlan): whole rows,
+            # or the blocks of split rows; else each reduce gets the whole
+            # value and reduces it as the unfused step does.
+            whole_rows = not split and (not rows or all(scale % p.n == 0 for p in plans))
+            pieces = split and not rows and not any(tiled) and \
+                all((p.n, p.block) == (plans[0].n, plans[0].block) for p in plans)
+            if pieces:
+                bounds = plans[0].pieces()
+            for v, plan, init, _ in self.sinks:
+                states.append(plan.start(inv[init]) if whole_rows or pieces
+                              else _Collect(plan, inv[init]))
+            targets = targets + states
         chunk = self._chunk_fn
 
         def run(lo, hi):
-            chunk(views, tiled, inv, targets, lo, hi, (hi - lo,) + tail)
+            chunk(views, tiled, inv, targets, lo, hi, (hi - lo,) + tail, scale)
 
         run_chunks(run, bounds, threads)
+        if states:
+            outs = outs + [st.finish() for st in states]
         return outs[0] if self.n_out == 1 else outs
 
     def _prologue(self, inputs, targets):
@@ -563,11 +743,28 @@ class FusedChain:
         return inv
 
 
+class _Collect:
+    """A reduce fed by a chain whose chunks are not its pieces (RowPlan):
+    the value is gathered whole and reduced as the unfused step does."""
+
+    __slots__ = ("plan", "init", "buf")
+
+    def __init__(self, plan, init):
+        self.plan, self.init = plan, init
+        self.buf = np.empty(_size(plan.shape), plan.red.dtype)
+
+    def add(self, v, lo, hi):
+        self.buf[lo:hi] = v.reshape(-1)
+
+    def finish(self):
+        return self.plan.red.reduce(self.buf.reshape(self.plan.shape), self.plan.axes, self.init)
+
+
 class _Member:
     """One op of a fused chain, as the chunk code runs it."""
 
     __slots__ = ("kind", "fn", "args", "res", "store", "expand", "op", "dies", "ufunc",
-                 "bind", "inplace")
+                 "bind", "inplace", "feeds")
 
     def __init__(self, step, args, res, store):
         self.kind = _KERNEL
@@ -581,6 +778,7 @@ class _Member:
         self.ufunc = None     # call this numpy ufunc instead of the kernel
         self.bind = None      # ufunc(operand, bind(invariant operand)), or the kernel if None
         self.inplace = None   # local whose buffer receives the result
+        self.feeds = ()       # reduces reading the result (indices into targets)
 
 
 def _is_exact(step):

@@ -203,6 +203,17 @@ class Reducer:
             r = _negative_zero_sums(r, x, (0,), init)
         return r.astype(self.dtype)
 
+    def row_plan(self, shape, axes):
+        """A :class:`RowPlan` for :meth:`reduce` of C-contiguous arrays of
+        ``shape`` over ``axes``, or None when ``axes`` are not the trailing
+        axes (or a reduced axis is empty)."""
+        ndim = len(shape)
+        axes = tuple(sorted(axes))
+        if not axes or axes != tuple(range(ndim - len(axes), ndim)) or 0 in shape:
+            return None
+        return RowPlan(self, tuple(shape), axes)
+
+
     def combine(self, values):
         """Reduce a list of equally shaped arrays (collectives' group order)."""
         if len(values) == 1:
@@ -240,6 +251,119 @@ class Reducer:
             r = _blocked_cumsum(x, axis)
         r = self.ufunc(init.astype(self.acc), r)
         return np.asarray(r).astype(self.dtype)
+
+
+class RowPlan:
+    """:meth:`Reducer.reduce` of C-contiguous arrays of one shape over their
+    trailing axes, fed piece by piece: fusion.py computes an elementwise
+    chain a chunk at a time and reduces each chunk while it is in cache,
+    instead of writing the whole value and reading it back.
+
+    The array is ``rows`` rows of ``n`` trailing elements. Reducer.reduce
+    reduces every row on its own, with one ufunc call over the row (numpy's
+    reduction of a row does not depend on the rows around it) -- except
+    float sums and products of at least _PAR_MIN elements whose rows are
+    longer than _PAR_CHUNK (_reduce_last: one call per block of _PAR_CHUNK
+    elements, the partial results of a row then reduced pairwise), and the
+    exact integer and bool kinds, split the same way (their result does not
+    depend on the order). A piece is a range of whole rows, or when
+    ``block < n`` one block of one row (:meth:`pieces`); :meth:`start` gives
+    the state of one reduction, whose ``add`` makes Reducer.reduce's own
+    ufunc call for a piece and whose ``finish`` does what Reducer.reduce does
+    after the reduction (the init value, the sign of zero results, the
+    rounding to the element type). The result is Reducer.reduce's bit for
+    bit (tests/test_fusion.py compares them).
+    """
+
+    __slots__ = ("red", "shape", "rows", "n", "block", "out_shape", "axes")
+
+    def __init__(self, red, shape, axes):
+        self.red = red
+        self.shape = shape
+        self.axes = axes
+        k = len(shape) - len(axes)
+        self.out_shape = shape[:k]
+        self.rows = int(np.prod(shape[:k], dtype=np.int64))
+        self.n = int(np.prod(shape[k:], dtype=np.int64))
+        splits = (not red.exact and (self.red.acc.itemsize > red.dtype.itemsize
+                                     or red.dtype in dtypes.ML_FLOATS)) \
+            or (red.exact and not red.signed_zero)
+        big = self.rows * self.n >= _PAR_MIN and self.n > _PAR_CHUNK
+        self.block = _PAR_CHUNK if splits and big else self.n
+
+    def pieces(self):
+        """Flat ``(lo, hi)`` element bounds of the blocks (``block < n``)."""
+        return [(i * self.n + a, i * self.n + b) for i in range(self.rows)
+                for a, b in _ranges(self.n, self.block)]
+
+    def start(self, init):
+        return _RowReduction(self, np.asarray(init))
+
+
+class _RowReduction:
+    """One reduction of a :class:`RowPlan` (see there). ``add`` may be
+    called from several threads at once, for different pieces."""
+
+    __slots__ = ("plan", "init", "partial", "hit", "neg")
+
+    def __init__(self, plan, init):
+        self.plan = plan
+        self.init = init
+        red = plan.red
+        nb = -(-plan.n // plan.block)
+        self.partial = np.empty((plan.rows, nb), red.acc)
+        # Per row: a zero of the sign a float max (min) prefers (computed
+        # for rows whose result is zero), all terms -0 (for a -0 init).
+        self.hit = np.zeros(plan.rows, bool) if red.signed_zero else None
+        self.neg = np.ones((plan.rows, nb), bool) \
+            if not red.exact and red.acc.kind == "f" and np.signbit(init) else None
+
+    def add(self, v, lo, hi):
+        """Reduce the values ``v`` of flat elements ``lo:hi`` (a piece)."""
+        plan = self.plan
+        red = plan.red
+        n = plan.n
+        if plan.block < n:
+            width, r0, r1 = hi - lo, lo // n, lo // n + 1
+            col = slice((lo % n) // plan.block, (lo % n) // plan.block + 1)
+        else:
+            width, r0, r1, col = n, lo // n, hi // n, slice(0, 1)
+        x = np.ascontiguousarray(v).reshape(r1 - r0, width)
+        if red.exact:
+            if x.dtype != red.acc:
+                x = x.astype(red.acc)
+            p = red.ufunc.reduce(x, axis=-1)
+            if self.hit is not None:
+                zero = p == 0
+                if zero.any():
+                    self.hit[r0:r1] = zero & _zero_sign_hits(red.kind, x, -1)
+        else:
+            if x.dtype in dtypes.ML_FLOATS:
+                x = x.astype(red.acc)
+            p = red.ufunc.reduce(x, axis=-1, dtype=red.acc)
+            if self.neg is not None:
+                self.neg[r0:r1, col] = _all_negative_zero(x, -1)[:, None]
+        self.partial[r0:r1, col] = p[:, None]
+
+    def finish(self):
+        plan = self.plan
+        red = plan.red
+        init = self.init
+        p = self.partial
+        r = p[:, 0] if p.shape[1] == 1 else red.ufunc.reduce(p, axis=-1)
+        r = r.reshape(plan.out_shape)
+        if red.exact:
+            r = np.asarray(red._with_init(init, r))
+            if red.signed_zero:
+                zero = r == 0
+                if zero.any():
+                    r = _set_zero_signs(red.kind, r, zero, self.hit.reshape(plan.out_shape), init)
+            return r.astype(red.dtype)
+        r = np.asarray(red.ufunc(init.astype(red.acc), r))
+        if self.neg is not None and (r == 0).any():
+            r = _set_negative_zeros(r, np.logical_and.reduce(self.neg, axis=-1)
+                                    .reshape(plan.out_shape))
+        return r.astype(red.dtype)
 
 
 def _reduce_runs(ufunc, x, axes, acc):
@@ -369,7 +493,14 @@ def _negative_zero_sums(r, x, axes, init):
     its buffered (dtype=) loops from +0, so set those results to -0."""
     if not np.signbit(init) or not (r == 0).any():
         return r
-    neg = np.logical_and.reduce((x == 0) & np.signbit(x), axis=axes)
+    return _set_negative_zeros(r, _all_negative_zero(x, axes))
+
+
+def _all_negative_zero(x, axes):
+    return np.logical_and.reduce((x == 0) & np.signbit(x), axis=axes)
+
+
+def _set_negative_zeros(r, neg):
     return np.where(neg, -np.zeros((), r.dtype), r)
 
 
@@ -386,6 +517,18 @@ def _fix_zero_sign(kind, r, x, axes, init=None, scan_axis=None):
         hit = np.logical_or.accumulate(hit, axis=scan_axis)
     else:
         hit = np.logical_or.reduce(hit, axis=axes)
+    return _set_zero_signs(kind, r, zero, hit, init)
+
+
+def _zero_sign_hits(kind, x, axes):
+    """Per result of a float max (min) over ``axes``: does a zero of the
+    sign the kind prefers (+0 for max, -0 for min) occur among ``x``?"""
+    return np.logical_or.reduce((x == 0) & (np.signbit(x) != (kind == "maximum")), axis=axes)
+
+
+def _set_zero_signs(kind, r, zero, hit, init):
+    """_fix_zero_sign given ``zero = r == 0`` and the hits of the values."""
+    want_pos = kind == "maximum"
     if init is not None:
         init = np.asarray(init)
         hit = hit | ((init == 0) & (np.signbit(init) != want_pos))

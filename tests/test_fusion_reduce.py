@@ -1,0 +1,233 @@
+"""Reduces fed by fused elementwise chains (fusion.py sinks, reducers.RowPlan).
+
+A reduce over the trailing axes of a value an elementwise chain computes
+reduces each chunk of the chain while it is in cache. The result must be
+the unfused plan's bit for bit (``STABLEHLO_REF_FUSION=0``): every float
+type (the float64 accumulation of f32/f16/bf16, float64's pairwise sums,
+complex), integers with wraparound, booleans, max/min with NaN and signed
+zeros, a -0 init, rows split into blocks (large float sums), ragged shapes;
+and the JAX programs the issue names (softmax, logsumexp, gelu, layer norm,
+batch-norm statistics, where + sum) in f32, bf16 and f64, in both numerics
+modes.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import stablehlo_interpreter as si
+from stablehlo_interpreter import compiler, fusion, pool
+from stablehlo_interpreter.ops import reducers
+
+NP = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "f64": np.float64,
+      "complex<f32>": np.complex64, "i32": np.int32, "ui8": np.uint8, "i1": np.bool_}
+
+
+@pytest.fixture
+def small(monkeypatch):
+    """Fuse small arrays in small chunks; split float sums of rows longer
+    than 512 elements (arrays of at least 2048) into blocks."""
+    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 256)
+    monkeypatch.setattr(fusion, "CHUNK_BYTES", 2048)
+    monkeypatch.setattr(fusion, "MIN_THREAD_CHUNKS", 2)
+    monkeypatch.setattr(reducers, "_PAR_MIN", 2048)
+    monkeypatch.setattr(reducers, "_PAR_CHUNK", 512)
+    monkeypatch.setattr(pool, "busy", lambda threads: False)
+    monkeypatch.setattr(compiler, "_FOLD_ENABLED", False)
+    monkeypatch.delenv("STABLEHLO_REF_FUSION", raising=False)
+
+
+def _t(et, shape):
+    return f"tensor<{''.join(f'{d}x' for d in shape)}{et}>"
+
+
+def _bits(a):
+    a = np.ascontiguousarray(np.asarray(a)).reshape(-1)
+    return a.view(np.uint8)
+
+
+def _run_both(text, args, monkeypatch, threads="1", numerics=None):
+    monkeypatch.setenv("STABLEHLO_REF_THREADS", threads)
+    fused = si.compile(text, numerics=numerics)
+    got = fused.run(*args)
+    monkeypatch.setenv("STABLEHLO_REF_FUSION", "0")
+    want = si.compile(text, numerics=numerics).run(*args)
+    monkeypatch.delenv("STABLEHLO_REF_FUSION")
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape
+        bad = np.flatnonzero(_bits(g) != _bits(w))
+        assert bad.size == 0, f"result {i} differs: fused {g.reshape(-1)[:4]} unfused {w.reshape(-1)[:4]}"
+    return fused
+
+
+def _sinks(program, func="main"):
+    return [s for f in program.functions[func].block._fast
+            if isinstance(f[1], fusion.FusedChain) for s in f[1].sinks]
+
+
+def _chain_reduce(et, shape, dims, kind, store):
+    """``reduce(kind, f(x, y), init)`` over ``dims``, f an elementwise chain
+    (a transcendental for floats); ``store``: f's value is a result too."""
+    t = _t(et, shape)
+    out_shape = [d for i, d in enumerate(shape) if i not in dims]
+    rt = _t(et, out_shape)
+    if et == "i1":
+        body = [f"%e = stablehlo.xor %x, %y : {t}"]
+    elif et in ("i32", "ui8"):
+        body = [f"%m = stablehlo.multiply %x, %y : {t}", f"%e = stablehlo.add %m, %x : {t}"]
+    else:
+        body = [f"%d = stablehlo.subtract %x, %y : {t}", f"%e = stablehlo.exponential %d : {t}"]
+    results = ([("%e", t)] if store else []) + [("%r", rt)]
+    return "\n".join([
+        f"func.func @main(%x: {t}, %y: {t}, %z: tensor<{et}>) -> "
+        f"({', '.join(ty for _, ty in results)}) {{",
+        *["  " + b for b in body],
+        f"  %r = stablehlo.reduce(%e init: %z) applies stablehlo.{kind} across dimensions = "
+        f"{list(dims)} : ({t}, tensor<{et}>) -> {rt}",
+        f"  return {', '.join(n for n, _ in results)} : {', '.join(ty for _, ty in results)}",
+        "}"])
+
+
+def _values(et, shape, rng):
+    dt = NP[et]
+    n = int(np.prod(shape))
+    if et == "i1":
+        return rng.integers(0, 2, n).astype(bool).reshape(shape)
+    if et in ("i32", "ui8"):
+        info = np.iinfo(dt)
+        return rng.integers(info.min, int(info.max) + 1, n, dtype=np.int64).astype(dt).reshape(shape)
+    x = rng.standard_normal(n) * 2
+    if et == "complex<f32>":
+        return (x + 1j * rng.standard_normal(n)).astype(dt).reshape(shape)
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 100.0])
+    x[rng.integers(0, n, max(1, n // 200))] = rng.choice(specials, max(1, n // 200))
+    return x.astype(dt).reshape(shape)
+
+
+# (shape, dims): rows of whole trailing axes, split rows (a row longer than
+# _PAR_CHUNK in an array of at least _PAR_MIN), full reductions, ragged sizes.
+SHAPES = [((37, 53), (1,)), ((6, 7, 41), (1, 2)), ((6, 7, 41), (2,)), ((3001,), (0,)),
+          ((3, 1500), (1,)), ((5, 4, 300), (0, 1, 2)), ((300,), (0,))]
+
+
+@pytest.mark.parametrize("et", ["f32", "f16", "bf16", "f64"])
+@pytest.mark.parametrize("shape,dims", SHAPES)
+@pytest.mark.parametrize("kind", ["add", "maximum", "multiply"])
+def test_float_reduce_of_chain(et, shape, dims, kind, small, monkeypatch):
+    rng = np.random.default_rng(hash((et, shape, kind)) % 2**32)
+    x, y = _values(et, shape, rng), _values(et, shape, rng)
+    y[..., :3] = np.array(np.nan, NP[et]) if kind != "add" else y[..., :3]
+    for init in (0.0, -0.0, -np.inf if kind == "maximum" else 1.5):
+        for store in (False, True):
+            text = _chain_reduce(et, shape, dims, kind, store)
+            p = _run_both(text, [x, y, np.array(init, NP[et])], monkeypatch)
+            (sink,) = _sinks(p)
+            plan = sink[1]
+            # Float sums/products of f32/f16/bf16 split long rows into blocks.
+            split = et != "f64" and kind != "maximum" and plan.n > 512 and x.size >= 2048
+            assert (plan.block < plan.n) == split
+
+
+@pytest.mark.parametrize("shape,dims", [((37, 53), (1,)), ((3001,), (0,))])
+def test_negative_zero_sums_and_signed_zero_extremes(shape, dims, small, monkeypatch):
+    # Rows of -0 only (their sum with a -0 init is -0), zero maxima of both
+    # signs: the sign rules of reducers apply per row, also across blocks.
+    x = np.full(shape, -0.0, np.float32)
+    x[..., 1::7] = 0.0
+    x.reshape(-1)[:200] = -0.0
+    y = np.zeros(shape, np.float32)
+    for kind, et in (("add", "f32"), ("maximum", "f32"), ("minimum", "f32")):
+        text = _chain_reduce(et, shape, dims, kind, False).replace(
+            "stablehlo.exponential %d", "stablehlo.negate %d")
+        for init in (-0.0, 0.0):
+            _run_both(text, [x, y, np.array(init, np.float32)], monkeypatch)
+
+
+@pytest.mark.parametrize("et,kind", [("i32", "add"), ("i32", "multiply"), ("i32", "maximum"),
+                                     ("ui8", "add"), ("ui8", "minimum"), ("i1", "or"),
+                                     ("i1", "and"), ("complex<f32>", "add")])
+@pytest.mark.parametrize("shape,dims", [((37, 53), (1,)), ((3001,), (0,)), ((3, 1500), (1,))])
+def test_integer_bool_complex_reduce_of_chain(et, kind, shape, dims, small, monkeypatch):
+    rng = np.random.default_rng(7)
+    x, y = _values(et, shape, rng), _values(et, shape, rng)
+    init = np.array(1 if et != "i1" else True, NP[et])
+    p = _run_both(_chain_reduce(et, shape, dims, kind, False), [x, y, init], monkeypatch, "2")
+    assert len(_sinks(p)) == 1
+
+
+def test_leading_axes_are_not_fed(small, monkeypatch):
+    # A reduce over a leading axis keeps its own schedule (reducers'
+    # two-level sums): the chain writes the value, the reduce reads it.
+    rng = np.random.default_rng(3)
+    shape = (53, 37)
+    x, y = _values("f32", shape, rng), _values("f32", shape, rng)
+    p = _run_both(_chain_reduce("f32", shape, (0,), "add", False),
+                  [x, y, np.float32(0)], monkeypatch)
+    assert _sinks(p) == []
+
+
+TRANSPOSED = """
+func.func @main(%x: tensor<40x75xf32>, %y: tensor<75x40xf32>) -> (tensor<f32>, tensor<40xf32>) {
+  %t = stablehlo.transpose %y, dims = [1, 0] : (tensor<75x40xf32>) -> tensor<40x75xf32>
+  %0 = stablehlo.multiply %x, %t : tensor<40x75xf32>
+  %1 = stablehlo.sine %0 : tensor<40x75xf32>
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %s = stablehlo.reduce(%1 init: %z) applies stablehlo.add across dimensions = [0, 1] : (tensor<40x75xf32>, tensor<f32>) -> tensor<f32>
+  %m = stablehlo.reduce(%1 init: %z) applies stablehlo.maximum across dimensions = [1] : (tensor<40x75xf32>, tensor<f32>) -> tensor<40xf32>
+  return %s, %m : tensor<f32>, tensor<40xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_chunks_that_are_not_the_pieces(threads, small, monkeypatch):
+    # A transposed operand makes the chunks row ranges; the full sum splits
+    # its one row into blocks, which row chunks cannot give: that reduce
+    # gets the whole value (reducers' own schedule), the row maximum its rows.
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal((40, 75)).astype(np.float32),
+            rng.standard_normal((75, 40)).astype(np.float32)]
+    p = _run_both(TRANSPOSED, args, monkeypatch, threads)
+    assert len(_sinks(p)) == 2
+
+
+def _jax_programs(jnp, jax, dtype):
+    def layer_norm(x):
+        m = x.mean(-1, keepdims=True)
+        v = ((x - m) ** 2).mean(-1, keepdims=True)
+        return (x - m) * jax.lax.rsqrt(v + 1e-5)
+    return {
+        "softmax": (jax.nn.softmax, (311, 257)),
+        "logsumexp": (lambda x: jax.nn.logsumexp(x, axis=1), (311, 257)),
+        "gelu": (jax.nn.gelu, (70001,)),
+        "layer_norm": (layer_norm, (257, 311)),
+        "bn_stats": (lambda x: (x.mean(axis=(0, 1, 2)), x.var(axis=(0, 1, 2))), (16, 17, 19, 16)),
+        "where_sum": (lambda x: jnp.sum(jnp.where(x > 0, x, 0.0).astype(dtype)), (70001,)),
+        "where_row_sum": (lambda x: jnp.where(x > 0, x * x, x).sum(axis=1), (313, 255)),
+    }
+
+
+@pytest.mark.parametrize("numerics", ["accurate", "spec"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
+def test_jax_programs(dtype, numerics, monkeypatch):
+    # Real thresholds (fusion.MIN_ELEMENTS, reducers' blocks), JAX's own
+    # lowerings; every program's fused run against its unfused run.
+    import jax
+    import jax.numpy as jnp
+    monkeypatch.setattr(pool, "busy", lambda threads: False)
+    rng = np.random.default_rng(11)
+    dt = np.dtype(getattr(ml_dtypes, dtype, None) or dtype)
+    with jax.enable_x64(dtype == "float64"):
+        for name, (fn, shape) in _jax_programs(jnp, jax, dt).items():
+            x = (rng.standard_normal(shape) * 3).astype(dt)
+            x.reshape(-1)[:: 997] = np.array(-0.0, dt)
+            text = jax.jit(fn).lower(x).as_text()
+            for threads in ("1", "2"):
+                p = _run_both(text, [x], monkeypatch, threads, numerics)
+                if name in ("softmax", "logsumexp", "layer_norm", "where_row_sum") \
+                        and numerics == "accurate":
+                    assert _sinks(p), name
