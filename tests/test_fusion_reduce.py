@@ -231,3 +231,100 @@ def test_jax_programs(dtype, numerics, monkeypatch):
                 if name in ("softmax", "logsumexp", "layer_norm", "where_row_sum") \
                         and numerics == "accurate":
                     assert _sinks(p), name
+
+
+CALLS = """
+func.func @main(%x: tensor<40x30xf32>, %y: tensor<40x30xf32>) -> (tensor<40xf32>, tensor<40x30xf32>, tensor<40x30xf32>) {
+  %0 = call @helper(%x, %y) : (tensor<40x30xf32>, tensor<40x30xf32>) -> tensor<40x30xf32>
+  %1 = call @outer(%0, %x) : (tensor<40x30xf32>, tensor<40x30xf32>) -> tensor<40x30xf32>
+  %2 = call @same(%1) : (tensor<40x30xf32>) -> tensor<40x30xf32>
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %s = stablehlo.reduce(%2 init: %z) applies stablehlo.add across dimensions = [1] : (tensor<40x30xf32>, tensor<f32>) -> tensor<40xf32>
+  %3 = stablehlo.add %x, %y : tensor<40x30xf32>
+  return %s, %3, %2 : tensor<40xf32>, tensor<40x30xf32>, tensor<40x30xf32>
+}
+func.func private @helper(%a: tensor<40x30xf32>, %b: tensor<40x30xf32>) -> tensor<40x30xf32> {
+  %c = stablehlo.constant dense<0.5> : tensor<f32>
+  %cb = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<f32>) -> tensor<40x30xf32>
+  %0 = stablehlo.multiply %a, %cb : tensor<40x30xf32>
+  %1 = stablehlo.sine %0 : tensor<40x30xf32>
+  %2 = stablehlo.add %1, %b : tensor<40x30xf32>
+  return %2 : tensor<40x30xf32>
+}
+func.func private @outer(%a: tensor<40x30xf32>, %b: tensor<40x30xf32>) -> tensor<40x30xf32> {
+  %0 = call @helper(%a, %b) : (tensor<40x30xf32>, tensor<40x30xf32>) -> tensor<40x30xf32>
+  %1 = stablehlo.exponential %0 : tensor<40x30xf32>
+  return %1 : tensor<40x30xf32>
+}
+func.func private @same(%a: tensor<40x30xf32>) -> tensor<40x30xf32> {
+  return %a : tensor<40x30xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_small_calls_are_inlined_and_fuse(threads, small, monkeypatch):
+    # @helper (twice, once inside @outer) is inlined: its constant joins the
+    # caller's frame, %x and %y stay alive after it (they are read later),
+    # and the chain across the calls feeds the reduce. @same returns its
+    # argument: it stays a call.
+    rng = np.random.default_rng(8)
+    args = [rng.standard_normal((40, 30)).astype(np.float32) for _ in range(2)]
+    p = _run_both(CALLS, args, monkeypatch, threads)
+    planned = p.functions["main"].block._planned
+    names = [s.op.name for s in planned]
+    assert names == ["fusion", "func.call", "stablehlo.reduce", "stablehlo.add"]
+    assert [m.op.name.split(".")[1] for m in planned[0].fn.plan].count("sine") == 2
+    assert planned[1].op.attrs["callee"] == "same"
+    again = p.run(*args)   # a second run of the planned frame
+    for g, w in zip(again, si.compile(CALLS).run(*args)):
+        assert (_bits(g) == _bits(w)).all()
+
+
+BROKEN_CALLEE = """
+func.func @main(%x: tensor<8xf32>) -> tensor<2xf32> {
+  %0 = call @helper(%x) : (tensor<8xf32>) -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+func.func private @helper(%a: tensor<8xf32>) -> tensor<2xf32> {
+  %0 = stablehlo.slice %a [1:3] : (tensor<8xf32>) -> tensor<2xf32> loc("helper.py":7:8)
+  return %0 : tensor<2xf32>
+}
+"""
+
+
+def test_error_in_an_inlined_step_names_its_op(monkeypatch):
+    from stablehlo_interpreter import registry
+
+    def broken(fn):
+        def run(*a):
+            raise ValueError("boom")
+        return run
+    monkeypatch.setitem(registry.KERNELS, "stablehlo.slice", registry.KERNELS["stablehlo.slice"])
+    si.wrap_kernel("stablehlo.slice", broken)
+    messages = []
+    for fusion_on in ("1", "0"):
+        monkeypatch.setenv("STABLEHLO_REF_FUSION", fusion_on)
+        p = si.compile(BROKEN_CALLEE)
+        with pytest.raises(si.ExecutionError) as e:
+            p.run(np.ones(8, np.float32))
+        assert e.value.op_name == "stablehlo.slice" and e.value.location == "helper.py:7:8"
+        messages.append(str(e.value))
+        planned = [s.op.name for s in p.functions["main"].block._planned]
+        assert planned == (["stablehlo.slice"] if fusion_on == "1" else ["func.call"])
+    assert messages[0] == messages[1]
+
+
+def test_error_in_a_fed_reduce_names_the_reduce(small, monkeypatch):
+    text = _chain_reduce("f32", (37, 53), (1,), "add", False)
+    p = si.compile(text)
+    args = [np.ones((37, 53), np.float32), np.ones((37, 53), np.float32), np.float32(0)]
+    p.run(*args)
+    (sink,) = _sinks(p)
+
+    def broken(self, v, lo, hi):
+        raise ValueError("boom")
+    monkeypatch.setattr(reducers._RowReduction, "add", broken)
+    with pytest.raises(si.ExecutionError) as e:
+        p.run(*args)
+    assert e.value.op_name == "stablehlo.reduce" and "ValueError: boom" in str(e.value)

@@ -13,6 +13,7 @@ owns the region passes them in, so every block runs in a frame of its own.
 from __future__ import annotations
 
 import re
+import threading
 from itertools import chain as _chain
 from itertools import repeat as _repeat
 from sys import getrecursionlimit as _getrecursionlimit
@@ -46,6 +47,7 @@ from .registry import (
 from .types import TensorType, conforms, describe, from_mlir
 
 _ndarray = np.ndarray
+_PLAN_LOCK = threading.Lock()   # Block._fast_steps
 
 # Calls, regions and loops nest as Python calls (about three frames per
 # func.call level). Python 3.11 runs Python-to-Python calls without growing
@@ -241,7 +243,15 @@ class Block:
 
     def _fast_steps(self):
         """The steps as :class:`FastStep` for the plain loop: no list built
-        for 1-3 operands, in-place donation and call hand-over decided once."""
+        for 1-3 operands, in-place donation and call hand-over decided once.
+        Made once, by one thread (others wait): the template it may extend
+        is set before ``_fast``, so a run that sees ``_fast`` sees its frame."""
+        with _PLAN_LOCK:
+            if self._fast is None:
+                self._make_fast_steps()
+            return self._fast
+
+    def _make_fast_steps(self):
         fast = []
         # Elementwise chains run as fused steps here only (fusion.py), small
         # called functions inlined into them (their slots extend the
@@ -299,6 +309,11 @@ class Block:
         values); it is emptied so that values the block owns alone can be
         updated in place.
         """
+        observed = ctx.tracer is not None or _DEBUG_VALIDATE
+        if not observed:
+            fast = self._fast
+            if fast is None:
+                fast = self._fast_steps()   # may extend the template (inlined calls)
         env = self.template[:]
         env[0] = ctx
         if captures:
@@ -309,12 +324,8 @@ class Block:
         if consume:
             args.clear()
             v = None  # the frame is then the only holder of a consumed value
-        if ctx.tracer is not None or _DEBUG_VALIDATE:
+        if observed:
             return self._run_observed(ctx, env)
-        fast = self._fast
-        if fast is None:
-            fast = self._fast_steps()
-            env.extend(self.template[len(env):])   # slots of inlined calls
         fn = out = None
         try:
             # The hot loop: no per-step list for 1-3 operands, one branch per

@@ -258,11 +258,13 @@ def inline_calls(steps, template):
     The callee's slots become new slots of the caller's frame (its
     constants are appended to ``template``, a new list), its arguments the
     call's operands, its results the call's result slots. Values of the
-    caller are never freed inside the callee's steps (the callee does not
-    own them); what the call frees is freed after its last step. A callee
-    qualifies when its steps are not calls, bind no regions (a reduce with
-    a recognised body is fine: KernelInfo.reduction), capture nothing and
-    return values its steps compute, each once. Every step keeps its op, so
+    caller are freed inside the callee's steps only when the call hands
+    them over (they die at the call, passed once); what else the call
+    frees is freed after its last step. Calls in the callee are inlined in
+    turn, up to MAX_INLINE_DEPTH levels (deeper ones, recursion included,
+    stay calls). A callee qualifies when its steps bind no regions (a
+    reduce with a recognised body is fine: KernelInfo.reduction), capture
+    nothing and return values its steps compute, each once. Every step keeps its op, so
     an error names the op as the call would. Returns the arguments
     themselves when nothing is inlined.
     """
@@ -303,7 +305,7 @@ def _callee(step):
             or not set(results) <= produced:
         return None
     for s in blk.steps:
-        if s.op is None or s.op.name == "func.call" or s.out.__class__ is not int \
+        if s.op is None or s.out.__class__ is not int \
                 or s.op.regions and kernel_info(s.fn).reduction is None:
             return None
     return blk
@@ -318,6 +320,12 @@ def _inlined(step, blk, template):
     for r, o in zip(blk.result_slots, outs):
         slot[r] = o
     caller = set(slot.values())
+    # Operands that die at the call (and are passed once) die inside at the
+    # callee's last use of them, as the call hands them over: a
+    # dynamic_update_slice there may still update in place (compiler.py's
+    # CALL_FUNCTION and DONATE_FIRST steps).
+    operands = step.ins[1:]
+    handed = {d for d in step.dead if operands.count(d) == 1}
 
     def local(s):
         if s not in slot:
@@ -326,13 +334,15 @@ def _inlined(step, blk, template):
         return slot[s]
 
     body = []
+    freed = set()
     for s in blk.steps:
         ins = tuple(local(i) for i in s.ins)
         out = local(s.out)
-        dead = tuple(d for d in (local(d) for d in s.dead) if d not in caller)
+        dead = tuple(d for d in (local(d) for d in s.dead) if d not in caller or d in handed)
+        freed.update(dead)
         body.append(s._replace(ins=ins, out=out, dead=dead))
     last = body[-1]
-    body[-1] = last._replace(dead=last.dead + tuple(step.dead))
+    body[-1] = last._replace(dead=last.dead + tuple(d for d in step.dead if d not in freed))
     return body
 
 
