@@ -309,11 +309,10 @@ class Block:
         values); it is emptied so that values the block owns alone can be
         updated in place.
         """
-        observed = ctx.tracer is not None or _DEBUG_VALIDATE
-        if not observed:
-            fast = self._fast
-            if fast is None:
-                fast = self._fast_steps()   # may extend the template (inlined calls)
+        fast = self._fast
+        if fast is None:
+            # Made before the frame: it may extend the template (inlined calls).
+            fast = self._fast_steps()
         env = self.template[:]
         env[0] = ctx
         if captures:
@@ -324,7 +323,7 @@ class Block:
         if consume:
             args.clear()
             v = None  # the frame is then the only holder of a consumed value
-        if observed:
+        if ctx.tracer is not None or _DEBUG_VALIDATE:
             return self._run_observed(ctx, env)
         fn = out = None
         try:
