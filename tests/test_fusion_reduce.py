@@ -136,15 +136,16 @@ def test_float_reduce_of_chain(et, shape, dims, kind, small, monkeypatch):
 def test_negative_zero_sums_and_signed_zero_extremes(shape, dims, small, monkeypatch):
     # Rows of -0 only (their sum with a -0 init is -0), zero maxima of both
     # signs: the sign rules of reducers apply per row, also across blocks.
-    x = np.full(shape, -0.0, np.float32)
-    x[..., 1::7] = 0.0
-    x.reshape(-1)[:200] = -0.0
-    y = np.zeros(shape, np.float32)
+    # negate(x - 0): -0 where x is +0, +0 where x is -0.
+    x = np.zeros(shape, np.float32)
+    x[..., 1::7] = -0.0
+    x.reshape(-1)[:200] = 0.0
     for kind, et in (("add", "f32"), ("maximum", "f32"), ("minimum", "f32")):
         text = _chain_reduce(et, shape, dims, kind, False).replace(
             "stablehlo.exponential %d", "stablehlo.negate %d")
         for init in (-0.0, 0.0):
-            _run_both(text, [x, y, np.array(init, np.float32)], monkeypatch)
+            _run_both(text, [x, np.zeros(shape, np.float32), np.array(init, np.float32)],
+                      monkeypatch)
 
 
 @pytest.mark.parametrize("et,kind", [("i32", "add"), ("i32", "multiply"), ("i32", "maximum"),
@@ -159,15 +160,29 @@ def test_integer_bool_complex_reduce_of_chain(et, kind, shape, dims, small, monk
     assert len(_sinks(p)) == 1
 
 
-def test_leading_axes_are_not_fed(small, monkeypatch):
-    # A reduce over a leading axis keeps its own schedule (reducers'
-    # two-level sums): the chain writes the value, the reduce reads it.
+LEADING = [((53, 37), (0,)), ((300, 5), (0,)), ((17, 3, 41, 2), (0, 1, 2)), ((9, 5, 7), (0,)),
+           ((2100, 3), (0,)), ((1000, 1), (0,))]
+
+
+@pytest.mark.parametrize("et", ["f32", "bf16", "f16", "f64", "i32"])
+@pytest.mark.parametrize("shape,dims", LEADING)
+def test_leading_axes(et, shape, dims, small, monkeypatch):
+    # Float sums over leading axes are fed in reducers' two-level schedule
+    # (LeadPlan: groups of blocks of rows, the rows left over); float64 and
+    # exact kinds keep their own schedule (the chain writes the value).
     rng = np.random.default_rng(3)
-    shape = (53, 37)
-    x, y = _values("f32", shape, rng), _values("f32", shape, rng)
-    p = _run_both(_chain_reduce("f32", shape, (0,), "add", False),
-                  [x, y, np.float32(0)], monkeypatch)
-    assert _sinks(p) == []
+    x, y = _values(et, shape, rng), _values(et, shape, rng)
+    for init in (0.0, -0.0):
+        for store in (False, True):
+            p = _run_both(_chain_reduce(et, shape, dims, "add", store),
+                          [x, y, np.array(init, NP[et])], monkeypatch, "2")
+            assert len(_sinks(p)) == (et not in ("f64", "i32"))
+    if et != "i32":   # every term -0 (negate(+0 - 0)): the sums are -0 with a -0 init
+        z = np.zeros(shape, NP[et])
+        z[-1, ...] = -0.0
+        _run_both(_chain_reduce(et, shape, dims, "add", False).replace(
+            "stablehlo.exponential %d", "stablehlo.negate %d"),
+            [z, np.zeros_like(z), np.array(-0.0, NP[et])], monkeypatch)
 
 
 TRANSPOSED = """
@@ -328,3 +343,38 @@ def test_error_in_a_fed_reduce_names_the_reduce(small, monkeypatch):
     with pytest.raises(si.ExecutionError) as e:
         p.run(*args)
     assert e.value.op_name == "stablehlo.reduce" and "ValueError: boom" in str(e.value)
+
+
+def _vector_chain(shape, dims, bdim):
+    t = _t("f32", shape)
+    vt = _t("f32", (shape[bdim],))
+    out = _t("f32", [d for i, d in enumerate(shape) if i not in dims])
+    return f"""
+func.func @main(%x: {t}, %v: {vt}) -> {out} {{
+  %b = stablehlo.broadcast_in_dim %v, dims = [{bdim}] : ({vt}) -> {t}
+  %0 = stablehlo.subtract %x, %b : {t}
+  %1 = stablehlo.multiply %0, %0 : {t}
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %s = stablehlo.reduce(%1 init: %z) applies stablehlo.add across dimensions = {list(dims)} : ({t}, tensor<f32>) -> {out}
+  return %s : {out}
+}}
+"""
+
+
+@pytest.mark.parametrize("shape,dims,bdim", [((3, 1500), (1,), 1), ((2100, 5), (0,), 1),
+                                             ((300, 5), (0,), 1), ((7, 300), (1,), 1)])
+def test_tiled_vector_operands(shape, dims, bdim, small, monkeypatch):
+    # A vector broadcast over rows is tiled into a buffer as long as the
+    # longest piece: group pieces of leading rows start at multiples of it,
+    # whole rows of (7, 300) are chunks of 3 rows. A row longer than a chunk
+    # (3, 1500) makes the chunks row ranges, which are not the blocks of the
+    # split rows: that reduce gets the whole value.
+    rng = np.random.default_rng(9)
+    args = [rng.standard_normal(shape).astype(np.float32),
+            rng.standard_normal(shape[bdim]).astype(np.float32)]
+    p = _run_both(_vector_chain(shape, dims, bdim), args, monkeypatch)
+    (chain,) = [f[1] for f in p.functions["main"].block._fast if isinstance(f[1], fusion.FusedChain)]
+    views = chain._layout([args[0], np.broadcast_to(args[1], shape)], 1,
+                          chain.sinks[0][1].pieces())
+    assert views[3] == (shape == (3, 1500))
+    assert (any(views[1]) and views[4]) == (shape != (3, 1500))

@@ -154,13 +154,14 @@ class _Group:
         self.members = []     # step indices, in program order
         self.reads = set()    # slots read by members
         self.produced = set()  # slots written by members
-        self.sinks = {}       # step index of a reduce fed by the chain -> its RowPlan
+        self.sinks = {}       # step index of a reduce fed by the chain -> its plan
 
 
 def _sink_plan(step, groups):
     """``(group, plan)`` when ``step`` is a reduce (KernelInfo.reduction)
-    of a value an open group makes, over trailing axes of the group's
-    shape (reducers.RowPlan), else None."""
+    of a value an open group makes, whose reducer can take it piece by
+    piece (``Reducer.row_plan``: trailing axes, or leading ones of float
+    sums), else None."""
     reduction = kernel_info(step.fn).reduction
     if reduction is None or len(step.ins) != 3 or step.ins[0] != 0 \
             or step.out.__class__ is not int:
@@ -624,11 +625,15 @@ class FusedChain:
 
     # -- one call
 
-    def _layout(self, inputs, multiple=1):
-        """``(views, tiled, unit, rows)``: the chunked inputs as the arrays
+    def _layout(self, inputs, multiple=1, pieces=None):
+        """``(views, tiled, unit, rows, aligned)``: the chunked inputs as the arrays
         chunks are sliced from (a tiled one is one chunk long, the same for
         every chunk), the chunk length, and whether chunks are ranges of the
-        leading axis (rows) rather than of the flat elements.
+        leading axis (rows) rather than of the flat elements. With
+        ``pieces`` (the flat bounds a fed reduce fixes) tiled buffers are
+        as long as the longest piece, and ``aligned`` is False when a piece
+        does not start at a multiple of a tiled block (the pieces cannot be
+        the chunks).
 
         Flat when every chunked input is C-contiguous, one value broadcast,
         or -- read by exact members only -- a contiguous block repeated
@@ -662,14 +667,18 @@ class FusedChain:
                 tiled[k] = block
                 period = np.lcm(period, block.size)
         if flat and period <= self.chunk:
-            unit = self.chunk // period * period
+            unit = length = self.chunk // period * period
+            aligned = True
+            if pieces and tiled:
+                aligned = not any(lo % period for lo, _ in pieces)
+                length = max(length, -(-max(hi - lo for lo, hi in pieces) // period) * period)
             for k, block in tiled.items():
-                views[k] = np.tile(block, unit // block.size)
-            return views, [k in tiled for k in range(len(inputs))], unit, False
+                views[k] = np.tile(block, length // block.size)
+            return views, [k in tiled for k in range(len(inputs))], unit, False, aligned
         row = max(1, n // max(1, shape[0]))
         for k in self.chunked_inputs:
             views[k] = inputs[k]
-        return views, [False] * len(inputs), max(1, self.chunk // row), True
+        return views, [False] * len(inputs), max(1, self.chunk // row), True, True
 
     def __call__(self, *inputs):
         try:
@@ -684,9 +693,11 @@ class FusedChain:
     def _call(self, inputs):
         shape = self.shape
         plans = [plan for _, plan, _, _ in self.sinks]
-        split = any(p.block < p.n for p in plans)
-        views, tiled, unit, rows = self._layout(
-            inputs, 1 if split else int(np.lcm.reduce([p.n for p in plans] or [1])))
+        fixed = [p.pieces() for p in plans]
+        split = any(f is not None for f in fixed)
+        views, tiled, unit, rows, aligned = self._layout(
+            inputs, 1 if split else int(np.lcm.reduce([p.n for p in plans] or [1])),
+            fixed[0] if split else None)
         outs = [np.empty(shape, dt) for dt in self.out_dtypes]
         if not rows:
             total, tail, scale = self.size, (), 1
@@ -702,14 +713,14 @@ class FusedChain:
         bounds = [(lo, min(lo + unit, total)) for lo in range(0, total, unit)] or [(0, 0)]
         states = []
         if plans:
-            # Chunks are the pieces the reduces take (RowPlan): whole rows,
-            # or the blocks of split rows; else each reduce gets the whole
-            # value and reduces it as the unfused step does.
+            # Chunks are the pieces the reduces take (reducers.RowPlan,
+            # LeadPlan): whole rows, or the pieces a plan fixes (blocks of
+            # split rows, groups of leading rows); else each reduce gets the
+            # whole value and reduces it as the unfused step does.
             whole_rows = not split and (not rows or all(scale % p.n == 0 for p in plans))
-            pieces = split and not rows and not any(tiled) and \
-                all((p.n, p.block) == (plans[0].n, plans[0].block) for p in plans)
+            pieces = split and not rows and aligned and all(f == fixed[0] for f in fixed)
             if pieces:
-                bounds = plans[0].pieces()
+                bounds = fixed[0]
             for v, plan, init, _ in self.sinks:
                 states.append(plan.start(inv[init]) if whole_rows or pieces
                               else _Collect(plan, inv[init]))
@@ -754,7 +765,7 @@ class FusedChain:
 
 
 class _Collect:
-    """A reduce fed by a chain whose chunks are not its pieces (RowPlan):
+    """A reduce fed by a chain whose chunks are not its pieces:
     the value is gathered whole and reduced as the unfused step does."""
 
     __slots__ = ("plan", "init", "buf")

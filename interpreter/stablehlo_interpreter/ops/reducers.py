@@ -204,15 +204,20 @@ class Reducer:
         return r.astype(self.dtype)
 
     def row_plan(self, shape, axes):
-        """A :class:`RowPlan` for :meth:`reduce` of C-contiguous arrays of
-        ``shape`` over ``axes``, or None when ``axes`` are not the trailing
-        axes (or a reduced axis is empty)."""
+        """A :class:`RowPlan` (trailing ``axes``) or :class:`LeadPlan`
+        (leading ones, float sums and products accumulated in a wider type)
+        for :meth:`reduce` of C-contiguous arrays of ``shape`` over
+        ``axes``; None for other axes or an empty reduced axis."""
         ndim = len(shape)
         axes = tuple(sorted(axes))
-        if not axes or axes != tuple(range(ndim - len(axes), ndim)) or 0 in shape:
+        if not axes or 0 in shape:
             return None
-        return RowPlan(self, tuple(shape), axes)
-
+        if axes == tuple(range(ndim - len(axes), ndim)):
+            return RowPlan(self, tuple(shape), axes)
+        if axes == tuple(range(len(axes))) and not self.exact and \
+                (self.acc.itemsize > self.dtype.itemsize or self.dtype in dtypes.ML_FLOATS):
+            return LeadPlan(self, tuple(shape), axes)
+        return None
 
     def combine(self, values):
         """Reduce a list of equally shaped arrays (collectives' group order)."""
@@ -292,7 +297,10 @@ class RowPlan:
         self.block = _PAR_CHUNK if splits and big else self.n
 
     def pieces(self):
-        """Flat ``(lo, hi)`` element bounds of the blocks (``block < n``)."""
+        """Flat ``(lo, hi)`` element bounds of the blocks when rows are
+        split (``block < n``); None when any range of whole rows is a piece."""
+        if self.block == self.n:
+            return None
         return [(i * self.n + a, i * self.n + b) for i in range(self.rows)
                 for a, b in _ranges(self.n, self.block)]
 
@@ -362,6 +370,98 @@ class _RowReduction:
         r = np.asarray(red.ufunc(init.astype(red.acc), r))
         if self.neg is not None and (r == 0).any():
             r = _set_negative_zeros(r, np.logical_and.reduce(self.neg, axis=-1)
+                                    .reshape(plan.out_shape))
+        return r.astype(red.dtype)
+
+
+class LeadPlan:
+    """:meth:`Reducer.reduce` of C-contiguous float arrays over their leading
+    axes (``N`` rows of ``W`` kept elements), fed piece by piece like
+    :class:`RowPlan`: a float sum or product accumulated in a wider type
+    reduces the array where it lies (_reduce_runs), in _reduce_leading's
+    two levels -- ``b`` blocks of ``m`` rows combined position by position
+    (on the helper threads in groups of blocks from _PAR_MIN elements on,
+    each group one ufunc call), then the ``m`` partial rows, then the rows
+    left over. The pieces are those groups (one piece for all blocks below
+    _PAR_MIN, the whole array below 256 rows) and the rows left over;
+    ``add`` makes _reduce_leading's call for a piece, ``finish`` the rest.
+    """
+
+    __slots__ = ("red", "shape", "axes", "out_shape", "N", "W", "b", "m", "groups")
+
+    def __init__(self, red, shape, axes):
+        self.red, self.shape, self.axes = red, shape, axes
+        self.out_shape = shape[len(axes):]
+        self.N = int(np.prod(shape[:len(axes)], dtype=np.int64))
+        self.W = int(np.prod(self.out_shape, dtype=np.int64))
+        N, W = self.N, self.W
+        if N < 4 * _SCAN_BLOCK // 16:
+            self.b = self.m = 0
+            self.groups = [(0, N)]   # rows
+            return
+        self.b = b = max(2, int(np.sqrt(N)))
+        self.m = m = N // b
+        if b * m * W >= _PAR_MIN:
+            self.groups = _ranges(b, max(1, _PAR_CHUNK // (m * W)))   # blocks
+        else:
+            self.groups = [(0, b)]
+
+    def pieces(self):
+        rows = self.m or 1
+        out = [(r0 * rows * self.W, r1 * rows * self.W) for r0, r1 in self.groups]
+        if self.b and self.b * self.m < self.N:
+            out.append((self.b * self.m * self.W, self.N * self.W))
+        return out
+
+    def start(self, init):
+        return _LeadReduction(self, np.asarray(init))
+
+
+class _LeadReduction:
+    """One reduction of a :class:`LeadPlan` (see there)."""
+
+    __slots__ = ("plan", "init", "groups", "tail", "neg")
+
+    def __init__(self, plan, init):
+        self.plan, self.init = plan, init
+        red = plan.red
+        self.groups = np.empty((len(plan.groups), plan.W * (plan.m or 1)), red.acc)
+        self.tail = None
+        n_pieces = len(plan.groups) + 1
+        self.neg = np.ones((n_pieces, plan.W), bool) \
+            if red.acc.kind == "f" and np.signbit(init) else None
+
+    def add(self, v, lo, hi):
+        plan = self.plan
+        red = plan.red
+        x = np.ascontiguousarray(v).reshape(-1)
+        if x.dtype in dtypes.ML_FLOATS:
+            x = x.astype(red.acc)
+        width = plan.W * (plan.m or 1)
+        head_end = plan.b * plan.m * plan.W if plan.b else plan.N * plan.W
+        if lo < head_end:
+            k = next(i for i, (r0, _) in enumerate(plan.groups) if r0 * width == lo)
+            self.groups[k] = red.ufunc.reduce(x.reshape(-1, width), axis=0, dtype=red.acc)
+        else:
+            k = len(plan.groups)
+            self.tail = red.ufunc.reduce(x.reshape(-1, plan.W), axis=0, dtype=red.acc)
+        if self.neg is not None:
+            self.neg[k] = _all_negative_zero(x.reshape(-1, plan.W), 0)
+
+    def finish(self):
+        plan = self.plan
+        red = plan.red
+        g = self.groups
+        if not plan.b:
+            r = g[0]
+        else:
+            partial = g[0] if len(g) == 1 else red.ufunc.reduce(g, axis=0)
+            r = red.ufunc.reduce(partial.reshape((plan.m, plan.W)), axis=0)
+            if self.tail is not None:
+                r = red.ufunc(r, self.tail)
+        r = np.asarray(red.ufunc(self.init.astype(red.acc), r.reshape(plan.out_shape)))
+        if self.neg is not None and (r == 0).any():
+            r = _set_negative_zeros(r, np.logical_and.reduce(self.neg, axis=0)
                                     .reshape(plan.out_shape))
         return r.astype(red.dtype)
 
