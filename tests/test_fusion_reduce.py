@@ -378,3 +378,38 @@ def test_tiled_vector_operands(shape, dims, bdim, small, monkeypatch):
                           chain.sinks[0][1].pieces())
     assert views[3] == (shape == (3, 1500))
     assert (any(views[1]) and views[4]) == (shape != (3, 1500))
+
+
+REPEATED = """
+func.func @main(%x: tensor<40x30xf32>) -> (tensor<30xf32>, tensor<30xf32>, tensor<30xf32>, tensor<30xf32>) {
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %r1 = stablehlo.reduce(%x init: %z) applies stablehlo.add across dimensions = [0] : (tensor<40x30xf32>, tensor<f32>) -> tensor<30xf32>
+  %c = stablehlo.constant dense<4.0> : tensor<30xf32>
+  %d = stablehlo.divide %r1, %c : tensor<30xf32>
+  %e = stablehlo.exponential %d : tensor<30xf32>
+  %z2 = stablehlo.constant dense<0.0> : tensor<f32>
+  %r2 = stablehlo.reduce(%x init: %z2) applies stablehlo.add across dimensions = [0] : (tensor<40x30xf32>, tensor<f32>) -> tensor<30xf32>
+  %one = stablehlo.constant dense<1.0> : tensor<f32>
+  %r3 = stablehlo.reduce(%x init: %one) applies stablehlo.add across dimensions = [0] : (tensor<40x30xf32>, tensor<f32>) -> tensor<30xf32>
+  %r4 = stablehlo.reduce(%x init: %z) applies stablehlo.maximum across dimensions = [0] : (tensor<40x30xf32>, tensor<f32>) -> tensor<30xf32>
+  %f = stablehlo.add %r2, %e : tensor<30xf32>
+  return %f, %r2, %r3, %r4 : tensor<30xf32>, tensor<30xf32>, tensor<30xf32>, tensor<30xf32>
+}
+"""
+
+
+def test_repeated_reduces_are_shared(monkeypatch):
+    # %r2 repeats %r1 (an init constant of the same value): it takes %r1's
+    # result, which the divide then must not update in place (its last use
+    # moves to %r2). %r3 (another init) and %r4 (another body) reduce again.
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((40, 30)).astype(np.float32)
+    p = _run_both(REPEATED, [x], monkeypatch)
+    planned = p.functions["main"].block._planned
+    shared = [s for s in planned if s.fn is fusion._same]
+    assert len(shared) == 1 and len([s for s in planned if s.op.name == "stablehlo.reduce"]) == 4
+    divide = [s for s in planned if s.op.name == "stablehlo.divide"][0]
+    assert shared[0].ins[0] not in divide.dead and shared[0].ins[0] in shared[0].dead
+    for _ in range(2):   # the frame, run again
+        got = p.run(x)
+        assert (_bits(got[1]) == _bits(np.add.reduce(x, axis=0, dtype=np.float64).astype(np.float32))).all()

@@ -260,6 +260,7 @@ class Block:
         steps = self.steps
         if _fusion.enabled():
             steps, self.template = _fusion.inline_calls(steps, self.template)
+            steps = _fusion.share_reduces(steps, self.template)
         planned = _fusion.fuse(steps, self.result_slots, self.template)
         self._planned = planned
         for fn, ins, out, dead, op in planned:

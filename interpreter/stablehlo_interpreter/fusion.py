@@ -347,6 +347,51 @@ def _inlined(step, blk, template):
     return body
 
 
+def share_reduces(steps, template):
+    """``steps`` where a reduce that repeats an earlier one (the same
+    reducer and dimensions, the same operand slot, an init of the same
+    value) takes its result instead of reducing again: JAX's ``var``
+    computes the mean its caller computed too, and with the call inlined
+    both are in one block. The repeat becomes a step handing over the
+    earlier result (kept alive until then; both slots then hold one array,
+    which no step updates in place while two refer to it). A new list, or
+    ``steps`` itself when nothing repeats."""
+    seen = {}
+    out = list(steps)
+    changed = False
+    for i, step in enumerate(steps):
+        reduction = kernel_info(step.fn).reduction
+        if reduction is None or len(step.ins) != 3 or step.out.__class__ is not int:
+            continue
+        key = (id(reduction[0]), reduction[1], step.ins[1], _value_key(step.ins[2], template))
+        first = seen.get(key)
+        if first is None:
+            seen[key] = (reduction, step.out)   # keeps the reducer alive: id() stays unique
+            continue
+        result = first[1]
+        dead = step.dead
+        for k in range(i - 1, -1, -1):   # the earlier result's last use moves here
+            if result in out[k].dead:
+                out[k] = out[k]._replace(dead=tuple(d for d in out[k].dead if d != result))
+                dead = dead + (result,)
+                break
+        out[i] = step._replace(fn=_same, ins=(result,), dead=dead)
+        changed = True
+    return out if changed else steps
+
+
+def _same(x):
+    return x
+
+
+def _value_key(slot, template):
+    """A slot's value as a hashable key when it is a plan constant, else the slot."""
+    v = template[slot] if slot < len(template) else None
+    if v.__class__ is np.ndarray:
+        return ("constant", v.dtype.str, v.shape, np.ascontiguousarray(v).tobytes())
+    return ("slot", slot)
+
+
 def _one_value(v):
     """Is ``v`` one value broadcast to a shape (all strides 0)? A plan
     constant folded from ``broadcast_in_dim`` of a scalar (fold.py) is."""
