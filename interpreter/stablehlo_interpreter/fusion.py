@@ -751,9 +751,13 @@ class FusedChain:
             total, tail, scale = shape[0], shape[1:], self.size // shape[0]
             targets = outs
         inv = self._prologue(inputs, targets)
-        threads = thread_count() if (self.heavy or THREAD_EXACT_CHAINS) and \
+        # A fed reduce makes every chunk heavy: the reducer shares its own
+        # pieces with the helpers when it runs alone (reducers._reduce_last,
+        # _reduce_leading), and so does the fused step.
+        heavy = self.heavy or bool(plans)
+        threads = thread_count() if (heavy or THREAD_EXACT_CHAINS) and \
             total >= MIN_THREAD_CHUNKS * unit else 1
-        if threads > 1 and not self.heavy and not any(tiled):
+        if threads > 1 and not heavy and not any(tiled):
             unit *= 2   # exact ops: longer ufunc calls per GIL hand-over
         bounds = [(lo, min(lo + unit, total)) for lo in range(0, total, unit)] or [(0, 0)]
         states = []
