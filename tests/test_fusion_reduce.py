@@ -399,7 +399,7 @@ func.func @main(%x: tensor<40x30xf32>) -> (tensor<30xf32>, tensor<30xf32>, tenso
 
 
 def test_repeated_reduces_are_shared(monkeypatch):
-    # %r2 repeats %r1 (an init constant of the same value): it takes %r1's
+    # %r2 repeats %r1 (an init constant of the same value): it copies %r1's
     # result, which the divide then must not update in place (its last use
     # moves to %r2). %r3 (another init) and %r4 (another body) reduce again.
     rng = np.random.default_rng(12)

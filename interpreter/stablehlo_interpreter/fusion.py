@@ -352,10 +352,10 @@ def share_reduces(steps, template):
     reducer and dimensions, the same operand slot, an init of the same
     value) takes its result instead of reducing again: JAX's ``var``
     computes the mean its caller computed too, and with the call inlined
-    both are in one block. The repeat becomes a step handing over the
-    earlier result (kept alive until then; both slots then hold one array,
-    which no step updates in place while two refer to it). A new list, or
-    ``steps`` itself when nothing repeats."""
+    both are in one block. The repeat becomes a step copying the earlier
+    result (kept alive until then; a copy, so that no two results or slots
+    share an array that a later step or the caller might update in place).
+    A new list, or ``steps`` itself when nothing repeats."""
     seen = {}
     out = list(steps)
     changed = False
@@ -381,7 +381,7 @@ def share_reduces(steps, template):
 
 
 def _same(x):
-    return x
+    return x.copy() if x.__class__ is np.ndarray else x
 
 
 def _value_key(slot, template):
