@@ -413,3 +413,15 @@ def test_repeated_reduces_are_shared(monkeypatch):
     for _ in range(2):   # the frame, run again
         got = p.run(x)
         assert (_bits(got[1]) == _bits(np.add.reduce(x, axis=0, dtype=np.float64).astype(np.float32))).all()
+
+
+@pytest.mark.parametrize("kind", ["maximum", "minimum", "add"])
+def test_spec_numerics(kind, small, monkeypatch):
+    # Spec mode: exact reduces (max/min) are fed like in accurate mode; its
+    # float sums keep the reference's sequential order, unfed.
+    rng = np.random.default_rng(13)
+    x, y = _values("f32", (37, 53), rng), _values("f32", (37, 53), rng)
+    p = _run_both(_chain_reduce("f32", (37, 53), (1,), kind, True),
+                  [x, y, np.float32(-np.inf if kind == "maximum" else 0.0)], monkeypatch,
+                  numerics="spec")
+    assert len(_sinks(p)) == (kind != "add")
