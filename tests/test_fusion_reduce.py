@@ -425,3 +425,71 @@ def test_spec_numerics(kind, small, monkeypatch):
                   [x, y, np.float32(-np.inf if kind == "maximum" else 0.0)], monkeypatch,
                   numerics="spec")
     assert len(_sinks(p)) == (kind != "add")
+
+
+def _normalize(et, shape, kind, reader, extra):
+    """softmax's shape: ``e = exp(x - y)``, ``s = reduce(e)`` over the last
+    axis, ``e / broadcast(s)`` (through a size-1 axis, as JAX does);
+    ``reader`` is the op reading the rows broadcast back; ``extra`` returns
+    the broadcast rows too (they are then made again after the fused step)."""
+    t = _t(et, shape)
+    kept = shape[:-1]
+    rt, mid = _t(et, kept), _t(et, kept + (1,))
+    dims = list(range(len(kept)))
+    read = (f"%q = stablehlo.{reader} %e, %b : {t}" if reader != "exponential"
+            else f"%q = stablehlo.exponential %b : {t}")
+    results = [("%q", t), ("%s", rt)] + ([("%b", t)] if extra else [])
+    return "\n".join([
+        f"func.func @main(%x: {t}, %y: {t}, %z: tensor<{et}>) -> "
+        f"({', '.join(ty for _, ty in results)}) {{",
+        f"  %d = stablehlo.subtract %x, %y : {t}",
+        f"  %e = stablehlo.exponential %d : {t}",
+        f"  %s = stablehlo.reduce(%e init: %z) applies stablehlo.{kind} across dimensions = "
+        f"[{len(kept)}] : ({t}, tensor<{et}>) -> {rt}",
+        f"  %m = stablehlo.broadcast_in_dim %s, dims = {dims} : ({rt}) -> {mid}",
+        f"  %b = stablehlo.broadcast_in_dim %m, dims = {dims + [len(kept)]} : ({mid}) -> {t}",
+        f"  {read}",
+        f"  return {', '.join(n for n, _ in results)} : {', '.join(ty for _, ty in results)}",
+        "}"])
+
+
+@pytest.mark.parametrize("et", ["f32", "bf16", "f64"])
+@pytest.mark.parametrize("shape", [(37, 53), (6, 7, 41), (3, 1500)])
+@pytest.mark.parametrize("kind,reader", [("add", "divide"), ("maximum", "subtract"),
+                                         ("add", "exponential")])
+@pytest.mark.parametrize("extra", [False, True])
+def test_rows_broadcast_back(et, shape, kind, reader, extra, small, monkeypatch):
+    # The reduce's finished rows of each chunk reach the exact op that reads
+    # them in the same chunk (softmax's divide): one fused step, exp's values
+    # never written out. An inexact reader (exp) runs after the fused step; a
+    # reduce splitting its rows into blocks (3, 1500) does not finish rows
+    # per chunk, and the broadcast runs after it too.
+    rng = np.random.default_rng(14)
+    x, y = _values(et, shape, rng), _values(et, shape, rng)
+    for threads in ("1", "2"):
+        p = _run_both(_normalize(et, shape, kind, reader, extra),
+                      [x, y, np.array(0, NP[et])], monkeypatch, threads)
+        chains = [f[1] for f in p.functions["main"].block._fast
+                  if isinstance(f[1], fusion.FusedChain)]
+        split = shape == (3, 1500) and kind == "add" and et != "f64"
+        fed_back = reader != "exponential" and not split
+        assert bool(chains[0].rowvals) == fed_back
+        names = [s.op.name for s in p.functions["main"].block._planned]
+        assert names.count("stablehlo.broadcast_in_dim") == (0 if fed_back and not extra else 2)
+
+
+def test_rows_broadcast_back_of_strided_chunks(small, monkeypatch):
+    # A transposed operand: chunks of leading rows, the rows a broadcast view.
+    text = _normalize("f32", (40, 75), "add", "divide", False).replace(
+        "%y: tensor<40x75xf32>", "%w: tensor<75x40xf32>").replace(
+        "  %d = stablehlo.subtract %x, %y",
+        "  %y = stablehlo.transpose %w, dims = [1, 0] : (tensor<75x40xf32>) -> tensor<40x75xf32>\n"
+        "  %d = stablehlo.subtract %x, %y")
+    rng = np.random.default_rng(15)
+    args = [rng.standard_normal((40, 75)).astype(np.float32),
+            rng.standard_normal((75, 40)).astype(np.float32), np.float32(0)]
+    for threads in ("1", "2"):
+        p = _run_both(text, args, monkeypatch, threads)
+        (chain,) = [f[1] for f in p.functions["main"].block._fast
+                    if isinstance(f[1], fusion.FusedChain)]
+        assert chain.rowvals

@@ -147,7 +147,7 @@ def _plain_composite(step):
 
 
 class _Group:
-    __slots__ = ("shape", "members", "reads", "produced", "sinks")
+    __slots__ = ("shape", "members", "reads", "produced", "sinks", "rows")
 
     def __init__(self, shape):
         self.shape = shape
@@ -155,6 +155,43 @@ class _Group:
         self.reads = set()    # slots read by members
         self.produced = set()  # slots written by members
         self.sinks = {}       # step index of a reduce fed by the chain -> its plan
+        self.rows = {}        # slot of a broadcast of a fed reduce's rows -> (sink index, full)
+
+
+def _whole_rows(plan):
+    """Does ``plan`` reduce whole rows of trailing axes, axis 0 kept? Then
+    every chunk holds whole rows and their results are final after it."""
+    return getattr(plan, "block", None) == getattr(plan, "n", 0) and len(plan.out_shape) >= 1
+
+
+def _row_broadcast(step, groups, steps):
+    """``(group, sink index, full)`` when ``step`` broadcasts the results of
+    a reduce an open group feeds (or such a broadcast) back over the rows
+    they reduce (``broadcast_in_dim`` keeping the leading, kept axes in
+    place and adding size-1 or reduced axes after them; ``full``: to the
+    group's shape), every reduce of the group reducing whole rows; else None."""
+    op = step.op
+    if op is None or op.name != _BROADCAST or len(step.ins) != 1 or step.out.__class__ is not int:
+        return None
+    src = step.ins[0]
+    for g in groups.values():
+        if src in g.rows:
+            k = g.rows[src][0]
+        else:
+            k = next((i for i in g.sinks if steps[i].out == src), None)
+        if k is None:
+            continue
+        if not all(_whole_rows(p) for p in g.sinks.values()):
+            return None
+        kept = len(g.sinks[k].out_shape)
+        o, r, shape = _static_shape(op.operand_types[0]), _static_shape(op.result_types[0]), g.shape
+        if o is None or r is None or len(r) != len(shape) or r[:kept] != shape[:kept] \
+                or tuple(op.attrs.get("broadcast_dimensions", ())) != tuple(range(len(o))) \
+                or o[:kept] != shape[:kept] or any(d != 1 for d in o[kept:]) \
+                or not (r == shape or all(d == 1 for d in r[kept:])):
+            return None
+        return g, k, r == shape
+    return None
 
 
 def _sink_plan(step, groups):
@@ -206,6 +243,11 @@ def fuse(steps, result_slots, constants=()):
         if kind is not None:
             shape = kind[0]
             g = groups.get(shape)
+            if g is not None and not g.rows.keys().isdisjoint(step.ins) and not _is_exact(step):
+                # Broadcast rows reach only exact ops (whose bits do not
+                # depend on the operands' layout): this one runs after.
+                close(g)
+                g = None
             if g is None:
                 g = groups[shape] = _Group(shape)
             g.members.append(i)
@@ -213,21 +255,29 @@ def fuse(steps, result_slots, constants=()):
             g.produced.add(step.out)
             continue
         sink = _sink_plan(step, groups)
+        row = _row_broadcast(step, groups, steps) if sink is None else None
+        if sink is not None and any(g is sink[0] and g.rows for g in groups.values()) \
+                and not _whole_rows(sink[1]):
+            sink = None   # rows broadcast back need every reduce of whole rows
         # Another step: the groups whose values it reads, or whose inputs it
         # frees, must run before it -- unless it is a reduce the group feeds
-        # (a sink: reduced chunk by chunk inside the fused step).
+        # (a sink: reduced chunk by chunk inside the fused step) or a
+        # broadcast of such a reduce's rows back over them.
+        owner = sink[0] if sink is not None else row[0] if row is not None else None
         dead = set(step.dead)
         for g in list(groups.values()):
-            if sink is not None and g is sink[0]:
+            if g is owner:
                 continue
             if not g.produced.isdisjoint(step.ins) or not g.reads.isdisjoint(dead):
                 close(g)
-        if sink is not None:
-            g = sink[0]
-            g.members.append(i)
-            g.sinks[i] = sink[1]
-            g.reads.update(step.ins[1:])
-            g.produced.add(step.out)
+        if owner is not None:
+            owner.members.append(i)
+            if sink is not None:
+                owner.sinks[i] = sink[1]
+            else:
+                owner.rows[step.out] = row[1:]
+            owner.reads.update(s for s in step.ins if s != 0)
+            owner.produced.add(step.out)
             continue
         out.append(step)
     for g in list(groups.values()):
@@ -238,9 +288,9 @@ def fuse(steps, result_slots, constants=()):
 def _without_sinks(g, steps, users, keep, constants):
     """Group ``g`` emitted with its reduces as steps of their own after it
     (a reduce of a value the chain computes once, not chunk by chunk)."""
-    after = [steps[i] for i in g.sinks]
-    g.members = [i for i in g.members if i not in g.sinks]
-    g.sinks = {}
+    after = [steps[i] for i in g.members if i in g.sinks or steps[i].out in g.rows]
+    g.members = [i for i in g.members if i not in g.sinks and steps[i].out not in g.rows]
+    g.sinks, g.rows = {}, {}
     return _emit(g, steps, users, keep, constants) + after
 
 
@@ -403,9 +453,16 @@ def _emit(g, steps, users, keep, constants=()):
     themselves when fusing gains nothing."""
     member_set = set(g.members)
     sinks = [(steps[i], plan) for i, plan in g.sinks.items()]
-    members = [steps[i] for i in g.members if i not in g.sinks]
-    outputs = [s.out for s in members
-               if s.out in keep or any(u not in member_set for u in users.get(s.out, ()))]
+    position = {i: p for p, i in enumerate(g.sinks)}
+    row_steps = [steps[i] for i in g.members if steps[i].out in g.rows]
+    members = [steps[i] for i in g.members if i not in g.sinks and steps[i].out not in g.rows]
+
+    def needed(s):
+        return s.out in keep or any(u not in member_set for u in users.get(s.out, ()))
+    outputs = [s.out for s in members if needed(s)]
+    # Rows broadcast back that something outside reads run again after the
+    # fused step (broadcast views of its reduce results).
+    post = row_steps if any(needed(s) for s in row_steps) else []
     # A broadcast whose view is needed outside stays a step of its own (run
     # just before the fused step): fused, it would be materialised.
     pre = [s for s in members if s.op.name == _BROADCAST and s.out in outputs]
@@ -416,7 +473,7 @@ def _emit(g, steps, users, keep, constants=()):
                       or (len(real) == 1 and has_trait(real[0].op.name, "cheap"))):
         return members   # nothing to keep in cache, nothing to share
     inputs = {}   # ordered set
-    produced = set()
+    produced = {s.out for s, _ in sinks} | {s.out for s in row_steps}
     for s in fused_members:
         for slot in s.ins:
             if slot not in produced:
@@ -425,20 +482,25 @@ def _emit(g, steps, users, keep, constants=()):
     for s, _ in sinks:
         inputs.setdefault(s.ins[2])   # the init value
     inputs = list(inputs)
-    dead = list(dict.fromkeys(d for s in fused_members + [s for s, _ in sinks] for d in s.dead
-                              if d not in produced))
+    post_reads = {slot for s in post for slot in s.ins}
+    dead = list(dict.fromkeys(
+        d for s in fused_members + [s for s, _ in sinks] + (row_steps if not post else [])
+        for d in s.dead if d not in produced and d not in post_reads))
     outputs += [s.out for s, _ in sinks]
     # Inputs that are one constant value broadcast (a folded broadcast_in_dim
     # of a scalar) are invariant, like the 0-d value of a broadcast member:
     # hoisted, bound as a shift amount, never chunked.
     one_value = {slot for slot in inputs
                  if slot < len(constants) and _one_value(constants[slot])}
-    fused = FusedChain(g.shape, fused_members, inputs, outputs, one_value, sinks)
+    read = {slot for s in fused_members for slot in s.ins}
+    rows = [(s, position[g.rows[s.out][0]]) for s in row_steps
+            if g.rows[s.out][1] and s.out in read]
+    fused = FusedChain(g.shape, fused_members, inputs, outputs, one_value, sinks, rows)
     if fused.unfed_sinks:
         return _without_sinks(g, steps, users, keep, constants)
     out = outputs[0] if len(outputs) == 1 else tuple(outputs)
     return pre + [fused_members[0]._replace(fn=fused, ins=tuple(inputs), out=out,
-                                            dead=tuple(dead), op=fused.op)]
+                                            dead=tuple(dead), op=fused.op)] + post
 
 
 # Member kinds of a FusedChain program, and how a 0-d value is expanded.
@@ -497,7 +559,8 @@ class FusedChain:
     per value), so a chunk costs the members' calls and little else.
     """
 
-    def __init__(self, shape, members, inputs, outputs, one_value=frozenset(), sinks=()):
+    def __init__(self, shape, members, inputs, outputs, one_value=frozenset(), sinks=(),
+                 rows=()):
         self.shape = shape
         self.size = _size(shape)
         self.op = FusedOp([s.op for s in members] + [s.op for s, _ in sinks])
@@ -507,6 +570,14 @@ class FusedChain:
         local = {slot: k for k, slot in enumerate(inputs)}
         input_shape = {}
         dtype = {}
+        # Rows of a fed reduce broadcast back over the group's shape: a
+        # value per chunk, made after the reduce took the chunk (_generate).
+        self.rowvals = []
+        for s, p in rows:
+            local[s.out] = len(local)
+            dtype[local[s.out]] = s.op.result_types[0].dtype
+            kept = len(sinks[p][1].out_shape)
+            self.rowvals.append((local[s.out], p, shape[1:kept] + (1,) * (len(shape) - kept)))
         for s in list(members) + [s for s, _ in sinks]:
             for slot, t in zip(s.ins[-len(s.op.operand_types):], s.op.operand_types):
                 input_shape.setdefault(slot, tuple(t.shape))
@@ -610,7 +681,7 @@ class FusedChain:
 
     def _generate(self):
         """The per-chunk function: ``chunk(views, tiled, inv, targets, lo, hi, cshape, scale)``."""
-        g = {"_bcast": np.broadcast_to, "_full": np.full,
+        g = {"_bcast": np.broadcast_to, "_full": np.full, "_rowval": _rowval,
              "_InterpreterError": InterpreterError, "_fail": self._fail}
         hoisted = {m.res for m in self.hoisted} | {k for k in range(self.n_inputs)
                                                   if k not in self.chunked_inputs}
@@ -652,6 +723,10 @@ class FusedChain:
             for t in m.feeds:   # a reduce's state (in flat elements)
                 body.append(f"m = {-2 - (t - self.n_stored)}")
                 body.append(f"targets[{t}].add(v{m.res}, lo * scale, hi * scale)")
+                for v, p, tail in self.rowvals:   # its finished rows, broadcast back
+                    if p == t - self.n_stored:
+                        body.append(f"v{v} = _rowval(targets[{t}], lo * scale, hi * scale, "
+                                    f"cshape, {tail!r})")
             gone = [f"v{d}" for d in m.dies if d not in hoisted]
             if gone:
                 body.append(f"del {', '.join(gone)}")
@@ -811,6 +886,16 @@ class FusedChain:
         except Exception as e:
             self._fail(j, e)
         return inv
+
+
+def _rowval(state, lo, hi, cshape, tail):
+    """The results of a fed reduce for the whole rows of flat elements
+    ``lo:hi``, broadcast back over the chunk: repeated along a flat chunk,
+    a broadcast view of a chunk of leading rows (read by exact ops only)."""
+    r = state.rows(lo, hi)
+    if len(cshape) == 1:
+        return np.repeat(r, (hi - lo) // r.size) if r.size else np.empty(0, r.dtype)
+    return np.broadcast_to(r.reshape((cshape[0],) + tail), cshape)
 
 
 class _Collect:

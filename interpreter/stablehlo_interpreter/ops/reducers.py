@@ -354,23 +354,32 @@ class _RowReduction:
         self.partial[r0:r1, col] = p[:, None]
 
     def finish(self):
-        plan = self.plan
-        red = plan.red
+        return self._finish(slice(None), self.plan.out_shape)
+
+    def rows(self, lo, hi):
+        """The results of the whole rows among flat elements ``lo:hi``
+        (all their pieces added), flat: the same elementwise steps as
+        :meth:`finish`, so the same bits."""
+        n = self.plan.n
+        return self._finish(slice(lo // n, hi // n), (hi // n - lo // n,))
+
+    def _finish(self, rows, shape):
+        red = self.plan.red
         init = self.init
-        p = self.partial
+        p = self.partial[rows]
         r = p[:, 0] if p.shape[1] == 1 else red.ufunc.reduce(p, axis=-1)
-        r = r.reshape(plan.out_shape)
+        r = r.reshape(shape)
         if red.exact:
             r = np.asarray(red._with_init(init, r))
             if red.signed_zero:
                 zero = r == 0
                 if zero.any():
-                    r = _set_zero_signs(red.kind, r, zero, self.hit.reshape(plan.out_shape), init)
+                    r = _set_zero_signs(red.kind, r, zero, self.hit[rows].reshape(shape), init)
             return r.astype(red.dtype)
         r = np.asarray(red.ufunc(init.astype(red.acc), r))
         if self.neg is not None and (r == 0).any():
-            r = _set_negative_zeros(r, np.logical_and.reduce(self.neg, axis=-1)
-                                    .reshape(plan.out_shape))
+            r = _set_negative_zeros(r, np.logical_and.reduce(self.neg[rows], axis=-1)
+                                    .reshape(shape))
         return r.astype(red.dtype)
 
 
