@@ -26,6 +26,17 @@ before any other step that reads one of its values or frees a value it
 reads, so every step still sees what it saw unfused. Values only used inside
 the group are never stored; the others are written to the frame.
 
+Reduces. A ``reduce`` whose kernel is ``Reducer.reduce`` (KernelInfo.reduction)
+of a value the chain computes joins it as a *sink*: each chunk is reduced
+as it is made, in the pieces the reducer takes (reducers.RowPlan for
+trailing axes, LeadPlan for float sums over leading ones), so the result is
+the unfused reduce's bit for bit, and the value is written out only when
+something else reads it. When every sink reduces whole rows, its results
+broadcast back over those rows (softmax's ``e / sum(e)``) are made per chunk
+and read by exact members. Before grouping, :func:`inline_calls` puts the
+steps of small called functions (JAX's ``_where``) into the caller's plan
+and :func:`share_reduces` lets a repeated reduce copy the first one's result.
+
 Observability. Tracing (``STABLEHLO_REF_TRACE_OPS``, tracers) and
 ``STABLEHLO_REF_VALIDATE`` run the unfused steps (the compiler's observed
 loop uses ``Block.steps``, which fusion leaves alone), so every original op
