@@ -13,7 +13,6 @@ import math
 import numpy as np
 
 from ..registry import annotate, kernel
-from .fastmath import f32_kernel
 from .elementwise import (
     C128,
     F16,
@@ -31,6 +30,7 @@ from .elementwise import (
     unsupported_type,
     via_f64_ufunc,
 )
+from .fastmath import f32_kernel
 
 
 def _transcendental(op, f64_fn, c128_fn=None, fast=None):
