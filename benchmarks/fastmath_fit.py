@@ -5,7 +5,8 @@ function's value at 120 bits (mpmath), converted to monomials, printed as C
 arrays (highest degree first, for Horner) with the largest relative error of
 the float64 evaluation on a dense grid. The C kernels only need about 1e-12:
 an element whose float64 value lies close to a float32 rounding boundary is
-recomputed by the exact path (see the C module's docstring).
+recomputed by the exact path (see the C module's header comment). Paste the
+output over the tables there.
 
     python -m benchmarks.fastmath_fit
 """
@@ -16,21 +17,63 @@ from numpy.polynomial import chebyshev as cheb
 
 mp.mp.prec = 120
 
-# erfc(a) = exp(-a^2) Q(t), t = 2 / (2 + a), for a in [0.5, 10.5] (erfc_f32)
-# and in [0.5, 4] (erf_f32: a narrower range, a lower degree).
-Q_FITS = (("ERFC_Q", 0.5, 10.5, 14), ("ERF_Q", 0.5, 4.0, 12))
-# tanh(a) = a * T(a^2) for a < TANH_SMALL.
-TANH_SMALL = 0.5
-EXP_R = 0.35  # |r| <= ln(2) / 2 after the reduction
+
+def _q(t):
+    """erfc(a) e^(a^2) as a function of t = 2 / (2 + a)."""
+    a = 2 / t - 2
+    return mp.erfc(a) * mp.exp(a * a)
 
 
-def _fit(f, lo, hi, deg, scale):
-    """Monomial coefficients in u = (v - lo) * scale - 1 (v in [lo, hi])."""
-    k = np.arange(400)
-    u = np.cos(np.pi * (k + 0.5) / 400)
-    v = lo + (u + 1) / scale
-    y = np.array([float(f(mp.mpf(float(vi)))) for vi in v])
-    return cheb.cheb2poly(cheb.chebfit(u, y, deg))
+def _over_root(f, at0):
+    """f(sqrt(s)) / sqrt(s) (the even part of an odd function, in s = x^2)."""
+    def g(s):
+        if s == 0:
+            return at0
+        x = mp.sqrt(s)
+        return f(x) / x
+    return g
+
+
+def _erfinv_w(w):
+    """erf_inv(x) / x as a function of w = -log(1 - x^2)."""
+    if w == 0:
+        return mp.sqrt(mp.pi) / 2
+    x = mp.sqrt(-mp.expm1(-w))
+    return mp.erfinv(x) / x
+
+
+def _erfinv_v(v):
+    """erf_inv(x) / x as a function of v = sqrt(-log(1 - x^2))."""
+    return _erfinv_w(v * v)
+
+
+def _log_s(z):
+    """log((1 + s) / (1 - s)) / s as a function of z = s^2."""
+    if z == 0:
+        return mp.mpf(2)
+    s = mp.sqrt(z)
+    return mp.log((1 + s) / (1 - s)) / s
+
+
+SQRT2 = mp.sqrt(2)
+LOG_Z = float(((SQRT2 - 1) / (SQRT2 + 1)) ** 2)
+
+# name, function, interval, degree, and whether the polynomial is in the
+# variable itself (monomials well conditioned there) or in u, the interval
+# mapped to [-1, 1] (u = v * NAME_SCALE + NAME_OFFSET).
+FITS = (
+    ("ERF_P", _over_root(mp.erf, 2 / mp.sqrt(mp.pi)), 0.0, 0.25, 7, False),
+    ("TANH_P", _over_root(mp.tanh, mp.mpf(1)), 0.0, 0.25, 11, False),
+    ("EXP_P", mp.exp, -0.35, 0.35, 9, False),
+    ("LOG_P", _log_s, 0.0, LOG_Z, 8, False),
+    # erfc(a) = e^(-a^2) Q(t), t = 2 / (2 + a), a in [0.5, 10.5] (erfc) and
+    # in [0.5, 4] (erf: narrower, a lower degree)
+    ("ERFC_Q", _q, 2 / 12.5, 2 / 2.5, 14, True),
+    ("ERF_Q", _q, 2 / 6.0, 2 / 2.5, 12, True),
+    # erf_inv(x) = x P(w), w = -log(1 - x^2) < 6.25; x P(sqrt(w)) above
+    ("ERFINV_W", _erfinv_w, 0.0, 6.25, 18, True),
+    ("ERFINV_V", _erfinv_v, 2.5, 4.1, 14, True),
+)
 
 
 def _horner(m, u):
@@ -40,63 +83,29 @@ def _horner(m, u):
     return r
 
 
-def _err(m, f, lo, hi, scale):
+def fit(f, lo, hi, deg, mapped):
+    """(monomial coefficients, scale, offset, max relative error)."""
+    scale = 2 / (hi - lo)
+    offset = -lo * scale - 1
+    k = np.arange(400)
+    u = np.cos(np.pi * (k + 0.5) / 400)
+    y = np.array([float(f(mp.mpf(float(lo + (ui + 1) / scale)))) for ui in u])
+    m = cheb.cheb2poly(cheb.chebfit(u, y, deg))
+    if not mapped:   # monomials in v: substitute u = v * scale + offset
+        m = np.polynomial.Polynomial(m)(np.polynomial.Polynomial([offset, scale])).coef
     v = np.linspace(lo, hi, 3001)
     truth = np.array([float(f(mp.mpf(float(x)))) for x in v])
-    return float(np.max(np.abs(_horner(m, (v - lo) * scale - 1) / truth - 1)))
-
-
-def _q(t):
-    a = 2 / t - 2
-    return mp.erfc(a) * mp.exp(a * a)
-
-
-def _erf_over_x(s):
-    if s == 0:
-        return 2 / mp.sqrt(mp.pi)
-    x = mp.sqrt(s)
-    return mp.erf(x) / x
-
-
-def _tanh_over_x(s):
-    if s == 0:
-        return mp.mpf(1)
-    x = mp.sqrt(s)
-    return mp.tanh(x) / x
-
-
-def tables():
-    """(name, coefficients, variable, max relative error) of each fit."""
-    out = []
-    # Fits in the variable itself (scale 1, lo -1: u = v) where the
-    # monomials are well conditioned.
-    for name, f, lo, hi, deg in (("ERF_P", _erf_over_x, 0.0, 0.25, 7),
-                                 ("TANH_P", _tanh_over_x, 0.0, TANH_SMALL ** 2, 11),
-                                 ("EXP_P", mp.exp, -EXP_R, EXP_R, 9)):
-        m = _fit(f, lo, hi, deg, 2 / (hi - lo))
-        # back to monomials in v itself: u = (v - lo) * 2 / (hi - lo) - 1
-        mv = np.polynomial.Polynomial(m)(np.polynomial.Polynomial(
-            [-lo * 2 / (hi - lo) - 1, 2 / (hi - lo)])).coef
-        out.append((name, mv, "v", _err_plain(mv, f, lo, hi)))
-    for name, a_lo, a_hi, deg in Q_FITS:
-        t_lo, t_hi = 2 / (2 + a_hi), 2 / (2 + a_lo)
-        scale = 2 / (t_hi - t_lo)
-        m = _fit(_q, t_lo, t_hi, deg, scale)
-        # u = t * scale + offset
-        out.append((name, m, f"u = t * {scale.hex()} + {(-t_lo * scale - 1).hex()}",
-                    _err(m, _q, t_lo, t_hi, scale)))
-    return out
-
-
-def _err_plain(m, f, lo, hi):
-    v = np.linspace(lo, hi, 3001)
-    truth = np.array([float(f(mp.mpf(float(x)))) for x in v])
-    return float(np.max(np.abs(_horner(m, v) / truth - 1)))
+    got = _horner(m, v * scale + offset if mapped else v)
+    return m, scale, offset, float(np.max(np.abs(got / truth - 1)))
 
 
 def main():
-    for name, m, var, err in tables():
-        print(f"/* {name}: in {var}; max relative error {err:.2e} */")
+    for name, f, lo, hi, deg, mapped in FITS:
+        m, scale, offset, err = fit(f, lo, hi, deg, mapped)
+        var = f"u = v * {name}_SCALE + {name}_OFFSET" if mapped else "v"
+        print(f"/* {name}: in {var}, v in [{lo:.6g}, {hi:.6g}]; max relative error {err:.2e} */")
+        if mapped:
+            print(f"#define {name}_SCALE {scale.hex()}\n#define {name}_OFFSET {offset.hex()}")
         body = ",\n    ".join(float(c).hex() for c in m[::-1])
         print(f"static const double {name}[{len(m)}] = {{\n    {body}}};")
 

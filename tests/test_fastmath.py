@@ -1,4 +1,4 @@
-"""float32 erf, erfc, tanh and logistic through ``stablehlo_interpreter._fastmath``
+"""float32 erf, erfc, erf_inv, tanh and logistic through ``stablehlo_interpreter._fastmath``
 (ops/fastmath.py) against the float64 detour, bit for bit.
 
 The C kernels evaluate a float64 approximation and send the elements near a
@@ -16,7 +16,7 @@ import pytest
 import scipy.special as sps
 
 import stablehlo_interpreter as shi
-from stablehlo_interpreter.ops import fastmath
+from stablehlo_interpreter.ops import chlo, fastmath
 
 fm = fastmath._fastmath
 needs_c = pytest.mark.skipif(fm is None, reason="stablehlo_interpreter._fastmath is not built")
@@ -28,16 +28,26 @@ def _logistic64(x):
 
 # name -> the float64 function the exact path rounds once (as the op kernels:
 # chlo.erf / chlo.erfc use scipy, stablehlo.tanh numpy, stablehlo.logistic
-# ops/elementwise_math._logistic).
-EXACT = {"erf": sps.erf, "erfc": sps.erfc, "tanh": np.tanh, "logistic": _logistic64}
+# ops/elementwise_math._logistic, chlo.erf_inv the ndtri form of
+# chlo._erfinv_narrow).
+EXACT = {"erf": sps.erf, "erfc": sps.erfc, "tanh": np.tanh, "logistic": _logistic64,
+         "erf_inv": chlo._erfinv_narrow}
 OPS = {"erf": "chlo.erf", "erfc": "chlo.erfc", "tanh": "stablehlo.tanh",
-       "logistic": "stablehlo.logistic"}
+       "logistic": "stablehlo.logistic", "erf_inv": "chlo.erf_inv"}
 # |x| where a kernel switches formulas or clamps (ops/_fastmath.c), and where
 # results become subnormal or round to 1.
 EDGES = {"erf": [0.5, 3.9192059, 4.0, 1e-38],
          "erfc": [0.5, 4.0, 9.194, 10.0, 10.0542, 10.5],
          "tanh": [0.5, 9.01, 10.0, 1e-38],
-         "logistic": [16.6, 87.3, 103.3, 104.0, 120.0]}
+         "logistic": [16.6, 87.3, 103.3, 104.0, 120.0],
+         "erf_inv": [0.99903, 0.9999999, 1.0, 0.5, 1.5e-8, 1e-38]}
+
+
+def typical(name, rng, shape):
+    """Random operands of the function's usual domain."""
+    if name == "erf_inv":
+        return rng.uniform(-1, 1, shape).astype(np.float32)
+    return (rng.standard_normal(shape) * 2).astype(np.float32)
 
 
 def exact(name, x):
@@ -106,7 +116,7 @@ def test_special_and_random_values(name):
     check(name, x)
     # the guard flags about 1 element in 8000 of data whose results are
     # normal float32 numbers
-    x = (rng.standard_normal(1 << 20) * 2).astype(np.float32)
+    x = typical(name, rng, 1 << 20)
     assert check(name, x) < x.size // 2000
 
 
@@ -136,7 +146,7 @@ def test_kernels_with_and_without_the_c_module(name, monkeypatch):
     # same bits.
     rng = np.random.default_rng(3)
     for shape in [(), (5,), (fastmath.CHUNK,), (3 * fastmath.CHUNK + 17,), (300, 700)]:
-        x = (rng.standard_normal(shape) * 4).astype(np.float32)
+        x = typical(name, rng, shape)
         x.reshape(-1)[:SPECIALS.size] = SPECIALS[: x.size]
         prog = _program(name, shape)
         want = exact(name, x)

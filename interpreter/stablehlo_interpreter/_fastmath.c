@@ -49,7 +49,7 @@
 /* Distance (float64 ULPs) from a float32 halfway point that is flagged. */
 #define GUARD (1u << 15)
 
-/* ERF_P: in v; max relative error 8.88e-16 */
+/* ERF_P: in v, v in [0, 0.25]; max relative error 8.88e-16 */
 static const double ERF_P[8] = {
     -0x1.c0b443409a375p-17,
     0x1.f70a88ae3ba39p-14,
@@ -59,7 +59,7 @@ static const double ERF_P[8] = {
     0x1.ce2f219e31f04p-4,
     -0x1.812746b036091p-2,
     0x1.20dd750429b6ap+0};
-/* TANH_P: in v; max relative error 4.44e-16 */
+/* TANH_P: in v, v in [0, 0.25]; max relative error 4.44e-16 */
 static const double TANH_P[12] = {
     0x1.5287de56fdf1dp-12,
     -0x1.882ff5eb96c3bp-12,
@@ -73,7 +73,7 @@ static const double TANH_P[12] = {
     0x1.11111110e3796p-3,
     -0x1.55555555552acp-2,
     0x1.0000000000000p+0};
-/* EXP_P: in v; max relative error 2.18e-14 */
+/* EXP_P: in v, v in [-0.35, 0.35]; max relative error 2.18e-14 */
 static const double EXP_P[10] = {
     0x1.7301f4aedc976p-19,
     0x1.a1854ce218853p-16,
@@ -85,7 +85,20 @@ static const double EXP_P[10] = {
     0x1.ffffffffe52b4p-2,
     0x1.0000000000024p+0,
     0x1.0000000000048p+0};
-/* ERFC_Q: in u = t * 0x1.9000000000000p+1 + -0x1.8000000000000p+0; max relative error 3.36e-13 */
+/* LOG_P: in v, v in [0, 0.0294373]; max relative error 1.11e-15 */
+static const double LOG_P[9] = {
+    0x1.c0298e0853ee7p+2,
+    -0x1.40bf0d26440bfp-1,
+    0x1.809286e5749e5p-3,
+    0x1.72c16e81d6929p-3,
+    0x1.c721b0b58f59dp-3,
+    0x1.2492448680a3bp-2,
+    0x1.9999999d93378p-2,
+    0x1.5555555554ad6p-1,
+    0x1.0000000000003p+1};
+/* ERFC_Q: in u = v * ERFC_Q_SCALE + ERFC_Q_OFFSET, v in [0.16, 0.8]; max relative error 3.36e-13 */
+#define ERFC_Q_SCALE 0x1.9000000000000p+1
+#define ERFC_Q_OFFSET -0x1.8000000000000p+0
 static const double ERFC_Q[15] = {
     0x1.97edcd4ea184dp-28,
     -0x1.b8397f216d822p-27,
@@ -102,7 +115,9 @@ static const double ERFC_Q[15] = {
     0x1.859a2dcfc4484p-4,
     0x1.0b89d670a7c7bp-2,
     0x1.e8d639851d891p-3};
-/* ERF_Q: in u = t * 0x1.1249249249248p+2 + -0x1.36db6db6db6dap+1; max relative error 1.72e-13 */
+/* ERF_Q: in u = v * ERF_Q_SCALE + ERF_Q_OFFSET, v in [0.333333, 0.8]; max relative error 1.72e-13 */
+#define ERF_Q_SCALE 0x1.1249249249248p+2
+#define ERF_Q_OFFSET -0x1.36db6db6db6dap+1
 static const double ERF_Q[13] = {
     -0x1.3baa56ac3dfb5p-30,
     0x1.ee620e0511821p-30,
@@ -117,18 +132,55 @@ static const double ERF_Q[13] = {
     0x1.e7e558df10c37p-5,
     0x1.d9ea03ca089bap-3,
     0x1.44712fe2caa67p-2};
+/* ERFINV_W: in u = v * ERFINV_W_SCALE + ERFINV_W_OFFSET, v in [0, 6.25]; max relative error 2.07e-14 */
+#define ERFINV_W_SCALE 0x1.47ae147ae147bp-2
+#define ERFINV_W_OFFSET -0x1.0000000000000p+0
+static const double ERFINV_W[19] = {
+    -0x1.05e10b1104d2cp-24,
+    0x1.6ba6b2bf258f4p-24,
+    0x1.e5e4107ed274cp-22,
+    -0x1.40decbf80611cp-20,
+    -0x1.368f3fd6e4834p-21,
+    0x1.e6a82c563d7a7p-18,
+    -0x1.7c4748c7831c6p-17,
+    -0x1.fa90e4d204ae6p-17,
+    0x1.87c097c37cecap-14,
+    -0x1.ea29f66d15dc0p-14,
+    -0x1.153f10d9109ccp-12,
+    0x1.431659f49111cp-10,
+    -0x1.4d5dbacbb8338p-10,
+    -0x1.0f249b42a0de0p-8,
+    0x1.23c5aec8a16f3p-6,
+    -0x1.7259ecacf6fe8p-6,
+    -0x1.e2b194562bed8p-5,
+    0x1.8040caa128babp-1,
+    0x1.a755e7c99ae3ep+0};
+/* ERFINV_V: in u = v * ERFINV_V_SCALE + ERFINV_V_OFFSET, v in [2.5, 4.1]; max relative error 1.57e-13 */
+#define ERFINV_V_SCALE 0x1.4000000000001p+0
+#define ERFINV_V_OFFSET -0x1.0800000000000p+2
+static const double ERFINV_V[15] = {
+    0x1.6401f15ba75a0p-25,
+    -0x1.69bdac624c3b3p-23,
+    0x1.5a4d825cee3d6p-24,
+    0x1.37412d4973fa6p-20,
+    -0x1.230a51491f39dp-18,
+    0x1.a2449d216ae5ap-18,
+    0x1.184446597cb9fp-17,
+    -0x1.2b0b9d12fbc38p-14,
+    0x1.c90a4cf7b4f0ep-13,
+    -0x1.e826c8d37aa69p-12,
+    0x1.c3bdaab733a84p-11,
+    -0x1.b9f47837f71bep-10,
+    0x1.964f1f5bc9202p-9,
+    0x1.9bf6893afbe46p-1,
+    0x1.912c3480d992cp+1};
 
 #define INV_LN2 0x1.71547652b82fep+0
 #define LN2_HI 0x1.62e42fee00000p-1
 #define LN2_LO 0x1.a39ef35793c76p-33
 #define SHIFTER 0x1.8p52
+#define SQRT2 0x1.6a09e667f3bcdp+0
 #define TANH_SMALL 0.5
-/* The variables of ERFC_Q and ERF_Q: t = 2 / (2 + a) mapped to [-1, 1] */
-#define ERFC_Q_SCALE 0x1.9000000000000p+1
-#define ERFC_Q_OFFSET -0x1.8000000000000p+0
-#define ERF_Q_SCALE 0x1.1249249249248p+2
-#define ERF_Q_OFFSET -0x1.36db6db6db6dap+1
-
 /* min/max without fmin's NaN rules (which keep it a libm call); NaN
  * inputs are flagged anyway */
 static inline double lo_clamp(double v, double lo) { return v > lo ? v : lo; }
@@ -139,7 +191,7 @@ static inline double from_bits64(uint64_t u) { double d; memcpy(&d, &u, 8); retu
 
 #define HORNER(P, v, out) do { \
     double acc_ = (P)[0]; \
-    _Pragma("GCC unroll 16") \
+    _Pragma("GCC unroll 32") \
     for (size_t k_ = 1; k_ < sizeof(P) / sizeof((P)[0]); k_++) acc_ = fma(acc_, (v), (P)[k_]); \
     (out) = acc_; } while (0)
 
@@ -154,6 +206,23 @@ static inline double exp_core(double y)
     double p;
     HORNER(EXP_P, r, p);
     return p * from_bits64((ki << 52) + bits64(1.0));
+}
+
+/* log(y) for normal positive y: y = 2^e m, m in [sqrt(1/2), sqrt(2)),
+ * log(m) = s LOG_P(s^2), s = (m - 1) / (m + 1) (m - 1 is exact). */
+static inline double log_core(double y)
+{
+    uint64_t b = bits64(y);
+    /* the biased exponent as a double, without an int64 conversion (none
+     * in AVX2): 2^52 + e is exact in the low bits of 0x433... */
+    double e = from_bits64(0x4330000000000000ull | (b >> 52)) - (0x1p52 + 1023.0);
+    double m = from_bits64((b & 0x000fffffffffffffull) | 0x3ff0000000000000ull);
+    int big = m > SQRT2;
+    m = big ? 0.5 * m : m;
+    e = big ? e + 1.0 : e;
+    double s = (m - 1.0) / (m + 1.0), p;
+    HORNER(LOG_P, s * s, p);
+    return fma(e, LN2_HI, fma(s, p, e * LN2_LO));
 }
 
 /* exp(-a^2) Q(t) = erfc(a), t = 2 / (2 + a), for 0.5 <= a <= 10.5 (a^2 is
@@ -217,6 +286,21 @@ static inline double logistic_d(float xf)
 }
 
 
+/* erf_inv(x) = x P(w), w = -log(1 - x^2) (1 - x and 1 + x are exact);
+ * |x| >= 1 and NaN give NaN (flagged: the exact path gives +-inf or NaN). */
+static inline double erfinv_d(float xf)
+{
+    double x = xf;
+    double y = (1.0 - x) * (1.0 + x);
+    int inside = fabs(x) < 1.0;
+    double w = -log_core(inside ? y : 0.5), pw, pv;
+    HORNER(ERFINV_W, fma(w, ERFINV_W_SCALE, ERFINV_W_OFFSET), pw);
+    double v = sqrt(w);
+    HORNER(ERFINV_V, fma(v, ERFINV_V_SCALE, ERFINV_V_OFFSET), pv);
+    double r = x * (w < 6.25 ? pw : pv);
+    return inside ? r : NAN;
+}
+
 /* 1 when float64 y may round to float32 differently from the exact path's
  * float64 value: normal float32 results whose 29 dropped bits lie within
  * GUARD of the halfway pattern 2^28; every subnormal one (below 2^-126, at
@@ -263,6 +347,7 @@ DEFINE_LOOP(erf_loop, erf_d)
 DEFINE_LOOP(erfc_loop, erfc_d)
 DEFINE_LOOP(tanh_loop, tanh_d)
 DEFINE_LOOP(logistic_loop, logistic_d)
+DEFINE_LOOP(erfinv_loop, erfinv_d)
 
 typedef Py_ssize_t (*loop_fn)(const float *, float *, int64_t *, Py_ssize_t);
 
@@ -332,6 +417,7 @@ DEFINE_ENTRY(erf_f32, erf_loop)
 DEFINE_ENTRY(erfc_f32, erfc_loop)
 DEFINE_ENTRY(tanh_f32, tanh_loop)
 DEFINE_ENTRY(logistic_f32, logistic_loop)
+DEFINE_ENTRY(erf_inv_f32, erfinv_loop)
 
 #define DOC(F) F "(x, out, idx) -> n: " F " of float32 x into out; the indices of the " \
     "n elements to recompute exactly into idx[:n]."
@@ -341,6 +427,7 @@ static PyMethodDef methods[] = {
     {"erfc_f32", erfc_f32, METH_VARARGS, DOC("erfc")},
     {"tanh_f32", tanh_f32, METH_VARARGS, DOC("tanh")},
     {"logistic_f32", logistic_f32, METH_VARARGS, DOC("logistic")},
+    {"erf_inv_f32", erf_inv_f32, METH_VARARGS, DOC("erf_inv")},
     {NULL, NULL, 0, NULL},
 };
 

@@ -199,7 +199,8 @@ def erf_inv(op):
     """chlo.erf_inv: inverse error function (+-inf at +-1, NaN outside [-1, 1]).
 
     float64 operands use scipy's erfinv; narrower floats (float32, float16,
-    bfloat16, ...) the ndtri form of _erfinv_narrow, rounded once."""
+    bfloat16, ...) the ndtri form of _erfinv_narrow, rounded once (float32:
+    through fastmath.f32_kernel, the same bits)."""
     t = op.operand_types[0]
     if not _is_float_type(t):
         raise Unsupported(f"chlo.erf_inv of {t.element_type}")
@@ -207,7 +208,7 @@ def erf_inv(op):
         return _real_fn(op, sps.erfinv)
     if np.dtype(t.dtype).itemsize > 4:
         raise Unsupported(f"chlo.erf_inv of {t.element_type}")
-    return _real_fn(op, _erfinv_narrow)
+    return _real_fn(op, _erfinv_narrow, fast="erf_inv_f32")
 
 _unary("chlo.bessel_i1e", ("fusible", "direct_composite") + ("transcendental",), sps.i1e, complex_ok=False,
        doc="chlo.bessel_i1e: exponentially scaled modified Bessel function of order 1.")

@@ -1,4 +1,4 @@
-"""float32 erf, erfc, tanh and logistic through the C kernels of
+"""float32 erf, erfc, erf_inv, tanh and logistic through the C kernels of
 ``stablehlo_interpreter._fastmath`` (``_fastmath.c``), bit for bit the
 float64 detour's results.
 
@@ -33,8 +33,8 @@ CHUNK = 1 << 16
 def f32_kernel(name, exact):
     """A unary float32 -> float32 kernel equal bit for bit to ``exact`` (the
     float64 detour) that runs ``_fastmath.<name>`` where it is built;
-    ``name`` is one of ``erf_f32``, ``erfc_f32``, ``tanh_f32``,
-    ``logistic_f32``."""
+    ``name`` is one of ``erf_f32``, ``erfc_f32``, ``erf_inv_f32``,
+    ``tanh_f32``, ``logistic_f32``."""
     def run(x):
         mod = _fastmath
         if mod is None or x.dtype != F32 or x.size < MIN_SIZE:
