@@ -1,10 +1,11 @@
-/* stablehlo_interpreter._fastmath: float32 erf, erfc, tanh and logistic,
+/* stablehlo_interpreter._fastmath: float32 erf, erfc, erf_inv, tanh and logistic,
  * correctly rounded (the bits of the float64 detour) at vector speed.
  *
  * Why hand-written C: these functions have no vectorized float64 loop in
- * numpy (erf/erfc are scipy's scalar loops, 8-15 ns per element, tanh is
- * libm's), and a numpy-level polynomial costs one memory pass per operation
- * (~30 passes: as slow as scipy, measured in docs/accuracy.md). Here each
+ * numpy (erf/erfc are scipy's scalar loops, 8-15 ns per element, erf_inv
+ * scipy's ndtri, 20 ns), and a numpy-level polynomial costs one memory
+ * pass per operation (~30 passes: as slow as scipy, measured in
+ * docs/accuracy.md). Here each
  * element is one branch-free float64 evaluation in registers, which the
  * compiler vectorizes (4 or 8 lanes with FMA, picked at load time by
  * target_clones), rounded once to float32.
@@ -15,16 +16,17 @@
  * float32 drops 29 bits. An element whose float64 value lies within GUARD
  * ULPs (2^15, eight times the error bound) of a halfway point between two
  * float32 numbers, whose float32 result would be subnormal, or whose input
- * is not finite, is "flagged": its index is written to the index buffer and
+ * is outside the kernel's domain (not finite; |x| >= 1 for erf_inv) is
+ * "flagged": its index is written to the index buffer and
  * the caller recomputes it with the exact path (scipy / numpy in float64,
  * rounded once). Every other element rounds to the same float32 as that
  * path, whose float64 value is within a few ULPs of the true one. About 1
  * element in 8000 is flagged. fma() keeps the float64 bits the same on
- * every host: the FMA clones inline it, the default clone calls libm's
- * (exact, slower); -ffp-contract=off (pyproject.toml) forbids other
- * contractions.
+ * every host: the FMA clones inline it, the default clone (x86 CPUs
+ * without FMA, other architectures) calls libm's, exact and slower;
+ * -ffp-contract=off (pyproject.toml) forbids other contractions.
  *
- * API (each of erf_f32, erfc_f32, tanh_f32, logistic_f32):
+ * API (each of erf_f32, erfc_f32, erf_inv_f32, tanh_f32, logistic_f32):
  *     n = f(x, out, idx)
  * x: a C-contiguous buffer of float32; out: a writable C-contiguous float32
  * buffer of the same length (it may be x itself, not a partial overlap);
@@ -440,7 +442,7 @@ static struct PyModuleDef_Slot slots[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_fastmath",
-    "Vectorized, correctly rounded float32 erf, erfc, tanh and logistic "
+    "Vectorized, correctly rounded float32 erf, erfc, erf_inv, tanh and logistic "
     "(see the C source's header comment).", 0, methods, slots, NULL, NULL, NULL,
 };
 
