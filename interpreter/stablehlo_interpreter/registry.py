@@ -73,6 +73,8 @@ TRAITS: dict[str, str] = {
                "gamma_n * sum|terms|)",
     "transcendental": "an elementwise function whose accuracy the spec leaves to the "
                       "implementation (measured in ULPs against a correctly rounded truth)",
+    "fourier": "a discrete Fourier transform through log2(n) butterfly stages (bounded by "
+               "((1+eta)^L - 1) * sum|x|, oracle/bounds.py fft_factor)",
     "judged_whole": "the oracle runs it, body and all, as one unit instead of op by op",
 }
 _OP_TRAITS: dict[str, frozenset[str]] = {}       # op name -> its traits
