@@ -537,6 +537,36 @@ def _fori_sin(q):
     return fn, (np.float32(1.0),)
 
 
+@op("fori_loop_mixed", "loop", "fori_loop of 1,000 scalar steps of 10 ops: convert, tanh, "
+    "compare, select, arithmetic", steps=1000, steps_quick=20)
+def _fori_mixed(q):
+    import jax.numpy as jnp
+    from jax import lax
+    n = _loop_steps(q)
+
+    def body(i, c):
+        y = jnp.tanh(c + i.astype(jnp.float32) * 0.001)
+        return jnp.where(y > 0.5, y * 0.5, y + 0.25) * 0.9 + 0.05
+    return (lambda x: lax.fori_loop(0, n, body, x)), (np.float32(1.0),)
+
+
+@op("fori_loop_xorshift", "loop", "fori_loop of 1,000 xorshift32 steps to a uniform f32 sum",
+    steps=1000, steps_quick=20)
+def _fori_xorshift(q):
+    import jax.numpy as jnp
+    from jax import lax
+    n = _loop_steps(q)
+
+    def body(i, c):
+        x, acc = c
+        x = x ^ (x << 13)
+        x = x ^ (x >> 17)
+        x = x ^ (x << 5)
+        u = lax.bitcast_convert_type((x >> 9) | np.uint32(0x3F800000), jnp.float32) - 1.0
+        return x, acc + u
+    return (lambda x: lax.fori_loop(0, n, body, (x, np.float32(0.0)))), (np.uint32(2463534242),)
+
+
 @op("scan_scalar", "loop", "lax.scan of 1,000 scalar steps with outputs", steps=1000, steps_quick=20)
 def _scan(q):
     from jax import lax

@@ -43,8 +43,11 @@ TRAITS: dict[str, str] = {
     "fusible": "may be a member of a fused elementwise chain (fusion.py)",
     "exact": "result bits fixed by the spec whatever the numpy loop (fusion.py passes 0-d operands)",
     "cheap": "one memory-bound pass: alone, gains nothing from chunking (fusion.py)",
-    "foldable": "run at compile time when every operand is a constant (fold.py)",
-    "view": "the kernel returns a view of its operand: no memory of its own (fold.py)",
+    "foldable": "run at compile time when every operand is a constant (fold.py), once before "
+                "a generated loop when every operand is loop-invariant (loopgen.py)",
+    "view": "the kernel returns a view of its operand, no memory of its own, or a small array "
+            "(broadcast_in_dim fills results of at most 4096 elements): fold.py skips its "
+            "size check",
     "reducer": "a commutative binary op a reduce body may be recognised as (regions.reducer_kind)",
     "quant_aware": "the kernel takes quantized storage values as they are (quant.py)",
     "quant_same_params": "only selects, copies or moves elements: runs on storage values when "
