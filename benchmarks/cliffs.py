@@ -407,6 +407,24 @@ def _erf(q):
     return jss.erf, (_f32(_n(q, 1_000_000, 1000)),)
 
 
+@op("erfc", "elementwise", "jax.scipy.special.erfc 1e6 f32")
+def _erfc(q):
+    import jax.scipy.special as jss
+    return jss.erfc, (_f32(_n(q, 1_000_000, 1000)),)
+
+
+@op("tanh", "elementwise", "jnp.tanh 1e6 f32")
+def _tanh(q):
+    import jax.numpy as jnp
+    return jnp.tanh, (_f32(_n(q, 1_000_000, 1000)),)
+
+
+@op("sigmoid", "elementwise", "jax.nn.sigmoid 1e6 f32")
+def _sigmoid(q):
+    import jax
+    return jax.nn.sigmoid, (_f32(_n(q, 1_000_000, 1000)),)
+
+
 @op("erf_bf16", "elementwise", "jax.scipy.special.erf 1e6 bf16")
 def _erf_bf16(q):
     import jax.scipy.special as jss
