@@ -1,4 +1,4 @@
-"""float32 erf, erfc, erf_inv, tanh and logistic through ``stablehlo_interpreter._fastmath``
+"""float32 erf, erfc, erf_inv, tanh, logistic, exp, log, sin and cos through ``stablehlo_interpreter._fastmath``
 (ops/fastmath.py) against the float64 detour, bit for bit.
 
 The C kernels evaluate a float64 approximation and send the elements near a
@@ -33,22 +33,36 @@ def _logistic64(x):
 # ops/elementwise_math._logistic, chlo.erf_inv the ndtri form of
 # chlo._erfinv_narrow).
 EXACT = {"erf": sps.erf, "erfc": sps.erfc, "tanh": np.tanh, "logistic": _logistic64,
-         "erf_inv": chlo._erfinv_narrow}
+         "erf_inv": chlo._erfinv_narrow, "exp": np.exp, "log": np.log, "sin": np.sin,
+         "cos": np.cos}
 OPS = {"erf": "chlo.erf", "erfc": "chlo.erfc", "tanh": "stablehlo.tanh",
-       "logistic": "stablehlo.logistic", "erf_inv": "chlo.erf_inv"}
+       "logistic": "stablehlo.logistic", "erf_inv": "chlo.erf_inv",
+       "exp": "stablehlo.exponential", "log": "stablehlo.log", "sin": "stablehlo.sine",
+       "cos": "stablehlo.cosine"}
 # |x| where a kernel switches formulas or clamps (ops/_fastmath.c), and where
 # results become subnormal or round to 1.
 EDGES = {"erf": [0.5, 3.9192059, 4.0, 1e-38],
          "erfc": [0.5, 4.0, 9.194, 10.0, 10.0542, 10.5],
          "tanh": [0.5, 9.01, 10.0, 1e-38],
          "logistic": [16.6, 87.3, 103.3, 104.0, 120.0],
-         "erf_inv": [0.99903, 0.9999999, 1.0, 0.5, 1.5e-8, 1e-38]}
+         "erf_inv": [0.99903, 0.9999999, 1.0, 0.5, 1.5e-8, 1e-38],
+         # exp: the float32 overflow (88.72) and underflow (103.97) points, the clamp
+         "exp": [88.72284, 87.33655, 103.97208, 110.0, 1e-38],
+         # log: 1, the reduction's split at sqrt(2) (and sqrt(1/2)), the ends
+         "log": [1.0, 1.4142135, 0.70710677, 2.0, 1e-38, 1e-40, 3.4028235e38],
+         # sin, cos: multiples of pi/4 (quadrant changes), TRIG_MAX, a large multiple of pi/2
+         "sin": [0.7853982, 1.5707964, 2.3561945, 3.1415927, 4.712389, 6.2831855, 1e-38,
+                 1048576.0, 823549.6],
+         "cos": [0.7853982, 1.5707964, 2.3561945, 3.1415927, 4.712389, 6.2831855, 1e-38,
+                 1048576.0, 823549.6]}
 
 
 def typical(name, rng, shape):
     """Random operands of the function's usual domain."""
     if name == "erf_inv":
         return rng.uniform(-1, 1, shape).astype(np.float32)
+    if name == "log":
+        return np.abs(rng.standard_normal(shape) * 10).astype(np.float32)
     return (rng.standard_normal(shape) * 2).astype(np.float32)
 
 
@@ -120,6 +134,19 @@ def test_special_and_random_values(name):
     # normal float32 numbers
     x = typical(name, rng, 1 << 20)
     assert check(name, x) < x.size // 2000
+
+
+@needs_c
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_trig_near_every_multiple_of_half_pi(name):
+    # The float32 numbers nearest each multiple k pi/2 below the kernels'
+    # TRIG_MAX (2^20), where the reduced argument is smallest and the
+    # reduction's relative error largest, and their 4 neighbours each side.
+    k = np.arange(1, int(2 ** 20 / (np.pi / 2)) + 2, dtype=np.float64)
+    c = (k * (np.pi / 2)).astype(np.float32).view(np.uint32).astype(np.int64)
+    u = (c[:, None] + np.arange(-4, 5)).reshape(-1).astype(np.uint32)
+    x = u.view(np.float32)
+    check(name, np.concatenate([x, -x]))
 
 
 @needs_c

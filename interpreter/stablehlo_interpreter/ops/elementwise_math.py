@@ -74,7 +74,7 @@ def _exact(op, fn):
 @kernel("stablehlo.exponential", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def exponential(op):
     """spec: exponential."""
-    return _transcendental(op, np.exp, np.exp)
+    return _transcendental(op, np.exp, np.exp, fast="exp_f32")
 
 
 def _expm1_complex(z):
@@ -101,7 +101,7 @@ def exponential_minus_one(op):
 @kernel("stablehlo.log", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def log(op):
     """spec: log. Natural logarithm (principal branch for complex)."""
-    return _transcendental(op, np.log, np.log)
+    return _transcendental(op, np.log, np.log, fast="log_f32")
 
 
 def _log1p_complex(z):
@@ -141,9 +141,10 @@ def logistic(op):
 
 @kernel("stablehlo.sine", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def sine(op):
-    """spec: sine. float32: see :func:`sin_f32`."""
-    if operand_dtype(op) == F32:
-        return as_result(sin_f32, F32)
+    """spec: sine. float32: the C kernel (fastmath), or :func:`sin_f32`
+    where it is not built; both give the float64 detour's bits."""
+    if operand_dtype(op) == result_dtype(op) == F32:
+        return as_result(f32_kernel("sin_f32", sin_f32), F32)
     return _transcendental(op, np.sin, np.sin)
 
 
@@ -205,7 +206,7 @@ def sin_f32(x):
 @kernel("stablehlo.cosine", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def cosine(op):
     """spec: cosine."""
-    return _transcendental(op, np.cos, np.cos)
+    return _transcendental(op, np.cos, np.cos, fast="cos_f32")
 
 
 @kernel("stablehlo.tan", traits=("elementwise", "fusible", "foldable", "transcendental"))
