@@ -1,4 +1,4 @@
-"""float32 erf, erfc, erf_inv, tanh, logistic, exp, log, sin and cos through ``stablehlo_interpreter._fastmath``
+"""float32 erf, erfc, erf_inv, tanh, logistic, exp, expm1, log, log1p, sin and cos through ``stablehlo_interpreter._fastmath``
 (ops/fastmath.py) against the float64 detour, bit for bit.
 
 The C kernels evaluate a float64 approximation and send the elements near a
@@ -34,16 +34,17 @@ def _logistic64(x):
 # chlo._erfinv_narrow).
 EXACT = {"erf": sps.erf, "erfc": sps.erfc, "tanh": np.tanh, "logistic": _logistic64,
          "erf_inv": chlo._erfinv_narrow, "exp": np.exp, "log": np.log, "sin": np.sin,
-         "cos": np.cos}
+         "cos": np.cos, "expm1": np.expm1, "log1p": np.log1p}
 OPS = {"erf": "chlo.erf", "erfc": "chlo.erfc", "tanh": "stablehlo.tanh",
        "logistic": "stablehlo.logistic", "erf_inv": "chlo.erf_inv",
        "exp": "stablehlo.exponential", "log": "stablehlo.log", "sin": "stablehlo.sine",
-       "cos": "stablehlo.cosine"}
+       "cos": "stablehlo.cosine", "expm1": "stablehlo.exponential_minus_one",
+       "log1p": "stablehlo.log_plus_one"}
 # |x| where a kernel switches formulas or clamps (ops/_fastmath.c), and where
 # results become subnormal or round to 1.
 EDGES = {"erf": [0.5, 3.9192059, 4.0, 1e-38],
          "erfc": [0.5, 4.0, 9.194, 10.0, 10.0542, 10.5],
-         "tanh": [0.5, 9.01, 10.0, 1e-38],
+         "tanh": [0.17328680, 0.5, 9.01, 10.0, 1e-38],
          "logistic": [16.6, 87.3, 103.3, 104.0, 120.0],
          "erf_inv": [0.99903, 0.9999999, 1.0, 0.5, 1.5e-8, 1e-38],
          # exp: the float32 overflow (88.72) and underflow (103.97) points, the clamp
@@ -54,7 +55,11 @@ EDGES = {"erf": [0.5, 3.9192059, 4.0, 1e-38],
          "sin": [0.7853982, 1.5707964, 2.3561945, 3.1415927, 4.712389, 6.2831855, 1e-38,
                  1048576.0, 823549.6],
          "cos": [0.7853982, 1.5707964, 2.3561945, 3.1415927, 4.712389, 6.2831855, 1e-38,
-                 1048576.0, 823549.6]}
+                 1048576.0, 823549.6],
+         # expm1: the reduction's k = 0 / k = +-1 split (ln2 / 2), rounding to -1, the ends
+         "expm1": [0.34657359, 1.0397208, 17.32868, 88.72284, 110.0, 1e-38, 1e-40],
+         # log1p: near -1, u = 1 + x inexact (|x| < 2^-29), the ends
+         "log1p": [0.99999994, 0.5, 1.8626451e-09, 1e-38, 1e-40, 3.4028235e38]}
 
 
 def typical(name, rng, shape):
@@ -63,6 +68,8 @@ def typical(name, rng, shape):
         return rng.uniform(-1, 1, shape).astype(np.float32)
     if name == "log":
         return np.abs(rng.standard_normal(shape) * 10).astype(np.float32)
+    if name == "log1p":
+        return (np.abs(rng.standard_normal(shape) * 3) - 0.9).astype(np.float32)
     return (rng.standard_normal(shape) * 2).astype(np.float32)
 
 

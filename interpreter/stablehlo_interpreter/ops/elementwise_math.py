@@ -4,8 +4,10 @@ Like the reference interpreter (``mapWithUpcastToDouble`` in
 openxla/stablehlo ``stablehlo/reference/Element.cpp``), real functions are
 evaluated in float64 and rounded once to the result type; complex64 ones in
 complex128. numpy's float64 functions are accurate to about 1 ULP, so f32
-and narrower results are (nearly always) correctly rounded. float32 sine
-gets the same bits by a faster float64 route (:func:`sin_f32`).
+and narrower results are (nearly always) correctly rounded. float32 exp,
+expm1, log, log1p, sin, cos, tanh and logistic get the same bits from the
+C kernels of ops/fastmath.py (where built; sine otherwise by a faster
+float64 route, :func:`sin_f32`).
 """
 
 import math
@@ -95,7 +97,7 @@ def _expm1_complex(z):
 @kernel("stablehlo.exponential_minus_one", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def exponential_minus_one(op):
     """spec: exponential_minus_one. ``exp(x) - 1`` accurate near 0."""
-    return _transcendental(op, np.expm1, _expm1_complex)
+    return _transcendental(op, np.expm1, _expm1_complex, fast="expm1_f32")
 
 
 @kernel("stablehlo.log", traits=("elementwise", "fusible", "foldable", "transcendental"))
@@ -120,7 +122,7 @@ def _log1p_complex(z):
 @kernel("stablehlo.log_plus_one", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def log_plus_one(op):
     """spec: log_plus_one. ``log(1 + x)`` accurate near 0."""
-    return _transcendental(op, np.log1p, _log1p_complex)
+    return _transcendental(op, np.log1p, _log1p_complex, fast="log1p_f32")
 
 
 def _logistic(x):

@@ -1,4 +1,5 @@
-"""float32 erf, erfc, erf_inv, tanh, logistic, exp, log, sin and cos through the C kernels of
+"""float32 erf, erfc, erf_inv, tanh, logistic, exp, expm1, log, log1p, sin and
+cos through the C kernels of
 ``stablehlo_interpreter._fastmath`` (``_fastmath.c``), bit for bit the
 float64 detour's results.
 
@@ -34,8 +35,8 @@ def f32_kernel(name, exact):
     """A unary float32 -> float32 kernel equal bit for bit to ``exact`` (the
     float64 detour) that runs ``_fastmath.<name>`` where it is built;
     ``name`` is one of ``erf_f32``, ``erfc_f32``, ``erf_inv_f32``,
-    ``tanh_f32``, ``logistic_f32``, ``exp_f32``, ``log_f32``, ``sin_f32``,
-    ``cos_f32``."""
+    ``tanh_f32``, ``logistic_f32``, ``exp_f32``, ``expm1_f32``, ``log_f32``,
+    ``log1p_f32``, ``sin_f32``, ``cos_f32``."""
     def run(x):
         mod = _fastmath
         if mod is None or x.dtype != F32 or x.size < MIN_SIZE:
