@@ -51,7 +51,7 @@ def _transcendental(op, f64_fn, c128_fn=None, fast=None):
         run = via_f64_ufunc(f64_fn, [t.dtype for t in op.operand_types], rt) or run
         if len(op.operand_types) == 1:
             if fast is not None and dt == rt == F32:
-                return as_result(f32_kernel(fast, run), rt)
+                return f32_kernel(fast, as_result(run, rt))
             run = by_table(run, (op.name, f64_fn), dt, rt)
         return as_result(run, rt)
     if k == "complex" and c128_fn is not None:
@@ -146,7 +146,7 @@ def sine(op):
     """spec: sine. float32: the C kernel (fastmath), or :func:`sin_f32`
     where it is not built; both give the float64 detour's bits."""
     if operand_dtype(op) == result_dtype(op) == F32:
-        return as_result(f32_kernel("sin_f32", sin_f32), F32)
+        return f32_kernel("sin_f32", sin_f32)
     return _transcendental(op, np.sin, np.sin)
 
 

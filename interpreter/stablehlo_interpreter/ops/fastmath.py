@@ -17,6 +17,7 @@ slower); tests/test_fastmath.py checks both paths.
 import numpy as np
 
 from ..pool import run_chunks
+from ..registry import annotate
 
 try:
     from .. import _fastmath
@@ -36,14 +37,14 @@ def f32_kernel(name, exact):
     float64 detour) that runs ``_fastmath.<name>`` where it is built;
     ``name`` is one of ``erf_f32``, ``erfc_f32``, ``erf_inv_f32``,
     ``tanh_f32``, ``logistic_f32``, ``exp_f32``, ``expm1_f32``, ``log_f32``,
-    ``log1p_f32``, ``sin_f32``, ``cos_f32``."""
-    def run(x):
-        mod = _fastmath
-        if mod is None or x.dtype != F32 or x.size < MIN_SIZE:
-            return exact(x)
-        fn = getattr(mod, name)
+    ``log1p_f32``, ``sin_f32``, ``cos_f32``. Its KernelInfo.into writes the
+    result into a given array (fusion.py: a stored value's chunk of the
+    output)."""
+    def compute(x, out):
+        """The result of x (float32, at least MIN_SIZE elements) into out
+        (float32, 1-d, contiguous, x's size)."""
+        fn = getattr(_fastmath, name)
         flat = np.ascontiguousarray(x).reshape(-1)
-        out = np.empty(flat.size, F32)
         idx = np.empty(flat.size, np.intp)
         if flat.size <= CHUNK:
             redo = idx[:fn(flat, out, idx)]
@@ -56,6 +57,20 @@ def f32_kernel(name, exact):
             redo = np.concatenate([idx[lo:lo + n] + lo for lo, n in sorted(counts.items())])
         if redo.size:
             out[redo] = exact(flat[redo])
-        return out.reshape(x.shape)
+
+    def run(x):
+        if _fastmath is None or x.dtype != F32 or x.size < MIN_SIZE:
+            return exact(x)
+        out = np.empty(x.shape, F32)
+        compute(x, out.reshape(-1))
+        return out
+
+    def run_into(out, x):
+        if _fastmath is None or x.dtype != F32 or x.size < MIN_SIZE \
+                or not out.flags.c_contiguous:
+            out[...] = exact(x)
+        else:
+            compute(x, out.reshape(-1))
+        return out
     run.__name__ = getattr(exact, "__name__", name)
-    return run
+    return annotate(run, into=run_into)
