@@ -78,24 +78,25 @@ def exact(name, x):
         return EXACT[name](np.asarray(x, np.float32).astype(np.float64)).astype(np.float32)
 
 
-def fast(name, x):
-    out = np.empty(x.size, np.float32)
-    idx = np.empty(x.size, np.int64)
-    n = getattr(fm, name + "_f32")(x, out, idx)
-    i = idx[:n]
-    out[i] = exact(name, x[i])
-    return out, n
-
-
 def bits(a):
     return np.ascontiguousarray(a).view(np.uint32)
 
 
 def check(name, x):
-    got, n = fast(name, x)
+    """Asserts the C kernel's results for float32 ``x`` are the exact path's
+    bits; returns the number of elements it flagged. Flagged elements are
+    the exact path's by construction (ops/fastmath.f32_kernel recomputes
+    them with it): only the others are computed exactly and compared."""
+    out = np.empty(x.size, np.float32)
+    idx = np.empty(x.size, np.int64)
+    n = getattr(fm, name + "_f32")(x, out, idx)
+    if n:
+        keep = np.ones(x.size, bool)
+        keep[idx[:n]] = False
+        x, out = x[keep], out[keep]
     want = exact(name, x)
-    bad = np.nonzero(bits(got) != bits(want))[0]
-    assert bad.size == 0, (name, x[bad[:5]], got[bad[:5]], want[bad[:5]])
+    bad = np.nonzero(bits(out) != bits(want))[0]
+    assert bad.size == 0, (name, x[bad[:5]], out[bad[:5]], want[bad[:5]])
     return n
 
 
@@ -237,5 +238,6 @@ def test_bad_buffers_raise():
 def test_every_float32(name):
     # python -m pytest -m slow tests/test_fastmath.py -k every_float32
     step = 1 << 24
+    slab = np.arange(step, dtype=np.uint32)
     for lo in range(0, 1 << 32, step):
-        check(name, np.arange(lo, lo + step, dtype=np.uint64).astype(np.uint32).view(np.float32))
+        check(name, (slab + np.uint32(lo)).view(np.float32))
