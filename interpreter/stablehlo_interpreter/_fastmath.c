@@ -225,32 +225,32 @@ static inline double from_bits64(uint64_t u) { double d; memcpy(&d, &u, 8); retu
     for (size_t k_ = 1; k_ < sizeof(P) / sizeof((P)[0]); k_++) acc_ = fma(acc_, (v), (P)[k_]); \
     (out) = acc_; } while (0)
 
-/* e^y for |y| <= 700: y = k ln2 + r, |r| <= ln2 / 2, e^r by EXP_P. */
-static inline double exp_core(double y)
+/* y = k ln2 + r, |r| <= ln2 / 2 (r = y when k = 0), for |y| <= 700: r,
+ * and 2^k in *scale. */
+static inline double ln2_reduce(double y, double *scale)
 {
     double kd = fma(y, INV_LN2, SHIFTER);
     uint64_t ki = bits64(kd);
     kd -= SHIFTER;
     double r = fma(-kd, LN2_HI, y);
-    r = fma(-kd, LN2_LO, r);
-    double p;
-    HORNER(EXP_P, r, p);
-    return p * from_bits64((ki << 52) + bits64(1.0));
+    *scale = from_bits64((ki << 52) + bits64(1.0));
+    return fma(-kd, LN2_LO, r);
 }
 
-/* e^y - 1 for |y| <= 700, relatively accurate near 0: y = k ln2 + r (r
- * = y when k = 0), e^y - 1 = 2^k expm1(r) + (2^k - 1), one rounding;
- * expm1(r) = r EXPM1_P(r). (y = -0 gives +0.) */
+/* e^y for |y| <= 700: 2^k e^r, e^r by EXP_P. */
+static inline double exp_core(double y)
+{
+    double scale, p, r = ln2_reduce(y, &scale);
+    HORNER(EXP_P, r, p);
+    return p * scale;
+}
+
+/* e^y - 1 for |y| <= 700, relatively accurate near 0: 2^k expm1(r) + (2^k
+ * - 1), one rounding; expm1(r) = r EXPM1_P(r). (y = -0 gives +0.) */
 static inline double expm1_core(double y)
 {
-    double kd = fma(y, INV_LN2, SHIFTER);
-    uint64_t ki = bits64(kd);
-    kd -= SHIFTER;
-    double r = fma(-kd, LN2_HI, y);
-    r = fma(-kd, LN2_LO, r);
-    double p;
+    double scale, p, r = ln2_reduce(y, &scale);
     HORNER(EXPM1_P, r, p);
-    double scale = from_bits64((ki << 52) + bits64(1.0));
     return fma(scale, r * p, scale - 1.0);
 }
 
