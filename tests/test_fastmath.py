@@ -1,5 +1,6 @@
-"""float32 erf, erfc, erf_inv, tanh, logistic, exp, expm1, log, log1p, sin and cos through ``stablehlo_interpreter._fastmath``
-(ops/fastmath.py) against the float64 detour, bit for bit.
+"""float32 erf, erfc, erf_inv, tanh, logistic, exp, expm1, log, log1p, sin
+and cos through ``stablehlo_interpreter._fastmath`` (ops/fastmath.py)
+against the float64 detour, bit for bit.
 
 The C kernels evaluate a float64 approximation and send the elements near a
 float32 rounding boundary back to the exact path (scipy / numpy in float64,
