@@ -182,6 +182,8 @@ def test_kernels_with_and_without_the_c_module(name, monkeypatch):
     # Sizes below MIN_SIZE, one chunk, several chunks (the pool's threads),
     # 2-d and 0-d operands; without the module the float64 detour gives the
     # same bits.
+    # (every C loop, also those this host's numpy beats: NUMPY_FASTER)
+    monkeypatch.setattr(fastmath, "NUMPY_FASTER", ())
     rng = np.random.default_rng(3)
     for shape in [(), (5,), (fastmath.CHUNK,), (3 * fastmath.CHUNK + 17,), (300, 700)]:
         x = typical(name, rng, shape)
@@ -194,6 +196,24 @@ def test_kernels_with_and_without_the_c_module(name, monkeypatch):
         slow = prog.run(x)[0]
         monkeypatch.setattr(fastmath, "_fastmath", fm)
         assert np.array_equal(bits(slow), bits(want)), shape
+
+
+def test_loops_numpy_beats_run_the_detour(monkeypatch):
+    # A kernel named in NUMPY_FASTER never calls the C loop (the host's
+    # numpy float64 loop is faster there); the bits are the same.
+    calls = []
+    monkeypatch.setattr(fastmath, "_fastmath", type("M", (), {
+        "exp_f32": staticmethod(lambda *a: calls.append(a) or 0)}))
+    monkeypatch.setattr(fastmath, "NUMPY_FASTER", ("exp_f32",))
+    k = fastmath.f32_kernel("exp_f32", lambda v: exact("exp", v))
+    x = np.linspace(-5, 5, 1000, dtype=np.float32)
+    assert np.array_equal(bits(k(x)), bits(exact("exp", x)))
+    out = np.empty_like(x)
+    assert k.kernel_info.into(out, x) is out and np.array_equal(bits(out), bits(exact("exp", x)))
+    assert calls == []
+    monkeypatch.setattr(fastmath, "NUMPY_FASTER", ())
+    k(x)
+    assert len(calls) == 1
 
 
 def test_strided_and_broadcast_operands():
