@@ -772,6 +772,46 @@ def test_constant_getter_answers_go_with_the_handle(client):
         assert err[0] == C.ErrorCode.INVALID_ARGUMENT and "PJRT_Buffer" in err[1]
 
 
+def test_live_output_answers_follow_deletion(client):
+    """The trampoline answers PJRT_Buffer_IsDeleted and PJRT_Buffer_ReadyEvent
+    itself for the outputs of Execute's fast path while they are alive;
+    once an output is deleted (PJRT_Buffer_Delete) Python answers again:
+    IsDeleted is true and the ready event carries the deletion error."""
+    from stablehlo_pjrt import _shim, dispatch
+
+    dispatch.set_mode("sync")  # inline: the fast path's case
+    try:
+        exe, err = compile_text(client, TWO_OUTPUTS)
+        assert err is None, err
+        bx, d1 = from_host(client, np.ones((2, 3), np.float32), C.BufferType.F32)
+        by, d2 = from_host(client, np.array(2.0, np.float32), C.BufferType.F32)
+        (s, p), err = execute(exe, [bx, by], 2)
+        assert err is None
+        assert _shim.is_live(s) and _shim.is_live(p) and not _shim.is_live(bx)
+        for b in (s, bx):  # answered in C, and by Python: the same
+            assert ok("PJRT_Buffer_IsDeleted", C.Buffer_IsDeleted_Args(buffer=b)).is_deleted \
+                is False
+            ev = ok("PJRT_Buffer_ReadyEvent", C.Buffer_ReadyEvent_Args(buffer=b)).event
+            assert _shim.event_state(ev)[:2] == (1, 0)
+            event_destroy(ev)
+        ok("PJRT_Buffer_Delete", C.Buffer_Delete_Args(buffer=s))
+        assert not _shim.is_live(s)
+        assert ok("PJRT_Buffer_IsDeleted", C.Buffer_IsDeleted_Args(buffer=s)).is_deleted is True
+        ev = ok("PJRT_Buffer_ReadyEvent", C.Buffer_ReadyEvent_Args(buffer=s)).event
+        ready, code = _shim.event_state(ev)[:2]
+        assert ready and code == C.ErrorCode.FAILED_PRECONDITION
+        event_destroy(ev)
+        destroy_buffer(p)
+        assert not _shim.is_live(p)  # released with its handle
+        for b in (bx, by, s):
+            destroy_buffer(b)
+        for d in (d1, d2):
+            event_destroy(d)
+        ok("PJRT_LoadedExecutable_Destroy", C.LoadedExecutable_Destroy_Args(executable=exe))
+    finally:
+        dispatch.set_mode("auto")
+
+
 def _execute_nowait(exe, buffers, n_out, launch_id=0):
     """Execute with a launch id; returns (outputs, completion event) without
     waiting for the run."""
