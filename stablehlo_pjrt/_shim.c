@@ -1488,6 +1488,23 @@ static PyObject *py_deleted(PyObject *self, PyObject *arg) {
   Py_RETURN_NONE;
 }
 
+/* writable_c_contiguous(obj): whether obj exports writeable, C-contiguous
+ * memory through the buffer protocol (an ndarray: flags.writeable and
+ * flags.c_contiguous, read in one call without building numpy's flags
+ * object, which Execute's fast path would do for every output). False
+ * also when obj exports no buffer (ml_dtypes element types): the caller
+ * then takes its full path. */
+static PyObject *py_writable_c_contiguous(PyObject *self, PyObject *arg) {
+  Py_buffer view;
+  (void)self;
+  if (PyObject_GetBuffer(arg, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
+    PyErr_Clear();
+    Py_RETURN_FALSE;
+  }
+  PyBuffer_Release(&view);
+  Py_RETURN_TRUE;
+}
+
 /* is_live(handle): whether C answers the buffer's IsDeleted/ReadyEvent (tests). */
 static PyObject *py_is_live(PyObject *self, PyObject *arg) {
   void *handle = PyLong_AsVoidPtr(arg);
@@ -1612,6 +1629,8 @@ static PyMethodDef kMethods[] = {
     {"forget", py_forget, METH_O, "forget(handle): drops the cached getter answers of handle."},
     {"deleted", py_deleted, METH_O,
      "deleted(handle): the buffer is deleted; C no longer answers its IsDeleted/ReadyEvent."},
+    {"writable_c_contiguous", py_writable_c_contiguous, METH_O,
+     "writable_c_contiguous(obj): whether obj exports writeable C-contiguous memory."},
     {"is_live", py_is_live, METH_O,
      "is_live(handle): whether C answers the buffer's IsDeleted/ReadyEvent."},
     {"read_pointer_lists", py_read_pointer_lists, METH_VARARGS,

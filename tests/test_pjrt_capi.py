@@ -812,6 +812,49 @@ def test_live_output_answers_follow_deletion(client):
         dispatch.set_mode("auto")
 
 
+CONSTANT = """
+module @constant {
+  func.func public @main(%a: tensor<3xf32>) -> tensor<3xf32> {
+    %c = stablehlo.constant dense<[1.0, 2.0, 3.0]> : tensor<3xf32>
+    return %c : tensor<3xf32>
+  }
+}
+"""
+
+
+def test_fast_path_outputs_own_their_memory(client):
+    """The fast path keeps a result as an output's memory only when it is
+    writeable and C-contiguous (_shim.writable_c_contiguous, the buffer
+    protocol's answer): a program returning its constant gets a copy per
+    run, never the interpreter's array."""
+    from stablehlo_pjrt import _shim, dispatch
+    from stablehlo_pjrt.buffer import Buffer
+    from stablehlo_pjrt.handles import lookup
+
+    w = _shim.writable_c_contiguous
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    frozen = a.copy()
+    frozen.flags.writeable = False
+    assert w(a) and w(np.zeros(0)) and not w(frozen) and not w(a.T) and not w(3)
+    dispatch.set_mode("sync")
+    try:
+        exe, err = compile_text(client, CONSTANT)
+        assert err is None, err
+        bx, d = from_host(client, np.zeros(3, np.float32), C.BufferType.F32)
+        (o1,), err = execute(exe, [bx], 1)
+        (o2,), err2 = execute(exe, [bx], 1)
+        assert err is None and err2 is None
+        arrays = [lookup(o, Buffer).array for o in (o1, o2)]
+        assert arrays[0] is not arrays[1] and all(v.flags.writeable for v in arrays)
+        np.testing.assert_array_equal(arrays[0], [1, 2, 3])
+        for b in (bx, o1, o2):
+            destroy_buffer(b)
+        event_destroy(d)
+        ok("PJRT_LoadedExecutable_Destroy", C.LoadedExecutable_Destroy_Args(executable=exe))
+    finally:
+        dispatch.set_mode("auto")
+
+
 def _execute_nowait(exe, buffers, n_out, launch_id=0):
     """Execute with a launch id; returns (outputs, completion event) without
     waiting for the run."""
