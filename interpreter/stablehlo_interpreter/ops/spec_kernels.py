@@ -42,9 +42,46 @@ from .. import dtypes
 from .c_complex import divdc3
 from .elementwise import _complex_multiply
 
+try:
+    from .. import _libm_loops as C_LOOPS
+except ImportError:     # not built: the numpy path below gives the same bits, slower
+    C_LOOPS = None
+
 # Products of at most this many elements are formed per block of
 # contracting indices (memory per step of a contraction).
 _BLOCK_ELEMENTS = 1 << 21
+
+
+def libm(fn, fallback):
+    """``fn`` (a ``math`` function of one or two floats) over float64 arrays
+    (broadcast together), as the C library computes it: the ``_libm_loops``
+    C loop calls the same C library function as ``math`` and reproduces its
+    special cases; without the module, ``math`` is called per element.
+    Where ``math`` raises (overflow, a pole, a domain error: the C function
+    returns inf or NaN there) the numpy ufunc ``fallback`` gives the IEEE
+    special value, on both paths."""
+    name = fn.__name__
+
+    def one(*xs):
+        try:
+            return fn(*xs)
+        except (ValueError, OverflowError):
+            return float(fallback(*[np.float64(x) for x in xs]))
+    ufunc = np.frompyfunc(one, fallback.nin, 1)
+
+    def run(*xs):
+        xs = np.broadcast_arrays(*[np.asarray(x, np.float64) for x in xs])
+        shape = xs[0].shape
+        if C_LOOPS is None:
+            return np.asarray(ufunc(*xs), dtype=object).astype(np.float64).reshape(shape)
+        flat = [np.ascontiguousarray(x).reshape(-1) for x in xs]
+        out = np.empty(flat[0].size, np.float64)
+        flag = np.empty(out.size, np.bool_)
+        loop = C_LOOPS.unary if len(flat) == 1 else C_LOOPS.binary
+        if loop(name, *flat, out, flag):
+            out[flag] = fallback(*[f[flag] for f in flat])
+        return out.reshape(shape)
+    return run
 
 
 def is_spec(op):
@@ -73,11 +110,37 @@ def combiner(kind, dtype):
     return lambda a, b: uf(np.asarray(a).astype(f32), np.asarray(b).astype(f32)).astype(dtype)
 
 
+def _c_foldable(kind, dtype):
+    """True when the C loops (``_libm_loops.fold``) fold ``kind`` over
+    ``dtype``: float32/float64 add and multiply, complex add (a fold of the
+    real parts and one of the imaginary parts)."""
+    if C_LOOPS is None:
+        return False
+    if dtype in (np.float32, np.float64):
+        return True
+    return kind == "add" and dtype in (np.complex64, np.complex128)
+
+
+def _c_fold(kind, x, acc):
+    """``acc`` (kept,) folded with the rows of ``x`` (n, kept; any strides)
+    in place by the C loop (see ``_c_foldable``)."""
+    if acc.dtype.kind == "c":
+        re, im = np.ascontiguousarray(acc.real), np.ascontiguousarray(acc.imag)
+        C_LOOPS.fold(kind, x.real, re)
+        C_LOOPS.fold(kind, x.imag, im)
+        acc.real, acc.imag = re, im
+    else:
+        C_LOOPS.fold(kind, x, acc)
+    return acc
+
+
 def fold_rows(kind, dtype, rows):
     """Left fold of the rows of the 2-d array ``rows`` (``rows[0]`` first),
     in element type ``dtype``: ``((rows[0] op rows[1]) op rows[2]) ...``."""
     dtype = np.dtype(dtype)
     n, kept = rows.shape
+    if _c_foldable(kind, dtype) and rows.dtype == dtype:
+        return _c_fold(kind, rows[1:], np.array(rows[0], dtype))
     if dtypes.is_complex(dtype) and kind == "multiply":
         f = combiner(kind, dtype)
         acc = rows[0]
@@ -141,6 +204,12 @@ def reduce(kind, x, axes, init, dtype):
         kept *= s
     if kept == 0:
         return np.empty(out_shape, dtype)
+    if _c_foldable(kind, dtype):
+        # The input as (n, kept) rows: a view where the layout allows.
+        x = np.asarray(x)
+        x2 = np.transpose(x.astype(dtype, copy=False), axes + keep).reshape(n, kept)
+        acc = np.full(kept, np.asarray(init).astype(dtype), dtype)
+        return _c_fold(kind, x2, acc).reshape(out_shape)
     rows = np.empty((n + 1, kept), dtype)
     rows[0] = np.asarray(init).astype(dtype)
     rows[1:] = np.transpose(x, axes + keep).reshape(n, kept)
@@ -185,6 +254,11 @@ def contract(a, b, dtype, acc=None):
     dtype = np.dtype(dtype)
     B, M, K = a.shape
     N = b.shape[2]
+    if C_LOOPS is not None and dtype in (np.float32, np.float64) and a.dtype == dtype \
+            and b.dtype == dtype:
+        out = np.zeros((B, M, N), dtype) if acc is None else np.array(acc, dtype, order="C")
+        C_LOOPS.contract(a, b, out)
+        return out
     mul = combiner("multiply", dtype)
     size = B * M * N
     at = np.moveaxis(a, 2, 0)[:, :, :, None]        # (K, B, M, 1)
@@ -287,8 +361,7 @@ def _rotators(n, dtype):
     j = np.arange(n, dtype=np.float64)[:, None]
     k = np.arange(n, dtype=np.float64)[None, :]
     phase = (((-2.0 * np.pi) * j) * k) / float(n)
-    cos = np.frompyfunc(math.cos, 1, 1)(phase).astype(np.float64)
-    sin = np.frompyfunc(math.sin, 1, 1)(phase).astype(np.float64)
+    cos, sin = libm(math.cos, np.cos)(phase), libm(math.sin, np.sin)(phase)
     out = np.empty((n, n), dtype)
     out.real = cos.astype(part)
     out.imag = sin.astype(part)

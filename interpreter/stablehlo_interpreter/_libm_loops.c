@@ -1,0 +1,579 @@
+/* stablehlo_interpreter._libm_loops: spec mode's per-element C library
+ * calls and sequential folds, as whole-buffer C loops.
+ *
+ * Why hand-written C: spec mode (numerics="spec", ops/spec_kernels.py and
+ * ops/spec_elementwise.py) must give the C++ reference interpreter's bits.
+ * (1) Its float64 functions are the C library's (glibc's) own: numpy's
+ * float64 loops may be SIMD/SVML code with another last bit, so the numpy
+ * path calls Python's math module once per element (~100 ns each); here the
+ * same libm functions run in a C loop. (2) Its reductions and contractions
+ * are left folds in the element type, one dependent rounding after another:
+ * numpy has no strided sequential fold (ufunc.reduce is pairwise along a
+ * contiguous axis, ufunc.accumulate writes every prefix), and a contraction
+ * as numpy steps materialises every product. A C loop folds in the
+ * reference's order and stays vectorized across independent outputs.
+ *
+ * Every result is bit-identical to the numpy/Python path it replaces
+ * (tests/test_spec_loops.py runs both): no reassociation, no fused
+ * multiply-add (fp-contract is off below and in the build flags), IEEE
+ * single and double arithmetic only.
+ *
+ * Plain CPython C API and the buffer protocol (no numpy headers), no
+ * global state, the GIL released around every loop; every buffer's type,
+ * shape and writability is checked and a bad one raises TypeError or
+ * ValueError.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#if defined(__GNUC__) && !defined(__clang__)
+/* A fused a * b + c rounds once: the reference rounds the product and the
+ * sum. (GCC's GNU C default is -ffp-contract=fast.) */
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+/* ---- the C library's functions as Python's math module calls them ------ */
+
+/* CPython's m_log (Modules/mathmodule.c): log's special values are
+ * handled before calling the C library. */
+static double
+m_log(double x)
+{
+    if (isfinite(x)) {
+        if (x > 0.0)
+            return log(x);
+        errno = EDOM;
+        return x == 0.0 ? -HUGE_VAL : NAN;
+    }
+    if (isnan(x) || x > 0.0)
+        return x;
+    errno = EDOM;
+    return NAN;
+}
+
+static double
+m_log1p(double x)
+{
+    /* CPython keeps the sign of a zero itself (some libms lose it). */
+    return x == 0.0 ? x : log1p(x);
+}
+
+/* CPython's m_atan2: C99 Annex F's special values spelled out. */
+static double
+m_atan2(double y, double x)
+{
+    if (isnan(x) || isnan(y))
+        return NAN;
+    if (isinf(y)) {
+        if (isinf(x)) {
+            if (copysign(1., x) == 1.)
+                return copysign(0.25 * M_PI, y);
+            return copysign(0.75 * M_PI, y);
+        }
+        return copysign(0.5 * M_PI, y);
+    }
+    if (isinf(x) || y == 0.) {
+        if (copysign(1., x) == 1.)
+            return copysign(0., y);
+        return copysign(M_PI, y);
+    }
+    return atan2(y, x);
+}
+
+/* CPython's is_error(r), errno != 0: 1 where math raises. */
+static int
+raises(int err, double r)
+{
+    if (err == ERANGE)
+        return fabs(r) >= 1.5;   /* underflow is not an error */
+    return 1;
+}
+
+typedef double (*unary_fn)(double);
+
+static const struct {
+    const char *name;
+    unary_fn fn;
+    int can_overflow;   /* math_1's flag: only decides the exception's kind */
+} UNARY[] = {
+    {"exp", exp, 1}, {"expm1", expm1, 1}, {"log", m_log, 0}, {"log1p", m_log1p, 0},
+    {"sin", sin, 0}, {"cos", cos, 0}, {"tan", tan, 0}, {"tanh", tanh, 0},
+    {"cbrt", cbrt, 0},
+};
+
+/* math_1_to_whatever: r = fn(x); math raises where r is NaN from a non-NaN
+ * x, infinite from a finite x, or finite with an error in errno. */
+static Py_ssize_t
+unary_loop(unary_fn fn, const double *x, double *out, unsigned char *flag, Py_ssize_t n)
+{
+    Py_ssize_t bad = 0;
+    errno = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double v = x[i];
+        double r = fn(v);
+        int e = errno;
+        int f;
+        if (isnan(r))
+            f = !isnan(v);
+        else if (isinf(r))
+            f = isfinite(v);
+        else
+            f = e && raises(e, r);
+        if (e)
+            errno = 0;
+        out[i] = r;
+        flag[i] = (unsigned char)f;
+        bad += f;
+    }
+    return bad;
+}
+
+/* math_2 over m_atan2. */
+static int
+atan2_one(double y, double x, double *r)
+{
+    errno = 0;
+    *r = m_atan2(y, x);
+    int e = errno;
+    if (isnan(*r))
+        e = (!isnan(x) && !isnan(y)) ? EDOM : 0;
+    else if (isinf(*r))
+        e = (isfinite(x) && isfinite(y)) ? ERANGE : 0;
+    return e && raises(e, *r);
+}
+
+/* CPython's math_pow: IEEE specials decided in C, finite ** finite by the
+ * C library, then its errno rules. */
+static int
+pow_one(double x, double y, double *out)
+{
+    double r = 0.;
+    int e = 0;
+    if (!isfinite(x) || !isfinite(y)) {
+        if (isnan(x))
+            r = y == 0. ? 1. : x;
+        else if (isnan(y))
+            r = x == 1. ? 1. : y;
+        else if (isinf(x)) {
+            int odd_y = isfinite(y) && fmod(fabs(y), 2.0) == 1.0;
+            if (y > 0.)
+                r = odd_y ? x : fabs(x);
+            else if (y == 0.)
+                r = 1.;
+            else
+                r = odd_y ? copysign(0., x) : 0.;
+        }
+        else {   /* y infinite */
+            if (fabs(x) == 1.0)
+                r = 1.;
+            else if (y > 0. && fabs(x) > 1.0)
+                r = y;
+            else if (y < 0. && fabs(x) < 1.0)
+                r = -y;
+            else
+                r = 0.;
+        }
+    }
+    else {
+        errno = 0;
+        r = pow(x, y);
+        e = errno;
+        if (!isfinite(r)) {
+            if (isnan(r))
+                e = EDOM;
+            else
+                e = x == 0. ? EDOM : ERANGE;
+        }
+    }
+    *out = r;
+    return e && raises(e, r);
+}
+
+/* ---- buffers ------------------------------------------------------------ */
+
+/* The element type of a buffer: 'f' (float32), 'd' (float64) or 0. */
+static char
+float_kind(const Py_buffer *v)
+{
+    const char *f = v->format ? v->format : "B";
+    if (*f == '@' || *f == '=' || *f == '<')
+        f++;
+    if (f[1] != '\0')
+        return 0;
+    if (*f == 'f' && v->itemsize == 4)
+        return 'f';
+    if (*f == 'd' && v->itemsize == 8)
+        return 'd';
+    return 0;
+}
+
+static int
+get_contiguous(PyObject *o, Py_buffer *v, int writable, char want, const char *what)
+{
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(o, v, flags) < 0)
+        return -1;
+    char k = float_kind(v);
+    if (k == 0 || (want && k != want)) {
+        PyErr_Format(PyExc_TypeError, "%s: a contiguous float%s buffer is needed, got format '%s'",
+                     what, want == 'f' ? "32" : want == 'd' ? "64" : "32/64",
+                     v->format ? v->format : "B");
+        PyBuffer_Release(v);
+        return -1;
+    }
+    return 0;
+}
+
+/* A strided buffer of ``ndim`` dims of element type ``kind``. */
+static int
+get_strided(PyObject *o, Py_buffer *v, int ndim, char kind, const char *what)
+{
+    if (PyObject_GetBuffer(o, v, PyBUF_RECORDS_RO) < 0)
+        return -1;
+    if (v->ndim != ndim || float_kind(v) != kind) {
+        PyErr_Format(PyExc_ValueError, "%s: a %d-d float%s buffer is needed, got %d-d format '%s'",
+                     what, ndim, kind == 'f' ? "32" : "64", v->ndim,
+                     v->format ? v->format : "B");
+        PyBuffer_Release(v);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- unary / binary ----------------------------------------------------- */
+
+PyDoc_STRVAR(unary_doc,
+"unary(name, x, out, flag) -> int\n\n"
+"out[i] = the C library's name(x[i]) as Python's math.name computes it\n"
+"(name: exp, expm1, log, log1p, sin, cos, tan, tanh, cbrt); x, out:\n"
+"contiguous float64 buffers of one length, flag: a writable byte buffer of\n"
+"that length, set to 1 where math.name raises (overflow, a pole, a domain\n"
+"error) and 0 elsewhere. Returns the number of flagged elements.");
+
+static PyObject *
+py_unary(PyObject *self, PyObject *args)
+{
+    const char *name;
+    PyObject *ox, *oo, *of;
+    if (!PyArg_ParseTuple(args, "sOOO:unary", &name, &ox, &oo, &of))
+        return NULL;
+    unary_fn fn = NULL;
+    for (size_t i = 0; i < sizeof(UNARY) / sizeof(UNARY[0]); i++)
+        if (strcmp(UNARY[i].name, name) == 0)
+            fn = UNARY[i].fn;
+    if (fn == NULL)
+        return PyErr_Format(PyExc_ValueError, "unary: no C library function '%s'", name);
+    Py_buffer x, o, f;
+    if (get_contiguous(ox, &x, 0, 'd', "unary x") < 0)
+        return NULL;
+    if (get_contiguous(oo, &o, 1, 'd', "unary out") < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(of, &f, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&x);
+        PyBuffer_Release(&o);
+        return NULL;
+    }
+    Py_ssize_t n = x.len / 8, bad = 0;
+    if (o.len != x.len || f.len != n) {
+        PyErr_Format(PyExc_ValueError, "unary: lengths differ (x %zd, out %zd, flag %zd bytes)",
+                     x.len / 8, o.len / 8, f.len);
+        bad = -1;
+    }
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        bad = unary_loop(fn, (const double *)x.buf, (double *)o.buf, (unsigned char *)f.buf, n);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&o);
+    PyBuffer_Release(&f);
+    return bad < 0 ? NULL : PyLong_FromSsize_t(bad);
+}
+
+PyDoc_STRVAR(binary_doc,
+"binary(name, x, y, out, flag) -> int\n\n"
+"out[i] = math.name(x[i], y[i]) (name: atan2, pow) over contiguous float64\n"
+"buffers of one length; flag as for unary.");
+
+static PyObject *
+py_binary(PyObject *self, PyObject *args)
+{
+    const char *name;
+    PyObject *ox, *oy, *oo, *of;
+    if (!PyArg_ParseTuple(args, "sOOOO:binary", &name, &ox, &oy, &oo, &of))
+        return NULL;
+    int which = strcmp(name, "atan2") == 0 ? 1 : strcmp(name, "pow") == 0 ? 2 : 0;
+    if (which == 0)
+        return PyErr_Format(PyExc_ValueError, "binary: no C library function '%s'", name);
+    Py_buffer x, y, o, f;
+    if (get_contiguous(ox, &x, 0, 'd', "binary x") < 0)
+        return NULL;
+    if (get_contiguous(oy, &y, 0, 'd', "binary y") < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    if (get_contiguous(oo, &o, 1, 'd', "binary out") < 0) {
+        PyBuffer_Release(&x);
+        PyBuffer_Release(&y);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(of, &f, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&x);
+        PyBuffer_Release(&y);
+        PyBuffer_Release(&o);
+        return NULL;
+    }
+    Py_ssize_t n = x.len / 8, bad = 0;
+    if (y.len != x.len || o.len != x.len || f.len != n) {
+        PyErr_Format(PyExc_ValueError,
+                     "binary: lengths differ (x %zd, y %zd, out %zd, flag %zd bytes)",
+                     x.len / 8, y.len / 8, o.len / 8, f.len);
+        bad = -1;
+    }
+    else {
+        const double *xs = (const double *)x.buf, *ys = (const double *)y.buf;
+        double *os = (double *)o.buf;
+        unsigned char *fs = (unsigned char *)f.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int r = which == 1 ? atan2_one(xs[i], ys[i], &os[i]) : pow_one(xs[i], ys[i], &os[i]);
+            fs[i] = (unsigned char)r;
+            bad += r;
+        }
+        errno = 0;
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&y);
+    PyBuffer_Release(&o);
+    PyBuffer_Release(&f);
+    return bad < 0 ? NULL : PyLong_FromSsize_t(bad);
+}
+
+/* ---- sequential folds ----------------------------------------------------- */
+
+/* Outputs per group of independent chains in a strided fold, and per block
+ * of a contiguous one. */
+#define CHAINS 8
+#define BLOCK 1024
+
+#define ADD(a, b) ((a) + (b))
+#define MUL(a, b) ((a) * (b))
+
+/* acc[j] = (((acc[j] op x[0, j]) op x[1, j]) ...) op x[n - 1, j], where
+ * x[i, j] is at src + i * sn + j * sk (byte strides). */
+#define FOLD(NAME, T, OP)                                                            \
+static void                                                                          \
+NAME(const char *src, Py_ssize_t n, Py_ssize_t kept, Py_ssize_t sn, Py_ssize_t sk,  \
+     T *acc)                                                                         \
+{                                                                                    \
+    if (sk == (Py_ssize_t)sizeof(T) && kept >= 2 * CHAINS) {                         \
+        /* Rows contiguous: a block of outputs, one row step at a time. */          \
+        for (Py_ssize_t j0 = 0; j0 < kept; j0 += BLOCK) {                            \
+            Py_ssize_t w = kept - j0 < BLOCK ? kept - j0 : BLOCK;                    \
+            T *restrict a = acc + j0;                                                \
+            for (Py_ssize_t i = 0; i < n; i++) {                                     \
+                const T *restrict row = (const T *)(src + i * sn) + j0;              \
+                for (Py_ssize_t j = 0; j < w; j++)                                   \
+                    a[j] = OP(a[j], row[j]);                                         \
+            }                                                                        \
+        }                                                                            \
+        return;                                                                      \
+    }                                                                                \
+    /* Otherwise CHAINS outputs at once: independent dependency chains. */          \
+    Py_ssize_t j0 = 0;                                                               \
+    for (; j0 + CHAINS <= kept; j0 += CHAINS) {                                      \
+        T r[CHAINS];                                                                 \
+        for (int t = 0; t < CHAINS; t++)                                             \
+            r[t] = acc[j0 + t];                                                      \
+        const char *p = src + j0 * sk;                                               \
+        for (Py_ssize_t i = 0; i < n; i++, p += sn)                                  \
+            for (int t = 0; t < CHAINS; t++)                                         \
+                r[t] = OP(r[t], *(const T *)(p + t * sk));                           \
+        for (int t = 0; t < CHAINS; t++)                                             \
+            acc[j0 + t] = r[t];                                                      \
+    }                                                                                \
+    for (; j0 < kept; j0++) {                                                        \
+        T r = acc[j0];                                                               \
+        const char *p = src + j0 * sk;                                               \
+        for (Py_ssize_t i = 0; i < n; i++, p += sn)                                  \
+            r = OP(r, *(const T *)p);                                                \
+        acc[j0] = r;                                                                 \
+    }                                                                                \
+}
+
+FOLD(fold_add_f, float, ADD)
+FOLD(fold_mul_f, float, MUL)
+FOLD(fold_add_d, double, ADD)
+FOLD(fold_mul_d, double, MUL)
+
+PyDoc_STRVAR(fold_doc,
+"fold(kind, x, acc)\n\n"
+"The left fold of the rows of the 2-d float32/float64 buffer x (any\n"
+"strides) into acc, a contiguous buffer of x's type and row length:\n"
+"acc[j] = (((acc[j] op x[0, j]) op x[1, j]) ...) op x[n-1, j], each step\n"
+"rounded to the element type; kind: 'add' or 'multiply'.");
+
+static PyObject *
+py_fold(PyObject *self, PyObject *args)
+{
+    const char *kind;
+    PyObject *ox, *oa;
+    if (!PyArg_ParseTuple(args, "sOO:fold", &kind, &ox, &oa))
+        return NULL;
+    int add = strcmp(kind, "add") == 0;
+    if (!add && strcmp(kind, "multiply") != 0)
+        return PyErr_Format(PyExc_ValueError, "fold: kind must be 'add' or 'multiply', not '%s'",
+                            kind);
+    Py_buffer a, x;
+    if (get_contiguous(oa, &a, 1, 0, "fold acc") < 0)
+        return NULL;
+    char k = float_kind(&a);
+    if (get_strided(ox, &x, 2, k, "fold x") < 0) {
+        PyBuffer_Release(&a);
+        return NULL;
+    }
+    Py_ssize_t n = x.shape[0], kept = x.shape[1];
+    int ok = a.len == kept * a.itemsize;
+    if (!ok)
+        PyErr_Format(PyExc_ValueError, "fold: acc has %zd elements, x rows %zd",
+                     a.len / a.itemsize, kept);
+    else if (n > 0 && kept > 0) {
+        const char *src = (const char *)x.buf;
+        Py_ssize_t sn = x.strides[0], sk = x.strides[1];
+        Py_BEGIN_ALLOW_THREADS
+        if (k == 'f')
+            (add ? fold_add_f : fold_mul_f)(src, n, kept, sn, sk, (float *)a.buf);
+        else
+            (add ? fold_add_d : fold_mul_d)(src, n, kept, sn, sk, (double *)a.buf);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&a);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- contraction ------------------------------------------------------------ */
+
+/* Outputs per block of a row of the result (kept in L1 across k). */
+#define NBLOCK 512
+
+/* acc[b, m, n] = (((acc[b, m, n] + a[b, m, 0] * w[b, 0, n]) + a[b, m, 1] *
+ * w[b, 1, n]) ...), each product and each sum rounded to T. */
+#define CONTRACT(NAME, T)                                                            \
+static void                                                                          \
+NAME(const Py_buffer *A, const Py_buffer *W, T *acc)                                 \
+{                                                                                    \
+    Py_ssize_t B = A->shape[0], M = A->shape[1], K = A->shape[2], N = W->shape[2];   \
+    const Py_ssize_t *sa = A->strides, *sw = W->strides;                             \
+    for (Py_ssize_t b = 0; b < B; b++)                                               \
+        for (Py_ssize_t m = 0; m < M; m++) {                                         \
+            const char *arow = (const char *)A->buf + b * sa[0] + m * sa[1];         \
+            for (Py_ssize_t n0 = 0; n0 < N; n0 += NBLOCK) {                          \
+                Py_ssize_t w = N - n0 < NBLOCK ? N - n0 : NBLOCK;                    \
+                T *restrict c = acc + (b * M + m) * N + n0;                          \
+                const char *wk = (const char *)W->buf + b * sw[0] + n0 * sw[2];      \
+                for (Py_ssize_t k = 0; k < K; k++, wk += sw[1]) {                    \
+                    const T av = *(const T *)(arow + k * sa[2]);                     \
+                    if (sw[2] == (Py_ssize_t)sizeof(T)) {                            \
+                        const T *restrict wr = (const T *)wk;                        \
+                        for (Py_ssize_t j = 0; j < w; j++) {                         \
+                            T p = av * wr[j];                                        \
+                            c[j] = c[j] + p;                                         \
+                        }                                                            \
+                    }                                                                \
+                    else                                                             \
+                        for (Py_ssize_t j = 0; j < w; j++) {                         \
+                            T p = av * *(const T *)(wk + j * sw[2]);                 \
+                            c[j] = c[j] + p;                                         \
+                        }                                                            \
+                }                                                                    \
+            }                                                                        \
+        }                                                                            \
+}
+
+CONTRACT(contract_f, float)
+CONTRACT(contract_d, double)
+
+PyDoc_STRVAR(contract_doc,
+"contract(a, w, acc)\n\n"
+"acc[b, m, n] += a[b, m, k] * w[b, k, n] for k = 0, 1, ... in order, each\n"
+"product and each sum rounded to the element type (float32 or float64):\n"
+"a (B, M, K) and w (B, K, N) of any strides, acc (B, M, N) contiguous.");
+
+static PyObject *
+py_contract(PyObject *self, PyObject *args)
+{
+    PyObject *oa, *ow, *oc;
+    if (!PyArg_ParseTuple(args, "OOO:contract", &oa, &ow, &oc))
+        return NULL;
+    Py_buffer c, a, w;
+    if (get_contiguous(oc, &c, 1, 0, "contract acc") < 0)
+        return NULL;
+    char k = float_kind(&c);
+    if (get_strided(oa, &a, 3, k, "contract a") < 0) {
+        PyBuffer_Release(&c);
+        return NULL;
+    }
+    if (get_strided(ow, &w, 3, k, "contract w") < 0) {
+        PyBuffer_Release(&c);
+        PyBuffer_Release(&a);
+        return NULL;
+    }
+    int ok = a.shape[0] == w.shape[0] && a.shape[2] == w.shape[1] &&
+             c.len == a.shape[0] * a.shape[1] * w.shape[2] * c.itemsize;
+    if (!ok)
+        PyErr_Format(PyExc_ValueError,
+                     "contract: shapes do not match: a (%zd, %zd, %zd), w (%zd, %zd, %zd), "
+                     "acc of %zd elements", a.shape[0], a.shape[1], a.shape[2], w.shape[0],
+                     w.shape[1], w.shape[2], c.len / c.itemsize);
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        if (k == 'f')
+            contract_f(&a, &w, (float *)c.buf);
+        else
+            contract_d(&a, &w, (double *)c.buf);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&c);
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&w);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"unary", py_unary, METH_VARARGS, unary_doc},
+    {"binary", py_binary, METH_VARARGS, binary_doc},
+    {"fold", py_fold, METH_VARARGS, fold_doc},
+    {"contract", py_contract, METH_VARARGS, contract_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_libm_loops",
+    "Spec mode's C library calls and sequential folds as C loops (see _libm_loops.c).",
+    0, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__libm_loops(void)
+{
+#if FLT_EVAL_METHOD != 0
+    /* Excess precision (x87) would round differently: the numpy path is used. */
+    PyErr_SetString(PyExc_ImportError, "_libm_loops: FLT_EVAL_METHOD is not 0");
+    return NULL;
+#else
+    return PyModule_Create(&module);
+#endif
+}
