@@ -3,12 +3,18 @@ the numpy/Python path they replace, which is the one used where the module
 is not built (ops/spec_kernels.py ``C_LOOPS``).
 
 Each test runs both paths: the C loop, and the fallback with ``C_LOOPS``
-set to None. Comparisons are of bits (NaN payloads included): both paths
-call the same C library functions, in the same order.
+set to None. The C library functions compare bit for bit, NaN payloads
+included (both paths call the same function). Arithmetic (folds,
+contractions, complex division) compares bit for bit except that a NaN
+equals any NaN: which of two NaN operands an x86 add propagates depends on
+the operand order the compiler picks for a commutative add, and the spec
+leaves NaN signs and payloads unspecified (tests/cpp_reference.py
+``bits_equal``, the C++ differential tests' comparison, does the same).
 """
 
 import math
 
+import cpp_reference
 import ml_dtypes
 import numpy as np
 import pytest
@@ -37,6 +43,11 @@ def _values():
 
 def _bits(a):
     return np.ascontiguousarray(a).view(np.uint8)
+
+
+def _same(a, b):
+    """Bit for bit, any NaN equal to any NaN."""
+    return cpp_reference.bits_equal(a, b)
 
 
 @pytest.fixture
@@ -120,7 +131,7 @@ def test_fold_rows_is_the_numpy_fold(no_c, dtype, shape):
         got = spec_kernels.fold_rows(kind, dtype, rows)
         want = no_c(spec_kernels.fold_rows, kind, dtype, rows)
         assert got.dtype == np.dtype(dtype)
-        assert np.array_equal(_bits(got), _bits(np.asarray(want).reshape(got.shape))), kind
+        assert _same(got, np.asarray(want).reshape(got.shape)), kind
         # (the fallback itself is checked against an explicit loop in
         # tests/test_spec_numerics.py)
 
@@ -146,13 +157,14 @@ def test_reduce_is_the_numpy_reduce(no_c, dtype, shape, axes):
         got = spec_kernels.reduce(kind, x, axes, init, dtype)
         want = no_c(spec_kernels.reduce, kind, x, axes, init, dtype)
         assert got.shape == want.shape and got.dtype == want.dtype
-        assert np.array_equal(_bits(got), _bits(want)), kind
+        assert _same(got, want), kind
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("bmkn", [(1, 1, 1, 1), (2, 3, 300, 5), (1, 17, 4, 1030), (3, 8, 0, 4),
-                                  (1, 64, 513, 64)])
+                                  (1, 64, 513, 64), (2, 21, 77, 1), (1, 100, 30, 15),
+                                  (1, 8, 5, 16)])
 def test_contract_is_the_numpy_contraction(no_c, dtype, bmkn):
     B, M, K, N = bmkn
     rng = np.random.default_rng(M * K)
@@ -163,7 +175,7 @@ def test_contract_is_the_numpy_contraction(no_c, dtype, bmkn):
         got = spec_kernels.contract(a, b, dtype, start)
         want = no_c(spec_kernels.contract, a, b, dtype, start)
         assert got.shape == (B, M, N) and got.dtype == np.dtype(dtype)
-        assert np.array_equal(_bits(got), _bits(want))
+        assert _same(got, want)
 
 
 @pytest.mark.parametrize("c_loops", [True, False])
@@ -177,6 +189,26 @@ def test_contract_rounds_every_product(no_c, c_loops):
     run = spec_kernels.contract if c_loops else lambda *xs: no_c(spec_kernels.contract, *xs)
     assert run(a, b, np.float32)[0, 0, 0] == np.float32(2.0 ** -11)
     assert np.float32(2.0 ** -11 + 2.0 ** -24) != np.float32(2.0 ** -11)
+
+
+def test_complex_division_is_divdc3(no_c):
+    s = np.array([0.0, -0.0, 1.0, -1.0, 3.0, 1e-310, -1e-310, 2.2250738585072014e-308,
+                  1e-300, 1e300, -1e300, 1.7976931348623157e308, 8.98846567431158e307,
+                  2.0 ** -52, 2.0 ** -53, np.inf, -np.inf, np.nan])
+    a, b, c, d = (g.ravel() for g in np.meshgrid(s, s, s, s))
+    rng = np.random.default_rng(3)
+    r = rng.standard_normal((4, 5000)) * 10.0 ** rng.integers(-307, 308, (4, 5000))
+    a, b, c, d = (np.concatenate([v, w]) for v, w in zip((a, b, c, d), r))
+    got = spec_kernels.divdc3(a, b, c, d)
+    want = no_c(spec_kernels.divdc3, a, b, c, d)
+    for g, w in zip(got, want):
+        assert _same(g, w)
+    # broadcast scalars, as spec_elementwise passes them
+    got = spec_kernels.divdc3(1.0, 0.0, c[:9].reshape(3, 3), d[:9].reshape(3, 3))
+    want = no_c(spec_kernels.divdc3, 1.0, 0.0, c[:9].reshape(3, 3), d[:9].reshape(3, 3))
+    assert got[0].shape == (3, 3)
+    for g, w in zip(got, want):
+        assert _same(g, w)
 
 
 SPEC_PROGRAM = """
@@ -199,7 +231,7 @@ def test_a_spec_program_is_the_same_on_both_paths(no_c):
     got = shi.compile(SPEC_PROGRAM, numerics="spec").run(a, b)
     want = no_c(lambda: shi.compile(SPEC_PROGRAM, numerics="spec").run(a, b))
     for g, w in zip(got, want):
-        assert np.array_equal(_bits(g), _bits(w))
+        assert _same(g, w)
 
 
 def test_spec_elementwise_uses_the_shared_libm():
@@ -243,3 +275,7 @@ def test_bad_buffers_raise():
         C.contract(np.ones((2, 3)), np.ones((1, 3, 5)), np.zeros((1, 2, 5)))
     with pytest.raises(TypeError):
         C.contract(np.ones((1, 2, 3)), np.ones((1, 3, 5)), "acc")
+    with pytest.raises(ValueError, match="cdiv: lengths differ"):
+        C.cdiv(x, x, x, np.ones(3), out, np.empty(4))
+    with pytest.raises(TypeError, match="float64"):
+        C.cdiv(x, x, x, x, out, np.empty(4, np.float32))

@@ -35,6 +35,17 @@
 /* A fused a * b + c rounds once: the reference rounds the product and the
  * sum. (GCC's GNU C default is -ffp-contract=fast.) */
 #pragma GCC optimize("fp-contract=off")
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+/* The vectorized loops also in an AVX2 version, picked at load time by the
+ * host: wider vectors, the same IEEE operations one by one (AVX2 does not
+ * include FMA), so the same bits on every host. */
+#define VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define VECTOR_CLONES
 #endif
 
 /* ---- the C library's functions as Python's math module calls them ------ */
@@ -357,6 +368,111 @@ py_binary(PyObject *self, PyObject *args)
     return bad < 0 ? NULL : PyLong_FromSsize_t(bad);
 }
 
+/* ---- complex division ------------------------------------------------------ */
+
+/* libgcc's __divdc3 as ops/c_complex.py spells it out (the C++ reference
+ * divides complex<double> with it): Smith's algorithm, scaled near the ends
+ * of the exponent range, then C99 Annex G's recovery of infinities and
+ * zeros that came out NaN + NaN i. */
+static void
+divdc3_one(double a, double b, double c, double d, double *px, double *py)
+{
+    const double RBIG = DBL_MAX / 2.0, RMIN = DBL_MIN, RMIN2 = DBL_EPSILON;
+    const double RMINSCAL = 1.0 / DBL_EPSILON, RMAX2 = RBIG * RMIN2;
+    int dmajor = fabs(c) < fabs(d);
+    double big = dmajor ? fabs(d) : fabs(c);
+    double x, y;
+    if (big >= RBIG) {
+        a /= 2; b /= 2; c /= 2; d /= 2; big /= 2;
+    }
+    int small_num = (fabs(a) < RMIN && fabs(b) < RMAX2 && big < RMAX2) ||
+                    (fabs(b) < RMIN && fabs(a) < RMAX2 && big < RMAX2);
+    if (big < RMIN2 || small_num) {
+        a *= RMINSCAL; b *= RMINSCAL; c *= RMINSCAL; d *= RMINSCAL;
+    }
+    if (dmajor) {
+        double r = c / d, den = c * r + d;
+        if (fabs(r) > RMIN) {
+            x = (a * r + b) / den;
+            y = (b * r - a) / den;
+        }
+        else {
+            x = (c * (a / d) + b) / den;
+            y = (c * (b / d) - a) / den;
+        }
+    }
+    else {
+        double r = d / c, den = d * r + c;
+        if (fabs(r) > RMIN) {
+            x = (b * r + a) / den;
+            y = (b - a * r) / den;
+        }
+        else {
+            x = (a + d * (b / c)) / den;
+            y = (b - d * (a / c)) / den;
+        }
+    }
+    if (isnan(x) && isnan(y)) {
+        if (c == 0.0 && d == 0.0 && (!isnan(a) || !isnan(b))) {
+            x = copysign(INFINITY, c) * a;
+            y = copysign(INFINITY, c) * b;
+        }
+        else if ((isinf(a) || isinf(b)) && isfinite(c) && isfinite(d)) {
+            double a2 = copysign(isinf(a) ? 1.0 : 0.0, a), b2 = copysign(isinf(b) ? 1.0 : 0.0, b);
+            x = INFINITY * (a2 * c + b2 * d);
+            y = INFINITY * (b2 * c - a2 * d);
+        }
+        else if ((isinf(c) || isinf(d)) && isfinite(a) && isfinite(b)) {
+            double c3 = copysign(isinf(c) ? 1.0 : 0.0, c), d3 = copysign(isinf(d) ? 1.0 : 0.0, d);
+            x = 0.0 * (a * c3 + b * d3);
+            y = 0.0 * (b * c3 - a * d3);
+        }
+    }
+    *px = x;
+    *py = y;
+}
+
+PyDoc_STRVAR(cdiv_doc,
+"cdiv(a, b, c, d, x, y)\n\n"
+"x[i] + y[i] i = (a[i] + b[i] i) / (c[i] + d[i] i) as libgcc's __divdc3\n"
+"computes it (ops/c_complex.py divdc3): contiguous float64 buffers of one\n"
+"length, x and y writable.");
+
+static PyObject *
+py_cdiv(PyObject *self, PyObject *args)
+{
+    PyObject *o[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO:cdiv", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5]))
+        return NULL;
+    Py_buffer v[6];
+    int got = 0, ok = 1;
+    for (; got < 6; got++)
+        if (get_contiguous(o[got], &v[got], got >= 4, 'd', "cdiv") < 0) {
+            ok = 0;
+            break;
+        }
+    for (int i = 1; ok && i < 6; i++)
+        if (v[i].len != v[0].len) {
+            PyErr_Format(PyExc_ValueError, "cdiv: lengths differ (%zd and %zd elements)",
+                         v[0].len / 8, v[i].len / 8);
+            ok = 0;
+        }
+    if (ok) {
+        const double *a = v[0].buf, *b = v[1].buf, *c = v[2].buf, *d = v[3].buf;
+        double *x = v[4].buf, *y = v[5].buf;
+        Py_ssize_t n = v[0].len / 8;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++)
+            divdc3_one(a[i], b[i], c[i], d[i], &x[i], &y[i]);
+        Py_END_ALLOW_THREADS
+    }
+    for (int i = 0; i < got; i++)
+        PyBuffer_Release(&v[i]);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- sequential folds ----------------------------------------------------- */
 
 /* Outputs per group of independent chains in a strided fold, and per block
@@ -370,7 +486,7 @@ py_binary(PyObject *self, PyObject *args)
 /* acc[j] = (((acc[j] op x[0, j]) op x[1, j]) ...) op x[n - 1, j], where
  * x[i, j] is at src + i * sn + j * sk (byte strides). */
 #define FOLD(NAME, T, OP)                                                            \
-static void                                                                          \
+VECTOR_CLONES static void                                                            \
 NAME(const char *src, Py_ssize_t n, Py_ssize_t kept, Py_ssize_t sn, Py_ssize_t sk,  \
      T *acc)                                                                         \
 {                                                                                    \
@@ -470,11 +586,45 @@ py_fold(PyObject *self, PyObject *args)
 /* acc[b, m, n] = (((acc[b, m, n] + a[b, m, 0] * w[b, 0, n]) + a[b, m, 1] *
  * w[b, 1, n]) ...), each product and each sum rounded to T. */
 #define CONTRACT(NAME, T)                                                            \
-static void                                                                          \
+VECTOR_CLONES static void                                                            \
 NAME(const Py_buffer *A, const Py_buffer *W, T *acc)                                 \
 {                                                                                    \
     Py_ssize_t B = A->shape[0], M = A->shape[1], K = A->shape[2], N = W->shape[2];   \
     const Py_ssize_t *sa = A->strides, *sw = W->strides;                             \
+    if (N < 2 * CHAINS && M >= CHAINS) {                                             \
+        /* Narrow rows (a matrix-vector product): CHAINS rows of a at once,         \
+         * independent chains over k. */                                            \
+        for (Py_ssize_t b = 0; b < B; b++)                                           \
+            for (Py_ssize_t n = 0; n < N; n++) {                                     \
+                const char *wn = (const char *)W->buf + b * sw[0] + n * sw[2];       \
+                Py_ssize_t m0 = 0;                                                   \
+                for (; m0 + CHAINS <= M; m0 += CHAINS) {                             \
+                    T r[CHAINS];                                                     \
+                    const char *am = (const char *)A->buf + b * sa[0] + m0 * sa[1];  \
+                    for (int t = 0; t < CHAINS; t++)                                 \
+                        r[t] = acc[(b * M + m0 + t) * N + n];                        \
+                    for (Py_ssize_t k = 0; k < K; k++) {                             \
+                        const T wv = *(const T *)(wn + k * sw[1]);                   \
+                        for (int t = 0; t < CHAINS; t++) {                           \
+                            T p = *(const T *)(am + t * sa[1] + k * sa[2]) * wv;     \
+                            r[t] = r[t] + p;                                         \
+                        }                                                            \
+                    }                                                                \
+                    for (int t = 0; t < CHAINS; t++)                                 \
+                        acc[(b * M + m0 + t) * N + n] = r[t];                        \
+                }                                                                    \
+                for (; m0 < M; m0++) {                                               \
+                    T r = acc[(b * M + m0) * N + n];                                 \
+                    const char *am = (const char *)A->buf + b * sa[0] + m0 * sa[1];  \
+                    for (Py_ssize_t k = 0; k < K; k++) {                             \
+                        T p = *(const T *)(am + k * sa[2]) * *(const T *)(wn + k * sw[1]); \
+                        r = r + p;                                                   \
+                    }                                                                \
+                    acc[(b * M + m0) * N + n] = r;                                   \
+                }                                                                    \
+            }                                                                        \
+        return;                                                                      \
+    }                                                                                \
     for (Py_ssize_t b = 0; b < B; b++)                                               \
         for (Py_ssize_t m = 0; m < M; m++) {                                         \
             const char *arow = (const char *)A->buf + b * sa[0] + m * sa[1];         \
@@ -557,6 +707,7 @@ static PyMethodDef methods[] = {
     {"binary", py_binary, METH_VARARGS, binary_doc},
     {"fold", py_fold, METH_VARARGS, fold_doc},
     {"contract", py_contract, METH_VARARGS, contract_doc},
+    {"cdiv", py_cdiv, METH_VARARGS, cdiv_doc},
     {NULL, NULL, 0, NULL},
 };
 

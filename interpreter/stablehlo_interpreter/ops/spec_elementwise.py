@@ -26,9 +26,9 @@ import numpy as np
 
 from .. import dtypes, registry
 from . import elementwise_math  # noqa: F401 - register the accurate builders first
-from .c_complex import divdc3, muldc3
+from .c_complex import muldc3
 from .elementwise import round_f64
-from .spec_kernels import is_spec, libm
+from .spec_kernels import divdc3, is_spec, libm
 
 F64 = np.dtype(np.float64)
 F32 = np.dtype(np.float32)

@@ -39,7 +39,7 @@ import math
 import numpy as np
 
 from .. import dtypes
-from .c_complex import divdc3
+from . import c_complex
 from .elementwise import _complex_multiply
 
 try:
@@ -82,6 +82,20 @@ def libm(fn, fallback):
             out[flag] = fallback(*[f[flag] for f in flat])
         return out.reshape(shape)
     return run
+
+
+def divdc3(a, b, c, d):
+    """``(a + bi) / (c + di)`` over float64 arrays (broadcast together) as
+    libgcc's ``__divdc3`` computes it (ops/c_complex.py ``divdc3``): the C
+    loop, or the numpy steps without it. Returns ``(real, imag)``."""
+    if C_LOOPS is None:
+        return c_complex.divdc3(a, b, c, d)
+    parts = np.broadcast_arrays(*[np.asarray(v, np.float64) for v in (a, b, c, d)])
+    shape = parts[0].shape
+    flat = [np.ascontiguousarray(v).reshape(-1) for v in parts]
+    x, y = np.empty(flat[0].size, np.float64), np.empty(flat[0].size, np.float64)
+    C_LOOPS.cdiv(*flat, x, y)
+    return x.reshape(shape), y.reshape(shape)
 
 
 def is_spec(op):
