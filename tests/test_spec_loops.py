@@ -162,6 +162,18 @@ def test_reduce_is_the_numpy_reduce(no_c, dtype, shape, axes):
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_reduce_of_reversed_and_strided_views(no_c, dtype):
+    # negative and non-unit strides reach the C loop as they are
+    x = _rows(np.random.default_rng(9), (60, 50), dtype)
+    for view in (x[::-1], x[:, ::-2], x[::3, ::-1].T, np.broadcast_to(x[0], (7, 50))):
+        for axes in ([0], [1], [0, 1]):
+            got = spec_kernels.reduce("add", view, axes, np.zeros((), dtype), dtype)
+            want = no_c(spec_kernels.reduce, "add", view, axes, np.zeros((), dtype), dtype)
+            assert _same(got, want)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("bmkn", [(1, 1, 1, 1), (2, 3, 300, 5), (1, 17, 4, 1030), (3, 8, 0, 4),
                                   (1, 64, 513, 64), (2, 21, 77, 1), (1, 100, 30, 15),
                                   (1, 8, 5, 16)])
