@@ -3,7 +3,12 @@
 stablehlo/reference/Ops.cpp evaluates every op in its element type, one
 element at a time. Where the result depends on the order of float
 operations, these kernels reproduce its order, bit for bit, with whole-array
-numpy steps (never a Python loop over elements):
+numpy steps (never a Python loop over elements). Where the C module
+``stablehlo_interpreter._libm_loops`` is built (``C_LOOPS``), float32 and
+float64 folds and contractions, complex division and the C library's float64
+functions run as its C loops instead: the same order, the same bits
+(tests/test_spec_loops.py), without materialising the transposed rows or the
+products:
 
 * reduce: ``acc = init; acc = body(acc, x)`` for the input elements in
   row-major order of the input index space (Ops.cpp reduceOp), so each
