@@ -115,7 +115,8 @@ def _rows(rng, shape, dtype):
     return rows
 
 
-FOLD_DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+FOLD_DTYPES = [np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.complex64,
+               np.complex128]
 FOLD_SHAPES = [(1, 1), (2, 1), (1000, 1), (5, 3), (300, 7), (40, 8), (33, 17), (9, 2049),
                (3, 5000)]
 
@@ -126,7 +127,7 @@ FOLD_SHAPES = [(1, 1), (2, 1), (1000, 1), (5, 3), (300, 7), (40, 8), (33, 17), (
 def test_fold_rows_is_the_numpy_fold(no_c, dtype, shape):
     rng = np.random.default_rng(sum(shape))
     rows = _rows(rng, shape, dtype)
-    kinds = ["add", "multiply"] if np.dtype(dtype).kind == "f" else ["add"]
+    kinds = ["add"] if np.dtype(dtype).kind == "c" else ["add", "multiply"]
     for kind in kinds:
         got = spec_kernels.fold_rows(kind, dtype, rows)
         want = no_c(spec_kernels.fold_rows, kind, dtype, rows)
@@ -136,6 +137,22 @@ def test_fold_rows_is_the_numpy_fold(no_c, dtype, shape):
         # tests/test_spec_numerics.py)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_narrow_steps_round_like_numpy_on_every_value(no_c, dtype):
+    # Every 16-bit pattern against shuffles of every other: one add or
+    # multiply step (float32, then round to nearest even) against the
+    # numpy/ml_dtypes path.
+    every = np.arange(65536, dtype=np.uint16).view(dtype)
+    rng = np.random.default_rng(16)
+    for _ in range(4):
+        rows = np.stack([every, rng.permutation(every)])
+        for kind in ("add", "multiply"):
+            got = spec_kernels.fold_rows(kind, dtype, rows)
+            want = no_c(spec_kernels.fold_rows, kind, dtype, rows)
+            assert _same(got, want), kind
+
+
 def test_fold_of_negative_zeros_is_negative_zero():
     rows = np.full((5, 20), -0.0, np.float32)
     r = spec_kernels.fold_rows("add", np.float32, rows)
@@ -143,7 +160,7 @@ def test_fold_of_negative_zeros_is_negative_zero():
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize("dtype", FOLD_DTYPES + [ml_dtypes.bfloat16, np.float16])
+@pytest.mark.parametrize("dtype", FOLD_DTYPES)
 @pytest.mark.parametrize("shape, axes", [((1000,), [0]), ((30, 40), [1]), ((30, 40), [0]),
                                          ((30, 40), [0, 1]), ((4, 5, 6), [0, 2]),
                                          ((4, 5, 6), [1]), ((3, 1, 7, 2), [1, 3]),
@@ -161,7 +178,7 @@ def test_reduce_is_the_numpy_reduce(no_c, dtype, shape, axes):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16])
 def test_reduce_of_reversed_and_strided_views(no_c, dtype):
     # negative and non-unit strides reach the C loop as they are
     x = _rows(np.random.default_rng(9), (60, 50), dtype)
@@ -173,7 +190,7 @@ def test_reduce_of_reversed_and_strided_views(no_c, dtype):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16])
 @pytest.mark.parametrize("bmkn", [(1, 1, 1, 1), (2, 3, 300, 5), (1, 17, 4, 1030), (3, 8, 0, 4),
                                   (1, 64, 513, 64), (2, 21, 77, 1), (1, 100, 30, 15),
                                   (1, 8, 5, 16)])

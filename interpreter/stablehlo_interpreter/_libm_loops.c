@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -220,6 +221,10 @@ float_kind(const Py_buffer *v)
         return 'f';
     if (*f == 'd' && v->itemsize == 8)
         return 'd';
+    if (*f == 'e' && v->itemsize == 2)
+        return 'e';
+    if (*f == 'H' && v->itemsize == 2)
+        return 'H';   /* bfloat16 bits (numpy cannot export ml_dtypes' bfloat16) */
     return 0;
 }
 
@@ -231,8 +236,8 @@ get_contiguous(PyObject *o, Py_buffer *v, int writable, char want, const char *w
         return -1;
     char k = float_kind(v);
     if (k == 0 || (want && k != want)) {
-        PyErr_Format(PyExc_TypeError, "%s: a contiguous float%s buffer is needed, got format '%s'",
-                     what, want == 'f' ? "32" : want == 'd' ? "64" : "32/64",
+        PyErr_Format(PyExc_TypeError, "%s: a contiguous %s buffer is needed, got format '%s'",
+                     what, want == 'd' ? "float64" : "float (or bfloat16 bits)",
                      v->format ? v->format : "B");
         PyBuffer_Release(v);
         return -1;
@@ -247,8 +252,9 @@ get_strided(PyObject *o, Py_buffer *v, int ndim, char kind, const char *what)
     if (PyObject_GetBuffer(o, v, PyBUF_RECORDS_RO) < 0)
         return -1;
     if (v->ndim != ndim || float_kind(v) != kind) {
-        PyErr_Format(PyExc_ValueError, "%s: a %d-d float%s buffer is needed, got %d-d format '%s'",
-                     what, ndim, kind == 'f' ? "32" : "64", v->ndim,
+        PyErr_Format(PyExc_ValueError, "%s: a %d-d %s buffer is needed, got %d-d format '%s'",
+                     what, ndim, kind == 'f' ? "float32" : kind == 'd' ? "float64" :
+                     kind == 'e' ? "float16" : "bfloat16-bits (uint16)", v->ndim,
                      v->format ? v->format : "B");
         PyBuffer_Release(v);
         return -1;
@@ -530,12 +536,118 @@ FOLD(fold_mul_f, float, MUL)
 FOLD(fold_add_d, double, ADD)
 FOLD(fold_mul_d, double, MUL)
 
+/* float16 and bfloat16 steps: both operands widened to float32, the float32
+ * result rounded to nearest even (the spec path does the same through
+ * numpy's and ml_dtypes' conversions; float32 holds 2p+2 bits of either
+ * type, so a sum or product rounds once as if exactly). */
+static inline float
+bf16_to_f(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t
+f_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);   /* NaN stays NaN (quiet) */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float
+f16_to_f(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    if (e == 0) {
+        float f = (float)m * 0x1p-24f;          /* zero or subnormal: exact */
+        memcpy(&u, &f, 4);
+        u |= sign;
+    }
+    else if (e == 31)
+        u = sign | 0x7f800000u | (m << 13);
+    else
+        u = sign | ((e + 112u) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t
+f_to_f16(float x)
+{
+    /* Round to nearest even (F. Giesen's float_to_half_fast3_rtne). */
+    uint32_t f;
+    memcpy(&f, &x, 4);
+    const uint32_t f32infty = 255u << 23, f16max = (127u + 16u) << 23;
+    const uint32_t denorm_magic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+    uint32_t sign = f & 0x80000000u;
+    uint16_t o;
+    f ^= sign;
+    if (f >= f16max)
+        o = f > f32infty ? 0x7e00u : 0x7c00u;   /* NaN, or overflow to infinity */
+    else if (f < (113u << 23)) {
+        /* subnormal or zero: the float32 add of a magic number rounds */
+        float ff, dm;
+        memcpy(&ff, &f, 4);
+        memcpy(&dm, &denorm_magic, 4);
+        ff += dm;
+        memcpy(&f, &ff, 4);
+        o = (uint16_t)(f - denorm_magic);
+    }
+    else {
+        uint32_t mant_odd = (f >> 13) & 1u;
+        f += ((uint32_t)(15 - 127) << 23) + 0xfffu;
+        f += mant_odd;
+        o = (uint16_t)(f >> 13);
+    }
+    return (uint16_t)(o | (sign >> 16));
+}
+
+#define NARROW_FOLD(NAME, TO_F, FROM_F, OP)                                          \
+static void                                                                          \
+NAME(const char *src, Py_ssize_t n, Py_ssize_t kept, Py_ssize_t sn, Py_ssize_t sk,  \
+     uint16_t *acc)                                                                  \
+{                                                                                    \
+    Py_ssize_t j0 = 0;                                                               \
+    for (; j0 + CHAINS <= kept; j0 += CHAINS) {                                      \
+        uint16_t r[CHAINS];                                                          \
+        for (int t = 0; t < CHAINS; t++)                                             \
+            r[t] = acc[j0 + t];                                                      \
+        const char *p = src + j0 * sk;                                               \
+        for (Py_ssize_t i = 0; i < n; i++, p += sn)                                  \
+            for (int t = 0; t < CHAINS; t++)                                         \
+                r[t] = FROM_F(OP(TO_F(r[t]), TO_F(*(const uint16_t *)(p + t * sk)))); \
+        for (int t = 0; t < CHAINS; t++)                                             \
+            acc[j0 + t] = r[t];                                                      \
+    }                                                                                \
+    for (; j0 < kept; j0++) {                                                        \
+        uint16_t r = acc[j0];                                                        \
+        const char *p = src + j0 * sk;                                               \
+        for (Py_ssize_t i = 0; i < n; i++, p += sn)                                  \
+            r = FROM_F(OP(TO_F(r), TO_F(*(const uint16_t *)p)));                     \
+        acc[j0] = r;                                                                 \
+    }                                                                                \
+}
+
+NARROW_FOLD(fold_add_e, f16_to_f, f_to_f16, ADD)
+NARROW_FOLD(fold_mul_e, f16_to_f, f_to_f16, MUL)
+NARROW_FOLD(fold_add_b, bf16_to_f, f_to_bf16, ADD)
+NARROW_FOLD(fold_mul_b, bf16_to_f, f_to_bf16, MUL)
+
 PyDoc_STRVAR(fold_doc,
 "fold(kind, x, acc)\n\n"
 "The left fold of the rows of the 2-d float32/float64 buffer x (any\n"
 "strides) into acc, a contiguous buffer of x's type and row length:\n"
 "acc[j] = (((acc[j] op x[0, j]) op x[1, j]) ...) op x[n-1, j], each step\n"
-"rounded to the element type; kind: 'add' or 'multiply'.");
+"rounded to the element type; kind: 'add' or 'multiply'. float16 buffers\n"
+"(format 'e') fold in float16; uint16 buffers (format 'H') hold bfloat16\n"
+"bits and fold in bfloat16.");
 
 static PyObject *
 py_fold(PyObject *self, PyObject *args)
@@ -567,8 +679,12 @@ py_fold(PyObject *self, PyObject *args)
         Py_BEGIN_ALLOW_THREADS
         if (k == 'f')
             (add ? fold_add_f : fold_mul_f)(src, n, kept, sn, sk, (float *)a.buf);
-        else
+        else if (k == 'd')
             (add ? fold_add_d : fold_mul_d)(src, n, kept, sn, sk, (double *)a.buf);
+        else if (k == 'e')
+            (add ? fold_add_e : fold_mul_e)(src, n, kept, sn, sk, (uint16_t *)a.buf);
+        else
+            (add ? fold_add_b : fold_mul_b)(src, n, kept, sn, sk, (uint16_t *)a.buf);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&x);
@@ -654,10 +770,41 @@ NAME(const Py_buffer *A, const Py_buffer *W, T *acc)                            
 CONTRACT(contract_f, float)
 CONTRACT(contract_d, double)
 
+/* float16/bfloat16: each product rounded to the type, then each sum. */
+#define NARROW_CONTRACT(NAME, TO_F, FROM_F)                                          \
+static void                                                                          \
+NAME(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, float *c)                \
+{                                                                                    \
+    /* c: N floats of scratch, one accumulator row */                               \
+    Py_ssize_t B = A->shape[0], M = A->shape[1], K = A->shape[2], N = W->shape[2];   \
+    const Py_ssize_t *sa = A->strides, *sw = W->strides;                             \
+    for (Py_ssize_t b = 0; b < B; b++)                                               \
+        for (Py_ssize_t m = 0; m < M; m++) {                                         \
+            const char *arow = (const char *)A->buf + b * sa[0] + m * sa[1];         \
+            uint16_t *out = acc + (b * M + m) * N;                                   \
+            for (Py_ssize_t j = 0; j < N; j++)                                       \
+                c[j] = TO_F(out[j]);                                                 \
+            const char *wk = (const char *)W->buf + b * sw[0];                       \
+            for (Py_ssize_t k = 0; k < K; k++, wk += sw[1]) {                        \
+                const float av = TO_F(*(const uint16_t *)(arow + k * sa[2]));        \
+                for (Py_ssize_t j = 0; j < N; j++) {                                 \
+                    float p = TO_F(FROM_F(av * TO_F(*(const uint16_t *)(wk + j * sw[2])))); \
+                    c[j] = TO_F(FROM_F(c[j] + p));                                   \
+                }                                                                    \
+            }                                                                        \
+            for (Py_ssize_t j = 0; j < N; j++)                                       \
+                out[j] = FROM_F(c[j]);                                               \
+        }                                                                            \
+}
+
+NARROW_CONTRACT(contract_e, f16_to_f, f_to_f16)
+NARROW_CONTRACT(contract_b, bf16_to_f, f_to_bf16)
+
 PyDoc_STRVAR(contract_doc,
 "contract(a, w, acc)\n\n"
 "acc[b, m, n] += a[b, m, k] * w[b, k, n] for k = 0, 1, ... in order, each\n"
-"product and each sum rounded to the element type (float32 or float64):\n"
+"product and each sum rounded to the element type (float32, float64,\n"
+"float16, or bfloat16 given as its uint16 bits):\n"
 "a (B, M, K) and w (B, K, N) of any strides, acc (B, M, N) contiguous.");
 
 static PyObject *
@@ -687,12 +834,27 @@ py_contract(PyObject *self, PyObject *args)
                      "acc of %zd elements", a.shape[0], a.shape[1], a.shape[2], w.shape[0],
                      w.shape[1], w.shape[2], c.len / c.itemsize);
     else {
-        Py_BEGIN_ALLOW_THREADS
-        if (k == 'f')
-            contract_f(&a, &w, (float *)c.buf);
-        else
-            contract_d(&a, &w, (double *)c.buf);
-        Py_END_ALLOW_THREADS
+        float *row = NULL;
+        if (k == 'e' || k == 'H') {
+            row = PyMem_Malloc((size_t)(w.shape[2] > 0 ? w.shape[2] : 1) * sizeof(float));
+            if (row == NULL) {
+                PyErr_NoMemory();
+                ok = 0;
+            }
+        }
+        if (ok) {
+            Py_BEGIN_ALLOW_THREADS
+            if (k == 'f')
+                contract_f(&a, &w, (float *)c.buf);
+            else if (k == 'd')
+                contract_d(&a, &w, (double *)c.buf);
+            else if (k == 'e')
+                contract_e(&a, &w, (uint16_t *)c.buf, row);
+            else
+                contract_b(&a, &w, (uint16_t *)c.buf, row);
+            Py_END_ALLOW_THREADS
+        }
+        PyMem_Free(row);
     }
     PyBuffer_Release(&c);
     PyBuffer_Release(&a);

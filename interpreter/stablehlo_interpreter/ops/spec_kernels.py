@@ -4,8 +4,8 @@ stablehlo/reference/Ops.cpp evaluates every op in its element type, one
 element at a time. Where the result depends on the order of float
 operations, these kernels reproduce its order, bit for bit, with whole-array
 numpy steps (never a Python loop over elements). Where the C module
-``stablehlo_interpreter._libm_loops`` is built (``C_LOOPS``), float32 and
-float64 folds and contractions, complex division and the C library's float64
+``stablehlo_interpreter._libm_loops`` is built (``C_LOOPS``), float32,
+float64, float16 and bfloat16 folds and contractions, complex division and the C library's float64
 functions run as its C loops instead: the same order, the same bits
 (tests/test_spec_loops.py), without materialising the transposed rows or the
 products:
@@ -41,6 +41,7 @@ operator*), complex add componentwise.
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from .. import dtypes
@@ -129,13 +130,24 @@ def combiner(kind, dtype):
     return lambda a, b: uf(np.asarray(a).astype(f32), np.asarray(b).astype(f32)).astype(dtype)
 
 
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+# The real element types the C loops fold and contract in.
+_C_REAL = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), _BF16)
+
+
+def _c_buffer(x):
+    """``x`` as the C loops take it: bfloat16 as its uint16 bits (numpy
+    cannot export ml_dtypes' type through the buffer protocol)."""
+    return x.view(np.uint16) if x.dtype == _BF16 else x
+
+
 def _c_foldable(kind, dtype):
     """True when the C loops (``_libm_loops.fold``) fold ``kind`` over
-    ``dtype``: float32/float64 add and multiply, complex add (a fold of the
-    real parts and one of the imaginary parts)."""
+    ``dtype``: float32/float64/float16/bfloat16 add and multiply, complex
+    add (a fold of the real parts and one of the imaginary parts)."""
     if C_LOOPS is None:
         return False
-    if dtype in (np.float32, np.float64):
+    if dtype in _C_REAL:
         return True
     return kind == "add" and dtype in (np.complex64, np.complex128)
 
@@ -149,7 +161,7 @@ def _c_fold(kind, x, acc):
         C_LOOPS.fold(kind, x.imag, im)
         acc.real, acc.imag = re, im
     else:
-        C_LOOPS.fold(kind, x, acc)
+        C_LOOPS.fold(kind, _c_buffer(x), _c_buffer(acc))
     return acc
 
 
@@ -273,10 +285,9 @@ def contract(a, b, dtype, acc=None):
     dtype = np.dtype(dtype)
     B, M, K = a.shape
     N = b.shape[2]
-    if C_LOOPS is not None and dtype in (np.float32, np.float64) and a.dtype == dtype \
-            and b.dtype == dtype:
+    if C_LOOPS is not None and dtype in _C_REAL and a.dtype == dtype and b.dtype == dtype:
         out = np.zeros((B, M, N), dtype) if acc is None else np.array(acc, dtype, order="C")
-        C_LOOPS.contract(a, b, out)
+        C_LOOPS.contract(_c_buffer(a), _c_buffer(b), _c_buffer(out))
         return out
     mul = combiner("multiply", dtype)
     size = B * M * N
