@@ -153,6 +153,25 @@ def test_narrow_steps_round_like_numpy_on_every_value(no_c, dtype):
             assert _same(got, want), kind
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_float16_portable_conversions_equal_f16c():
+    # The C module converts float16 with F16C instructions where the CPU has
+    # them; generic=True takes its portable C conversions: the same bits.
+    every = np.arange(65536, dtype=np.uint16).view(np.float16)
+    rows = np.stack([np.random.default_rng(2).permutation(every), every])
+    for kind in ("add", "multiply"):
+        hw, portable = rows[0].copy(), rows[0].copy()
+        C.fold(kind, rows[1:], hw)
+        C.fold(kind, rows[1:], portable, True)
+        assert _same(hw, portable), kind
+    a = _rows(np.random.default_rng(4), (2, 7, 300), np.float16)
+    w = _rows(np.random.default_rng(5), (2, 300, 9), np.float16)
+    hw, portable = np.zeros((2, 7, 9), np.float16), np.zeros((2, 7, 9), np.float16)
+    C.contract(a, w, hw)
+    C.contract(a, w, portable, True)
+    assert _same(hw, portable)
+
+
 def test_fold_of_negative_zeros_is_negative_zero():
     rows = np.full((5, 20), -0.0, np.float32)
     r = spec_kernels.fold_rows("add", np.float32, rows)
