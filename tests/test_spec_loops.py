@@ -209,7 +209,8 @@ def test_reduce_of_reversed_and_strided_views(no_c, dtype):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16,
+                                   np.complex64, np.complex128])
 @pytest.mark.parametrize("bmkn", [(1, 1, 1, 1), (2, 3, 300, 5), (1, 17, 4, 1030), (3, 8, 0, 4),
                                   (1, 64, 513, 64), (2, 21, 77, 1), (1, 100, 30, 15),
                                   (1, 8, 5, 16)])
@@ -323,6 +324,10 @@ def test_bad_buffers_raise():
         C.contract(np.ones((2, 3)), np.ones((1, 3, 5)), np.zeros((1, 2, 5)))
     with pytest.raises(TypeError):
         C.contract(np.ones((1, 2, 3)), np.ones((1, 3, 5)), "acc")
+    with pytest.raises(TypeError, match="complex buffers fold as their real"):
+        C.fold("add", np.ones((2, 2), np.complex64), np.ones(2, np.complex64))
+    with pytest.raises(ValueError, match="3-d complex64"):
+        C.contract(np.ones((1, 2, 3)), np.ones((1, 3, 5)), np.zeros((1, 2, 5), np.complex64))
     with pytest.raises(ValueError, match="cdiv: lengths differ"):
         C.cdiv(x, x, x, np.ones(3), out, np.empty(4))
     with pytest.raises(TypeError, match="float64"):

@@ -215,6 +215,10 @@ float_kind(const Py_buffer *v)
     const char *f = v->format ? v->format : "B";
     if (*f == '@' || *f == '=' || *f == '<')
         f++;
+    if (f[0] == 'Z' && f[1] == 'f' && f[2] == '\0' && v->itemsize == 8)
+        return 'F';   /* complex64 */
+    if (f[0] == 'Z' && f[1] == 'd' && f[2] == '\0' && v->itemsize == 16)
+        return 'D';   /* complex128 */
     if (f[1] != '\0')
         return 0;
     if (*f == 'f' && v->itemsize == 4)
@@ -254,7 +258,8 @@ get_strided(PyObject *o, Py_buffer *v, int ndim, char kind, const char *what)
     if (v->ndim != ndim || float_kind(v) != kind) {
         PyErr_Format(PyExc_ValueError, "%s: a %d-d %s buffer is needed, got %d-d format '%s'",
                      what, ndim, kind == 'f' ? "float32" : kind == 'd' ? "float64" :
-                     kind == 'e' ? "float16" : "bfloat16-bits (uint16)", v->ndim,
+                     kind == 'e' ? "float16" : kind == 'F' ? "complex64" :
+                     kind == 'D' ? "complex128" : "bfloat16-bits (uint16)", v->ndim,
                      v->format ? v->format : "B");
         PyBuffer_Release(v);
         return -1;
@@ -694,6 +699,11 @@ py_fold(PyObject *self, PyObject *args)
     if (get_contiguous(oa, &a, 1, 0, "fold acc") < 0)
         return NULL;
     char k = float_kind(&a);
+    if (k == 'F' || k == 'D') {
+        PyBuffer_Release(&a);
+        return PyErr_Format(PyExc_TypeError,
+                            "fold: complex buffers fold as their real and imaginary parts");
+    }
     if (get_strided(ox, &x, 2, k, "fold x") < 0) {
         PyBuffer_Release(&a);
         return NULL;
@@ -837,11 +847,42 @@ NARROW_CONTRACT(contract_b, bf16_to_f, f_to_bf16, )
 NARROW_CONTRACT(contract_e_hw, f16_to_f_hw, f_to_f16_hw, F16C)
 #endif
 
+/* complex: each product by the textbook formula, every product and sum
+ * rounded to the part type (Element.cpp operator*), added componentwise. */
+#define COMPLEX_CONTRACT(NAME, T)                                                    \
+VECTOR_CLONES static void                                                            \
+NAME(const Py_buffer *A, const Py_buffer *W, T *acc)                                 \
+{                                                                                    \
+    Py_ssize_t B = A->shape[0], M = A->shape[1], K = A->shape[2], N = W->shape[2];   \
+    const Py_ssize_t *sa = A->strides, *sw = W->strides;                             \
+    for (Py_ssize_t b = 0; b < B; b++)                                               \
+        for (Py_ssize_t m = 0; m < M; m++) {                                         \
+            const char *arow = (const char *)A->buf + b * sa[0] + m * sa[1];         \
+            T *restrict c = acc + 2 * (b * M + m) * N;                               \
+            const char *wk = (const char *)W->buf + b * sw[0];                       \
+            for (Py_ssize_t k = 0; k < K; k++, wk += sw[1]) {                        \
+                const T *ap = (const T *)(arow + k * sa[2]);                         \
+                const T ar = ap[0], ai = ap[1];                                      \
+                for (Py_ssize_t j = 0; j < N; j++) {                                 \
+                    const T *wp = (const T *)(wk + j * sw[2]);                       \
+                    T rr = ar * wp[0], ii = ai * wp[1], ri = ar * wp[1], ir = ai * wp[0]; \
+                    T pr = rr - ii, pi = ri + ir;                                    \
+                    c[2 * j] = c[2 * j] + pr;                                        \
+                    c[2 * j + 1] = c[2 * j + 1] + pi;                                \
+                }                                                                    \
+            }                                                                        \
+        }                                                                            \
+}
+
+COMPLEX_CONTRACT(contract_F, float)
+COMPLEX_CONTRACT(contract_D, double)
+
 PyDoc_STRVAR(contract_doc,
 "contract(a, w, acc, generic=False)\n\n"
 "acc[b, m, n] += a[b, m, k] * w[b, k, n] for k = 0, 1, ... in order, each\n"
 "product and each sum rounded to the element type (float32, float64,\n"
-"float16, or bfloat16 given as its uint16 bits):\n"
+"float16, bfloat16 given as its uint16 bits, complex64, complex128; a\n"
+"complex product by the textbook formula, each step rounded):\n"
 "a (B, M, K) and w (B, K, N) of any strides, acc (B, M, N) contiguous;\n"
 "generic as for fold.");
 
@@ -888,6 +929,10 @@ py_contract(PyObject *self, PyObject *args)
                 contract_f(&a, &w, (float *)c.buf);
             else if (k == 'd')
                 contract_d(&a, &w, (double *)c.buf);
+            else if (k == 'F')
+                contract_F(&a, &w, (float *)c.buf);
+            else if (k == 'D')
+                contract_D(&a, &w, (double *)c.buf);
 #if HAVE_F16C
             else if (k == 'e' && hw)
                 contract_e_hw(&a, &w, (uint16_t *)c.buf, row);

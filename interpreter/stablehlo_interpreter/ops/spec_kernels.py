@@ -5,7 +5,7 @@ element at a time. Where the result depends on the order of float
 operations, these kernels reproduce its order, bit for bit, with whole-array
 numpy steps (never a Python loop over elements). Where the C module
 ``stablehlo_interpreter._libm_loops`` is built (``C_LOOPS``), float32,
-float64, float16 and bfloat16 folds and contractions, complex division and the C library's float64
+float64, float16 and bfloat16 folds and contractions (complex ones too), complex division and the C library's float64
 functions run as its C loops instead: the same order, the same bits
 (tests/test_spec_loops.py), without materialising the transposed rows or the
 products:
@@ -285,7 +285,8 @@ def contract(a, b, dtype, acc=None):
     dtype = np.dtype(dtype)
     B, M, K = a.shape
     N = b.shape[2]
-    if C_LOOPS is not None and dtype in _C_REAL and a.dtype == dtype and b.dtype == dtype:
+    if C_LOOPS is not None and (dtype in _C_REAL or dtype.kind == "c") and a.dtype == dtype \
+            and b.dtype == dtype:
         out = np.zeros((B, M, N), dtype) if acc is None else np.array(acc, dtype, order="C")
         C_LOOPS.contract(_c_buffer(a), _c_buffer(b), _c_buffer(out))
         return out
