@@ -13,6 +13,7 @@ import argparse
 import statistics
 import time
 
+import ml_dtypes
 import numpy as np
 
 import stablehlo_interpreter as shi
@@ -106,6 +107,14 @@ def cases():
          [r((100, 100, 100))]),
         ("reduction", "sum complex64 (1000,1000) axis 1", _reduce(big, (1,), "complex<f32>"),
          [r(big, np.complex64)]),
+        ("reduction", "sum bf16 1e6 to a scalar", _reduce(big, (0, 1), "bf16"),
+         [r(big, ml_dtypes.bfloat16)]),
+        ("reduction", "sum bf16 (1000,1000) axis 1", _reduce(big, (1,), "bf16"),
+         [r(big, ml_dtypes.bfloat16)]),
+        ("reduction", "sum f16 1e6 to a scalar", _reduce(big, (0, 1), "f16"),
+         [r(big, np.float16)]),
+        ("reduction", "sum f16 (1000,1000) axis 1", _reduce(big, (1,), "f16"),
+         [r(big, np.float16)]),
         ("window", "cumsum f32 (1000,1000) axis 1",
          _window(big, (1, 1000), (1, 1), ((0, 0), (999, 0)), big), [r(big)]),
         ("window", "3x3 sum pool f32 (8,128,128,16)",
@@ -118,6 +127,12 @@ def cases():
          [r((256, 256), np.float64), r((256, 256), np.float64)]),
         ("contraction", "dot f32 1024x1024x1 (matrix-vector)", _dot(1024, 1024, 1),
          [r((1024, 1024)), r((1024, 1))]),
+        ("contraction", "dot bf16 128x128x128", _dot(128, 128, 128, "bf16"),
+         [r((128, 128), ml_dtypes.bfloat16), r((128, 128), ml_dtypes.bfloat16)]),
+        ("contraction", "dot f16 128x128x128", _dot(128, 128, 128, "f16"),
+         [r((128, 128), np.float16), r((128, 128), np.float16)]),
+        ("contraction", "dot complex64 128x128x128", _dot(128, 128, 128, "complex<f32>"),
+         [r((128, 128), np.complex64), r((128, 128), np.complex64)]),
         ("contraction", "conv f32 NHWC (8,32,32,16) 3x3 -> 16", _conv(8, 32, 16, 16, 3),
          [r((8, 32, 32, 16)), r((3, 3, 16, 16))]),
     ]
