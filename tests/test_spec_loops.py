@@ -154,6 +154,22 @@ def test_narrow_steps_round_like_numpy_on_every_value(no_c, dtype):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_narrow_contraction_rounds_like_numpy_on_every_value(no_c, dtype):
+    # acc + a * w over a row of every 16-bit pattern (the vectorized row
+    # loop), a few multipliers.
+    every = np.arange(65536, dtype=np.uint16).view(dtype)
+    rng = np.random.default_rng(6)
+    w = every.reshape(1, 1, -1)
+    acc = rng.permutation(every).reshape(1, 1, -1)
+    for v in (1.0, -0.5, 3.0, 1e-3, 300.0, float(rng.standard_normal())):
+        a = np.full((1, 1, 1), v, dtype)
+        got = spec_kernels.contract(a, w, dtype, acc)
+        want = no_c(spec_kernels.contract, a, w, dtype, acc)
+        assert _same(got, want), v
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_float16_portable_conversions_equal_f16c():
     # The C module converts float16 with F16C instructions where the CPU has
     # them; generic=True takes its portable C conversions: the same bits.

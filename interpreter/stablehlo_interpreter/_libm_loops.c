@@ -666,7 +666,7 @@ f_to_f16_hw(float f)
 
 NARROW_FOLD(fold_add_e_hw, f16_to_f_hw, f_to_f16_hw, ADD, F16C)
 NARROW_FOLD(fold_mul_e_hw, f16_to_f_hw, f_to_f16_hw, MUL, F16C)
-#define HAS_F16C() __builtin_cpu_supports("f16c")
+#define HAS_F16C() (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"))
 #else
 #define HAVE_F16C 0
 #define HAS_F16C() 0
@@ -815,8 +815,72 @@ CONTRACT(contract_f, float)
 CONTRACT(contract_d, double)
 
 /* float16/bfloat16: each product rounded to the type, then each sum. */
-#define NARROW_CONTRACT(NAME, TO_F, FROM_F, ATTR)                                    \
-ATTR static void                                                                     \
+/* One step of a float16/bfloat16 contraction over a row of N outputs:
+ * c[j] = round(c[j] + round(av * w[j])), c the row's accumulators as
+ * float32 (each exactly a value of the type). */
+static inline float
+round_bf16(float f)
+{
+    /* bf16_to_f(f_to_bf16(f)) without a branch, so that it vectorizes */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    uint32_t nan = (u | 0x00400000u) & 0xffff0000u;
+    u = (u & 0x7fffffffu) > 0x7f800000u ? nan : nearest;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+VECTOR_CLONES static void
+row_b(float *restrict c, const char *w, Py_ssize_t sw, float av, Py_ssize_t n)
+{
+    if (sw == 2) {
+        const uint16_t *restrict wr = (const uint16_t *)w;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            float p = round_bf16(av * bf16_to_f(wr[j]));
+            c[j] = round_bf16(c[j] + p);
+        }
+    }
+    else
+        for (Py_ssize_t j = 0; j < n; j++) {
+            float p = round_bf16(av * bf16_to_f(*(const uint16_t *)(w + j * sw)));
+            c[j] = round_bf16(c[j] + p);
+        }
+}
+
+static void
+row_e(float *restrict c, const char *w, Py_ssize_t sw, float av, Py_ssize_t n)
+{
+    for (Py_ssize_t j = 0; j < n; j++) {
+        float p = f16_to_f(f_to_f16(av * f16_to_f(*(const uint16_t *)(w + j * sw))));
+        c[j] = f16_to_f(f_to_f16(c[j] + p));
+    }
+}
+
+#if HAVE_F16C
+__attribute__((target("avx,f16c"))) static void
+row_e_hw(float *restrict c, const char *w, Py_ssize_t sw, float av, Py_ssize_t n)
+{
+    Py_ssize_t j = 0;
+    if (sw == 2) {
+        const __m256 a = _mm256_set1_ps(av);
+        for (; j + 8 <= n; j += 8) {
+            __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2 * j)));
+            __m256 p = _mm256_mul_ps(a, wv);
+            p = _mm256_cvtph_ps(_mm256_cvtps_ph(p, 0));
+            __m256 s = _mm256_add_ps(_mm256_loadu_ps(c + j), p);
+            _mm256_storeu_ps(c + j, _mm256_cvtph_ps(_mm256_cvtps_ph(s, 0)));
+        }
+    }
+    for (; j < n; j++) {
+        float p = f16_to_f_hw(f_to_f16_hw(av * f16_to_f_hw(*(const uint16_t *)(w + j * sw))));
+        c[j] = f16_to_f_hw(f_to_f16_hw(c[j] + p));
+    }
+}
+#endif
+
+#define NARROW_CONTRACT(NAME, TO_F, FROM_F, ROW)                                     \
+static void                                                                          \
 NAME(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, float *c)                \
 {                                                                                    \
     /* c: N floats of scratch, one accumulator row */                               \
@@ -829,22 +893,17 @@ NAME(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, float *c)           
             for (Py_ssize_t j = 0; j < N; j++)                                       \
                 c[j] = TO_F(out[j]);                                                 \
             const char *wk = (const char *)W->buf + b * sw[0];                       \
-            for (Py_ssize_t k = 0; k < K; k++, wk += sw[1]) {                        \
-                const float av = TO_F(*(const uint16_t *)(arow + k * sa[2]));        \
-                for (Py_ssize_t j = 0; j < N; j++) {                                 \
-                    float p = TO_F(FROM_F(av * TO_F(*(const uint16_t *)(wk + j * sw[2])))); \
-                    c[j] = TO_F(FROM_F(c[j] + p));                                   \
-                }                                                                    \
-            }                                                                        \
+            for (Py_ssize_t k = 0; k < K; k++, wk += sw[1])                          \
+                ROW(c, wk, sw[2], TO_F(*(const uint16_t *)(arow + k * sa[2])), N);   \
             for (Py_ssize_t j = 0; j < N; j++)                                       \
                 out[j] = FROM_F(c[j]);                                               \
         }                                                                            \
 }
 
-NARROW_CONTRACT(contract_e, f16_to_f, f_to_f16, )
-NARROW_CONTRACT(contract_b, bf16_to_f, f_to_bf16, )
+NARROW_CONTRACT(contract_e, f16_to_f, f_to_f16, row_e)
+NARROW_CONTRACT(contract_b, bf16_to_f, f_to_bf16, row_b)
 #if HAVE_F16C
-NARROW_CONTRACT(contract_e_hw, f16_to_f_hw, f_to_f16_hw, F16C)
+NARROW_CONTRACT(contract_e_hw, f16_to_f, f_to_f16, row_e_hw)
 #endif
 
 /* complex: each product by the textbook formula, every product and sum
