@@ -407,6 +407,24 @@ def _erf(q):
     return jss.erf, (_f32(_n(q, 1_000_000, 1000)),)
 
 
+@op("erfc", "elementwise", "jax.scipy.special.erfc 1e6 f32")
+def _erfc(q):
+    import jax.scipy.special as jss
+    return jss.erfc, (_f32(_n(q, 1_000_000, 1000)),)
+
+
+@op("tanh", "elementwise", "jnp.tanh 1e6 f32")
+def _tanh(q):
+    import jax.numpy as jnp
+    return jnp.tanh, (_f32(_n(q, 1_000_000, 1000)),)
+
+
+@op("sigmoid", "elementwise", "jax.nn.sigmoid 1e6 f32")
+def _sigmoid(q):
+    import jax
+    return jax.nn.sigmoid, (_f32(_n(q, 1_000_000, 1000)),)
+
+
 @op("erf_bf16", "elementwise", "jax.scipy.special.erf 1e6 bf16")
 def _erf_bf16(q):
     import jax.scipy.special as jss
@@ -517,6 +535,36 @@ def _fori_sin(q):
     def fn(x):
         return lax.fori_loop(0, n, lambda i, c: c * 0.99 + 0.1 * jnp.sin(c + 0.001 * i), x)
     return fn, (np.float32(1.0),)
+
+
+@op("fori_loop_mixed", "loop", "fori_loop of 1,000 scalar steps of 10 ops: convert, tanh, "
+    "compare, select, arithmetic", steps=1000, steps_quick=20)
+def _fori_mixed(q):
+    import jax.numpy as jnp
+    from jax import lax
+    n = _loop_steps(q)
+
+    def body(i, c):
+        y = jnp.tanh(c + i.astype(jnp.float32) * 0.001)
+        return jnp.where(y > 0.5, y * 0.5, y + 0.25) * 0.9 + 0.05
+    return (lambda x: lax.fori_loop(0, n, body, x)), (np.float32(1.0),)
+
+
+@op("fori_loop_xorshift", "loop", "fori_loop of 1,000 xorshift32 steps to a uniform f32 sum",
+    steps=1000, steps_quick=20)
+def _fori_xorshift(q):
+    import jax.numpy as jnp
+    from jax import lax
+    n = _loop_steps(q)
+
+    def body(i, c):
+        x, acc = c
+        x = x ^ (x << 13)
+        x = x ^ (x >> 17)
+        x = x ^ (x << 5)
+        u = lax.bitcast_convert_type((x >> 9) | np.uint32(0x3F800000), jnp.float32) - 1.0
+        return x, acc + u
+    return (lambda x: lax.fori_loop(0, n, body, (x, np.float32(0.0)))), (np.uint32(2463534242),)
 
 
 @op("scan_scalar", "loop", "lax.scan of 1,000 scalar steps with outputs", steps=1000, steps_quick=20)

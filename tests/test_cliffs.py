@@ -1,8 +1,11 @@
-"""Smoke test of the cliff sweep (python -m benchmarks.cliffs).
+"""The cliff sweep (python -m benchmarks.cliffs).
 
-Runs a few ops of each group at --quick sizes in a subprocess and checks the
-shape of the JSON and markdown table and the --max-ratio exit status; speed
-is never asserted here (the sweep itself is the speed check).
+The default tests run a few ops of each group at --quick sizes in a
+subprocess and check the shape of the JSON and markdown table and the
+--max-ratio exit status, never the speed. The slow ones run the whole sweep
+at full sizes and hold it to issue 25's bar (no op over 3x XLA CPU, scalar
+loops at 1 us per step, geometric mean at most 1.2x); they name every
+offending row with both times.
 """
 
 import json
@@ -10,6 +13,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -59,3 +65,61 @@ def test_quick_run_table_and_max_ratio(tmp_path):
     assert len(rows) == len(names)
     assert all(row.count("|") == 8 for row in rows)
     assert "ours/XLA" in text and "Over the limits" in text
+
+
+# --------------------------------------------------------------------------
+# The sweep itself at full sizes (slow): issue 25's bar.
+
+MAX_RATIO = 3.0      # no op more than 3x XLA CPU
+MAX_STEP_US = 1.0    # scalar loops: at most 1 us per step
+MAX_GEOMEAN = 1.2    # geometric mean of ours/XLA over every op
+
+
+@pytest.fixture(scope="module")
+def full_sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cliffs")
+    md, js = out / "cliffs.md", out / "cliffs.json"
+    env = dict(os.environ)
+    env.pop("JAX_PLATFORMS", None)
+    cmd = [sys.executable, "-m", "benchmarks.cliffs", "--max-ratio", str(MAX_RATIO),
+           "--max-step-us", str(MAX_STEP_US), "--md", str(md), "--json", str(js)]
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
+    assert js.exists(), f"the sweep wrote no report (exit {p.returncode}):\n{p.stderr[-3000:]}"
+    return p.returncode, json.loads(js.read_text()), md
+
+
+def _row(e):
+    cpu, ref = e["systems"]["cpu"], e["systems"]["ref"]
+    ratio = f"{e['ratio']:.1f}x" if "ratio" in e else "-"
+    step = (f", {e['ref_per_step_s'] * 1e6:.2f} us/step" if "ref_per_step_s" in e
+            and not e.get("array_body") else "")
+    return (f"  {e['name']:22s} XLA {cliffs.fmt_time(cpu.get('median_s')):>10s}  "
+            f"ref {cliffs.fmt_time(ref.get('median_s')):>10s}  {ratio}{step}")
+
+
+@pytest.mark.slow
+def test_full_sweep_no_op_over_the_limits(full_sweep):
+    """The whole cliff sweep (55+ ops, full sizes, one process): every op
+    agrees with XLA CPU and none is over 3x XLA CPU (scalar loops: 1 us per
+    step). Timings depend on the machine: run it on an idle one."""
+    code, report, md = full_sweep
+    assert not report["failed"], f"failed or mismatched ops: {report['failed']} (table: {md})"
+    over = {s.split(" ")[0] for s in report["over"]}
+    rows = "\n".join(_row(e) for e in report["ops"] if e["name"] in over)
+    assert not over, (f"{len(over)} of {len(report['ops'])} ops over {MAX_RATIO}x XLA CPU "
+                      f"(scalar loops: over {MAX_STEP_US} us/step), load average "
+                      f"{report['load_before']} -> {report['load_after']}:\n{rows}\n"
+                      f"(full table: {md})")
+    assert code == 0
+
+
+@pytest.mark.slow
+def test_full_sweep_geometric_mean(full_sweep):
+    """The geometric mean of ours/XLA over the sweep is at most 1.2x."""
+    _, report, md = full_sweep
+    ratios = [e["ratio"] for e in report["ops"] if e.get("ratio")]
+    geomean = float(np.exp(np.mean(np.log(ratios))))
+    worst = sorted(report["ops"], key=lambda e: -e.get("ratio", 0))[:10]
+    assert geomean <= MAX_GEOMEAN, (
+        f"geometric mean {geomean:.2f}x over {len(ratios)} ops (limit {MAX_GEOMEAN}x); "
+        f"the ten highest:\n" + "\n".join(_row(e) for e in worst) + f"\n(full table: {md})")

@@ -200,6 +200,73 @@ def test_gather_fast_schedules_match_plain_kernel(seed):
     assert modes == {"empty", "take", "linear"}
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_gather_in_blocks_of_rows_matches_plain_kernel(seed, monkeypatch):
+    # Large linear gathers run in blocks of result rows (_GATHER_BLOCK
+    # elements), large takes of rows in blocks of indices (_TAKE_BLOCK);
+    # tiny blocks take those paths on the random small cases: starts,
+    # batching aranges and window offsets sliced per block.
+    monkeypatch.setattr(gs, "_GATHER_BLOCK", 3)
+    monkeypatch.setattr(gs, "_TAKE_BLOCK", 2)
+    rng = np.random.default_rng(100 + seed)
+    blocked = taken = done = 0
+    while done < 150:
+        case = random_gather(rng)
+        if case is None:
+            continue
+        dn, oshape, ishape, sizes = case
+        et = ELEMENT_TYPES[int(rng.integers(len(ELEMENT_TYPES)))]
+        it = INDEX_TYPES[int(rng.integers(len(INDEX_TYPES)))]
+        bound = max(oshape[d] for d in dn["start_index_map"]) + 1
+        operand = random_values(rng, oshape, et)
+        indices = random_indices(rng, ishape, it, bound)
+        before = indices.copy()
+        plan = gs._GatherPlan(dn, oshape, ishape, sizes)
+        got = plan(operand, indices)
+        assert same_bits(indices, before), (dn, oshape, ishape, sizes, it)
+        want = _reference_gather(dn, operand, indices, sizes)
+        assert same_bits(got, want), (dn, oshape, ishape, sizes, et, it)
+        if plan.mode == "linear" and not plan.empty and got.ndim and got.shape[0] > 1 \
+                and got.size >= 6:
+            blocked += 1
+        if plan.mode == "take" and plan.axis == 0 and got.size >= 4:
+            taken += 1
+        done += 1
+    assert blocked > 10 and taken >= 3
+
+
+@pytest.mark.parametrize("it", [np.int32, np.uint32, np.uint8, np.int64, np.uint64])
+def test_take_of_rows_in_blocks(it):
+    # x[idx] and embedding lookups (one indexed leading axis, full rows):
+    # large index arrays of a type other than intp are taken in blocks.
+    rng = np.random.default_rng(3)
+    n = 2 * gs._TAKE_BLOCK + 123
+    for oshape in ((250,), (40, 3)):
+        dn = {"offset_dims": list(range(1, len(oshape))), "collapsed_slice_dims": [0],
+              "operand_batching_dims": [], "start_indices_batching_dims": [],
+              "start_index_map": [0], "index_vector_dim": 1}
+        sizes = (1,) + oshape[1:]
+        operand = random_values(rng, oshape, np.float32)
+        indices = random_indices(rng, (n, 1), it, oshape[0])
+        plan = gs._GatherPlan(dn, oshape, (n, 1), sizes)
+        assert plan.mode == "take"
+        assert same_bits(plan(operand, indices), _reference_gather(dn, operand, indices, sizes))
+
+
+def test_take_along_axis_in_blocks_with_out_of_range_indices():
+    # The take_along_axis shape of the cliff sweep (batching dims, one
+    # indexed dim), big enough for several blocks, clamped indices included.
+    rng = np.random.default_rng(7)
+    n = 700
+    dn = {"offset_dims": [], "collapsed_slice_dims": [1], "operand_batching_dims": [0],
+          "start_indices_batching_dims": [0], "start_index_map": [1], "index_vector_dim": 2}
+    operand = random_values(rng, (n, n), np.float32)
+    indices = random_indices(rng, (n, n, 1), np.int32, n)
+    plan = gs._GatherPlan(dn, (n, n), (n, n, 1), (1, 1))
+    assert plan.mode == "linear" and n * n >= 2 * gs._GATHER_BLOCK
+    assert same_bits(plan(operand, indices), _reference_gather(dn, operand, indices, (1, 1)))
+
+
 @pytest.mark.parametrize("it", [np.int32, np.int64, np.uint32, np.uint64])
 def test_gather_take_forms_jax_emits(it):
     """x[idx], rows of a matrix, searchsorted's probe (offset dim of 1) and

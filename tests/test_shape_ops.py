@@ -30,6 +30,36 @@ def test_iota_dtypes_and_wraparound():
     np.testing.assert_array_equal(c, [0, 1, 2, 3])
 
 
+@pytest.mark.parametrize("src, dims, dst", [
+    ("128xf32", "[1]", "1x128xf32"),            # a bias row: a reshape
+    ("16x128xf32", "[1, 2]", "1x16x128xf32"),   # x[None]
+    ("4xf32", "[1]", "3x4xf32"),                # increasing dims, filled (small)
+    ("1x128xf32", "[0, 1]", "16x128xf32"),      # ordered dims, filled (small)
+    ("3x1xi8", "[0, 2]", "3x5x7xi8"),
+    ("1xf32", "[1]", "6x9xf32"),                # one value: a view
+    ("2x1xf32", "[0, 1]", "2x5000xf32"),        # large: a view
+])
+def test_broadcast_in_dim_fast_paths_equal_numpy(src, dims, dst):
+    # The fast paths (a reshape, a filled array when small, a view of one
+    # value or a large result) give numpy's broadcast of the operand's dims
+    # placed at `dims`.
+    text = f"""
+    func.func @main(%x: tensor<{src}>) -> tensor<{dst}> {{
+      %r = stablehlo.broadcast_in_dim %x, dims = {dims} : (tensor<{src}>) -> tensor<{dst}>
+      return %r : tensor<{dst}>
+    }}"""
+    shape = tuple(int(d) for d in src.split("x")[:-1])
+    out = tuple(int(d) for d in dst.split("x")[:-1])
+    dt = np.int8 if src.endswith("i8") else np.float32
+    x = np.arange(int(np.prod(shape)), dtype=dt).reshape(shape)
+    view = [1] * len(out)
+    for i, d in enumerate(eval(dims)):  # noqa: S307 - the literal above
+        view[d] = shape[i]
+    r = run1(text, x)
+    assert r.shape == out and r.dtype == x.dtype
+    np.testing.assert_array_equal(r, np.broadcast_to(x.reshape(view), out))
+
+
 def test_broadcast_in_dim_unsorted_dims_transposes():
     text = """
     func.func @main(%x: tensor<2x3xi32>) -> tensor<3x4x2xi32> {

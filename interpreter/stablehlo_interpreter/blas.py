@@ -14,12 +14,15 @@ half a scan step of a small RNN cell), for scipy's LAPACK/BLAS wrappers in
 every OpenBLAS loaded (numpy's and, once scipy.linalg is imported, scipy's);
 a no-op if there is none. Products below ``UNTHREADED_MACS`` multiply-adds
 (where OpenBLAS itself uses one thread: its gemv threads from 9216, its
-gemm from 262144) are not switched at all. Only speed depends on it.
+gemm from 262144) are not switched at all, nor are products inside a
+``single_threaded()`` scope (a generated loop of small products holds one
+thread for the whole loop). Only speed depends on it.
 ``STABLEHLO_REF_SMALL_GEMM_MACS=0`` turns this off.
 """
 
 import ctypes
 import os.path
+import threading
 
 from . import config as _config
 
@@ -34,6 +37,10 @@ _libs = []          # (get, set) of every OpenBLAS found
 _numpy_libs = []    # those of numpy's own OpenBLAS (all of _libs if not told apart)
 _found_paths = None
 _lapack_found = False
+_pin_lock = threading.Lock()
+_pinned = 0         # single_threaded() scopes open
+_pin_done = False   # numpy's OpenBLAS switched to one thread for them (by a product)
+_pin_saved = []     # (set, threads) to restore when the last scope closes
 
 
 def _find():
@@ -88,6 +95,10 @@ def small_product(fn, *args, macs=None, libs=None):
     numpy's OpenBLAS is switched; ``macs`` below UNTHREADED_MACS: nothing is."""
     if macs is not None and macs < UNTHREADED_MACS:
         return fn(*args)
+    if _pinned and libs is None:
+        if not _pin_done:
+            _pin()
+        return fn(*args)
     if _found_paths is None:
         _find()
     libs = _numpy_libs if libs is None else libs
@@ -103,6 +114,50 @@ def small_product(fn, *args, macs=None, libs=None):
         for s, n in saved:
             if n > 1:
                 s(n)
+
+
+def _pin():
+    """The first product inside single_threaded() scopes: one thread for
+    numpy's OpenBLAS until the last scope closes."""
+    global _pin_done
+    with _pin_lock:
+        if _pinned and not _pin_done:
+            if _found_paths is None:
+                _find()
+            _pin_saved[:] = [(s, g()) for g, s in _numpy_libs]
+            for s, n in _pin_saved:
+                if n > 1:
+                    s(1)
+            _pin_done = True
+
+
+class single_threaded:
+    """Context: numpy's OpenBLAS at one thread for the whole scope, so that
+    the small_product calls inside it switch nothing (a generated loop
+    whose products are all small: two thread switches per product and
+    step cost more than a 16x128x128 product itself). The first product
+    switches, the last scope to close restores (a scope without products
+    costs a counter); scopes nest and may overlap between threads."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        global _pinned
+        with _pin_lock:
+            _pinned += 1
+        return self
+
+    def __exit__(self, *exc):
+        global _pinned, _pin_done
+        with _pin_lock:
+            _pinned -= 1
+            if _pinned == 0 and _pin_done:
+                for s, n in _pin_saved:
+                    if n > 1:
+                        s(n)
+                _pin_saved.clear()
+                _pin_done = False
+        return False
 
 
 def small_lapack(fn, *args, **kwargs):

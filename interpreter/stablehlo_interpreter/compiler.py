@@ -13,6 +13,8 @@ owns the region passes them in, so every block runs in a frame of its own.
 from __future__ import annotations
 
 import re
+import threading
+from itertools import chain as _chain
 from itertools import repeat as _repeat
 from sys import getrecursionlimit as _getrecursionlimit
 from sys import getrefcount as _getrefcount
@@ -33,10 +35,19 @@ from .arguments import coerce as _coerce
 from .errors import ArgumentError, CompileError, ExecutionError, InterpreterError, UnsupportedOpsError
 from .loader import MLIR_LOCK, NEWER_OP_PREFIX, Module, load
 from .mlir_compat import attribute_names
-from .registry import CUSTOM_CALLS, KERNELS, SPECIAL, Unsupported, custom_call_rejection, kernel_info
+from .registry import (
+    CUSTOM_CALLS,
+    KERNELS,
+    SPECIAL,
+    Unsupported,
+    annotate,
+    custom_call_rejection,
+    kernel_info,
+)
 from .types import TensorType, conforms, describe, from_mlir
 
 _ndarray = np.ndarray
+_PLAN_LOCK = threading.Lock()   # Block._fast_steps
 
 # Calls, regions and loops nest as Python calls (about three frames per
 # func.call level). Python 3.11 runs Python-to-Python calls without growing
@@ -213,7 +224,7 @@ class Block:
 
     __slots__ = ("name", "steps", "template", "arg_slots", "capture_values",
                  "capture_slots", "result_slots", "arg_types", "result_types",
-                 "nslots", "location", "_fast", "folded")
+                 "nslots", "location", "_fast", "folded", "_planned")
 
     def __init__(self, name):
         self.name = name
@@ -228,15 +239,31 @@ class Block:
         self.location = ""
         self._fast = None
         self.folded = ()  # Folded ops, in program order (for traced runs)
+        self._planned = ()  # the steps self._fast was made from (fusion.py's)
 
     def _fast_steps(self):
         """The steps as :class:`FastStep` for the plain loop: no list built
-        for 1-3 operands, in-place donation and call hand-over decided once."""
+        for 1-3 operands, in-place donation and call hand-over decided once.
+        Made once, by one thread (others wait): the template it may extend
+        is set before ``_fast``, so a run that sees ``_fast`` sees its frame."""
+        with _PLAN_LOCK:
+            if self._fast is None:
+                self._make_fast_steps()
+            return self._fast
+
+    def _make_fast_steps(self):
         fast = []
-        # Elementwise chains run as fused steps here only (fusion.py): the
-        # observed loop keeps self.steps, every op visible to tracers.
-        for fn, ins, out, dead, op in _fusion.fuse(self.steps, self.result_slots,
-                                                   self.template):
+        # Elementwise chains run as fused steps here only (fusion.py), small
+        # called functions inlined into them (their slots extend the
+        # template): the observed loop keeps self.steps, every op visible
+        # to tracers.
+        steps = self.steps
+        if _fusion.enabled():
+            steps, self.template = _fusion.inline_calls(steps, self.template)
+            steps = _fusion.share_reduces(steps, self.template)
+        planned = _fusion.fuse(steps, self.result_slots, self.template)
+        self._planned = planned
+        for fn, ins, out, dead, op in planned:
             n = len(ins)
             dying = ()
             if op is not None and op.name == "func.call" and ins and ins[0] == 0 \
@@ -271,7 +298,7 @@ class Block:
         return fast
 
     def _failed_step(self, fn, out):
-        for step in self.steps:
+        for step in _chain(self.steps, self._planned):
             if step.fn is fn and step.out == out:
                 return step
         return None
@@ -283,6 +310,10 @@ class Block:
         values); it is emptied so that values the block owns alone can be
         updated in place.
         """
+        fast = self._fast
+        if fast is None:
+            # Made before the frame: it may extend the template (inlined calls).
+            fast = self._fast_steps()
         env = self.template[:]
         env[0] = ctx
         if captures:
@@ -295,9 +326,6 @@ class Block:
             v = None  # the frame is then the only holder of a consumed value
         if ctx.tracer is not None or _DEBUG_VALIDATE:
             return self._run_observed(ctx, env)
-        fast = self._fast
-        if fast is None:
-            fast = self._fast_steps()
         fn = out = None
         try:
             # The hot loop: no per-step list for 1-3 operands, one branch per
@@ -876,6 +904,8 @@ def _special_step(fn, regions, cap_ranges, n_operands):
                        and all(a == b for a, b in cap_ranges)):
         def step(ctx, *vals):
             return fn(ctx, (), *vals)
+        if kernel_info(fn).reduction is not None:
+            annotate(step, reduction=kernel_info(fn).reduction)   # for fusion.py
         return step
 
     def step(ctx, *vals):

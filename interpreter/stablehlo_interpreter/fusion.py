@@ -26,6 +26,17 @@ before any other step that reads one of its values or frees a value it
 reads, so every step still sees what it saw unfused. Values only used inside
 the group are never stored; the others are written to the frame.
 
+Reduces. A ``reduce`` whose kernel is ``Reducer.reduce`` (KernelInfo.reduction)
+of a value the chain computes joins it as a *sink*: each chunk is reduced
+as it is made, in the pieces the reducer takes (reducers.RowPlan for
+trailing axes, LeadPlan for float sums over leading ones), so the result is
+the unfused reduce's bit for bit, and the value is written out only when
+something else reads it. When every sink reduces whole rows, its results
+broadcast back over those rows (softmax's ``e / sum(e)``) are made per chunk
+and read by exact members. Before grouping, :func:`inline_calls` puts the
+steps of small called functions (JAX's ``_where``) into the caller's plan
+and :func:`share_reduces` lets a repeated reduce copy the first one's result.
+
 Observability. Tracing (``STABLEHLO_REF_TRACE_OPS``, tracers) and
 ``STABLEHLO_REF_VALIDATE`` run the unfused steps (the compiler's observed
 loop uses ``Block.steps``, which fusion leaves alone), so every original op
@@ -147,13 +158,68 @@ def _plain_composite(step):
 
 
 class _Group:
-    __slots__ = ("shape", "members", "reads", "produced")
+    __slots__ = ("shape", "members", "reads", "produced", "sinks", "rows")
 
     def __init__(self, shape):
         self.shape = shape
         self.members = []     # step indices, in program order
         self.reads = set()    # slots read by members
         self.produced = set()  # slots written by members
+        self.sinks = {}       # step index of a reduce fed by the chain -> its plan
+        self.rows = {}        # slot of a broadcast of a fed reduce's rows -> (sink index, full)
+
+
+def _whole_rows(plan):
+    """Does ``plan`` reduce whole rows of trailing axes, axis 0 kept? Then
+    every chunk holds whole rows and their results are final after it."""
+    return getattr(plan, "block", None) == getattr(plan, "n", 0) and len(plan.out_shape) >= 1
+
+
+def _row_broadcast(step, groups, steps):
+    """``(group, sink index, full)`` when ``step`` broadcasts the results of
+    a reduce an open group feeds (or such a broadcast) back over the rows
+    they reduce (``broadcast_in_dim`` keeping the leading, kept axes in
+    place and adding size-1 or reduced axes after them; ``full``: to the
+    group's shape), every reduce of the group reducing whole rows; else None."""
+    op = step.op
+    if op is None or op.name != _BROADCAST or len(step.ins) != 1 or step.out.__class__ is not int:
+        return None
+    src = step.ins[0]
+    for g in groups.values():
+        if src in g.rows:
+            k = g.rows[src][0]
+        else:
+            k = next((i for i in g.sinks if steps[i].out == src), None)
+        if k is None:
+            continue
+        if not all(_whole_rows(p) for p in g.sinks.values()):
+            return None
+        kept = len(g.sinks[k].out_shape)
+        o, r, shape = _static_shape(op.operand_types[0]), _static_shape(op.result_types[0]), g.shape
+        if o is None or r is None or len(r) != len(shape) or r[:kept] != shape[:kept] \
+                or tuple(op.attrs.get("broadcast_dimensions", ())) != tuple(range(len(o))) \
+                or o[:kept] != shape[:kept] or any(d != 1 for d in o[kept:]) \
+                or not (r == shape or all(d == 1 for d in r[kept:])):
+            return None
+        return g, k, r == shape
+    return None
+
+
+def _sink_plan(step, groups):
+    """``(group, plan)`` when ``step`` is a reduce (KernelInfo.reduction)
+    of a value an open group makes, whose reducer can take it piece by
+    piece (``Reducer.row_plan``: trailing axes, or leading ones of float
+    sums), else None."""
+    reduction = kernel_info(step.fn).reduction
+    if reduction is None or len(step.ins) != 3 or step.ins[0] != 0 \
+            or step.out.__class__ is not int:
+        return None
+    red, dims = reduction
+    for g in groups.values():
+        if step.ins[1] in g.produced and step.ins[2] not in g.produced:
+            plan = red.row_plan(g.shape, dims)
+            return None if plan is None else (g, plan)
+    return None
 
 
 def fuse(steps, result_slots, constants=()):
@@ -188,22 +254,203 @@ def fuse(steps, result_slots, constants=()):
         if kind is not None:
             shape = kind[0]
             g = groups.get(shape)
+            if g is not None and not g.rows.keys().isdisjoint(step.ins) and not _is_exact(step):
+                # Broadcast rows reach only exact ops (whose bits do not
+                # depend on the operands' layout): this one runs after.
+                close(g)
+                g = None
             if g is None:
                 g = groups[shape] = _Group(shape)
             g.members.append(i)
             g.reads.update(step.ins)
             g.produced.add(step.out)
             continue
+        sink = _sink_plan(step, groups)
+        row = _row_broadcast(step, groups, steps) if sink is None else None
+        if sink is not None and any(g is sink[0] and g.rows for g in groups.values()) \
+                and not _whole_rows(sink[1]):
+            sink = None   # rows broadcast back need every reduce of whole rows
         # Another step: the groups whose values it reads, or whose inputs it
-        # frees, must run before it.
+        # frees, must run before it -- unless it is a reduce the group feeds
+        # (a sink: reduced chunk by chunk inside the fused step) or a
+        # broadcast of such a reduce's rows back over them.
+        owner = sink[0] if sink is not None else row[0] if row is not None else None
         dead = set(step.dead)
         for g in list(groups.values()):
+            if g is owner:
+                continue
             if not g.produced.isdisjoint(step.ins) or not g.reads.isdisjoint(dead):
                 close(g)
+        if owner is not None:
+            owner.members.append(i)
+            if sink is not None:
+                owner.sinks[i] = sink[1]
+            else:
+                owner.rows[step.out] = row[1:]
+            owner.reads.update(s for s in step.ins if s != 0)
+            owner.produced.add(step.out)
+            continue
         out.append(step)
     for g in list(groups.values()):
         close(g)
     return out
+
+
+def _without_sinks(g, steps, users, keep, constants):
+    """Group ``g`` emitted with its reduces as steps of their own after it
+    (a reduce of a value the chain computes once, not chunk by chunk)."""
+    after = [steps[i] for i in g.members if i in g.sinks or steps[i].out in g.rows]
+    g.members = [i for i in g.members if i not in g.sinks and steps[i].out not in g.rows]
+    g.sinks, g.rows = {}, {}
+    return _emit(g, steps, users, keep, constants) + after
+
+
+# Calls of at most this many steps are inlined (inline_calls), this many
+# levels deep.
+MAX_INLINE_STEPS = 64
+MAX_INLINE_DEPTH = 4
+
+
+def inline_calls(steps, template):
+    """``(steps, template)`` with each ``func.call`` of a small function
+    whose steps are plain kernels replaced by those steps, so that chains
+    split across JAX's helper functions (``jnp.where`` is a call of
+    ``_where``) fuse with their caller's ops and reduces.
+
+    The callee's slots become new slots of the caller's frame (its
+    constants are appended to ``template``, a new list), its arguments the
+    call's operands, its results the call's result slots. Values of the
+    caller are freed inside the callee's steps only when the call hands
+    them over (they die at the call, passed once); what else the call
+    frees is freed after its last step. Calls in the callee are inlined in
+    turn, up to MAX_INLINE_DEPTH levels (deeper ones, recursion included,
+    stay calls). A callee qualifies when its steps bind no regions (a
+    reduce with a recognised body is fine: KernelInfo.reduction), capture
+    nothing and return values its steps compute, each once. Every step keeps its op, so
+    an error names the op as the call would. Returns the arguments
+    themselves when nothing is inlined.
+    """
+    out_template = None
+    for _ in range(MAX_INLINE_DEPTH):
+        new_steps = []
+        changed = False
+        for step in steps:
+            body = _callee(step)
+            if body is None:
+                new_steps.append(step)
+                continue
+            if out_template is None:
+                out_template = list(template)
+            new_steps.extend(_inlined(step, body, out_template))
+            changed = True
+        if not changed:
+            break
+        steps = new_steps
+    return (steps, template) if out_template is None else (steps, out_template)
+
+
+def _callee(step):
+    """The callee Block of a call ``inline_calls`` may inline, else None."""
+    op = step.op
+    if op is None or op.name != "func.call" or not step.ins or step.ins[0] != 0:
+        return None
+    functions = getattr(op.module, "functions", None)
+    fn = functions.get(op.attrs.get("callee")) if functions else None
+    blk = getattr(fn, "block", None)
+    if blk is None or blk.capture_slots or not 0 < len(blk.steps) <= MAX_INLINE_STEPS \
+            or len(blk.arg_slots) != len(step.ins) - 1 or blk.template is None:
+        return None
+    outs = step.out if step.out.__class__ is tuple else (step.out,)
+    results = tuple(blk.result_slots)
+    produced = {s.out for s in blk.steps if s.out.__class__ is int}
+    if len(results) != len(outs) or len(set(results)) != len(results) \
+            or not set(results) <= produced:
+        return None
+    for s in blk.steps:
+        if s.op is None or s.out.__class__ is not int \
+                or s.op.regions and kernel_info(s.fn).reduction is None:
+            return None
+    return blk
+
+
+def _inlined(step, blk, template):
+    """The steps of callee ``blk`` in the caller's frame (``template`` grows)."""
+    slot = {0: 0}
+    for a, b in zip(blk.arg_slots, step.ins[1:]):
+        slot[a] = b
+    outs = step.out if step.out.__class__ is tuple else (step.out,)
+    for r, o in zip(blk.result_slots, outs):
+        slot[r] = o
+    caller = set(slot.values())
+    # Operands that die at the call (and are passed once) die inside at the
+    # callee's last use of them, as the call hands them over: a
+    # dynamic_update_slice there may still update in place (compiler.py's
+    # CALL_FUNCTION and DONATE_FIRST steps).
+    operands = step.ins[1:]
+    handed = {d for d in step.dead if operands.count(d) == 1}
+
+    def local(s):
+        if s not in slot:
+            slot[s] = len(template)
+            template.append(blk.template[s])
+        return slot[s]
+
+    body = []
+    freed = set()
+    for s in blk.steps:
+        ins = tuple(local(i) for i in s.ins)
+        out = local(s.out)
+        dead = tuple(d for d in (local(d) for d in s.dead) if d not in caller or d in handed)
+        freed.update(dead)
+        body.append(s._replace(ins=ins, out=out, dead=dead))
+    last = body[-1]
+    body[-1] = last._replace(dead=last.dead + tuple(d for d in step.dead if d not in freed))
+    return body
+
+
+def share_reduces(steps, template):
+    """``steps`` where a reduce that repeats an earlier one (the same
+    reducer and dimensions, the same operand slot, an init of the same
+    value) takes its result instead of reducing again: JAX's ``var``
+    computes the mean its caller computed too, and with the call inlined
+    both are in one block. The repeat becomes a step copying the earlier
+    result (kept alive until then; a copy, so that no two results or slots
+    share an array that a later step or the caller might update in place).
+    A new list, or ``steps`` itself when nothing repeats."""
+    seen = {}
+    out = list(steps)
+    changed = False
+    for i, step in enumerate(steps):
+        reduction = kernel_info(step.fn).reduction
+        if reduction is None or len(step.ins) != 3 or step.out.__class__ is not int:
+            continue
+        key = (id(reduction[0]), reduction[1], step.ins[1], _value_key(step.ins[2], template))
+        first = seen.get(key)
+        if first is None:
+            seen[key] = (reduction, step.out)   # keeps the reducer alive: id() stays unique
+            continue
+        result = first[1]
+        dead = step.dead
+        for k in range(i - 1, -1, -1):   # the earlier result's last use moves here
+            if result in out[k].dead:
+                out[k] = out[k]._replace(dead=tuple(d for d in out[k].dead if d != result))
+                dead = dead + (result,)
+                break
+        out[i] = step._replace(fn=_same, ins=(result,), dead=dead)
+        changed = True
+    return out if changed else steps
+
+
+def _same(x):
+    return x.copy() if x.__class__ is np.ndarray else x
+
+
+def _value_key(slot, template):
+    """A slot's value as a hashable key when it is a plan constant, else the slot."""
+    v = template[slot] if slot < len(template) else None
+    if v.__class__ is np.ndarray:
+        return ("constant", v.dtype.str, v.shape, np.ascontiguousarray(v).tobytes())
+    return ("slot", slot)
 
 
 def _one_value(v):
@@ -216,35 +463,55 @@ def _emit(g, steps, users, keep, constants=()):
     """The steps replacing group ``g``: one fused step, or the members
     themselves when fusing gains nothing."""
     member_set = set(g.members)
-    members = [steps[i] for i in g.members]
-    outputs = [s.out for s in members
-               if s.out in keep or any(u not in member_set for u in users.get(s.out, ()))]
+    sinks = [(steps[i], plan) for i, plan in g.sinks.items()]
+    position = {i: p for p, i in enumerate(g.sinks)}
+    row_steps = [steps[i] for i in g.members if steps[i].out in g.rows]
+    members = [steps[i] for i in g.members if i not in g.sinks and steps[i].out not in g.rows]
+
+    def needed(s):
+        return s.out in keep or any(u not in member_set for u in users.get(s.out, ()))
+    outputs = [s.out for s in members if needed(s)]
+    # Rows broadcast back that something outside reads run again after the
+    # fused step (broadcast views of its reduce results).
+    post = row_steps if any(needed(s) for s in row_steps) else []
     # A broadcast whose view is needed outside stays a step of its own (run
     # just before the fused step): fused, it would be materialised.
     pre = [s for s in members if s.op.name == _BROADCAST and s.out in outputs]
     fused_members = [s for s in members if not (s.op.name == _BROADCAST and s.out in outputs)]
     outputs = [slot for slot in outputs if slot not in {s.out for s in pre}]
     real = [s for s in fused_members if s.op.name != _BROADCAST]
-    if not real or not outputs or (len(real) == 1 and has_trait(real[0].op.name, "cheap")):
+    if not sinks and (not real or not outputs
+                      or (len(real) == 1 and has_trait(real[0].op.name, "cheap"))):
         return members   # nothing to keep in cache, nothing to share
     inputs = {}   # ordered set
-    produced = set()
+    produced = {s.out for s, _ in sinks} | {s.out for s in row_steps}
     for s in fused_members:
         for slot in s.ins:
             if slot not in produced:
                 inputs.setdefault(slot)
         produced.add(s.out)
+    for s, _ in sinks:
+        inputs.setdefault(s.ins[2])   # the init value
     inputs = list(inputs)
-    dead = list(dict.fromkeys(d for s in fused_members for d in s.dead))
+    post_reads = {slot for s in post for slot in s.ins}
+    dead = list(dict.fromkeys(
+        d for s in fused_members + [s for s, _ in sinks] + (row_steps if not post else [])
+        for d in s.dead if d not in produced and d not in post_reads))
+    outputs += [s.out for s, _ in sinks]
     # Inputs that are one constant value broadcast (a folded broadcast_in_dim
     # of a scalar) are invariant, like the 0-d value of a broadcast member:
     # hoisted, bound as a shift amount, never chunked.
     one_value = {slot for slot in inputs
                  if slot < len(constants) and _one_value(constants[slot])}
-    fused = FusedChain(g.shape, fused_members, inputs, outputs, one_value)
+    read = {slot for s in fused_members for slot in s.ins}
+    rows = [(s, position[g.rows[s.out][0]]) for s in row_steps
+            if g.rows[s.out][1] and s.out in read]
+    fused = FusedChain(g.shape, fused_members, inputs, outputs, one_value, sinks, rows)
+    if fused.unfed_sinks:
+        return _without_sinks(g, steps, users, keep, constants)
     out = outputs[0] if len(outputs) == 1 else tuple(outputs)
     return pre + [fused_members[0]._replace(fn=fused, ins=tuple(inputs), out=out,
-                                            dead=tuple(dead), op=fused.op)]
+                                            dead=tuple(dead), op=fused.op)] + post
 
 
 # Member kinds of a FusedChain program, and how a 0-d value is expanded.
@@ -303,17 +570,27 @@ class FusedChain:
     per value), so a chunk costs the members' calls and little else.
     """
 
-    def __init__(self, shape, members, inputs, outputs, one_value=frozenset()):
+    def __init__(self, shape, members, inputs, outputs, one_value=frozenset(), sinks=(),
+                 rows=()):
         self.shape = shape
         self.size = _size(shape)
-        self.op = FusedOp([s.op for s in members])
+        self.op = FusedOp([s.op for s in members] + [s.op for s, _ in sinks])
         self.n_out = len(outputs)
+        outputs = outputs[:len(outputs) - len(sinks)]
         self.n_inputs = len(inputs)
         local = {slot: k for k, slot in enumerate(inputs)}
         input_shape = {}
         dtype = {}
-        for s in members:
-            for slot, t in zip(s.ins, s.op.operand_types):
+        # Rows of a fed reduce broadcast back over the group's shape: a
+        # value per chunk, made after the reduce took the chunk (_generate).
+        self.rowvals = []
+        for s, p in rows:
+            local[s.out] = len(local)
+            dtype[local[s.out]] = s.op.result_types[0].dtype
+            kept = len(sinks[p][1].out_shape)
+            self.rowvals.append((local[s.out], p, shape[1:kept] + (1,) * (len(shape) - kept)))
+        for s in list(members) + [s for s, _ in sinks]:
+            for slot, t in zip(s.ins[-len(s.op.operand_types):], s.op.operand_types):
                 input_shape.setdefault(slot, tuple(t.shape))
                 if slot in local:
                     dtype.setdefault(local[slot], t.dtype)
@@ -382,6 +659,7 @@ class FusedChain:
                     m.inplace = a
                     break
         self.plan = tuple(plan)
+        self._sinks(sinks, local, invariant, len(outputs))
         self.chunked_inputs = tuple(k for k in range(len(inputs)) if k not in invariant)
         # Inputs only exact members read (their loops give the same bits
         # whatever the operand's layout): these may be tiled (_layout).
@@ -398,13 +676,28 @@ class FusedChain:
         self.chunk = max(1024, CHUNK_BYTES // max(8, widest))
         self._chunk_fn = self._generate()
 
+    def _sinks(self, sinks, local, invariant, n_stored):
+        """The reduces fed by the chain: ``self.sinks`` holds ``(value, plan,
+        init input, op)`` per reduce, and the member making each value feeds
+        it (``_Member.feeds``: indices into the reduction states, which
+        follow the stored outputs in ``targets``). ``unfed_sinks``: a value
+        the chain does not compute chunk by chunk (an invariant)."""
+        self.sinks = tuple((local[s.ins[1]], plan, local[s.ins[2]], s.op) for s, plan in sinks)
+        self.unfed_sinks = any(v in invariant for v, _, _, _ in self.sinks)
+        by_res = {m.res: m for m in self.plan}
+        for k, (v, _, _, _) in enumerate(self.sinks):
+            if v in by_res and v not in invariant:
+                by_res[v].feeds += (n_stored + k,)
+        self.n_stored = n_stored
+
     def _generate(self):
-        """The per-chunk function: ``chunk(views, tiled, inv, targets, lo, hi, cshape)``."""
-        g = {"_bcast": np.broadcast_to, "_full": np.full,
+        """The per-chunk function: ``chunk(views, tiled, inv, targets, lo, hi, cshape, scale)``."""
+        g = {"_bcast": np.broadcast_to, "_full": np.full, "_rowval": _rowval,
              "_InterpreterError": InterpreterError, "_fail": self._fail}
         hoisted = {m.res for m in self.hoisted} | {k for k in range(self.n_inputs)
                                                   if k not in self.chunked_inputs}
-        lines = ["def chunk(views, tiled, inv, targets, lo, hi, cshape):", "    m = -1", "    try:"]
+        lines = ["def chunk(views, tiled, inv, targets, lo, hi, cshape, scale):", "    m = -1",
+                 "    try:"]
         body = []
         for k in self.chunked_inputs:
             body.append(f"v{k} = views[{k}][:hi - lo] if tiled[{k}] else views[{k}][lo:hi]")
@@ -438,6 +731,13 @@ class FusedChain:
                 body.append(f"v{m.res} = f{j}({', '.join(xs)})")
             if m.store is not None:
                 body.append(f"targets[{m.store}][lo:hi] = v{m.res}")
+            for t in m.feeds:   # a reduce's state (in flat elements)
+                body.append(f"m = {-2 - (t - self.n_stored)}")
+                body.append(f"targets[{t}].add(v{m.res}, lo * scale, hi * scale)")
+                for v, p, tail in self.rowvals:   # its finished rows, broadcast back
+                    if p == t - self.n_stored:
+                        body.append(f"v{v} = _rowval(targets[{t}], lo * scale, hi * scale, "
+                                    f"cshape, {tail!r})")
             gone = [f"v{d}" for d in m.dies if d not in hoisted]
             if gone:
                 body.append(f"del {', '.join(gone)}")
@@ -449,28 +749,35 @@ class FusedChain:
         return g["chunk"]
 
     def _fail(self, m, e):
-        op = self.plan[m].op if m >= 0 else self.op.members[0]
+        op = self.plan[m].op if m >= 0 else \
+            self.sinks[-2 - m][3] if m <= -2 else self.op.members[0]
         raise ExecutionError(f"{op.where()}: {type(e).__name__}: {e}",
                              op.name, op.location) from e
 
     # -- one call
 
-    def _layout(self, inputs):
-        """``(views, tiled, unit, rows)``: the chunked inputs as the arrays
+    def _layout(self, inputs, multiple=1, pieces=None):
+        """``(views, tiled, unit, rows, aligned)``: the chunked inputs as the arrays
         chunks are sliced from (a tiled one is one chunk long, the same for
         every chunk), the chunk length, and whether chunks are ranges of the
-        leading axis (rows) rather than of the flat elements.
+        leading axis (rows) rather than of the flat elements. With
+        ``pieces`` (the flat bounds a fed reduce fixes) tiled buffers are
+        as long as the longest piece, and ``aligned`` is False when a piece
+        does not start at a multiple of a tiled block (the pieces cannot be
+        the chunks).
 
         Flat when every chunked input is C-contiguous, one value broadcast,
         or -- read by exact members only -- a contiguous block repeated
         along leading axes (a per-feature vector broadcast over rows): that
         one is tiled once into a chunk-long buffer, the chunk length a
-        multiple of the block. Otherwise rows, with each input's own strides.
+        multiple of the block (and of ``multiple``: the rows of the
+        reduces the chain feeds). Otherwise rows, with each input's own
+        strides.
         """
         shape = self.shape
         views = [None] * len(inputs)
         n = self.size
-        period = 1
+        period = multiple
         tiled = {}
         flat = True
         for k in self.chunked_inputs:
@@ -491,14 +798,18 @@ class FusedChain:
                 tiled[k] = block
                 period = np.lcm(period, block.size)
         if flat and period <= self.chunk:
-            unit = self.chunk // period * period
+            unit = length = self.chunk // period * period
+            aligned = True
+            if pieces and tiled:
+                aligned = not any(lo % period for lo, _ in pieces)
+                length = max(length, -(-max(hi - lo for lo, hi in pieces) // period) * period)
             for k, block in tiled.items():
-                views[k] = np.tile(block, unit // block.size)
-            return views, [k in tiled for k in range(len(inputs))], unit, False
+                views[k] = np.tile(block, length // block.size)
+            return views, [k in tiled for k in range(len(inputs))], unit, False, aligned
         row = max(1, n // max(1, shape[0]))
         for k in self.chunked_inputs:
             views[k] = inputs[k]
-        return views, [False] * len(inputs), max(1, self.chunk // row), True
+        return views, [False] * len(inputs), max(1, self.chunk // row), True, True
 
     def __call__(self, *inputs):
         try:
@@ -512,26 +823,51 @@ class FusedChain:
 
     def _call(self, inputs):
         shape = self.shape
-        views, tiled, unit, rows = self._layout(inputs)
+        plans = [plan for _, plan, _, _ in self.sinks]
+        fixed = [p.pieces() for p in plans]
+        split = any(f is not None for f in fixed)
+        views, tiled, unit, rows, aligned = self._layout(
+            inputs, 1 if split else int(np.lcm.reduce([p.n for p in plans] or [1])),
+            fixed[0] if split else None)
         outs = [np.empty(shape, dt) for dt in self.out_dtypes]
         if not rows:
-            total, tail = self.size, ()
+            total, tail, scale = self.size, (), 1
             targets = [o.reshape(-1) for o in outs]
         else:
-            total, tail = shape[0], shape[1:]
+            total, tail, scale = shape[0], shape[1:], self.size // shape[0]
             targets = outs
         inv = self._prologue(inputs, targets)
-        threads = thread_count() if (self.heavy or THREAD_EXACT_CHAINS) and \
+        # A fed reduce makes every chunk heavy: the reducer shares its own
+        # pieces with the helpers when it runs alone (reducers._reduce_last,
+        # _reduce_leading), and so does the fused step.
+        heavy = self.heavy or bool(plans)
+        threads = thread_count() if (heavy or THREAD_EXACT_CHAINS) and \
             total >= MIN_THREAD_CHUNKS * unit else 1
-        if threads > 1 and not self.heavy and not any(tiled):
+        if threads > 1 and not heavy and not any(tiled):
             unit *= 2   # exact ops: longer ufunc calls per GIL hand-over
         bounds = [(lo, min(lo + unit, total)) for lo in range(0, total, unit)] or [(0, 0)]
+        states = []
+        if plans:
+            # Chunks are the pieces the reduces take (reducers.RowPlan,
+            # LeadPlan): whole rows, or the pieces a plan fixes (blocks of
+            # split rows, groups of leading rows); else each reduce gets the
+            # whole value and reduces it as the unfused step does.
+            whole_rows = not split and (not rows or all(scale % p.n == 0 for p in plans))
+            pieces = split and not rows and aligned and all(f == fixed[0] for f in fixed)
+            if pieces:
+                bounds = fixed[0]
+            for v, plan, init, _ in self.sinks:
+                states.append(plan.start(inv[init]) if whole_rows or pieces
+                              else _Collect(plan, inv[init]))
+            targets = targets + states
         chunk = self._chunk_fn
 
         def run(lo, hi):
-            chunk(views, tiled, inv, targets, lo, hi, (hi - lo,) + tail)
+            chunk(views, tiled, inv, targets, lo, hi, (hi - lo,) + tail, scale)
 
         run_chunks(run, bounds, threads)
+        if states:
+            outs = outs + [st.finish() for st in states]
         return outs[0] if self.n_out == 1 else outs
 
     def _prologue(self, inputs, targets):
@@ -563,11 +899,38 @@ class FusedChain:
         return inv
 
 
+def _rowval(state, lo, hi, cshape, tail):
+    """The results of a fed reduce for the whole rows of flat elements
+    ``lo:hi``, broadcast back over the chunk: repeated along a flat chunk,
+    a broadcast view of a chunk of leading rows (read by exact ops only)."""
+    r = state.rows(lo, hi)
+    if len(cshape) == 1:
+        return np.repeat(r, (hi - lo) // r.size) if r.size else np.empty(0, r.dtype)
+    return np.broadcast_to(r.reshape((cshape[0],) + tail), cshape)
+
+
+class _Collect:
+    """A reduce fed by a chain whose chunks are not its pieces:
+    the value is gathered whole and reduced as the unfused step does."""
+
+    __slots__ = ("plan", "init", "buf")
+
+    def __init__(self, plan, init):
+        self.plan, self.init = plan, init
+        self.buf = np.empty(_size(plan.shape), plan.red.dtype)
+
+    def add(self, v, lo, hi):
+        self.buf[lo:hi] = v.reshape(-1)
+
+    def finish(self):
+        return self.plan.red.reduce(self.buf.reshape(self.plan.shape), self.plan.axes, self.init)
+
+
 class _Member:
     """One op of a fused chain, as the chunk code runs it."""
 
     __slots__ = ("kind", "fn", "args", "res", "store", "expand", "op", "dies", "ufunc",
-                 "bind", "inplace")
+                 "bind", "inplace", "feeds")
 
     def __init__(self, step, args, res, store):
         self.kind = _KERNEL
@@ -581,6 +944,7 @@ class _Member:
         self.ufunc = None     # call this numpy ufunc instead of the kernel
         self.bind = None      # ufunc(operand, bind(invariant operand)), or the kernel if None
         self.inplace = None   # local whose buffer receives the result
+        self.feeds = ()       # reduces reading the result (indices into targets)
 
 
 def _is_exact(step):

@@ -20,8 +20,15 @@ while op, over all runs) is compiled once into one Python function (``exec``):
   (specials, overflow, NaN payloads); f32/f16 transcendentals (their
   builders' ``KernelInfo.scalar_math``) are
   ``math`` on Python floats rounded once, with the kernel near halfway
-  points; the rest (complex multiply, float remainder, bf16 transcendentals...)
-  call the op's own kernel on 0-d arrays made on the spot;
+  points; same-width bitcast_convert goes through a one-element buffer of
+  each type made once per call; the rest (complex multiply, float
+  remainder, bf16 transcendentals...) call the op's own kernel on 0-d
+  arrays made on the spot;
+* ops of only loop-invariant values (constants, captures, carries the body
+  returns unchanged) that the registry marks foldable (pure) run once in a
+  preheader before the loop (not from inside if/case branches, which may not
+  run); a loop whose BLAS products are all small holds numpy's OpenBLAS at
+  one thread for the whole run (blas.single_threaded);
 * dynamic_slice / dynamic_update_slice with scalar start indices and static
   shapes index the array directly (the scan pattern: read row ``i`` of xs,
   write row ``i`` of ys in place), with the kernels' clamping;
@@ -48,6 +55,7 @@ from math import copysign as _copysign
 import ml_dtypes
 import numpy as np
 
+from . import blas as _blas
 from . import compiler as _compiler
 from . import config as _config
 from . import fusion as _fusion
@@ -87,32 +95,30 @@ FAST_KIND = {np.dtype(t): k for t, k in [
 # NaN and signed zeros): the generated code calls them on numpy scalars.
 
 
-def _int_divide(a, b, _ones={}, _max={}):
-    """divide of two integer scalars of one type: truncating; x / 0 = -1
-    (all ones) and INT_MIN / -1 = INT_MIN, as the kernel (XLA's choice)."""
-    t = type(a)
+def _int_divide(a, b):
+    """divide of two signed integer scalars of one type: truncating; x / 0 =
+    -1 (all ones) and INT_MIN / -1 = INT_MIN, as the kernel (XLA's choice).
+    numpy scalar arithmetic (wrapping; errors are ignored in a run), no
+    Python ints: floor division corrected towards zero."""
     if not b:
-        ones = _ones.get(t)
-        if ones is None:
-            ones = _ones[t] = np.array(-1).astype(t)[()]
-        return ones
-    x, y = int(a), int(b)
-    q = abs(x) // abs(y)
-    if (x < 0) != (y < 0):
-        q = -q
-    hi = _max.get(t)
-    if hi is None:
-        hi = _max[t] = int(np.iinfo(t).max)
-    return a if q > hi else t(q)   # only INT_MIN / -1 overflows
+        return ~(a ^ a)      # all ones of a's type
+    if b == -1:
+        return -a            # wraps INT_MIN to itself
+    q = a // b
+    if q < 0 and a % b:
+        q += 1               # the floor of a negative inexact quotient
+    return q
 
 
 def _int_remainder(a, b):
-    """remainder of two integer scalars: the sign of the dividend, x % 0 = x."""
+    """remainder of two signed integer scalars: the sign of the dividend,
+    x % 0 = x (numpy's % takes the divisor's sign)."""
     if not b:
         return a
-    x, y = int(a), int(b)
-    r = abs(x) % abs(y)
-    return type(a)(-r if x < 0 else r)
+    r = a % b
+    if r and (r < 0) != (a < 0):
+        r -= b
+    return r
 
 
 def _float_max(a, b):
@@ -135,6 +141,48 @@ def _float_min(a, b):
     if a == b:
         return a if _copysign(1.0, a) < 0 else b
     return a if a != a else b
+
+
+def _float_to_int(x, t, _bounds={}):
+    """convert of a float scalar to integer type ``t``: truncated, NaN -> 0,
+    saturated at the type's bounds (the kernel's rule). Python floats and
+    ints compare exactly; the int, in range, joins t's zero (NEP 50)."""
+    b = _bounds.get(t)
+    if b is None:
+        info = np.iinfo(t)
+        b = _bounds[t] = (int(info.min), int(info.max) + 1, t(0), t(info.min), t(info.max))
+    lo, end, zero, tlo, thi = b
+    f = float(x)
+    if lo <= f < end:
+        return zero + int(f)
+    return thi if f > 0 else (tlo if f < 0 else zero)
+
+
+def _total_key(x, _signed={}):
+    """IEEE totalOrder key of a float scalar: its bits as a signed integer,
+    every bit but the sign flipped when negative (the kernel's
+    _total_order_signed, on one value)."""
+    t = type(x)
+    sd = _signed.get(t)
+    if sd is None:
+        sd = _signed[t] = (np.dtype(f"int{np.dtype(t).itemsize * 8}"),
+                           (1 << (np.dtype(t).itemsize * 8 - 1)) - 1)
+    v = int(np.asarray(x).view(sd[0]))
+    return v ^ sd[1] if v < 0 else v
+
+
+def _total_order(a, b):
+    """-1, 0 or 1: the IEEE totalOrder of two float scalars of one type
+    (compare_type TOTALORDER). Ordered unequal values compare as floats;
+    zeros and NaNs by their keys."""
+    if a < b:
+        return -1
+    if b < a:
+        return 1
+    if a == b and a:
+        return 0             # equal nonzero values have equal bits
+    ka, kb = _total_key(a), _total_key(b)
+    return (ka > kb) - (ka < kb)
 
 
 def _int_sign(a, _signs={}):
@@ -168,7 +216,7 @@ def _float_sign(a, _signs={}):
 # (registry.scalar_math), given where the kernel is registered.
 # Per element type: the low float64 mantissa bits its rounding drops, the
 # smallest normal and the largest finite magnitude (outside: the kernel), the
-# guard. (bf16 is not here: its ml_dtypes scalars cost a microsecond an op.)
+# guard (in float64 ulps). (bf16 is not here: its ml_dtypes scalars cost a microsecond an op.)
 _MATH_TYPES = {np.dtype(np.float32): (29, 2.0 ** -126, float(np.finfo(np.float32).max), 1 << 16),
                np.dtype(np.float16): (42, 2.0 ** -14, float(np.finfo(np.float16).max), 1 << 16)}
 
@@ -177,22 +225,27 @@ def rounded_math(fn, kernel, dtype):
     """A scalar function: ``fn`` (float64 -> float64, ``math``) rounded once
     to ``dtype``, or ``kernel`` (the op's kernel, on a 0-d array) where the
     rounding is not certain to equal the kernel's (see above)."""
-    drop, tiny, huge, guard = _MATH_TYPES[np.dtype(dtype)]
+    _, tiny, huge, guard = _MATH_TYPES[np.dtype(dtype)]
     # -0.0 + y rounds the Python float y once to dtype (NEP 50: a Python
     # float next to a numpy scalar takes its type) and keeps y's sign of
     # zero: four times cheaper than calling the type.
     neg_zero = np.dtype(dtype).type(-0.0)
-    scale = 2.0 ** 53
-    mask = (1 << drop) - 1
-    lo, width = (1 << (drop - 1)) - guard, 2 * guard
-    frexp, asarray = math.frexp, np.asarray
+    # Rounding is monotonic: when y shrunk and grown by the guard (relative,
+    # 2**16 float64 ulps of y's binade or more) round to the same value,
+    # every float64 within the guard of y -- the kernel's among them --
+    # rounds to it too. Two roundings and two products, cheaper than
+    # reading y's low mantissa bits.
+    rel = guard * 2.0 ** -52
+    below, above = 1.0 - rel, 1.0 + rel
+    asarray = np.asarray
 
     def scalar(x):
         try:
             y = fn(float(x))
-            if tiny <= abs(y) < huge and \
-                    ((int(abs(frexp(y)[0]) * scale) - lo) & mask) >= width:
-                return neg_zero + y
+            if tiny <= abs(y) < huge:
+                r = neg_zero + y * below
+                if r == neg_zero + y * above:
+                    return r
         except (ValueError, OverflowError, ZeroDivisionError):
             pass   # NaN, infinities, domain errors: the kernel's answer
         return kernel(asarray(x))[()]
@@ -201,7 +254,10 @@ def rounded_math(fn, kernel, dtype):
 
 # Functions the forms call (globals of the generated code).
 HELPERS = {"_idiv": _int_divide, "_irem": _int_remainder, "_fmax": _float_max,
-           "_fmin": _float_min, "_isign": _int_sign, "_fsign": _float_sign}
+           "_fmin": _float_min, "_isign": _int_sign, "_fsign": _float_sign,
+           "_tord": _total_order, "_NB": (np.False_, np.True_), "_float": float,
+           "_f2i": _float_to_int, "_int": int,
+           "_floor": np.floor, "_ceil": np.ceil, "_rint": np.rint, "_sqrt": np.sqrt}
 
 # Scalar forms of elementwise ops, by operand kind; {0}, {1}... are operands.
 # Integer + - * wrap like numpy's integer ufuncs (errors are ignored inside a
@@ -218,9 +274,11 @@ BINARY = {
                            "h": "({0} - {1})", "c": "({0} - {1})"},
     "stablehlo.multiply": {"b": "({0} & {1})", "i": "({0} * {1})", "u": "({0} * {1})",
                            "f": "({0} * {1})", "h": "({0} * {1})"},
+    # Unsigned: numpy's floor division and modulo are the truncating ones;
+    # x / 0 is all ones (~(x ^ x)), x % 0 is x.
     "stablehlo.divide": {"f": "({0} / {1})", "h": "({0} / {1})", "i": "_idiv({0}, {1})",
-                         "u": "_idiv({0}, {1})"},
-    "stablehlo.remainder": {"i": "_irem({0}, {1})", "u": "_irem({0}, {1})"},
+                         "u": "({0} // {1} if {1} else ~({0} ^ {0}))"},
+    "stablehlo.remainder": {"i": "_irem({0}, {1})", "u": "({0} % {1} if {1} else {0})"},
     "stablehlo.and": {"b": "({0} & {1})", "i": "({0} & {1})", "u": "({0} & {1})"},
     "stablehlo.or": {"b": "({0} | {1})", "i": "({0} | {1})", "u": "({0} | {1})"},
     "stablehlo.xor": {"b": "({0} ^ {1})", "i": "({0} ^ {1})", "u": "({0} ^ {1})"},
@@ -239,6 +297,13 @@ UNARY = {
     "stablehlo.not": {"b": "(~{0})", "i": "(~{0})", "u": "(~{0})"},
     "stablehlo.abs": {"i": "abs({0})", "u": "{0}", "f": "abs({0})"},
     "stablehlo.sign": {"i": "_isign({0})", "f": "_fsign({0})"},
+    # numpy's ufuncs on one scalar (exact results; sqrt is correctly rounded
+    # in every IEEE type): a tenth of the kernel's round trip through 0-d
+    # arrays.
+    "stablehlo.floor": {"f": "_floor({0})"},
+    "stablehlo.ceil": {"f": "_ceil({0})"},
+    "stablehlo.round_nearest_even": {"f": "_rint({0})"},
+    "stablehlo.sqrt": {"f": "_sqrt({0})"},
 }
 _CMP = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 # compare_type each operand kind may carry (None: attribute absent).
@@ -247,10 +312,23 @@ _CMP_TYPES = {"b": (None, "UNSIGNED"), "i": (None, "SIGNED"), "u": (None, "UNSIG
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
+def compare_form(direction, compare_type, k):
+    """Scalar form of a compare of operands of kind ``k``, or None (the
+    kernel runs). TOTALORDER on floats orders through _total_order."""
+    sym = _CMP.get(direction)
+    if sym is None:
+        return None
+    if compare_type == "TOTALORDER" and k in "fh":
+        return f"_NB[_tord({{0}}, {{1}}) {sym} 0]"
+    if compare_type not in _CMP_TYPES[k] or (k == "c" and sym not in ("==", "!=")):
+        return None
+    return f"({{0}} {sym} {{1}})"
+
+
 def convert_form(src, dst):
     """Scalar form converting ``src`` to ``dst`` ({T}: the target scalar
-    type, {Z}: a zero of the source type, {D}: float64), or None (the
-    kernel runs)."""
+    type, {Z}: a zero of the source type, {D}: float64, {N}: -0.0 of the
+    target type, 0 for an integer one), or None (the kernel runs)."""
     ks, kd = FAST_KIND.get(src), FAST_KIND.get(dst)
     if ks is None or kd is None:
         return None
@@ -263,12 +341,25 @@ def convert_form(src, dst):
     if "h" in (ks, kd) or "c" in (ks, kd):
         return None
     if ks in "biu" and kd in "iu":
+        if ks == "b" or (np.iinfo(dst).min <= np.iinfo(src).min
+                         and np.iinfo(src).max <= np.iinfo(dst).max):
+            # Every value fits: the Python int joins the target's zero
+            # (NEP 50), a fifth of the cost of calling the type.
+            return "({N} + _int({0}))"
         return "{T}({0})"           # two's complement truncation / extension
     if ks in "biu" and kd == "f":
+        if src.itemsize <= 4:
+            # The Python float of an integer of up to 32 bits is exact; -0.0
+            # of the target type plus it rounds it once (NEP 50: the Python
+            # float takes the numpy scalar's type), +0 for 0: a sixth of the
+            # cost of calling the type.
+            return "({N} + _float({0}))"
         return "{T}({0})"           # one rounding to nearest even
     if ks == "f" and kd == "f":
         # Through float64, as the kernel: a NaN's payload moves as it does there.
         return "{T}({0})" if src == _F64 or dst == _F64 else "{T}({D}({0}))"
+    if ks == "f" and kd in "iu":
+        return "_f2i({0}, {T})"
     return None
 
 
@@ -298,16 +389,16 @@ def scalar_forms():
     forms = {}
     for table in (BINARY, UNARY):
         for name, by_kind in table.items():
-            checked = table is BINARY
             for dtype, k in FAST_KIND.items():
                 form = by_kind.get(k)
                 if form is None:
                     continue
-                if checked and k in "fhc":
+                if k in "fhc":
                     t = TensorType((), dtype, None)
-                    fn = KERNELS[name](_compiler.Op(name, "", {}, [t, t], [t], [], None, None))
+                    ts = [t, t] if table is BINARY else [t]
+                    fn = KERNELS[name](_compiler.Op(name, "", {}, ts, [t], [], None, None))
                     choices = [form]
-                    if has_trait(name, "commutative"):
+                    if table is BINARY and has_trait(name, "commutative"):
                         choices.append(form.replace("{0}", "{x}").replace("{1}", "{0}")
                                        .replace("{x}", "{1}"))
                     form = next((f for f in choices if _agrees(f, fn, _nans(dtype))), None)
@@ -319,6 +410,14 @@ def scalar_forms():
 
 
 def _agrees(form, fn, values):
+    if "{1}" not in form:   # unary: each value
+        scalar = eval("lambda a: " + form.format("a"), dict(HELPERS))  # noqa: S307
+        with np.errstate(all="ignore"):
+            for a in values:
+                got, want = np.asarray(scalar(a[()])), np.asarray(fn(a))
+                if got.dtype != want.dtype or got.tobytes() != want.tobytes():
+                    return False
+        return True
     scalar = eval("lambda a, b: " + form.format("a", "b"), dict(HELPERS))  # noqa: S307
     with np.errstate(all="ignore"):
         for a in values:
@@ -340,6 +439,22 @@ def _static(t):
         d is not None for d in t.shape)
 
 
+def _same_elements(op, xt, rt):
+    """Is op (a reshape, or a broadcast_in_dim that only adds size-1 dims
+    in order) the same elements in a new static shape?"""
+    if op.name == "stablehlo.reshape":
+        return math.prod(xt.shape) == math.prod(rt.shape)
+    bdims = tuple(op.attrs.get("broadcast_dimensions", ()))
+    if len(bdims) != len(xt.shape) or any(a >= b for a, b in zip(bdims, bdims[1:])):
+        return False
+    view = [1] * len(rt.shape)
+    for i, d in enumerate(bdims):
+        if not 0 <= d < len(view):
+            return False
+        view[d] = xt.shape[i]
+    return tuple(view) == tuple(rt.shape)
+
+
 def _size1(t):
     return _static(t) and all(d == 1 for d in t.shape)
 
@@ -348,18 +463,25 @@ class Val:
     """A value of the generated code: a local (or global) ``name``, its
     ``type``; ``scalar``: held as a numpy scalar (the type is 0-d or has
     only size-1 dims); ``own``: the local holds a reference of its own, to
-    be dropped when the value dies (array locals only)."""
+    be dropped when the value dies (array locals only); ``inv``: the same
+    in every iteration of the innermost loop being emitted (see hoisting)."""
 
-    __slots__ = ("name", "type", "scalar", "own")
+    __slots__ = ("name", "type", "scalar", "own", "inv")
 
-    def __init__(self, name, type_, scalar, own):
+    def __init__(self, name, type_, scalar, own, inv=False):
         self.name = name
         self.type = type_
         self.scalar = scalar
         self.own = own
+        self.inv = inv
 
     def alias(self):
-        return Val(self.name, self.type, self.scalar, False)
+        return Val(self.name, self.type, self.scalar, False, self.inv)
+
+    def invariant(self):
+        """An alias marked invariant: held (never dropped or updated in
+        place) for the whole loop."""
+        return Val(self.name, self.type, self.scalar, False, True)
 
 
 class _Gen:
@@ -369,7 +491,7 @@ class _Gen:
         self.program = program
         self.lines = []         # (indent, text)
         self.line_ops = []      # the Op each line belongs to
-        self.ns = {"_A": np.asarray, "_nd": np.ndarray, "_int": int,
+        self.ns = {"_A": np.asarray, "_nd": np.ndarray, "_int": int, "_empty": np.empty,
                    "_grc": _compiler._getrefcount, **HELPERS}
         self.ids = {}
         self.counter = 0
@@ -379,6 +501,14 @@ class _Gen:
         self.consts = set()     # names of constants
         self.int_consts = {}    # name -> value of 0-d integer constants
         self.clamps = {}        # (index name, limit) -> clamped start, in scope
+        self.buffers = {}       # (src, dst) -> bitcast buffer names
+        self.products = []      # multiply-adds of each BLAS product (None: unknown)
+        # The innermost loop's preheader: (indent, lines, line ops, branch
+        # depth of the loop's body, names to drop after it), or None
+        # outside loops.
+        self.hoist = None
+        self.branch_depth = 0   # if/case branches being emitted
+        self.prologue = []      # lines run once per call, before the loop
 
     # -- names -----------------------------------------------------------
     def fresh(self, prefix="v"):
@@ -407,11 +537,11 @@ class _Gen:
     def const(self, value):
         t = TensorType(value.shape, value.dtype, None) if isinstance(value, np.ndarray) else None
         if t is not None and scalar_type(t):
-            v = Val(self.glob(value[()], "K"), t, True, False)
+            v = Val(self.glob(value[()], "K"), t, True, False, True)
             if FAST_KIND[t.dtype] in "iu":
                 self.int_consts[v.name] = int(value)
         else:
-            v = Val(self.glob(value, "K"), t, False, False)
+            v = Val(self.glob(value, "K"), t, False, False, True)
         self.consts.add(v.name)
         return v
 
@@ -470,6 +600,8 @@ class _Gen:
     def step(self, step, env, ind):
         fn, ins, out, dead, op = step
         name = op.name
+        if self.hoistable(step, env):
+            return self.hoisted(step, env)
         if not involves_quant(op):
             if name == "func.call":
                 callee = self.program.functions.get(op.attrs.get("callee"))
@@ -491,6 +623,43 @@ class _Gen:
             if self.scalar_op(step, env, ind) or self.shape_op(step, env, ind):
                 return None
         return self.generic(step, env, ind)
+
+    # -- loop-invariant ops ------------------------------------------------
+    def hoistable(self, step, env):
+        """Does ``step`` compute the same value in every iteration of the
+        innermost loop, so that it may run once before it? Pure ops only
+        (the registry's foldable trait: what the compiler folds for constant
+        operands it may evaluate ahead for invariant ones), not quantized,
+        of invariant operands, outside the body's if/case branches (which
+        may not run)."""
+        h = self.hoist
+        if h is None or h[3] != self.branch_depth:
+            return False
+        fn, ins, out, dead, op = step
+        if not ins or 0 in ins or not has_trait(op.name, "foldable") or involves_quant(op):
+            return False
+        # Static shapes: such an op cannot fail on the values it gets, so
+        # running it ahead (also when the loop runs no iteration) changes
+        # nothing but when it runs.
+        return all(env[s].inv for s in ins) and all(
+            _static(t) for t in (*op.operand_types, *op.result_types))
+
+    def hoisted(self, step, env):
+        """Emit ``step`` into the innermost loop's preheader; its results are
+        invariant, held for the whole loop."""
+        ind, lines, line_ops, _, _ = self.hoist
+        saved = self.lines, self.line_ops, self.clamps
+        # Clamped indices made here are not shared with the loop body's (nor
+        # the body's with these: they are assigned later, inside the loop).
+        self.lines, self.line_ops, self.clamps = lines, line_ops, {}
+        try:
+            if not (self.scalar_op(step, env, ind) or self.shape_op(step, env, ind)):
+                self.generic(step, env, ind)
+        finally:
+            self.lines, self.line_ops, self.clamps = saved
+        out = step.out
+        for o in ((out,) if out.__class__ is int else out):
+            env[o] = env[o].invariant()
 
     # -- calls, loops, branches ------------------------------------------
     def hand_over(self, ind, op, ins, dead, env):
@@ -556,10 +725,22 @@ class _Gen:
     def loop(self, ind, op, cond, body, carries, ccaps, bcaps):
         self.loop_nesting += 1
         outer_clamps = dict(self.clamps)   # clamps made in the loop stay in it
+        # Invariant in this loop: its captures, and the carries the body
+        # returns as they came in (scan's weights); ops of only such values
+        # (and constants) go to a preheader before `while True:`.
+        same = {i for i, (a, r) in enumerate(zip(body.arg_slots, body.result_slots)) if a == r}
+        inner = [c.invariant() if i in same else c for i, c in enumerate(carries)]
+        ccaps = [v.invariant() for v in ccaps]
+        bcaps = [v.invariant() for v in bcaps]
+        outer_hoist = self.hoist
+        # (indent, preheader lines, their ops, branch depth, names to drop
+        # after the loop)
+        self.hoist = (ind, [], [], self.branch_depth, [])
+        head = len(self.lines)
         self.emit(ind, "while True:", op)
-        pred = self.block(cond, ind + 1, [c.alias() for c in carries], ccaps)[0]
+        pred = self.block(cond, ind + 1, [c.alias() for c in inner], ccaps)[0]
         self.emit(ind + 1, f"if not {pred.name}: break", op)
-        res = self.block(body, ind + 1, carries, bcaps)
+        res = self.block(body, ind + 1, inner, bcaps)
         if carries:
             names = ", ".join(c.name for c in carries)
             exprs = ", ".join(self.coerce(r, c.scalar) for r, c in zip(res, carries))
@@ -568,6 +749,12 @@ class _Gen:
             self.clear(ind + 1, [r for r in res if r.name not in carry_names], op)
         else:
             self.emit(ind + 1, "pass", op)
+        _, pre, pre_ops, _, drop = self.hoist
+        if drop:   # the loop's own references, not the code's after it
+            self.emit(ind, " = ".join(drop) + " = None", op)
+        self.lines[head:head] = pre
+        self.line_ops[head:head] = pre_ops
+        self.hoist = outer_hoist
         self.clamps = outer_clamps
         self.loop_nesting -= 1
 
@@ -592,6 +779,7 @@ class _Gen:
             if len(regions) == 1:
                 heads = ["if True:"]
         outer_clamps = self.clamps
+        self.branch_depth += 1
         for head, region, rcaps in zip(heads, regions, spans):
             self.clamps = dict(outer_clamps)   # a branch's clamps stay in it
             self.emit(ind, head, op)
@@ -604,6 +792,7 @@ class _Gen:
                 self.clear(ind + 1, res, op)
             if len(self.lines) == before:
                 self.emit(ind + 1, "pass", op)
+        self.branch_depth -= 1
         self.clamps = outer_clamps
         outs_slots = (out,) if out.__class__ is int else out
         for o, v in zip(outs_slots, outs):
@@ -651,7 +840,15 @@ class _Gen:
                 return True
             expr = form.format(vals[0].name, T=self.glob(rt.dtype.type, "T"),
                                Z=self.glob(ot[0].dtype.type(0), "K"),
-                               D=self.glob(np.float64, "T"))
+                               D=self.glob(np.float64, "T"),
+                               N=self.glob(rt.dtype.type(-0.0 if rt.dtype.kind == "f" else 0),
+                                           "K"))
+        elif name == "stablehlo.bitcast_convert":
+            if vals[0].name in self.consts:
+                return False   # the kernel folds it
+            expr = self.bitcast(ind, op, ot[0].dtype, rt.dtype, vals[0].name)
+            if expr is None:
+                return False
         else:
             if any(t.shape != rt.shape for t in ot):
                 return False
@@ -660,11 +857,11 @@ class _Gen:
                 return False
             names = [v.name for v in vals]
             if name == "stablehlo.compare":
-                sym = _CMP.get(op.attrs.get("comparison_direction"))
-                if sym is None or op.attrs.get("compare_type") not in _CMP_TYPES[k] \
-                        or (k == "c" and sym not in ("==", "!=")):
+                form = compare_form(op.attrs.get("comparison_direction"),
+                                    op.attrs.get("compare_type"), k)
+                if form is None:
                     return False
-                expr = f"({names[0]} {sym} {names[1]})"
+                expr = form.format(*names)
             elif name == "stablehlo.clamp":
                 # min(max(x, lo), hi) on integers and booleans.
                 if k == "b":
@@ -700,6 +897,24 @@ class _Gen:
         env[out] = v
         return True
 
+    def bitcast(self, ind, op, src, dst, x):
+        """Expression reading scalar ``x`` of ``src`` as ``dst`` (same
+        width), after a line writing it: through a one-element buffer of
+        each type over the same memory, made once per call of the function
+        (its locals: no state shared between threads); a numpy scalar's
+        view() costs four times more. None where the kernel runs (bool,
+        complex, other widths)."""
+        if src.itemsize != dst.itemsize or FAST_KIND[src] in "bc" or FAST_KIND[dst] in "bc":
+            return None
+        key = (src, dst)
+        names = self.buffers.get(key)
+        if names is None:
+            names = self.buffers[key] = (self.fresh("_bb"), self.fresh("_bv"))
+            self.prologue.append((f"{names[0]} = _empty(1, {self.glob(src, 'T')}); "
+                                  f"{names[1]} = {names[0]}.view({self.glob(dst, 'T')})", op))
+        self.emit(ind, f"{names[0]}[0] = {x}", op)
+        return f"{names[1]}[0]"
+
     def starts(self, ind, op, idx_vals, shape, sizes):
         """Python ints of the clamped start indices (spec: clamp to
         ``[0, dim - size]``)."""
@@ -730,6 +945,15 @@ class _Gen:
         rt = op.result_types[0]
         if name in ("stablehlo.reshape", "stablehlo.broadcast_in_dim"):
             x = env[ins[0]]
+            if not x.scalar and _static(x.type) and _static(rt) and rt.shape \
+                    and _same_elements(op, x.type, rt):
+                # A static reshape of an array (scan's row of xs to a vector,
+                # a step's output to a row of ys): the ndarray method, the
+                # kernel's own result, without its call.
+                v = Val(self.fresh(), rt, False, True)
+                self.emit(ind, f"{v.name} = _A({x.name}).reshape({tuple(rt.shape)!r})", op)
+                env[out] = v
+                return True
             if x.scalar or not _size1(x.type) or not scalar_type(rt):
                 return False
             v = Val(self.fresh(), rt, True, False)
@@ -782,9 +1006,23 @@ class _Gen:
                 self.emit(ind, f"{v.name} = {x.name}", op)
                 self.emit(ind, f"{x.name} = None", op)
                 env[ins[0]] = x.alias()
-                self.emit(ind, f"if not ({v.name}.__class__ is _nd and {v.name}.base is None "
-                               f"and {v.name}.flags.writeable and _grc({v.name}) == 2): "
-                               f"{v.name} = {v.name}.copy()", op)
+                check = (f"if not ({v.name}.__class__ is _nd and {v.name}.base is None "
+                         f"and {v.name}.flags.writeable and _grc({v.name}) == 2): "
+                         f"{v.name} = {v.name}.copy()")
+                if self.hoist is None:
+                    self.emit(ind, check, op)
+                else:
+                    # The array this op checked (or copied) last time, held
+                    # in `keep` (a third reference): the same one again
+                    # (a scan's ys, updated in place step after step) is
+                    # only counted, not inspected again.
+                    keep = self.fresh("_k")
+                    self.hoist[1].append((self.hoist[0], f"{keep} = None"))
+                    self.hoist[2].append(op)
+                    self.hoist[4].append(keep)
+                    self.emit(ind, f"if {v.name} is not {keep} or _grc({v.name}) != 3:", op)
+                    self.emit(ind + 1, check, op)
+                    self.emit(ind + 1, f"{keep} = {v.name}", op)
             else:
                 self.emit(ind, f"{v.name} = {x.name}.copy()", op)
             self.emit(ind, f"{v.name}[{target},] = {value}", op)
@@ -796,6 +1034,8 @@ class _Gen:
     def generic(self, step, env, ind):
         """Call the op's kernel as the plan does (0-d values as arrays)."""
         fn, ins, out, dead, op = step
+        if op.name in ("stablehlo.dot_general", "stablehlo.convolution", "stablehlo.dot"):
+            self.products.append(_product_macs(op))
         k = self.glob(fn, "F")
         args = ["ctx" if s == 0 else self.arr(env[s]) for s in ins]
         outs = (out,) if out.__class__ is int else out
@@ -842,12 +1082,15 @@ class CompiledLoop:
     results, or None (nothing consumed) when the values do not have the
     types the code was generated for."""
 
-    def __init__(self, fn, code, line_ops, op, checks):
+    def __init__(self, fn, code, line_ops, op, checks, pin=False):
         self.fn = fn
         self.code = code
         self.line_ops = line_ops
         self.op = op
         self.checks = checks   # ((which, index, shape, dtype) ...)
+        # Every BLAS product of the loop is small (blas.py): one BLAS
+        # thread for the whole run instead of a switch per product.
+        self.pin = pin
 
     def run(self, ctx, ccap, bcap, vals):
         groups = (vals, ccap, bcap)
@@ -856,8 +1099,12 @@ class CompiledLoop:
             if v.__class__ is not np.ndarray or v.shape != shape or v.dtype != dtype:
                 return None
         try:
-            with np.errstate(all="ignore"):
-                return self.fn(ctx, ccap, bcap, vals)
+            # The plan's runs already ignore floating-point errors; setting
+            # it again costs a tenth of np.errstate.
+            if self.pin:
+                with _blas.single_threaded():
+                    return _compiler._run_ignoring_fp_errors(self.fn, ctx, ccap, bcap, vals)
+            return _compiler._run_ignoring_fp_errors(self.fn, ctx, ccap, bcap, vals)
         except InterpreterError:
             raise
         except RecursionError:
@@ -878,6 +1125,20 @@ class CompiledLoop:
                     op = self.line_ops[i]
             tb = tb.tb_next
         return op
+
+
+def _product_macs(op):
+    """Multiply-adds of a dot_general with static shapes, else None."""
+    if op.name != "stablehlo.dot_general":
+        return None
+    lt, rt = op.operand_types[0], op.result_types[0]
+    dn = op.attrs.get("dot_dimension_numbers")
+    if not (_static(lt) and _static(rt) and isinstance(dn, dict)):
+        return None
+    k = 1
+    for d in dn.get("lhs_contracting_dimensions", ()):
+        k *= lt.shape[d]
+    return k * math.prod(rt.shape)
 
 
 def _runtime_type(v):
@@ -921,12 +1182,16 @@ def build(program, op, ccap, bcap):
             g.emit(1, f"{c.name} = {c.name}[()]", op)
     g.loop(1, op, cond, body, carries, ccaps, bcaps)
     g.emit(1, f"return [{', '.join(g.arr(c) for c in carries)}]", op)
+    g.lines[0:0] = [(1, text) for text, _ in g.prologue]
+    g.line_ops[0:0] = [o for _, o in g.prologue]
     src = "def _loop(ctx, ccap, bcap, vals):\n" + g.source()
     code = compile(src, f"<stablehlo loop at {op.location}>", "exec")
     ns = g.ns
     exec(code, ns)  # noqa: S102 - our own generated source
     fn = ns["_loop"]
-    return CompiledLoop(fn, fn.__code__, g.line_ops, op, tuple(checks)), src
+    pin = bool(g.products) and all(m is not None and m < _blas.SMALL_GEMM_MACS
+                                    for m in g.products)
+    return CompiledLoop(fn, fn.__code__, g.line_ops, op, tuple(checks), pin), src
 
 
 class LoopState:

@@ -43,8 +43,11 @@ TRAITS: dict[str, str] = {
     "fusible": "may be a member of a fused elementwise chain (fusion.py)",
     "exact": "result bits fixed by the spec whatever the numpy loop (fusion.py passes 0-d operands)",
     "cheap": "one memory-bound pass: alone, gains nothing from chunking (fusion.py)",
-    "foldable": "run at compile time when every operand is a constant (fold.py)",
-    "view": "the kernel returns a view of its operand: no memory of its own (fold.py)",
+    "foldable": "run at compile time when every operand is a constant (fold.py), once before "
+                "a generated loop when every operand is loop-invariant (loopgen.py)",
+    "view": "the kernel returns a view of its operand, no memory of its own, or a small array "
+            "(broadcast_in_dim fills results of at most 4096 elements): fold.py skips its "
+            "size check",
     "reducer": "a commutative binary op a reduce body may be recognised as (regions.reducer_kind)",
     "quant_aware": "the kernel takes quantized storage values as they are (quant.py)",
     "quant_same_params": "only selects, copies or moves elements: runs on storage values when "
@@ -73,6 +76,8 @@ TRAITS: dict[str, str] = {
                "gamma_n * sum|terms|)",
     "transcendental": "an elementwise function whose accuracy the spec leaves to the "
                       "implementation (measured in ULPs against a correctly rounded truth)",
+    "fourier": "a discrete Fourier transform through log2(n) butterfly stages (bounded by "
+               "((1+eta)^L - 1) * sum|x|, oracle/bounds.py fft_factor)",
     "judged_whole": "the oracle runs it, body and all, as one unit instead of op by op",
 }
 _OP_TRAITS: dict[str, frozenset[str]] = {}       # op name -> its traits
@@ -236,20 +241,27 @@ class KernelInfo:
       bodies call instead of the kernel where the rounding is certain to
       agree (:func:`scalar_math`; tests/test_loopgen.py checks it value by
       value against the kernel).
+    * ``reduction``: ``(reducer, dims)`` on the kernel of a ``reduce`` of one
+      operand (of the result's element type) that is ``reducer.reduce(x,
+      dims, init)`` (ops/reducers.py): fusion.py may then reduce the chunks
+      of the elementwise chain that computes ``x`` as they are made
+      (:meth:`Reducer.row_plan`).
     """
 
     __slots__ = ("donate_first", "invariant_ufunc", "regions_unused", "composite_exact",
-                 "scalar_math")
+                 "scalar_math", "reduction")
 
     def __init__(self, donate_first: Callable[..., Any] | None = None,
                  invariant_ufunc: tuple[Any, Callable[..., Any]] | None = None,
                  regions_unused: bool = False, composite_exact: bool = False,
-                 scalar_math: Callable[[float], float] | None = None) -> None:
+                 scalar_math: Callable[[float], float] | None = None,
+                 reduction: tuple[Any, tuple[int, ...]] | None = None) -> None:
         self.donate_first = donate_first
         self.invariant_ufunc = invariant_ufunc
         self.regions_unused = regions_unused
         self.composite_exact = composite_exact
         self.scalar_math = scalar_math
+        self.reduction = reduction
 
 
 _NO_INFO = KernelInfo()

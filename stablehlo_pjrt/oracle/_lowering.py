@@ -56,7 +56,7 @@ def lower(fn: Callable[..., Any], *args: Any, platform: str | None = None) -> tu
                     f"{len(leaves)} array leaves (a jitted function without "
                     "keep_unused=True drops unused arguments; pass the plain function)")
         text = module.operation.get_asm(enable_debug_info=True)
-    return text, [np.asarray(x) for x in leaves]
+    return text, flat_arrays(leaves)
 
 
 def _is_key(x: Any) -> bool:
@@ -68,8 +68,10 @@ def unwrap_keys(fn: Callable[..., Any], args: tuple[Any, ...]
                 ) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """(fn', args') where typed PRNG key arrays among ``args`` are replaced
     by their raw key data and ``fn'`` wraps them back (with the key's own
-    implementation) before calling ``fn``: a module takes the raw data."""
+    implementation) before calling ``fn``: a module takes the raw data.
+    The arguments are canonicalised first (:func:`canonical_args`)."""
     import jax
+    args = canonical_args(args)
     leaves, tree = jax.tree.flatten(args)
     impls = [jax.random.key_impl(x) if _is_key(x) else None for x in leaves]
     if not any(i is not None for i in impls):
@@ -83,6 +85,35 @@ def unwrap_keys(fn: Callable[..., Any], args: tuple[Any, ...]
         return fn(*jax.tree.unflatten(tree, back))
 
     return wrapped, tuple(jax.tree.unflatten(tree, raw))
+
+
+def _canonical(x: Any) -> Any:
+    import jax
+    if isinstance(x, (bool, int, float, complex)) or isinstance(x, jax.Array) or \
+            _is_key(x) or not hasattr(x, "dtype"):
+        return x   # Python scalars stay weakly typed; jax arrays are canonical
+    dtype = np.dtype(x.dtype)
+    canon = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    return x if canon == dtype else np.asarray(x, canon)
+
+
+def canonical_args(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``args`` with each numpy array or scalar in the dtype ``jax.jit``
+    gives it (``jax.dtypes.canonicalize_dtype``: float64 -> float32, int64
+    -> int32, ... unless jax_enable_x64), so that the reference, the other
+    backend and the bounds all run the program jit traces. Python scalars
+    stay as they are (jit gives them weak types), as do jax arrays and keys."""
+    import jax
+    leaves, tree = jax.tree.flatten(args)
+    return tuple(jax.tree.unflatten(tree, [_canonical(x) for x in leaves]))
+
+
+def flat_arrays(leaves: list[Any]) -> list[np.ndarray]:
+    """The arrays @main takes for these (canonical) argument leaves: a
+    Python scalar in the dtype jit traces it with."""
+    import jax
+    return [np.asarray(x, jax.dtypes.canonicalize_dtype(np.result_type(x)))
+            if isinstance(x, (bool, int, float, complex)) else np.asarray(x) for x in leaves]
 
 
 def output_names(fn: Callable[..., Any], *args: Any) -> list[str]:

@@ -130,6 +130,7 @@ class Bounds:
     worst: list[np.ndarray]
     spread: list[np.ndarray]
     unmodelled: set[str] = field(default_factory=set)   # primitives without a rule
+    transcendental: set[str] = field(default_factory=set)   # such primitives walked
 
     def allowed(self, k: int) -> np.ndarray:
         """The largest |other - centre| output ``k`` may legitimately show:
@@ -157,6 +158,97 @@ def _terms(prim: str, params: dict[str, Any], in_avals: Any, out_aval: Any) -> f
     return 1.0
 
 
+def fft_stages(lengths: Sequence[int]) -> int:
+    """Butterfly stages L of a transform over axes of these lengths: log2 n
+    for a power of two; otherwise 3*ceil(log2 2n), which covers Bluestein's
+    algorithm (two forward FFTs and one inverse of a power of two >= 2n-1,
+    and the chirp products) and mixed-radix ones."""
+    total = 0
+    for n in lengths:
+        n = int(n)
+        if n <= 1:
+            continue
+        total += int(np.log2(n)) if n & (n - 1) == 0 else 3 * int(np.ceil(np.log2(2 * n)))
+    return total
+
+
+def _fft_eta(u: float) -> float:
+    """The error of one butterfly y = a +- w*b, relative to |a|+|b|: eta =
+    mu + gamma_4*(sqrt(2) + mu), twiddles w accurate to mu =
+    TRANSCENDENTAL_ULPS*u (Higham, 2nd ed., (24.5) and Lemma 24.1)."""
+    mu = TRANSCENDENTAL_ULPS * u
+    return float(mu + _gamma(4, u) * (np.sqrt(2.0) + mu))
+
+
+def fft_factor(lengths: Sequence[int], u: float) -> float:
+    """((1+eta)^L - 1), the factor of sum|x| bounding each output element's
+    error of a floating-point FFT (Higham, "Accuracy and Stability of
+    Numerical Algorithms", 2nd ed., ch. 24, Theorem 24.2 and its proof):
+    every butterfly errs by at most eta*(|a|+|b|); through L stages, whose
+    absolute values sum to sum_k |x_k| at each output (|w| = 1), that is
+    ((1+eta)^L - 1) * sum|x|."""
+    return float((1 + _fft_eta(u)) ** fft_stages(lengths) - 1)
+
+
+def fft_exact(fft_type: str, lengths: Sequence[int], x: np.ndarray) -> np.ndarray:
+    """The transform in float64/complex128 (numpy's pocketfft; its rounding,
+    about 1e-16 * L * sum|x|, is far below a float32 bound)."""
+    axes = tuple(range(-len(lengths), 0))
+    if fft_type == "FFT":
+        return np.fft.fftn(np.asarray(x, np.complex128), axes=axes)
+    if fft_type == "IFFT":
+        return np.fft.ifftn(np.asarray(x, np.complex128), axes=axes)
+    if fft_type == "RFFT":
+        return np.fft.rfftn(np.asarray(x, np.float64), s=lengths, axes=axes)
+    if fft_type == "IRFFT":
+        return np.fft.irfftn(np.asarray(x, np.complex128), s=lengths, axes=axes)
+    raise ValueError(f"unknown fft_type {fft_type!r}")
+
+
+def fft_allowed(fft_type: str, lengths: Sequence[int], x: np.ndarray,
+                dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(exact transform, the largest |other - exact| a floating-point FFT
+    into ``dtype`` may show) at each output element of ``x``'s transform.
+
+    The worst case is ((1+eta)^L - 1) * sum|x| (:func:`fft_factor`). As for
+    sums, the butterflies' roundings are also taken as independent: stage
+    by stage the remaining stages carry an error vector's norm to the
+    output unchanged relative to the values' (the DFT is unitary up to
+    sqrt(n)), spread over the n outputs, so each output's standard
+    deviation is eta * sqrt(L) * ||x||_2 (the rms error grows like
+    sqrt(log n), Higham 24.1). Allowed: SPREAD_FACTOR spreads, at most the
+    worst case, plus a rounding of the result. IFFT and IRFFT scale by 1/n
+    (one rounding more); IRFFT's input is half of a Hermitian spectrum,
+    whose full sums are at most twice (|X|) and sqrt(2) times (||X||_2)."""
+    u = unit_roundoff(dtype)
+    xa = np.abs(np.asarray(x).astype(np.complex128 if np.asarray(x).dtype.kind == "c"
+                                      else np.float64))
+    worst, spread = fft_local(fft_type, lengths, xa, u, np)
+    exact = fft_exact(fft_type, lengths, x)
+    allowed = np.minimum(SPREAD_FACTOR * spread, worst) + 2 * u * np.abs(exact)
+    return exact, np.asarray(np.broadcast_to(allowed, exact.shape))
+
+
+def fft_local(fft_type: str, lengths: Sequence[int], xa: Any, u: float,
+              xp: Any) -> tuple[Any, Any]:
+    """(worst case, standard deviation) of an FFT's own rounding at each
+    output, from the input's absolute values ``xa`` (numpy or jax.numpy
+    as ``xp``; size-1 axes where the transform's were), see
+    :func:`fft_allowed`."""
+    axes = tuple(range(-len(lengths), 0))
+    abs_sum = xp.sum(xa, axis=axes, keepdims=True)
+    norm = xp.sqrt(xp.sum(xa * xa, axis=axes, keepdims=True))
+    n = float(np.prod([int(m) for m in lengths]))
+    scale, extra = 1.0, 0.0
+    if fft_type in ("IFFT", "IRFFT"):
+        scale, extra = 1 / n, u
+    if fft_type == "IRFFT":
+        abs_sum, norm = 2 * abs_sum, np.sqrt(2) * norm
+    worst = (fft_factor(lengths, u) + extra) * abs_sum * scale
+    spread = _fft_eta(u) * np.sqrt(max(fft_stages(lengths), 1)) * norm * scale
+    return worst, spread
+
+
 def _narrow_format(dtype: Any) -> tuple[int, int] | None:
     """(exponent bits, mantissa bits) of a float type narrower than f32, else None."""
     from .causes import _finfo
@@ -175,8 +267,11 @@ def _gamma(n: float, u: float) -> float:
 class _Walker:
     """Evaluates a jaxpr on (value, worst, variance) triples in float64."""
 
-    def __init__(self) -> None:
+    def __init__(self, transcendental_ulps: float = TRANSCENDENTAL_ULPS) -> None:
         self.unmodelled: set[str] = set()
+        self.transcendental: set[str] = set()
+        # The worst-case error of a transcendental function, in u*|y|.
+        self.transcendental_ulps = transcendental_ulps
 
     # -- one primitive ----------------------------------------------------
     def eqn(self, eqn: Any, ins: list[Triple]) -> list[Triple]:
@@ -191,6 +286,8 @@ class _Walker:
             return self._while(eqn, params, ins)
         if prim == "scan":
             return self._scan(eqn, params, ins)
+        if prim == "fft":
+            return self._fft(eqn, params, ins)
         in_avals = [v.aval for v in eqn.invars]
         out_avals = [v.aval for v in eqn.outvars]
         params = _widen_params(prim, params)
@@ -253,6 +350,24 @@ class _Walker:
             else:
                 result.append((o, _zeros(o.shape) + w, _zeros(o.shape) + s))
         return result
+
+    def _fft(self, eqn: Any, params: dict[str, Any], ins: list[Triple]) -> list[Triple]:
+        """An FFT: computed in complex128/float64; a real result (IRFFT)
+        carries the FFT's own rounding (fft_local; complex values carry no
+        errors, see docs/oracle.md "Limits")."""
+        import jax.numpy as jnp
+        x = ins[0][0]
+        wide = jnp.asarray(x).astype(np.complex128 if jnp.iscomplexobj(x) else np.float64)
+        y = eqn.primitive.bind(wide, **params)
+        oa = eqn.outvars[0].aval
+        if not _is_float(oa.dtype):
+            return [(y, EXACT_ERR, EXACT_ERR)]
+        kind = ("FFT", "IFFT", "RFFT", "IRFFT")[int(params["fft_type"])]
+        u = unit_roundoff(oa.dtype)
+        w, s = fft_local(kind, params["fft_lengths"], jnp.abs(wide), u, jnp)
+        y = y.astype(np.float64)
+        return [(y, _zeros(y.shape) + w + u * jnp.abs(y),
+                 _zeros(y.shape) + s * s + (u * jnp.abs(y)) ** 2)]
 
     def _propagate(self, prim: str, f: Callable[..., list[Any]], prim_in: list[Any],
                    ins: list[Triple], fl: list[int],
@@ -346,7 +461,8 @@ class _Walker:
         if prim in EXACT:
             return 0 * ay, 0 * ay
         if prim in TRANSCENDENTAL:
-            return TRANSCENDENTAL_ULPS * u * ay, u * ay
+            self.transcendental.add(prim)
+            return self.transcendental_ulps * u * ay, u * ay
         if prim == "integer_pow":
             c = abs(params["y"])
             return c * u * ay, c * u * ay
@@ -451,13 +567,16 @@ def _widen_params(prim: str, params: Any) -> dict[str, Any]:
     return p
 
 
-_CACHE: dict[tuple[str, str], Callable[..., Any]] = {}
+_CACHE: dict[tuple[str, str, float], Callable[..., Any]] = {}
 
 
-def bounds(fn: Callable[..., Any], *args: Any, shadow_on: str = "stablehlo_ref") -> Bounds:
+def bounds(fn: Callable[..., Any], *args: Any, shadow_on: str = "stablehlo_ref",
+           transcendental_ulps: float = TRANSCENDENTAL_ULPS) -> Bounds:
     """The centre, worst-case bound and spread of every output leaf of
     ``fn(*args)`` (see the module docstring). ``args`` are what ``fn``
-    takes; integer and bool outputs get zero bounds (they must be equal)."""
+    takes; integer and bool outputs get zero bounds (they must be equal).
+    ``transcendental_ulps``: each transcendental function's own worst-case
+    error, in u*|y| (the transcendental-accuracy hypothesis widens it)."""
     import jax
 
     from ._lowering import unwrap_keys
@@ -479,30 +598,32 @@ def bounds(fn: Callable[..., Any], *args: Any, shadow_on: str = "stablehlo_ref")
             except RuntimeError:
                 continue
         device = device or jax.devices()[0]
-        walk = _jitted_walk(closed, device.platform)
+        walk = _jitted_walk(closed, device.platform, transcendental_ulps)
         with jax.default_device(device):
             out = walk(flat)
         out = jax.device_get(out)
-    unmodelled = _CACHE_UNMODELLED.get(id(walk), set())
+    walker = _WALKERS.get(id(walk))
     centre = [np.asarray(o) for o, _, _ in out]
     worst = [np.asarray(w) for _, w, _ in out]
     spread = [np.asarray(s) for _, _, s in out]
-    return Bounds(centre, worst, spread, unmodelled)
+    return Bounds(centre, worst, spread, set(walker.unmodelled) if walker else set(),
+                  set(walker.transcendental) if walker else set())
 
 
-_CACHE_UNMODELLED: dict[int, set[str]] = {}
+_WALKERS: dict[int, _Walker] = {}   # id(jitted walk) -> its walker
 # (id(ClosedJaxpr), platform) -> (that jaxpr, its walk): jit's trace cache hands it back
-_BY_ID: dict[tuple[int, str], tuple[Any, Callable[..., Any]]] = {}
+_BY_ID: dict[tuple[int, str, float], tuple[Any, Callable[..., Any]]] = {}
 
 
-def _jitted_walk(closed: Any, platform: str) -> Callable[..., Any]:
+def _jitted_walk(closed: Any, platform: str,
+                 transcendental_ulps: float = TRANSCENDENTAL_ULPS) -> Callable[..., Any]:
     """The jitted walk of ``closed``, cached by the jaxpr's text and
     constants: a program compared again is neither traced nor planned
     again."""
     import hashlib
 
     import jax
-    known = _BY_ID.get((id(closed), platform))
+    known = _BY_ID.get((id(closed), platform, transcendental_ulps))
     if known is not None and known[0] is closed:
         return known[1]
     h = hashlib.sha256(str(closed.jaxpr).encode())
@@ -510,12 +631,12 @@ def _jitted_walk(closed: Any, platform: str) -> Callable[..., Any]:
         c = np.asarray(c)
         h.update(f"{c.dtype}{c.shape}".encode())
         h.update(np.ascontiguousarray(c).tobytes())
-    key = (h.hexdigest(), platform)
+    key = (h.hexdigest(), platform, transcendental_ulps)
     fn = _CACHE.get(key)
     if fn is not None:
-        _BY_ID[(id(closed), platform)] = (closed, fn)
+        _BY_ID[(id(closed), platform, transcendental_ulps)] = (closed, fn)
         return fn
-    walker = _Walker()
+    walker = _Walker(transcendental_ulps)
 
     def run(flat: list[Any]) -> list[Triple]:
         ins: list[Triple] = [(x, EXACT_ERR, EXACT_ERR) for x in flat]
@@ -527,12 +648,12 @@ def _jitted_walk(closed: Any, platform: str) -> Callable[..., Any]:
 
     fn = jax.jit(run)
     if len(_CACHE) >= 32:
-        _CACHE.pop(next(iter(_CACHE)))
+        _WALKERS.pop(id(_CACHE.pop(next(iter(_CACHE)))), None)
     _CACHE[key] = fn
-    _CACHE_UNMODELLED[id(fn)] = walker.unmodelled
+    _WALKERS[id(fn)] = walker
     if len(_BY_ID) >= 32:
         _BY_ID.pop(next(iter(_BY_ID)))
-    _BY_ID[(id(closed), platform)] = (closed, fn)
+    _BY_ID[(id(closed), platform, transcendental_ulps)] = (closed, fn)
     return fn
 
 

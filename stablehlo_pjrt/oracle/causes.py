@@ -9,8 +9,9 @@ seeing the difference disappear (docs/oracle.md lists them):
     (bounds.py): sums taken in another order, rounding amplified by the
     program's condition.
 ``reduced-precision-inputs``
-    dot/convolution operands rounded to TF32, bf16 or bf16x3 (three bf16
-    products); only where the op's precision config is DEFAULT or HIGH.
+    dot/convolution operands rounded to TF32 (to nearest even, nearest with
+    ties away, or toward zero), bf16 or bf16x3 (three bf16 products); only
+    where the op's precision config is DEFAULT or HIGH.
 ``excess-precision``
     the backend kept a value wider than the program's bf16/f16 type (it
     skipped a rounding the program asks for).
@@ -22,6 +23,10 @@ seeing the difference disappear (docs/oracle.md lists them):
     correctly rounded result, or of the result for an input that many ULPs
     away (lgamma, digamma: also that many ULPs of 1); both sides are
     measured against a truth computed with mpmath.
+``approximate-division``
+    a floating-point divide that is not correctly rounded (StableHLO's
+    divide is IEEE division) but within APPROXIMATE_DIVISION_ULPS of the
+    exact quotient: what GPUs compute by default (CUDA's div.full.f32).
 ``nan-payload``, ``signed-zero``
     NaNs with other bits, zeros of the other sign.
 ``unexplained``
@@ -39,11 +44,24 @@ import numpy as np
 from stablehlo_interpreter import with_trait
 
 CAUSES = ("summation-order", "reduced-precision-inputs", "excess-precision",
-          "flush-to-zero", "transcendental-accuracy", "nan-payload", "signed-zero")
+          "flush-to-zero", "transcendental-accuracy", "approximate-division",
+          "nan-payload", "signed-zero")
 UNEXPLAINED = "unexplained"
 
-# Formats a DEFAULT/HIGH dot may round its operands to: (exponent, mantissa bits).
-REDUCED_FORMATS = {"tf32": (8, 10), "bf16": (8, 7), "bf16x3": None}
+# Formats a DEFAULT/HIGH dot may round its operands to: (mantissa bits, the
+# rounding of the f32 operand), or None for bf16x3 (three bf16 products).
+# TF32 comes in the three roundings hardware and compilers use: to nearest
+# even (cuBLAS, cuDNN), to nearest with ties away from zero (PTX
+# cvt.rna.tf32.f32, what XLA's Triton GEMMs emit) and toward zero (tensor
+# cores fed raw f32 bits ignore the low 13 mantissa bits).
+REDUCED_FORMATS: dict[str, tuple[int, str] | None] = {
+    "tf32": (10, "nearest-even"), "tf32-rna": (10, "nearest-away"),
+    "tf32-rz": (10, "toward-zero"), "bf16": (7, "nearest-even"), "bf16x3": None}
+# How far from the exact quotient an approximate division may be: CUDA
+# documents 2 ULPs for div.full.f32 and for x/y compiled with
+# -prec-div=false (CUDA C++ Programming Guide, "Mathematical Functions",
+# single precision: "x/y ... 2 ulp" without IEEE-compliant division).
+APPROXIMATE_DIVISION_ULPS = 2.0
 # How far a transcendental function's result may be from a correctly rounded
 # one of an input this many ULPs away (backward error), or this many ULPs of
 # the result (forward error), to count as an accuracy difference, not a bug.
@@ -168,33 +186,49 @@ def widen_module(text: str, keep_converts: bool = False) -> str | None:
     return "\n".join(lines)
 
 
-def round_mantissa(a: np.ndarray, mantissa_bits: int) -> np.ndarray:
-    """``a`` (float32) rounded to nearest even with ``mantissa_bits``
-    explicit mantissa bits (TF32: 10, bf16: 7), exponent range kept."""
+def round_mantissa(a: np.ndarray, mantissa_bits: int,
+                   mode: str = "nearest-even") -> np.ndarray:
+    """``a`` (float32) rounded with ``mantissa_bits`` explicit mantissa bits
+    (TF32: 10, bf16: 7), exponent range kept; ``mode`` is "nearest-even",
+    "nearest-away" (ties away from zero) or "toward-zero" (truncation)."""
     a = np.ascontiguousarray(a, np.float32)
     bits = a.view(np.uint32).astype(np.uint64)
-    drop = 23 - mantissa_bits
-    half = np.uint64(1 << (drop - 1))
-    lsb = (bits >> np.uint64(drop)) & np.uint64(1)
-    rounded = ((bits + half - np.uint64(1) + lsb) >> np.uint64(drop)) << np.uint64(drop)
-    out = rounded.astype(np.uint32).view(np.float32)
+    drop = np.uint64(23 - mantissa_bits)
+    half = np.uint64(1 << (23 - mantissa_bits - 1))
+    if mode == "nearest-even":
+        bits = bits + half - np.uint64(1) + ((bits >> drop) & np.uint64(1))
+    elif mode == "nearest-away":
+        bits = bits + half
+    elif mode != "toward-zero":
+        raise ValueError(f"unknown rounding mode {mode!r}")
+    out = ((bits >> drop) << drop).astype(np.uint32).view(np.float32)
     return np.where(np.isfinite(a), out, a)
 
 
 def reduced_operands(fmt: str, operands: list[Any]) -> list[list[np.ndarray]]:
     """The operand lists whose dot products, summed, are what a backend
-    computing in ``fmt`` gets: one list for tf32/bf16, three (hi*hi,
-    hi*lo, lo*hi) for bf16x3."""
+    computing in ``fmt`` (a REDUCED_FORMATS key) gets: one list for the
+    single formats, three (hi*hi, hi*lo, lo*hi) for bf16x3."""
     ops = [np.asarray(x) for x in operands]
     if fmt == "bf16x3":
         hi = [round_mantissa(x, 7) for x in ops]
         lo = [round_mantissa(x.astype(np.float32) - h, 7) for x, h in zip(ops, hi)]
         return [[hi[0], hi[1]], [hi[0], lo[1]], [lo[0], hi[1]]]
-    bits = REDUCED_FORMATS[fmt]
-    if bits is None:
+    spec = REDUCED_FORMATS[fmt]
+    if spec is None:
         raise ValueError(f"{fmt}: not one rounding format")
-    mant = bits[1]
-    return [[round_mantissa(x, mant) if x.dtype == np.float32 else x for x in ops]]
+    mant, mode = spec
+    return [[round_mantissa(x, mant, mode) if x.dtype == np.float32 else x for x in ops]]
+
+
+def format_label(fmt: str) -> str:
+    """How a report names a REDUCED_FORMATS entry."""
+    spec = REDUCED_FORMATS[fmt]
+    if spec is None:
+        return "bf16x3 (hi*hi + hi*lo + lo*hi)"
+    how = {"nearest-even": "to nearest even", "nearest-away": "to nearest, ties away from "
+           "zero", "toward-zero": "toward zero"}[spec[1]]
+    return f"{fmt.split('-')[0]} (rounded {how})"
 
 
 def mp_truth(op_name: str, inputs: list[Any]) -> np.ndarray | None:
@@ -233,6 +267,46 @@ def mp_truth(op_name: str, inputs: list[Any]) -> np.ndarray | None:
 
 
 TRANSCENDENTAL_OPS = with_trait("transcendental")  # registry.TRAITS
+
+
+def _spacing(dtype: np.dtype[Any], v: np.ndarray) -> np.ndarray:
+    """The ULP of ``dtype`` at |v| (float64 values; bf16/f8 from finfo)."""
+    fi = _finfo(dtype)
+    if dtype.kind == "f":
+        sp = np.abs(np.spacing(np.abs(v).astype(dtype)).astype(np.float64))
+    else:
+        sp = np.maximum(np.abs(v) * float(fi.eps), float(fi.tiny))
+    return np.asarray(np.maximum(sp, float(fi.smallest_subnormal)))
+
+
+def division_verdict(x: np.ndarray, y: np.ndarray, ref: np.ndarray, other: np.ndarray,
+                     bad: np.ndarray) -> tuple[bool, str]:
+    """(explained, text) for a real divide whose other-side quotients differ
+    from the reference's correctly rounded ones at ``bad``: whether each is
+    within APPROXIMATE_DIVISION_ULPS of the exact quotient (the float64
+    quotient of the operands, exact to 2^-53 relative for f32 and narrower)."""
+    dtype = np.asarray(ref).dtype
+    if dtype.itemsize > 4:
+        return False, "stablehlo.divide: not correctly rounded (float64: no exact quotient here)"
+    bad = np.asarray(bad).reshape(-1)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        exact = (np.broadcast_to(np.asarray(x, np.float64), np.shape(ref)).reshape(-1)[bad] /
+                 np.broadcast_to(np.asarray(y, np.float64), np.shape(ref)).reshape(-1)[bad])
+    o = np.asarray(other).astype(np.float64).reshape(-1)[bad]
+    finite = np.isfinite(exact) & np.isfinite(o)
+    same = (o == exact) | (np.isnan(o) & np.isnan(exact))
+    with np.errstate(invalid="ignore"):
+        err = np.where(finite, np.abs(o - exact) / _spacing(dtype, exact), np.inf)
+    err = np.where(same, 0.0, err)
+    k = APPROXIMATE_DIVISION_ULPS
+    worst = float(np.max(err)) if err.size else 0.0
+    text = (f"stablehlo.divide: {int(bad.sum())} of {np.size(ref)} quotient(s) not correctly "
+            f"rounded (StableHLO's divide is IEEE division); vs the exact quotient the other "
+            f"side errs by at most {worst:.3g} ULP")
+    if worst <= k:
+        return True, text + (f", within the {k:g} ULPs of an approximate division (CUDA's "
+                             "div.full.f32)")
+    return False, text + f", more than an approximate division's {k:g} ULPs"
 
 
 def transcendental_verdict(op_name: str, x: np.ndarray, ref: np.ndarray,

@@ -8,14 +8,18 @@ once on the reference's inputs, so each op is judged on its own, against
 its own bound:
 
 * ops that move or select values, and integer results: equal;
-* basic arithmetic (add, multiply, divide, sqrt, convert, ...): within
-  ARITHMETIC_ULPS;
+* basic arithmetic (add, multiply, divide, sqrt, convert, ...): the
+  correctly rounded result, bit for bit (the reference's); a divide within
+  causes.APPROXIMATE_DIVISION_ULPS of the exact quotient is
+  ``approximate-division``;
 * sums (dot_general, convolution, add-reductions): within the
   summation-order bound (see :func:`sum_allowed`); a DEFAULT/HIGH
   dot/convolution may instead match its operands rounded to TF32, bf16 or
   bf16x3 (``reduced-precision-inputs``);
 * transcendental functions: within bounds.TRANSCENDENTAL_ULPS, else the
   ``transcendental-accuracy`` test of causes.py;
+* FFTs (registry trait ``fourier``): within bounds.fft_allowed of the
+  exact transform;
 * anything else (ops with bodies, custom calls, sorts): the per-dtype
   tolerance of stablehlo_interpreter.compare.
 
@@ -39,7 +43,6 @@ from .bounds import SPREAD_FACTOR, TRANSCENDENTAL_ULPS, order_spread, unit_round
 
 Runner = Callable[[str, Sequence[np.ndarray]], Sequence[np.ndarray]]
 
-ARITHMETIC_ULPS = 2
 # The error model of each op is a registry trait (stablehlo_interpreter's
 # registry.TRAITS): no rounding, one rounding, a sum in any order; ops with
 # bodies (and chlo.top_k) are judged as one unit.
@@ -47,6 +50,7 @@ EXACT_OPS = with_trait("no_rounding")
 ARITHMETIC_OPS = with_trait("one_rounding")
 SUM_OPS = with_trait("summing")
 _UNITS = with_trait("judged_whole")
+FOURIER_OPS = with_trait("fourier")
 
 
 @dataclass
@@ -270,11 +274,15 @@ def isolate(text: Any, args: Sequence[np.ndarray], run_other: Runner,
                 and unit_roundoff(np.asarray(rec.events[i][5][0]).dtype) > 0]
         allows = {i: _precision_allows_rounding(raws[i]) for i in sums}
         dims = {i: _reduce_dims(raws[i]) for i in sums}
+        fourier = {i: _fft_attrs(raws[i]) for i in which if raws[i].name in FOURIER_OPS}
     sum_info = _sum_terms(rec, sums) if sums else {}
     for i in which:
         _, name, loc, fn, inputs, ref, position = rec.events[i]
         v = OpVerdict(i, name, loc, fn, inputs, ref, other_vals[i], position=position)
-        _judge(v, sum_info.get(i), rec, allows.get(i, False), dims.get(i))
+        if i in fourier:
+            _judge_fft(v, *fourier[i])
+        else:
+            _judge(v, sum_info.get(i), rec, allows.get(i, False), dims.get(i))
         verdicts.append(v)
     for name in rec.skipped:
         verdicts.append(OpVerdict(-1, name, "", "", [], [], [], status="not isolated"))
@@ -294,9 +302,8 @@ def _sum_terms(rec: Recording, sums):
     return {i: (t[i][0], n[i][0]) for i in sums}
 
 
-def _run_sum_with(rec: Recording, i, operands):
-    text = cut_module(rec, [i])
-    return np.asarray(shi.compile(text, name="<sum hypothesis>").run(*operands)[0])
+def _sum_program(rec: Recording, i):
+    return shi.compile(cut_module(rec, [i]), name="<sum hypothesis>")
 
 
 def _reduce_dims(raw):
@@ -307,6 +314,46 @@ def _reduce_dims(raw):
         return list(ir.DenseI64ArrayAttr(raw.attributes["dimensions"]))
     except Exception:  # noqa: BLE001 - then the random-walk estimate stands
         return None
+
+
+def _op_allowed(v: OpVerdict, r, r64, spacing, sum_info, dims):
+    """The op's own bound per element, or None when it has none (then the
+    per-dtype tolerance judges)."""
+    if v.name in EXACT_OPS or v.name in ARITHMETIC_OPS:
+        # Exact ops, and IEEE operations: one correctly rounded result, the
+        # reference's.
+        return np.zeros_like(r64)
+    if v.name in C.TRANSCENDENTAL_OPS:
+        return TRANSCENDENTAL_ULPS * spacing
+    if sum_info is not None:
+        spread = None
+        if v.name == "stablehlo.reduce" and len(v.inputs) == 2:
+            spread = _reduce_spread(dims, v.inputs[0], r)
+        return sum_allowed(r, sum_info[0], sum_info[1], spread)
+    return None
+
+
+def _explain(v: OpVerdict, rec, r, o, bad, sum_info, allows_rounding):
+    """(cause, text) when a named cause accounts for the elements outside the
+    op's bound, else None (a rejected cause's reason goes to v.detail)."""
+    if C.ftz_explains(r, o, bad):
+        return ("flush-to-zero", "subnormal results taken as zero")
+    if v.name == "stablehlo.divide" and len(v.inputs) == 2:
+        ok, text = C.division_verdict(v.inputs[0], v.inputs[1], r, o, bad)
+        if ok:
+            return ("approximate-division", text)
+        v.detail += text + "\n"
+        return None
+    if v.name in C.TRANSCENDENTAL_OPS and len(v.inputs) == 1:
+        ok, text = C.transcendental_verdict(v.name, v.inputs[0], r, o, bad)
+        if ok:
+            return ("transcendental-accuracy", text)
+        v.detail += text + "\n"
+        return None
+    if sum_info is not None and allows_rounding and v.name in (
+            "stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution"):
+        return _reduced_precision(v, rec, r, o, sum_info)
+    return None
 
 
 def _judge(v: OpVerdict, sum_info, rec, allows_rounding, dims):
@@ -335,18 +382,8 @@ def _judge(v: OpVerdict, sum_info, rec, allows_rounding, dims):
             ((np.isfinite(r64) & np.isfinite(o64)) | (r64 == o64) | np.isnan(r64))
         spacing = np.abs(np.spacing(np.abs(r)).astype(np.float64)) if r.dtype.kind == "f" \
             else np.maximum(np.abs(r64) * 2 * u, 0)
-        if v.name in EXACT_OPS:
-            allowed = np.zeros_like(r64)
-        elif v.name in ARITHMETIC_OPS:
-            allowed = ARITHMETIC_ULPS * spacing
-        elif v.name in C.TRANSCENDENTAL_OPS:
-            allowed = TRANSCENDENTAL_ULPS * spacing
-        elif sum_info is not None:
-            spread = None
-            if v.name == "stablehlo.reduce" and len(v.inputs) == 2:
-                spread = _reduce_spread(dims, v.inputs[0], r)
-            allowed = sum_allowed(r, sum_info[0], sum_info[1], spread)
-        else:
+        allowed = _op_allowed(v, r, r64, spacing, sum_info, dims)
+        if allowed is None:
             d = compare_arrays(f"result #{k}", r, o)
             if not d.ok:
                 problems.append(str(d) + " (no bound of its own: the per-dtype tolerance)")
@@ -357,19 +394,7 @@ def _judge(v: OpVerdict, sum_info, rec, allows_rounding, dims):
             if v.name in SUM_OPS:
                 found.add("summation-order")
             continue
-        explained = None
-        if C.ftz_explains(r, o, bad):
-            explained = ("flush-to-zero", "subnormal results taken as zero")
-        elif v.name in C.TRANSCENDENTAL_OPS and len(v.inputs) == 1:
-            ok, text = C.transcendental_verdict(v.name, v.inputs[0], r, o, bad)
-            if ok:
-                explained = ("transcendental-accuracy", text)
-            else:
-                v.detail += text + "\n"
-        elif sum_info is not None and v.name in ("stablehlo.dot_general", "stablehlo.dot",
-                                                 "stablehlo.convolution") \
-                and allows_rounding:
-            explained = _reduced_precision(v, rec, r, o, sum_info)
+        explained = _explain(v, rec, r, o, bad, sum_info, allows_rounding)
         if explained is not None:
             found.add(explained[0])
             v.detail += explained[1] + "\n"
@@ -387,6 +412,46 @@ def _judge(v: OpVerdict, sum_info, rec, allows_rounding, dims):
         v.status, v.causes = "explained", found
 
 
+def _fft_attrs(raw):
+    """(fft_type, fft_length) of a stablehlo.fft."""
+    from jaxlib.mlir import ir
+    kind = str(raw.attributes["fft_type"]).rstrip(">").split()[-1]
+    return kind, [int(n) for n in ir.DenseI64ArrayAttr(raw.attributes["fft_length"])]
+
+
+def _judge_fft(v: OpVerdict, fft_type: str, lengths: list[int]) -> None:
+    """An FFT judged alone: each output element within the rounding bound
+    of a floating-point FFT (bounds.fft_allowed) of the exact transform."""
+    from .bounds import fft_allowed
+    r, o = np.asarray(v.reference[0]), np.asarray(v.other[0])
+    if r.shape != o.shape or r.dtype != o.dtype:
+        v.status, v.causes = "blame", {C.UNEXPLAINED}
+        v.detail += f"result #0: {o.dtype}{list(o.shape)} vs {r.dtype}{list(r.shape)}"
+        return
+    if r.tobytes() == o.tobytes() or C.bit_causes(r, o) is not None:
+        return
+    exact, allowed = fft_allowed(fft_type, lengths, np.asarray(v.inputs[0]), r.dtype)
+    o128 = o.astype(np.complex128 if o.dtype.kind == "c" else np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(o128 - exact)
+        bad = ~(err <= allowed)
+    what = f"{v.name} {fft_type} of length {lengths}"
+    if not bad.any():
+        ratio = float(np.max(err / allowed)) if np.all(allowed > 0) else 0.0
+        v.status, v.causes = "explained", {"summation-order"}
+        v.detail += (f"{what}: within the rounding bound of a floating-point FFT "
+                     f"(Higham ch. 24; the largest difference is {ratio:.2g} of it)\n")
+        return
+    worst = int(np.argmax(np.where(bad, np.nan_to_num(err, nan=np.inf), -1)))
+    idx = [int(i) for i in np.unravel_index(worst, r.shape)] if r.shape else []
+    v.status, v.causes = "blame", {C.UNEXPLAINED}
+    v.detail += (f"result #0: {int(bad.sum())} of {r.size} element(s) of {what} outside the "
+                 f"rounding bound of a floating-point FFT; worst at {idx}: reference "
+                 f"{r.reshape(-1)[worst].item()!r}, other {o.reshape(-1)[worst].item()!r}, "
+                 f"exact {complex(exact.reshape(-1)[worst])!r}, bound "
+                 f"{float(np.broadcast_to(allowed, r.shape).reshape(-1)[worst]):.3g}")
+
+
 def _reduce_spread(dims, x, r):
     """The order spread of an add-reduction over its reduced dimensions."""
     x = np.asarray(x)
@@ -399,21 +464,22 @@ def _reduce_spread(dims, x, r):
 
 def _reduced_precision(v, rec, r, o, sum_info):
     """A dot/convolution whose other-side result matches the reference's on
-    operands rounded to TF32, bf16 or bf16x3."""
-    i = v.index
+    operands rounded to one of causes.REDUCED_FORMATS (TF32 in each of its
+    roundings, bf16, bf16x3)."""
+    if any(np.asarray(x).dtype != np.float32 for x in v.inputs[:2]):
+        return None
+    program = _sum_program(rec, v.index)
     for fmt in C.REDUCED_FORMATS:
-        if any(np.asarray(x).dtype != np.float32 for x in v.inputs[:2]):
-            return None
         parts = C.reduced_operands(fmt, v.inputs[:2])
         alt = None
         for ops in parts:
-            y = _run_sum_with(rec, i, ops + list(v.inputs[2:])).astype(np.float64)
+            y = np.asarray(program.run(*ops, *v.inputs[2:])[0]).astype(np.float64)
             alt = y if alt is None else alt + y
         allowed = sum_allowed(r, sum_info[0], sum_info[1]) * len(parts)
         if np.all(np.abs(o.astype(np.float64) - alt) <= allowed):
             return ("reduced-precision-inputs",
-                    f"{v.name}: matches the reference on operands rounded to {fmt} "
-                    "(the op's precision config allows it)")
+                    f"{v.name}: matches the reference on operands rounded to "
+                    f"{C.format_label(fmt)} (the op's precision config allows it)")
     return None
 
 

@@ -19,7 +19,8 @@ from ..registry import KERNELS, Unsupported, annotate, composite, kernel, with_t
 
 # The kernels the chlo.broadcast_* ops wrap (with_trait below) register first.
 from . import elementwise, elementwise_math  # noqa: F401
-from .elementwise import by_table, round_f64, via_f64_ufunc
+from .elementwise import F32, by_table, round_f64, via_f64_ufunc
+from .fastmath import f32_kernel
 
 # --------------------------------------------------------------------------
 # Elementwise helpers
@@ -29,8 +30,9 @@ def _is_float_type(t):
     return dtypes.is_float(t.dtype)
 
 
-def _real_fn(op, fn):
-    """Kernel applying ``fn`` (float64 -> float64) to a floating-point operand."""
+def _real_fn(op, fn, fast=None):
+    """Kernel applying ``fn`` (float64 -> float64) to a floating-point operand;
+    ``fast``: the name of a fastmath.f32_kernel computing it on float32."""
     t = op.result_types[0]
     if not all(_is_float_type(x) for x in op.operand_types):
         raise Unsupported(f"{op.name} of {op.operand_types[0].element_type}")
@@ -46,6 +48,8 @@ def _real_fn(op, fn):
                 return direct(*xs)
         run.__name__ = direct.__name__
     if len(op.operand_types) == 1:
+        if fast is not None and op.operand_types[0].dtype == dtype == F32:
+            return f32_kernel(fast, run)
         return by_table(run, (op.name, fn), op.operand_types[0].dtype, dtype)
     return run
 
@@ -74,12 +78,15 @@ _MATH = ("elementwise", "fusible", "foldable")
 _DIRECT = _MATH + ("direct_composite",)
 
 
-def _unary(name, traits, fn, complex_ok=True, doc="", scalar=None):
+def _unary(name, traits, fn, complex_ok=True, doc="", scalar=None, fast=None):
     """Registers chlo op ``name`` running ``fn`` in float64 (complex128),
     rounded once; ``scalar``: the same function on a Python float
-    (registry.KernelInfo.scalar_math)."""
+    (registry.KernelInfo.scalar_math); ``fast``: its float32 C kernel
+    (fastmath.f32_kernel), real-only ops."""
     def builder(op):
-        return (_real_or_complex_fn if complex_ok else _real_fn)(op, fn)
+        if not complex_ok:
+            return _real_fn(op, fn, fast)
+        return _real_or_complex_fn(op, fn)
     builder.__name__ = name.split(".")[-1]
     builder.__doc__ = doc
     if scalar is not None:
@@ -154,9 +161,9 @@ _hyperbolic("chlo.sinh", _MATH + ("transcendental",), np.sinh, lambda ea, eb: ea
 _unary("chlo.tan", _DIRECT + ("transcendental",), np.tan, scalar=math.tan,
        doc="chlo.tan: tangent.")
 _unary("chlo.erf", _DIRECT + ("transcendental",), sps.erf, complex_ok=False, scalar=math.erf,
-       doc="chlo.erf: error function.")
+       fast="erf_f32", doc="chlo.erf: error function.")
 _unary("chlo.erfc", _DIRECT + ("jax_composite", "transcendental"), sps.erfc,
-       complex_ok=False, scalar=math.erfc,
+       complex_ok=False, scalar=math.erfc, fast="erfc_f32",
        doc="chlo.erfc: complementary error function 1 - erf(x), without cancellation.")
 
 
@@ -192,7 +199,8 @@ def erf_inv(op):
     """chlo.erf_inv: inverse error function (+-inf at +-1, NaN outside [-1, 1]).
 
     float64 operands use scipy's erfinv; narrower floats (float32, float16,
-    bfloat16, ...) the ndtri form of _erfinv_narrow, rounded once."""
+    bfloat16, ...) the ndtri form of _erfinv_narrow, rounded once (float32:
+    through fastmath.f32_kernel, the same bits)."""
     t = op.operand_types[0]
     if not _is_float_type(t):
         raise Unsupported(f"chlo.erf_inv of {t.element_type}")
@@ -200,7 +208,7 @@ def erf_inv(op):
         return _real_fn(op, sps.erfinv)
     if np.dtype(t.dtype).itemsize > 4:
         raise Unsupported(f"chlo.erf_inv of {t.element_type}")
-    return _real_fn(op, _erfinv_narrow)
+    return _real_fn(op, _erfinv_narrow, fast="erf_inv_f32")
 
 _unary("chlo.bessel_i1e", ("fusible", "direct_composite") + ("transcendental",), sps.i1e, complex_ok=False,
        doc="chlo.bessel_i1e: exponentially scaled modified Bessel function of order 1.")
@@ -462,8 +470,12 @@ def _descending_key(x):
     size = np.dtype(dt).itemsize
     if dtypes.is_float(dt) and size in _SINT_OF and dtypes.bit_width(dt) == size * 8:
         b = x.view(_SINT_OF[size])
-        mag = b.dtype.type(np.iinfo(b.dtype).max)
-        return ~(b ^ ((b >> (size * 8 - 1)) & mag))
+        mag = b.dtype.type((1 << (size * 8 - 1)) - 1)   # the maximum (np.iinfo costs ~5 us)
+        # ~(b ^ ((b >> (w - 1)) & mag)), in one fresh array updated in place.
+        key = np.right_shift(b, b.dtype.type(size * 8 - 1), out=np.empty(b.shape, b.dtype))
+        np.bitwise_and(key, mag, out=key)
+        np.bitwise_xor(key, b, out=key)
+        return np.invert(key, out=key)
     return np.uint64(0xFFFFFFFFFFFFFFFF) - dtypes.total_order_key(x)
 
 
@@ -477,14 +489,17 @@ def _smallest_k_stable(dk, k):
     """
     n = dk.shape[-1]
     t = np.partition(dk, k - 1, axis=-1)[..., k - 1:k]
-    sel = (dk < t).ravel()
-    need = k - np.count_nonzero(sel.reshape(dk.shape), axis=-1).ravel()
+    below = np.flatnonzero(dk < t)
+    rows = dk.size // n
+    # How many each row still needs from its ties at t (a bincount of the
+    # few indices below t: count_nonzero along an axis costs a full pass).
+    need = k - np.bincount(below // n, minlength=rows)
     # The ties at t (usually few): their rank within their row, by index.
     eqi = np.flatnonzero(dk == t)
     row = eqi // n
     rank = np.arange(eqi.size) - np.searchsorted(row, row, side="left")
-    sel[eqi[rank < need[row]]] = True
-    idx = (np.flatnonzero(sel) % n).reshape(dk.shape[:-1] + (k,))
+    taken = np.sort(np.concatenate([below, eqi[rank < need[row]]]))
+    idx = (taken % n).reshape(dk.shape[:-1] + (k,))
     picked = np.take_along_axis(dk, idx, axis=-1)
     return np.take_along_axis(idx, np.argsort(picked, axis=-1, kind="stable"), axis=-1)
 

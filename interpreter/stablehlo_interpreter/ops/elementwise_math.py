@@ -30,10 +30,12 @@ from .elementwise import (
     unsupported_type,
     via_f64_ufunc,
 )
+from .fastmath import f32_kernel
 
 
-def _transcendental(op, f64_fn, c128_fn=None):
-    """Builder body: ``f64_fn`` on float64 / ``c128_fn`` on complex128."""
+def _transcendental(op, f64_fn, c128_fn=None, fast=None):
+    """Builder body: ``f64_fn`` on float64 / ``c128_fn`` on complex128;
+    ``fast``: the name of a fastmath.f32_kernel computing ``f64_fn`` on float32."""
     dt = operand_dtype(op)
     rt = result_dtype(op)
     k = kind(dt)
@@ -46,6 +48,8 @@ def _transcendental(op, f64_fn, c128_fn=None):
         run.__name__ = op.name.split(".")[-1]
         run = via_f64_ufunc(f64_fn, [t.dtype for t in op.operand_types], rt) or run
         if len(op.operand_types) == 1:
+            if fast is not None and dt == rt == F32:
+                return as_result(f32_kernel(fast, run), rt)
             run = by_table(run, (op.name, f64_fn), dt, rt)
         return as_result(run, rt)
     if k == "complex" and c128_fn is not None:
@@ -132,7 +136,7 @@ def _logistic_complex(z):
 @kernel("stablehlo.logistic", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def logistic(op):
     """spec: logistic. ``1 / (1 + exp(-x))``."""
-    return _transcendental(op, _logistic, _logistic_complex)
+    return _transcendental(op, _logistic, _logistic_complex, fast="logistic_f32")
 
 
 @kernel("stablehlo.sine", traits=("elementwise", "fusible", "foldable", "transcendental"))
@@ -213,7 +217,7 @@ def tan(op):
 @kernel("stablehlo.tanh", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def tanh(op):
     """spec: tanh."""
-    return _transcendental(op, np.tanh, np.tanh)
+    return _transcendental(op, np.tanh, np.tanh, fast="tanh_f32")
 
 
 @kernel("stablehlo.sqrt", traits=("elementwise", "fusible", "exact", "foldable", "one_rounding"))

@@ -7,7 +7,7 @@ from ..registry import Unsupported, kernel
 from . import spec_kernels as _spec
 
 
-@kernel("stablehlo.fft")
+@kernel("stablehlo.fft", traits=("fourier",))
 def fft(op):
     """spec: fft (docs/spec.md#fft).
 

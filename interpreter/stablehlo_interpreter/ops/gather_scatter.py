@@ -154,26 +154,59 @@ class _GatherPlan:
             return np.empty(self.result_shape, dtype=operand.dtype)
         indices = _take_index(indices)
         if self.mode == "take":
-            idx = indices if self.ivd >= indices.ndim else _component(indices, self.ivd, 0)
-            out = np.take(operand, idx, axis=self.axis, mode="clip")
-            if self.keep_d:
-                out = np.expand_dims(out, self.axis + idx.ndim)
-            if self.perm is not None:
-                out = out.transpose(self.perm)
-            # A 0-d result of take is a numpy scalar: keep it an array.
-            return np.asarray(out)
-        lin = None
+            return self._take(operand, indices)
         ivd_last = self.ivd >= indices.ndim
+        # Start components shaped to broadcast against the result (views).
+        parts = [(indices if ivd_last else _component(indices, self.ivd, k)).reshape(
+            self.start_shape) for k in range(len(self.strides))]
+        flat = operand.reshape(-1)  # a copy only for a non-contiguous operand
+        rows = self.result_shape[0] if self.result_shape else 1
+        size = int(np.prod(self.result_shape, dtype=np.int64))
+        if size < 2 * _GATHER_BLOCK or rows < 2:
+            return self._linear_take(flat, parts, self.static, self.result_shape)
+        # In blocks of result rows: the clamped starts, the linear index and
+        # the values read stay in the core's cache between the passes (the
+        # whole 1e6-element linear index is 8 MB of intp written and read
+        # back).
+        step = max(1, _GATHER_BLOCK // (size // rows))
+        out = np.empty(self.result_shape, dtype=operand.dtype)
+        for r0 in range(0, rows, step):
+            r1 = min(r0 + step, rows)
+            cut = [p[r0:r1] if p.shape[0] > 1 else p for p in parts]
+            static = self.static
+            if static is not None and static.shape[0] > 1:
+                static = static[r0:r1]
+            self._linear_take(flat, cut, static, (r1 - r0,) + self.result_shape[1:],
+                              out=out[r0:r1])
+        return out
+
+    def _take(self, operand, indices):
+        idx = indices if self.ivd >= indices.ndim else _component(indices, self.ivd, 0)
+        if self.axis == 0 and idx.dtype != np.intp and idx.size >= 2 * _TAKE_BLOCK \
+                and idx.flags.c_contiguous:
+            out = _take_rows_in_blocks(operand, idx)
+        else:
+            out = np.take(operand, idx, axis=self.axis, mode="clip")
+        if self.keep_d:
+            out = np.expand_dims(out, self.axis + idx.ndim)
+        if self.perm is not None:
+            out = out.transpose(self.perm)
+        # A 0-d result of take is a numpy scalar: keep it an array.
+        return np.asarray(out)
+
+    def _linear_take(self, flat, parts, static, shape, out=None):
+        """``flat`` at the linear indices of the result block ``shape``: the
+        clamped start components ``parts`` times their strides plus the
+        static part ``static`` (None: 0)."""
+        lin = None
         lt = self.lin_dt
-        static = self.static
         for k, stride in enumerate(self.strides):
-            s = indices if ivd_last else _component(indices, self.ivd, k)
+            s = parts[k]
             # Clamp in the index type (values stay within it), then widen,
             # scale and sum into the linear index in one ufunc call each:
             # few full-size temporaries.
             c = np.asarray(_clamp(s, self.upper[k]))  # ufuncs make 0-d results scalars
             fresh = c is not s   # ours to update in place (never the indices)
-            c = c.reshape(self.start_shape)
             if stride != 1:
                 c = np.asarray(np.multiply(c, lt.type(stride), dtype=lt))
                 fresh = True
@@ -193,15 +226,40 @@ class _GatherPlan:
             else:
                 lin = lin + static
         if lin is None:
-            lin = np.zeros((1,) * len(self.result_shape), dtype=lt)
-        if lin.shape != self.result_shape:
+            lin = np.zeros((1,) * len(shape), dtype=lt)
+        if lin.shape != tuple(shape):
             # (np.take copies a broadcast view into a fresh intp array: not
             # when the starts already have the result's shape.)
-            lin = np.broadcast_to(lin, self.result_shape)
-        flat = operand.reshape(-1)  # a copy only for a non-contiguous operand
+            lin = np.broadcast_to(lin, shape)
         # Every linear index is in bounds (clamped starts, offsets within the
         # slice): "clip" only skips numpy's bounds-error path.
-        return np.asarray(flat.take(lin, mode="clip"))
+        if out is None:
+            return np.asarray(flat.take(lin, mode="clip"))
+        flat.take(lin, mode="clip", out=out)
+        return out
+
+
+# Result elements per block of a large linear gather (256 KiB of intp
+# index; take_along_axis (1000, 1000), process time on a busy machine:
+# blocks of 2^13 3.3 ms, 2^15 2.3-2.4 ms, 2^17 2.4-3.0 ms, unblocked 3.4 ms).
+_GATHER_BLOCK = 1 << 15
+# Indices per block of a large take of rows with indices other than intp.
+_TAKE_BLOCK = 1 << 15
+
+
+def _take_rows_in_blocks(operand, idx):
+    """``np.take(operand, idx, axis=0, mode="clip")`` for C-contiguous
+    ``idx`` of a type other than intp, in blocks of _TAKE_BLOCK indices:
+    np.take converts its indices to an intp array first, which for a block
+    stays in the core's cache (x[idx], 1e6 int32 indices into 1e5 f32:
+    1.18 -> 1.02 ms; 1e6 uint32 into 101 values: 1.09 -> 0.85 ms)."""
+    flat = idx.reshape(-1)
+    out = np.empty(idx.shape + operand.shape[1:], dtype=operand.dtype)
+    rows = out.reshape((flat.size,) + operand.shape[1:])
+    for lo in range(0, flat.size, _TAKE_BLOCK):
+        hi = min(lo + _TAKE_BLOCK, flat.size)
+        np.take(operand, flat[lo:hi], axis=0, mode="clip", out=rows[lo:hi])
+    return out
 
 
 # Index types np.take and np.clip handle natively; others (uint64, which does
@@ -239,7 +297,10 @@ def _clamp(s, upper):
     if s.size < _SMALL:
         z = s.dtype.type(0)
         return np.minimum(np.maximum(s, z) if lo < 0 else s, s.dtype.type(upper))
-    return np.clip(s, 0, upper)
+    # Bounds of the index type: Python ints make np.clip look up np.iinfo
+    # twice a call (~2 us, a fifth of a 32K-element block's clamp).
+    t = s.dtype.type
+    return np.clip(s, t(0), t(upper))
 
 
 def _take_index(indices):

@@ -117,7 +117,10 @@ def reduce(op):
     if fast is not None:
         def run_fast(ctx, regions, x, init):
             return fast.reduce(prepare([x])[0], dims, init)
-        return annotate(run_fast, regions_unused=True)   # compiler._special_step binds none
+        # compiler._special_step binds no regions; fusion.py may feed it the
+        # chunks of the chain computing x (when no conversion comes first).
+        return annotate(run_fast, regions_unused=True,
+                        reduction=(fast, dims) if convert[0] is None else None)
 
     is_batched = is_batchable(body)
     # Spec mode keeps the reference's sequential order (the tree's differs

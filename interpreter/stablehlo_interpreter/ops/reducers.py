@@ -203,6 +203,22 @@ class Reducer:
             r = _negative_zero_sums(r, x, (0,), init)
         return r.astype(self.dtype)
 
+    def row_plan(self, shape, axes):
+        """A :class:`RowPlan` (trailing ``axes``) or :class:`LeadPlan`
+        (leading ones, float sums and products accumulated in a wider type)
+        for :meth:`reduce` of C-contiguous arrays of ``shape`` over
+        ``axes``; None for other axes or an empty reduced axis."""
+        ndim = len(shape)
+        axes = tuple(sorted(axes))
+        if not axes or 0 in shape:
+            return None
+        if axes == tuple(range(ndim - len(axes), ndim)):
+            return RowPlan(self, tuple(shape), axes)
+        if axes == tuple(range(len(axes))) and not self.exact and \
+                (self.acc.itemsize > self.dtype.itemsize or self.dtype in dtypes.ML_FLOATS):
+            return LeadPlan(self, tuple(shape), axes)
+        return None
+
     def combine(self, values):
         """Reduce a list of equally shaped arrays (collectives' group order)."""
         if len(values) == 1:
@@ -240,6 +256,223 @@ class Reducer:
             r = _blocked_cumsum(x, axis)
         r = self.ufunc(init.astype(self.acc), r)
         return np.asarray(r).astype(self.dtype)
+
+
+class RowPlan:
+    """:meth:`Reducer.reduce` of C-contiguous arrays of one shape over their
+    trailing axes, fed piece by piece: fusion.py computes an elementwise
+    chain a chunk at a time and reduces each chunk while it is in cache,
+    instead of writing the whole value and reading it back.
+
+    The array is ``rows`` rows of ``n`` trailing elements. Reducer.reduce
+    reduces every row on its own, with one ufunc call over the row (numpy's
+    reduction of a row does not depend on the rows around it) -- except
+    float sums and products of at least _PAR_MIN elements whose rows are
+    longer than _PAR_CHUNK (_reduce_last: one call per block of _PAR_CHUNK
+    elements, the partial results of a row then reduced pairwise), and the
+    exact integer and bool kinds, split the same way (their result does not
+    depend on the order). A piece is a range of whole rows, or when
+    ``block < n`` one block of one row (:meth:`pieces`); :meth:`start` gives
+    the state of one reduction, whose ``add`` makes Reducer.reduce's own
+    ufunc call for a piece and whose ``finish`` does what Reducer.reduce does
+    after the reduction (the init value, the sign of zero results, the
+    rounding to the element type). The result is Reducer.reduce's bit for
+    bit (tests/test_fusion.py compares them).
+    """
+
+    __slots__ = ("red", "shape", "rows", "n", "block", "out_shape", "axes")
+
+    def __init__(self, red, shape, axes):
+        self.red = red
+        self.shape = shape
+        self.axes = axes
+        k = len(shape) - len(axes)
+        self.out_shape = shape[:k]
+        self.rows = int(np.prod(shape[:k], dtype=np.int64))
+        self.n = int(np.prod(shape[k:], dtype=np.int64))
+        splits = (not red.exact and (self.red.acc.itemsize > red.dtype.itemsize
+                                     or red.dtype in dtypes.ML_FLOATS)) \
+            or (red.exact and not red.signed_zero)
+        big = self.rows * self.n >= _PAR_MIN and self.n > _PAR_CHUNK
+        self.block = _PAR_CHUNK if splits and big else self.n
+
+    def pieces(self):
+        """Flat ``(lo, hi)`` element bounds of the blocks when rows are
+        split (``block < n``); None when any range of whole rows is a piece."""
+        if self.block == self.n:
+            return None
+        return [(i * self.n + a, i * self.n + b) for i in range(self.rows)
+                for a, b in _ranges(self.n, self.block)]
+
+    def start(self, init):
+        return _RowReduction(self, np.asarray(init))
+
+
+class _RowReduction:
+    """One reduction of a :class:`RowPlan` (see there). ``add`` may be
+    called from several threads at once, for different pieces."""
+
+    __slots__ = ("plan", "init", "partial", "hit", "neg")
+
+    def __init__(self, plan, init):
+        self.plan = plan
+        self.init = init
+        red = plan.red
+        nb = -(-plan.n // plan.block)
+        self.partial = np.empty((plan.rows, nb), red.acc)
+        # Per row: a zero of the sign a float max (min) prefers (computed
+        # for rows whose result is zero), all terms -0 (for a -0 init).
+        self.hit = np.zeros(plan.rows, bool) if red.signed_zero else None
+        self.neg = np.ones((plan.rows, nb), bool) \
+            if not red.exact and red.acc.kind == "f" and np.signbit(init) else None
+
+    def add(self, v, lo, hi):
+        """Reduce the values ``v`` of flat elements ``lo:hi`` (a piece)."""
+        plan = self.plan
+        red = plan.red
+        n = plan.n
+        if plan.block < n:
+            width, r0, r1 = hi - lo, lo // n, lo // n + 1
+            col = slice((lo % n) // plan.block, (lo % n) // plan.block + 1)
+        else:
+            width, r0, r1, col = n, lo // n, hi // n, slice(0, 1)
+        x = np.ascontiguousarray(v).reshape(r1 - r0, width)
+        if red.exact:
+            if x.dtype != red.acc:
+                x = x.astype(red.acc)
+            p = red.ufunc.reduce(x, axis=-1)
+            if self.hit is not None:
+                zero = p == 0
+                if zero.any():
+                    self.hit[r0:r1] = zero & _zero_sign_hits(red.kind, x, -1)
+        else:
+            if x.dtype in dtypes.ML_FLOATS:
+                x = x.astype(red.acc)
+            p = red.ufunc.reduce(x, axis=-1, dtype=red.acc)
+            if self.neg is not None:
+                self.neg[r0:r1, col] = _all_negative_zero(x, -1)[:, None]
+        self.partial[r0:r1, col] = p[:, None]
+
+    def finish(self):
+        return self._finish(slice(None), self.plan.out_shape)
+
+    def rows(self, lo, hi):
+        """The results of the whole rows among flat elements ``lo:hi``
+        (all their pieces added), flat: the same elementwise steps as
+        :meth:`finish`, so the same bits."""
+        n = self.plan.n
+        return self._finish(slice(lo // n, hi // n), (hi // n - lo // n,))
+
+    def _finish(self, rows, shape):
+        red = self.plan.red
+        init = self.init
+        p = self.partial[rows]
+        r = p[:, 0] if p.shape[1] == 1 else red.ufunc.reduce(p, axis=-1)
+        r = r.reshape(shape)
+        if red.exact:
+            r = np.asarray(red._with_init(init, r))
+            if red.signed_zero:
+                zero = r == 0
+                if zero.any():
+                    r = _set_zero_signs(red.kind, r, zero, self.hit[rows].reshape(shape), init)
+            return r.astype(red.dtype)
+        r = np.asarray(red.ufunc(init.astype(red.acc), r))
+        if self.neg is not None and (r == 0).any():
+            r = _set_negative_zeros(r, np.logical_and.reduce(self.neg[rows], axis=-1)
+                                    .reshape(shape))
+        return r.astype(red.dtype)
+
+
+class LeadPlan:
+    """:meth:`Reducer.reduce` of C-contiguous float arrays over their leading
+    axes (``N`` rows of ``W`` kept elements), fed piece by piece like
+    :class:`RowPlan`: a float sum or product accumulated in a wider type
+    reduces the array where it lies (_reduce_runs), in _reduce_leading's
+    two levels -- ``b`` blocks of ``m`` rows combined position by position
+    (on the helper threads in groups of blocks from _PAR_MIN elements on,
+    each group one ufunc call), then the ``m`` partial rows, then the rows
+    left over. The pieces are those groups (one piece for all blocks below
+    _PAR_MIN, the whole array below 256 rows) and the rows left over;
+    ``add`` makes _reduce_leading's call for a piece, ``finish`` the rest.
+    """
+
+    __slots__ = ("red", "shape", "axes", "out_shape", "N", "W", "b", "m", "groups")
+
+    def __init__(self, red, shape, axes):
+        self.red, self.shape, self.axes = red, shape, axes
+        self.out_shape = shape[len(axes):]
+        self.N = int(np.prod(shape[:len(axes)], dtype=np.int64))
+        self.W = int(np.prod(self.out_shape, dtype=np.int64))
+        N, W = self.N, self.W
+        if N < 4 * _SCAN_BLOCK // 16:
+            self.b = self.m = 0
+            self.groups = [(0, N)]   # rows
+            return
+        self.b = b = max(2, int(np.sqrt(N)))
+        self.m = m = N // b
+        if b * m * W >= _PAR_MIN:
+            self.groups = _ranges(b, max(1, _PAR_CHUNK // (m * W)))   # blocks
+        else:
+            self.groups = [(0, b)]
+
+    def pieces(self):
+        rows = self.m or 1
+        out = [(r0 * rows * self.W, r1 * rows * self.W) for r0, r1 in self.groups]
+        if self.b and self.b * self.m < self.N:
+            out.append((self.b * self.m * self.W, self.N * self.W))
+        return out
+
+    def start(self, init):
+        return _LeadReduction(self, np.asarray(init))
+
+
+class _LeadReduction:
+    """One reduction of a :class:`LeadPlan` (see there)."""
+
+    __slots__ = ("plan", "init", "groups", "tail", "neg")
+
+    def __init__(self, plan, init):
+        self.plan, self.init = plan, init
+        red = plan.red
+        self.groups = np.empty((len(plan.groups), plan.W * (plan.m or 1)), red.acc)
+        self.tail = None
+        n_pieces = len(plan.groups) + 1
+        self.neg = np.ones((n_pieces, plan.W), bool) \
+            if red.acc.kind == "f" and np.signbit(init) else None
+
+    def add(self, v, lo, hi):
+        plan = self.plan
+        red = plan.red
+        x = np.ascontiguousarray(v).reshape(-1)
+        if x.dtype in dtypes.ML_FLOATS:
+            x = x.astype(red.acc)
+        width = plan.W * (plan.m or 1)
+        head_end = plan.b * plan.m * plan.W if plan.b else plan.N * plan.W
+        if lo < head_end:
+            k = next(i for i, (r0, _) in enumerate(plan.groups) if r0 * width == lo)
+            self.groups[k] = red.ufunc.reduce(x.reshape(-1, width), axis=0, dtype=red.acc)
+        else:
+            k = len(plan.groups)
+            self.tail = red.ufunc.reduce(x.reshape(-1, plan.W), axis=0, dtype=red.acc)
+        if self.neg is not None:
+            self.neg[k] = _all_negative_zero(x.reshape(-1, plan.W), 0)
+
+    def finish(self):
+        plan = self.plan
+        red = plan.red
+        g = self.groups
+        if not plan.b:
+            r = g[0]
+        else:
+            partial = g[0] if len(g) == 1 else red.ufunc.reduce(g, axis=0)
+            r = red.ufunc.reduce(partial.reshape((plan.m, plan.W)), axis=0)
+            if self.tail is not None:
+                r = red.ufunc(r, self.tail)
+        r = np.asarray(red.ufunc(self.init.astype(red.acc), r.reshape(plan.out_shape)))
+        if self.neg is not None and (r == 0).any():
+            r = _set_negative_zeros(r, np.logical_and.reduce(self.neg, axis=0)
+                                    .reshape(plan.out_shape))
+        return r.astype(red.dtype)
 
 
 def _reduce_runs(ufunc, x, axes, acc):
@@ -369,7 +602,14 @@ def _negative_zero_sums(r, x, axes, init):
     its buffered (dtype=) loops from +0, so set those results to -0."""
     if not np.signbit(init) or not (r == 0).any():
         return r
-    neg = np.logical_and.reduce((x == 0) & np.signbit(x), axis=axes)
+    return _set_negative_zeros(r, _all_negative_zero(x, axes))
+
+
+def _all_negative_zero(x, axes):
+    return np.logical_and.reduce((x == 0) & np.signbit(x), axis=axes)
+
+
+def _set_negative_zeros(r, neg):
     return np.where(neg, -np.zeros((), r.dtype), r)
 
 
@@ -386,6 +626,18 @@ def _fix_zero_sign(kind, r, x, axes, init=None, scan_axis=None):
         hit = np.logical_or.accumulate(hit, axis=scan_axis)
     else:
         hit = np.logical_or.reduce(hit, axis=axes)
+    return _set_zero_signs(kind, r, zero, hit, init)
+
+
+def _zero_sign_hits(kind, x, axes):
+    """Per result of a float max (min) over ``axes``: does a zero of the
+    sign the kind prefers (+0 for max, -0 for min) occur among ``x``?"""
+    return np.logical_or.reduce((x == 0) & (np.signbit(x) != (kind == "maximum")), axis=axes)
+
+
+def _set_zero_signs(kind, r, zero, hit, init):
+    """_fix_zero_sign given ``zero = r == 0`` and the hits of the values."""
+    want_pos = kind == "maximum"
     if init is not None:
         init = np.asarray(init)
         hit = hit | ((init == 0) & (np.signbit(init) != want_pos))

@@ -7,6 +7,8 @@ programs. Results may be read-only views of operands (nothing mutates
 values), which keeps broadcasts, transposes, slices and reverses copy-free.
 """
 
+import math
+
 import numpy as np
 
 from .. import dtypes
@@ -45,6 +47,25 @@ def make_iota(shape, dim, dtype):
     view = [1] * len(shape)
     view[dim] = shape[dim]
     return np.array(np.broadcast_to(vals.reshape(view), shape), order="C")
+
+
+# Results up to this many elements of an operand of several elements are
+# filled (one C loop) rather than made broadcast views: np.broadcast_to's
+# nditer costs 3-7 us, the fill of a few thousand elements well under one (a
+# loop step's bias row). One value broadcast stays a view: fold.py keeps such
+# constants without memory of their own, fusion.py reads them as one value.
+_FILL_MAX = 4096
+
+
+def broadcast_small(x, shape, size):
+    """``x`` (dims equal to ``shape``'s or 1) broadcast to ``shape`` of
+    ``size`` elements: a filled array when small, else np.broadcast_to's
+    read-only view."""
+    if size > _FILL_MAX or x.size == 1:
+        return np.broadcast_to(x, shape)
+    out = np.empty(shape, x.dtype)
+    out[...] = x
+    return out
 
 
 def do_broadcast_in_dim(x, bdims, shape):
@@ -144,7 +165,9 @@ def iota(op):
 
 @kernel("stablehlo.broadcast_in_dim", traits=("foldable", "view", "quant_same_params", "no_rounding"))
 def broadcast_in_dim(op):
-    """spec: broadcast_in_dim. A read-only broadcast view of the operand."""
+    """spec: broadcast_in_dim. A read-only broadcast view of the operand, or
+    a filled array when the result is small and the operand is not one value
+    (broadcast_small)."""
     bdims = tuple(op.attrs["broadcast_dimensions"])
     rshape = op.result_types[0].shape
     if all(d is not None for d in rshape):
@@ -153,7 +176,7 @@ def broadcast_in_dim(op):
             # Dims keep their order (the common case): a reshape and a
             # broadcast, or the operand itself when nothing is broadcast.
             pad = (1,) * (len(rshape) - len(bdims))
-            broadcast_to = np.broadcast_to
+            size = math.prod(rshape)
 
             def run_ordered(x):
                 if x.shape == rshape:
@@ -161,8 +184,31 @@ def broadcast_in_dim(op):
                 if x.ndim != len(bdims) or any(
                         a != 1 and a != b for a, b in zip(x.shape, rshape)):
                     return do_broadcast_in_dim(x, bdims, rshape)  # raises
-                return broadcast_to(x.reshape(x.shape + pad), rshape)
+                if x.shape + pad == rshape:
+                    return x.reshape(rshape)   # nothing to broadcast
+                return broadcast_small(x.reshape(x.shape + pad), rshape, size)
             return run_ordered
+        oshape = op.operand_types[0].shape
+        if all(a < b for a, b in zip(bdims, bdims[1:])) and len(oshape) == len(bdims) \
+                and all(d is not None for d in oshape):
+            # Increasing dims with size-1 dims between them (jnp's x[None],
+            # a bias row (n,) -> (1, n)): the operand's own shape as a view.
+            oshape = tuple(int(d) for d in oshape)
+            view = [1] * len(rshape)
+            for i, d in enumerate(bdims):
+                view[d] = oshape[i]
+            view = tuple(view)
+            if all(a == 1 or a == b for a, b in zip(view, rshape)):
+                reshape_only = view == rshape
+                size = math.prod(rshape)
+
+                def run_increasing(x):
+                    if x.shape != oshape:   # a batched region's operand
+                        return do_broadcast_in_dim(x, bdims, rshape)
+                    if reshape_only:
+                        return x.reshape(rshape)
+                    return broadcast_small(x.reshape(view), rshape, size)
+                return run_increasing
         return lambda x: do_broadcast_in_dim(x, bdims, rshape)
     # A `?` result dim can only come from an operand dim mapped onto it.
     src = {d: i for i, d in enumerate(bdims)}
@@ -191,8 +237,11 @@ def reshape(op):
     if unknown > 1:
         raise Unsupported(f"reshape to {op.result_types[0]!r}: more than one `?` dim")
     target = tuple(-1 if d is None else d for d in rshape)
+    ndarray = np.ndarray
 
     def run(x):
+        if x.__class__ is ndarray:
+            return x.reshape(target)   # the method: np.reshape's dispatch costs a microsecond
         return np.reshape(x, target)
     return run
 
@@ -201,7 +250,13 @@ def reshape(op):
 def transpose(op):
     """spec: transpose. ``result.shape[i] = operand.shape[permutation[i]]`` (a view)."""
     perm = tuple(op.attrs["permutation"])
-    return lambda x: np.transpose(x, perm)
+    ndarray = np.ndarray
+
+    def run(x):
+        if x.__class__ is ndarray:
+            return x.transpose(perm)
+        return np.transpose(x, perm)
+    return run
 
 
 @kernel("stablehlo.slice", traits=("foldable", "view", "quant_same_params", "moves_elements",

@@ -1,0 +1,114 @@
+"""Fits the polynomials of ``interpreter/stablehlo_interpreter/_fastmath.c``.
+
+Each is a least-squares Chebyshev fit at 400 Chebyshev nodes of the
+function's value at 120 bits (mpmath), converted to monomials, printed as C
+arrays (highest degree first, for Horner) with the largest relative error of
+the float64 evaluation on a dense grid. The C kernels only need about 1e-12:
+an element whose float64 value lies close to a float32 rounding boundary is
+recomputed by the exact path (see the C module's header comment). Paste the
+output over the tables there.
+
+    python -m benchmarks.fastmath_fit
+"""
+
+import mpmath as mp
+import numpy as np
+from numpy.polynomial import chebyshev as cheb
+
+mp.mp.prec = 120
+
+
+def _q(t):
+    """erfc(a) e^(a^2) as a function of t = 2 / (2 + a)."""
+    a = 2 / t - 2
+    return mp.erfc(a) * mp.exp(a * a)
+
+
+def _over_root(f, at0):
+    """f(sqrt(s)) / sqrt(s) (the even part of an odd function, in s = x^2)."""
+    def g(s):
+        if s == 0:
+            return at0
+        x = mp.sqrt(s)
+        return f(x) / x
+    return g
+
+
+def _erfinv_w(w):
+    """erf_inv(x) / x as a function of w = -log(1 - x^2)."""
+    if w == 0:
+        return mp.sqrt(mp.pi) / 2
+    x = mp.sqrt(-mp.expm1(-w))
+    return mp.erfinv(x) / x
+
+
+def _erfinv_v(v):
+    """erf_inv(x) / x as a function of v = sqrt(-log(1 - x^2))."""
+    return _erfinv_w(v * v)
+
+
+def _log_s(z):
+    """log((1 + s) / (1 - s)) / s as a function of z = s^2."""
+    if z == 0:
+        return mp.mpf(2)
+    s = mp.sqrt(z)
+    return mp.log((1 + s) / (1 - s)) / s
+
+
+SQRT2 = mp.sqrt(2)
+LOG_Z = float(((SQRT2 - 1) / (SQRT2 + 1)) ** 2)
+
+# name, function, interval, degree, and whether the polynomial is in the
+# variable itself (monomials well conditioned there) or in u, the interval
+# mapped to [-1, 1] (u = v * NAME_SCALE + NAME_OFFSET).
+FITS = (
+    ("ERF_P", _over_root(mp.erf, 2 / mp.sqrt(mp.pi)), 0.0, 0.25, 7, False),
+    ("TANH_P", _over_root(mp.tanh, mp.mpf(1)), 0.0, 0.25, 11, False),
+    ("EXP_P", mp.exp, -0.35, 0.35, 9, False),
+    ("LOG_P", _log_s, 0.0, LOG_Z, 8, False),
+    # erfc(a) = e^(-a^2) Q(t), t = 2 / (2 + a), a in [0.5, 10.5] (erfc) and
+    # in [0.5, 4] (erf: narrower, a lower degree)
+    ("ERFC_Q", _q, 2 / 12.5, 2 / 2.5, 14, True),
+    ("ERF_Q", _q, 2 / 6.0, 2 / 2.5, 12, True),
+    # erf_inv(x) = x P(w), w = -log(1 - x^2) < 6.25; x P(sqrt(w)) above
+    ("ERFINV_W", _erfinv_w, 0.0, 6.25, 18, True),
+    ("ERFINV_V", _erfinv_v, 2.5, 4.1, 14, True),
+)
+
+
+def _horner(m, u):
+    r = np.full_like(u, m[-1])
+    for c in m[-2::-1]:
+        r = r * u + c
+    return r
+
+
+def fit(f, lo, hi, deg, mapped):
+    """(monomial coefficients, scale, offset, max relative error)."""
+    scale = 2 / (hi - lo)
+    offset = -lo * scale - 1
+    k = np.arange(400)
+    u = np.cos(np.pi * (k + 0.5) / 400)
+    y = np.array([float(f(mp.mpf(float(lo + (ui + 1) / scale)))) for ui in u])
+    m = cheb.cheb2poly(cheb.chebfit(u, y, deg))
+    if not mapped:   # monomials in v: substitute u = v * scale + offset
+        m = np.polynomial.Polynomial(m)(np.polynomial.Polynomial([offset, scale])).coef
+    v = np.linspace(lo, hi, 3001)
+    truth = np.array([float(f(mp.mpf(float(x)))) for x in v])
+    got = _horner(m, v * scale + offset if mapped else v)
+    return m, scale, offset, float(np.max(np.abs(got / truth - 1)))
+
+
+def main():
+    for name, f, lo, hi, deg, mapped in FITS:
+        m, scale, offset, err = fit(f, lo, hi, deg, mapped)
+        var = f"u = v * {name}_SCALE + {name}_OFFSET" if mapped else "v"
+        print(f"/* {name}: in {var}, v in [{lo:.6g}, {hi:.6g}]; max relative error {err:.2e} */")
+        if mapped:
+            print(f"#define {name}_SCALE {scale.hex()}\n#define {name}_OFFSET {offset.hex()}")
+        body = ",\n    ".join(float(c).hex() for c in m[::-1])
+        print(f"static const double {name}[{len(m)}] = {{\n    {body}}};")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,449 @@
+/* stablehlo_interpreter._fastmath: float32 erf, erfc, erf_inv, tanh and logistic,
+ * correctly rounded (the bits of the float64 detour) at vector speed.
+ *
+ * Why hand-written C: these functions have no vectorized float64 loop in
+ * numpy (erf/erfc are scipy's scalar loops, 8-15 ns per element, erf_inv
+ * scipy's ndtri, 20 ns), and a numpy-level polynomial costs one memory
+ * pass per operation (~30 passes: as slow as scipy, measured in
+ * docs/accuracy.md). Here each
+ * element is one branch-free float64 evaluation in registers, which the
+ * compiler vectorizes (4 or 8 lanes with FMA, picked at load time by
+ * target_clones), rounded once to float32.
+ *
+ * Exactness. Each kernel evaluates its function in float64 to within about
+ * 5e-13 (relative; benchmarks/fastmath_fit.py fits the polynomials and
+ * prints their errors), i.e. a few thousand float64 ULPs, while rounding to
+ * float32 drops 29 bits. An element whose float64 value lies within GUARD
+ * ULPs (2^15, eight times the error bound) of a halfway point between two
+ * float32 numbers, whose float32 result would be subnormal, or whose input
+ * is outside the kernel's domain (not finite; |x| >= 1 for erf_inv) is
+ * "flagged": its index is written to the index buffer and
+ * the caller recomputes it with the exact path (scipy / numpy in float64,
+ * rounded once). Every other element rounds to the same float32 as that
+ * path, whose float64 value is within a few ULPs of the true one. About 1
+ * element in 8000 is flagged. fma() keeps the float64 bits the same on
+ * every host: the FMA clones inline it, the default clone (x86 CPUs
+ * without FMA, other architectures) calls libm's, exact and slower;
+ * -ffp-contract=off (pyproject.toml) forbids other contractions.
+ *
+ * API (each of erf_f32, erfc_f32, erf_inv_f32, tanh_f32, logistic_f32):
+ *     n = f(x, out, idx)
+ * x: a C-contiguous buffer of float32; out: a writable C-contiguous float32
+ * buffer of the same length (it may be x itself, not a partial overlap);
+ * idx: a writable C-contiguous int64 buffer at least as long. Writes out,
+ * and the indices of the flagged elements to idx[:n]; returns n. The GIL is
+ * released while computing. No state is kept between calls.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define FM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define FM_CLONES
+#endif
+
+#define BLOCK 1024
+/* Distance (float64 ULPs) from a float32 halfway point that is flagged. */
+#define GUARD (1u << 15)
+
+/* ERF_P: in v, v in [0, 0.25]; max relative error 8.88e-16 */
+static const double ERF_P[8] = {
+    -0x1.c0b443409a375p-17,
+    0x1.f70a88ae3ba39p-14,
+    -0x1.c01c49a6f58d1p-11,
+    0x1.565b8c0d73550p-8,
+    -0x1.b82ce20a4e784p-6,
+    0x1.ce2f219e31f04p-4,
+    -0x1.812746b036091p-2,
+    0x1.20dd750429b6ap+0};
+/* TANH_P: in v, v in [0, 0.25]; max relative error 4.44e-16 */
+static const double TANH_P[12] = {
+    0x1.5287de56fdf1dp-12,
+    -0x1.882ff5eb96c3bp-12,
+    0x1.faec6cfa4491ap-16,
+    0x1.0788aae6c432ap-11,
+    -0x1.7904bc4428b10p-10,
+    0x1.d6871d86c572ap-9,
+    -0x1.226c9b72beb14p-7,
+    0x1.664f3dc5a34aep-6,
+    -0x1.ba1ba18f615d9p-5,
+    0x1.11111110e3796p-3,
+    -0x1.55555555552acp-2,
+    0x1.0000000000000p+0};
+/* EXP_P: in v, v in [-0.35, 0.35]; max relative error 2.18e-14 */
+static const double EXP_P[10] = {
+    0x1.7301f4aedc976p-19,
+    0x1.a1854ce218853p-16,
+    0x1.a01971ab53994p-13,
+    0x1.6c16257472868p-10,
+    0x1.11111130459a6p-7,
+    0x1.5555558bfd845p-5,
+    0x1.555555554a39ap-3,
+    0x1.ffffffffe52b4p-2,
+    0x1.0000000000024p+0,
+    0x1.0000000000048p+0};
+/* LOG_P: in v, v in [0, 0.0294373]; max relative error 1.11e-15 */
+static const double LOG_P[9] = {
+    0x1.c0298e0853ee7p+2,
+    -0x1.40bf0d26440bfp-1,
+    0x1.809286e5749e5p-3,
+    0x1.72c16e81d6929p-3,
+    0x1.c721b0b58f59dp-3,
+    0x1.2492448680a3bp-2,
+    0x1.9999999d93378p-2,
+    0x1.5555555554ad6p-1,
+    0x1.0000000000003p+1};
+/* ERFC_Q: in u = v * ERFC_Q_SCALE + ERFC_Q_OFFSET, v in [0.16, 0.8]; max relative error 3.36e-13 */
+#define ERFC_Q_SCALE 0x1.9000000000000p+1
+#define ERFC_Q_OFFSET -0x1.8000000000000p+0
+static const double ERFC_Q[15] = {
+    0x1.97edcd4ea184dp-28,
+    -0x1.b8397f216d822p-27,
+    -0x1.decd033dfac34p-25,
+    0x1.0f3fdd9b381c9p-22,
+    0x1.521d3a2c252b2p-23,
+    -0x1.b9fc75e0c8e92p-19,
+    0x1.98385889571b5p-19,
+    0x1.615f2306cf49cp-15,
+    -0x1.42966ccd2b6cfp-14,
+    -0x1.7ca18f24dd08bp-11,
+    0x1.c177e8cdeed76p-11,
+    0x1.502b5bdb0fd0cp-6,
+    0x1.859a2dcfc4484p-4,
+    0x1.0b89d670a7c7bp-2,
+    0x1.e8d639851d891p-3};
+/* ERF_Q: in u = v * ERF_Q_SCALE + ERF_Q_OFFSET, v in [0.333333, 0.8]; max relative error 1.72e-13 */
+#define ERF_Q_SCALE 0x1.1249249249248p+2
+#define ERF_Q_OFFSET -0x1.36db6db6db6dap+1
+static const double ERF_Q[13] = {
+    -0x1.3baa56ac3dfb5p-30,
+    0x1.ee620e0511821p-30,
+    0x1.b063891ad0823p-26,
+    -0x1.0b19c1d4c7fcep-23,
+    -0x1.461fa7db7fc5ap-22,
+    0x1.2be5d815f6a1fp-18,
+    0x1.450d61d0ec99cp-21,
+    -0x1.5344eb5d7d339p-13,
+    -0x1.ac42ab19c090ep-15,
+    0x1.09677b3bd4af3p-7,
+    0x1.e7e558df10c37p-5,
+    0x1.d9ea03ca089bap-3,
+    0x1.44712fe2caa67p-2};
+/* ERFINV_W: in u = v * ERFINV_W_SCALE + ERFINV_W_OFFSET, v in [0, 6.25]; max relative error 2.07e-14 */
+#define ERFINV_W_SCALE 0x1.47ae147ae147bp-2
+#define ERFINV_W_OFFSET -0x1.0000000000000p+0
+static const double ERFINV_W[19] = {
+    -0x1.05e10b1104d2cp-24,
+    0x1.6ba6b2bf258f4p-24,
+    0x1.e5e4107ed274cp-22,
+    -0x1.40decbf80611cp-20,
+    -0x1.368f3fd6e4834p-21,
+    0x1.e6a82c563d7a7p-18,
+    -0x1.7c4748c7831c6p-17,
+    -0x1.fa90e4d204ae6p-17,
+    0x1.87c097c37cecap-14,
+    -0x1.ea29f66d15dc0p-14,
+    -0x1.153f10d9109ccp-12,
+    0x1.431659f49111cp-10,
+    -0x1.4d5dbacbb8338p-10,
+    -0x1.0f249b42a0de0p-8,
+    0x1.23c5aec8a16f3p-6,
+    -0x1.7259ecacf6fe8p-6,
+    -0x1.e2b194562bed8p-5,
+    0x1.8040caa128babp-1,
+    0x1.a755e7c99ae3ep+0};
+/* ERFINV_V: in u = v * ERFINV_V_SCALE + ERFINV_V_OFFSET, v in [2.5, 4.1]; max relative error 1.57e-13 */
+#define ERFINV_V_SCALE 0x1.4000000000001p+0
+#define ERFINV_V_OFFSET -0x1.0800000000000p+2
+static const double ERFINV_V[15] = {
+    0x1.6401f15ba75a0p-25,
+    -0x1.69bdac624c3b3p-23,
+    0x1.5a4d825cee3d6p-24,
+    0x1.37412d4973fa6p-20,
+    -0x1.230a51491f39dp-18,
+    0x1.a2449d216ae5ap-18,
+    0x1.184446597cb9fp-17,
+    -0x1.2b0b9d12fbc38p-14,
+    0x1.c90a4cf7b4f0ep-13,
+    -0x1.e826c8d37aa69p-12,
+    0x1.c3bdaab733a84p-11,
+    -0x1.b9f47837f71bep-10,
+    0x1.964f1f5bc9202p-9,
+    0x1.9bf6893afbe46p-1,
+    0x1.912c3480d992cp+1};
+
+#define INV_LN2 0x1.71547652b82fep+0
+#define LN2_HI 0x1.62e42fee00000p-1
+#define LN2_LO 0x1.a39ef35793c76p-33
+#define SHIFTER 0x1.8p52
+#define SQRT2 0x1.6a09e667f3bcdp+0
+#define TANH_SMALL 0.5
+/* min/max without fmin's NaN rules (which keep it a libm call); NaN
+ * inputs are flagged anyway */
+static inline double lo_clamp(double v, double lo) { return v > lo ? v : lo; }
+static inline double hi_clamp(double v, double hi) { return v < hi ? v : hi; }
+
+static inline uint64_t bits64(double d) { uint64_t u; memcpy(&u, &d, 8); return u; }
+static inline double from_bits64(uint64_t u) { double d; memcpy(&d, &u, 8); return d; }
+
+#define HORNER(P, v, out) do { \
+    double acc_ = (P)[0]; \
+    _Pragma("GCC unroll 32") \
+    for (size_t k_ = 1; k_ < sizeof(P) / sizeof((P)[0]); k_++) acc_ = fma(acc_, (v), (P)[k_]); \
+    (out) = acc_; } while (0)
+
+/* e^y for |y| <= 700: y = k ln2 + r, |r| <= ln2 / 2, e^r by EXP_P. */
+static inline double exp_core(double y)
+{
+    double kd = fma(y, INV_LN2, SHIFTER);
+    uint64_t ki = bits64(kd);
+    kd -= SHIFTER;
+    double r = fma(-kd, LN2_HI, y);
+    r = fma(-kd, LN2_LO, r);
+    double p;
+    HORNER(EXP_P, r, p);
+    return p * from_bits64((ki << 52) + bits64(1.0));
+}
+
+/* log(y) for normal positive y: y = 2^e m, m in [sqrt(1/2), sqrt(2)),
+ * log(m) = s LOG_P(s^2), s = (m - 1) / (m + 1) (m - 1 is exact). */
+static inline double log_core(double y)
+{
+    uint64_t b = bits64(y);
+    /* the biased exponent as a double, without an int64 conversion (none
+     * in AVX2): 2^52 + e is exact in the low bits of 0x433... */
+    double e = from_bits64(0x4330000000000000ull | (b >> 52)) - (0x1p52 + 1023.0);
+    double m = from_bits64((b & 0x000fffffffffffffull) | 0x3ff0000000000000ull);
+    int big = m > SQRT2;
+    m = big ? 0.5 * m : m;
+    e = big ? e + 1.0 : e;
+    double s = (m - 1.0) / (m + 1.0), p;
+    HORNER(LOG_P, s * s, p);
+    return fma(e, LN2_HI, fma(s, p, e * LN2_LO));
+}
+
+/* exp(-a^2) Q(t) = erfc(a), t = 2 / (2 + a), for 0.5 <= a <= 10.5 (a^2 is
+ * exact: a is a float32) */
+#define ERFC_BIG(a, Q, SCALE, OFFSET, out) do { \
+    double q_; \
+    HORNER(Q, fma(2.0 / (2.0 + (a)), SCALE, OFFSET), q_); \
+    (out) = exp_core(-((a) * (a))) * q_; } while (0)
+
+static inline int finite32(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (u & 0x7fffffffu) < 0x7f800000u;
+}
+
+static inline double erf_d(float xf)
+{
+    double x = xf, a = fabs(x), p;
+    HORNER(ERF_P, x * x, p);
+    double small = x * p;
+    double c = hi_clamp(a, 4.0), e;
+    ERFC_BIG(c, ERF_Q, ERF_Q_SCALE, ERF_Q_OFFSET, e);
+    double big = copysign(1.0 - e, x);
+    double y = a < 0.5 ? small : big;
+    return finite32(xf) ? y : NAN;
+}
+
+static inline double erfc_d(float xf)
+{
+    double x = xf, a = fabs(x), p;
+    HORNER(ERF_P, x * x, p);
+    double small = 1.0 - x * p;
+    double c = hi_clamp(lo_clamp(a, 0.5), 10.5), e;
+    ERFC_BIG(c, ERFC_Q, ERFC_Q_SCALE, ERFC_Q_OFFSET, e);
+    double big = x > 0 ? e : 2.0 - e;
+    /* beyond 10.5 erfc is below 2^-160: +0 in float32 */
+    big = x > 10.5 ? 0.0 : big;
+    double y = a < 0.5 ? small : big;
+    return finite32(xf) ? y : NAN;
+}
+
+static inline double tanh_d(float xf)
+{
+    double x = xf, a = fabs(x), p;
+    HORNER(TANH_P, x * x, p);
+    double small = x * p;
+    /* tanh(a) = 1 - 2 / (1 + e^(2a)); tanh(10) rounds to 1 in float32 */
+    double big = copysign(1.0 - 2.0 / (1.0 + exp_core(2.0 * hi_clamp(a, 10.0))), x);
+    double y = a < TANH_SMALL ? small : big;
+    return finite32(xf) ? y : NAN;
+}
+
+static inline double logistic_d(float xf)
+{
+    double x = xf;
+    /* |x| > 120: the result rounds to 1 or to +0, as at the clamp */
+    double c = fabs(x) < 120.0 ? x : copysign(120.0, x);
+    double y = 1.0 / (1.0 + exp_core(-c));
+    return finite32(xf) ? y : NAN;
+}
+
+
+/* erf_inv(x) = x P(w), w = -log(1 - x^2) (1 - x and 1 + x are exact);
+ * |x| >= 1 and NaN give NaN (flagged: the exact path gives +-inf or NaN). */
+static inline double erfinv_d(float xf)
+{
+    double x = xf;
+    double y = (1.0 - x) * (1.0 + x);
+    int inside = fabs(x) < 1.0;
+    double w = -log_core(inside ? y : 0.5), pw, pv;
+    HORNER(ERFINV_W, fma(w, ERFINV_W_SCALE, ERFINV_W_OFFSET), pw);
+    double v = sqrt(w);
+    HORNER(ERFINV_V, fma(v, ERFINV_V_SCALE, ERFINV_V_OFFSET), pv);
+    double r = x * (w < 6.25 ? pw : pv);
+    return inside ? r : NAN;
+}
+
+/* 1 when float64 y may round to float32 differently from the exact path's
+ * float64 value: normal float32 results whose 29 dropped bits lie within
+ * GUARD of the halfway pattern 2^28; every subnormal one (below 2^-126, at
+ * least 2^-151: smaller ones round to +-0 whatever the error); NaN (a
+ * non-finite input). */
+static inline uint64_t needs_exact(double y)
+{
+    double ay = fabs(y);
+    uint64_t near = ((bits64(y) - ((1ull << 28) - GUARD)) & ((1ull << 29) - 1)) < 2ull * GUARD;
+    uint64_t normal = ay >= 0x1p-126;
+    uint64_t sub = ay >= 0x1p-151;
+    uint64_t nan = !(ay <= DBL_MAX);
+    return (normal & near) | (~normal & sub & 1u) | nan;
+}
+
+/* A block is computed into buf, then rounded (two vectorized loops: one
+ * does not if-convert); the rare block with an element to flag is scanned
+ * again for its indices. */
+#define DEFINE_LOOP(NAME, FN) \
+FM_CLONES static Py_ssize_t NAME(const float *x, float *out, int64_t *idx, Py_ssize_t n) \
+{ \
+    double buf[BLOCK]; \
+    Py_ssize_t nflag = 0; \
+    for (Py_ssize_t start = 0; start < n; start += BLOCK) { \
+        Py_ssize_t m = n - start < BLOCK ? n - start : BLOCK; \
+        const float *xs = x + start; \
+        float *os = out + start; \
+        uint64_t any = 0; \
+        for (Py_ssize_t i = 0; i < m; i++) \
+            buf[i] = FN(xs[i]); \
+        for (Py_ssize_t i = 0; i < m; i++) { \
+            os[i] = (float)buf[i]; \
+            any |= needs_exact(buf[i]); \
+        } \
+        if (any) { \
+            for (Py_ssize_t i = 0; i < m; i++) \
+                if (needs_exact(buf[i])) idx[nflag++] = start + i; \
+        } \
+    } \
+    return nflag; \
+}
+
+DEFINE_LOOP(erf_loop, erf_d)
+DEFINE_LOOP(erfc_loop, erfc_d)
+DEFINE_LOOP(tanh_loop, tanh_d)
+DEFINE_LOOP(logistic_loop, logistic_d)
+DEFINE_LOOP(erfinv_loop, erfinv_d)
+
+typedef Py_ssize_t (*loop_fn)(const float *, float *, int64_t *, Py_ssize_t);
+
+/* 1 when the buffer's format is the native type with code `code`. */
+static int format_is(const Py_buffer *v, char code)
+{
+    const char *f = v->format ? v->format : "B";
+    if (*f == '@' || *f == '=')
+        f++;
+#if PY_LITTLE_ENDIAN
+    else if (*f == '<')
+        f++;
+#else
+    else if (*f == '>' || *f == '!')
+        f++;
+#endif
+    return f[0] == code && f[1] == '\0';
+}
+
+static PyObject *run(PyObject *args, const char *name, loop_fn loop)
+{
+    PyObject *ox, *oout, *oidx;
+    if (!PyArg_ParseTuple(args, "OOO", &ox, &oout, &oidx))
+        return NULL;
+    Py_buffer bx, bo, bi;
+    if (PyObject_GetBuffer(ox, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(oout, &bo, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&bx);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(oidx, &bi, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&bx);
+        PyBuffer_Release(&bo);
+        return NULL;
+    }
+    PyObject *res = NULL;
+    Py_ssize_t n = bx.len / 4;
+    const char *xb = bx.buf, *ob = bo.buf;
+    if (bx.itemsize != 4 || !format_is(&bx, 'f') || bo.itemsize != 4 || !format_is(&bo, 'f')) {
+        PyErr_Format(PyExc_TypeError, "_fastmath.%s: x and out must be float32 buffers", name);
+    } else if (bi.itemsize != 8 || !(format_is(&bi, 'q') || format_is(&bi, 'l'))) {
+        PyErr_Format(PyExc_TypeError, "_fastmath.%s: idx must be an int64 buffer", name);
+    } else if (bo.len != bx.len || bi.len / 8 < n) {
+        PyErr_Format(PyExc_ValueError,
+                     "_fastmath.%s: x has %zd elements, out %zd and idx %zd (want %zd, >= %zd)",
+                     name, n, bo.len / 4, bi.len / 8, n, n);
+    } else if (xb != ob && xb < ob + bo.len && ob < xb + bx.len) {
+        PyErr_Format(PyExc_ValueError, "_fastmath.%s: out partially overlaps x", name);
+    } else {
+        Py_ssize_t nflag;
+        Py_BEGIN_ALLOW_THREADS
+        nflag = loop((const float *)bx.buf, (float *)bo.buf, (int64_t *)bi.buf, n);
+        Py_END_ALLOW_THREADS
+        res = PyLong_FromSsize_t(nflag);
+    }
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&bo);
+    PyBuffer_Release(&bi);
+    return res;
+}
+
+#define DEFINE_ENTRY(NAME, LOOP) \
+static PyObject *NAME(PyObject *self, PyObject *args) { (void)self; return run(args, #NAME, LOOP); }
+
+DEFINE_ENTRY(erf_f32, erf_loop)
+DEFINE_ENTRY(erfc_f32, erfc_loop)
+DEFINE_ENTRY(tanh_f32, tanh_loop)
+DEFINE_ENTRY(logistic_f32, logistic_loop)
+DEFINE_ENTRY(erf_inv_f32, erfinv_loop)
+
+#define DOC(F) F "(x, out, idx) -> n: " F " of float32 x into out; the indices of the " \
+    "n elements to recompute exactly into idx[:n]."
+
+static PyMethodDef methods[] = {
+    {"erf_f32", erf_f32, METH_VARARGS, DOC("erf")},
+    {"erfc_f32", erfc_f32, METH_VARARGS, DOC("erfc")},
+    {"tanh_f32", tanh_f32, METH_VARARGS, DOC("tanh")},
+    {"logistic_f32", logistic_f32, METH_VARARGS, DOC("logistic")},
+    {"erf_inv_f32", erf_inv_f32, METH_VARARGS, DOC("erf_inv")},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef_Slot slots[] = {
+#ifdef Py_mod_multiple_interpreters
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_fastmath",
+    "Vectorized, correctly rounded float32 erf, erfc, erf_inv, tanh and logistic "
+    "(see the C source's header comment).", 0, methods, slots, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__fastmath(void) { return PyModuleDef_Init(&module); }
