@@ -526,6 +526,10 @@ typedef struct {
    * g_const_cache without calling Python once seen; handles.release calls
    * forget(handle). */
   int constant;
+  /* live: a getter on a buffer that C answers for the buffers Execute's fast
+   * path made (g_live: ready, no error, not deleted) without calling Python:
+   * LIVE_IS_DELETED writes false, LIVE_READY_EVENT a new ready event. 0: none. */
+  int live;
   /* fast: Execute's common case (see fast_execute); NULL for other slots. */
   PyObject *fast;
   size_t fast_off[FAST_FIELDS];
@@ -553,6 +557,28 @@ static ConstEntry *const_entry(int slot, void *handle) {
   uint64_t x = (uint64_t)(uintptr_t)handle * 0x9E3779B97F4A7C15ull + (uint64_t)slot * 0xC2B2AE3D27D4EB4Full;
   return &g_const_cache[(x >> 32) & (CONST_CACHE_SIZE - 1)];
 }
+enum { LIVE_NONE = 0, LIVE_IS_DELETED = 1, LIVE_READY_EVENT = 2 };
+
+/* The buffers made by Execute's fast path that are still alive: their
+ * PJRT_Buffer_IsDeleted and PJRT_Buffer_ReadyEvent (jaxlib asks both for
+ * every output) are answered here. An output is ready and error-free when
+ * made and stays so; it leaves the set when it is deleted (buffer.py calls
+ * deleted(handle)) or released (forget). Direct-mapped: a collision drops
+ * the older entry, whose calls then go to Python, which knows the truth.
+ * Read and written under the GIL. */
+#define LIVE_SIZE 1024
+static void *g_live[LIVE_SIZE];
+
+static void **live_entry(void *handle) {
+  uint64_t x = (uint64_t)(uintptr_t)handle * 0x9E3779B97F4A7C15ull;
+  return &g_live[(x >> 32) & (LIVE_SIZE - 1)];
+}
+
+static void live_drop(void *handle) {
+  void **e = live_entry(handle);
+  if (*e == handle) *e = NULL;
+}
+
 static PyObject *g_trace_hook = NULL;
 /* Called as hook(slot_name, exception) when a Python signal handler raised
  * as a handler was about to start (Ctrl-C pressed while jaxlib was busy in
@@ -649,6 +675,30 @@ static PJRT_Error *error_from_exception(const char *slot_name) {
   Py_XDECREF(value);
   Py_XDECREF(tb);
   return err;
+}
+
+/* The PJRT_Error of a handler that raised (the exception is set). A
+ * KeyboardInterrupt (Ctrl-C while the handler's Python code ran) is not the
+ * plugin's failure: the call fails with CANCELLED and the interrupt hook
+ * (interrupt.py) arranges for KeyboardInterrupt to reach the Python caller,
+ * as for a signal pending when a call starts; raised through PJRT it would
+ * reach the user as an INTERNAL error instead of the interrupt. */
+static PJRT_Error *handler_error(const Slot *s) {
+  PyObject *etype, *evalue, *etb, *res;
+  char buf[256];
+  if (g_interrupt_hook == NULL || !PyErr_ExceptionMatches(PyExc_KeyboardInterrupt))
+    return error_from_exception(s->name);
+  PyErr_Fetch(&etype, &evalue, &etb);
+  PyErr_NormalizeException(&etype, &evalue, &etb);
+  res = PyObject_CallFunction(g_interrupt_hook, "sO", "", evalue ? evalue : Py_None);
+  if (res == NULL) PyErr_Clear();
+  Py_XDECREF(res);
+  Py_XDECREF(etype);
+  Py_XDECREF(evalue);
+  Py_XDECREF(etb);
+  snprintf(buf, sizeof buf, "stablehlo_ref: %s was interrupted (KeyboardInterrupt)",
+           s->name ? s->name : "PJRT call");
+  return error_new_cstr(CODE_CANCELLED, buf);
 }
 
 /* Writes a getter's result into the args struct; -1 with an exception set
@@ -774,6 +824,7 @@ static int fast_execute(Slot *s, char *args, PJRT_Error **err) {
       goto failed;
     }
     outs[0][i] = h;
+    if (h != NULL) *live_entry(h) = h;
     const_remember(s->device_slot, h, device);
     const_remember(s->memory_slot, h, m);
   }
@@ -784,7 +835,7 @@ static int fast_execute(Slot *s, char *args, PJRT_Error **err) {
   }
   return 1;
 failed:
-  *err = error_from_exception(s->name);
+  *err = handler_error(s);
   return 1;
 }
 
@@ -848,6 +899,17 @@ static PJRT_Error *dispatch(int slot, void *args) {
     } else if (full && s->getter != NULL) {
       void *handle = *(void *const *)((const char *)args + s->in_offset);
       ConstEntry *e = s->constant && handle != NULL ? const_entry(slot, handle) : NULL;
+      if (s->live != LIVE_NONE && handle != NULL && *live_entry(handle) == handle) {
+        char *out = (char *)args + s->out_offset[0];
+        if (s->live == LIVE_IS_DELETED) {
+          *(bool *)out = false;
+        } else {
+          void *ev = event_new(1, CODE_OK, NULL, 0, 1);
+          if (ev == NULL) err = &kOutOfMemoryError;
+          memcpy(out, &ev, sizeof ev);
+        }
+        goto done;
+      }
       if (e != NULL && e->handle == handle && e->slot == slot) {
         int i;
         for (i = 0; i < s->n_outs; i++)
@@ -858,7 +920,7 @@ static PJRT_Error *dispatch(int slot, void *args) {
       res = arg ? PyObject_CallOneArg(s->getter, arg) : NULL;
       Py_XDECREF(arg);
       if (res == NULL) {
-        err = error_from_exception(s->name);
+        err = handler_error(s);
       } else {
         if (write_getter_outputs(s, (char *)args, res) != 0) {
           err = error_from_exception(s->name);
@@ -879,7 +941,7 @@ static PJRT_Error *dispatch(int slot, void *args) {
       res = arg ? PyObject_CallOneArg(fn, arg) : NULL;
       Py_XDECREF(arg);
       if (res == NULL) {
-        err = error_from_exception(s->name);
+        err = handler_error(s);
       } else {
         if (res != Py_None) {
           /* A handler may also return a PJRT_Error* it built itself. */
@@ -941,8 +1003,9 @@ static void *const g_trampolines[MAX_SLOTS] = {
 static PyObject *py_set_slot(PyObject *self, PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"index", "name", "handler", "quiet", "direct", "args_size",
                            "getter", "in_offset", "outs", "constant", "fast", "fast_offsets",
-                           "device_slot", "memory_slot", NULL};
+                           "device_slot", "memory_slot", "live", NULL};
   int slot, quiet, n_outs = 0, i, constant = 0, device_slot = -1, memory_slot = -1;
+  int live = LIVE_NONE;
   const char *name;
   PyObject *handler, *direct = Py_None, *getter = Py_None, *outs = NULL, *fast = Py_None;
   PyObject *fast_offsets = NULL;
@@ -951,10 +1014,10 @@ static PyObject *py_set_slot(PyObject *self, PyObject *args, PyObject *kwargs) {
   int out_size[MAX_GETTER_OUTS] = {0};
   size_t fast_off[FAST_FIELDS] = {0};
   (void)self;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "isOp|OnOnOpOOii", kwlist, &slot, &name,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "isOp|OnOnOpOOiii", kwlist, &slot, &name,
                                    &handler, &quiet, &direct, &args_size, &getter, &in_offset,
                                    &outs, &constant, &fast, &fast_offsets, &device_slot,
-                                   &memory_slot))
+                                   &memory_slot, &live))
     return NULL;
   if (device_slot < -1 || device_slot >= MAX_SLOTS || memory_slot < -1 ||
       memory_slot >= MAX_SLOTS) {
@@ -1008,6 +1071,10 @@ static PyObject *py_set_slot(PyObject *self, PyObject *args, PyObject *kwargs) {
       return NULL;
     }
     n_outs = (int)PyTuple_GET_SIZE(outs);
+    if (live != LIVE_NONE && n_outs != 1) {
+      PyErr_SetString(PyExc_ValueError, "a live getter writes one field");
+      return NULL;
+    }
     for (i = 0; i < n_outs; i++) {
       Py_ssize_t off;
       int size;
@@ -1030,6 +1097,18 @@ static PyObject *py_set_slot(PyObject *self, PyObject *args, PyObject *kwargs) {
     /* Answers cached for the previous wiring go (a rare event: tracing
      * switched, a fault installed). */
     memset(g_const_cache, 0, sizeof g_const_cache);
+    if (live < LIVE_NONE || live > LIVE_READY_EVENT) {
+      free(copy);
+      PyErr_SetString(PyExc_ValueError, "live must be 0, 1 (IsDeleted) or 2 (ReadyEvent)");
+      return NULL;
+    }
+    if (live == LIVE_IS_DELETED ? out_size[0] != 1 : live == LIVE_READY_EVENT && out_size[0] != 8) {
+      free(copy);
+      PyErr_SetString(PyExc_ValueError, "a live getter's field is a bool (IsDeleted) or a "
+                      "pointer (ReadyEvent)");
+      return NULL;
+    }
+    s->live = getter != Py_None ? live : LIVE_NONE;
     s->constant = constant && getter != Py_None;
     s->fast = fast == Py_None ? NULL : (Py_INCREF(fast), fast);
     memcpy(s->fast_off, fast_off, sizeof fast_off);
@@ -1392,7 +1471,46 @@ static PyObject *py_forget(PyObject *self, PyObject *arg) {
     ConstEntry *e = const_entry(slot, handle);
     if (e->handle == handle && e->slot == slot) e->handle = NULL;
   }
+  live_drop(handle);
   Py_RETURN_NONE;
+}
+
+/* deleted(handle): a buffer is deleted (or donated): its IsDeleted and
+ * ReadyEvent are no longer answered in C. */
+static PyObject *py_deleted(PyObject *self, PyObject *arg) {
+  void *handle = PyLong_AsVoidPtr(arg);
+  (void)self;
+  if (handle == NULL) {
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+  }
+  live_drop(handle);
+  Py_RETURN_NONE;
+}
+
+/* writable_c_contiguous(obj): whether obj exports writeable, C-contiguous
+ * memory through the buffer protocol (an ndarray: flags.writeable and
+ * flags.c_contiguous, read in one call without building numpy's flags
+ * object, which Execute's fast path would do for every output). False
+ * also when obj exports no buffer (ml_dtypes element types): the caller
+ * then takes its full path. */
+static PyObject *py_writable_c_contiguous(PyObject *self, PyObject *arg) {
+  Py_buffer view;
+  (void)self;
+  if (PyObject_GetBuffer(arg, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
+    PyErr_Clear();
+    Py_RETURN_FALSE;
+  }
+  PyBuffer_Release(&view);
+  Py_RETURN_TRUE;
+}
+
+/* is_live(handle): whether C answers the buffer's IsDeleted/ReadyEvent (tests). */
+static PyObject *py_is_live(PyObject *self, PyObject *arg) {
+  void *handle = PyLong_AsVoidPtr(arg);
+  (void)self;
+  if (handle == NULL && PyErr_Occurred()) return NULL;
+  return PyBool_FromLong(handle != NULL && *live_entry(handle) == handle);
 }
 
 static PyObject *py_c_helpers(PyObject *self, PyObject *noargs) {
@@ -1482,7 +1600,7 @@ static PyMethodDef kMethods[] = {
     {"set_slot", (PyCFunction)(void (*)(void))py_set_slot, METH_VARARGS | METH_KEYWORDS,
      "set_slot(index, name, handler, quiet, direct=None, args_size=0, getter=None, "
      "in_offset=0, outs=(), constant=False, fast=None, fast_offsets=None, device_slot=-1, "
-     "memory_slot=-1) -> trampoline address"},
+     "memory_slot=-1, live=0) -> trampoline address"},
     {"c_functions", py_c_functions, METH_NOARGS,
      "Addresses of the PJRT functions implemented in C."},
     {"api_address", py_api_address, METH_NOARGS,
@@ -1509,6 +1627,12 @@ static PyMethodDef kMethods[] = {
     {"blob_data", py_blob_data, METH_O, "Address of a blob's bytes."},
     {"c_helpers", py_c_helpers, METH_NOARGS, "Addresses of C deleters."},
     {"forget", py_forget, METH_O, "forget(handle): drops the cached getter answers of handle."},
+    {"deleted", py_deleted, METH_O,
+     "deleted(handle): the buffer is deleted; C no longer answers its IsDeleted/ReadyEvent."},
+    {"writable_c_contiguous", py_writable_c_contiguous, METH_O,
+     "writable_c_contiguous(obj): whether obj exports writeable C-contiguous memory."},
+    {"is_live", py_is_live, METH_O,
+     "is_live(handle): whether C answers the buffer's IsDeleted/ReadyEvent."},
     {"read_pointer_lists", py_read_pointer_lists, METH_VARARGS,
      "read_pointer_lists(lists, n_lists, n_each) -> list of lists of addresses"},
     {"write_pointer_lists", py_write_pointer_lists, METH_VARARGS,

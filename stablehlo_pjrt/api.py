@@ -85,7 +85,7 @@ def handler(fn):
     return fn
 
 
-def getter(in_field, *out_fields, constant=False):
+def getter(in_field, *out_fields, constant=False, live=0):
     """A handler for a call that only reads the object its args name in
     ``in_field`` and writes ``out_fields`` (none: a call such as a Destroy):
     the decorated ``fn(handle)`` returns the value of the out field (a tuple
@@ -96,7 +96,11 @@ def getter(in_field, *out_fields, constant=False):
 
     ``constant``: the answer never changes while the handle is live (jaxlib
     asks some of these on every Execute): the trampoline keeps it and
-    answers later calls without Python, until ``handles.release``."""
+    answers later calls without Python, until ``handles.release``.
+
+    ``live``: a buffer getter that the trampoline answers itself for the
+    outputs of Execute's fast path while they are alive (_shim.c, g_live):
+    1 for PJRT_Buffer_IsDeleted, 2 for PJRT_Buffer_ReadyEvent."""
     def deco(fn):
         name = "PJRT_" + fn.__name__
         cls = _ARGS[name]
@@ -115,7 +119,7 @@ def getter(in_field, *out_fields, constant=False):
         handler(plain)
         GETTERS[name] = (fn, getattr(cls, in_field).offset,
                          tuple((getattr(cls, f).offset, getattr(cls, f).size)
-                               for f in out_fields), constant and bool(out_fields))
+                               for f in out_fields), constant and bool(out_fields), live)
         return fn
     return deco
 
@@ -1102,7 +1106,7 @@ def Buffer_Delete(ptr):
         trace.note(obj=buf)
 
 
-@getter("buffer", "is_deleted")
+@getter("buffer", "is_deleted", live=1)
 def Buffer_IsDeleted(h):
     return _buffer(h).deleted
 
@@ -1174,10 +1178,9 @@ def Buffer_CopyRawToHost(ptr):
     a.event = _shim.event_new(True)
 
 
-@handler
-def Buffer_ReadyEvent(ptr):
-    a = C.Buffer_ReadyEvent_Args.from_address(ptr)
-    buf = _buffer(a.buffer)
+@getter("buffer", "event", live=2)
+def Buffer_ReadyEvent(h):
+    buf = _buffer(h)
     # A pending output's event completes when its program has run (with the
     # run's error if it failed); deleted and error buffers report their
     # error, as the header asks.
@@ -1189,13 +1192,14 @@ def Buffer_ReadyEvent(ptr):
                 # A host callback asking for data queued behind its own
                 # program: refused (dispatch.wait raises), never a hang.
                 dispatch.wait(ready, str(buf))
-            a.event = ready.c_event()
+            event = ready.c_event()
         else:
-            a.event = ready_event()
+            event = ready_event()
     except PjrtError as e:
-        a.event = ready_event(e)
+        event = ready_event(e)
     if trace.ENABLED:
         trace.note(obj=buf)
+    return event
 
 
 @handler

@@ -159,6 +159,7 @@ _ORPHANS: list = []
 # Guards the transitions between a buffer's states when the worker
 # (dispatch.py) and the caller's threads both touch it: deletion, pins, the
 # data of an output arriving.
+_deleted = _shim.deleted
 _STATE = threading.Lock()
 
 
@@ -249,6 +250,7 @@ class Buffer:
             if self.deleted:
                 return
             self.deleted = True
+            _deleted(self.handle)  # the trampoline no longer answers for it
             if self.pins:
                 # Queued or running work reads the data: the last unpin()
                 # lets go of it.

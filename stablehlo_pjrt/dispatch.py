@@ -46,12 +46,11 @@ from __future__ import annotations
 
 import _thread
 import collections
-import ctypes
 import os
 import threading
 import time
 
-from . import config, shutdown, trace
+from . import config, interrupt, shutdown, trace
 from ._capi import ErrorCode
 from .error import PjrtError
 from .event import Completion
@@ -117,7 +116,10 @@ class Task:
 
 class _Worker:
     def __init__(self):
-        self.lock = threading.Lock()
+        # Reentrant: the SIGINT handler (_on_sigint -> cancel_all) runs in
+        # the main thread between any two bytecodes, also while that
+        # thread holds this lock (reserve, submit): a plain Lock deadlocks.
+        self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)   # room in the queue / drained
         self.queue: collections.deque = collections.deque()
         self.items = threading.Semaphore(0)
@@ -128,13 +130,18 @@ class _Worker:
         self.stopped = False
 
     def start(self):
-        t = threading.Thread(target=self.loop, name="stablehlo_ref-worker", daemon=True)
-        t.start()
-        self.thread = t
-        self.ident = t.ident
+        # Ctrl-C can land inside Thread.start, before or after it launched
+        # the thread: the thread itself takes the worker's place (loop), so
+        # that an interrupted start is simply retried by the next reserve()
+        # and an extra thread, if one was launched, exits at once.
+        threading.Thread(target=self.loop, name="stablehlo_ref-worker", daemon=True).start()
 
     def loop(self):
-        self.ident = threading.get_ident()
+        with self.lock:
+            if self.thread is not None:
+                return  # another start() launched the worker first
+            self.thread = threading.current_thread()
+            self.ident = threading.get_ident()
         while True:
             self.items.acquire()
             with self.lock:
@@ -163,7 +170,7 @@ class _Worker:
                     _safely(task.fail, ErrorCode.INTERNAL,
                             f"stablehlo_ref: the worker failed: {type(e).__name__}: {e}")
             # Nothing may be raised into this thread for the task after this:
-            # a Cancelled fired but not yet delivered is withdrawn. It can
+            # a Cancelled fired but not yet delivered is taken here. It can
             # still land while we get here; then the cleanup runs again.
             while True:
                 try:
@@ -185,8 +192,11 @@ class _Worker:
     def end_running(self, task):
         with self.lock:
             self.running = None
-            if task.fired:
-                _set_async_exc(self.ident, None)
+            fired = task.fired
+        if fired:
+            # Taken here if it has not landed yet (the caller loops on
+            # Cancelled); never withdrawn (interrupt.set_async_exc).
+            interrupt.raise_pending()
 
     def reserve(self):
         with self.lock:
@@ -218,7 +228,7 @@ class _Worker:
             if task is not None and task.cancelled is None:
                 task.cancelled = (code, message)
                 task.fired = True
-                _set_async_exc(self.ident, Cancelled)
+                interrupt.set_async_exc(self.ident, Cancelled)
 
     def poison(self, device, launch_id, code, message) -> bool:
         with self.lock:
@@ -258,11 +268,6 @@ def _outcome(task) -> dict:
         return describe() if describe is not None else {}
     except Exception:  # noqa: BLE001 - tracing never changes behaviour
         return {}
-
-
-def _set_async_exc(tid, exc) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(tid), ctypes.py_object(exc) if exc is not None else None)
 
 
 _worker = _Worker()

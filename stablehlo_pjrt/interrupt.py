@@ -50,9 +50,26 @@ def execute_timeout() -> float:
     return _timeout[0]
 
 
-def _set_async_exc(tid: int, exc) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(tid), ctypes.py_object(exc) if exc is not None else None)
+def set_async_exc(tid: int, exc: type[BaseException]) -> None:
+    """Raise ``exc`` in thread ``tid`` at its next eval-breaker check
+    (``PyThreadState_SetAsyncExc``).
+
+    One that is no longer wanted (the work it was to stop ended first) is
+    taken by that thread (:func:`raise_pending`, inside a ``try`` that
+    catches it), never withdrawn with ``SetAsyncExc(tid, NULL)``: CPython
+    3.11 then sets the interpreter's ``pending.async_exc`` flag, which only
+    a thread raising an asynchronous exception clears, so the eval breaker
+    stays set for good; with a trace function active (the Ctrl-C re-arm
+    below, a debugger, coverage) the next Python call then spins forever at
+    its RESUME instruction."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(exc))
+
+
+def raise_pending() -> None:
+    """A Python call: its RESUME instruction checks the eval breaker, where
+    CPython raises the calling thread's pending asynchronous exception (if
+    any). The caller must not be a function entered after the exception was
+    fired (its own RESUME would raise it first)."""
 
 
 def run_limited(fn: Callable[[], T], seconds: float) -> T:
@@ -65,7 +82,7 @@ def run_limited(fn: Callable[[], T], seconds: float) -> T:
         with lock:
             if state["running"]:
                 state["fired"] = True
-                _set_async_exc(tid, ExecutionTimeout)
+                set_async_exc(tid, ExecutionTimeout)
 
     timer = threading.Timer(seconds, fire)
     timer.daemon = True
@@ -73,11 +90,17 @@ def run_limited(fn: Callable[[], T], seconds: float) -> T:
     try:
         return fn()
     finally:
-        with lock:
-            state["running"] = False
-            if state["fired"]:
-                # Not delivered yet (the run ended first): withdraw it.
-                _set_async_exc(tid, None)
+        # Inline, not a helper: an ExecutionTimeout fired as the run ended
+        # lands at the first eval-breaker check from here on, which is
+        # inside this try (see set_async_exc).
+        try:
+            with lock:
+                state["running"] = False
+                fired = state["fired"]
+            if fired:
+                raise_pending()
+        except ExecutionTimeout:
+            pass  # fired as the run ended: the run's outcome stands
         timer.cancel()
 
 

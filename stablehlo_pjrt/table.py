@@ -76,9 +76,9 @@ def _set_slot(index: int, name: str, traced: bool = False) -> int:
                               memory_slot=C.API_FUNCTIONS.index("PJRT_Buffer_Memory"))
     if spec is None:
         return _shim.set_slot(index, name, fn, _is_quiet(name), direct, size)
-    get, in_offset, outs, constant = spec
+    get, in_offset, outs, constant, live = spec
     return _shim.set_slot(index, name, fn, _is_quiet(name), direct, size, get, in_offset, outs,
-                          constant)
+                          constant, live=live)
 
 
 # trace.add_hook/remove_hook (re)wire the table through set_tracing.

@@ -120,6 +120,32 @@ def test_signal_pending_when_a_call_starts():
                       "started')"), out
 
 
+DURING_A_HANDLER = PRELUDE + r"""
+# Ctrl-C while a handler's Python code runs (here: a handler that raises
+# it): the call fails with CANCELLED, not INTERNAL, and KeyboardInterrupt
+# reaches the caller.
+idx = (C.API_FUNCTIONS + C.SHARDINGS_EXTENSION_FUNCTIONS).index("PJRT_Client_PlatformName")
+
+def interrupted(ptr):
+    raise KeyboardInterrupt
+
+_shim.set_slot(idx, "PJRT_Client_PlatformName", interrupted, 0)
+name = C.Client_PlatformName_Args(client=client)
+err = None
+try:
+    err = slot("PJRT_Client_PlatformName", name)()
+    print("no KeyboardInterrupt", flush=True)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt; the call returned", _shim.error_info(err), flush=True)
+"""
+
+
+def test_ctrl_c_inside_a_handler():
+    out = _run(DURING_A_HANDLER)
+    assert out == ["KeyboardInterrupt; the call returned (1, 'stablehlo_ref: "
+                   "PJRT_Client_PlatformName was interrupted (KeyboardInterrupt)')"], out
+
+
 MAIN_THREAD_COMPILE = PRELUDE + r"""
 # Ctrl-C during a compile that runs on the main thread (as PyTorch/XLA and
 # loads of serialized executables do): the compile stops, the call fails

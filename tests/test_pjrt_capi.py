@@ -772,6 +772,89 @@ def test_constant_getter_answers_go_with_the_handle(client):
         assert err[0] == C.ErrorCode.INVALID_ARGUMENT and "PJRT_Buffer" in err[1]
 
 
+def test_live_output_answers_follow_deletion(client):
+    """The trampoline answers PJRT_Buffer_IsDeleted and PJRT_Buffer_ReadyEvent
+    itself for the outputs of Execute's fast path while they are alive;
+    once an output is deleted (PJRT_Buffer_Delete) Python answers again:
+    IsDeleted is true and the ready event carries the deletion error."""
+    from stablehlo_pjrt import _shim, dispatch
+
+    dispatch.set_mode("sync")  # inline: the fast path's case
+    try:
+        exe, err = compile_text(client, TWO_OUTPUTS)
+        assert err is None, err
+        bx, d1 = from_host(client, np.ones((2, 3), np.float32), C.BufferType.F32)
+        by, d2 = from_host(client, np.array(2.0, np.float32), C.BufferType.F32)
+        (s, p), err = execute(exe, [bx, by], 2)
+        assert err is None
+        assert _shim.is_live(s) and _shim.is_live(p) and not _shim.is_live(bx)
+        for b in (s, bx):  # answered in C, and by Python: the same
+            assert ok("PJRT_Buffer_IsDeleted", C.Buffer_IsDeleted_Args(buffer=b)).is_deleted \
+                is False
+            ev = ok("PJRT_Buffer_ReadyEvent", C.Buffer_ReadyEvent_Args(buffer=b)).event
+            assert _shim.event_state(ev)[:2] == (1, 0)
+            event_destroy(ev)
+        ok("PJRT_Buffer_Delete", C.Buffer_Delete_Args(buffer=s))
+        assert not _shim.is_live(s)
+        assert ok("PJRT_Buffer_IsDeleted", C.Buffer_IsDeleted_Args(buffer=s)).is_deleted is True
+        ev = ok("PJRT_Buffer_ReadyEvent", C.Buffer_ReadyEvent_Args(buffer=s)).event
+        ready, code = _shim.event_state(ev)[:2]
+        assert ready and code == C.ErrorCode.FAILED_PRECONDITION
+        event_destroy(ev)
+        destroy_buffer(p)
+        assert not _shim.is_live(p)  # released with its handle
+        for b in (bx, by, s):
+            destroy_buffer(b)
+        for d in (d1, d2):
+            event_destroy(d)
+        ok("PJRT_LoadedExecutable_Destroy", C.LoadedExecutable_Destroy_Args(executable=exe))
+    finally:
+        dispatch.set_mode("auto")
+
+
+CONSTANT = """
+module @constant {
+  func.func public @main(%a: tensor<3xf32>) -> tensor<3xf32> {
+    %c = stablehlo.constant dense<[1.0, 2.0, 3.0]> : tensor<3xf32>
+    return %c : tensor<3xf32>
+  }
+}
+"""
+
+
+def test_fast_path_outputs_own_their_memory(client):
+    """The fast path keeps a result as an output's memory only when it is
+    writeable and C-contiguous (_shim.writable_c_contiguous, the buffer
+    protocol's answer): a program returning its constant gets a copy per
+    run, never the interpreter's array."""
+    from stablehlo_pjrt import _shim, dispatch
+    from stablehlo_pjrt.buffer import Buffer
+    from stablehlo_pjrt.handles import lookup
+
+    w = _shim.writable_c_contiguous
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    frozen = a.copy()
+    frozen.flags.writeable = False
+    assert w(a) and w(np.zeros(0)) and not w(frozen) and not w(a.T) and not w(3)
+    dispatch.set_mode("sync")
+    try:
+        exe, err = compile_text(client, CONSTANT)
+        assert err is None, err
+        bx, d = from_host(client, np.zeros(3, np.float32), C.BufferType.F32)
+        (o1,), err = execute(exe, [bx], 1)
+        (o2,), err2 = execute(exe, [bx], 1)
+        assert err is None and err2 is None
+        arrays = [lookup(o, Buffer).array for o in (o1, o2)]
+        assert arrays[0] is not arrays[1] and all(v.flags.writeable for v in arrays)
+        np.testing.assert_array_equal(arrays[0], [1, 2, 3])
+        for b in (bx, o1, o2):
+            destroy_buffer(b)
+        event_destroy(d)
+        ok("PJRT_LoadedExecutable_Destroy", C.LoadedExecutable_Destroy_Args(executable=exe))
+    finally:
+        dispatch.set_mode("auto")
+
+
 def _execute_nowait(exe, buffers, n_out, launch_id=0):
     """Execute with a launch id; returns (outputs, completion event) without
     waiting for the run."""
