@@ -518,6 +518,7 @@ class Program:
         # (stablehlo.rng's generators advance from run to run, as XLA's
         # per-executable rng state does).
         self.state = {}
+        self._entry: Any = None  # call()'s view of the entry function, made at its first use
 
     @property
     def text(self) -> str:
@@ -552,6 +553,48 @@ class Program:
         """
         f, args, ctx = self._start(args, func, tracer, process, grid, cast)
         return _run_ignoring_fp_errors(f.block.run, ctx, (), args)
+
+    def call(self, args: Any) -> Any:
+        """``run(*args)``: the entry function on the sequence ``args``, with
+        the per-run work cut to the minimum for an embedder that runs one
+        program many times (the PJRT plugin's Execute): the arguments are
+        checked against the parameter types read once, and the run needs no
+        keyword handling or argument list. Anything unusual (an argument
+        :meth:`run` would convert or reject, a tracer, result validation)
+        takes :meth:`run`, so results and errors are the same."""
+        entry = self._entry
+        if entry is None:
+            entry = self._entry = self._make_entry()
+        block, types = entry
+        if len(args) != len(types) or _trace.ACTIVE is not None or _trace_env_set() \
+                or block is None:
+            return self.run(*args)
+        for a, (shape, dtype) in zip(args, types):
+            if a.__class__ is not _ndarray or a.shape != shape \
+                    or (a.dtype is not dtype and a.dtype != dtype):
+                return self.run(*args)
+        if _getrecursionlimit() < RECURSION_LIMIT:
+            _setrecursionlimit(RECURSION_LIMIT)
+        ctx = Context(self)
+        token = _ERRSTATE.set(_IGNORE_ERRORS)
+        try:
+            return block.run(ctx, (), args)
+        finally:
+            _ERRSTATE.reset(token)
+
+    def _make_entry(self) -> tuple[Any, tuple[tuple[Any, Any], ...]]:
+        """:meth:`call`'s view of the entry function: its block (None when
+        every call must take :meth:`run`) and (shape, dtype) per parameter."""
+        f = self.function(None)
+        types = []
+        for t in f.input_types:
+            if t.__class__ is not TensorType or t.quant is not None \
+                    or not all(isinstance(d, int) for d in t.shape):
+                return None, ()
+            types.append((tuple(t.shape), np.dtype(t.dtype)))
+        if _ERRSTATE is None:  # (numpy without the error-state variable)
+            return None, ()
+        return f.block, tuple(types)
 
     def check_argument(self, i: int, value: Any, func: str | None = None) -> None:
         """Raises ArgumentError when ``value`` cannot be argument #i of
