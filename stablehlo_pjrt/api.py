@@ -1042,8 +1042,7 @@ def Buffer_Destroy(h):
     if not h:
         return
     buf = _buffer(h)
-    buf.delete()
-    buf.orphan()
+    buf.destroy()
     release(h)
     if trace.ENABLED:
         trace.note(obj=buf)

@@ -117,3 +117,71 @@ def test_finished_output_sets_what_init_sets():
     finally:
         release(h)
         release(ref.handle)
+
+
+MIXED = """
+func.func @main(%a: tensor<4xf32>, %i: tensor<i32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<4xf32>) {
+  %c = stablehlo.constant dense<2.0> : tensor<f32>
+  %cb = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<f32>) -> tensor<4xf32>
+  %m = stablehlo.multiply %a, %cb : tensor<4xf32>
+  %e = stablehlo.exponential %m : tensor<4xf32>
+  %u = stablehlo.reshape %c : (tensor<f32>) -> tensor<1xf32>
+  %d = stablehlo.dynamic_update_slice %e, %u, %i : (tensor<4xf32>, tensor<1xf32>, tensor<i32>) -> tensor<4xf32>
+  %s = stablehlo.reduce(%d init: %c) applies stablehlo.add across dimensions = [0] : (tensor<4xf32>, tensor<f32>) -> tensor<f32>
+  return %d, %a, %s, %cb : tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<4xf32>
+}
+"""
+
+
+def _generated(p):
+    run = p._entry[2]
+    return getattr(run, "__code__", None) is not None and \
+        run.__code__.co_filename.startswith("<plan of")
+
+
+def test_straight_line_code_matches_the_loop():
+    """From the second call on, a short entry block runs as generated
+    straight-line code; its results are the plain loop's (run()), inputs
+    are left alone, a constant result is the constant's value."""
+    p = shi.compile(MIXED)
+    a = np.array([0.5, -1.0, 2.0, 3.0], np.float32)
+    keep = a.copy()
+    expected = p.run(a, np.array(1, np.int32))
+    for k in range(3):
+        got = p.call((a, np.array(1, np.int32)))
+        assert _generated(p) == (k > 0)
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            assert g.dtype == e.dtype and g.shape == e.shape
+            np.testing.assert_array_equal(g, e)
+    np.testing.assert_array_equal(a, keep)
+    assert got[1] is a  # an argument returned as it is, as run() returns it
+
+
+def test_straight_line_failure_is_reported_as_the_loop_reports_it(monkeypatch):
+    p = shi.compile(ADD)
+    a = np.arange(4, dtype=np.float32)
+    b = np.array(1, np.float32)
+    p.call((a, b))
+    p.call((a, b))
+    assert _generated(p)
+    block = p.functions["main"].block
+
+    def exploding(*args):
+        raise ValueError("kernel exploded")
+
+    # Both routes run the same (patched) plan: the generated code, made anew,
+    # and Block.run under run().
+    block._fast = [(k, exploding, *rest) for k, _, *rest in block._fast]
+    p._entry = None
+    with pytest.raises(shi.ExecutionError) as by_run:
+        p.run(a, b)
+    with pytest.raises(shi.ExecutionError) as by_loop:
+        p.call((a, b))  # the first call of the new entry: Block.run
+    assert not _generated(p)
+    with pytest.raises(shi.ExecutionError) as by_code:
+        p.call((a, b))
+    assert _generated(p)
+    assert str(by_code.value) == str(by_loop.value) == str(by_run.value)
+    assert "kernel exploded" in str(by_code.value)
+    assert isinstance(by_code.value.__cause__, ValueError)
