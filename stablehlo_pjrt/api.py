@@ -1039,9 +1039,11 @@ def _buffer(h) -> Buffer:
 
 @getter("buffer")
 def Buffer_Destroy(h):
-    if not h:
-        return
-    buf = _buffer(h)
+    buf = peek(h)
+    if buf.__class__ is not Buffer:  # (the hot path: one lookup, checked here)
+        if not h:
+            return
+        buf = _buffer(h)
     buf.destroy()
     release(h)
     if trace.ENABLED:
