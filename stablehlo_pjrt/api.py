@@ -1044,8 +1044,7 @@ def Buffer_Destroy(h):
         if not h:
             return
         buf = _buffer(h)
-    buf.destroy()
-    release(h)
+    buf.destroy()  # (releases the handle)
     if trace.ENABLED:
         trace.note(obj=buf)
 

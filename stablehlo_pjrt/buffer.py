@@ -19,7 +19,7 @@ from ._capi import HUGE_BYTES, BufferType, HostBufferSemantics, MemoryLayoutType
 from .device import Device, Memory
 from .error import PjrtError, failed_precondition, invalid_argument, unimplemented
 from .event import Completion
-from .handles import _objects, int64_array, maybe_lookup, register
+from .handles import _objects, int64_array, maybe_lookup, register, release
 
 # ----------------------------------------------------------------------------
 # Element types
@@ -163,6 +163,10 @@ _deleted = _shim.deleted
 _STATE = threading.Lock()
 _new_buffer = object.__new__
 _register_as = _objects.__setitem__  # handles.register without the call
+_unregister = _objects.pop
+_forget = _shim.forget
+_stats_alloc = _shim.stats_alloc
+_stats_free = _shim.stats_free
 
 
 class Buffer:
@@ -248,7 +252,7 @@ class Buffer:
         b.ready = None
         b._dims_c = None
         b._layout_c = None
-        device.allocated(nbytes)
+        _stats_alloc(device.stats, nbytes)  # device.allocated(nbytes)
         h = b.handle = id(b)
         _register_as(h, b)
         return h
@@ -293,22 +297,28 @@ class Buffer:
             self._free()
 
     def destroy(self) -> None:
-        """PJRT_Buffer_Destroy's part: :meth:`delete` then :meth:`orphan`.
-        The common case (alive, unpinned, no external reference, nothing to
-        call back when the memory goes: every output of a jitted call) is
-        done here without their calls, as they would do it."""
+        """PJRT_Buffer_Destroy: :meth:`delete`, :meth:`orphan`, then the
+        handle is released (``handles.release``). The common case (alive,
+        unpinned, no external reference, nothing to call back when the
+        memory goes: every output of a jitted call) is done here without
+        their calls, as they would do it."""
+        h = self.handle
         with _STATE:
             plain = not (self.deleted or self.pins or self.external_refs
                          or self.on_free is not None)
             if plain:
                 self.deleted = True
-                _deleted(self.handle)  # the trampoline no longer answers for it
                 self.array = None
-        if plain:
-            self.device.freed(self.nbytes)
+        if not plain:
+            self.delete()
+            self.orphan()
+            release(h)
             return
-        self.delete()
-        self.orphan()
+        # handles.release: the trampoline's answers for the handle go (its
+        # live-output answer included), then the object.
+        _forget(h)
+        _unregister(h, None)
+        _stats_free(self.device.stats, self.nbytes)  # device.freed(nbytes)
 
     def _let_go(self) -> bool:
         """Drops the data of a deleted buffer nothing pins (under _STATE);

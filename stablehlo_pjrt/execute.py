@@ -69,8 +69,7 @@ def _interrupted_text(meta) -> str:
 
 
 _active_tracer = None
-_timeout_set = interrupt.execute_timeout
-_runs_inline_now = dispatch.runs_inline_now
+_open = dispatch.fast_path_open
 
 
 def _op_tracer_active() -> bool:
@@ -197,8 +196,7 @@ class LoadedExecutable:
         plan = self._fast
         if plan is None:
             plan = self._fast = self._fast_plan()
-        if not plan or self.deleted or len(handles) != plan[0] or _timeout_set() \
-                or not _runs_inline_now(self.run_ns):
+        if not plan or self.deleted or len(handles) != plan[0] or not _open(self.run_ns):
             return None
         _, device, memories, memory_handles, buffer_types, dtypes, shapes, nbytes, program = plan
         if len(handles) == 1:  # the common case, without the list

@@ -5,6 +5,8 @@ give what the general routes give."""
 
 from __future__ import annotations
 
+import array
+
 import numpy as np
 import pytest
 
@@ -88,17 +90,18 @@ def test_call_ignores_floating_point_errors():
 def test_finished_output_sets_what_init_sets():
     """Every slot of a Buffer made by finished_output holds what __init__
     puts there (a slot added to Buffer and missed there fails here)."""
+    from stablehlo_pjrt import _shim
     from stablehlo_pjrt.buffer import Buffer
     from stablehlo_pjrt.handles import peek, release
 
-    class Dev:
+    class Dev:  # a Device's allocation statistics, nothing else
         default_memory = "memory"
 
         def __init__(self):
-            self.allocs = []
+            self.stats = array.array("q", [0, 0, 0, 0])
 
         def allocated(self, n):
-            self.allocs.append(n)
+            _shim.stats_alloc(self.stats, n)
 
     dev = Dev()
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -113,7 +116,8 @@ def test_finished_output_sets_what_init_sets():
                 continue
             assert getattr(fast, name) == getattr(ref, name), name
         assert fast.array is b
-        assert dev.allocs == [a.nbytes, b.nbytes]
+        # bytes in use, peak, allocations, largest
+        assert list(dev.stats) == [48, 48, 2, 24]
     finally:
         release(h)
         release(ref.handle)
@@ -185,3 +189,22 @@ def test_straight_line_failure_is_reported_as_the_loop_reports_it(monkeypatch):
     assert str(by_code.value) == str(by_loop.value) == str(by_run.value)
     assert "kernel exploded" in str(by_code.value)
     assert isinstance(by_code.value.__cause__, ValueError)
+
+
+def test_allocation_statistics():
+    """_shim's statistics updates (one C call each, atomic under the GIL):
+    what PJRT_Device_MemoryStats and ClearMemoryStats report; a bad buffer
+    is a ValueError, never a crash."""
+    from stablehlo_pjrt import _shim
+
+    st = array.array("q", [0, 0, 0, 0])
+    _shim.stats_alloc(st, 100)
+    _shim.stats_alloc(st, 0)
+    _shim.stats_alloc(st, 40)
+    _shim.stats_free(st, 100)
+    assert _shim.stats_read(st) == (40, 140, 3, 100)
+    assert _shim.stats_read(st, True) == (40, 140, 3, 100)
+    assert _shim.stats_read(st) == (40, 40, 0, 0)
+    for bad in (array.array("q", [0, 0, 0]), b"\0" * 32):
+        with pytest.raises((ValueError, BufferError, TypeError)):
+            _shim.stats_alloc(bad, 1)
