@@ -26,8 +26,9 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args(argv)
-    os.environ.setdefault("JAX_PLATFORMS", "cpu,stablehlo_ref")
-    import jax
+    from stablehlo_pjrt import config
+    config.default_variable(config.JAX_PLATFORMS, "cpu,stablehlo_ref")
+    import jax  # after JAX_PLATFORMS is set
     import numpy as np
 
     f = jax.jit(lambda v: v + 1)
