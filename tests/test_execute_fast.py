@@ -208,3 +208,33 @@ def test_allocation_statistics():
     for bad in (array.array("q", [0, 0, 0]), b"\0" * 32):
         with pytest.raises((ValueError, BufferError, TypeError)):
             _shim.stats_alloc(bad, 1)
+
+
+LOOP = """
+func.func @main(%x: tensor<f32>) -> tensor<f32> {
+  %limit = stablehlo.constant dense<100.0> : tensor<f32>
+  %r = stablehlo.while(%v = %x) : tensor<f32>
+    cond {
+      %c = stablehlo.compare LT, %v, %limit : (tensor<f32>, tensor<f32>) -> tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    } do {
+      %v2 = stablehlo.add %v, %v : tensor<f32>
+      stablehlo.return %v2 : tensor<f32>
+    }
+  %s = stablehlo.sine %r : tensor<f32>
+  return %s : tensor<f32>
+}
+"""
+
+
+def test_straight_line_code_with_a_kernel_taking_the_context():
+    """A step taking the execution context (a while loop, which runs its
+    regions in it) gets one in the generated code; the results are run()'s."""
+    p = shi.compile(LOOP)
+    x = np.array(3.0, np.float32)
+    (expected,) = p.run(x)
+    for _ in range(3):
+        (got,) = p.call((x,))
+        np.testing.assert_array_equal(got, expected)
+    assert _generated(p) and p._entry[3]  # needs_context
+    np.testing.assert_array_equal(expected, np.sin(np.float32(192)))
