@@ -13,6 +13,7 @@ import argparse
 import statistics
 import time
 
+import ml_dtypes
 import numpy as np
 
 import stablehlo_interpreter as shi
@@ -36,7 +37,8 @@ def _binary(op, shape, et):
 def _reduce(shape, dims, et="f32"):
     out = tuple(s for d, s in enumerate(shape) if d not in dims)
     t, o, s = _t(shape, et), _t(out, et), _t((), et)
-    return (f"func.func @main(%a: {t}) -> {o} {{\n  %z = stablehlo.constant dense<0.0> : {s}\n"
+    zero = "(0.0, 0.0)" if et.startswith("complex") else "0.0"
+    return (f"func.func @main(%a: {t}) -> {o} {{\n  %z = stablehlo.constant dense<{zero}> : {s}\n"
             f"  %0 = stablehlo.reduce(%a init: %z) applies stablehlo.add across dimensions = "
             f"{list(dims)} : ({t}, {s}) -> {o}\n  return %0 : {o}\n}}")
 
@@ -77,19 +79,42 @@ def cases():
         if np.dtype(dtype).kind == "c":
             x = x + 1j * rng.standard_normal(shape)
         return x.astype(dtype)
-    big = (1000, 1000)
+    big, mid = (1000, 1000), (100, 1000)
+    r64 = r(mid, np.float64)
     return [
         ("elementwise", "add f32 1e6", _binary("add", big, "f32"), [r(big), r(big)]),
         ("elementwise", "exponential f32 1e6", _unary("exponential", big, "f32"), [r(big)]),
         ("elementwise", "tanh f32 1e6", _unary("tanh", big, "f32"), [r(big)]),
         ("elementwise", "logistic f32 1e6", _unary("logistic", big, "f32"), [r(big)]),
-        ("elementwise", "exponential f64 1e5", _unary("exponential", (100, 1000), "f64"),
-         [r((100, 1000), np.float64)]),
-        ("elementwise", "divide complex128 1e5", _binary("divide", (100, 1000), "complex<f64>"),
-         [r((100, 1000), np.complex128), r((100, 1000), np.complex128)]),
+        ("elementwise", "exponential f64 1e5", _unary("exponential", mid, "f64"), [r64]),
+        ("elementwise", "expm1 f64 1e5", _unary("exponential_minus_one", mid, "f64"), [r64]),
+        ("elementwise", "log f64 1e5", _unary("log", mid, "f64"), [np.abs(r64)]),
+        ("elementwise", "tanh f64 1e5", _unary("tanh", mid, "f64"), [r64]),
+        ("elementwise", "sine f64 1e5", _unary("sine", mid, "f64"), [r64]),
+        ("elementwise", "power f64 1e5", _binary("power", mid, "f64"), [np.abs(r64), r64]),
+        ("elementwise", "atan2 f64 1e5", _binary("atan2", mid, "f64"), [r64, r64[::-1]]),
+        ("elementwise", "logistic f64 1e5", _unary("logistic", mid, "f64"), [r64]),
+        ("elementwise", "divide complex128 1e5", _binary("divide", mid, "complex<f64>"),
+         [r(mid, np.complex128), r(mid, np.complex128)]),
         ("reduction", "sum f32 (1000,1000) axis 1", _reduce(big, (1,)), [r(big)]),
         ("reduction", "sum f32 (1000,1000) axis 0", _reduce(big, (0,)), [r(big)]),
         ("reduction", "sum f32 1e6 to a scalar", _reduce(big, (0, 1)), [r(big)]),
+        ("reduction", "sum f64 1e6 to a scalar", _reduce(big, (0, 1), "f64"),
+         [r(big, np.float64)]),
+        ("reduction", "sum f32 (250000,4) axis 0", _reduce((250000, 4), (0,)),
+         [r((250000, 4))]),
+        ("reduction", "sum f32 (100,100,100) axes 0,2", _reduce((100, 100, 100), (0, 2)),
+         [r((100, 100, 100))]),
+        ("reduction", "sum complex64 (1000,1000) axis 1", _reduce(big, (1,), "complex<f32>"),
+         [r(big, np.complex64)]),
+        ("reduction", "sum bf16 1e6 to a scalar", _reduce(big, (0, 1), "bf16"),
+         [r(big, ml_dtypes.bfloat16)]),
+        ("reduction", "sum bf16 (1000,1000) axis 1", _reduce(big, (1,), "bf16"),
+         [r(big, ml_dtypes.bfloat16)]),
+        ("reduction", "sum f16 1e6 to a scalar", _reduce(big, (0, 1), "f16"),
+         [r(big, np.float16)]),
+        ("reduction", "sum f16 (1000,1000) axis 1", _reduce(big, (1,), "f16"),
+         [r(big, np.float16)]),
         ("window", "cumsum f32 (1000,1000) axis 1",
          _window(big, (1, 1000), (1, 1), ((0, 0), (999, 0)), big), [r(big)]),
         ("window", "3x3 sum pool f32 (8,128,128,16)",
@@ -98,6 +123,16 @@ def cases():
          [r((8, 128, 128, 16))]),
         ("contraction", "dot f32 256x256x256", _dot(256, 256, 256), [r((256, 256)), r((256, 256))]),
         ("contraction", "dot f32 64x4096x64", _dot(64, 4096, 64), [r((64, 4096)), r((4096, 64))]),
+        ("contraction", "dot f64 256x256x256", _dot(256, 256, 256, "f64"),
+         [r((256, 256), np.float64), r((256, 256), np.float64)]),
+        ("contraction", "dot f32 1024x1024x1 (matrix-vector)", _dot(1024, 1024, 1),
+         [r((1024, 1024)), r((1024, 1))]),
+        ("contraction", "dot bf16 128x128x128", _dot(128, 128, 128, "bf16"),
+         [r((128, 128), ml_dtypes.bfloat16), r((128, 128), ml_dtypes.bfloat16)]),
+        ("contraction", "dot f16 128x128x128", _dot(128, 128, 128, "f16"),
+         [r((128, 128), np.float16), r((128, 128), np.float16)]),
+        ("contraction", "dot complex64 128x128x128", _dot(128, 128, 128, "complex<f32>"),
+         [r((128, 128), np.complex64), r((128, 128), np.complex64)]),
         ("contraction", "conv f32 NHWC (8,32,32,16) 3x3 -> 16", _conv(8, 32, 16, 16, 3),
          [r((8, 32, 32, 16)), r((3, 3, 16, 16))]),
     ]

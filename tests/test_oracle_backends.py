@@ -150,7 +150,16 @@ def test_a_dot_wrong_beyond_tf32_still_differs():
     assert "dot_general" in str(rep)
 
 
-def test_float64_arguments_are_canonicalised_as_jit_does():
+@pytest.fixture
+def without_x64():
+    # Other test modules turn jax_enable_x64 on at collection.
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", False)
+    yield
+    jax.config.update("jax_enable_x64", before)
+
+
+def test_float64_arguments_are_canonicalised_as_jit_does(without_x64):
     # Without jax_enable_x64, jit runs a float64 argument as float32.
     assert not jax.config.jax_enable_x64
     a = RNG.standard_normal((32, 32))

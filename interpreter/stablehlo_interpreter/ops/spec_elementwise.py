@@ -7,10 +7,10 @@ narrower that rounding hides the double function's last-bit error, and the
 accurate kernels (correctly rounded, or numpy's float64 rounded) give the
 same bits; for float64 the C library's own last bit shows: glibc's
 ``expm1``, ``cbrt``... differ from numpy's (and numpy's SIMD loops vary by
-host). So spec mode computes float64 functions with Python's ``math``
-module, which calls the C library (glibc on Linux, as the C++ interpreter),
-one element at a time: the one spec kernel with a per-element call, costed
-in docs/numerics.md.
+host). So spec mode computes float64 functions with the C library itself
+(glibc on Linux, as the C++ interpreter): ``spec_kernels.libm``, a C loop
+(``_libm_loops``) that gives the bits of Python's ``math`` module, or
+``math`` itself one element at a time where the C module is not built.
 
 ``logistic`` is not a library function there: ``1 / (1 + exp(-x))`` with
 each step in the element type (Element.cpp ``logistic``), for every float
@@ -26,30 +26,12 @@ import numpy as np
 
 from .. import dtypes, registry
 from . import elementwise_math  # noqa: F401 - register the accurate builders first
-from .c_complex import divdc3, muldc3
+from .c_complex import muldc3
 from .elementwise import round_f64
-from .spec_kernels import is_spec
+from .spec_kernels import divdc3, is_spec, libm
 
 F64 = np.dtype(np.float64)
 F32 = np.dtype(np.float32)
-
-
-def _libm(fn, fallback):
-    """``fn`` (a ``math`` function) over a float64 array, element by
-    element; where ``math`` raises (overflow, a pole, a domain error: the C
-    function returns inf or NaN there) the numpy ufunc ``fallback`` gives
-    the IEEE special value."""
-    def one(*xs):
-        try:
-            return fn(*xs)
-        except (ValueError, OverflowError):
-            return float(fallback(*[np.float64(x) for x in xs]))
-    ufunc = np.frompyfunc(one, fallback.nin, 1)
-
-    def run(*xs):
-        xs = np.broadcast_arrays(*[np.asarray(x, F64) for x in xs])
-        return np.asarray(ufunc(*xs), dtype=object).astype(F64).reshape(xs[0].shape)
-    return run
 
 
 _LIBM = {
@@ -98,7 +80,7 @@ def _narrow(np_fn, dt):
 
 
 def _spec_libm(name, accurate):
-    fn = _libm(*_LIBM[name])
+    fn = libm(*_LIBM[name])
     cfn = _COMPLEX.get(name)
     np_fn = _LIBM[name][1]
 
@@ -117,7 +99,7 @@ def _spec_libm(name, accurate):
 
 
 def _spec_logistic(accurate):
-    exp64 = _libm(math.exp, np.exp)
+    exp64 = libm(math.exp, np.exp)
 
     def builder(op):
         dt = np.dtype(op.operand_types[0].dtype)

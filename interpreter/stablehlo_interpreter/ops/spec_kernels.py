@@ -3,7 +3,12 @@
 stablehlo/reference/Ops.cpp evaluates every op in its element type, one
 element at a time. Where the result depends on the order of float
 operations, these kernels reproduce its order, bit for bit, with whole-array
-numpy steps (never a Python loop over elements):
+numpy steps (never a Python loop over elements). Where the C module
+``stablehlo_interpreter._libm_loops`` is built (``C_LOOPS``), float32,
+float64, float16 and bfloat16 folds and contractions (complex ones too), complex division and the C library's float64
+functions run as its C loops instead: the same order, the same bits
+(tests/test_spec_loops.py), without materialising the transposed rows or the
+products:
 
 * reduce: ``acc = init; acc = body(acc, x)`` for the input elements in
   row-major order of the input index space (Ops.cpp reduceOp), so each
@@ -36,15 +41,67 @@ operator*), complex add componentwise.
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from .. import dtypes
-from .c_complex import divdc3
+from . import c_complex
 from .elementwise import _complex_multiply
+
+try:
+    from .. import _libm_loops as C_LOOPS
+except ImportError:     # not built: the numpy path below gives the same bits, slower
+    C_LOOPS = None
 
 # Products of at most this many elements are formed per block of
 # contracting indices (memory per step of a contraction).
 _BLOCK_ELEMENTS = 1 << 21
+
+
+def libm(fn, fallback):
+    """``fn`` (a ``math`` function of one or two floats) over float64 arrays
+    (broadcast together), as the C library computes it: the ``_libm_loops``
+    C loop calls the same C library function as ``math`` and reproduces its
+    special cases; without the module, ``math`` is called per element.
+    Where ``math`` raises (overflow, a pole, a domain error: the C function
+    returns inf or NaN there) the numpy ufunc ``fallback`` gives the IEEE
+    special value, on both paths."""
+    name = fn.__name__
+
+    def one(*xs):
+        try:
+            return fn(*xs)
+        except (ValueError, OverflowError):
+            return float(fallback(*[np.float64(x) for x in xs]))
+    ufunc = np.frompyfunc(one, fallback.nin, 1)
+
+    def run(*xs):
+        xs = np.broadcast_arrays(*[np.asarray(x, np.float64) for x in xs])
+        shape = xs[0].shape
+        if C_LOOPS is None:
+            return np.asarray(ufunc(*xs), dtype=object).astype(np.float64).reshape(shape)
+        flat = [np.ascontiguousarray(x).reshape(-1) for x in xs]
+        out = np.empty(flat[0].size, np.float64)
+        flag = np.empty(out.size, np.bool_)
+        loop = C_LOOPS.unary if len(flat) == 1 else C_LOOPS.binary
+        if loop(name, *flat, out, flag):
+            out[flag] = fallback(*[f[flag] for f in flat])
+        return out.reshape(shape)
+    return run
+
+
+def divdc3(a, b, c, d):
+    """``(a + bi) / (c + di)`` over float64 arrays (broadcast together) as
+    libgcc's ``__divdc3`` computes it (ops/c_complex.py ``divdc3``): the C
+    loop, or the numpy steps without it. Returns ``(real, imag)``."""
+    if C_LOOPS is None:
+        return c_complex.divdc3(a, b, c, d)
+    parts = np.broadcast_arrays(*[np.asarray(v, np.float64) for v in (a, b, c, d)])
+    shape = parts[0].shape
+    flat = [np.ascontiguousarray(v).reshape(-1) for v in parts]
+    x, y = np.empty(flat[0].size, np.float64), np.empty(flat[0].size, np.float64)
+    C_LOOPS.cdiv(*flat, x, y)
+    return x.reshape(shape), y.reshape(shape)
 
 
 def is_spec(op):
@@ -73,11 +130,48 @@ def combiner(kind, dtype):
     return lambda a, b: uf(np.asarray(a).astype(f32), np.asarray(b).astype(f32)).astype(dtype)
 
 
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+# The real element types the C loops fold and contract in.
+_C_REAL = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), _BF16)
+
+
+def _c_buffer(x):
+    """``x`` as the C loops take it: bfloat16 as its uint16 bits (numpy
+    cannot export ml_dtypes' type through the buffer protocol)."""
+    return x.view(np.uint16) if x.dtype == _BF16 else x
+
+
+def _c_foldable(kind, dtype):
+    """True when the C loops (``_libm_loops.fold``) fold ``kind`` over
+    ``dtype``: float32/float64/float16/bfloat16 add and multiply, complex
+    add (a fold of the real parts and one of the imaginary parts)."""
+    if C_LOOPS is None:
+        return False
+    if dtype in _C_REAL:
+        return True
+    return kind == "add" and dtype in (np.complex64, np.complex128)
+
+
+def _c_fold(kind, x, acc):
+    """``acc`` (kept,) folded with the rows of ``x`` (n, kept; any strides)
+    in place by the C loop (see ``_c_foldable``)."""
+    if acc.dtype.kind == "c":
+        re, im = np.ascontiguousarray(acc.real), np.ascontiguousarray(acc.imag)
+        C_LOOPS.fold(kind, x.real, re)
+        C_LOOPS.fold(kind, x.imag, im)
+        acc.real, acc.imag = re, im
+    else:
+        C_LOOPS.fold(kind, _c_buffer(x), _c_buffer(acc))
+    return acc
+
+
 def fold_rows(kind, dtype, rows):
     """Left fold of the rows of the 2-d array ``rows`` (``rows[0]`` first),
     in element type ``dtype``: ``((rows[0] op rows[1]) op rows[2]) ...``."""
     dtype = np.dtype(dtype)
     n, kept = rows.shape
+    if _c_foldable(kind, dtype) and rows.dtype == dtype:
+        return _c_fold(kind, rows[1:], np.array(rows[0], dtype))
     if dtypes.is_complex(dtype) and kind == "multiply":
         f = combiner(kind, dtype)
         acc = rows[0]
@@ -141,6 +235,12 @@ def reduce(kind, x, axes, init, dtype):
         kept *= s
     if kept == 0:
         return np.empty(out_shape, dtype)
+    if _c_foldable(kind, dtype):
+        # The input as (n, kept) rows: a view where the layout allows.
+        x = np.asarray(x)
+        x2 = np.transpose(x.astype(dtype, copy=False), axes + keep).reshape(n, kept)
+        acc = np.full(kept, np.asarray(init).astype(dtype), dtype)
+        return _c_fold(kind, x2, acc).reshape(out_shape)
     rows = np.empty((n + 1, kept), dtype)
     rows[0] = np.asarray(init).astype(dtype)
     rows[1:] = np.transpose(x, axes + keep).reshape(n, kept)
@@ -185,6 +285,11 @@ def contract(a, b, dtype, acc=None):
     dtype = np.dtype(dtype)
     B, M, K = a.shape
     N = b.shape[2]
+    if C_LOOPS is not None and (dtype in _C_REAL or dtype.kind == "c") and a.dtype == dtype \
+            and b.dtype == dtype:
+        out = np.zeros((B, M, N), dtype) if acc is None else np.array(acc, dtype, order="C")
+        C_LOOPS.contract(_c_buffer(a), _c_buffer(b), _c_buffer(out))
+        return out
     mul = combiner("multiply", dtype)
     size = B * M * N
     at = np.moveaxis(a, 2, 0)[:, :, :, None]        # (K, B, M, 1)
@@ -287,8 +392,7 @@ def _rotators(n, dtype):
     j = np.arange(n, dtype=np.float64)[:, None]
     k = np.arange(n, dtype=np.float64)[None, :]
     phase = (((-2.0 * np.pi) * j) * k) / float(n)
-    cos = np.frompyfunc(math.cos, 1, 1)(phase).astype(np.float64)
-    sin = np.frompyfunc(math.sin, 1, 1)(phase).astype(np.float64)
+    cos, sin = libm(math.cos, np.cos)(phase), libm(math.sin, np.sin)(phase)
     out = np.empty((n, n), dtype)
     out.real = cos.astype(part)
     out.imag = sin.astype(part)

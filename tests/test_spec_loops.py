@@ -1,0 +1,350 @@
+"""Spec mode's C loops (stablehlo_interpreter._libm_loops) give the bits of
+the numpy/Python path they replace, which is the one used where the module
+is not built (ops/spec_kernels.py ``C_LOOPS``).
+
+Each test runs both paths: the C loop, and the fallback with ``C_LOOPS``
+set to None. The C library functions compare bit for bit, NaN payloads
+included (both paths call the same function). Arithmetic (folds,
+contractions, complex division) compares bit for bit except that a NaN
+equals any NaN: which of two NaN operands an x86 add propagates depends on
+the operand order the compiler picks for a commutative add, and the spec
+leaves NaN signs and payloads unspecified (tests/cpp_reference.py
+``bits_equal``, the C++ differential tests' comparison, does the same).
+"""
+
+import math
+
+import cpp_reference
+import ml_dtypes
+import numpy as np
+import pytest
+
+import stablehlo_interpreter as shi
+from stablehlo_interpreter.ops import spec_elementwise, spec_kernels
+
+C = pytest.importorskip("stablehlo_interpreter._libm_loops",
+                        reason="the C loops are not built (pip install -e .)")
+
+SPECIALS = np.array([
+    0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, -3.0, 1.5, -1.5, 0.1,
+    np.inf, -np.inf, np.nan, -np.nan, 5e-324, -5e-324, 1e-310, 2.2250738585072014e-308,
+    1.7976931348623157e308, -1.7976931348623157e308, 709.78, 709.79, 710.0, -745.13, -745.14,
+    -1000.0, 1000.0, 1e300, -1e300, 1e-300, np.pi, -np.pi, 1e22, -1e22, 1e16, 1023.999,
+    1024.0, -1074.0, -1075.0, 2.0 ** 53, -(2.0 ** 53) - 2,
+])
+
+
+def _values():
+    rng = np.random.default_rng(20)
+    wide = rng.standard_normal(3000) * 10.0 ** rng.integers(-300, 300, 3000)
+    return np.concatenate([SPECIALS, wide, rng.standard_normal(3000) * 10,
+                           rng.uniform(-800, 800, 3000)])
+
+
+def _bits(a):
+    return np.ascontiguousarray(a).view(np.uint8)
+
+
+def _same(a, b):
+    """Bit for bit, any NaN equal to any NaN."""
+    return cpp_reference.bits_equal(a, b)
+
+
+@pytest.fixture
+def no_c(monkeypatch):
+    """Runs its body with the C loops switched off (the fallback path)."""
+    def off(fn, *args):
+        with monkeypatch.context() as m:
+            m.setattr(spec_kernels, "C_LOOPS", None)
+            return fn(*args)
+    return off
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("fn, fallback", [(math.exp, np.exp), (math.expm1, np.expm1),
+                                          (math.log, np.log), (math.log1p, np.log1p),
+                                          (math.sin, np.sin), (math.cos, np.cos),
+                                          (math.tan, np.tan), (math.tanh, np.tanh),
+                                          (math.cbrt, np.cbrt)], ids=lambda f: f.__name__)
+def test_unary_libm_is_math(no_c, fn, fallback):
+    x = _values()
+    run = spec_kernels.libm(fn, fallback)
+    got = run(x)
+    want = no_c(run, x)
+    assert got.dtype == want.dtype == np.float64 and got.shape == x.shape
+    assert np.array_equal(_bits(got), _bits(want))
+    # and the fallback path is math itself where math does not raise
+    ok = []
+    for v in SPECIALS:
+        try:
+            ok.append((v, fn(v)))
+        except (ValueError, OverflowError):
+            pass
+    assert ok
+    vs, rs = (np.array(c, np.float64) for c in zip(*ok))
+    assert np.array_equal(_bits(run(vs)), _bits(rs))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("fn, fallback", [(math.atan2, np.arctan2), (math.pow, np.power)],
+                         ids=lambda f: f.__name__)
+def test_binary_libm_is_math(no_c, fn, fallback):
+    s = SPECIALS
+    x, y = (a.ravel() for a in np.meshgrid(s, s))
+    v = _values()
+    x = np.concatenate([x, v, -np.abs(v)])
+    y = np.concatenate([y, np.random.default_rng(1).permutation(v), np.round(v[::-1])])
+    run = spec_kernels.libm(fn, fallback)
+    assert np.array_equal(_bits(run(x, y)), _bits(no_c(run, x, y)))
+    # broadcasting and 0-d
+    got = run(x[:7, None], y[None, :5])
+    assert got.shape == (7, 5)
+    assert np.array_equal(_bits(got), _bits(no_c(run, x[:7, None], y[None, :5])))
+    assert run(np.float64(2.0), np.float64(3.0)).shape == ()
+
+
+def _rows(rng, shape, dtype):
+    raw = rng.standard_normal(shape) * 10.0 ** rng.integers(-4, 5, shape)
+    if np.dtype(dtype).kind == "c":
+        raw = raw + 1j * raw[::-1]
+    rows = raw.astype(dtype)
+    flat = rows.reshape(-1)
+    if flat.size > 8:   # special values among the inputs
+        flat[rng.integers(0, flat.size, 4)] = np.array([np.nan, np.inf, -np.inf, -0.0]).astype(
+            dtype)
+    return rows
+
+
+FOLD_DTYPES = [np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.complex64,
+               np.complex128]
+FOLD_SHAPES = [(1, 1), (2, 1), (1000, 1), (5, 3), (300, 7), (40, 8), (33, 17), (9, 2049),
+               (3, 5000)]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("dtype", FOLD_DTYPES)
+@pytest.mark.parametrize("shape", FOLD_SHAPES)
+def test_fold_rows_is_the_numpy_fold(no_c, dtype, shape):
+    rng = np.random.default_rng(sum(shape))
+    rows = _rows(rng, shape, dtype)
+    kinds = ["add"] if np.dtype(dtype).kind == "c" else ["add", "multiply"]
+    for kind in kinds:
+        got = spec_kernels.fold_rows(kind, dtype, rows)
+        want = no_c(spec_kernels.fold_rows, kind, dtype, rows)
+        assert got.dtype == np.dtype(dtype)
+        assert _same(got, np.asarray(want).reshape(got.shape)), kind
+        # (the fallback itself is checked against an explicit loop in
+        # tests/test_spec_numerics.py)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_narrow_steps_round_like_numpy_on_every_value(no_c, dtype):
+    # Every 16-bit pattern against shuffles of every other: one add or
+    # multiply step (float32, then round to nearest even) against the
+    # numpy/ml_dtypes path.
+    every = np.arange(65536, dtype=np.uint16).view(dtype)
+    rng = np.random.default_rng(16)
+    for _ in range(4):
+        rows = np.stack([every, rng.permutation(every)])
+        for kind in ("add", "multiply"):
+            got = spec_kernels.fold_rows(kind, dtype, rows)
+            want = no_c(spec_kernels.fold_rows, kind, dtype, rows)
+            assert _same(got, want), kind
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_narrow_contraction_rounds_like_numpy_on_every_value(no_c, dtype):
+    # acc + a * w over a row of every 16-bit pattern (the vectorized row
+    # loop), a few multipliers.
+    every = np.arange(65536, dtype=np.uint16).view(dtype)
+    rng = np.random.default_rng(6)
+    w = every.reshape(1, 1, -1)
+    acc = rng.permutation(every).reshape(1, 1, -1)
+    for v in (1.0, -0.5, 3.0, 1e-3, 300.0, float(rng.standard_normal())):
+        a = np.full((1, 1, 1), v, dtype)
+        got = spec_kernels.contract(a, w, dtype, acc)
+        want = no_c(spec_kernels.contract, a, w, dtype, acc)
+        assert _same(got, want), v
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_float16_portable_conversions_equal_f16c():
+    # The C module converts float16 with F16C instructions where the CPU has
+    # them; generic=True takes its portable C conversions: the same bits.
+    every = np.arange(65536, dtype=np.uint16).view(np.float16)
+    rows = np.stack([np.random.default_rng(2).permutation(every), every])
+    for kind in ("add", "multiply"):
+        hw, portable = rows[0].copy(), rows[0].copy()
+        C.fold(kind, rows[1:], hw)
+        C.fold(kind, rows[1:], portable, True)
+        assert _same(hw, portable), kind
+    a = _rows(np.random.default_rng(4), (2, 7, 300), np.float16)
+    w = _rows(np.random.default_rng(5), (2, 300, 9), np.float16)
+    hw, portable = np.zeros((2, 7, 9), np.float16), np.zeros((2, 7, 9), np.float16)
+    C.contract(a, w, hw)
+    C.contract(a, w, portable, True)
+    assert _same(hw, portable)
+
+
+def test_fold_of_negative_zeros_is_negative_zero():
+    rows = np.full((5, 20), -0.0, np.float32)
+    r = spec_kernels.fold_rows("add", np.float32, rows)
+    assert np.all(np.signbit(r))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("dtype", FOLD_DTYPES)
+@pytest.mark.parametrize("shape, axes", [((1000,), [0]), ((30, 40), [1]), ((30, 40), [0]),
+                                         ((30, 40), [0, 1]), ((4, 5, 6), [0, 2]),
+                                         ((4, 5, 6), [1]), ((3, 1, 7, 2), [1, 3]),
+                                         ((0, 5), [0]), ((5, 0), [0])])
+def test_reduce_is_the_numpy_reduce(no_c, dtype, shape, axes):
+    rng = np.random.default_rng(len(shape) * 10 + sum(axes))
+    x = _rows(rng, shape, dtype) if np.prod(shape) else np.zeros(shape, dtype)
+    init = np.asarray(-0.0).astype(dtype)
+    kinds = ["add"] if np.dtype(dtype).kind == "c" else ["add", "multiply"]
+    for kind in kinds:
+        got = spec_kernels.reduce(kind, x, axes, init, dtype)
+        want = no_c(spec_kernels.reduce, kind, x, axes, init, dtype)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        assert _same(got, want), kind
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16])
+def test_reduce_of_reversed_and_strided_views(no_c, dtype):
+    # negative and non-unit strides reach the C loop as they are
+    x = _rows(np.random.default_rng(9), (60, 50), dtype)
+    for view in (x[::-1], x[:, ::-2], x[::3, ::-1].T, np.broadcast_to(x[0], (7, 50))):
+        for axes in ([0], [1], [0, 1]):
+            got = spec_kernels.reduce("add", view, axes, np.zeros((), dtype), dtype)
+            want = no_c(spec_kernels.reduce, "add", view, axes, np.zeros((), dtype), dtype)
+            assert _same(got, want)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16,
+                                   np.complex64, np.complex128])
+@pytest.mark.parametrize("bmkn", [(1, 1, 1, 1), (2, 3, 300, 5), (1, 17, 4, 1030), (3, 8, 0, 4),
+                                  (1, 64, 513, 64), (2, 21, 77, 1), (1, 100, 30, 15),
+                                  (1, 8, 5, 16)])
+def test_contract_is_the_numpy_contraction(no_c, dtype, bmkn):
+    B, M, K, N = bmkn
+    rng = np.random.default_rng(M * K)
+    a = _rows(rng, (B, K, M), dtype).transpose(0, 2, 1)   # strided views
+    b = _rows(rng, (B, N, K), dtype).transpose(0, 2, 1)
+    acc = _rows(rng, (B, M, N), dtype)
+    for start in (None, acc):
+        got = spec_kernels.contract(a, b, dtype, start)
+        want = no_c(spec_kernels.contract, a, b, dtype, start)
+        assert got.shape == (B, M, N) and got.dtype == np.dtype(dtype)
+        assert _same(got, want)
+
+
+@pytest.mark.parametrize("c_loops", [True, False])
+def test_contract_rounds_every_product(no_c, c_loops):
+    # acc = -1 after k = 0; at k = 1 the product (1 + 2^-12)^2 = 1 + 2^-11 +
+    # 2^-24 rounds (a tie, to even) to 1 + 2^-11, so the sum is 2^-11. A
+    # fused multiply-add would keep the 2^-24.
+    e = 1 + 2.0 ** -12
+    a = np.array([[[1.0, e]]], np.float32)        # (1, 1, 2)
+    b = np.array([[[-1.0], [e]]], np.float32)     # (1, 2, 1)
+    run = spec_kernels.contract if c_loops else lambda *xs: no_c(spec_kernels.contract, *xs)
+    assert run(a, b, np.float32)[0, 0, 0] == np.float32(2.0 ** -11)
+    assert np.float32(2.0 ** -11 + 2.0 ** -24) != np.float32(2.0 ** -11)
+
+
+def test_complex_division_is_divdc3(no_c):
+    s = np.array([0.0, -0.0, 1.0, -1.0, 3.0, 1e-310, -1e-310, 2.2250738585072014e-308,
+                  1e-300, 1e300, -1e300, 1.7976931348623157e308, 8.98846567431158e307,
+                  2.0 ** -52, 2.0 ** -53, np.inf, -np.inf, np.nan])
+    a, b, c, d = (g.ravel() for g in np.meshgrid(s, s, s, s))
+    rng = np.random.default_rng(3)
+    r = rng.standard_normal((4, 5000)) * 10.0 ** rng.integers(-307, 308, (4, 5000))
+    a, b, c, d = (np.concatenate([v, w]) for v, w in zip((a, b, c, d), r))
+    got = spec_kernels.divdc3(a, b, c, d)
+    want = no_c(spec_kernels.divdc3, a, b, c, d)
+    for g, w in zip(got, want):
+        assert _same(g, w)
+    # broadcast scalars, as spec_elementwise passes them
+    got = spec_kernels.divdc3(1.0, 0.0, c[:9].reshape(3, 3), d[:9].reshape(3, 3))
+    want = no_c(spec_kernels.divdc3, 1.0, 0.0, c[:9].reshape(3, 3), d[:9].reshape(3, 3))
+    assert got[0].shape == (3, 3)
+    for g, w in zip(got, want):
+        assert _same(g, w)
+
+
+SPEC_PROGRAM = """
+func.func @main(%a: tensor<64x128xf64>, %b: tensor<128x32xf64>) -> (tensor<64x32xf64>, tensor<f64>) {
+  %0 = stablehlo.exponential_minus_one %a : tensor<64x128xf64>
+  %1 = stablehlo.dot_general %0, %b, contracting_dims = [1] x [0]
+       : (tensor<64x128xf64>, tensor<128x32xf64>) -> tensor<64x32xf64>
+  %2 = stablehlo.atan2 %1, %1 : tensor<64x32xf64>
+  %z = stablehlo.constant dense<0.0> : tensor<f64>
+  %3 = stablehlo.reduce(%2 init: %z) applies stablehlo.add across dimensions = [0, 1]
+       : (tensor<64x32xf64>, tensor<f64>) -> tensor<f64>
+  return %1, %3 : tensor<64x32xf64>, tensor<f64>
+}
+"""
+
+
+def test_a_spec_program_is_the_same_on_both_paths(no_c):
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((64, 128)), rng.standard_normal((128, 32))
+    got = shi.compile(SPEC_PROGRAM, numerics="spec").run(a, b)
+    want = no_c(lambda: shi.compile(SPEC_PROGRAM, numerics="spec").run(a, b))
+    for g, w in zip(got, want):
+        assert _same(g, w)
+
+
+def test_spec_elementwise_uses_the_shared_libm():
+    assert spec_elementwise.libm is spec_kernels.libm
+
+
+# -- bad input: a Python exception, never a crash ---------------------------------
+
+def test_bad_buffers_raise():
+    x = np.ones(4)
+    out, flag = np.empty(4), np.empty(4, np.bool_)
+    with pytest.raises(ValueError, match="no C library function 'sqrt'"):
+        C.unary("sqrt", x, out, flag)
+    with pytest.raises(TypeError, match="float64"):
+        C.unary("exp", x.astype(np.float32), out, flag)
+    with pytest.raises(ValueError, match="lengths differ"):
+        C.unary("exp", x, np.empty(3), flag)
+    with pytest.raises((TypeError, ValueError, BufferError)):
+        C.unary("exp", x, x[::2], flag)     # not contiguous
+    ro = np.empty(4)
+    ro.flags.writeable = False
+    with pytest.raises((TypeError, ValueError, BufferError)):
+        C.unary("exp", x, ro, flag)
+    with pytest.raises(ValueError, match="no C library function 'hypot'"):
+        C.binary("hypot", x, x, out, flag)
+    with pytest.raises(ValueError, match="lengths differ"):
+        C.binary("pow", x, np.ones(5), out, flag)
+    with pytest.raises(ValueError, match="kind must be"):
+        C.fold("max", np.ones((2, 2)), np.ones(2))
+    with pytest.raises(ValueError, match="2-d float64"):
+        C.fold("add", np.ones(2), np.ones(2))
+    with pytest.raises(ValueError, match="2-d float32"):
+        C.fold("add", np.ones((2, 2)), np.ones(2, np.float32))
+    with pytest.raises(ValueError, match="acc has 3 elements"):
+        C.fold("add", np.ones((2, 2)), np.ones(3))
+    with pytest.raises(TypeError):
+        C.fold("add", np.ones((2, 2), np.int64), np.ones(2, np.int64))
+    with pytest.raises(ValueError, match="shapes do not match"):
+        C.contract(np.ones((1, 2, 3)), np.ones((1, 4, 5)), np.zeros((1, 2, 5)))
+    with pytest.raises(ValueError, match="3-d float64"):
+        C.contract(np.ones((2, 3)), np.ones((1, 3, 5)), np.zeros((1, 2, 5)))
+    with pytest.raises(TypeError):
+        C.contract(np.ones((1, 2, 3)), np.ones((1, 3, 5)), "acc")
+    with pytest.raises(TypeError, match="complex buffers fold as their real"):
+        C.fold("add", np.ones((2, 2), np.complex64), np.ones(2, np.complex64))
+    with pytest.raises(ValueError, match="3-d complex64"):
+        C.contract(np.ones((1, 2, 3)), np.ones((1, 3, 5)), np.zeros((1, 2, 5), np.complex64))
+    with pytest.raises(ValueError, match="cdiv: lengths differ"):
+        C.cdiv(x, x, x, np.ones(3), out, np.empty(4))
+    with pytest.raises(TypeError, match="float64"):
+        C.cdiv(x, x, x, x, out, np.empty(4, np.float32))
