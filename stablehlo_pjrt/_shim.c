@@ -542,11 +542,17 @@ typedef struct {
 static Slot g_slots[MAX_SLOTS];
 
 /* The constant getters' answers, keyed by (slot, handle): direct-mapped (a
- * collision replaces the older entry), read and written under the GIL. */
+ * collision replaces the older entry). Written under the GIL only
+ * (const_store, const_clear); read by any thread without it (const_load):
+ * jaxlib calls these getters with the GIL released, and taking it costs
+ * more than the rest of the call. Each entry is a sequence lock: `seq` is
+ * odd while a writer changes the entry, and a reader that sees it odd or
+ * changed across its reads takes the path through Python instead. */
 #define CONST_CACHE_SIZE 1024
 typedef struct {
+  unsigned long seq;
   void *handle; /* NULL: empty */
-  int slot;
+  long slot;
   uint64_t v[MAX_GETTER_OUTS];
 } ConstEntry;
 static ConstEntry g_const_cache[CONST_CACHE_SIZE];
@@ -557,6 +563,40 @@ static ConstEntry *const_entry(int slot, void *handle) {
   uint64_t x = (uint64_t)(uintptr_t)handle * 0x9E3779B97F4A7C15ull + (uint64_t)slot * 0xC2B2AE3D27D4EB4Full;
   return &g_const_cache[(x >> 32) & (CONST_CACHE_SIZE - 1)];
 }
+/* Under the GIL (the only writers): entry e := (handle, slot, v[0..n)). */
+static void const_store(ConstEntry *e, void *handle, int slot, const uint64_t *v, int n) {
+  unsigned long q = e->seq;
+  int i;
+  __atomic_store_n(&e->seq, q + 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  __atomic_store_n(&e->handle, handle, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->slot, (long)slot, __ATOMIC_RELAXED);
+  for (i = 0; i < MAX_GETTER_OUTS; i++)
+    __atomic_store_n(&e->v[i], i < n ? v[i] : 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->seq, q + 2, __ATOMIC_RELEASE);
+}
+
+static void const_clear(ConstEntry *e) {
+  unsigned long q = e->seq;
+  __atomic_store_n(&e->seq, q + 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  __atomic_store_n(&e->handle, NULL, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->seq, q + 2, __ATOMIC_RELEASE);
+}
+
+/* Any thread: 1 and v[0..n) when e holds (handle, slot) and no write
+ * overlapped the read; 0 otherwise (the caller asks Python). */
+static int const_load(const ConstEntry *e, void *handle, int slot, uint64_t *v, int n) {
+  unsigned long q = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
+  int i, hit;
+  if (q & 1) return 0;
+  hit = __atomic_load_n(&e->handle, __ATOMIC_RELAXED) == handle &&
+        __atomic_load_n(&e->slot, __ATOMIC_RELAXED) == (long)slot;
+  for (i = 0; i < n; i++) v[i] = __atomic_load_n(&e->v[i], __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  return hit && __atomic_load_n(&e->seq, __ATOMIC_RELAXED) == q;
+}
+
 enum { LIVE_NONE = 0, LIVE_IS_DELETED = 1, LIVE_READY_EVENT = 2 };
 
 /* The buffers made by Execute's fast path that are still alive: their
@@ -565,7 +605,7 @@ enum { LIVE_NONE = 0, LIVE_IS_DELETED = 1, LIVE_READY_EVENT = 2 };
  * made and stays so; it leaves the set when it is deleted (buffer.py calls
  * deleted(handle)) or released (forget). Direct-mapped: a collision drops
  * the older entry, whose calls then go to Python, which knows the truth.
- * Read and written under the GIL. */
+ * Written under the GIL, read by any thread (one pointer: atomic). */
 #define LIVE_SIZE 1024
 static void *g_live[LIVE_SIZE];
 
@@ -576,7 +616,13 @@ static void **live_entry(void *handle) {
 
 static void live_drop(void *handle) {
   void **e = live_entry(handle);
-  if (*e == handle) *e = NULL;
+  if (__atomic_load_n(e, __ATOMIC_RELAXED) == handle) __atomic_store_n(e, NULL, __ATOMIC_RELEASE);
+}
+
+static void live_add(void *handle) { __atomic_store_n(live_entry(handle), handle, __ATOMIC_RELEASE); }
+
+static int live_has(void *handle) {
+  return __atomic_load_n(live_entry(handle), __ATOMIC_ACQUIRE) == handle;
 }
 
 static PyObject *g_trace_hook = NULL;
@@ -750,13 +796,46 @@ static void *read_ptr(const char *p) { void *v; memcpy(&v, p, sizeof v); return 
 static size_t read_size(const char *p) { size_t v; memcpy(&v, p, sizeof v); return v; }
 
 static void const_remember(int slot, void *handle, void *value) {
-  ConstEntry *e;
+  uint64_t v = (uint64_t)(uintptr_t)value;
   if (slot < 0 || !g_slots[slot].constant || handle == NULL) return;
-  e = const_entry(slot, handle);
-  e->handle = handle;
-  e->slot = slot;
-  e->v[0] = (uint64_t)(uintptr_t)value;
-  e->v[1] = 0;
+  const_store(const_entry(slot, handle), handle, slot, &v, 1);
+}
+
+/* Writes the cached answer of a constant getter into args; 0 on a miss. */
+static int const_write(const Slot *s, char *args, const ConstEntry *e, void *handle, int slot) {
+  uint64_t v[MAX_GETTER_OUTS];
+  int i;
+  if (!const_load(e, handle, slot, v, s->n_outs)) return 0;
+  for (i = 0; i < s->n_outs; i++) memcpy(args + s->out_offset[i], &v[i], (size_t)s->out_size[i]);
+  return 1;
+}
+
+/* A getter's answer that needs no Python: a live output's IsDeleted or
+ * ReadyEvent, a constant getter's cached answer. Read without the GIL
+ * (jaxlib makes these calls with it released: taking it would cost more
+ * than the call). 1 when answered (*err set on failure), 0 otherwise (the
+ * caller then takes the GIL and does what it always does). Not for traced
+ * slots (their getter is NULL: each call goes through Python). */
+static int answer_without_python(int slot, char *args, PJRT_Error **err) {
+  const Slot *s = &g_slots[slot];
+  void *handle;
+  if (args == NULL || s->getter == NULL || (!s->constant && s->live == LIVE_NONE) ||
+      !s->args_size || *(const size_t *)args < s->args_size)
+    return 0;
+  handle = read_ptr(args + s->in_offset);
+  if (handle == NULL) return 0;
+  if (s->live != LIVE_NONE && live_has(handle)) {
+    char *out = args + s->out_offset[0];
+    if (s->live == LIVE_IS_DELETED) {
+      *(bool *)out = false;
+    } else {
+      void *ev = event_new(1, CODE_OK, NULL, 0, 1);
+      if (ev == NULL) *err = &kOutOfMemoryError;
+      memcpy(out, &ev, sizeof ev);
+    }
+    return 1;
+  }
+  return s->constant && const_write(s, args, const_entry(slot, handle), handle, slot);
 }
 
 /* PJRT_LoadedExecutable_Execute's common case without ctypes: one device
@@ -824,7 +903,7 @@ static int fast_execute(Slot *s, char *args, PJRT_Error **err) {
       goto failed;
     }
     outs[0][i] = h;
-    if (h != NULL) *live_entry(h) = h;
+    if (h != NULL) live_add(h);
     const_remember(s->device_slot, h, device);
     const_remember(s->memory_slot, h, m);
   }
@@ -846,6 +925,7 @@ static PJRT_Error *dispatch(int slot, void *args) {
   PyObject *ptype, *pvalue, *ptb, *arg, *res;
   int foreign = 0;
 
+  if (answer_without_python(slot, (char *)args, &err)) return err;
   if (python_gone() || (!PyGILState_Check() && !(foreign = foreign_enter()))) {
     /* Destroy-like calls at exit: leaking is the right thing to do. */
     if (s->quiet) return NULL;
@@ -899,7 +979,7 @@ static PJRT_Error *dispatch(int slot, void *args) {
     } else if (full && s->getter != NULL) {
       void *handle = *(void *const *)((const char *)args + s->in_offset);
       ConstEntry *e = s->constant && handle != NULL ? const_entry(slot, handle) : NULL;
-      if (s->live != LIVE_NONE && handle != NULL && *live_entry(handle) == handle) {
+      if (s->live != LIVE_NONE && handle != NULL && live_has(handle)) {
         char *out = (char *)args + s->out_offset[0];
         if (s->live == LIVE_IS_DELETED) {
           *(bool *)out = false;
@@ -910,12 +990,7 @@ static PJRT_Error *dispatch(int slot, void *args) {
         }
         goto done;
       }
-      if (e != NULL && e->handle == handle && e->slot == slot) {
-        int i;
-        for (i = 0; i < s->n_outs; i++)
-          memcpy((char *)args + s->out_offset[i], &e->v[i], (size_t)s->out_size[i]);
-        goto done;
-      }
+      if (e != NULL && const_write(s, (char *)args, e, handle, slot)) goto done;
       arg = PyLong_FromVoidPtr(handle);
       res = arg ? PyObject_CallOneArg(s->getter, arg) : NULL;
       Py_XDECREF(arg);
@@ -925,13 +1000,13 @@ static PJRT_Error *dispatch(int slot, void *args) {
         if (write_getter_outputs(s, (char *)args, res) != 0) {
           err = error_from_exception(s->name);
         } else if (e != NULL) {
+          uint64_t v[MAX_GETTER_OUTS];
           int i;
-          e->handle = handle;
-          e->slot = slot;
           for (i = 0; i < s->n_outs; i++) {
-            e->v[i] = 0;
-            memcpy(&e->v[i], (char *)args + s->out_offset[i], (size_t)s->out_size[i]);
+            v[i] = 0;
+            memcpy(&v[i], (char *)args + s->out_offset[i], (size_t)s->out_size[i]);
           }
+          const_store(e, handle, slot, v, s->n_outs);
         }
         Py_DECREF(res);
       }
@@ -1469,7 +1544,7 @@ static PyObject *py_forget(PyObject *self, PyObject *arg) {
   for (k = 0; k < g_n_const_slots; k++) {
     int slot = g_const_slots[k];
     ConstEntry *e = const_entry(slot, handle);
-    if (e->handle == handle && e->slot == slot) e->handle = NULL;
+    if (e->handle == handle && e->slot == (long)slot) const_clear(e);
   }
   live_drop(handle);
   Py_RETURN_NONE;
@@ -1505,12 +1580,82 @@ static PyObject *py_writable_c_contiguous(PyObject *self, PyObject *arg) {
   Py_RETURN_TRUE;
 }
 
+/* Device allocation statistics (device.py): a writable buffer of four
+ * int64 [bytes in use, peak bytes in use, allocations, largest allocation],
+ * updated in one C call each. Called with the GIL held and running no
+ * Python code, each update is atomic with respect to every other Python
+ * thread, which a Python method needed a lock for (two of them per call on
+ * Execute's fast path, a tenth of its Python time). */
+static int64_t *stats_of(PyObject *obj, Py_buffer *view) {
+  if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) return NULL;
+  if (view->len < (Py_ssize_t)(4 * sizeof(int64_t)) || ((uintptr_t)view->buf % sizeof(int64_t))) {
+    PyBuffer_Release(view);
+    PyErr_SetString(PyExc_ValueError, "allocation statistics: expected a writable, aligned "
+                    "buffer of four int64");
+    return NULL;
+  }
+  return (int64_t *)view->buf;
+}
+
+/* stats_alloc(stats, nbytes): one allocation of nbytes. */
+static PyObject *py_stats_alloc(PyObject *self, PyObject *args) {
+  PyObject *obj;
+  long long n;
+  Py_buffer view;
+  int64_t *st;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "OL:stats_alloc", &obj, &n)) return NULL;
+  if ((st = stats_of(obj, &view)) == NULL) return NULL;
+  st[0] += n;
+  st[2] += 1;
+  if (st[0] > st[1]) st[1] = st[0];
+  if (n > st[3]) st[3] = n;
+  PyBuffer_Release(&view);
+  Py_RETURN_NONE;
+}
+
+/* stats_free(stats, nbytes): nbytes released. */
+static PyObject *py_stats_free(PyObject *self, PyObject *args) {
+  PyObject *obj;
+  long long n;
+  Py_buffer view;
+  int64_t *st;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "OL:stats_free", &obj, &n)) return NULL;
+  if ((st = stats_of(obj, &view)) == NULL) return NULL;
+  st[0] -= n;
+  PyBuffer_Release(&view);
+  Py_RETURN_NONE;
+}
+
+/* stats_read(stats, clear): the four values as a tuple; with clear true,
+ * then the peak drops to what is in use and the counts to 0
+ * (PJRT_Device_ClearMemoryStats). */
+static PyObject *py_stats_read(PyObject *self, PyObject *args) {
+  PyObject *obj, *res;
+  int clear = 0;
+  Py_buffer view;
+  int64_t *st;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "O|p:stats_read", &obj, &clear)) return NULL;
+  if ((st = stats_of(obj, &view)) == NULL) return NULL;
+  res = Py_BuildValue("(LLLL)", (long long)st[0], (long long)st[1], (long long)st[2],
+                      (long long)st[3]);
+  if (res != NULL && clear) {
+    st[1] = st[0];
+    st[2] = 0;
+    st[3] = 0;
+  }
+  PyBuffer_Release(&view);
+  return res;
+}
+
 /* is_live(handle): whether C answers the buffer's IsDeleted/ReadyEvent (tests). */
 static PyObject *py_is_live(PyObject *self, PyObject *arg) {
   void *handle = PyLong_AsVoidPtr(arg);
   (void)self;
   if (handle == NULL && PyErr_Occurred()) return NULL;
-  return PyBool_FromLong(handle != NULL && *live_entry(handle) == handle);
+  return PyBool_FromLong(handle != NULL && live_has(handle));
 }
 
 static PyObject *py_c_helpers(PyObject *self, PyObject *noargs) {
@@ -1597,6 +1742,9 @@ static PyObject *py_call_slot_with_pending_error(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef kMethods[] = {
+    {"stats_alloc", py_stats_alloc, METH_VARARGS, NULL},
+    {"stats_free", py_stats_free, METH_VARARGS, NULL},
+    {"stats_read", py_stats_read, METH_VARARGS, NULL},
     {"set_slot", (PyCFunction)(void (*)(void))py_set_slot, METH_VARARGS | METH_KEYWORDS,
      "set_slot(index, name, handler, quiet, direct=None, args_size=0, getter=None, "
      "in_offset=0, outs=(), constant=False, fast=None, fast_offsets=None, device_slot=-1, "

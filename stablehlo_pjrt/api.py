@@ -1039,12 +1039,12 @@ def _buffer(h) -> Buffer:
 
 @getter("buffer")
 def Buffer_Destroy(h):
-    if not h:
-        return
-    buf = _buffer(h)
-    buf.delete()
-    buf.orphan()
-    release(h)
+    buf = peek(h)
+    if buf.__class__ is not Buffer:  # (the hot path: one lookup, checked here)
+        if not h:
+            return
+        buf = _buffer(h)
+    buf.destroy()  # (releases the handle)
     if trace.ENABLED:
         trace.note(obj=buf)
 

@@ -12,10 +12,15 @@ show in the PJRT trace as on XLA CPU/GPU).
 
 from __future__ import annotations
 
-import threading
+import array
 
 from . import _shim
 from .handles import CString, NamedValues, pointer_array, register
+
+_stats_alloc = _shim.stats_alloc
+_stats_free = _shim.stats_free
+_stats_read = _shim.stats_read
+_STATS = ("bytes_in_use", "peak_bytes_in_use", "num_allocs", "largest_alloc_size")
 
 DEVICE_KIND = "StableHLO reference interpreter"
 MEMORY_KIND = "device"
@@ -81,9 +86,7 @@ class Device:
     """PJRT_Device: an interpreter device (of this process: addressable)."""
 
     __slots__ = ("handle", "client", "id", "local_hardware_id", "description",
-                 "addressable", "memories", "default_memory", "memories_c", "_lock",
-                 "bytes_in_use", "peak_bytes_in_use", "num_allocs",
-                 "largest_alloc_size")
+                 "addressable", "memories", "default_memory", "memories_c", "stats")
 
     def __init__(self, client, device_id: int, local_hardware_id: int,
                  num_devices: int | None = None, process_index: int | None = None):
@@ -110,12 +113,12 @@ class Device:
             host.devices.append(self)
             self.memories.append(host)
         self.memories_c = pointer_array(m.handle for m in self.memories)
-        # Allocation statistics for PJRT_Device_MemoryStats.
-        self._lock = threading.Lock()
-        self.bytes_in_use = 0
-        self.peak_bytes_in_use = 0
-        self.num_allocs = 0
-        self.largest_alloc_size = 0
+        # Allocation statistics for PJRT_Device_MemoryStats: bytes in use,
+        # peak bytes in use, allocations, largest allocation; updated by
+        # _shim.stats_alloc/stats_free (one C call each, atomic under the
+        # GIL: no lock; the output buffers of Execute's fast path call them
+        # directly).
+        self.stats = array.array("q", [0, 0, 0, 0])
         register(self)
 
     def memory_of_kind(self, kind: str | None) -> Memory | None:
@@ -128,32 +131,18 @@ class Device:
         return None
 
     def allocated(self, nbytes: int) -> None:
-        with self._lock:
-            self.bytes_in_use += nbytes
-            self.num_allocs += 1
-            if self.bytes_in_use > self.peak_bytes_in_use:
-                self.peak_bytes_in_use = self.bytes_in_use
-            if nbytes > self.largest_alloc_size:
-                self.largest_alloc_size = nbytes
+        _stats_alloc(self.stats, nbytes)
 
     def freed(self, nbytes: int) -> None:
-        with self._lock:
-            self.bytes_in_use -= nbytes
+        _stats_free(self.stats, nbytes)
 
     def memory_stats(self) -> dict[str, int]:
         """PJRT_Device_MemoryStats' values, read together."""
-        with self._lock:
-            return {"bytes_in_use": self.bytes_in_use,
-                    "peak_bytes_in_use": self.peak_bytes_in_use,
-                    "num_allocs": self.num_allocs,
-                    "largest_alloc_size": self.largest_alloc_size}
+        return dict(zip(_STATS, _stats_read(self.stats)))
 
     def clear_memory_stats(self) -> None:
         """PJRT_Device_ClearMemoryStats: the peak drops to what is in use."""
-        with self._lock:
-            self.peak_bytes_in_use = self.bytes_in_use
-            self.num_allocs = 0
-            self.largest_alloc_size = 0
+        _stats_read(self.stats, True)
 
     def __str__(self):
         return str(self.description)

@@ -324,6 +324,22 @@ def runs_inline_now(run_ns: int) -> bool:
     return m == SYNC or _worker.stopped
 
 
+def fast_path_open(run_ns: int) -> bool:
+    """:func:`runs_inline_now`, and no time limit is set (a limited run
+    takes the full path, which watches it): Execute's fast path, in one
+    call (it asks on every Execute)."""
+    if _worker.pending:
+        return False
+    t = interrupt._timeout
+    if not t or t[0]:
+        if interrupt.execute_timeout():
+            return False
+    m = _mode[0] if _mode else mode()
+    if m == AUTO:
+        return run_ns < CHEAP_NS
+    return m == SYNC or _worker.stopped
+
+
 def reserve() -> None:
     """Takes a place in the queue for a task about to be submitted; waits
     while MAX_IN_FLIGHT tasks are in flight (KeyboardInterrupt in the main

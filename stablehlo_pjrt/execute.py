@@ -69,6 +69,7 @@ def _interrupted_text(meta) -> str:
 
 
 _active_tracer = None
+_open = dispatch.fast_path_open
 
 
 def _op_tracer_active() -> bool:
@@ -182,33 +183,44 @@ class LoadedExecutable:
                      ) -> tuple[tuple[int, ...], int, tuple[int, ...]] | None:
         """:meth:`execute` of the common case, on one device's argument
         handles (Execute's C fast path, _shim.c): one device, no donation, no
-        SPMD, no host callbacks, no time limit or op tracer, the inputs ready
-        and alive, the program cheap enough to run inline with nothing
-        queued. Returns the output handles, the device's handle and each
-        output memory's (for the trampoline's cache of constant getters), or
-        None when the call is not that case, before doing anything (the full
-        path then runs it, and reports bad arguments). The outputs are what
-        the full path makes, run by the same interpreter call."""
+        SPMD, no host callbacks, no time limit, the inputs ready and alive,
+        the program cheap enough to run inline with nothing queued. Returns
+        the output handles, the device's handle and each output memory's
+        (for the trampoline's cache of constant getters), or None when the
+        call is not that case, before doing anything (the full path then
+        runs it, and reports bad arguments). The outputs are what the full
+        path makes, run by the same interpreter. Everything that does not
+        change from call to call is decided once, in :meth:`_fast_plan`; an
+        active op tracer needs no check here: the run is inline, as the full
+        path runs it then, and the interpreter hands it the tracer."""
         plan = self._fast
         if plan is None:
             plan = self._fast = self._fast_plan()
-        if (not plan or self.deleted or len(handles) != plan[0] or interrupt.execute_timeout()
-                or not dispatch.runs_inline_now(self.run_ns) or _op_tracer_active()):
+        if not plan or self.deleted or len(handles) != plan[0] or not _open(self.run_ns):
             return None
-        _, device, memories, memory_handles, buffer_types, dtypes, shapes = plan
-        inputs = []
-        borrowed = None
-        for h in handles:
-            b = peek(h)
-            # Buffer.live_array's common case: ready, alive, no error.
-            if b.__class__ is not Buffer or b.ready is not None or b.deleted or b.error is not None:
+        _, device, memories, memory_handles, buffer_types, dtypes, shapes, nbytes, program = plan
+        if len(handles) == 1:  # the common case, without the list
+            b = peek(handles[0])
+            if b.__class__ is not Buffer or b.ready is not None or b.deleted \
+                    or b.error is not None:
                 return None
-            inputs.append(b.array)
-            if b.borrowed:  # caller-owned memory: no result may alias it
-                borrowed = [b.array] if borrowed is None else borrowed + [b.array]
+            inputs: Sequence = (b.array,)
+            borrowed = inputs if b.borrowed else None
+        else:
+            inputs = []
+            borrowed = None
+            for h in handles:
+                b = peek(h)
+                # Buffer.live_array's common case: ready, alive, no error.
+                if b.__class__ is not Buffer or b.ready is not None or b.deleted \
+                        or b.error is not None:
+                    return None
+                inputs.append(b.array)
+                if b.borrowed:  # caller-owned memory: no result may alias it
+                    borrowed = [b.array] if borrowed is None else borrowed + [b.array]
         t0 = perf_counter_ns()
         try:
-            results = self.meta.program.run(*inputs)
+            results = program.call(inputs)
         except KeyboardInterrupt:
             outputs = self._interrupted([device])[0]
             interrupt.rearm_interrupt()  # in the caller, once Execute returns
@@ -218,15 +230,29 @@ class LoadedExecutable:
         ns = perf_counter_ns() - t0
         # _ran, inline (this runs on every call)
         self.run_ns = ns if not self.run_ns else (3 * self.run_ns + ns) >> 2
+        if len(results) == 1 == len(dtypes):
+            # _owned_results of one result, inline: a new array of the
+            # declared type (dtype identity first: numpy's builtin dtypes are
+            # singletons) that is no input and no input's base.
+            r = results[0]
+            if r.__class__ is np.ndarray and r.base is None and r.shape == shapes[0] \
+                    and (r.dtype is dtypes[0] or r.dtype == dtypes[0]) \
+                    and _writable_c_contiguous(r):
+                for a in inputs:
+                    if a is r or (a.__class__ is np.ndarray and a.base is not None
+                                  and _roots_at(a, r)):
+                        break
+                else:
+                    return ((Buffer.finished_output(r, buffer_types[0], device, memories[0],
+                                                    nbytes[0]),),
+                            device.handle, memory_handles)
         owned = _owned_results(results, inputs, dtypes, shapes)
         if owned is None:  # anything unusual: the full path's checks
             owned = self._result_values(
                 results, donation.OutputOwnership(inputs, {}, borrowed or ()))
-        if len(owned) == 1:  # the common case, without the zip
-            return ((Buffer(owned[0], buffer_types[0], device, memories[0]).handle,),
-                    device.handle, memory_handles)
-        return (tuple([Buffer(v, bt, device, mem).handle
-                       for v, bt, mem in zip(owned, buffer_types, memories)]),
+        finished = Buffer.finished_output
+        return (tuple([finished(v, bt, device, mem, n)
+                       for v, bt, mem, n in zip(owned, buffer_types, memories, nbytes)]),
                 device.handle, memory_handles)
 
     def _fast_plan(self):
@@ -246,7 +272,9 @@ class LoadedExecutable:
         return (len(meta.input_types), device, tuple(memories),
                 tuple(m.handle for m in memories),
                 tuple(meta.output_buffer_types), tuple(meta.output_dtypes),
-                tuple(meta.output_shapes))
+                tuple(meta.output_shapes),
+                tuple(_size(s, d) for s, d in zip(meta.output_shapes, meta.output_dtypes)),
+                meta.program)
 
     def _execute_spanning(self, argument_lists, execute_device) -> Outputs:
         """A program whose devices span processes (distributed.execute):
@@ -375,7 +403,7 @@ class LoadedExecutable:
             if limit:
                 return interrupt.run_limited(run, limit)
             if len(devices) == 1 and not donations and meta.spmd is None and process == (0, 0):
-                return [meta.program.run(*inputs[0])]  # the common case, without run()
+                return [meta.program.call(inputs[0])]  # the common case, without run()
             return run()
         except interrupt.ExecutionTimeout:
             raise PjrtError(ErrorCode.DEADLINE_EXCEEDED, _timeout_text(meta, limit, None)) \
@@ -611,6 +639,15 @@ def _owned_results(results, inputs, dtypes, shapes) -> list | None:
                 return None
             seen.add(id(value))
     return results
+
+
+def _roots_at(a, root) -> bool:
+    """Whether ``root`` is on the chain of bases of the view ``a``."""
+    while a is not root:
+        if a.__class__ is not np.ndarray or a.base is None:
+            return False
+        a = a.base
+    return True
 
 
 def _size(shape, dtype) -> int:

@@ -659,7 +659,9 @@ def test_execute_errors_are_reported_and_recoverable(client, monkeypatch):
         raise shi.ExecutionError("stablehlo.divide at loc(\"f.py\":3): division exploded",
                                  op_name="stablehlo.divide")
 
+    # The plugin enters the interpreter through Program.call (and run).
     monkeypatch.setattr(meta.program, "run", failing_run)
+    monkeypatch.setattr(meta.program, "call", lambda args: failing_run(*args))
     _, err = execute(exe, [bx, by], 2)
     assert err is not None
     assert err[0] == C.ErrorCode.INTERNAL

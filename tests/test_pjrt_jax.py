@@ -475,18 +475,25 @@ def failing_execute_then_working_call():
     jax, jnp, np = _jax()
     import stablehlo_interpreter as shi
     dev = jax.devices("stablehlo_ref")[0]
-    original = shi.Program.run
+    original, original_call = shi.Program.run, shi.Program.call
     state = {"armed": True}
 
-    def run(self, *args, **kwargs):
+    def fail_once():
         if state["armed"]:
             state["armed"] = False
             raise shi.ExecutionError(
                 'stablehlo.divide at loc("model.py":12): injected failure for the test',
                 op_name="stablehlo.divide")
+
+    def run(self, *args, **kwargs):
+        fail_once()
         return original(self, *args, **kwargs)
 
-    shi.Program.run = run
+    def call(self, args):  # the plugin's entry (Program.call; run when it hands over)
+        fail_once()
+        return original_call(self, args)
+
+    shi.Program.run, shi.Program.call = run, call
     try:
         with jax.default_device(dev):
             f = jax.jit(lambda x: x / 2)
@@ -500,7 +507,7 @@ def failing_execute_then_working_call():
                 raise AssertionError("failing execution did not raise")
             np.testing.assert_array_equal(np.asarray(f(np.ones(3, np.float32))), [0.5] * 3)
     finally:
-        shi.Program.run = original
+        shi.Program.run, shi.Program.call = original, original_call
 
 
 @check("basic")

@@ -12,6 +12,7 @@ owns the region passes them in, so every block runs in a frame of its own.
 
 from __future__ import annotations
 
+import builtins as _builtins
 import re
 import threading
 from itertools import chain as _chain
@@ -382,6 +383,11 @@ class Block:
             raise _wrap(e, self._failed_step(fn, out)) from e
         return [env[i] for i in self.result_slots]
 
+    def _run_args(self, ctx, args):
+        """``run(ctx, (), args)``: the signature of :func:`_straight_line`'s
+        functions."""
+        return self.run(ctx, (), args)
+
     def _run_observed(self, ctx, env):
         tracer = ctx.tracer
         if tracer is not None and hasattr(tracer, "enter_block"):
@@ -475,6 +481,101 @@ def _validate(op, results, batched=0):
                 f"expected {t!r}", op.name, op.location)
 
 
+# Entry blocks of at most this many steps run as generated straight-line
+# code in Program.call (see _straight_line); longer ones take Block.run.
+STRAIGHT_MAX_STEPS = 64
+
+
+def _straight_line(block: Block) -> Any:
+    """``block.run(ctx, (), args)`` of a function body as one generated
+    Python function ``run(ctx, args)``: each step a line calling its kernel
+    on local variables, constants as globals of the function. None when a
+    step is of a kind the generated code does not cover (a call handing
+    over its arguments, several results) or the plan is long (the source
+    grows with it; the loop's per-step cost is then a small part).
+
+    Why: for a program of a few small ops (a jitted ``x + 1`` called in a
+    loop) the plain loop's frame list, step tuples and branches cost more
+    than the kernels. The generated function does what the loop does, in
+    the same order: a dying slot is dropped at the same step (its local set
+    to None), an operand dying at a donating step is updated in place on the
+    same condition, and a failing step is reported as the loop reports it
+    (``_i`` holds the step's index)."""
+    fast = block._fast_steps()
+    if len(fast) > STRAIGHT_MAX_STEPS or block.capture_slots:
+        return None
+    template = block.template
+    ns: dict[str, Any] = {"_ndarray": _ndarray, "_getrefcount": _getrefcount}
+
+    uses_context = []
+
+    def ref(slot):
+        if slot == 0:
+            uses_context.append(slot)
+            return "ctx"
+        if template[slot] is not None:
+            ns[f"c{slot}"] = template[slot]
+            return f"c{slot}"
+        return f"s{slot}"
+
+    lines = ["def run(ctx, args):"]
+    if block.arg_slots:
+        lines.append(f"    {', '.join(ref(a) for a in block.arg_slots)}, = args")
+    lines.append("    _i = 0")
+    lines.append("    try:")
+    for i, (kind, fn, a, b, c, out, dead) in enumerate(fast):
+        ns[f"f{i}"] = fn
+        lines.append(f"        _i = {i}")
+        if kind in (CALL_1, CALL_2, CALL_3):
+            ins = ", ".join(ref(x) for x in (a, b, c)[:kind])
+            lines.append(f"        s{out} = f{i}({ins})")
+        elif kind == CALL_N:
+            lines.append(f"        s{out} = f{i}({''.join(ref(x) + ', ' for x in a)})")
+        elif kind == DONATE_FIRST:
+            ns[f"d{i}"] = c
+            rest = "".join(", " + ref(x) for x in b)
+            lines += [f"        x = {ref(a)}",
+                      f"        {ref(a)} = None",
+                      "        if x.__class__ is _ndarray and x.base is None "
+                      "and x.flags.writeable and _getrefcount(x) == 2:",
+                      f"            s{out} = d{i}(x{rest})",
+                      "        else:",
+                      f"            s{out} = f{i}(x{rest})",
+                      "        x = None"]
+        else:
+            return None
+        for d in dead:
+            if d != 0 and template[d] is None:
+                lines.append(f"        s{d} = None")
+    lines.append(f"        return [{', '.join(ref(r) for r in block.result_slots)}]")
+    lines.append("    except Exception as e:")
+    lines.append("        raise _failure(e, _i)")
+    ns["_failure"] = lambda e, i: _step_failure(block, fast, e, i)
+    code = _builtins.compile("\n".join(lines) + "\n", f"<plan of {block.name}>", "exec")
+    exec(code, ns)  # noqa: S102 - our own generated source
+    run = ns["run"]
+    run.needs_context = bool(uses_context)
+    return run
+
+
+def _step_failure(block, fast, e, i):
+    """The exception Block.run raises when step ``i`` of ``fast`` raised
+    ``e`` (the generated code raises it; its cause is set as the loop sets
+    it)."""
+    if isinstance(e, InterpreterError):
+        return e
+    _, fn, _, _, _, out, _ = fast[i]
+    step = block._failed_step(fn, out)
+    if isinstance(e, RecursionError):
+        err = ExecutionError("recursion too deep") if step is None else ExecutionError(
+            f"{step.op.where()}: recursion too deep", step.op.name, step.op.location)
+        err.__suppress_context__ = True
+        return err
+    err = _wrap(e, step)
+    err.__cause__ = e
+    return err
+
+
 def _wrap(e, step):
     if step is None:
         return ExecutionError(f"{type(e).__name__}: {e}")
@@ -518,6 +619,7 @@ class Program:
         # (stablehlo.rng's generators advance from run to run, as XLA's
         # per-executable rng state does).
         self.state = {}
+        self._entry: Any = None  # call()'s view of the entry function, made at its first use
 
     @property
     def text(self) -> str:
@@ -552,6 +654,70 @@ class Program:
         """
         f, args, ctx = self._start(args, func, tracer, process, grid, cast)
         return _run_ignoring_fp_errors(f.block.run, ctx, (), args)
+
+    def call(self, args: Any) -> Any:
+        """``run(*args)``: the entry function on the sequence ``args``, with
+        the per-run work cut to the minimum for an embedder that runs one
+        program many times (the PJRT plugin's Execute): the arguments are
+        checked against the parameter types read once, and the run needs no
+        keyword handling or argument list. Anything unusual (an argument
+        :meth:`run` would convert or reject, a tracer, result validation)
+        takes :meth:`run`, so results and errors are the same."""
+        entry = self._entry
+        if entry is None:
+            entry = self._entry = self._make_entry()
+        block, types, run, needs_context = entry
+        if len(args) != len(types) or _trace.ACTIVE is not None or _trace_env_set() \
+                or block is None:
+            return self.run(*args)
+        for a, (shape, dtype) in zip(args, types):
+            if a.__class__ is not _ndarray or a.shape != shape \
+                    or (a.dtype is not dtype and a.dtype != dtype):
+                return self.run(*args)
+        if _getrecursionlimit() < RECURSION_LIMIT:
+            _setrecursionlimit(RECURSION_LIMIT)
+        if not run or _DEBUG_VALIDATE:
+            run = self._next_entry_run(block)
+        ctx = Context(self) if needs_context or _DEBUG_VALIDATE else None
+        token = _ERRSTATE.set(_IGNORE_ERRORS)
+        try:
+            return run(ctx, args)
+        finally:
+            _ERRSTATE.reset(token)
+
+    def _next_entry_run(self, block: Any) -> Any:
+        """The function :meth:`call` runs the entry block with: Block.run at
+        the first call (and under result validation, which only that loop
+        does); from the second on, its straight-line code when it has one
+        (a program run once does not pay for generating it)."""
+        if _DEBUG_VALIDATE or self._entry[2] is None:
+            if self._entry[2] is None:
+                self._entry = (block, self._entry[1], False, True)
+            return block._run_args
+        run = _straight_line(block)
+        if run is None:
+            self._entry = (block, self._entry[1], block._run_args, True)
+            return block._run_args
+        # A plan no step of which takes the context runs without one.
+        self._entry = (block, self._entry[1], run, run.needs_context)
+        return run
+
+    def _make_entry(self) -> tuple[Any, tuple[tuple[Any, Any], ...], Any, bool]:
+        """:meth:`call`'s view of the entry function: its block (None when
+        every call must take :meth:`run`), (shape, dtype) per parameter, and
+        the function running the block (None: not decided yet; False: the
+        first call took Block.run; see :meth:`_next_entry_run`), and whether
+        that function needs the execution context."""
+        f = self.function(None)
+        types = []
+        for t in f.input_types:
+            if t.__class__ is not TensorType or t.quant is not None \
+                    or not all(isinstance(d, int) for d in t.shape):
+                return None, (), None, True
+            types.append((tuple(t.shape), np.dtype(t.dtype)))
+        if _ERRSTATE is None:  # (numpy without the error-state variable)
+            return None, (), None, True
+        return f.block, tuple(types), None, True
 
     def check_argument(self, i: int, value: Any, func: str | None = None) -> None:
         """Raises ArgumentError when ``value`` cannot be argument #i of

@@ -1,0 +1,240 @@
+"""The per-call shortcuts of a cached executable's Execute: Program.call
+(the interpreter's entry without run()'s keyword and argument handling) and
+Buffer.finished_output (an output buffer built without __init__'s branches)
+give what the general routes give."""
+
+from __future__ import annotations
+
+import array
+
+import numpy as np
+import pytest
+
+import stablehlo_interpreter as shi
+from stablehlo_interpreter import ArgumentError, OpTracer, use_tracer
+
+ADD = """
+func.func @main(%a: tensor<4xf32>, %b: tensor<f32>) -> tensor<4xf32> {
+  %bb = stablehlo.broadcast_in_dim %b, dims = [] : (tensor<f32>) -> tensor<4xf32>
+  %s = stablehlo.add %a, %bb : tensor<4xf32>
+  return %s : tensor<4xf32>
+}
+"""
+
+
+def test_call_matches_run():
+    p = shi.compile(ADD)
+    a = np.arange(4, dtype=np.float32)
+    b = np.array(2.5, np.float32)
+    for _ in range(3):  # the first call builds the entry, later ones reuse it
+        (r,) = p.call((a, b))
+        np.testing.assert_array_equal(r, a + np.float32(2.5))
+        assert r.dtype == np.float32
+    (r2,) = p.call([a, b])  # any sequence
+    np.testing.assert_array_equal(r2, r)
+
+
+def test_call_reports_bad_arguments_as_run_does():
+    p = shi.compile(ADD)
+    a = np.arange(4, dtype=np.float32)
+    for args in ((a.astype(np.float64), np.float32(1)), (a[:3], np.float32(1)), (a,)):
+        with pytest.raises(ArgumentError) as by_run:
+            p.run(*args)
+        with pytest.raises(ArgumentError) as by_call:
+            p.call(args)
+        assert str(by_call.value) == str(by_run.value)
+
+
+def test_call_accepts_what_run_converts():
+    """A 0-d numpy scalar (not an ndarray) is converted by run(); call()
+    hands such arguments to run()."""
+    p = shi.compile(ADD)
+    a = np.arange(4, dtype=np.float32)
+    (r,) = p.call((a, np.float32(1)))
+    np.testing.assert_array_equal(r, a + 1)
+
+
+def test_call_is_seen_by_an_active_tracer():
+    p = shi.compile(ADD)
+    a = np.arange(4, dtype=np.float32)
+    p.call((a, np.float32(1)))
+
+    class Names(OpTracer):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def before(self, op, inputs, depth):
+            self.names.append(op.name)
+
+        def after(self, op, results, depth):
+            pass
+
+    t = Names()
+    with use_tracer(t):
+        p.call((a, np.array(1, np.float32)))
+    assert "stablehlo.add" in t.names
+
+
+def test_call_ignores_floating_point_errors():
+    p = shi.compile(ADD)
+    big = np.full(4, 3e38, np.float32)
+    with np.errstate(all="raise"):
+        (r,) = p.call((big, np.array(3e38, np.float32)))
+        assert np.isinf(r).all()
+        np.float32(1) + np.float32(1)  # the caller's error state is back
+        with pytest.raises(FloatingPointError):
+            np.float32(3e38) * np.float32(10)
+
+
+def test_finished_output_sets_what_init_sets():
+    """Every slot of a Buffer made by finished_output holds what __init__
+    puts there (a slot added to Buffer and missed there fails here)."""
+    from stablehlo_pjrt import _shim
+    from stablehlo_pjrt.buffer import Buffer
+    from stablehlo_pjrt.handles import peek, release
+
+    class Dev:  # a Device's allocation statistics, nothing else
+        default_memory = "memory"
+
+        def __init__(self):
+            self.stats = array.array("q", [0, 0, 0, 0])
+
+        def allocated(self, n):
+            _shim.stats_alloc(self.stats, n)
+
+    dev = Dev()
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.arange(6, dtype=np.float32).reshape(2, 3)
+    ref = Buffer(a, 11, dev, "memory")
+    h = Buffer.finished_output(b, 11, dev, "memory", b.nbytes)
+    try:
+        fast = peek(h)
+        assert fast.__class__ is Buffer and fast.handle == h
+        for name in Buffer.__slots__:
+            if name in ("handle", "array", "__weakref__"):
+                continue
+            assert getattr(fast, name) == getattr(ref, name), name
+        assert fast.array is b
+        # bytes in use, peak, allocations, largest
+        assert list(dev.stats) == [48, 48, 2, 24]
+    finally:
+        release(h)
+        release(ref.handle)
+
+
+MIXED = """
+func.func @main(%a: tensor<4xf32>, %i: tensor<i32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<4xf32>) {
+  %c = stablehlo.constant dense<2.0> : tensor<f32>
+  %cb = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<f32>) -> tensor<4xf32>
+  %m = stablehlo.multiply %a, %cb : tensor<4xf32>
+  %e = stablehlo.exponential %m : tensor<4xf32>
+  %u = stablehlo.reshape %c : (tensor<f32>) -> tensor<1xf32>
+  %d = stablehlo.dynamic_update_slice %e, %u, %i : (tensor<4xf32>, tensor<1xf32>, tensor<i32>) -> tensor<4xf32>
+  %s = stablehlo.reduce(%d init: %c) applies stablehlo.add across dimensions = [0] : (tensor<4xf32>, tensor<f32>) -> tensor<f32>
+  return %d, %a, %s, %cb : tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<4xf32>
+}
+"""
+
+
+def _generated(p):
+    run = p._entry[2]
+    return getattr(run, "__code__", None) is not None and \
+        run.__code__.co_filename.startswith("<plan of")
+
+
+def test_straight_line_code_matches_the_loop():
+    """From the second call on, a short entry block runs as generated
+    straight-line code; its results are the plain loop's (run()), inputs
+    are left alone, a constant result is the constant's value."""
+    p = shi.compile(MIXED)
+    a = np.array([0.5, -1.0, 2.0, 3.0], np.float32)
+    keep = a.copy()
+    expected = p.run(a, np.array(1, np.int32))
+    for k in range(3):
+        got = p.call((a, np.array(1, np.int32)))
+        assert _generated(p) == (k > 0)
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            assert g.dtype == e.dtype and g.shape == e.shape
+            np.testing.assert_array_equal(g, e)
+    np.testing.assert_array_equal(a, keep)
+    assert got[1] is a  # an argument returned as it is, as run() returns it
+
+
+def test_straight_line_failure_is_reported_as_the_loop_reports_it(monkeypatch):
+    p = shi.compile(ADD)
+    a = np.arange(4, dtype=np.float32)
+    b = np.array(1, np.float32)
+    p.call((a, b))
+    p.call((a, b))
+    assert _generated(p)
+    block = p.functions["main"].block
+
+    def exploding(*args):
+        raise ValueError("kernel exploded")
+
+    # Both routes run the same (patched) plan: the generated code, made anew,
+    # and Block.run under run().
+    block._fast = [(k, exploding, *rest) for k, _, *rest in block._fast]
+    p._entry = None
+    with pytest.raises(shi.ExecutionError) as by_run:
+        p.run(a, b)
+    with pytest.raises(shi.ExecutionError) as by_loop:
+        p.call((a, b))  # the first call of the new entry: Block.run
+    assert not _generated(p)
+    with pytest.raises(shi.ExecutionError) as by_code:
+        p.call((a, b))
+    assert _generated(p)
+    assert str(by_code.value) == str(by_loop.value) == str(by_run.value)
+    assert "kernel exploded" in str(by_code.value)
+    assert isinstance(by_code.value.__cause__, ValueError)
+
+
+def test_allocation_statistics():
+    """_shim's statistics updates (one C call each, atomic under the GIL):
+    what PJRT_Device_MemoryStats and ClearMemoryStats report; a bad buffer
+    is a ValueError, never a crash."""
+    from stablehlo_pjrt import _shim
+
+    st = array.array("q", [0, 0, 0, 0])
+    _shim.stats_alloc(st, 100)
+    _shim.stats_alloc(st, 0)
+    _shim.stats_alloc(st, 40)
+    _shim.stats_free(st, 100)
+    assert _shim.stats_read(st) == (40, 140, 3, 100)
+    assert _shim.stats_read(st, True) == (40, 140, 3, 100)
+    assert _shim.stats_read(st) == (40, 40, 0, 0)
+    for bad in (array.array("q", [0, 0, 0]), b"\0" * 32):
+        with pytest.raises((ValueError, BufferError, TypeError)):
+            _shim.stats_alloc(bad, 1)
+
+
+LOOP = """
+func.func @main(%x: tensor<f32>) -> tensor<f32> {
+  %limit = stablehlo.constant dense<100.0> : tensor<f32>
+  %r = stablehlo.while(%v = %x) : tensor<f32>
+    cond {
+      %c = stablehlo.compare LT, %v, %limit : (tensor<f32>, tensor<f32>) -> tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    } do {
+      %v2 = stablehlo.add %v, %v : tensor<f32>
+      stablehlo.return %v2 : tensor<f32>
+    }
+  %s = stablehlo.sine %r : tensor<f32>
+  return %s : tensor<f32>
+}
+"""
+
+
+def test_straight_line_code_with_a_kernel_taking_the_context():
+    """A step taking the execution context (a while loop, which runs its
+    regions in it) gets one in the generated code; the results are run()'s."""
+    p = shi.compile(LOOP)
+    x = np.array(3.0, np.float32)
+    (expected,) = p.run(x)
+    for _ in range(3):
+        (got,) = p.call((x,))
+        np.testing.assert_array_equal(got, expected)
+    assert _generated(p) and p._entry[3]  # needs_context
+    np.testing.assert_array_equal(expected, np.sin(np.float32(192)))
