@@ -99,8 +99,8 @@ def set_mode(value: str) -> None:
 class Awaited:
     """Whether an executable's callers wait for its results at once (one per
     executable, for auto mode). A run on the worker whose caller asked to
-    wait within :data:`AWAITED_NS` of the dispatch (:meth:`Completion.asked`)
-    grants the next calls inline runs, however long the program: the caller
+    wait within :data:`AWAITED_NS` of the dispatch (:meth:`Completion.asked`),
+    with nothing else in flight, grants the next calls inline runs, however long the program: the caller
     blocks anyway, and inline skips the handoffs and the input copies. The
     grant runs out after a number of calls (8, doubling per confirmation up
     to 256); the next call goes to the worker again and is looked at
@@ -113,10 +113,13 @@ class Awaited:
         self.credit = 0   # inline calls left
         self.grant = 0    # the last grant
 
-    def observe(self, completion: Completion, enqueued_ns: int) -> None:
-        """After a run on the worker (before its waiters wake)."""
+    def observe(self, task: Task, completion: Completion) -> None:
+        """After ``task``'s run on the worker (before its waiters wake). Only
+        a task queued alone counts: one queued behind others is part of a
+        pipeline (the caller dispatched it while earlier work ran), which
+        the worker serves and an inline run would stall."""
         asked = completion.asked_ns
-        if asked and asked - enqueued_ns < AWAITED_NS:
+        if asked and task.depth == 1 and asked - task.enqueued_ns < AWAITED_NS:
             first, last = AWAITED_RUNS
             self.grant = self.credit = min(max(2 * self.grant, first), last)
         else:
@@ -134,12 +137,13 @@ class Task:
     (runs on the worker, fills the outputs, records its own errors) and
     :meth:`fail` (completes the outputs with an error without running)."""
 
-    __slots__ = ("cancelled", "fired", "enqueued_ns", "launch_id", "devices", "label")
+    __slots__ = ("cancelled", "fired", "enqueued_ns", "depth", "launch_id", "devices", "label")
 
     def __init__(self, label, devices=(), launch_id=0):
         self.cancelled = None     # (code, message) once cancelled or poisoned
         self.fired = False        # Cancelled was raised in the worker for it
         self.enqueued_ns = 0
+        self.depth = 0            # tasks in flight when it was queued, itself included
         self.launch_id = launch_id
         self.devices = devices
         self.label = label
@@ -265,8 +269,8 @@ class _Worker:
     def submit(self, task: Task) -> int:
         with self.lock:
             task.enqueued_ns = time.perf_counter_ns()
+            task.depth = depth = self.pending
             self.queue.append(task)
-            depth = self.pending
         self.items.release()
         return depth
 

@@ -693,7 +693,7 @@ class _ExecuteTask(dispatch.Task):
         self.error = (int(code), message)
 
     def settle(self):
-        self.exe.awaited.observe(self.completion, self.enqueued_ns)
+        self.exe.awaited.observe(self, self.completion)
         error = self.error
         if error is None and self.values is None:
             error = self.error = (ErrorCode.INTERNAL, f"stablehlo_ref execution of "

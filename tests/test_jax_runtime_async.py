@@ -85,7 +85,8 @@ def auto_mode_follows_callers_that_wait():
     # inline after one run on the worker has shown that (dispatch.Awaited),
     # for a grant of calls that doubles (2, then 4 here) while that holds;
     # a caller that does host work before waiting gets the worker back once
-    # the grant runs out. Then: a cheap program called right after a run on
+    # the grant runs out, as does a pipeline (calls queued behind others
+    # whose result is waited for). Then: a cheap program called right after a run on
     # the worker finds the queue empty and runs inline (the worker leaves
     # the queue before it wakes the waiting caller).
     from stablehlo_pjrt import execute
@@ -115,13 +116,22 @@ def auto_mode_follows_callers_that_wait():
             return "W" if len(queued) > n else "I"
         waiting = "".join(where(False) for _ in range(9))
         working = "".join(where(True) for _ in range(7))
+
+        def pipelined():
+            # Two calls in flight, then a wait: the second queued behind the
+            # first does not count as a caller waiting at once.
+            n = len(queued)
+            f(x, 100000)
+            f(x, 100000).block_until_ready()
+            return "W" * (len(queued) - n)
+        pipeline = "".join(pipelined() for _ in range(3))
         g = jax.jit(lambda v: v * 2 + 1)
         g(x).block_until_ready()            # its run time is known from here
         f(x, 100000).block_until_ready()    # on the worker (the grant ran out)
         n = len(queued)
         y = g(x)
         cheap = [y.is_ready(), len(queued) == n, dispatch._worker.pending]
-        return [waiting, working, cheap]
+        return [waiting, working, pipeline, cheap]
     finally:
         execute.LoadedExecutable._dispatch = real
         dispatch.AWAITED_RUNS, dispatch.AWAITED_NS = saved
@@ -451,11 +461,12 @@ def test_auto_mode_runs_a_long_program_on_the_worker(results):
 
 
 def test_auto_mode_runs_inline_what_its_caller_waits_for(results):
-    waiting, working, cheap = _value(results, "auto_mode_follows_callers_that_wait")
+    waiting, working, pipeline, cheap = _value(results, "auto_mode_follows_callers_that_wait")
     # W: on the worker, I: inline. Grants of 2, then 4, then 4 (the cap).
     assert waiting == "WIIWIIIIW", waiting
     # The last grant's 4 calls, then the worker every time.
     assert working == "IIIIWWW", working
+    assert pipeline == "WWWWWW", pipeline
     assert cheap == [True, True, 0]
 
 
