@@ -425,6 +425,18 @@ def _sigmoid(q):
     return jax.nn.sigmoid, (_f32(_n(q, 1_000_000, 1000)),)
 
 
+@op("sin", "elementwise", "jnp.sin 1e6 f32")
+def _sin(q):
+    import jax.numpy as jnp
+    return jnp.sin, (_f32(_n(q, 1_000_000, 1000)),)
+
+
+@op("log", "elementwise", "jnp.log of 1e6 positive f32")
+def _log(q):
+    import jax.numpy as jnp
+    return jnp.log, (np.abs(_f32(_n(q, 1_000_000, 1000))),)
+
+
 @op("erf_bf16", "elementwise", "jax.scipy.special.erf 1e6 bf16")
 def _erf_bf16(q):
     import jax.scipy.special as jss

@@ -47,6 +47,11 @@ def _erfinv_v(v):
     return _erfinv_w(v * v)
 
 
+def _expm1_over(r):
+    """expm1(r) / r."""
+    return mp.mpf(1) if r == 0 else mp.expm1(r) / r
+
+
 def _log_s(z):
     """log((1 + s) / (1 - s)) / s as a function of z = s^2."""
     if z == 0:
@@ -63,8 +68,8 @@ LOG_Z = float(((SQRT2 - 1) / (SQRT2 + 1)) ** 2)
 # mapped to [-1, 1] (u = v * NAME_SCALE + NAME_OFFSET).
 FITS = (
     ("ERF_P", _over_root(mp.erf, 2 / mp.sqrt(mp.pi)), 0.0, 0.25, 7, False),
-    ("TANH_P", _over_root(mp.tanh, mp.mpf(1)), 0.0, 0.25, 11, False),
     ("EXP_P", mp.exp, -0.35, 0.35, 9, False),
+    ("EXPM1_P", _expm1_over, -0.35, 0.35, 9, False),
     ("LOG_P", _log_s, 0.0, LOG_Z, 8, False),
     # erfc(a) = e^(-a^2) Q(t), t = 2 / (2 + a), a in [0.5, 10.5] (erfc) and
     # in [0.5, 4] (erf: narrower, a lower degree)

@@ -396,6 +396,32 @@ def test_no_update_in_place_of_a_value_a_kernel_may_view(monkeypatch):
     _assert_same_bits(got, want, "aliased")
 
 
+DIRECT = f"""func.func @main(%x: {_t('f32')}, %y: {_t('f32')}) -> ({_t('f32')}, {_t('f32')}, {_t('f32')}) {{
+  %m = stablehlo.multiply %x, %x : {_t('f32')}
+  %s = stablehlo.add %m, %y : {_t('f32')}
+  %e = stablehlo.exponential %s : {_t('f32')}
+  %t = stablehlo.tanh %e : {_t('f32')}
+  %r = stablehlo.subtract %t, %x : {_t('f32')}
+  return %m, %e, %r : {_t('f32')}, {_t('f32')}, {_t('f32')}
+}}"""
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_stored_values_made_in_their_output(threads, monkeypatch):
+    # %m, %r (ufunc members) and %e (a fastmath kernel, KernelInfo.into) are
+    # returned: each chunk of theirs is computed in its chunk of the output.
+    # %m dies at the add, a ufunc that would otherwise write its result over
+    # %m's chunk: it must not, %m's chunk is the output.
+    rng = np.random.default_rng(9)
+    args = [_special_inputs("f32", rng), _special_inputs("f32", rng)]
+    program, got, want = _run_both(DIRECT, args, monkeypatch, threads)
+    (chain,) = _fused_steps(program)
+    direct = {m.op.name for m in chain.plan if m.direct}
+    assert direct == {"stablehlo.multiply", "stablehlo.exponential", "stablehlo.subtract"}
+    assert all(m.inplace is None for m in chain.plan if m.op.name == "stablehlo.add")
+    _assert_same_bits(got, want, "direct")
+
+
 def test_helpers_run_chunks_concurrently(monkeypatch):
     # Both threads are inside a chunk at the same time (the barrier would
     # time out otherwise); every chunk runs exactly once.

@@ -1,14 +1,18 @@
-/* stablehlo_interpreter._fastmath: float32 erf, erfc, erf_inv, tanh and logistic,
- * correctly rounded (the bits of the float64 detour) at vector speed.
+/* stablehlo_interpreter._fastmath: float32 erf, erfc, erf_inv, tanh,
+ * logistic, exp, expm1, log, log1p, sin and cos, correctly rounded (the bits of the
+ * float64 detour) at vector speed.
  *
- * Why hand-written C: these functions have no vectorized float64 loop in
+ * Why hand-written C: erf/erfc/erf_inv have no vectorized float64 loop in
  * numpy (erf/erfc are scipy's scalar loops, 8-15 ns per element, erf_inv
- * scipy's ndtri, 20 ns), and a numpy-level polynomial costs one memory
- * pass per operation (~30 passes: as slow as scipy, measured in
- * docs/accuracy.md). Here each
- * element is one branch-free float64 evaluation in registers, which the
- * compiler vectorizes (4 or 8 lanes with FMA, picked at load time by
- * target_clones), rounded once to float32.
+ * scipy's ndtri, 20 ns), numpy's float64 sin and cos are libm's scalar
+ * loops (11-12 ns per element here), and numpy's float64 exp, log, tanh
+ * (expm1, log1p: never)
+ * are SIMD loops only on some hosts (AVX512F) and still cost a float64
+ * conversion each way; a numpy-level polynomial costs one memory pass per
+ * operation (~30 passes: as slow as scipy, measured in docs/accuracy.md).
+ * Here each element is one branch-free float64 evaluation in registers,
+ * which the compiler vectorizes (4 or 8 lanes with FMA, picked at load time
+ * by target_clones), rounded once to float32.
  *
  * Exactness. Each kernel evaluates its function in float64 to within about
  * 5e-13 (relative; benchmarks/fastmath_fit.py fits the polynomials and
@@ -17,7 +21,8 @@
  * ULPs (2^15, eight times the error bound) of a halfway point between two
  * float32 numbers, whose float32 result would be subnormal, or whose input
  * is outside the kernel's domain (not finite; |x| >= 1 for erf_inv) is
- * "flagged": its index is written to the index buffer and
+ * "flagged" (as is every |x| >= TRIG_MAX for sin and cos, x <= 0 for log
+ * and x <= -1 for log1p): its index is written to the index buffer and
  * the caller recomputes it with the exact path (scipy / numpy in float64,
  * rounded once). Every other element rounds to the same float32 as that
  * path, whose float64 value is within a few ULPs of the true one. About 1
@@ -26,7 +31,8 @@
  * without FMA, other architectures) calls libm's, exact and slower;
  * -ffp-contract=off (pyproject.toml) forbids other contractions.
  *
- * API (each of erf_f32, erfc_f32, erf_inv_f32, tanh_f32, logistic_f32):
+ * API (each of erf_f32, erfc_f32, erf_inv_f32, tanh_f32, logistic_f32,
+ * exp_f32, expm1_f32, log_f32, log1p_f32, sin_f32, cos_f32):
  *     n = f(x, out, idx)
  * x: a C-contiguous buffer of float32; out: a writable C-contiguous float32
  * buffer of the same length (it may be x itself, not a partial overlap);
@@ -61,20 +67,6 @@ static const double ERF_P[8] = {
     0x1.ce2f219e31f04p-4,
     -0x1.812746b036091p-2,
     0x1.20dd750429b6ap+0};
-/* TANH_P: in v, v in [0, 0.25]; max relative error 4.44e-16 */
-static const double TANH_P[12] = {
-    0x1.5287de56fdf1dp-12,
-    -0x1.882ff5eb96c3bp-12,
-    0x1.faec6cfa4491ap-16,
-    0x1.0788aae6c432ap-11,
-    -0x1.7904bc4428b10p-10,
-    0x1.d6871d86c572ap-9,
-    -0x1.226c9b72beb14p-7,
-    0x1.664f3dc5a34aep-6,
-    -0x1.ba1ba18f615d9p-5,
-    0x1.11111110e3796p-3,
-    -0x1.55555555552acp-2,
-    0x1.0000000000000p+0};
 /* EXP_P: in v, v in [-0.35, 0.35]; max relative error 2.18e-14 */
 static const double EXP_P[10] = {
     0x1.7301f4aedc976p-19,
@@ -87,6 +79,18 @@ static const double EXP_P[10] = {
     0x1.ffffffffe52b4p-2,
     0x1.0000000000024p+0,
     0x1.0000000000048p+0};
+/* EXPM1_P: in v, v in [-0.35, 0.35]; max relative error 2.44e-15 */
+static const double EXPM1_P[10] = {
+    0x1.28b830567b1e6p-22,
+    0x1.72e76dcbb541cp-19,
+    0x1.a0199495fb4b2p-16,
+    0x1.a0198f4958722p-13,
+    0x1.6c16c18394385p-10,
+    0x1.1111112536768p-7,
+    0x1.5555555551affp-5,
+    0x1.5555555550571p-3,
+    0x1.0000000000003p-1,
+    0x1.000000000000ap+0};
 /* LOG_P: in v, v in [0, 0.0294373]; max relative error 1.11e-15 */
 static const double LOG_P[9] = {
     0x1.c0298e0853ee7p+2,
@@ -177,12 +181,36 @@ static const double ERFINV_V[15] = {
     0x1.9bf6893afbe46p-1,
     0x1.912c3480d992cp+1};
 
+/* SIN_P, COS_P: fdlibm's k_sin.c / k_cos.c kernels: sin(r) = r + r^3
+ * SIN_P(r^2), cos(r) = 1 - r^2/2 + r^4 COS_P(r^2) for |r| <= pi/4 + 1e-3;
+ * relative error below 5e-18 (mpmath). */
+static const double SIN_P[6] = {
+    0x1.5d93a5acfd57cp-33,
+    -0x1.ae5e68a2b9cebp-26,
+    0x1.71de357b1fe7dp-19,
+    -0x1.a01a019c161d5p-13,
+    0x1.111111110f8a6p-7,
+    -0x1.5555555555549p-3};
+static const double COS_P[6] = {
+    -0x1.8fae9be8838d4p-37,
+    0x1.1ee9ebdb4b1c4p-29,
+    -0x1.27e4f809c52adp-22,
+    0x1.a01a019cb1590p-16,
+    -0x1.6c16c16c15177p-10,
+    0x1.555555555554cp-5};
+
 #define INV_LN2 0x1.71547652b82fep+0
 #define LN2_HI 0x1.62e42fee00000p-1
 #define LN2_LO 0x1.a39ef35793c76p-33
 #define SHIFTER 0x1.8p52
 #define SQRT2 0x1.6a09e667f3bcdp+0
-#define TANH_SMALL 0.5
+/* pi/2 = PIO2_1 + PIO2_2 + PIO2_3 (to 2^-163) and 2/pi, rounded */
+#define PIO2_1 0x1.921fb54442d18p+0
+#define PIO2_2 0x1.1a62633145c07p-54
+#define PIO2_3 -0x1.f1976b7ed8fbcp-110
+#define TWO_OVER_PI 0x1.45f306dc9c883p-1
+/* |x| from which sin and cos are flagged (the exact path reduces them) */
+#define TRIG_MAX 0x1p20
 /* min/max without fmin's NaN rules (which keep it a libm call); NaN
  * inputs are flagged anyway */
 static inline double lo_clamp(double v, double lo) { return v > lo ? v : lo; }
@@ -197,17 +225,33 @@ static inline double from_bits64(uint64_t u) { double d; memcpy(&d, &u, 8); retu
     for (size_t k_ = 1; k_ < sizeof(P) / sizeof((P)[0]); k_++) acc_ = fma(acc_, (v), (P)[k_]); \
     (out) = acc_; } while (0)
 
-/* e^y for |y| <= 700: y = k ln2 + r, |r| <= ln2 / 2, e^r by EXP_P. */
-static inline double exp_core(double y)
+/* y = k ln2 + r, |r| <= ln2 / 2 (r = y when k = 0), for |y| <= 700: r,
+ * and 2^k in *scale. */
+static inline double ln2_reduce(double y, double *scale)
 {
     double kd = fma(y, INV_LN2, SHIFTER);
     uint64_t ki = bits64(kd);
     kd -= SHIFTER;
     double r = fma(-kd, LN2_HI, y);
-    r = fma(-kd, LN2_LO, r);
-    double p;
+    *scale = from_bits64((ki << 52) + bits64(1.0));
+    return fma(-kd, LN2_LO, r);
+}
+
+/* e^y for |y| <= 700: 2^k e^r, e^r by EXP_P. */
+static inline double exp_core(double y)
+{
+    double scale, p, r = ln2_reduce(y, &scale);
     HORNER(EXP_P, r, p);
-    return p * from_bits64((ki << 52) + bits64(1.0));
+    return p * scale;
+}
+
+/* e^y - 1 for |y| <= 700, relatively accurate near 0: 2^k expm1(r) + (2^k
+ * - 1), one rounding; expm1(r) = r EXPM1_P(r). (y = -0 gives +0.) */
+static inline double expm1_core(double y)
+{
+    double scale, p, r = ln2_reduce(y, &scale);
+    HORNER(EXPM1_P, r, p);
+    return fma(scale, r * p, scale - 1.0);
 }
 
 /* log(y) for normal positive y: y = 2^e m, m in [sqrt(1/2), sqrt(2)),
@@ -269,12 +313,12 @@ static inline double erfc_d(float xf)
 
 static inline double tanh_d(float xf)
 {
-    double x = xf, a = fabs(x), p;
-    HORNER(TANH_P, x * x, p);
-    double small = x * p;
-    /* tanh(a) = 1 - 2 / (1 + e^(2a)); tanh(10) rounds to 1 in float32 */
-    double big = copysign(1.0 - 2.0 / (1.0 + exp_core(2.0 * hi_clamp(a, 10.0))), x);
-    double y = a < TANH_SMALL ? small : big;
+    double x = xf;
+    /* tanh(a) = m / (m + 2), m = e^(2a) - 1 (relatively accurate for every
+     * a: one formula, no small-argument series); tanh(10) rounds to 1 in
+     * float32. copysign keeps tanh(-0) = -0. */
+    double m = expm1_core(2.0 * hi_clamp(fabs(x), 10.0));
+    double y = copysign(m / (m + 2.0), x);
     return finite32(xf) ? y : NAN;
 }
 
@@ -301,6 +345,109 @@ static inline double erfinv_d(float xf)
     HORNER(ERFINV_V, fma(v, ERFINV_V_SCALE, ERFINV_V_OFFSET), pv);
     double r = x * (w < 6.25 ? pw : pv);
     return inside ? r : NAN;
+}
+
+/* exp(x): beyond |x| = 110 the float32 result is +inf or rounds to +0
+ * (e^-110 is below 2^-151), as at the clamp (written as logistic's: two
+ * nested clamps do not if-convert). */
+static inline double exp_d(float xf)
+{
+    double x = xf;
+    double y = exp_core(fabs(x) < 110.0 ? x : copysign(110.0, x));
+    return finite32(xf) ? y : NAN;
+}
+
+/* e^x - 1: beyond |x| = 110 the float32 result is +inf or -1, as at the
+ * clamp. */
+static inline double expm1_d(float xf)
+{
+    double x = xf;
+    double y = expm1_core(fabs(x) < 110.0 ? x : copysign(110.0, x));
+    y = copysign(y, x);   /* expm1(x) has the sign of x: keeps -0 */
+    return finite32(xf) ? y : NAN;
+}
+
+/* log(1 + x) for finite x > -1: u = 1 + x rounded, log(u) + c / u with c
+ * = x - (u - 1) (exact) the rounding error; x <= -1 and
+ * non-finite x give NaN (flagged). */
+static inline double log1p_d(float xf)
+{
+    double x = xf, u = 1.0 + x;
+    uint64_t inside = (x > -1.0) & (x <= FLT_MAX), mask = -inside;
+    double y = log_core(from_bits64((bits64(u) & mask) | (bits64(1.0) & ~mask)));
+    y += (x - (u - 1.0)) / u;
+    y = copysign(y, x);   /* log1p(x) has the sign of x: keeps -0 (a select does not vectorize) */
+    return inside ? y : NAN;
+}
+
+/* log(x) for finite x > 0 (float32 subnormals are normal doubles); 0,
+ * negative and non-finite inputs give NaN (flagged). */
+static inline double log_d(float xf)
+{
+    double x = xf;
+    /* a bitwise select: gcc does not vectorize `inside ? x : 1.0` here
+     * (measured: 5x slower) */
+    uint64_t inside = (x > 0.0) & (x <= FLT_MAX), mask = -inside;
+    double y = log_core(from_bits64((bits64(x) & mask) | (bits64(1.0) & ~mask)));
+    return inside ? y : NAN;
+}
+
+/* sin and cos: x = k pi/2 + r, |r| <= pi/4 (+ 2^-30). For |x| < TRIG_MAX,
+ * k < 2^20 is exact, x - k PIO2_1 is exact (both are multiples of 2^-52
+ * and the difference is below 1 in magnitude; fma rounds once), and the
+ * other two steps err by about 2^-53 |r| + k 2^-163, far below the guard
+ * for every float32 x (below 2^20 no float32 number comes closer than
+ * 2^-27.8 to a multiple of pi/2, at x = 252.8982; exact integer arithmetic
+ * over the nearest float32 of each multiple).
+ * The quadrant k mod 4 is the low bits of k + 1.5 2^52. */
+#define TRIG_REDUCE(xf, r, q) \
+    double x_ = (xf); \
+    int ok_ = fabs(x_) < TRIG_MAX; \
+    x_ = ok_ ? x_ : 0.0; \
+    double kd_ = fma(x_, TWO_OVER_PI, SHIFTER); \
+    uint64_t q = bits64(kd_) & 3; \
+    kd_ -= SHIFTER; \
+    double r = fma(-kd_, PIO2_1, x_); \
+    r = fma(-kd_, PIO2_2, r); \
+    r = fma(-kd_, PIO2_3, r)
+
+static inline double sin_r(double r, double z)
+{
+    double p;
+    HORNER(SIN_P, z, p);
+    return fma(r * z, p, r);
+}
+
+static inline double cos_r(double z)
+{
+    double p;
+    HORNER(COS_P, z, p);
+    return fma(z * z, p, fma(-0.5, z, 1.0));
+}
+
+static inline double negate_if(double v, uint64_t neg)
+{
+    return from_bits64(bits64(v) ^ (neg << 63));
+}
+
+static inline double sin_d(float xf)
+{
+    TRIG_REDUCE(xf, r, q);
+    double z = r * r, s = sin_r(r, z), c = cos_r(z);
+    /* sin(x): s, c, -s, -c for k = 0, 1, 2, 3 (mod 4) */
+    double y = negate_if(q & 1 ? c : s, q >> 1);
+    /* sin(-0) = -0: the reduction's last step turns x = -0 into r = +0 */
+    y = x_ == 0.0 ? x_ : y;
+    return ok_ ? y : NAN;
+}
+
+static inline double cos_d(float xf)
+{
+    TRIG_REDUCE(xf, r, q);
+    double z = r * r, s = sin_r(r, z), c = cos_r(z);
+    /* cos(x): c, -s, -c, s for k = 0, 1, 2, 3 (mod 4) */
+    double y = negate_if(q & 1 ? s : c, ((q + 1) >> 1) & 1);
+    return ok_ ? y : NAN;
 }
 
 /* 1 when float64 y may round to float32 differently from the exact path's
@@ -350,6 +497,12 @@ DEFINE_LOOP(erfc_loop, erfc_d)
 DEFINE_LOOP(tanh_loop, tanh_d)
 DEFINE_LOOP(logistic_loop, logistic_d)
 DEFINE_LOOP(erfinv_loop, erfinv_d)
+DEFINE_LOOP(exp_loop, exp_d)
+DEFINE_LOOP(log_loop, log_d)
+DEFINE_LOOP(sin_loop, sin_d)
+DEFINE_LOOP(cos_loop, cos_d)
+DEFINE_LOOP(expm1_loop, expm1_d)
+DEFINE_LOOP(log1p_loop, log1p_d)
 
 typedef Py_ssize_t (*loop_fn)(const float *, float *, int64_t *, Py_ssize_t);
 
@@ -420,6 +573,12 @@ DEFINE_ENTRY(erfc_f32, erfc_loop)
 DEFINE_ENTRY(tanh_f32, tanh_loop)
 DEFINE_ENTRY(logistic_f32, logistic_loop)
 DEFINE_ENTRY(erf_inv_f32, erfinv_loop)
+DEFINE_ENTRY(exp_f32, exp_loop)
+DEFINE_ENTRY(log_f32, log_loop)
+DEFINE_ENTRY(sin_f32, sin_loop)
+DEFINE_ENTRY(cos_f32, cos_loop)
+DEFINE_ENTRY(expm1_f32, expm1_loop)
+DEFINE_ENTRY(log1p_f32, log1p_loop)
 
 #define DOC(F) F "(x, out, idx) -> n: " F " of float32 x into out; the indices of the " \
     "n elements to recompute exactly into idx[:n]."
@@ -430,6 +589,12 @@ static PyMethodDef methods[] = {
     {"tanh_f32", tanh_f32, METH_VARARGS, DOC("tanh")},
     {"logistic_f32", logistic_f32, METH_VARARGS, DOC("logistic")},
     {"erf_inv_f32", erf_inv_f32, METH_VARARGS, DOC("erf_inv")},
+    {"exp_f32", exp_f32, METH_VARARGS, DOC("exp")},
+    {"log_f32", log_f32, METH_VARARGS, DOC("log")},
+    {"sin_f32", sin_f32, METH_VARARGS, DOC("sin")},
+    {"cos_f32", cos_f32, METH_VARARGS, DOC("cos")},
+    {"expm1_f32", expm1_f32, METH_VARARGS, DOC("expm1")},
+    {"log1p_f32", log1p_f32, METH_VARARGS, DOC("log1p")},
     {NULL, NULL, 0, NULL},
 };
 
@@ -442,7 +607,8 @@ static struct PyModuleDef_Slot slots[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_fastmath",
-    "Vectorized, correctly rounded float32 erf, erfc, erf_inv, tanh and logistic "
+    "Vectorized, correctly rounded float32 erf, erfc, erf_inv, tanh, logistic, exp, expm1, "
+    "log, log1p, sin and cos "
     "(see the C source's header comment).", 0, methods, slots, NULL, NULL, NULL,
 };
 

@@ -24,7 +24,9 @@ types, and ``broadcast_in_dim`` of a one-element operand to that shape. A
 group is closed (becomes its fused step, placed where its last member was)
 before any other step that reads one of its values or frees a value it
 reads, so every step still sees what it saw unfused. Values only used inside
-the group are never stored; the others are written to the frame.
+the group are never stored; the others are written to the frame, each chunk
+computed in place in its chunk of the output where the member can (a
+ufunc's ``out=``, a kernel's ``KernelInfo.into``: the fastmath kernels).
 
 Reduces. A ``reduce`` whose kernel is ``Reducer.reduce`` (KernelInfo.reduction)
 of a value the chain computes joins it as a *sink*: each chunk is reduced
@@ -643,11 +645,20 @@ class FusedChain:
                     m.ufunc = _direct_ufunc(s)
             m.dies = tuple(sorted(dies_at.get(j, ())))
             plan.append(m)
+        # Direct: a stored member computes its chunk of the output in place
+        # (a ufunc's out=, a kernel's KernelInfo.into), not into a fresh
+        # array copied there: one memory pass less per stored value.
+        for m in plan:
+            if m.kind == _KERNEL and m.store is not None and m.bind is None:
+                m.direct = m.ufunc is not None or \
+                    (not m.expand and kernel_info(m.fn).into is not None)
         # In place: a ufunc member may write its result over an operand that
         # dies there, was made by a ufunc member of this chunk (a fresh
-        # array, chunk-shaped) and is read by ufunc members only (no kernel
-        # holds a view of it), of the result's dtype.
-        owned = {m.res for m in plan if m.kind == _KERNEL and m.ufunc is not None}
+        # array, chunk-shaped; not a direct member's chunk of the output)
+        # and is read by ufunc members only (no kernel holds a view of it),
+        # of the result's dtype.
+        owned = {m.res for m in plan if m.kind == _KERNEL and m.ufunc is not None
+                 and not m.direct}
         for j, m in enumerate(plan):
             if m.kind != _KERNEL or m.ufunc is None:
                 continue
@@ -657,6 +668,7 @@ class FusedChain:
                         all(plan[r].kind == _KERNEL and plan[r].ufunc is not None
                             for r in readers[a]):
                     m.inplace = a
+                    m.direct = False   # its result is the operand's buffer
                     break
         self.plan = tuple(plan)
         self._sinks(sinks, local, invariant, len(outputs))
@@ -714,6 +726,9 @@ class FusedChain:
             body.append(f"m = {j}")
             xs = [f"v{a}" for a in m.args]
             out = f", v{m.inplace}" if m.inplace is not None else ""   # positional out=
+            target = f"targets[{m.store}][lo:hi]"
+            if m.direct and m.ufunc is not None:
+                out = f", out={target}"   # (positional: deprecated for maximum/minimum)
             if m.kind == _SCALAR:
                 body.append(f"v{m.res} = v{m.args[0]}.reshape(())")
             elif m.bind is not None:
@@ -728,8 +743,12 @@ class FusedChain:
                 for k, how in m.expand:
                     xs[k] = (f"_bcast({xs[k]}, cshape)" if how == _VIEW
                              else f"_full(cshape, {xs[k]}, {xs[k]}.dtype)")
-                body.append(f"v{m.res} = f{j}({', '.join(xs)})")
-            if m.store is not None:
+                if m.direct:
+                    g[f"i{j}"] = kernel_info(m.fn).into
+                    body.append(f"v{m.res} = i{j}({target}, {', '.join(xs)})")
+                else:
+                    body.append(f"v{m.res} = f{j}({', '.join(xs)})")
+            if m.store is not None and not m.direct:
                 body.append(f"targets[{m.store}][lo:hi] = v{m.res}")
             for t in m.feeds:   # a reduce's state (in flat elements)
                 body.append(f"m = {-2 - (t - self.n_stored)}")
@@ -930,7 +949,7 @@ class _Member:
     """One op of a fused chain, as the chunk code runs it."""
 
     __slots__ = ("kind", "fn", "args", "res", "store", "expand", "op", "dies", "ufunc",
-                 "bind", "inplace", "feeds")
+                 "bind", "inplace", "feeds", "direct")
 
     def __init__(self, step, args, res, store):
         self.kind = _KERNEL
@@ -945,6 +964,7 @@ class _Member:
         self.bind = None      # ufunc(operand, bind(invariant operand)), or the kernel if None
         self.inplace = None   # local whose buffer receives the result
         self.feeds = ()       # reduces reading the result (indices into targets)
+        self.direct = False   # computed in place in its stored output's chunk
 
 
 def _is_exact(step):

@@ -241,6 +241,10 @@ class KernelInfo:
       bodies call instead of the kernel where the rounding is certain to
       agree (:func:`scalar_math`; tests/test_loopgen.py checks it value by
       value against the kernel).
+    * ``into``: ``into(out, *operands)`` computing the kernel's result into
+      ``out`` (a writable C-contiguous array of the result's shape and dtype
+      sharing no memory with the operands) and returning it; fusion.py
+      makes a chain's stored values in their chunks of the output with it.
     * ``reduction``: ``(reducer, dims)`` on the kernel of a ``reduce`` of one
       operand (of the result's element type) that is ``reducer.reduce(x,
       dims, init)`` (ops/reducers.py): fusion.py may then reduce the chunks
@@ -249,19 +253,21 @@ class KernelInfo:
     """
 
     __slots__ = ("donate_first", "invariant_ufunc", "regions_unused", "composite_exact",
-                 "scalar_math", "reduction")
+                 "scalar_math", "reduction", "into")
 
     def __init__(self, donate_first: Callable[..., Any] | None = None,
                  invariant_ufunc: tuple[Any, Callable[..., Any]] | None = None,
                  regions_unused: bool = False, composite_exact: bool = False,
                  scalar_math: Callable[[float], float] | None = None,
-                 reduction: tuple[Any, tuple[int, ...]] | None = None) -> None:
+                 reduction: tuple[Any, tuple[int, ...]] | None = None,
+                 into: Callable[..., Any] | None = None) -> None:
         self.donate_first = donate_first
         self.invariant_ufunc = invariant_ufunc
         self.regions_unused = regions_unused
         self.composite_exact = composite_exact
         self.scalar_math = scalar_math
         self.reduction = reduction
+        self.into = into
 
 
 _NO_INFO = KernelInfo()

@@ -4,8 +4,10 @@ Like the reference interpreter (``mapWithUpcastToDouble`` in
 openxla/stablehlo ``stablehlo/reference/Element.cpp``), real functions are
 evaluated in float64 and rounded once to the result type; complex64 ones in
 complex128. numpy's float64 functions are accurate to about 1 ULP, so f32
-and narrower results are (nearly always) correctly rounded. float32 sine
-gets the same bits by a faster float64 route (:func:`sin_f32`).
+and narrower results are (nearly always) correctly rounded. float32 exp,
+expm1, log, log1p, sin, cos, tanh and logistic get the same bits from the
+C kernels of ops/fastmath.py (where built; sine otherwise by a faster
+float64 route, :func:`sin_f32`).
 """
 
 import math
@@ -49,7 +51,7 @@ def _transcendental(op, f64_fn, c128_fn=None, fast=None):
         run = via_f64_ufunc(f64_fn, [t.dtype for t in op.operand_types], rt) or run
         if len(op.operand_types) == 1:
             if fast is not None and dt == rt == F32:
-                return as_result(f32_kernel(fast, run), rt)
+                return f32_kernel(fast, as_result(run, rt))
             run = by_table(run, (op.name, f64_fn), dt, rt)
         return as_result(run, rt)
     if k == "complex" and c128_fn is not None:
@@ -74,7 +76,7 @@ def _exact(op, fn):
 @kernel("stablehlo.exponential", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def exponential(op):
     """spec: exponential."""
-    return _transcendental(op, np.exp, np.exp)
+    return _transcendental(op, np.exp, np.exp, fast="exp_f32")
 
 
 def _expm1_complex(z):
@@ -95,13 +97,13 @@ def _expm1_complex(z):
 @kernel("stablehlo.exponential_minus_one", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def exponential_minus_one(op):
     """spec: exponential_minus_one. ``exp(x) - 1`` accurate near 0."""
-    return _transcendental(op, np.expm1, _expm1_complex)
+    return _transcendental(op, np.expm1, _expm1_complex, fast="expm1_f32")
 
 
 @kernel("stablehlo.log", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def log(op):
     """spec: log. Natural logarithm (principal branch for complex)."""
-    return _transcendental(op, np.log, np.log)
+    return _transcendental(op, np.log, np.log, fast="log_f32")
 
 
 def _log1p_complex(z):
@@ -120,7 +122,7 @@ def _log1p_complex(z):
 @kernel("stablehlo.log_plus_one", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def log_plus_one(op):
     """spec: log_plus_one. ``log(1 + x)`` accurate near 0."""
-    return _transcendental(op, np.log1p, _log1p_complex)
+    return _transcendental(op, np.log1p, _log1p_complex, fast="log1p_f32")
 
 
 def _logistic(x):
@@ -141,9 +143,10 @@ def logistic(op):
 
 @kernel("stablehlo.sine", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def sine(op):
-    """spec: sine. float32: see :func:`sin_f32`."""
-    if operand_dtype(op) == F32:
-        return as_result(sin_f32, F32)
+    """spec: sine. float32: the C kernel (fastmath), or :func:`sin_f32`
+    where it is not built; both give the float64 detour's bits."""
+    if operand_dtype(op) == result_dtype(op) == F32:
+        return f32_kernel("sin_f32", sin_f32)
     return _transcendental(op, np.sin, np.sin)
 
 
@@ -205,7 +208,7 @@ def sin_f32(x):
 @kernel("stablehlo.cosine", traits=("elementwise", "fusible", "foldable", "transcendental"))
 def cosine(op):
     """spec: cosine."""
-    return _transcendental(op, np.cos, np.cos)
+    return _transcendental(op, np.cos, np.cos, fast="cos_f32")
 
 
 @kernel("stablehlo.tan", traits=("elementwise", "fusible", "foldable", "transcendental"))
