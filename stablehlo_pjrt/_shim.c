@@ -528,7 +528,8 @@ typedef struct {
   int constant;
   /* live: a getter on a buffer that C answers for the buffers Execute's fast
    * path made (g_live: ready, no error, not deleted) without calling Python:
-   * LIVE_IS_DELETED writes false, LIVE_READY_EVENT a new ready event. 0: none. */
+   * LIVE_IS_DELETED writes false, LIVE_READY_EVENT a new ready event.
+   * LIVE_DESTROY (PJRT_Buffer_Destroy, under the GIL): see destroy_live. 0: none. */
   int live;
   /* fast: Execute's common case (see fast_execute); NULL for other slots. */
   PyObject *fast;
@@ -597,7 +598,7 @@ static int const_load(const ConstEntry *e, void *handle, int slot, uint64_t *v, 
   return hit && __atomic_load_n(&e->seq, __ATOMIC_RELAXED) == q;
 }
 
-enum { LIVE_NONE = 0, LIVE_IS_DELETED = 1, LIVE_READY_EVENT = 2 };
+enum { LIVE_NONE = 0, LIVE_IS_DELETED = 1, LIVE_READY_EVENT = 2, LIVE_DESTROY = 3 };
 
 /* The buffers made by Execute's fast path that are still alive: their
  * PJRT_Buffer_IsDeleted and PJRT_Buffer_ReadyEvent (jaxlib asks both for
@@ -820,7 +821,7 @@ static int answer_without_python(int slot, char *args, PJRT_Error **err) {
   const Slot *s = &g_slots[slot];
   void *handle;
   if (args == NULL || s->getter == NULL || (!s->constant && s->live == LIVE_NONE) ||
-      !s->args_size || *(const size_t *)args < s->args_size)
+      s->live == LIVE_DESTROY || !s->args_size || *(const size_t *)args < s->args_size)
     return 0;
   handle = read_ptr(args + s->in_offset);
   if (handle == NULL) return 0;
@@ -836,6 +837,70 @@ static int answer_without_python(int slot, char *args, PJRT_Error **err) {
     return 1;
   }
   return s->constant && const_write(s, args, const_entry(slot, handle), handle, slot);
+}
+
+/* The trampoline's answers for a released handle go (handles.release):
+ * its constant getters' cached answers and its live-output entry. */
+static void forget_handle(void *handle) {
+  int k;
+  for (k = 0; k < g_n_const_slots; k++) {
+    int slot = g_const_slots[k];
+    ConstEntry *e = const_entry(slot, handle);
+    if (e->handle == handle && e->slot == (long)slot) const_clear(e);
+  }
+  live_drop(handle);
+}
+
+/* PJRT_Buffer_Destroy of a live output (set_registry): handles._objects and
+ * the Buffer class. A live handle (g_live) names an output of Execute's
+ * fast path that is not deleted, pinned or externally referenced
+ * (buffer.py drops the entry on each of those) and has nothing to call
+ * back when freed. */
+static PyObject *g_registry = NULL;
+static PyObject *g_buffer_type = NULL;
+static PyObject *g_str_nbytes = NULL, *g_str_device = NULL, *g_str_stats = NULL;
+
+static int64_t *stats_of(PyObject *obj, Py_buffer *view);
+
+/* Buffer.destroy's common case without running Python code: when the handle
+ * is live and the registry's reference is the buffer's only one (nothing
+ * can see its state change), the handle's answers go, its bytes leave the
+ * device's allocation statistics and the registry lets go of it (the buffer
+ * and its array are freed). 1 when done; 0, with nothing changed and no
+ * exception set, for Python's destroy to do it. Under the GIL, with no
+ * exception pending. */
+static int destroy_live(void *handle) {
+  PyObject *key, *obj, *nb = NULL, *dev = NULL, *stats = NULL;
+  long long n;
+  Py_buffer view;
+  int64_t *st;
+  int done = 0;
+  if (g_registry == NULL || !live_has(handle)) return 0;
+  key = PyLong_FromVoidPtr(handle);
+  if (key == NULL) goto out;
+  obj = PyDict_GetItemWithError(g_registry, key); /* borrowed */
+  if (obj == NULL || (PyObject *)Py_TYPE(obj) != g_buffer_type || Py_REFCNT(obj) != 1) goto out;
+  if ((nb = PyObject_GetAttr(obj, g_str_nbytes)) == NULL ||
+      (dev = PyObject_GetAttr(obj, g_str_device)) == NULL ||
+      (stats = PyObject_GetAttr(dev, g_str_stats)) == NULL)
+    goto out;
+  n = PyLong_AsLongLong(nb);
+  if ((n == -1 && PyErr_Occurred()) || (st = stats_of(stats, &view)) == NULL) goto out;
+  forget_handle(handle);
+  st[0] -= n; /* stats_free */
+  PyBuffer_Release(&view);
+  /* The buffer's last reference: freeing it runs no Python code (a Buffer
+   * and an ndarray), bar weak-reference callbacks, whose errors Python
+   * reports as unraisable. */
+  if (PyDict_DelItem(g_registry, key) != 0) PyErr_WriteUnraisable(key);
+  done = 1;
+out:
+  if (!done) PyErr_Clear();
+  Py_XDECREF(key);
+  Py_XDECREF(nb);
+  Py_XDECREF(dev);
+  Py_XDECREF(stats);
+  return done;
 }
 
 /* PJRT_LoadedExecutable_Execute's common case without ctypes: one device
@@ -979,7 +1044,9 @@ static PJRT_Error *dispatch(int slot, void *args) {
     } else if (full && s->getter != NULL) {
       void *handle = *(void *const *)((const char *)args + s->in_offset);
       ConstEntry *e = s->constant && handle != NULL ? const_entry(slot, handle) : NULL;
-      if (s->live != LIVE_NONE && handle != NULL && live_has(handle)) {
+      if (s->live == LIVE_DESTROY) {
+        if (handle != NULL && destroy_live(handle)) goto done;
+      } else if (s->live != LIVE_NONE && handle != NULL && live_has(handle)) {
         char *out = (char *)args + s->out_offset[0];
         if (s->live == LIVE_IS_DELETED) {
           *(bool *)out = false;
@@ -1146,8 +1213,8 @@ static PyObject *py_set_slot(PyObject *self, PyObject *args, PyObject *kwargs) {
       return NULL;
     }
     n_outs = (int)PyTuple_GET_SIZE(outs);
-    if (live != LIVE_NONE && n_outs != 1) {
-      PyErr_SetString(PyExc_ValueError, "a live getter writes one field");
+    if (live != LIVE_NONE && n_outs != (live == LIVE_DESTROY ? 0 : 1)) {
+      PyErr_SetString(PyExc_ValueError, "a live getter writes one field (a Destroy none)");
       return NULL;
     }
     for (i = 0; i < n_outs; i++) {
@@ -1172,9 +1239,10 @@ static PyObject *py_set_slot(PyObject *self, PyObject *args, PyObject *kwargs) {
     /* Answers cached for the previous wiring go (a rare event: tracing
      * switched, a fault installed). */
     memset(g_const_cache, 0, sizeof g_const_cache);
-    if (live < LIVE_NONE || live > LIVE_READY_EVENT) {
+    if (live < LIVE_NONE || live > LIVE_DESTROY) {
       free(copy);
-      PyErr_SetString(PyExc_ValueError, "live must be 0, 1 (IsDeleted) or 2 (ReadyEvent)");
+      PyErr_SetString(PyExc_ValueError,
+                      "live must be 0, 1 (IsDeleted), 2 (ReadyEvent) or 3 (Destroy)");
       return NULL;
     }
     if (live == LIVE_IS_DELETED ? out_size[0] != 1 : live == LIVE_READY_EVENT && out_size[0] != 8) {
@@ -1535,18 +1603,12 @@ static PyObject *py_ready_events(PyObject *self, PyObject *args) {
  * is released; the address may name another object later). */
 static PyObject *py_forget(PyObject *self, PyObject *arg) {
   void *handle = PyLong_AsVoidPtr(arg);
-  int k;
   (void)self;
   if (handle == NULL) {
     if (PyErr_Occurred()) return NULL;
     Py_RETURN_NONE;
   }
-  for (k = 0; k < g_n_const_slots; k++) {
-    int slot = g_const_slots[k];
-    ConstEntry *e = const_entry(slot, handle);
-    if (e->handle == handle && e->slot == (long)slot) const_clear(e);
-  }
-  live_drop(handle);
+  forget_handle(handle);
   Py_RETURN_NONE;
 }
 
@@ -1648,6 +1710,24 @@ static PyObject *py_stats_read(PyObject *self, PyObject *args) {
   }
   PyBuffer_Release(&view);
   return res;
+}
+
+/* set_registry(objects, buffer_class): what destroy_live needs: the handle
+ * registry (a dict) and the class of the buffers it may free. */
+static PyObject *py_set_registry(PyObject *self, PyObject *args) {
+  PyObject *objects, *cls;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "O!O!:set_registry", &PyDict_Type, &objects, &PyType_Type, &cls))
+    return NULL;
+  if (g_str_nbytes == NULL && ((g_str_nbytes = PyUnicode_InternFromString("nbytes")) == NULL ||
+                               (g_str_device = PyUnicode_InternFromString("device")) == NULL ||
+                               (g_str_stats = PyUnicode_InternFromString("stats")) == NULL))
+    return NULL;
+  Py_INCREF(objects);
+  Py_INCREF(cls);
+  Py_XSETREF(g_registry, objects);
+  Py_XSETREF(g_buffer_type, cls);
+  Py_RETURN_NONE;
 }
 
 /* is_live(handle): whether C answers the buffer's IsDeleted/ReadyEvent (tests). */
@@ -1779,6 +1859,9 @@ static PyMethodDef kMethods[] = {
      "deleted(handle): the buffer is deleted; C no longer answers its IsDeleted/ReadyEvent."},
     {"writable_c_contiguous", py_writable_c_contiguous, METH_O,
      "writable_c_contiguous(obj): whether obj exports writeable C-contiguous memory."},
+    {"set_registry", py_set_registry, METH_VARARGS,
+     "set_registry(objects, buffer_class): the handle registry and Buffer class, for "
+     "PJRT_Buffer_Destroy of a live output in C."},
     {"is_live", py_is_live, METH_O,
      "is_live(handle): whether C answers the buffer's IsDeleted/ReadyEvent."},
     {"read_pointer_lists", py_read_pointer_lists, METH_VARARGS,

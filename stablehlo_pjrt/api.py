@@ -100,7 +100,9 @@ def getter(in_field, *out_fields, constant=False, live=0):
 
     ``live``: a buffer getter that the trampoline answers itself for the
     outputs of Execute's fast path while they are alive (_shim.c, g_live):
-    1 for PJRT_Buffer_IsDeleted, 2 for PJRT_Buffer_ReadyEvent."""
+    1 for PJRT_Buffer_IsDeleted, 2 for PJRT_Buffer_ReadyEvent, 3 for
+    PJRT_Buffer_Destroy (done in C, under the GIL, when nothing but the
+    handle registry holds the buffer)."""
     def deco(fn):
         name = "PJRT_" + fn.__name__
         cls = _ARGS[name]
@@ -1037,7 +1039,7 @@ def _buffer(h) -> Buffer:
     return lookup(h, Buffer, "PJRT_Buffer")
 
 
-@getter("buffer")
+@getter("buffer", live=3)
 def Buffer_Destroy(h):
     buf = peek(h)
     if buf.__class__ is not Buffer:  # (the hot path: one lookup, checked here)

@@ -342,6 +342,10 @@ class Buffer:
 
     def pin(self) -> None:
         with _STATE:
+            if not self.pins:
+                # The trampoline no longer answers for it (its Destroy in C
+                # frees only unpinned buffers).
+                _deleted(self.handle)
             self.pins += 1
 
     def unpin(self) -> None:
@@ -398,6 +402,8 @@ class Buffer:
             if self.deleted:  # (by another thread since)
                 raise failed_precondition(
                     f"buffer {self.describe()} has been deleted or donated")
+            if not self.external_refs:
+                _deleted(self.handle)  # (its Destroy in C frees only unreferenced buffers)
             self.external_refs += 1
 
     def release_external_reference(self) -> None:
@@ -459,6 +465,12 @@ class Buffer:
 # ----------------------------------------------------------------------------
 # Host <-> buffer transfers
 # ----------------------------------------------------------------------------
+
+
+# PJRT_Buffer_Destroy of an output of Execute's fast path is done in C when
+# the registry holds the only reference (_shim.c, destroy_live): what
+# destroy() does in its common case, without running Python.
+_shim.set_registry(_objects, Buffer)
 
 
 def host_view(data: int, dtype: np.dtype, dims: tuple[int, ...],

@@ -12,6 +12,7 @@ and owns the results, so that donation behaves the same on both.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from sys import getrefcount as _getrefcount
 from time import perf_counter_ns
 
 import numpy as np
@@ -26,6 +27,11 @@ from .executable import ExecutableMeta, encode_device_assignment
 from .handles import peek, pointer_array, register
 
 _shi = None
+
+# Execute's fast path times one call in RUN_SAMPLE for the run-time average
+# (dispatch.fast_path_open): a program whose runs grow slow is sent to the
+# worker at most RUN_SAMPLE - 1 calls late.
+RUN_SAMPLE = 16
 
 
 def _interpreter():
@@ -86,7 +92,7 @@ class LoadedExecutable:
 
     __slots__ = ("handle", "meta", "client", "devices", "logical_ids", "deleted",
                  "run_ns", "span", "devices_c", "logical_ids_c", "assignment_bytes",
-                 "_memories", "_fast", "awaited")
+                 "_memories", "_fast", "_untimed", "awaited")
 
     def __init__(self, client, meta: ExecutableMeta):
         from ._capi import PJRT_LogicalDeviceIds
@@ -98,6 +104,9 @@ class LoadedExecutable:
         # inline. Averaged so that one slow run (a GC pause, the machine
         # busy) does not send a cheap program to the worker.
         self.run_ns = 0
+        # Execute's fast path times one run in RUN_SAMPLE (the clock and the
+        # average are a twentieth of such a call): the calls left untimed.
+        self._untimed = 0
         self.awaited = dispatch.Awaited()  # auto mode: do callers block at once?
         replicas, partitions = meta.num_replicas, meta.num_partitions
         assignment = meta.options.device_assignment
@@ -219,7 +228,8 @@ class LoadedExecutable:
                 inputs.append(b.array)
                 if b.borrowed:  # caller-owned memory: no result may alias it
                     borrowed = [b.array] if borrowed is None else borrowed + [b.array]
-        t0 = perf_counter_ns()
+        untimed = self._untimed
+        t0 = 0 if untimed else perf_counter_ns()
         try:
             results = program.call(inputs)
         except KeyboardInterrupt:
@@ -228,9 +238,12 @@ class LoadedExecutable:
             return tuple(b.handle for b in outputs), device.handle, memory_handles
         except _interpreter().InterpreterError as e:
             raise self._failure(e, 0) from None
-        ns = perf_counter_ns() - t0
-        # _ran, inline (this runs on every call)
-        self.run_ns = ns if not self.run_ns else (3 * self.run_ns + ns) >> 2
+        if untimed:
+            self._untimed = untimed - 1
+        else:  # _ran, inline, one call in RUN_SAMPLE
+            ns = perf_counter_ns() - t0
+            self.run_ns = ns if not self.run_ns else (3 * self.run_ns + ns) >> 2
+            self._untimed = RUN_SAMPLE - 1
         if len(results) == 1 == len(dtypes):
             # _owned_results of one result, inline: a new array of the
             # declared type (dtype identity first: numpy's builtin dtypes are
@@ -239,6 +252,13 @@ class LoadedExecutable:
             if r.__class__ is np.ndarray and r.base is None and r.shape == shapes[0] \
                     and (r.dtype is dtypes[0] or r.dtype == dtypes[0]) \
                     and _writable_c_contiguous(r):
+                # Referenced by `results` and `r` alone (and getrefcount's
+                # argument): no input, no view's base, no cached constant
+                # can be it, so the walk over the inputs is not needed.
+                if _getrefcount(r) == 3:
+                    return ((Buffer.finished_output(r, buffer_types[0], device, memories[0],
+                                                    nbytes[0]),),
+                            device.handle, memory_handles)
                 for a in inputs:
                     if a is r or (a.__class__ is np.ndarray and a.base is not None
                                   and _roots_at(a, r)):

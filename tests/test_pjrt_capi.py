@@ -814,6 +814,67 @@ def test_live_output_answers_follow_deletion(client):
         dispatch.set_mode("auto")
 
 
+def test_live_output_destroyed_in_c(client, monkeypatch):
+    """PJRT_Buffer_Destroy of a live output that only the handle registry
+    holds is done in C (_shim.c, destroy_live): the handle, its answers and
+    its bytes go as Buffer.destroy lets them go. A buffer held elsewhere, or
+    pinned, or externally referenced, is destroyed by Python."""
+    from stablehlo_pjrt import _shim, dispatch, handles
+    from stablehlo_pjrt.buffer import Buffer
+
+    by_python = []
+    destroy = Buffer.destroy
+    monkeypatch.setattr(Buffer, "destroy", lambda b: (by_python.append(b.handle), destroy(b)))
+    dev = devices_of(client)[0]
+
+    def in_use():
+        return ok("PJRT_Device_MemoryStats", C.Device_MemoryStats_Args(device=dev)).bytes_in_use
+
+    dispatch.set_mode("sync")  # inline: the fast path's case
+    try:
+        exe, err = compile_text(client, TWO_OUTPUTS)
+        assert err is None, err
+        bx, d1 = from_host(client, np.ones((2, 3), np.float32), C.BufferType.F32)
+        by, d2 = from_host(client, np.array(2.0, np.float32), C.BufferType.F32)
+        before = in_use()
+        (s, p), err = execute(exe, [bx, by], 2)
+        assert err is None and in_use() == before + 48
+        ok("PJRT_Buffer_Device", C.Buffer_Device_Args(buffer=s))  # (cached in C)
+        destroy_buffer(s)
+        assert by_python == [] and s not in handles._objects and not _shim.is_live(s)
+        assert in_use() == before + 24
+        err = call("PJRT_Buffer_Device", C.Buffer_Device_Args(buffer=s))
+        assert err[0] == C.ErrorCode.INVALID_ARGUMENT  # the cached answer went too
+        held = handles.peek(p)  # a second reference: Python's destroy
+        destroy_buffer(p)
+        assert by_python == [p] and held.deleted and held.array is None
+        assert p not in handles._objects and in_use() == before
+        del held
+
+        (s, p), err = execute(exe, [bx, by], 2)
+        assert err is None
+        handles.peek(s).pin()  # pinned: not answered in C any more
+        assert not _shim.is_live(s)
+        ok("PJRT_Buffer_IncreaseExternalReferenceCount",
+           C.Buffer_IncreaseExternalReferenceCount_Args(buffer=p))
+        assert not _shim.is_live(p)
+        ok("PJRT_Buffer_DecreaseExternalReferenceCount",
+           C.Buffer_DecreaseExternalReferenceCount_Args(buffer=p))
+        buf_s = handles.peek(s)
+        destroy_buffer(s)
+        assert buf_s.deleted and buf_s.array is not None  # kept for the pinning work
+        buf_s.unpin()
+        destroy_buffer(p)
+        assert by_python[1:] == [s, p] and buf_s.array is None and in_use() == before
+        for b in (bx, by):
+            destroy_buffer(b)
+        for d in (d1, d2):
+            event_destroy(d)
+        ok("PJRT_LoadedExecutable_Destroy", C.LoadedExecutable_Destroy_Args(executable=exe))
+    finally:
+        dispatch.set_mode("auto")
+
+
 CONSTANT = """
 module @constant {
   func.func public @main(%a: tensor<3xf32>) -> tensor<3xf32> {
