@@ -1194,6 +1194,7 @@ def Buffer_ReadyEvent(h):
                 # A host callback asking for data queued behind its own
                 # program: refused (dispatch.wait raises), never a hang.
                 dispatch.wait(ready, str(buf))
+            ready.asked()
             event = ready.c_event()
         else:
             event = ready_event()

@@ -653,6 +653,7 @@ def to_host(buf: Buffer, dst: int | None, dst_size: int, layout_ptr: int | None)
     if ready is not None and not ready.done:
         if dispatch.on_worker():
             dispatch.wait(ready, str(buf))  # refuses: it would never finish
+        ready.asked()
         event = _shim.event_new(False)
         buf.pin()
 

@@ -33,8 +33,10 @@ Modes (``STABLEHLO_REF_ASYNC`` or :func:`set_mode`):
   nothing is queued: an executable whose runs took less than
   :data:`CHEAP_NS` on average runs inline in the caller's thread, where the
   thread handoff would cost more than the run (XLA CPU likewise runs
-  programs below ~1000 flops inline). Programs with host callbacks run
-  inline too, as on XLA CPU (which runs them synchronously).
+  programs below ~1000 flops inline). So does, with nothing queued, one
+  whose callers wait for its results right after the call (:class:`Awaited`:
+  the worker would overlap nothing with the run). Programs with host
+  callbacks run inline too, as on XLA CPU (which runs them synchronously).
 * ``1`` / ``async``: every program goes through the worker (for teaching and
   for testing the asynchronous path).
 * ``0`` / ``sync``: every program runs inside Execute, in the caller's thread
@@ -62,6 +64,18 @@ MAX_IN_FLIGHT = 32
 # and GIL switching, and the GIL leaves little to overlap with a short run
 # (docs/runtime.md has the measurements).
 CHEAP_NS = 2_000_000
+# A program whose caller asked to wait for its results less than this after
+# dispatching it (block_until_ready, np.asarray right after the call) got
+# less host work overlapped with its run than a round trip through the
+# worker costs (thread wake-ups, GIL handoffs, the copy of zero-copy inputs:
+# 0.4 ms and more for a 4 MB input, docs/runtime.md): auto mode runs its
+# next calls inline (Awaited).
+AWAITED_NS = 500_000
+# Inline calls granted per confirming run on the worker: doubles from the
+# first to the last while the caller keeps waiting at once, so that a caller
+# that starts overlapping host work is noticed within a bounded number of
+# calls at a bounded share of handoffs.
+AWAITED_RUNS = (8, 256)
 
 _mode: list = []
 
@@ -82,6 +96,36 @@ def set_mode(value: str) -> None:
     _mode[:] = [name]
 
 
+class Awaited:
+    """Whether an executable's callers wait for its results at once (one per
+    executable, for auto mode). A run on the worker whose caller asked to
+    wait within :data:`AWAITED_NS` of the dispatch (:meth:`Completion.asked`),
+    with nothing else in flight, grants the next calls inline runs, however long the program: the caller
+    blocks anyway, and inline skips the handoffs and the input copies. The
+    grant runs out after a number of calls (8, doubling per confirmation up
+    to 256); the next call goes to the worker again and is looked at
+    afresh, so a caller that starts overlapping host work gets the worker
+    back."""
+
+    __slots__ = ("credit", "grant")
+
+    def __init__(self):
+        self.credit = 0   # inline calls left
+        self.grant = 0    # the last grant
+
+    def observe(self, task: Task, completion: Completion) -> None:
+        """After ``task``'s run on the worker (before its waiters wake). Only
+        a task queued alone counts: one queued behind others is part of a
+        pipeline (the caller dispatched it while earlier work ran), which
+        the worker serves and an inline run would stall."""
+        asked = completion.asked_ns
+        if asked and task.depth == 1 and asked - task.enqueued_ns < AWAITED_NS:
+            first, last = AWAITED_RUNS
+            self.grant = self.credit = min(max(2 * self.grant, first), last)
+        else:
+            self.grant = self.credit = 0
+
+
 class Cancelled(BaseException):
     """Raised inside a program running on the worker when it is cancelled
     (Ctrl-C). A BaseException so that no ``except Exception`` in a host
@@ -93,12 +137,13 @@ class Task:
     (runs on the worker, fills the outputs, records its own errors) and
     :meth:`fail` (completes the outputs with an error without running)."""
 
-    __slots__ = ("cancelled", "fired", "enqueued_ns", "launch_id", "devices", "label")
+    __slots__ = ("cancelled", "fired", "enqueued_ns", "depth", "launch_id", "devices", "label")
 
     def __init__(self, label, devices=(), launch_id=0):
         self.cancelled = None     # (code, message) once cancelled or poisoned
         self.fired = False        # Cancelled was raised in the worker for it
         self.enqueued_ns = 0
+        self.depth = 0            # tasks in flight when it was queued, itself included
         self.launch_id = launch_id
         self.devices = devices
         self.label = label
@@ -109,8 +154,13 @@ class Task:
     def fail(self, code: int, message: str) -> None:
         raise NotImplementedError
 
+    def settle(self) -> None:
+        """Hands the outputs their data or error and lets go of the inputs
+        (after work or fail), before :meth:`finish` wakes the waiters."""
+
     def finish(self) -> None:
-        """Completes the task's events (after work or fail)."""
+        """Completes the task's events (after :meth:`settle`): the waiting
+        caller may run on from here."""
         raise NotImplementedError
 
 
@@ -184,10 +234,15 @@ class _Worker:
             trace.emit("run finished", task.label,
                        {"ts_ns": started, "dur_ns": time.perf_counter_ns() - started,
                         "thread": threading.get_ident(), **_outcome(task)})
-        _safely(task.finish)
+        _safely(task.settle)
+        # The task leaves the queue before its waiters wake: a caller woken
+        # by finish() that calls again at once must find the queue empty
+        # (auto mode runs a cheap program inline only then), not this task,
+        # whose worker may wait for the GIL until that caller blocks again.
         with self.lock:
             self.pending -= 1
             self.changed.notify_all()
+        _safely(task.finish)
 
     def end_running(self, task):
         with self.lock:
@@ -214,8 +269,8 @@ class _Worker:
     def submit(self, task: Task) -> int:
         with self.lock:
             task.enqueued_ns = time.perf_counter_ns()
+            task.depth = depth = self.pending
             self.queue.append(task)
-            depth = self.pending
         self.items.release()
         return depth
 
@@ -292,13 +347,16 @@ def on_worker() -> bool:
     return _worker.ident is not None and _thread.get_ident() == _worker.ident
 
 
-def run_inline(run_ns: int, callbacks: bool = False, traced: bool = False) -> bool:
+def run_inline(run_ns: int, callbacks: bool = False, traced: bool = False,
+               awaited: Awaited | None = None) -> bool:
     """Whether a program runs in the caller's thread rather than on the
     worker. ``run_ns``: its average run time; ``callbacks``: it has host
     callbacks (inline unless the mode is ``async``); ``traced``: an op
     tracer is active in this thread (always inline: the tracer's scope may
-    end before a queued run starts). An inline run first waits for the work
-    queued before it (KeyboardInterrupt ends the wait)."""
+    end before a queued run starts); ``awaited``: whether its callers wait
+    for its results at once (auto mode runs it inline while that holds;
+    this call uses up one of its inline calls). An inline run first waits
+    for the work queued before it (KeyboardInterrupt ends the wait)."""
     m = _mode[0] if _mode else mode()
     if on_worker():
         return True   # inside a host callback of the running program
@@ -308,7 +366,14 @@ def run_inline(run_ns: int, callbacks: bool = False, traced: bool = False) -> bo
         if _worker.pending:
             _worker.drain()
         return True
-    return _worker.pending == 0 and run_ns < CHEAP_NS
+    if _worker.pending:
+        return False
+    if run_ns < CHEAP_NS:
+        return True
+    if awaited is not None and awaited.credit > 0:
+        awaited.credit -= 1
+        return True
+    return False
 
 
 def runs_inline_now(run_ns: int) -> bool:
@@ -391,6 +456,7 @@ def wait(completion: Completion, what: str) -> None:
             ErrorCode.FAILED_PRECONDITION,
             f"{what} is computed by a program queued after the one running now; a host "
             "callback cannot wait for it (this would deadlock)")
+    completion.asked()
     try:
         completion.wait()
     except KeyboardInterrupt:

@@ -12,6 +12,7 @@ error if it failed, when the work is done. Python threads wait on it too.
 from __future__ import annotations
 
 import _thread
+import time
 from collections.abc import Callable
 
 from . import _shim
@@ -38,14 +39,23 @@ class Completion:
     waiting threads) is released by :meth:`set`; what is registered after
     sees the final state at once."""
 
-    __slots__ = ("done", "error", "_events", "_then", "_waiters")
+    __slots__ = ("done", "error", "asked_ns", "_events", "_then", "_waiters")
 
     def __init__(self):
         self.done = False
         self.error = None
+        self.asked_ns = 0   # when the caller first asked to wait (see asked())
         self._events = []
         self._then = []
         self._waiters = []
+
+    def asked(self) -> None:
+        """Notes that the caller waits for this work now (a ready event of
+        one of its outputs was asked for, or a read waits for it): auto
+        mode's evidence that running such work on the worker buys no
+        overlap (dispatch.Awaited)."""
+        if not self.asked_ns:
+            self.asked_ns = time.perf_counter_ns()
 
     def c_event(self) -> int:
         """A PJRT_Event* (owned by the caller) that completes with this work."""

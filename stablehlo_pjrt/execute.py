@@ -92,7 +92,7 @@ class LoadedExecutable:
 
     __slots__ = ("handle", "meta", "client", "devices", "logical_ids", "deleted",
                  "run_ns", "span", "devices_c", "logical_ids_c", "assignment_bytes",
-                 "_memories", "_fast", "_untimed")
+                 "_memories", "_fast", "_untimed", "awaited")
 
     def __init__(self, client, meta: ExecutableMeta):
         from ._capi import PJRT_LogicalDeviceIds
@@ -107,6 +107,7 @@ class LoadedExecutable:
         # Execute's fast path times one run in RUN_SAMPLE (the clock and the
         # average are a twentieth of such a call): the calls left untimed.
         self._untimed = 0
+        self.awaited = dispatch.Awaited()  # auto mode: do callers block at once?
         replicas, partitions = meta.num_replicas, meta.num_partitions
         assignment = meta.options.device_assignment
         if assignment is None:
@@ -174,7 +175,7 @@ class LoadedExecutable:
             # Programs with host callbacks run inline (XLA CPU runs them
             # synchronously too), so do runs under an op tracer.
             inline = dispatch.run_inline(self.run_ns, meta.host_callbacks is not None,
-                                         _op_tracer_active())
+                                         _op_tracer_active(), self.awaited)
         except KeyboardInterrupt:  # while waiting for the queue to drain
             dispatch.cancel_all()
             return self._interrupted(devices)
@@ -711,11 +712,12 @@ class _ExecuteTask(dispatch.Task):
         self.values = None
         self.error = (int(code), message)
 
-    def finish(self):
+    def settle(self):
+        self.exe.awaited.observe(self, self.completion)
         error = self.error
         if error is None and self.values is None:
-            error = (ErrorCode.INTERNAL, f"stablehlo_ref execution of {self.exe.meta.name} "
-                                         "produced no results")
+            error = self.error = (ErrorCode.INTERNAL, f"stablehlo_ref execution of "
+                                  f"{self.exe.meta.name} produced no results")
         for k, bufs in enumerate(self.outputs):
             if error is None:
                 for buf, value in zip(bufs, self.values[k]):
@@ -727,7 +729,9 @@ class _ExecuteTask(dispatch.Task):
         for args in self.argument_lists:
             for b in args:
                 b.unpin()
-        self.completion.set(error)
+
+    def finish(self):
+        self.completion.set(self.error)
 
     def describe_outcome(self) -> dict:
         """For the trace line of the finished run."""

@@ -80,6 +80,65 @@ def auto_mode_overlaps_a_long_program():
 
 
 @scenario
+def auto_mode_follows_callers_that_wait():
+    # A long program whose caller waits for it right after each call runs
+    # inline after one run on the worker has shown that (dispatch.Awaited),
+    # for a grant of calls that doubles (2, then 4 here) while that holds;
+    # a caller that does host work before waiting gets the worker back once
+    # the grant runs out, as does a pipeline (calls queued behind others
+    # whose result is waited for). Then: a cheap program called right after a run on
+    # the worker finds the queue empty and runs inline (the worker leaves
+    # the queue before it wakes the waiting caller).
+    from stablehlo_pjrt import execute
+    stablehlo_pjrt.set_execution_mode("auto")
+    saved = dispatch.AWAITED_RUNS, dispatch.AWAITED_NS
+    real = execute.LoadedExecutable._dispatch
+    queued = []
+
+    def counting(self, *a, **k):
+        queued.append(True)
+        return real(self, *a, **k)
+    execute.LoadedExecutable._dispatch = counting
+    # 30 ms: the caller's step from the call to block_until_ready is far
+    # shorter, on a loaded machine too; the 75 ms run is far longer.
+    dispatch.AWAITED_RUNS, dispatch.AWAITED_NS = (2, 4), 30_000_000
+    try:
+        f = jax.jit(lambda x, n: jax.lax.fori_loop(0, n, lambda i, c: c * 0.5 + 1.0, x))
+        x = jax.device_put(jnp.ones(3), dev)
+        f(x, 100000).block_until_ready()   # inline: its run time is not known yet
+
+        def where(host_work):
+            n = len(queued)
+            y = f(x, 100000)
+            if host_work:
+                time.sleep(0.2)
+            y.block_until_ready()
+            return "W" if len(queued) > n else "I"
+        waiting = "".join(where(False) for _ in range(9))
+        working = "".join(where(True) for _ in range(7))
+
+        def pipelined():
+            # Two calls in flight, then a wait: the second queued behind the
+            # first does not count as a caller waiting at once.
+            n = len(queued)
+            f(x, 100000)
+            f(x, 100000).block_until_ready()
+            return "W" * (len(queued) - n)
+        pipeline = "".join(pipelined() for _ in range(3))
+        g = jax.jit(lambda v: v * 2 + 1)
+        g(x).block_until_ready()            # its run time is known from here
+        f(x, 100000).block_until_ready()    # on the worker (the grant ran out)
+        n = len(queued)
+        y = g(x)
+        cheap = [y.is_ready(), len(queued) == n, dispatch._worker.pending]
+        return [waiting, working, pipeline, cheap]
+    finally:
+        execute.LoadedExecutable._dispatch = real
+        dispatch.AWAITED_RUNS, dispatch.AWAITED_NS = saved
+        stablehlo_pjrt.set_execution_mode("async")
+
+
+@scenario
 def error_arrives_through_the_events():
     def boom(v):
         raise ValueError("boom in the callback")
@@ -399,6 +458,16 @@ def test_execute_returns_before_the_run(results):
 def test_auto_mode_runs_a_long_program_on_the_worker(results):
     pending, value, quick = _value(results, "auto_mode_overlaps_a_long_program")
     assert value == [2.0, 2.0, 2.0] and pending and quick
+
+
+def test_auto_mode_runs_inline_what_its_caller_waits_for(results):
+    waiting, working, pipeline, cheap = _value(results, "auto_mode_follows_callers_that_wait")
+    # W: on the worker, I: inline. Grants of 2, then 4, then 4 (the cap).
+    assert waiting == "WIIWIIIIW", waiting
+    # The last grant's 4 calls, then the worker every time.
+    assert working == "IIIIWWW", working
+    assert pipeline == "WWWWWW", pipeline
+    assert cheap == [True, True, 0]
 
 
 def test_errors_arrive_through_the_events(results):
