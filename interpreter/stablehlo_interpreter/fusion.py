@@ -551,6 +551,36 @@ class FusedOp:
 # Run time
 
 
+def _direct_and_in_place(plan, readers, dtype):
+    """Marks the members that write straight into their output chunk
+    (``direct``) or over a dying operand (``inplace``)."""
+    # Direct: a stored member computes its chunk of the output in place
+    # (a ufunc's out=, a kernel's KernelInfo.into), not into a fresh
+    # array copied there: one memory pass less per stored value.
+    for m in plan:
+        if m.kind == _KERNEL and m.store is not None and m.bind is None:
+            m.direct = m.ufunc is not None or \
+                (not m.expand and kernel_info(m.fn).into is not None)
+    # In place: a ufunc member may write its result over an operand that
+    # dies there, was made by a ufunc member of this chunk (a fresh
+    # array, chunk-shaped; not a direct member's chunk of the output)
+    # and is read by ufunc members only (no kernel holds a view of it),
+    # of the result's dtype.
+    owned = {m.res for m in plan if m.kind == _KERNEL and m.ufunc is not None
+             and not m.direct}
+    for m in plan:
+        if m.kind != _KERNEL or m.ufunc is None:
+            continue
+        operands = m.args[:1] if m.bind is not None else m.args
+        for a in operands:
+            if a in owned and a in m.dies and dtype[a] == dtype[m.res] and \
+                    all(plan[r].kind == _KERNEL and plan[r].ufunc is not None
+                        for r in readers[a]):
+                m.inplace = a
+                m.direct = False   # its result is the operand's buffer
+                break
+
+
 class FusedChain:
     """The kernel of a fused step: ``fn(*inputs) -> output or [outputs]``.
 
@@ -645,31 +675,7 @@ class FusedChain:
                     m.ufunc = _direct_ufunc(s)
             m.dies = tuple(sorted(dies_at.get(j, ())))
             plan.append(m)
-        # Direct: a stored member computes its chunk of the output in place
-        # (a ufunc's out=, a kernel's KernelInfo.into), not into a fresh
-        # array copied there: one memory pass less per stored value.
-        for m in plan:
-            if m.kind == _KERNEL and m.store is not None and m.bind is None:
-                m.direct = m.ufunc is not None or \
-                    (not m.expand and kernel_info(m.fn).into is not None)
-        # In place: a ufunc member may write its result over an operand that
-        # dies there, was made by a ufunc member of this chunk (a fresh
-        # array, chunk-shaped; not a direct member's chunk of the output)
-        # and is read by ufunc members only (no kernel holds a view of it),
-        # of the result's dtype.
-        owned = {m.res for m in plan if m.kind == _KERNEL and m.ufunc is not None
-                 and not m.direct}
-        for j, m in enumerate(plan):
-            if m.kind != _KERNEL or m.ufunc is None:
-                continue
-            operands = m.args[:1] if m.bind is not None else m.args
-            for a in operands:
-                if a in owned and a in m.dies and dtype[a] == dtype[m.res] and \
-                        all(plan[r].kind == _KERNEL and plan[r].ufunc is not None
-                            for r in readers[a]):
-                    m.inplace = a
-                    m.direct = False   # its result is the operand's buffer
-                    break
+        _direct_and_in_place(plan, readers, dtype)
         self.plan = tuple(plan)
         self._sinks(sinks, local, invariant, len(outputs))
         self.chunked_inputs = tuple(k for k in range(len(inputs)) if k not in invariant)
