@@ -9,13 +9,14 @@ import subprocess
 import sys
 
 import pytest
+from testkit import as_in_a_terminal
 
 
 def _run(script):
     env = dict(os.environ)
     env.pop("STABLEHLO_REF_NUM_DEVICES", None)
     try:
-        proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+        proc = subprocess.run([sys.executable, "-c", as_in_a_terminal(script)], env=env, capture_output=True,
                               text=True, timeout=60)
     except subprocess.TimeoutExpired:
         pytest.fail("the scenario hung")

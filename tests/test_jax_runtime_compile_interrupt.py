@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from testkit import as_in_a_terminal
 
 from stablehlo_interpreter import isolate
 
@@ -20,7 +21,7 @@ from stablehlo_interpreter import isolate
 def _run(script, **env):
     e = dict(os.environ, **env)
     e.pop("STABLEHLO_REF_NUM_DEVICES", None)
-    proc = subprocess.run([sys.executable, "-c", script], env=e, capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", as_in_a_terminal(script)], env=e, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc.stdout.splitlines()

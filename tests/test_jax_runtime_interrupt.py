@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from testkit import as_in_a_terminal
 
 SCRIPT = r"""
 import os, signal, threading
@@ -44,7 +45,7 @@ def test_ctrl_c_and_time_limit(mode):
     # in jaxlib's wait and cancels the run there).
     env = dict(os.environ, JAX_PLATFORMS="stablehlo_ref", STABLEHLO_REF_ASYNC=mode)
     env.pop("STABLEHLO_REF_NUM_DEVICES", None)
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", as_in_a_terminal(SCRIPT)], env=env, capture_output=True,
                           text=True, timeout=300)
     out = proc.stdout.splitlines()
     assert proc.returncode == 0, proc.stderr[-3000:]

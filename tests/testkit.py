@@ -119,3 +119,14 @@ def requires_jax_feature(feature: str):
     from stablehlo_pjrt import compat
     reason = compat.missing_feature(feature)
     return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+def as_in_a_terminal(script: str) -> str:
+    """``script`` (for ``python -c``) with SIGINT raising KeyboardInterrupt,
+    as in a terminal. A process that a non-interactive shell starts in the
+    background (``cmd &``, as CI runners may) inherits SIGINT ignored, and
+    Python then installs no handler for it: a Ctrl-C test would read the
+    signal as lost. Prepended on the script's first line, so that the
+    script's line numbers stay as written."""
+    return ("import signal as _s; _s.signal(_s.SIGINT, _s.default_int_handler); "
+            + script)
