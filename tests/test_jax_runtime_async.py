@@ -69,9 +69,12 @@ def auto_mode_overlaps_a_long_program():
     try:
         f = jax.jit(lambda x, n: jax.lax.fori_loop(0, n, lambda i, c: c * 0.5 + 1.0, x))
         x = jax.device_put(jnp.ones(3), dev)
-        f(x, 20000).block_until_ready()   # inline: its run time is not known yet
+        # 200,000 steps: about 150 ms, long enough that the run cannot end
+        # before the caller looks, even when the caller waits for the GIL
+        # or the CPU on a busy machine.
+        f(x, 200000).block_until_ready()   # inline: its run time is not known yet
         t0 = time.perf_counter()
-        y = f(x, 20000)                   # known to be long: on the worker
+        y = f(x, 200000)                   # known to be long: on the worker
         dispatched = time.perf_counter() - t0
         pending = not y.is_ready()
         return [pending, np.asarray(y).tolist(), dispatched < 0.5]
