@@ -1044,20 +1044,10 @@ static PJRT_Error *dispatch(int slot, void *args) {
     } else if (full && s->getter != NULL) {
       void *handle = *(void *const *)((const char *)args + s->in_offset);
       ConstEntry *e = s->constant && handle != NULL ? const_entry(slot, handle) : NULL;
-      if (s->live == LIVE_DESTROY) {
-        if (handle != NULL && destroy_live(handle)) goto done;
-      } else if (s->live != LIVE_NONE && handle != NULL && live_has(handle)) {
-        char *out = (char *)args + s->out_offset[0];
-        if (s->live == LIVE_IS_DELETED) {
-          *(bool *)out = false;
-        } else {
-          void *ev = event_new(1, CODE_OK, NULL, 0, 1);
-          if (ev == NULL) err = &kOutOfMemoryError;
-          memcpy(out, &ev, sizeof ev);
-        }
-        goto done;
-      }
-      if (e != NULL && const_write(s, (char *)args, e, handle, slot)) goto done;
+      /* Live and cached answers were given before the GIL was taken
+       * (answer_without_python); what reaches here asks Python, whose
+       * answer is the same, and caches it (const_store below). */
+      if (s->live == LIVE_DESTROY && handle != NULL && destroy_live(handle)) goto done;
       arg = PyLong_FromVoidPtr(handle);
       res = arg ? PyObject_CallOneArg(s->getter, arg) : NULL;
       Py_XDECREF(arg);

@@ -376,23 +376,12 @@ def run_inline(run_ns: int, callbacks: bool = False, traced: bool = False,
     return False
 
 
-def runs_inline_now(run_ns: int) -> bool:
-    """Whether a program without host callbacks, run with no op tracer
-    active, runs inline with nothing to wait for: :func:`run_inline`'s answer
-    when no work is queued (False when some is: the caller then asks
-    run_inline, which waits for it)."""
-    if _worker.pending:
-        return False
-    m = _mode[0] if _mode else mode()
-    if m == AUTO:
-        return run_ns < CHEAP_NS
-    return m == SYNC or _worker.stopped
-
-
 def fast_path_open(run_ns: int) -> bool:
-    """:func:`runs_inline_now`, and no time limit is set (a limited run
-    takes the full path, which watches it): Execute's fast path, in one
-    call (it asks on every Execute)."""
+    """Whether Execute's fast path may run a program (no host callbacks, no
+    op tracer) inline now, in one call (it asks on every Execute): nothing
+    is queued (else the caller asks :func:`run_inline`, which waits for
+    it), no time limit is set (a limited run takes the full path, which
+    watches it), and the mode runs it inline."""
     if _worker.pending:
         return False
     t = interrupt._timeout

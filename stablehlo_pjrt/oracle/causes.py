@@ -331,17 +331,11 @@ def transcendental_verdict(op_name: str, x: np.ndarray, ref: np.ndarray,
         return False, f"{op_name}: no correctly rounded truth available"
     dtype = np.asarray(ref).dtype
     fi = _finfo(dtype)
-
-    def spacing(v: np.ndarray) -> np.ndarray:
-        if dtype.kind == "f":
-            return np.asarray(np.abs(np.spacing(np.abs(v).astype(dtype)).astype(np.float64)))
-        return np.asarray(np.maximum(np.abs(v) * float(fi.eps), float(fi.tiny)))
     r = np.asarray(ref).reshape(-1)[idx].astype(np.float64)
     o = np.asarray(other).reshape(-1)[idx].astype(np.float64)
-    ulp_y = np.maximum(spacing(np.maximum(np.abs(truth), np.abs(r))),
-                       float(fi.smallest_subnormal))
+    ulp_y = _spacing(dtype, np.maximum(np.abs(truth), np.abs(r)))
     k = TRANSCENDENTAL_BACKWARD_ULPS
-    dx = k * spacing(xs.astype(np.float64))
+    dx = k * _spacing(dtype, xs.astype(np.float64))
     up = mp_truth(op_name, [xs.astype(np.float64) + dx])
     dn = mp_truth(op_name, [xs.astype(np.float64) - dx])
     with np.errstate(invalid="ignore"):
