@@ -493,3 +493,40 @@ def test_rows_broadcast_back_of_strided_chunks(small, monkeypatch):
         (chain,) = [f[1] for f in p.functions["main"].block._fast
                     if isinstance(f[1], fusion.FusedChain)]
         assert chain.rowvals
+
+
+@pytest.mark.parametrize("second", ["of_reduce", "of_rows", "of_rows_read"])
+def test_a_reduce_of_what_the_chain_does_not_make_is_not_fed(second, small, monkeypatch):
+    # A reduce of a fed reduce's result, or of its rows broadcast back, reads
+    # a value no chain member makes chunk by chunk: it runs after the fused
+    # step (fed, it failed with a KeyError, or summed nothing when a member
+    # also read the rows).
+    et, shape = "f32", (37, 53)
+    t, rt = _t(et, shape), _t(et, shape[:1])
+    mid = _t(et, (37, 1))
+    if second == "of_reduce":
+        tail = [f"  %s2 = stablehlo.reduce(%s init: %z) applies stablehlo.add across "
+                f"dimensions = [0] : ({rt}, tensor<{et}>) -> tensor<{et}>",
+                f"  return %s2 : tensor<{et}>"]
+        res = f"tensor<{et}>"
+    else:
+        tail = [f"  %m = stablehlo.broadcast_in_dim %s, dims = [0] : ({rt}) -> {mid}",
+                f"  %b = stablehlo.broadcast_in_dim %m, dims = [0, 1] : ({mid}) -> {t}",
+                f"  %s2 = stablehlo.reduce(%b init: %z) applies stablehlo.add across "
+                f"dimensions = [1] : ({t}, tensor<{et}>) -> {rt}"]
+        if second == "of_rows_read":
+            tail += [f"  %q = stablehlo.divide %e, %b : {t}", f"  return %s2, %q : {rt}, {t}"]
+            res = f"{rt}, {t}"
+        else:
+            tail += [f"  return %s2 : {rt}"]
+            res = rt
+    text = "\n".join([
+        f"func.func @main(%x: {t}, %y: {t}, %z: tensor<{et}>) -> ({res}) {{",
+        f"  %d = stablehlo.subtract %x, %y : {t}",
+        f"  %e = stablehlo.exponential %d : {t}",
+        f"  %s = stablehlo.reduce(%e init: %z) applies stablehlo.add across dimensions = [1]"
+        f" : ({t}, tensor<{et}>) -> {rt}"] + tail + ["}"])
+    rng = np.random.default_rng(15)
+    x, y = _values(et, shape, rng), _values(et, shape, rng)
+    p = _run_both(text, [x, y, np.array(0, NP[et])], monkeypatch)
+    assert len(_sinks(p)) == 1

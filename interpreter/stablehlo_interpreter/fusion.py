@@ -160,13 +160,14 @@ def _plain_composite(step):
 
 
 class _Group:
-    __slots__ = ("shape", "members", "reads", "produced", "sinks", "rows")
+    __slots__ = ("shape", "members", "reads", "produced", "made", "sinks", "rows")
 
     def __init__(self, shape):
         self.shape = shape
         self.members = []     # step indices, in program order
         self.reads = set()    # slots read by members
         self.produced = set()  # slots written by members
+        self.made = set()     # of those, the chain's own (not a fed reduce's, not rows)
         self.sinks = {}       # step index of a reduce fed by the chain -> its plan
         self.rows = {}        # slot of a broadcast of a fed reduce's rows -> (sink index, full)
 
@@ -209,16 +210,17 @@ def _row_broadcast(step, groups, steps):
 
 def _sink_plan(step, groups):
     """``(group, plan)`` when ``step`` is a reduce (KernelInfo.reduction)
-    of a value an open group makes, whose reducer can take it piece by
-    piece (``Reducer.row_plan``: trailing axes, or leading ones of float
-    sums), else None."""
+    of a value an open group's chain computes (not a fed reduce's result
+    nor rows broadcast back: those are not made chunk by chunk), whose
+    reducer can take it piece by piece (``Reducer.row_plan``: trailing
+    axes, or leading ones of float sums), else None."""
     reduction = kernel_info(step.fn).reduction
     if reduction is None or len(step.ins) != 3 or step.ins[0] != 0 \
             or step.out.__class__ is not int:
         return None
     red, dims = reduction
     for g in groups.values():
-        if step.ins[1] in g.produced and step.ins[2] not in g.produced:
+        if step.ins[1] in g.made and step.ins[2] not in g.produced:
             plan = red.row_plan(g.shape, dims)
             return None if plan is None else (g, plan)
     return None
@@ -266,11 +268,11 @@ def fuse(steps, result_slots, constants=()):
             g.members.append(i)
             g.reads.update(step.ins)
             g.produced.add(step.out)
+            g.made.add(step.out)
             continue
         sink = _sink_plan(step, groups)
         row = _row_broadcast(step, groups, steps) if sink is None else None
-        if sink is not None and any(g is sink[0] and g.rows for g in groups.values()) \
-                and not _whole_rows(sink[1]):
+        if sink is not None and sink[0].rows and not _whole_rows(sink[1]):
             sink = None   # rows broadcast back need every reduce of whole rows
         # Another step: the groups whose values it reads, or whose inputs it
         # frees, must run before it -- unless it is a reduce the group feeds
