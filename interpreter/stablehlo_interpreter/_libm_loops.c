@@ -40,7 +40,9 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+/* target_clones needs glibc's ifunc (musl's GCC refuses it). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) \
+    && defined(__GLIBC__)
 /* The vectorized loops also in an AVX2 version, picked at load time by the
  * host: wider vectors, the same IEEE operations one by one (AVX2 does not
  * include FMA), so the same bits on every host. */
@@ -111,11 +113,10 @@ typedef double (*unary_fn)(double);
 static const struct {
     const char *name;
     unary_fn fn;
-    int can_overflow;   /* math_1's flag: only decides the exception's kind */
 } UNARY[] = {
-    {"exp", exp, 1}, {"expm1", expm1, 1}, {"log", m_log, 0}, {"log1p", m_log1p, 0},
-    {"sin", sin, 0}, {"cos", cos, 0}, {"tan", tan, 0}, {"tanh", tanh, 0},
-    {"cbrt", cbrt, 0},
+    {"exp", exp}, {"expm1", expm1}, {"log", m_log}, {"log1p", m_log1p},
+    {"sin", sin}, {"cos", cos}, {"tan", tan}, {"tanh", tanh},
+    {"cbrt", cbrt},
 };
 
 /* math_1_to_whatever: r = fn(x); math raises where r is NaN from a non-NaN

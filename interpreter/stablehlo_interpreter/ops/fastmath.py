@@ -65,7 +65,9 @@ def f32_kernel(name, exact):
         (float32, 1-d, contiguous, x's size)."""
         fn = getattr(_fastmath, name)
         flat = np.ascontiguousarray(x).reshape(-1)
-        idx = np.empty(flat.size, np.intp)
+        if np.shares_memory(flat, out):
+            flat = flat.copy()   # the exact path below reads the inputs again
+        idx = np.empty(flat.size, np.int64)
         if flat.size <= CHUNK:
             redo = idx[:fn(flat, out, idx)]
         else:
