@@ -428,12 +428,12 @@ def share_reduces(steps, template):
         reduction = kernel_info(step.fn).reduction
         if reduction is None or len(step.ins) != 3 or step.out.__class__ is not int:
             continue
-        key = (id(reduction[0]), reduction[1], step.ins[1], _value_key(step.ins[2], template))
-        first = seen.get(key)
-        if first is None:
-            seen[key] = (reduction, step.out)   # keeps the reducer alive: id() stays unique
+        # (the Reducer by identity: it defines no __eq__)
+        key = (reduction[0], reduction[1], step.ins[1], _value_key(step.ins[2], template))
+        result = seen.get(key)
+        if result is None:
+            seen[key] = step.out
             continue
-        result = first[1]
         dead = step.dead
         for k in range(i - 1, -1, -1):   # the earlier result's last use moves here
             if result in out[k].dead:
@@ -709,6 +709,15 @@ class FusedChain:
             if v in by_res and v not in invariant:
                 by_res[v].feeds += (n_stored + k,)
         self.n_stored = n_stored
+        # What the calls' chunking needs of the plans, fixed with them: the
+        # pieces of split rows (the first plan's, and whether every plan
+        # has the same), else the row count every chunk must be a multiple of.
+        fixed = [plan.pieces() for _, plan, _, _ in self.sinks]
+        self.split = any(f is not None for f in fixed)
+        self.split_pieces = fixed[0] if self.split else None
+        self.same_pieces = self.split and all(f == fixed[0] for f in fixed)
+        self.rows_multiple = 1 if self.split else \
+            int(np.lcm.reduce([plan.n for _, plan, _, _ in self.sinks] or [1]))
 
     def _generate(self):
         """The per-chunk function: ``chunk(views, tiled, inv, targets, lo, hi, cshape, scale)``."""
@@ -851,11 +860,9 @@ class FusedChain:
     def _call(self, inputs):
         shape = self.shape
         plans = [plan for _, plan, _, _ in self.sinks]
-        fixed = [p.pieces() for p in plans]
-        split = any(f is not None for f in fixed)
-        views, tiled, unit, rows, aligned = self._layout(
-            inputs, 1 if split else int(np.lcm.reduce([p.n for p in plans] or [1])),
-            fixed[0] if split else None)
+        split = self.split
+        views, tiled, unit, rows, aligned = self._layout(inputs, self.rows_multiple,
+                                                         self.split_pieces)
         outs = [np.empty(shape, dt) for dt in self.out_dtypes]
         if not rows:
             total, tail, scale = self.size, (), 1
@@ -880,9 +887,9 @@ class FusedChain:
             # split rows, groups of leading rows); else each reduce gets the
             # whole value and reduces it as the unfused step does.
             whole_rows = not split and (not rows or all(scale % p.n == 0 for p in plans))
-            pieces = split and not rows and aligned and all(f == fixed[0] for f in fixed)
+            pieces = self.same_pieces and not rows and aligned
             if pieces:
-                bounds = fixed[0]
+                bounds = self.split_pieces
             for v, plan, init, _ in self.sinks:
                 states.append(plan.start(inv[init]) if whole_rows or pieces
                               else _Collect(plan, inv[init]))

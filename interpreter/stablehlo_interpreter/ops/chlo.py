@@ -19,7 +19,7 @@ from ..registry import KERNELS, Unsupported, annotate, composite, kernel, with_t
 
 # The kernels the chlo.broadcast_* ops wrap (with_trait below) register first.
 from . import elementwise, elementwise_math  # noqa: F401
-from .elementwise import F32, by_table, round_f64, via_f64_ufunc
+from .elementwise import F32, _total_order_signed, by_table, round_f64, via_f64_ufunc
 from .fastmath import f32_kernel
 
 # --------------------------------------------------------------------------
@@ -469,13 +469,10 @@ def _descending_key(x):
         return ~x
     size = np.dtype(dt).itemsize
     if dtypes.is_float(dt) and size in _SINT_OF and dtypes.bit_width(dt) == size * 8:
-        b = x.view(_SINT_OF[size])
-        mag = b.dtype.type((1 << (size * 8 - 1)) - 1)   # the maximum (np.iinfo costs ~5 us)
-        # ~(b ^ ((b >> (w - 1)) & mag)), in one fresh array updated in place.
-        key = np.right_shift(b, b.dtype.type(size * 8 - 1), out=np.empty(b.shape, b.dtype))
-        np.bitwise_and(key, mag, out=key)
-        np.bitwise_xor(key, b, out=key)
-        return np.invert(key, out=key)
+        signed = np.dtype(_SINT_OF[size])
+        mag = signed.type((1 << (size * 8 - 1)) - 1)   # the maximum (np.iinfo costs ~5 us)
+        key = _total_order_signed(x, signed, mag)       # a fresh array (or a 0-d scalar)
+        return np.invert(key, out=key) if isinstance(key, np.ndarray) else ~key
     return np.uint64(0xFFFFFFFFFFFFFFFF) - dtypes.total_order_key(x)
 
 
