@@ -293,8 +293,7 @@ class RowPlan:
         splits = (not red.exact and (self.red.acc.itemsize > red.dtype.itemsize
                                      or red.dtype in dtypes.ML_FLOATS)) \
             or (red.exact and not red.signed_zero)
-        big = self.rows * self.n >= _PAR_MIN and self.n > _PAR_CHUNK
-        self.block = _PAR_CHUNK if splits and big else self.n
+        self.block = _PAR_CHUNK if splits and _splits_rows(self.rows, self.n) else self.n
 
     def pieces(self):
         """Flat ``(lo, hi)`` element bounds of the blocks when rows are
@@ -403,17 +402,11 @@ class LeadPlan:
         self.out_shape = shape[len(axes):]
         self.N = int(np.prod(shape[:len(axes)], dtype=np.int64))
         self.W = int(np.prod(self.out_shape, dtype=np.int64))
-        N, W = self.N, self.W
-        if N < 4 * _SCAN_BLOCK // 16:
-            self.b = self.m = 0
-            self.groups = [(0, N)]   # rows
-            return
-        self.b = b = max(2, int(np.sqrt(N)))
-        self.m = m = N // b
-        if b * m * W >= _PAR_MIN:
-            self.groups = _ranges(b, max(1, _PAR_CHUNK // (m * W)))   # blocks
+        self.b, self.m, groups = _leading_blocks(self.N, self.W)
+        if not self.b:
+            self.groups = [(0, self.N)]   # rows
         else:
-            self.groups = [(0, b)]
+            self.groups = groups if groups is not None else [(0, self.b)]   # blocks
 
     def pieces(self):
         rows = self.m or 1
@@ -515,6 +508,26 @@ def _ranges(n, width):
     return [(lo, min(lo + width, n)) for lo in range(0, n, width)]
 
 
+def _splits_rows(rows, n):
+    """Whether _reduce_last (and RowPlan) reduce rows of ``n`` in blocks of
+    _PAR_CHUNK rather than whole (from _PAR_MIN elements on)."""
+    return rows * n >= _PAR_MIN and n > _PAR_CHUNK
+
+
+def _leading_blocks(n, width):
+    """``(b, m, groups)``: _reduce_leading's (and LeadPlan's) ``b`` blocks
+    of ``m`` rows of ``width`` elements, and the ranges of blocks reduced
+    apart when they are at least _PAR_MIN elements (else None); ``b = m =
+    0`` below 4 * _SCAN_BLOCK // 16 rows (one plain reduce)."""
+    if n < 4 * _SCAN_BLOCK // 16:
+        return 0, 0, None
+    b = max(2, int(np.sqrt(n)))
+    m = n // b
+    if b * m * width >= _PAR_MIN:
+        return b, m, _ranges(b, max(1, _PAR_CHUNK // (m * width)))
+    return b, m, None
+
+
 def _reduce_last(ufunc, x, acc):
     """``ufunc.reduce(x, axis=-1, dtype=acc)`` of C-contiguous ``x``; from
     _PAR_MIN elements on in chunks of about _PAR_CHUNK (whole rows, or
@@ -525,7 +538,7 @@ def _reduce_last(ufunc, x, acc):
         return ufunc.reduce(x, axis=-1, dtype=acc)
     rows = x.size // n
     x2 = x.reshape(rows, n)
-    if n <= _PAR_CHUNK:
+    if not _splits_rows(rows, n):
         out = np.empty(rows, acc)
 
         def run(lo, hi):
@@ -550,16 +563,14 @@ def _reduce_leading(ufunc, x, acc):
     (one streaming pass over ``x``, ``b`` terms each), then the ``m`` partial
     rows (and any rows left over). Error ~(b + m) eps instead of n eps."""
     n = x.shape[0]
-    if n < 4 * _SCAN_BLOCK // 16:
+    b, m, bounds = _leading_blocks(n, x.size // n)
+    if not b:
         return ufunc.reduce(x, axis=0, dtype=acc)
-    b = max(2, int(np.sqrt(n)))
-    m = n // b
     head = x[:b * m].reshape((b, m * (x.size // n)))
-    if head.size >= _PAR_MIN:
+    if bounds is not None:
         # Groups of rows on the helper threads, then their partial rows in
         # order: a third level of the same kind (the groups do not depend on
         # the thread count).
-        bounds = _ranges(b, max(1, _PAR_CHUNK // head.shape[1]))
         groups = np.empty((len(bounds), head.shape[1]), acc)
 
         def run(lo, hi):
