@@ -170,22 +170,34 @@ def test_narrow_contraction_rounds_like_numpy_on_every_value(no_c, dtype):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_float16_portable_conversions_equal_f16c():
-    # The C module converts float16 with F16C instructions where the CPU has
-    # them; generic=True takes its portable C conversions: the same bits.
+def test_float16_paths_are_the_same_bits():
+    # The C module steps float16 by AVX512-FP16 arithmetic where the CPU has
+    # it (generic=0), else by F16C conversions around float32 arithmetic;
+    # generic=2 forces F16C, generic=1 (True) the portable C conversions.
+    # On a CPU without one of them the call takes the next path down, so
+    # every host compares what it has: the same bits, every 16-bit pattern
+    # against a shuffle, rows of every stride kind.
     every = np.arange(65536, dtype=np.uint16).view(np.float16)
-    rows = np.stack([np.random.default_rng(2).permutation(every), every])
+    rng = np.random.default_rng(2)
+    rows = np.stack([rng.permutation(every), every, rng.permutation(every)])
     for kind in ("add", "multiply"):
-        hw, portable = rows[0].copy(), rows[0].copy()
-        C.fold(kind, rows[1:], hw)
-        C.fold(kind, rows[1:], portable, True)
-        assert _same(hw, portable), kind
-    a = _rows(np.random.default_rng(4), (2, 7, 300), np.float16)
-    w = _rows(np.random.default_rng(5), (2, 300, 9), np.float16)
-    hw, portable = np.zeros((2, 7, 9), np.float16), np.zeros((2, 7, 9), np.float16)
-    C.contract(a, w, hw)
-    C.contract(a, w, portable, True)
-    assert _same(hw, portable)
+        for x in (rows[1:], rows[1:, :1003], rows[1:].T, rows[1:, :40].T, rows[1:, :3]):
+            got = {}
+            for generic in (0, 1, 2):
+                acc = (rows[0, :x.shape[1]]).copy()
+                C.fold(kind, x, acc, generic)
+                got[generic] = acc
+            assert _same(got[0], got[1]) and _same(got[2], got[1]), (kind, x.shape)
+    for shape in ((2, 7, 300, 9), (1, 9, 40, 70), (1, 4, 3, 33)):
+        B, M, K, N = shape
+        a = _rows(np.random.default_rng(4), (B, M, K), np.float16)
+        w = _rows(np.random.default_rng(5), (B, K, N), np.float16)
+        got = {}
+        for generic in (0, 1, 2):
+            acc = _rows(np.random.default_rng(6), (B, M, N), np.float16)
+            C.contract(a, w, acc, generic)
+            got[generic] = acc
+        assert _same(got[0], got[1]) and _same(got[2], got[1]), shape
 
 
 def test_fold_of_negative_zeros_is_negative_zero():

@@ -668,9 +668,82 @@ f_to_f16_hw(float f)
 NARROW_FOLD(fold_add_e_hw, f16_to_f_hw, f_to_f16_hw, ADD, F16C)
 NARROW_FOLD(fold_mul_e_hw, f16_to_f_hw, f_to_f16_hw, MUL, F16C)
 #define HAS_F16C() (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"))
+
+#if __GNUC__ >= 12
+/* float16 arithmetic in float16 by the CPU's AVX512-FP16 instructions where
+ * it has them (vaddsh, vmulsh and their vector forms): IEEE float16 add and
+ * multiply, round to nearest even, subnormals kept (these instructions
+ * ignore MXCSR's DAZ and FTZ). Float32 holds 2p+2 bits of float16, so
+ * rounding the float32 result again gives the float16 one: the same bits as
+ * the widen, operate, round steps above. A sequential fold is a chain of
+ * dependent steps; here each is one 4-cycle instruction instead of a
+ * conversion, an add and a conversion back. */
+#define HAVE_FP16 1
+#define FP16 __attribute__((target("avx512fp16,avx512vl,avx512bw,avx512f")))
+
+FP16 static inline __m128h
+h_load(const char *p)
+{
+    uint16_t u;
+    memcpy(&u, p, 2);
+    return _mm_castsi128_ph(_mm_cvtsi32_si128(u));
+}
+
+FP16 static inline uint16_t
+h_bits(__m128h v)
+{
+    return (uint16_t)_mm_cvtsi128_si32(_mm_castph_si128(v));
+}
+
+#define FP16_FOLD(NAME, OP, VOP)                                                     \
+FP16 static void                                                                     \
+NAME(const char *src, Py_ssize_t n, Py_ssize_t kept, Py_ssize_t sn, Py_ssize_t sk,  \
+     uint16_t *acc)                                                                  \
+{                                                                                    \
+    Py_ssize_t j0 = 0;                                                               \
+    if (sk == 2 && kept >= 32) {                                                     \
+        /* Rows contiguous: 32 outputs per vector, one row step at a time. */       \
+        for (; j0 + 32 <= kept; j0 += 32) {                                          \
+            __m512h r = _mm512_castsi512_ph(_mm512_loadu_si512(acc + j0));            \
+            const char *p = src + 2 * j0;                                            \
+            for (Py_ssize_t i = 0; i < n; i++, p += sn)                              \
+                r = VOP(r, _mm512_castsi512_ph(_mm512_loadu_si512(p)));              \
+            _mm512_storeu_si512(acc + j0, _mm512_castph_si512(r));                   \
+        }                                                                            \
+    }                                                                                \
+    for (; j0 + CHAINS <= kept; j0 += CHAINS) {                                      \
+        __m128h r[CHAINS];                                                           \
+        for (int t = 0; t < CHAINS; t++)                                             \
+            r[t] = h_load((const char *)(acc + j0 + t));                             \
+        const char *p = src + j0 * sk;                                               \
+        for (Py_ssize_t i = 0; i < n; i++, p += sn)                                  \
+            for (int t = 0; t < CHAINS; t++)                                         \
+                r[t] = OP(r[t], h_load(p + t * sk));                                 \
+        for (int t = 0; t < CHAINS; t++)                                             \
+            acc[j0 + t] = h_bits(r[t]);                                              \
+    }                                                                                \
+    for (; j0 < kept; j0++) {                                                        \
+        __m128h r = h_load((const char *)(acc + j0));                                \
+        const char *p = src + j0 * sk;                                               \
+        for (Py_ssize_t i = 0; i < n; i++, p += sn)                                  \
+            r = OP(r, h_load(p));                                                    \
+        acc[j0] = h_bits(r);                                                         \
+    }                                                                                \
+}
+
+FP16_FOLD(fold_add_e_fp16, _mm_add_sh, _mm512_add_ph)
+FP16_FOLD(fold_mul_e_fp16, _mm_mul_sh, _mm512_mul_ph)
+#define HAS_FP16() (__builtin_cpu_supports("avx512fp16") && __builtin_cpu_supports("avx512vl") \
+                    && __builtin_cpu_supports("avx512bw"))
+#else
+#define HAVE_FP16 0
+#define HAS_FP16() 0
+#endif
 #else
 #define HAVE_F16C 0
 #define HAS_F16C() 0
+#define HAVE_FP16 0
+#define HAS_FP16() 0
 #endif
 
 PyDoc_STRVAR(fold_doc,
@@ -680,8 +753,10 @@ PyDoc_STRVAR(fold_doc,
 "acc[j] = (((acc[j] op x[0, j]) op x[1, j]) ...) op x[n-1, j], each step\n"
 "rounded to the element type; kind: 'add' or 'multiply'. float16 buffers\n"
 "(format 'e') fold in float16; uint16 buffers (format 'H') hold bfloat16\n"
-"bits and fold in bfloat16. generic=True: float16 conversions in portable C\n"
-"even where the CPU has F16C (the tests compare the two).");
+"bits and fold in bfloat16. generic: 0, float16 steps by the best the CPU\n"
+"has (AVX512-FP16 arithmetic, else F16C conversions); 1 (True), portable C\n"
+"conversions; 2, F16C conversions even where the CPU has AVX512-FP16 (the\n"
+"tests compare them: the same bits).");
 
 static PyObject *
 py_fold(PyObject *self, PyObject *args)
@@ -689,9 +764,9 @@ py_fold(PyObject *self, PyObject *args)
     const char *kind;
     PyObject *ox, *oa;
     int generic = 0;
-    if (!PyArg_ParseTuple(args, "sOO|p:fold", &kind, &ox, &oa, &generic))
+    if (!PyArg_ParseTuple(args, "sOO|i:fold", &kind, &ox, &oa, &generic))
         return NULL;
-    int hw = !generic && HAS_F16C();
+    int hw = generic != 1 && HAS_F16C(), fp16 = generic == 0 && HAS_FP16();
     int add = strcmp(kind, "add") == 0;
     if (!add && strcmp(kind, "multiply") != 0)
         return PyErr_Format(PyExc_ValueError, "fold: kind must be 'add' or 'multiply', not '%s'",
@@ -722,6 +797,10 @@ py_fold(PyObject *self, PyObject *args)
             (add ? fold_add_f : fold_mul_f)(src, n, kept, sn, sk, (float *)a.buf);
         else if (k == 'd')
             (add ? fold_add_d : fold_mul_d)(src, n, kept, sn, sk, (double *)a.buf);
+#if HAVE_FP16
+        else if (k == 'e' && fp16)
+            (add ? fold_add_e_fp16 : fold_mul_e_fp16)(src, n, kept, sn, sk, (uint16_t *)a.buf);
+#endif
 #if HAVE_F16C
         else if (k == 'e' && hw)
             (add ? fold_add_e_hw : fold_mul_e_hw)(src, n, kept, sn, sk, (uint16_t *)a.buf);
