@@ -255,6 +255,44 @@ def test_contract_is_the_numpy_contraction(no_c, dtype, bmkn):
         assert _same(got, want)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("bmkn", [(1, 16, 40, 64), (2, 13, 300, 70), (1, 9, 600, 17),
+                                  (1, 8, 3, 16), (1, 33, 257, 100), (3, 4, 5, 40)])
+def test_register_tiles_are_the_row_loop(no_c, dtype, bmkn):
+    # Where w's rows are contiguous the C loop computes register tiles of
+    # outputs (k in chunks, remainders by the row loop); generic=1 takes the
+    # row loop alone. Both, and the numpy fallback: the same bits.
+    B, M, K, N = bmkn
+    rng = np.random.default_rng(M * N + K)
+    a = _rows(rng, (B, M, K), dtype)
+    w = _rows(rng, (B, K, N), dtype)
+    acc = _rows(rng, (B, M, N), dtype)
+    tiled, rows = acc.copy(), acc.copy()
+    C.contract(a, w, tiled)
+    C.contract(a, w, rows, 1)
+    want = no_c(spec_kernels.contract, a, w, dtype, acc)
+    assert _same(tiled, rows) and _same(tiled, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("mn", [(16, 64), (16, 200), (24, 9)])
+def test_register_tiles_round_every_product(dtype, mn):
+    # As below, over a whole tile of outputs at once: acc = -1, one product
+    # (1 + u)^2 = 1 + 2u + u^2 whose u^2 the product's rounding drops (half
+    # an ulp of 1, a tie to even, in float32 and float64; less in float16); a
+    # fused multiply-add would keep it.
+    M, N = mn
+    u = {np.float32: 2.0 ** -12, np.float64: 2.0 ** -27, np.float16: 2.0 ** -6}[dtype]
+    e = 1 + u
+    a = np.full((1, M, 1), e, dtype)
+    w = np.full((1, 1, N), e, dtype)
+    acc = np.full((1, M, N), -1.0, dtype)
+    C.contract(a, w, acc)
+    assert np.all(acc == np.asarray(2 * u, dtype))
+    assert np.asarray(2 * u + u * u, dtype) != np.asarray(2 * u, dtype)
+
+
 @pytest.mark.parametrize("c_loops", [True, False])
 def test_contract_rounds_every_product(no_c, c_loops):
     # acc = -1 after k = 0; at k = 1 the product (1 + 2^-12)^2 = 1 + 2^-11 +

@@ -823,53 +823,127 @@ py_fold(PyObject *self, PyObject *args)
 /* Outputs per block of a row of the result (kept in L1 across k). */
 #define NBLOCK 512
 
-/* acc[b, m, n] = (((acc[b, m, n] + a[b, m, 0] * w[b, 0, n]) + a[b, m, 1] *
- * w[b, 1, n]) ...), each product and each sum rounded to T. */
-#define CONTRACT(NAME, T)                                                            \
-VECTOR_CLONES static void                                                            \
-NAME(const Py_buffer *A, const Py_buffer *W, T *acc)                                 \
-{                                                                                    \
-    Py_ssize_t B = A->shape[0], M = A->shape[1], K = A->shape[2], N = W->shape[2];   \
-    const Py_ssize_t *sa = A->strides, *sw = W->strides;                             \
-    if (N < 2 * CHAINS && M >= CHAINS) {                                             \
-        /* Narrow rows (a matrix-vector product): CHAINS rows of a at once,         \
-         * independent chains over k. */                                            \
-        for (Py_ssize_t b = 0; b < B; b++)                                           \
-            for (Py_ssize_t n = 0; n < N; n++) {                                     \
-                const char *wn = (const char *)W->buf + b * sw[0] + n * sw[2];       \
-                Py_ssize_t m0 = 0;                                                   \
-                for (; m0 + CHAINS <= M; m0 += CHAINS) {                             \
-                    T r[CHAINS];                                                     \
-                    const char *am = (const char *)A->buf + b * sa[0] + m0 * sa[1];  \
-                    for (int t = 0; t < CHAINS; t++)                                 \
-                        r[t] = acc[(b * M + m0 + t) * N + n];                        \
-                    for (Py_ssize_t k = 0; k < K; k++) {                             \
-                        const T wv = *(const T *)(wn + k * sw[1]);                   \
-                        for (int t = 0; t < CHAINS; t++) {                           \
-                            T p = *(const T *)(am + t * sa[1] + k * sa[2]) * wv;     \
-                            r[t] = r[t] + p;                                         \
-                        }                                                            \
-                    }                                                                \
-                    for (int t = 0; t < CHAINS; t++)                                 \
-                        acc[(b * M + m0 + t) * N + n] = r[t];                        \
-                }                                                                    \
-                for (; m0 < M; m0++) {                                               \
-                    T r = acc[(b * M + m0) * N + n];                                 \
-                    const char *am = (const char *)A->buf + b * sa[0] + m0 * sa[1];  \
-                    for (Py_ssize_t k = 0; k < K; k++) {                             \
-                        T p = *(const T *)(am + k * sa[2]) * *(const T *)(wn + k * sw[1]); \
-                        r = r + p;                                                   \
-                    }                                                                \
-                    acc[(b * M + m0) * N + n] = r;                                   \
+/* ---- register tiles ----
+ * Where w's rows are contiguous, the result is computed in tiles of MR rows
+ * by NR vectors of outputs held in registers while k runs over a chunk of
+ * KC contracted indices: per k, NR vectors of w are loaded once for MR rows
+ * and each output takes one rounded product and one rounded sum, k after k,
+ * exactly as in the row loop below (the order within an output is the
+ * contract; outputs advancing side by side in SIMD lanes and chunks of k
+ * changing nothing in it). The tile function fills [0, Mt) x [0, Nt) and
+ * returns those bounds; the row loop does the rest. */
+#define KC 256
+
+#define TILE(T, V, MR, NR)                                                           \
+    do {                                                                             \
+        V c[MR][NR];                                                                 \
+        T *crow = acc + (b * M + m0) * N + n0;                                       \
+        for (int r = 0; r < MR; r++)                                                 \
+            for (int v = 0; v < NR; v++)                                             \
+                memcpy(&c[r][v], crow + r * N + v * L, sizeof(V));                   \
+        const char *ap = abase + m0 * sa[1] + k0 * sa[2];                            \
+        const char *wp = wbase + k0 * sw[1] + n0 * (Py_ssize_t)sizeof(T);            \
+        for (Py_ssize_t k = k0; k < k1; k++, ap += sa[2], wp += sw[1]) {             \
+            V w[NR];                                                                 \
+            for (int v = 0; v < NR; v++)                                             \
+                memcpy(&w[v], wp + v * sizeof(V), sizeof(V));                        \
+            for (int r = 0; r < MR; r++) {                                           \
+                const T s = *(const T *)(ap + r * sa[1]);                            \
+                for (int v = 0; v < NR; v++) {                                       \
+                    V p = w[v] * s;                                                  \
+                    c[r][v] = c[r][v] + p;                                           \
                 }                                                                    \
             }                                                                        \
+        }                                                                            \
+        for (int r = 0; r < MR; r++)                                                 \
+            for (int v = 0; v < NR; v++)                                             \
+                memcpy(crow + r * N + v * L, &c[r][v], sizeof(V));                   \
+    } while (0)
+
+/* 4 rows x 2 vectors where a row has two vectors of outputs, else 8 rows x
+ * 1 vector: 8 independent accumulators either way (an add's latency times
+ * the adds per cycle). */
+#define TILED(NAME, T, VB, ATTR)                                                     \
+ATTR static void                                                                     \
+NAME(const Py_buffer *A, const Py_buffer *W, T *acc, Py_ssize_t *pMt, Py_ssize_t *pNt) \
+{                                                                                    \
+    typedef T V __attribute__((vector_size(VB)));                                    \
+    enum { L = VB / sizeof(T) };                                                     \
+    Py_ssize_t B = A->shape[0], M = A->shape[1], K = A->shape[2], N = W->shape[2];   \
+    const Py_ssize_t *sa = A->strides, *sw = W->strides;                             \
+    int wide = N >= 2 * L;                                                           \
+    Py_ssize_t Mt = wide ? M - M % 4 : M - M % 8;                                    \
+    Py_ssize_t Nt = wide ? N - N % (2 * L) : N - N % L;                              \
+    *pMt = Mt;                                                                       \
+    *pNt = Nt;                                                                       \
+    for (Py_ssize_t b = 0; b < B; b++) {                                             \
+        const char *abase = (const char *)A->buf + b * sa[0];                        \
+        const char *wbase = (const char *)W->buf + b * sw[0];                        \
+        for (Py_ssize_t k0 = 0; k0 < K; k0 += KC) {                                  \
+            Py_ssize_t k1 = K - k0 < KC ? K : k0 + KC;                               \
+            for (Py_ssize_t n0 = 0; n0 < Nt; n0 += wide ? 2 * L : L)                 \
+                for (Py_ssize_t m0 = 0; m0 < Mt; m0 += wide ? 4 : 8) {               \
+                    if (wide)                                                        \
+                        TILE(T, V, 4, 2);                                            \
+                    else                                                             \
+                        TILE(T, V, 8, 1);                                            \
+                }                                                                    \
+        }                                                                            \
+    }                                                                                \
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+/* AVX512F and AVX2 hold more lanes; neither instruction set changes an
+ * IEEE add or multiply (fused multiply-adds are off, see the top). */
+TILED(tile_f_512, float, 64, __attribute__((target("avx512f"))))
+TILED(tile_d_512, double, 64, __attribute__((target("avx512f"))))
+TILED(tile_f_256, float, 32, __attribute__((target("avx2"))))
+TILED(tile_d_256, double, 32, __attribute__((target("avx2"))))
+#define WIDE_TILES(T, A, W, acc, Mt, Nt)                                             \
+    if (__builtin_cpu_supports("avx512f")) {                                         \
+        tile_##T##_512(A, W, acc, Mt, Nt);                                           \
         return;                                                                      \
     }                                                                                \
+    if (__builtin_cpu_supports("avx2")) {                                            \
+        tile_##T##_256(A, W, acc, Mt, Nt);                                           \
+        return;                                                                      \
+    }
+#else
+#define WIDE_TILES(T, A, W, acc, Mt, Nt)
+#endif
+TILED(tile_f_128, float, 16, )
+TILED(tile_d_128, double, 16, )
+
+static void
+tile_f(const Py_buffer *A, const Py_buffer *W, float *acc, Py_ssize_t *Mt, Py_ssize_t *Nt)
+{
+    WIDE_TILES(f, A, W, acc, Mt, Nt)
+    tile_f_128(A, W, acc, Mt, Nt);
+}
+
+static void
+tile_d(const Py_buffer *A, const Py_buffer *W, double *acc, Py_ssize_t *Mt, Py_ssize_t *Nt)
+{
+    WIDE_TILES(d, A, W, acc, Mt, Nt)
+    tile_d_128(A, W, acc, Mt, Nt);
+}
+
+/* acc[b, m, n] = (((acc[b, m, n] + a[b, m, 0] * w[b, 0, n]) + a[b, m, 1] *
+ * w[b, 1, n]) ...), each product and each sum rounded to T. */
+#define CONTRACT(NAME, T, TILES)                                                     \
+VECTOR_CLONES static void                                                            \
+NAME##_rows(const Py_buffer *A, const Py_buffer *W, T *acc, Py_ssize_t m_lo,         \
+            Py_ssize_t m_hi, Py_ssize_t n_lo, Py_ssize_t n_hi)                       \
+{                                                                                    \
+    /* rows m_lo..m_hi, columns n_lo..n_hi: per row, k after k, a block of        \
+     * outputs advancing together */                                                \
+    Py_ssize_t B = A->shape[0], M = A->shape[1], K = A->shape[2], N = W->shape[2];   \
+    const Py_ssize_t *sa = A->strides, *sw = W->strides;                             \
     for (Py_ssize_t b = 0; b < B; b++)                                               \
-        for (Py_ssize_t m = 0; m < M; m++) {                                         \
+        for (Py_ssize_t m = m_lo; m < m_hi; m++) {                                   \
             const char *arow = (const char *)A->buf + b * sa[0] + m * sa[1];         \
-            for (Py_ssize_t n0 = 0; n0 < N; n0 += NBLOCK) {                          \
-                Py_ssize_t w = N - n0 < NBLOCK ? N - n0 : NBLOCK;                    \
+            for (Py_ssize_t n0 = n_lo; n0 < n_hi; n0 += NBLOCK) {                    \
+                Py_ssize_t w = n_hi - n0 < NBLOCK ? n_hi - n0 : NBLOCK;              \
                 T *restrict c = acc + (b * M + m) * N + n0;                          \
                 const char *wk = (const char *)W->buf + b * sw[0] + n0 * sw[2];      \
                 for (Py_ssize_t k = 0; k < K; k++, wk += sw[1]) {                    \
@@ -889,10 +963,62 @@ NAME(const Py_buffer *A, const Py_buffer *W, T *acc)                            
                 }                                                                    \
             }                                                                        \
         }                                                                            \
+}                                                                                    \
+                                                                                     \
+VECTOR_CLONES static void                                                            \
+NAME##_narrow(const Py_buffer *A, const Py_buffer *W, T *acc)                        \
+{                                                                                    \
+    /* Narrow rows (a matrix-vector product): CHAINS rows of a at once,             \
+     * independent chains over k. */                                                \
+    Py_ssize_t B = A->shape[0], M = A->shape[1], K = A->shape[2], N = W->shape[2];   \
+    const Py_ssize_t *sa = A->strides, *sw = W->strides;                             \
+    for (Py_ssize_t b = 0; b < B; b++)                                               \
+        for (Py_ssize_t n = 0; n < N; n++) {                                         \
+            const char *wn = (const char *)W->buf + b * sw[0] + n * sw[2];           \
+            Py_ssize_t m0 = 0;                                                       \
+            for (; m0 + CHAINS <= M; m0 += CHAINS) {                                 \
+                T r[CHAINS];                                                         \
+                const char *am = (const char *)A->buf + b * sa[0] + m0 * sa[1];      \
+                for (int t = 0; t < CHAINS; t++)                                     \
+                    r[t] = acc[(b * M + m0 + t) * N + n];                            \
+                for (Py_ssize_t k = 0; k < K; k++) {                                 \
+                    const T wv = *(const T *)(wn + k * sw[1]);                       \
+                    for (int t = 0; t < CHAINS; t++) {                               \
+                        T p = *(const T *)(am + t * sa[1] + k * sa[2]) * wv;         \
+                        r[t] = r[t] + p;                                             \
+                    }                                                                \
+                }                                                                    \
+                for (int t = 0; t < CHAINS; t++)                                     \
+                    acc[(b * M + m0 + t) * N + n] = r[t];                            \
+            }                                                                        \
+            for (; m0 < M; m0++) {                                                   \
+                T r = acc[(b * M + m0) * N + n];                                     \
+                const char *am = (const char *)A->buf + b * sa[0] + m0 * sa[1];      \
+                for (Py_ssize_t k = 0; k < K; k++) {                                 \
+                    T p = *(const T *)(am + k * sa[2]) * *(const T *)(wn + k * sw[1]); \
+                    r = r + p;                                                       \
+                }                                                                    \
+                acc[(b * M + m0) * N + n] = r;                                       \
+            }                                                                        \
+        }                                                                            \
+}                                                                                    \
+                                                                                     \
+static void                                                                          \
+NAME(const Py_buffer *A, const Py_buffer *W, T *acc, int tiles)                      \
+{                                                                                    \
+    Py_ssize_t M = A->shape[1], N = W->shape[2], Mt = 0, Nt = 0;                     \
+    if (N < 2 * CHAINS && M >= CHAINS) {                                             \
+        NAME##_narrow(A, W, acc);                                                    \
+        return;                                                                      \
+    }                                                                                \
+    if (tiles && W->strides[2] == (Py_ssize_t)sizeof(T))                             \
+        TILES(A, W, acc, &Mt, &Nt);                                                  \
+    NAME##_rows(A, W, acc, 0, M, Nt, N);                                             \
+    NAME##_rows(A, W, acc, Mt, M, 0, Nt);                                            \
 }
 
-CONTRACT(contract_f, float)
-CONTRACT(contract_d, double)
+CONTRACT(contract_f, float, tile_f)
+CONTRACT(contract_d, double, tile_d)
 
 /* float16/bfloat16: each product rounded to the type, then each sum. */
 /* One step of a float16/bfloat16 contraction over a row of N outputs:
@@ -1030,9 +1156,9 @@ py_contract(PyObject *self, PyObject *args)
 {
     PyObject *oa, *ow, *oc;
     int generic = 0;
-    if (!PyArg_ParseTuple(args, "OOO|p:contract", &oa, &ow, &oc, &generic))
+    if (!PyArg_ParseTuple(args, "OOO|i:contract", &oa, &ow, &oc, &generic))
         return NULL;
-    int hw = !generic && HAS_F16C();
+    int hw = generic != 1 && HAS_F16C();
     Py_buffer c, a, w;
     if (get_contiguous(oc, &c, 1, 0, "contract acc") < 0)
         return NULL;
@@ -1065,9 +1191,9 @@ py_contract(PyObject *self, PyObject *args)
         if (ok) {
             Py_BEGIN_ALLOW_THREADS
             if (k == 'f')
-                contract_f(&a, &w, (float *)c.buf);
+                contract_f(&a, &w, (float *)c.buf, generic != 1);
             else if (k == 'd')
-                contract_d(&a, &w, (double *)c.buf);
+                contract_d(&a, &w, (double *)c.buf, generic != 1);
             else if (k == 'F')
                 contract_F(&a, &w, (float *)c.buf);
             else if (k == 'D')
