@@ -198,6 +198,16 @@ def test_float16_paths_are_the_same_bits():
             C.contract(a, w, acc, generic)
             got[generic] = acc
         assert _same(got[0], got[1]) and _same(got[2], got[1]), shape
+    # one product and one sum over every 16-bit pattern, in tiles
+    w = every.reshape(1, 1, -1)
+    a = np.array([1.0, -0.5, 3.0, 1e-3, 300.0, 6e-5, -7.0, 0.1], np.float16).reshape(1, 8, 1)
+    start = np.stack([rng.permutation(every) for _ in range(8)]).reshape(1, 8, -1)
+    got = {}
+    for generic in (0, 1, 2):
+        acc = start.copy()
+        C.contract(a, w, acc, generic)
+        got[generic] = acc
+    assert _same(got[0], got[1]) and _same(got[2], got[1])
 
 
 def test_fold_of_negative_zeros_is_negative_zero():

@@ -1112,6 +1112,42 @@ NARROW_CONTRACT(contract_b, bf16_to_f, f_to_bf16, row_b)
 NARROW_CONTRACT(contract_e_hw, f16_to_f, f_to_f16, row_e_hw)
 #endif
 
+#if HAVE_FP16
+/* float16 contractions in float16 arithmetic (AVX512-FP16): register tiles
+ * of 32 outputs a vector, each product and each sum one float16 rounding
+ * (the same bits as float32 steps rounded, see HAVE_FP16); the outputs the
+ * tiles leave, one chain each. */
+TILED(tile_e_fp16, _Float16, 64, FP16)
+
+FP16 static void
+rows_e_fp16(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, Py_ssize_t m_lo,
+            Py_ssize_t m_hi, Py_ssize_t n_lo, Py_ssize_t n_hi)
+{
+    Py_ssize_t B = A->shape[0], M = A->shape[1], K = A->shape[2], N = W->shape[2];
+    const Py_ssize_t *sa = A->strides, *sw = W->strides;
+    for (Py_ssize_t b = 0; b < B; b++)
+        for (Py_ssize_t m = m_lo; m < m_hi; m++)
+            for (Py_ssize_t n = n_lo; n < n_hi; n++) {
+                const char *ap = (const char *)A->buf + b * sa[0] + m * sa[1];
+                const char *wp = (const char *)W->buf + b * sw[0] + n * sw[2];
+                uint16_t *c = acc + (b * M + m) * N + n;
+                __m128h r = h_load((const char *)c);
+                for (Py_ssize_t k = 0; k < K; k++, ap += sa[2], wp += sw[1])
+                    r = _mm_add_sh(r, _mm_mul_sh(h_load(ap), h_load(wp)));
+                *c = h_bits(r);
+            }
+}
+
+static void
+contract_e_fp16(const Py_buffer *A, const Py_buffer *W, uint16_t *acc)
+{
+    Py_ssize_t M = A->shape[1], N = W->shape[2], Mt, Nt;
+    tile_e_fp16(A, W, (_Float16 *)acc, &Mt, &Nt);
+    rows_e_fp16(A, W, acc, 0, M, Nt, N);
+    rows_e_fp16(A, W, acc, Mt, M, 0, Nt);
+}
+#endif
+
 /* complex: each product by the textbook formula, every product and sum
  * rounded to the part type (Element.cpp operator*), added componentwise. */
 #define COMPLEX_CONTRACT(NAME, T)                                                    \
@@ -1158,7 +1194,7 @@ py_contract(PyObject *self, PyObject *args)
     int generic = 0;
     if (!PyArg_ParseTuple(args, "OOO|i:contract", &oa, &ow, &oc, &generic))
         return NULL;
-    int hw = generic != 1 && HAS_F16C();
+    int hw = generic != 1 && HAS_F16C(), fp16 = generic == 0 && HAS_FP16();
     Py_buffer c, a, w;
     if (get_contiguous(oc, &c, 1, 0, "contract acc") < 0)
         return NULL;
@@ -1198,6 +1234,10 @@ py_contract(PyObject *self, PyObject *args)
                 contract_F(&a, &w, (float *)c.buf);
             else if (k == 'D')
                 contract_D(&a, &w, (double *)c.buf);
+#if HAVE_FP16
+            else if (k == 'e' && fp16 && w.strides[2] == 2 && w.shape[2] >= 32 && a.shape[1] >= 8)
+                contract_e_fp16(&a, &w, (uint16_t *)c.buf);
+#endif
 #if HAVE_F16C
             else if (k == 'e' && hw)
                 contract_e_hw(&a, &w, (uint16_t *)c.buf, row);
