@@ -158,15 +158,22 @@ def test_narrow_steps_round_like_numpy_on_every_value(no_c, dtype):
 def test_narrow_contraction_rounds_like_numpy_on_every_value(no_c, dtype):
     # acc + a * w over a row of every 16-bit pattern (the vectorized row
     # loop), a few multipliers.
+    # One row, and 8 rows (the register tiles).
     every = np.arange(65536, dtype=np.uint16).view(dtype)
     rng = np.random.default_rng(6)
     w = every.reshape(1, 1, -1)
     acc = rng.permutation(every).reshape(1, 1, -1)
-    for v in (1.0, -0.5, 3.0, 1e-3, 300.0, float(rng.standard_normal())):
+    values = (1.0, -0.5, 3.0, 1e-3, 300.0, float(rng.standard_normal()), 6e-5, -1e-30)
+    for v in values:
         a = np.full((1, 1, 1), v, dtype)
         got = spec_kernels.contract(a, w, dtype, acc)
         want = no_c(spec_kernels.contract, a, w, dtype, acc)
         assert _same(got, want), v
+    a = np.array(values, dtype).reshape(1, 8, 1)
+    acc = np.stack([rng.permutation(every) for _ in values]).reshape(1, 8, -1)
+    got = spec_kernels.contract(a, w, dtype, acc)
+    want = no_c(spec_kernels.contract, a, w, dtype, acc)
+    assert _same(got, want)
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -266,7 +273,7 @@ def test_contract_is_the_numpy_contraction(no_c, dtype, bmkn):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16])
 @pytest.mark.parametrize("bmkn", [(1, 16, 40, 64), (2, 13, 300, 70), (1, 9, 600, 17),
                                   (1, 8, 3, 16), (1, 33, 257, 100), (3, 4, 5, 40)])
 def test_register_tiles_are_the_row_loop(no_c, dtype, bmkn):
@@ -279,8 +286,9 @@ def test_register_tiles_are_the_row_loop(no_c, dtype, bmkn):
     w = _rows(rng, (B, K, N), dtype)
     acc = _rows(rng, (B, M, N), dtype)
     tiled, rows = acc.copy(), acc.copy()
-    C.contract(a, w, tiled)
-    C.contract(a, w, rows, 1)
+    buf = spec_kernels._c_buffer     # bfloat16 as its uint16 bits
+    C.contract(buf(a), buf(w), buf(tiled))
+    C.contract(buf(a), buf(w), buf(rows), 1)
     want = no_c(spec_kernels.contract, a, w, dtype, acc)
     assert _same(tiled, rows) and _same(tiled, want)
 

@@ -1087,27 +1087,146 @@ row_e_hw(float *restrict c, const char *w, Py_ssize_t sw, float av, Py_ssize_t n
 
 #define NARROW_CONTRACT(NAME, TO_F, FROM_F, ROW)                                     \
 static void                                                                          \
-NAME(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, float *c)                \
+NAME##_range(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, float *c,        \
+             Py_ssize_t m_lo, Py_ssize_t m_hi, Py_ssize_t n_lo, Py_ssize_t n_hi)     \
 {                                                                                    \
-    /* c: N floats of scratch, one accumulator row */                               \
+    /* c: n_hi - n_lo floats of scratch, one accumulator row */                     \
     Py_ssize_t B = A->shape[0], M = A->shape[1], K = A->shape[2], N = W->shape[2];   \
+    Py_ssize_t nn = n_hi - n_lo;                                                     \
     const Py_ssize_t *sa = A->strides, *sw = W->strides;                             \
     for (Py_ssize_t b = 0; b < B; b++)                                               \
-        for (Py_ssize_t m = 0; m < M; m++) {                                         \
+        for (Py_ssize_t m = m_lo; m < m_hi; m++) {                                   \
             const char *arow = (const char *)A->buf + b * sa[0] + m * sa[1];         \
-            uint16_t *out = acc + (b * M + m) * N;                                   \
-            for (Py_ssize_t j = 0; j < N; j++)                                       \
+            uint16_t *out = acc + (b * M + m) * N + n_lo;                            \
+            for (Py_ssize_t j = 0; j < nn; j++)                                      \
                 c[j] = TO_F(out[j]);                                                 \
-            const char *wk = (const char *)W->buf + b * sw[0];                       \
+            const char *wk = (const char *)W->buf + b * sw[0] + n_lo * sw[2];        \
             for (Py_ssize_t k = 0; k < K; k++, wk += sw[1])                          \
-                ROW(c, wk, sw[2], TO_F(*(const uint16_t *)(arow + k * sa[2])), N);   \
-            for (Py_ssize_t j = 0; j < N; j++)                                       \
+                ROW(c, wk, sw[2], TO_F(*(const uint16_t *)(arow + k * sa[2])), nn);  \
+            for (Py_ssize_t j = 0; j < nn; j++)                                      \
                 out[j] = FROM_F(c[j]);                                               \
         }                                                                            \
+}                                                                                    \
+                                                                                     \
+static void                                                                          \
+NAME(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, float *c)                \
+{                                                                                    \
+    NAME##_range(A, W, acc, c, 0, A->shape[1], 0, W->shape[2]);                      \
 }
 
 NARROW_CONTRACT(contract_e, f16_to_f, f_to_f16, row_e)
 NARROW_CONTRACT(contract_b, bf16_to_f, f_to_bf16, row_b)
+
+/* bfloat16 contractions in register tiles: float32 accumulators holding
+ * bfloat16 values, each product and each sum rounded to bfloat16 by integer
+ * steps on the float32 bits (round_bf16 without its NaN branch: the NaNs a
+ * product or sum of bfloat16 values makes are quiet with 16 zero low bits,
+ * which the rounding leaves as they are). */
+#define BF_ROUND(U, x)                                                               \
+    ({                                                                               \
+        U u_ = (U)(x);                                                               \
+        u_ = (u_ + 0x7fffu + ((u_ >> 16) & 1u)) & 0xffff0000u;                       \
+        (__typeof__(x))u_;                                                           \
+    })
+
+#define TILE_B(MR, NR)                                                               \
+    do {                                                                             \
+        V c[MR][NR];                                                                 \
+        uint16_t *crow = acc + (b * M + m0) * N + n0;                                \
+        for (int r = 0; r < MR; r++)                                                 \
+            for (int v = 0; v < NR; v++) {                                           \
+                H h;                                                                 \
+                memcpy(&h, crow + r * N + v * L, sizeof(H));                         \
+                c[r][v] = (V)(__builtin_convertvector(h, U) << 16);                  \
+            }                                                                        \
+        const char *ap = abase + m0 * sa[1] + k0 * sa[2];                            \
+        const char *wp = wbase + k0 * sw[1] + n0 * 2;                                \
+        for (Py_ssize_t k = k0; k < k1; k++, ap += sa[2], wp += sw[1]) {             \
+            V w[NR];                                                                 \
+            for (int v = 0; v < NR; v++) {                                           \
+                H h;                                                                 \
+                memcpy(&h, wp + v * sizeof(H), sizeof(H));                           \
+                w[v] = (V)(__builtin_convertvector(h, U) << 16);                     \
+            }                                                                        \
+            for (int r = 0; r < MR; r++) {                                           \
+                const float s = bf16_to_f(*(const uint16_t *)(ap + r * sa[1]));      \
+                for (int v = 0; v < NR; v++) {                                       \
+                    V p = BF_ROUND(U, w[v] * s);                                     \
+                    c[r][v] = BF_ROUND(U, c[r][v] + p);                              \
+                }                                                                    \
+            }                                                                        \
+        }                                                                            \
+        for (int r = 0; r < MR; r++)                                                 \
+            for (int v = 0; v < NR; v++) {                                           \
+                H h = __builtin_convertvector((U)c[r][v] >> 16, H);                  \
+                memcpy(crow + r * N + v * L, &h, sizeof(H));                         \
+            }                                                                        \
+    } while (0)
+
+#define TILED_B(NAME, VB, ATTR)                                                      \
+ATTR static void                                                                     \
+NAME(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, Py_ssize_t *pMt,         \
+     Py_ssize_t *pNt)                                                                \
+{                                                                                    \
+    typedef float V __attribute__((vector_size(VB)));                                \
+    typedef uint32_t U __attribute__((vector_size(VB)));                             \
+    typedef uint16_t H __attribute__((vector_size(VB / 2)));                         \
+    enum { L = VB / 4 };                                                             \
+    Py_ssize_t B = A->shape[0], M = A->shape[1], K = A->shape[2], N = W->shape[2];   \
+    const Py_ssize_t *sa = A->strides, *sw = W->strides;                             \
+    int wide = N >= 2 * L;                                                           \
+    Py_ssize_t Mt = wide ? M - M % 4 : M - M % 8;                                    \
+    Py_ssize_t Nt = wide ? N - N % (2 * L) : N - N % L;                              \
+    *pMt = Mt;                                                                       \
+    *pNt = Nt;                                                                       \
+    for (Py_ssize_t b = 0; b < B; b++) {                                             \
+        const char *abase = (const char *)A->buf + b * sa[0];                        \
+        const char *wbase = (const char *)W->buf + b * sw[0];                        \
+        for (Py_ssize_t k0 = 0; k0 < K; k0 += KC) {                                  \
+            Py_ssize_t k1 = K - k0 < KC ? K : k0 + KC;                               \
+            for (Py_ssize_t n0 = 0; n0 < Nt; n0 += wide ? 2 * L : L)                 \
+                for (Py_ssize_t m0 = 0; m0 < Mt; m0 += wide ? 4 : 8) {               \
+                    if (wide)                                                        \
+                        TILE_B(4, 2);                                                \
+                    else                                                             \
+                        TILE_B(8, 1);                                                \
+                }                                                                    \
+        }                                                                            \
+    }                                                                                \
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+TILED_B(tile_b_512, 64, __attribute__((target("avx512f,avx512bw"))))
+TILED_B(tile_b_256, 32, __attribute__((target("avx2"))))
+#define WIDE_TILES_B(A, W, acc, Mt, Nt)                                              \
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {   \
+        tile_b_512(A, W, acc, Mt, Nt);                                               \
+        return;                                                                      \
+    }                                                                                \
+    if (__builtin_cpu_supports("avx2")) {                                            \
+        tile_b_256(A, W, acc, Mt, Nt);                                               \
+        return;                                                                      \
+    }
+#else
+#define WIDE_TILES_B(A, W, acc, Mt, Nt)
+#endif
+TILED_B(tile_b_128, 16, )
+
+static void
+tile_b(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, Py_ssize_t *Mt, Py_ssize_t *Nt)
+{
+    WIDE_TILES_B(A, W, acc, Mt, Nt)
+    tile_b_128(A, W, acc, Mt, Nt);
+}
+
+static void
+contract_b_tiled(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, float *c)
+{
+    Py_ssize_t M = A->shape[1], N = W->shape[2], Mt, Nt;
+    tile_b(A, W, acc, &Mt, &Nt);
+    contract_b_range(A, W, acc, c, 0, M, Nt, N);
+    contract_b_range(A, W, acc, c, Mt, M, 0, Nt);
+}
 #if HAVE_F16C
 NARROW_CONTRACT(contract_e_hw, f16_to_f, f_to_f16, row_e_hw)
 #endif
@@ -1244,6 +1363,8 @@ py_contract(PyObject *self, PyObject *args)
 #endif
             else if (k == 'e')
                 contract_e(&a, &w, (uint16_t *)c.buf, row);
+            else if (w.strides[2] == 2 && generic != 1)
+                contract_b_tiled(&a, &w, (uint16_t *)c.buf, row);
             else
                 contract_b(&a, &w, (uint16_t *)c.buf, row);
             Py_END_ALLOW_THREADS
