@@ -323,8 +323,11 @@ def dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype):
     lfs = tuple(lhs.shape[d] for d in lf)
     rfs = tuple(rhs.shape[d] for d in rf)
     B, K = _prod(bshape), _prod(cshape)
-    a = np.transpose(lhs, list(lb) + lf + list(lc)).astype(out_dtype).reshape(B, _prod(lfs), K)
-    b = np.transpose(rhs, list(rb) + list(rc) + rf).astype(out_dtype).reshape(B, K, _prod(rfs))
+    # No copy where the operands already are the result type: the C loop
+    # takes any strides (reshape copies only where the dims do not merge).
+    a = np.transpose(lhs, list(lb) + lf + list(lc)).astype(out_dtype, copy=False)
+    b = np.transpose(rhs, list(rb) + list(rc) + rf).astype(out_dtype, copy=False)
+    a, b = a.reshape(B, _prod(lfs), K), b.reshape(B, K, _prod(rfs))
     return contract(a, b, out_dtype).reshape(bshape + lfs + rfs)
 
 
