@@ -278,16 +278,23 @@ def prefix_scan(kind, x, axis, init, dtype):
     return np.ascontiguousarray(np.moveaxis(out, 0, axis))
 
 
-def contract(a, b, dtype, acc=None):
+def contract(a, b, dtype, acc=None, inplace=False):
     """``acc + sum_k a[:, :, k] * b[:, k, :]`` folded in order k = 0, 1, ...
     in element type ``dtype`` (``a``: (B, M, K), ``b``: (B, K, N), both
-    already ``dtype``); ``acc`` (B, M, N) starts at +0 when None."""
+    already ``dtype``); ``acc`` (B, M, N) starts at +0 when None. With
+    ``inplace``, a C-contiguous ``acc`` of ``dtype`` may be updated and
+    returned instead of a copy (the caller's own accumulator)."""
     dtype = np.dtype(dtype)
     B, M, K = a.shape
     N = b.shape[2]
     if C_LOOPS is not None and (dtype in _C_REAL or dtype.kind == "c") and a.dtype == dtype \
             and b.dtype == dtype:
-        out = np.zeros((B, M, N), dtype) if acc is None else np.array(acc, dtype, order="C")
+        if acc is None:
+            out = np.zeros((B, M, N), dtype)
+        elif inplace and acc.dtype == dtype and acc.flags.c_contiguous and acc.flags.writeable:
+            out = acc
+        else:
+            out = np.array(acc, dtype, order="C")
         C_LOOPS.contract(_c_buffer(a), _c_buffer(b), _c_buffer(out))
         return out
     mul = combiner("multiply", dtype)
@@ -375,7 +382,7 @@ def convolution(lhs, rhs, geometry, padding, out_dtype):
         else:
             a = win.reshape(G, M, Cg)
         b = np.moveaxis(w[kpos].reshape(Cg, G, Og), 1, 0)   # (G, Cg, Og)
-        acc = contract(a, b, out_dtype, acc)
+        acc = contract(a, b, out_dtype, acc, inplace=True)
     # (G, Nb, out..., Og) -> (Nb, out..., G * Og): output feature g * Og + o.
     r = np.moveaxis(acc.reshape((G, Nb) + tuple(out_sp) + (Og,)), 0, -2)
     r = r.reshape((Nb,) + tuple(out_sp) + (G * Og,))
