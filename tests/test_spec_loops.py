@@ -41,6 +41,10 @@ def _values():
                            rng.uniform(-800, 800, 3000)])
 
 
+# The instruction-set levels of the C loops' fold and contract (isa=).
+ISAS = (0, 1, 2, 3)
+
+
 def _bits(a):
     return np.ascontiguousarray(a).view(np.uint8)
 
@@ -179,42 +183,42 @@ def test_narrow_contraction_rounds_like_numpy_on_every_value(no_c, dtype):
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_float16_paths_are_the_same_bits():
     # The C module steps float16 by AVX512-FP16 arithmetic where the CPU has
-    # it (generic=0), else by F16C conversions around float32 arithmetic;
-    # generic=2 forces F16C, generic=1 (True) the portable C conversions.
-    # On a CPU without one of them the call takes the next path down, so
-    # every host compares what it has: the same bits, every 16-bit pattern
-    # against a shuffle, rows of every stride kind.
+    # it (isa=0), else by F16C conversions around float32 arithmetic; isa=2
+    # allows at most AVX2 and F16C, 1 (True) and 3 the portable C
+    # conversions. On a CPU without an instruction set the call takes the
+    # next path down, so every host compares what it has: the same bits,
+    # every 16-bit pattern against a shuffle, rows of every stride kind.
     every = np.arange(65536, dtype=np.uint16).view(np.float16)
     rng = np.random.default_rng(2)
     rows = np.stack([rng.permutation(every), every, rng.permutation(every)])
     for kind in ("add", "multiply"):
         for x in (rows[1:], rows[1:, :1003], rows[1:].T, rows[1:, :40].T, rows[1:, :3]):
             got = {}
-            for generic in (0, 1, 2):
+            for isa in ISAS:
                 acc = (rows[0, :x.shape[1]]).copy()
-                C.fold(kind, x, acc, generic)
-                got[generic] = acc
-            assert _same(got[0], got[1]) and _same(got[2], got[1]), (kind, x.shape)
+                C.fold(kind, x, acc, isa)
+                got[isa] = acc
+            assert all(_same(got[i], got[1]) for i in ISAS), (kind, x.shape)
     for shape in ((2, 7, 300, 9), (1, 9, 40, 70), (1, 4, 3, 33)):
         B, M, K, N = shape
         a = _rows(np.random.default_rng(4), (B, M, K), np.float16)
         w = _rows(np.random.default_rng(5), (B, K, N), np.float16)
         got = {}
-        for generic in (0, 1, 2):
+        for isa in ISAS:
             acc = _rows(np.random.default_rng(6), (B, M, N), np.float16)
-            C.contract(a, w, acc, generic)
-            got[generic] = acc
-        assert _same(got[0], got[1]) and _same(got[2], got[1]), shape
+            C.contract(a, w, acc, isa)
+            got[isa] = acc
+        assert all(_same(got[i], got[1]) for i in ISAS), shape
     # one product and one sum over every 16-bit pattern, in tiles
     w = every.reshape(1, 1, -1)
     a = np.array([1.0, -0.5, 3.0, 1e-3, 300.0, 6e-5, -7.0, 0.1], np.float16).reshape(1, 8, 1)
     start = np.stack([rng.permutation(every) for _ in range(8)]).reshape(1, 8, -1)
     got = {}
-    for generic in (0, 1, 2):
+    for isa in ISAS:
         acc = start.copy()
-        C.contract(a, w, acc, generic)
-        got[generic] = acc
-    assert _same(got[0], got[1]) and _same(got[2], got[1])
+        C.contract(a, w, acc, isa)
+        got[isa] = acc
+    assert all(_same(got[i], got[1]) for i in ISAS)
 
 
 def test_fold_of_negative_zeros_is_negative_zero():
@@ -278,19 +282,20 @@ def test_contract_is_the_numpy_contraction(no_c, dtype, bmkn):
                                   (1, 8, 3, 16), (1, 33, 257, 100), (3, 4, 5, 40)])
 def test_register_tiles_are_the_row_loop(no_c, dtype, bmkn):
     # Where w's rows are contiguous the C loop computes register tiles of
-    # outputs (k in chunks, remainders by the row loop); generic=1 takes the
-    # row loop alone. Both, and the numpy fallback: the same bits.
+    # outputs (k in chunks, remainders by the row loop), 512-, 256- or
+    # 128-bit vectors by the isa level; isa=1 takes the row loop alone. All
+    # of them, and the numpy fallback: the same bits.
     B, M, K, N = bmkn
     rng = np.random.default_rng(M * N + K)
     a = _rows(rng, (B, M, K), dtype)
     w = _rows(rng, (B, K, N), dtype)
     acc = _rows(rng, (B, M, N), dtype)
-    tiled, rows = acc.copy(), acc.copy()
-    buf = spec_kernels._c_buffer     # bfloat16 as its uint16 bits
-    C.contract(buf(a), buf(w), buf(tiled))
-    C.contract(buf(a), buf(w), buf(rows), 1)
     want = no_c(spec_kernels.contract, a, w, dtype, acc)
-    assert _same(tiled, rows) and _same(tiled, want)
+    buf = spec_kernels._c_buffer     # bfloat16 as its uint16 bits
+    for isa in ISAS:
+        got = acc.copy()
+        C.contract(buf(a), buf(w), buf(got), isa)
+        assert _same(got, want), isa
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
@@ -416,3 +421,7 @@ def test_bad_buffers_raise():
         C.cdiv(x, x, x, np.ones(3), out, np.empty(4))
     with pytest.raises(TypeError, match="float64"):
         C.cdiv(x, x, x, x, out, np.empty(4, np.float32))
+    with pytest.raises(ValueError, match="isa must be 0 to 3"):
+        C.fold("add", np.ones((2, 2)), np.ones(2), 4)
+    with pytest.raises(ValueError, match="isa must be 0 to 3"):
+        C.contract(np.ones((1, 2, 3)), np.ones((1, 3, 5)), np.zeros((1, 2, 5)), -1)

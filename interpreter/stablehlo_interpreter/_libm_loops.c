@@ -485,6 +485,16 @@ py_cdiv(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* The instruction sets a call may use (the isa argument of fold and
+ * contract): the tests run each level and compare the bits. A level the CPU
+ * lacks falls to the next one down. */
+enum {
+    ISA_BEST = 0,       /* AVX512F/-BW/-FP16, AVX2, F16C: what the CPU has */
+    ISA_PORTABLE = 1,   /* plain C loops, no register tiles */
+    ISA_AVX2 = 2,       /* at most AVX2 and F16C */
+    ISA_SSE2 = 3,       /* x86-64's baseline: 128-bit tiles, portable float16 */
+};
+
 /* ---- sequential folds ----------------------------------------------------- */
 
 /* Outputs per group of independent chains in a strided fold, and per block
@@ -747,26 +757,29 @@ FP16_FOLD(fold_mul_e_fp16, _mm_mul_sh, _mm512_mul_ph)
 #endif
 
 PyDoc_STRVAR(fold_doc,
-"fold(kind, x, acc, generic=False)\n\n"
+"fold(kind, x, acc, isa=0)\n\n"
 "The left fold of the rows of the 2-d float32/float64 buffer x (any\n"
 "strides) into acc, a contiguous buffer of x's type and row length:\n"
 "acc[j] = (((acc[j] op x[0, j]) op x[1, j]) ...) op x[n-1, j], each step\n"
 "rounded to the element type; kind: 'add' or 'multiply'. float16 buffers\n"
 "(format 'e') fold in float16; uint16 buffers (format 'H') hold bfloat16\n"
-"bits and fold in bfloat16. generic: 0, float16 steps by the best the CPU\n"
-"has (AVX512-FP16 arithmetic, else F16C conversions); 1 (True), portable C\n"
-"conversions; 2, F16C conversions even where the CPU has AVX512-FP16 (the\n"
-"tests compare them: the same bits).");
+"bits and fold in bfloat16. isa: the instructions it may use, 0 the best\n"
+"the CPU has (float16 steps by AVX512-FP16 arithmetic, else F16C\n"
+"conversions), 1 (True) portable C, 2 at most AVX2 and F16C, 3 x86-64's\n"
+"baseline; every level gives the same bits (the tests compare them).");
 
 static PyObject *
 py_fold(PyObject *self, PyObject *args)
 {
     const char *kind;
     PyObject *ox, *oa;
-    int generic = 0;
-    if (!PyArg_ParseTuple(args, "sOO|i:fold", &kind, &ox, &oa, &generic))
+    int isa = ISA_BEST;
+    if (!PyArg_ParseTuple(args, "sOO|i:fold", &kind, &ox, &oa, &isa))
         return NULL;
-    int hw = generic != 1 && HAS_F16C(), fp16 = generic == 0 && HAS_FP16();
+    if (isa < ISA_BEST || isa > ISA_SSE2)
+        return PyErr_Format(PyExc_ValueError, "fold: isa must be 0 to 3, not %d", isa);
+    int hw = (isa == ISA_BEST || isa == ISA_AVX2) && HAS_F16C();
+    int fp16 = isa == ISA_BEST && HAS_FP16();
     int add = strcmp(kind, "add") == 0;
     if (!add && strcmp(kind, "multiply") != 0)
         return PyErr_Format(PyExc_ValueError, "fold: kind must be 'add' or 'multiply', not '%s'",
@@ -822,6 +835,7 @@ py_fold(PyObject *self, PyObject *args)
 
 /* Outputs per block of a row of the result (kept in L1 across k). */
 #define NBLOCK 512
+
 
 /* ---- register tiles ----
  * Where w's rows are contiguous, the result is computed in tiles of MR rows
@@ -900,11 +914,11 @@ TILED(tile_d_512, double, 64, __attribute__((target("avx512f"))))
 TILED(tile_f_256, float, 32, __attribute__((target("avx2"))))
 TILED(tile_d_256, double, 32, __attribute__((target("avx2"))))
 #define WIDE_TILES(T, A, W, acc, Mt, Nt)                                             \
-    if (__builtin_cpu_supports("avx512f")) {                                         \
+    if (isa == ISA_BEST && __builtin_cpu_supports("avx512f")) {                      \
         tile_##T##_512(A, W, acc, Mt, Nt);                                           \
         return;                                                                      \
     }                                                                                \
-    if (__builtin_cpu_supports("avx2")) {                                            \
+    if (isa != ISA_SSE2 && __builtin_cpu_supports("avx2")) {                         \
         tile_##T##_256(A, W, acc, Mt, Nt);                                           \
         return;                                                                      \
     }
@@ -915,14 +929,16 @@ TILED(tile_f_128, float, 16, )
 TILED(tile_d_128, double, 16, )
 
 static void
-tile_f(const Py_buffer *A, const Py_buffer *W, float *acc, Py_ssize_t *Mt, Py_ssize_t *Nt)
+tile_f(const Py_buffer *A, const Py_buffer *W, float *acc, Py_ssize_t *Mt, Py_ssize_t *Nt,
+       int isa)
 {
     WIDE_TILES(f, A, W, acc, Mt, Nt)
     tile_f_128(A, W, acc, Mt, Nt);
 }
 
 static void
-tile_d(const Py_buffer *A, const Py_buffer *W, double *acc, Py_ssize_t *Mt, Py_ssize_t *Nt)
+tile_d(const Py_buffer *A, const Py_buffer *W, double *acc, Py_ssize_t *Mt, Py_ssize_t *Nt,
+       int isa)
 {
     WIDE_TILES(d, A, W, acc, Mt, Nt)
     tile_d_128(A, W, acc, Mt, Nt);
@@ -1004,15 +1020,15 @@ NAME##_narrow(const Py_buffer *A, const Py_buffer *W, T *acc)                   
 }                                                                                    \
                                                                                      \
 static void                                                                          \
-NAME(const Py_buffer *A, const Py_buffer *W, T *acc, int tiles)                      \
+NAME(const Py_buffer *A, const Py_buffer *W, T *acc, int isa)                        \
 {                                                                                    \
     Py_ssize_t M = A->shape[1], N = W->shape[2], Mt = 0, Nt = 0;                     \
     if (N < 2 * CHAINS && M >= CHAINS) {                                             \
         NAME##_narrow(A, W, acc);                                                    \
         return;                                                                      \
     }                                                                                \
-    if (tiles && W->strides[2] == (Py_ssize_t)sizeof(T))                             \
-        TILES(A, W, acc, &Mt, &Nt);                                                  \
+    if (isa != ISA_PORTABLE && W->strides[2] == (Py_ssize_t)sizeof(T))               \
+        TILES(A, W, acc, &Mt, &Nt, isa);                                             \
     NAME##_rows(A, W, acc, 0, M, Nt, N);                                             \
     NAME##_rows(A, W, acc, Mt, M, 0, Nt);                                            \
 }
@@ -1199,11 +1215,12 @@ NAME(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, Py_ssize_t *pMt,    
 TILED_B(tile_b_512, 64, __attribute__((target("avx512f,avx512bw"))))
 TILED_B(tile_b_256, 32, __attribute__((target("avx2"))))
 #define WIDE_TILES_B(A, W, acc, Mt, Nt)                                              \
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {   \
+    if (isa == ISA_BEST && __builtin_cpu_supports("avx512f") &&                      \
+        __builtin_cpu_supports("avx512bw")) {                                        \
         tile_b_512(A, W, acc, Mt, Nt);                                               \
         return;                                                                      \
     }                                                                                \
-    if (__builtin_cpu_supports("avx2")) {                                            \
+    if (isa != ISA_SSE2 && __builtin_cpu_supports("avx2")) {                         \
         tile_b_256(A, W, acc, Mt, Nt);                                               \
         return;                                                                      \
     }
@@ -1213,17 +1230,18 @@ TILED_B(tile_b_256, 32, __attribute__((target("avx2"))))
 TILED_B(tile_b_128, 16, )
 
 static void
-tile_b(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, Py_ssize_t *Mt, Py_ssize_t *Nt)
+tile_b(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, Py_ssize_t *Mt, Py_ssize_t *Nt,
+       int isa)
 {
     WIDE_TILES_B(A, W, acc, Mt, Nt)
     tile_b_128(A, W, acc, Mt, Nt);
 }
 
 static void
-contract_b_tiled(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, float *c)
+contract_b_tiled(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, float *c, int isa)
 {
     Py_ssize_t M = A->shape[1], N = W->shape[2], Mt, Nt;
-    tile_b(A, W, acc, &Mt, &Nt);
+    tile_b(A, W, acc, &Mt, &Nt, isa);
     contract_b_range(A, W, acc, c, 0, M, Nt, N);
     contract_b_range(A, W, acc, c, Mt, M, 0, Nt);
 }
@@ -1298,22 +1316,25 @@ COMPLEX_CONTRACT(contract_F, float)
 COMPLEX_CONTRACT(contract_D, double)
 
 PyDoc_STRVAR(contract_doc,
-"contract(a, w, acc, generic=False)\n\n"
+"contract(a, w, acc, isa=0)\n\n"
 "acc[b, m, n] += a[b, m, k] * w[b, k, n] for k = 0, 1, ... in order, each\n"
 "product and each sum rounded to the element type (float32, float64,\n"
 "float16, bfloat16 given as its uint16 bits, complex64, complex128; a\n"
 "complex product by the textbook formula, each step rounded):\n"
 "a (B, M, K) and w (B, K, N) of any strides, acc (B, M, N) contiguous;\n"
-"generic as for fold.");
+"isa as for fold.");
 
 static PyObject *
 py_contract(PyObject *self, PyObject *args)
 {
     PyObject *oa, *ow, *oc;
-    int generic = 0;
-    if (!PyArg_ParseTuple(args, "OOO|i:contract", &oa, &ow, &oc, &generic))
+    int isa = ISA_BEST;
+    if (!PyArg_ParseTuple(args, "OOO|i:contract", &oa, &ow, &oc, &isa))
         return NULL;
-    int hw = generic != 1 && HAS_F16C(), fp16 = generic == 0 && HAS_FP16();
+    if (isa < ISA_BEST || isa > ISA_SSE2)
+        return PyErr_Format(PyExc_ValueError, "contract: isa must be 0 to 3, not %d", isa);
+    int hw = (isa == ISA_BEST || isa == ISA_AVX2) && HAS_F16C();
+    int fp16 = isa == ISA_BEST && HAS_FP16();
     Py_buffer c, a, w;
     if (get_contiguous(oc, &c, 1, 0, "contract acc") < 0)
         return NULL;
@@ -1346,9 +1367,9 @@ py_contract(PyObject *self, PyObject *args)
         if (ok) {
             Py_BEGIN_ALLOW_THREADS
             if (k == 'f')
-                contract_f(&a, &w, (float *)c.buf, generic != 1);
+                contract_f(&a, &w, (float *)c.buf, isa);
             else if (k == 'd')
-                contract_d(&a, &w, (double *)c.buf, generic != 1);
+                contract_d(&a, &w, (double *)c.buf, isa);
             else if (k == 'F')
                 contract_F(&a, &w, (float *)c.buf);
             else if (k == 'D')
@@ -1363,8 +1384,8 @@ py_contract(PyObject *self, PyObject *args)
 #endif
             else if (k == 'e')
                 contract_e(&a, &w, (uint16_t *)c.buf, row);
-            else if (w.strides[2] == 2 && generic != 1)
-                contract_b_tiled(&a, &w, (uint16_t *)c.buf, row);
+            else if (w.strides[2] == 2 && isa != ISA_PORTABLE)
+                contract_b_tiled(&a, &w, (uint16_t *)c.buf, row, isa);
             else
                 contract_b(&a, &w, (uint16_t *)c.buf, row);
             Py_END_ALLOW_THREADS
