@@ -1,12 +1,14 @@
 """The cost of spec numerics against accurate numerics, per op family.
 
-    python -m benchmarks.numerics_cost [--repeats N] [--md]
+    python -m benchmarks.numerics_cost [--repeats N] [--without-c]
 
 Compiles each program twice (``numerics="accurate"`` and ``"spec"``) and
 times the two alternately in one process, taking the median of the process
 CPU time of each (less sensitive than wall time to a loaded machine). Prints
-one row per program: both times and spec / accurate. docs/numerics.md keeps
-a run's table.
+one row per program: both times and spec / accurate. ``--without-c`` also
+times spec mode with the C loops switched off (``spec_kernels.C_LOOPS =
+None``: the numpy and ``math`` path an install without the C module takes),
+in the same alternation. docs/numerics.md keeps a run's table.
 """
 
 import argparse
@@ -17,6 +19,7 @@ import ml_dtypes
 import numpy as np
 
 import stablehlo_interpreter as shi
+from stablehlo_interpreter.ops import spec_kernels
 
 
 def _t(shape, et):
@@ -138,31 +141,49 @@ def cases():
     ]
 
 
-def measure(repeats=5):
+def _timed(prog, args, c_loops):
+    saved = spec_kernels.C_LOOPS
+    spec_kernels.C_LOOPS = c_loops
+    try:
+        t0 = time.process_time()
+        prog.run(*args)
+        return time.process_time() - t0
+    finally:
+        spec_kernels.C_LOOPS = saved
+
+
+def measure(repeats=5, without_c=False):
+    """(family, name, accurate s, spec s, spec without the C loops s or None)."""
     rows = []
+    c = spec_kernels.C_LOOPS
     for family, name, text, args in cases():
         progs = {m: shi.compile(text, numerics=m) for m in ("accurate", "spec")}
-        times = {m: [] for m in progs}
-        for m, p in progs.items():   # warm up (plans, caches)
-            p.run(*args)
+        runs = [("accurate", progs["accurate"], c), ("spec", progs["spec"], c)]
+        if without_c:
+            runs.append(("spec-no-c", progs["spec"], None))
+        times = {key: [] for key, _, _ in runs}
+        for _key, p, loops in runs:   # warm up (plans, caches)
+            _timed(p, args, loops)
         for _ in range(repeats):
-            for m, p in progs.items():
-                t0 = time.process_time()
-                p.run(*args)
-                times[m].append(time.process_time() - t0)
-        a, s = statistics.median(times["accurate"]), statistics.median(times["spec"])
-        rows.append((family, name, a, s))
+            for key, p, loops in runs:
+                times[key].append(_timed(p, args, loops))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        rows.append((family, name, med["accurate"], med["spec"], med.get("spec-no-c")))
     return rows
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.numerics_cost")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--without-c", action="store_true",
+                   help="also time spec mode without the C loops (the numpy/math path)")
     a = p.parse_args(argv)
-    print("| family | program | accurate (ms CPU) | spec (ms CPU) | spec / accurate |")
-    print("|---|---|---:|---:|---:|")
-    for family, name, acc, spec in measure(a.repeats):
-        print(f"| {family} | {name} | {acc * 1e3:.1f} | {spec * 1e3:.1f} | {spec / acc:.2f}x |",
+    extra = " spec without the C module / accurate |" if a.without_c else ""
+    print(f"| family | program | accurate (ms CPU) | spec (ms CPU) | spec / accurate |{extra}")
+    print("|---|---|---:|---:|---:|" + ("---:|" if a.without_c else ""))
+    for family, name, acc, spec, no_c in measure(a.repeats, a.without_c):
+        tail = f" {no_c / acc:.2f}x |" if no_c is not None else ""
+        print(f"| {family} | {name} | {acc * 1e3:.1f} | {spec * 1e3:.1f} | {spec / acc:.2f}x |{tail}",
               flush=True)
     return 0
 
