@@ -11,7 +11,11 @@
  * numpy has no strided sequential fold (ufunc.reduce is pairwise along a
  * contiguous axis, ufunc.accumulate writes every prefix), and a contraction
  * as numpy steps materialises every product. A C loop folds in the
- * reference's order and stays vectorized across independent outputs.
+ * reference's order and stays vectorized across independent outputs:
+ * contractions in register tiles of outputs (AVX512F, AVX2 or SSE2 lanes,
+ * chosen at run time), float16 in AVX512-FP16 arithmetic where the CPU has
+ * it. Every instruction-set level gives the same bits; fold and contract
+ * take an isa level so that the tests run each one.
  *
  * Every result is bit-identical to the numpy/Python path it replaces
  * (tests/test_spec_loops.py runs both): no reassociation, no fused
