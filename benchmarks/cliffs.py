@@ -25,6 +25,9 @@ runner.py): a fast wrong answer shows as MISMATCH. The markdown goes to
 sample to ``--json``. Exit status 1 when ``--max-ratio`` / ``--max-step-us``
 is exceeded by any op, 2 when an op failed or mismatched.
 
+Rows of the ``spec`` group (``numerics="spec"``, set through the environment
+while they compile and run) are opt-in: ``--only spec_`` runs them.
+
 Timings on a shared 2-core machine are noisy (the load average is recorded):
 XLA CPU's own thread pool suffers most from a busy neighbour, which makes
 ratios look better than they are; compare runs taken on an idle machine.
@@ -57,14 +60,17 @@ class Op:
     steps_quick: int = 1   # the same at --quick sizes
     array_body: bool = False  # a loop of array work: judged by ratio, not per step
     env: dict | None = None   # environment variables set while the op compiles and runs
+    opt_in: bool = False      # runs only when --only selects it
 
 
 OPS: list[Op] = []
 
 
-def op(name, group, description, steps=1, steps_quick=1, array_body=False, env=None):
+def op(name, group, description, steps=1, steps_quick=1, array_body=False, env=None,
+       opt_in=False):
     def deco(build):
-        OPS.append(Op(name, group, description, build, steps, steps_quick, array_body, env))
+        OPS.append(Op(name, group, description, build, steps, steps_quick, array_body, env,
+                      opt_in))
         return build
     return deco
 
@@ -484,25 +490,30 @@ def _conv(q):
 # Spec numerics (docs/numerics.md): the element type's sequential order, the C
 # loops of interpreter/stablehlo_interpreter/_libm_loops.c. XLA CPU's time is
 # the same program's; benchmarks.numerics_cost compares with accurate mode.
+# Opt-in rows (--only spec_): the sweep's bar against XLA CPU is the default
+# numerics'; spec mode's cost is judged against accurate mode (issue 20).
 
 SPEC = {"STABLEHLO_REF_NUMERICS": "spec"}
 
 
-@op("spec_dot_f32", "spec", "jnp.dot (256, 256) x (256, 256) f32, numerics=spec", env=SPEC)
+@op("spec_dot_f32", "spec", "jnp.dot (256, 256) x (256, 256) f32, numerics=spec", env=SPEC,
+    opt_in=True)
 def _spec_dot_f32(q):
     import jax.numpy as jnp
     n = _n(q, 256, 32)
     return jnp.dot, (_f32((n, n)), _f32((n, n), 1))
 
 
-@op("spec_matvec_f32", "spec", "jnp.dot (1024, 1024) x (1024,) f32, numerics=spec", env=SPEC)
+@op("spec_matvec_f32", "spec", "jnp.dot (1024, 1024) x (1024,) f32, numerics=spec", env=SPEC,
+    opt_in=True)
 def _spec_matvec_f32(q):
     import jax.numpy as jnp
     n = _n(q, 1024, 64)
     return jnp.dot, (_f32((n, n)), _f32((n,), 1))
 
 
-@op("spec_dot_bf16", "spec", "jnp.dot (128, 128) x (128, 128) bf16, numerics=spec", env=SPEC)
+@op("spec_dot_bf16", "spec", "jnp.dot (128, 128) x (128, 128) bf16, numerics=spec", env=SPEC,
+    opt_in=True)
 def _spec_dot_bf16(q):
     import jax.numpy as jnp
     import ml_dtypes
@@ -511,7 +522,8 @@ def _spec_dot_bf16(q):
                      _f32((n, n), 1).astype(ml_dtypes.bfloat16))
 
 
-@op("spec_sum_f16", "spec", "lax.reduce add of 1e6 f16 to one value, numerics=spec", env=SPEC)
+@op("spec_sum_f16", "spec", "lax.reduce add of 1e6 f16 to one value, numerics=spec", env=SPEC,
+    opt_in=True)
 def _spec_sum_f16(q):
     from jax import lax
     # Differences of small integers: every partial sum is a small integer,
@@ -522,7 +534,8 @@ def _spec_sum_f16(q):
     return (lambda x: lax.reduce(x, np.float16(0), lax.add, (0,))), (x,)
 
 
-@op("spec_conv2d", "spec", "lax.conv NHWC (8, 32, 32, 16) with 3x3x16x32, numerics=spec", env=SPEC)
+@op("spec_conv2d", "spec", "lax.conv NHWC (8, 32, 32, 16) with 3x3x16x32, numerics=spec", env=SPEC,
+    opt_in=True)
 def _spec_conv(q):
     return _conv(q)
 
@@ -796,7 +809,7 @@ def main(argv=None):
     only = [s for o in args.only for s in o.split(",") if s]
     names = {o.name for o in OPS}
     # An exact name selects that op alone; anything else is a substring.
-    ops = [o for o in OPS if not only or any(
+    ops = [o for o in OPS if (not only and not o.opt_in) or any(
         o.name == s if s in names else s in o.name for s in only)]
     report = {"quick": args.quick, "repeats": args.repeats, "cpus": os.cpu_count(),
               "load_before": [round(x, 2) for x in os.getloadavg()],
