@@ -5,21 +5,24 @@
 Compiles each program twice (``numerics="accurate"`` and ``"spec"``) and
 times the two alternately in one process, taking the median of the process
 CPU time of each (less sensitive than wall time to a loaded machine). Prints
-one row per program: both times and spec / accurate. ``--without-c`` also
-times spec mode with the C loops switched off (``spec_kernels.C_LOOPS =
-None``: the numpy and ``math`` path an install without the C module takes),
-in the same alternation. docs/numerics.md keeps a run's table.
+one row per program: both times and spec / accurate. ``--without-c`` adds
+the ratio of spec mode without the C loops: a child process in which
+``stablehlo_interpreter._libm_loops`` cannot be imported (an install without
+the C module: the numpy and ``math`` path) times both modes the same way.
+docs/numerics.md keeps a run's table.
 """
 
 import argparse
+import json
 import statistics
+import subprocess
+import sys
 import time
 
 import ml_dtypes
 import numpy as np
 
 import stablehlo_interpreter as shi
-from stablehlo_interpreter.ops import spec_kernels
 
 
 def _t(shape, et):
@@ -141,35 +144,36 @@ def cases():
     ]
 
 
-def _timed(prog, args, c_loops):
-    saved = spec_kernels.C_LOOPS
-    spec_kernels.C_LOOPS = c_loops
-    try:
-        t0 = time.process_time()
-        prog.run(*args)
-        return time.process_time() - t0
-    finally:
-        spec_kernels.C_LOOPS = saved
-
-
-def measure(repeats=5, without_c=False):
-    """(family, name, accurate s, spec s, spec without the C loops s or None)."""
+def measure(repeats=5):
+    """(family, name, accurate s, spec s) per program."""
     rows = []
-    c = spec_kernels.C_LOOPS
     for family, name, text, args in cases():
         progs = {m: shi.compile(text, numerics=m) for m in ("accurate", "spec")}
-        runs = [("accurate", progs["accurate"], c), ("spec", progs["spec"], c)]
-        if without_c:
-            runs.append(("spec-no-c", progs["spec"], None))
-        times = {key: [] for key, _, _ in runs}
-        for _key, p, loops in runs:   # warm up (plans, caches)
-            _timed(p, args, loops)
+        times = {m: [] for m in progs}
+        for m, p in progs.items():   # warm up (plans, caches)
+            p.run(*args)
         for _ in range(repeats):
-            for key, p, loops in runs:
-                times[key].append(_timed(p, args, loops))
-        med = {k: statistics.median(v) for k, v in times.items()}
-        rows.append((family, name, med["accurate"], med["spec"], med.get("spec-no-c")))
+            for m, p in progs.items():
+                t0 = time.process_time()
+                p.run(*args)
+                times[m].append(time.process_time() - t0)
+        rows.append((family, name, statistics.median(times["accurate"]),
+                     statistics.median(times["spec"])))
     return rows
+
+
+_CHILD = """import sys, json
+sys.modules["stablehlo_interpreter._libm_loops"] = None   # as if not built
+from benchmarks import numerics_cost
+print(json.dumps(numerics_cost.measure({repeats})))
+"""
+
+
+def measure_without_c(repeats=5):
+    """{name: spec / accurate} where the C module cannot be imported."""
+    p = subprocess.run([sys.executable, "-c", _CHILD.format(repeats=int(repeats))],
+                       capture_output=True, text=True, check=True)
+    return {name: spec / acc for _f, name, acc, spec in json.loads(p.stdout.splitlines()[-1])}
 
 
 def main(argv=None):
@@ -181,8 +185,9 @@ def main(argv=None):
     extra = " spec without the C module / accurate |" if a.without_c else ""
     print(f"| family | program | accurate (ms CPU) | spec (ms CPU) | spec / accurate |{extra}")
     print("|---|---|---:|---:|---:|" + ("---:|" if a.without_c else ""))
-    for family, name, acc, spec, no_c in measure(a.repeats, a.without_c):
-        tail = f" {no_c / acc:.2f}x |" if no_c is not None else ""
+    no_c = measure_without_c(a.repeats) if a.without_c else {}
+    for family, name, acc, spec in measure(a.repeats):
+        tail = f" {no_c[name]:.2f}x |" if name in no_c else ""
         print(f"| {family} | {name} | {acc * 1e3:.1f} | {spec * 1e3:.1f} | {spec / acc:.2f}x |{tail}",
               flush=True)
     return 0
