@@ -290,12 +290,15 @@ def test_register_tiles_are_the_row_loop(no_c, dtype, bmkn):
     a = _rows(rng, (B, M, K), dtype)
     w = _rows(rng, (B, K, N), dtype)
     acc = _rows(rng, (B, M, N), dtype)
-    want = no_c(spec_kernels.contract, a, w, dtype, acc)
     buf = spec_kernels._c_buffer     # bfloat16 as its uint16 bits
-    for isa in ISAS:
-        got = acc.copy()
-        C.contract(buf(a), buf(w), buf(got), isa)
-        assert _same(got, want), isa
+    # contiguous, then w's rows reversed (a negative k stride, the rows
+    # still contiguous: tiles) and a's k strided and reversed
+    for a_, w_ in ((a, w), (_rows(rng, (B, M, 2 * K), dtype)[:, :, ::-2], w[:, ::-1])):
+        want = no_c(spec_kernels.contract, a_, w_, dtype, acc)
+        for isa in ISAS:
+            got = acc.copy()
+            C.contract(buf(a_), buf(w_), buf(got), isa)
+            assert _same(got, want), isa
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
