@@ -3,7 +3,7 @@
 import numpy as np
 
 from .. import loopgen as _loopgen
-from ..registry import COMPOSITES, Unsupported, kernel, kernel_info, one_or_many
+from ..registry import COMPOSITES, Unsupported, annotate, kernel, kernel_info, one_or_many
 
 
 @kernel("stablehlo.constant", traits=("elementwise", "quant_aware", "no_rounding"))
@@ -139,7 +139,11 @@ def if_(op):
 
     def run(ctx, regions, pred):
         return wrap(regions[0]() if pred else regions[1]())
-    return run
+    return annotate(run, branch=_if_branch)
+
+
+def _if_branch(pred, n):
+    return 0 if pred else 1
 
 
 @kernel("stablehlo.case", special=True, traits=("judged_whole",))
@@ -149,11 +153,13 @@ def case(op):
     n = len(op.regions)
 
     def run(ctx, regions, index):
-        i = int(index)
-        if i < 0 or i >= n:
-            i = n - 1
-        return wrap(regions[i]())
-    return run
+        return wrap(regions[_case_branch(index, n)]())
+    return annotate(run, branch=_case_branch)
+
+
+def _case_branch(index, n):
+    i = int(index)
+    return n - 1 if i < 0 or i >= n else i
 
 
 @kernel("stablehlo.tuple", traits=("quant_aware",))
