@@ -363,7 +363,14 @@ def reverse(op):
     dims = tuple(op.attrs["dimensions"])
     if not dims:
         return lambda x: x
-    return lambda x: np.flip(x, axis=dims)
+    rank = len(op.operand_types[0].shape)
+    if any(not 0 <= d < rank for d in dims) or len(set(dims)) != len(dims):
+        raise Unsupported(f"reverse: dimensions {list(dims)} not distinct dimensions "
+                          f"of rank {rank}")
+    # The view np.flip makes, by one precomputed index (np.flip normalises
+    # its axes in Python per call: 3 us for a 2-element reverse).
+    index = tuple(slice(None, None, -1) if d in dims else slice(None) for d in range(rank))
+    return lambda x: x[index]
 
 
 @kernel("stablehlo.get_dimension_size", traits=("quant_aware",))
