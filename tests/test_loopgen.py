@@ -1138,6 +1138,20 @@ def test_small_loops_are_not_compiled(monkeypatch):
     assert _generated(program)   # the iterations of both runs add up
 
 
+def test_each_entry_counts_toward_generation(monkeypatch):
+    # A short loop entered in every run: each entry counts as an eighth of
+    # GENERATE_AFTER (8 of 64), so 2 iterations per run add up to 10 and the
+    # loop is generated when its 7th run enters it (60 + 8 >= 64).
+    monkeypatch.setattr(loopgen, "ENABLED", True)
+    monkeypatch.setattr(loopgen, "GENERATE_AFTER", 64)
+    program = shi.compile(CONTROL)
+    for _ in range(6):
+        program.run(np.float32(1.25), np.int32(2), np.int32(3))
+    assert not _generated(program)
+    program.run(np.float32(1.25), np.int32(2), np.int32(3))
+    assert _generated(program)
+
+
 def test_values_of_other_shapes_run_on_the_plan(generate_now):
     program = shi.compile(ARRAYS)
     rng = np.random.default_rng(2)

@@ -103,8 +103,17 @@ def while_(op):
             fast = state.usable(ctx)
             if fast:
                 compiled = state.compiled
-                if compiled is None and state.due():
-                    compiled = state.compile(ctx, ccap, bcap)
+                if compiled is None:
+                    # An entry counts as an eighth of the iterations due
+                    # before generation (8 of 64): entering costs the plan
+                    # several iterations' worth (binding cond and body, their
+                    # frames), which the generated loop saves as well. A
+                    # short loop entered in every run (expm's searchsorted:
+                    # 2 iterations, entered twice) is then generated in its
+                    # 4th run instead of its 16th.
+                    state.count += _loopgen.GENERATE_AFTER >> 3
+                    if state.due():
+                        compiled = state.compile(ctx, ccap, bcap)
                 if compiled is None:
                     fast = not state.failed
                 else:
