@@ -155,6 +155,24 @@ def _trsm_fn(dtype, small):
     return fn
 
 
+def _trsm_call(dtype, k, xshape, left, lower, unit, trans):
+    """(?trsm, its keyword arguments) solving in place in a C-contiguous
+    ``x`` of ``xshape`` (see :func:`_trsm`) against a k x k matrix."""
+    t = _TRANS[trans]
+    if t == 2 and np.dtype(dtype).kind != "c":
+        t = 1
+    fn = _trsm_fn(np.dtype(dtype), k * k * max(xshape[-2:]) < SMALL_GEMM_MACS)
+    return fn, {"side": 1 if left else 0, "lower": 0 if lower else 1, "trans_a": t,
+                "diag": int(unit), "overwrite_b": 1}
+
+
+def _solve_in(fn, kw, a, x):
+    r = fn(1.0, a.T, x.T, **kw)
+    if r.ctypes.data != x.ctypes.data:   # (f2py solved a copy)
+        x[...] = r.T
+    return x
+
+
 def _trsm(a, x, left, lower, unit, trans):
     """Triangular solve by one BLAS ?trsm per matrix (scipy's BLAS), in
     place: ``a`` (batch + (k, k)) and ``x`` (batch + (m, n), holding b; the
@@ -166,18 +184,9 @@ def _trsm(a, x, left, lower, unit, trans):
     memory (``a.T``, ``x.T``: no copy into Fortran order and back). The
     right-side solve is also OpenBLAS's faster one (64x64 with 64
     right-hand sides: 18 us against 30 us for the left side)."""
-    t = _TRANS[trans]
-    if t == 2 and not np.iscomplexobj(a):
-        t = 1
-    k = a.shape[-1]
-    fn = _trsm_fn(x.dtype, k * k * max(x.shape[-2:]) < SMALL_GEMM_MACS)
-    kw = {"side": 1 if left else 0, "lower": 0 if lower else 1, "trans_a": t,
-          "diag": int(unit), "overwrite_b": 1}
+    fn, kw = _trsm_call(x.dtype, a.shape[-1], x.shape, left, lower, unit, trans)
     if x.ndim == 2:
-        r = fn(1.0, a.T, x.T, **kw)
-        if r.ctypes.data != x.ctypes.data:   # (f2py solved a copy)
-            x[...] = r.T
-        return x
+        return _solve_in(fn, kw, a, x)
     a = np.broadcast_to(a, x.shape[:-2] + a.shape[-2:])
     for idx in np.ndindex(*x.shape[:-2]):
         xi = x[idx]
@@ -208,6 +217,21 @@ def triangular_solve(op):
         # Spec numerics: the C++ interpreter's substitution (spec_kernels).
         return lambda a, b: _spec.triangular_solve(a, b, left, lower, unit, trans, out_dtype)
 
+    ashape, bshape = tuple(op.operand_types[0].shape), tuple(op.operand_types[1].shape)
+    one_matrix = len(ashape) == 2 and len(bshape) == 2 \
+        and all(isinstance(d, int) and d > 0 for d in ashape + bshape)
+    if one_matrix:
+        # One matrix of static shape (solve, inv, expm, solve_triangular):
+        # the trsm call decided here, not per run.
+        fn, kw = _trsm_call(cdt, ashape[-1], bshape, left, lower, unit, trans)
+
+        def run_one(a, b):
+            if a.shape != ashape or b.shape != bshape:
+                return run(a, b)    # (operands of another shape: it raises)
+            x = _solve_in(fn, kw, np.ascontiguousarray(a, dtype=cdt),
+                          np.array(b, dtype=cdt, order="C"))
+            return x.astype(out_dtype, copy=False)
+
     def run(a, b):
         if b.size == 0 or a.size == 0:
             # Shapes may be dynamic: the result has b's shape.
@@ -237,4 +261,4 @@ def triangular_solve(op):
             x = np.swapaxes(_substitute(np.swapaxes(m, -1, -2), np.swapaxes(b, -1, -2),
                                         not eff_lower, unit), -1, -2)
         return np.ascontiguousarray(x).astype(out_dtype)
-    return run
+    return run_one if one_matrix else run
