@@ -455,18 +455,28 @@ def lu(op):
             raise ValueError(f"@stablehlo_ref.lu: getrf info={info}")
         return f, p
 
+    shape = tuple(op.operand_types[0].shape)
+    one_matrix = len(shape) == 2 and all(isinstance(d, int) and d > 0 for d in shape)
+    if one_matrix:
+        # One matrix of static shape (the common case: solve, det, inv,
+        # expm), getrf looked up here, without the batch loop's staging
+        # arrays: each result is converted once, into its own array (the
+        # factor rounds once).
+        getrf_one = _lapack("getrf", np.empty(shape, cdt))
+        m = shape[0]
+
+        def run_one(a):
+            if a.shape != shape:
+                return run(a)
+            x = np.array(a, dtype=cdt, order="F")
+            f, p = factor(getrf_one, x)
+            return [f.astype(lu_dt, order="C"), p.astype(piv_dt),
+                    _swaps_to_permutation(p, m).astype(perm_dt, copy=False)]
+
     def run(a):
         a = np.asarray(a)
         batch = a.shape[:-2]
         m, n = a.shape[-2:]
-        if not batch and a.size:
-            # One matrix (the common case: solve, det, inv, expm), without
-            # the batch loop's staging arrays: each result is converted
-            # once, into its own array (the factor rounds once).
-            x = np.array(a, dtype=cdt, order="F")
-            f, p = factor(_lapack("getrf", x), x)
-            return [f.astype(lu_dt, order="C"), p.astype(piv_dt),
-                    _swaps_to_permutation(p, m).astype(perm_dt, copy=False)]
         lu_out = np.empty(a.shape, dtype=lu_dt)
         piv = np.zeros(batch + (min(m, n),), dtype=np.int64)
         if a.size:
@@ -477,7 +487,7 @@ def lu(op):
                 piv[idx] = p
         perm = _swaps_to_permutation(piv, m)
         return _results([lu_out, piv, perm], out_dtypes)
-    return run
+    return run_one if one_matrix else run
 
 
 @custom_call("stablehlo_ref.lu_pivots_to_permutation")
