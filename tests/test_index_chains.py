@@ -64,7 +64,7 @@ func.func public @main(%x: tensor<{r}x{c}xf32>, %i: tensor<{r}x{c}xi32>) -> tens
 # one bound per component, the reduce over the index vector kept.
 MASK2 = """
 func.func public @main(%i: tensor<{n}x2xi64>) -> (tensor<{n}xi1>, tensor<{n}x2xi1>) {{
-  %c = stablehlo.constant dense<0> : tensor<i64>
+  %c = stablehlo.constant dense<{lo}> : tensor<i64>
   %0 = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<i64>) -> tensor<{n}x2xi64>
   %1 = stablehlo.compare GE, %i, %0, SIGNED : (tensor<{n}x2xi64>, tensor<{n}x2xi64>) -> tensor<{n}x2xi1>
   %c_1 = stablehlo.constant dense<[4, 6]> : tensor<2xi64>
@@ -185,22 +185,26 @@ def test_take_along_axis_chains(case, numerics, monkeypatch):
     np.testing.assert_array_equal(got[0], expect.astype(np.float32))
 
 
-@pytest.mark.parametrize("case", ["in_range", "row_out", "column_out", "negative"])
-def test_mask_per_component_bounds(case, monkeypatch):
+@pytest.mark.parametrize("lo", [0, 1])
+@pytest.mark.parametrize("case", ["in_range", "row_out", "column_out", "negative", "below"])
+def test_mask_per_component_bounds(case, lo, monkeypatch):
+    """Bounds from 0 (JAX's: one unsigned max) and from 1 (min and max)."""
     rng = np.random.default_rng(4)
-    i = np.stack([rng.integers(0, 5, N), rng.integers(0, 7, N)], axis=1).astype(np.int64)
+    i = np.stack([rng.integers(lo, 5, N), rng.integers(lo, 7, N)], axis=1).astype(np.int64)
     if case == "row_out":
         i[17, 0] = 5     # in range for the column bound, not the row's
     elif case == "column_out":
         i[-1, 1] = 7
     elif case == "negative":
         i[3, 1] = -1
-    got, want, steps = _both(MASK2.format(n=N), (i,), "accurate", monkeypatch)
+    elif case == "below":
+        i[5, 0] = lo - 1
+    got, want, steps = _both(MASK2.format(n=N, lo=lo), (i,), "accurate", monkeypatch)
     _same_bits(got, want)
     # The mask is read twice (the reduce and the not): only the compares
     # and the and are replaced.
     assert steps == ["in_bounds"]
-    ok = (i >= 0) & (i <= np.array([4, 6]))
+    ok = (i >= lo) & (i <= np.array([4, 6]))
     np.testing.assert_array_equal(got[0], ok.all(axis=1))
     np.testing.assert_array_equal(got[1], ~ok)
 

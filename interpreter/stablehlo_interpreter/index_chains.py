@@ -253,9 +253,23 @@ def _match_mask(i: int, steps: list[Any], template: Any, uses: _Uses) -> Any:
         gone += (conj.out,)
         out_shape = tuple(last.op.result_types[0].shape)
 
+    keep = axes is not None
+    dt = _native_int(ge.op.operand_types[0])
+    if bool((np.asarray(lo_r) == 0).all()) and bool((np.asarray(hi_r) >= 0).all()):
+        # From 0: one pass, the largest index read as unsigned (negative
+        # ones read so are above every bound).
+        unsigned = np.dtype(f"u{dt.itemsize}")
+        hi_u = np.asarray(hi_r).astype(unsigned)   # (uint64 against int64 would be float64)
+
+        def in_range(x):
+            return bool((x.view(unsigned).max(axis=axes, keepdims=keep) <= hi_u).all())
+    else:
+        def in_range(x):
+            return bool((x.min(axis=axes, keepdims=keep) >= lo_r).all()) \
+                and bool((x.max(axis=axes, keepdims=keep) <= hi_r).all())
+
     def in_bounds(x):
-        if x.size and bool((x.min(axis=axes, keepdims=axes is not None) >= lo_r).all()) \
-                and bool((x.max(axis=axes, keepdims=axes is not None) <= hi_r).all()):
+        if x.size and in_range(x):
             return np.ones(out_shape, dtype=np.bool_)
         return and_fn(ge_fn(x, lo), le_fn(x, hi)).reshape(out_shape)
 

@@ -456,15 +456,23 @@ def _in_bounds(i, n):
     """``0 <= i < n`` for an integer array ``i`` (None: always true).
 
     One comparison: a signed index viewed as unsigned of its width puts the
-    negative ones above every valid index.
+    negative ones above every valid index. Indices are rarely out of
+    bounds: the largest unsigned value, one read pass, usually shows that
+    none is, and then no mask is written.
     """
     dt = i.dtype
     hi = _int_range(dt)[1]
     if dt.kind == "u":
-        return None if n > hi else i < n
-    if n > hi:
+        if n > hi:
+            return None
+        u = i
+    elif n > hi:
         return i >= 0
-    return i.view(dt.str.replace("i", "u")) < n
+    else:
+        u = i.view(dt.str.replace("i", "u"))
+    if u.size and u.max() < n:
+        return None
+    return u < n
 
 
 def replaced_args(block):
