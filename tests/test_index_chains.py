@@ -241,3 +241,30 @@ def test_rewrite_without_fusion(monkeypatch):
     got, want, steps = _both(GATHER.format(n=N), (x, i), "accurate", monkeypatch)
     _same_bits(got, want)
     assert steps == ["wrap_negative"]
+
+
+def test_chains_of_jax_lowerings(monkeypatch):
+    """The chains as the installed JAX emits them are rewritten (a JAX
+    release that lowers indexing differently shows here, not as a silent
+    loss of speed), and the results are JAX's semantics."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    rng = np.random.default_rng(9)
+    x2 = rng.standard_normal((32, 1024)).astype(np.float32)
+    i2 = rng.integers(-1024, 1024, (32, 1024)).astype(np.int32)
+    x1 = rng.standard_normal(1000).astype(np.float32)
+    i1 = rng.integers(-1000, 1000, N).astype(np.int32)
+    v1 = rng.standard_normal(N).astype(np.float32)
+    cases = [
+        (lambda x, i: jnp.take_along_axis(x, i, axis=1), (x2, i2),
+         ["in_bounds", "wrap_negative"], np.take_along_axis(x2, np.where(i2 < 0, i2 + 1024, i2), 1)),
+        (lambda x, i: x[i], (x1, i1), ["wrap_negative"], x1[i1]),
+        (lambda x, i, v: x.at[i].add(v), (x1, i1, v1), ["wrap_negative"], None),
+    ]
+    for fn, args, names, expect in cases:
+        text = jax.jit(fn).lower(*args).as_text()
+        got, want, steps = _both(text, args, "accurate", monkeypatch)
+        _same_bits(got, want)
+        assert steps == names, text
+        if expect is not None:
+            np.testing.assert_array_equal(got[0], expect)
