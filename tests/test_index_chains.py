@@ -268,3 +268,47 @@ def test_chains_of_jax_lowerings(monkeypatch):
         assert steps == names, text
         if expect is not None:
             np.testing.assert_array_equal(got[0], expect)
+
+
+# torch.gather(x, 1, i) as PyTorch/XLA lowers it: the row index is an iota
+# concatenated to the (converted) column indices.
+TORCH_GATHER = """
+func.func public @main(%x: tensor<{r}x{c}xf32>, %i: tensor<{ir}x{c}xi64>) -> tensor<{ir}x{c}xf32> {{
+  %0 = stablehlo.iota dim = 0 : tensor<{ir}x{c}x1x{it}>
+  %1 = stablehlo.convert %i : (tensor<{ir}x{c}xi64>) -> tensor<{ir}x{c}x{it}>
+  %2 = stablehlo.reshape %1 : (tensor<{ir}x{c}x{it}>) -> tensor<{ir}x{c}x1x{it}>
+  %3 = stablehlo.concatenate {parts}, dim = 2 : (tensor<{ir}x{c}x1x{it}>, tensor<{ir}x{c}x1x{it}>) -> tensor<{ir}x{c}x2x{it}>
+  %4 = "stablehlo.gather"(%x, %3) <{{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0, 1], start_index_map = [{sim}], index_vector_dim = 2>, indices_are_sorted = false, slice_sizes = array<i64: 1, 1>}}> : (tensor<{r}x{c}xf32>, tensor<{ir}x{c}x2x{it}>) -> tensor<{ir}x{c}xf32>
+  return %4 : tensor<{ir}x{c}xf32>
+}}
+"""
+
+
+def _has_concatenate(prog):
+    blk = prog.function().block
+    blk._fast_steps()
+    return any(s.op is not None and s.op.name == "stablehlo.concatenate" for s in blk._planned)
+
+
+@pytest.mark.parametrize("iota_first", [True, False])
+@pytest.mark.parametrize("case", ["in_range", "out_of_range", "short_rows", "narrow_iota"])
+def test_iota_concatenated_gather(case, iota_first, monkeypatch):
+    r, c = 300, 128
+    ir = 200 if case == "short_rows" else r
+    it = "ui8" if case == "narrow_iota" else "ui32"
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((r, c)).astype(np.float32)
+    i = rng.integers(-5 if case == "out_of_range" else 0,
+                     c + 5 if case == "out_of_range" else c, (ir, c))
+    text = TORCH_GATHER.format(r=r, c=c, ir=ir, it=it,
+                               parts="%0, %2" if iota_first else "%2, %0",
+                               sim="0, 1" if iota_first else "1, 0")
+    got, want, _ = _both(text, (x, i), "accurate", monkeypatch)
+    _same_bits(got, want)
+    prog = shi.compile(text)
+    # Rewritten only where the iota is the whole batch position: as long
+    # as the operand's rows, in a type that holds every row number.
+    assert _has_concatenate(prog) == (case in ("short_rows", "narrow_iota"))
+    if case != "narrow_iota":
+        cols = np.clip(i.astype(np.int64) % (1 << 32), 0, c - 1)  # convert to ui32, clamp
+        np.testing.assert_array_equal(got[0], np.take_along_axis(x[:ir], cols, axis=1))

@@ -28,7 +28,19 @@ nowhere else, by one step that
   whole arrays.
 
 Both branches give the unrewritten chain's values exactly (integer ops), in
-either numerics mode. Only chains over static shapes of at least
+either numerics mode.
+
+A third form is PyTorch/XLA's ``torch.gather`` (and older JAX's
+``take_along_axis``): the batch position enters the gather as an ``iota``
+concatenated to the start indices, ``gather(x, concatenate(iota, i))``,
+which materialises an index array twice the size of ``i`` and clamps and
+scales the iota's component like any start. When that iota runs along an
+index dim as long as the operand dim its component indexes (so its values
+are in range and need no clamp), the gather is the same as one with that
+pair of dims as ``operand_batching_dims`` / ``start_indices_batching_dims``
+on ``i`` alone (the spec's batching dims read row ``r`` of the operand for
+row ``r`` of the indices): :func:`rewrite` runs that gather instead, with no
+fallback needed. Only chains over static shapes of at least
 :data:`MIN_ELEMENTS` elements are rewritten: below that, the chain's kernels
 cost about what the test does. The rewritten step keeps the chain's last op
 (its errors name that op and location); traced and validated runs use the
@@ -37,11 +49,13 @@ block's unrewritten steps, as for fusion, so every op still shows.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
 
 from .regions import reducer_kind
+from .registry import KERNELS
 
 # Rewrite chains over at least this many elements.
 MIN_ELEMENTS = 1 << 14
@@ -50,6 +64,7 @@ _SELECT = "stablehlo.select"
 _COMPARE = "stablehlo.compare"
 _ADD = "stablehlo.add"
 _AND = "stablehlo.and"
+_GATHER = "stablehlo.gather"
 
 
 def _static_size(t: Any) -> int | None:
@@ -147,6 +162,8 @@ def rewrite(steps: list[Any], template: Any, result_slots: Any) -> list[Any]:
             found = _match_wrap(i, steps, template, uses)
         elif op.name == _AND:
             found = _match_mask(i, steps, template, uses)
+        elif op.name == _GATHER:
+            found = _match_iota_gather(i, steps, uses)
         else:
             continue
         if found is None:
@@ -295,3 +312,73 @@ def _size1_and_reduce(r: int | None, steps: list[Any], template: Any,
     if init is None or init.dtype != np.bool_ or not init:
         return None
     return r if reducer_kind(op.regions[0]) == "and" else None
+
+
+def _match_iota_gather(i: int, steps: list[Any], uses: _Uses) -> Any:
+    """``gather(x, concatenate(iota, starts))`` ending at step ``i``, the
+    iota (along an index batch dim, as long as the operand dim it indexes)
+    one component of the index vector: the same gather with that pair as
+    batching dims, on ``starts`` alone."""
+    g = steps[i]
+    op = g.op
+    if len(g.ins) != 2 or any(getattr(t, "quant", None) is not None
+                              for t in (*op.operand_types, *op.result_types)):
+        return None
+    ki = uses.only_for(g.ins[1])
+    if ki is None or steps[ki].op is None or steps[ki].op.name != "stablehlo.concatenate":
+        return None
+    cat = steps[ki]
+    dn = op.attrs["dimension_numbers"]
+    ivd = dn["index_vector_dim"]
+    if len(cat.ins) != 2 or cat.op.attrs.get("dimension") != ivd:
+        return None
+    found = _iota_part(cat, steps, uses)
+    if found is None:
+        return None
+    ii, pos, b = found
+    other = cat.ins[1 - pos]
+    sim = list(dn["start_index_map"])
+    k = 0 if pos == 0 else len(sim) - 1   # the iota's component
+    od = sim[k]
+    oshape = op.operand_types[0].shape
+    ishape = cat.op.result_types[0].shape
+    iota_dt = _native_int(steps[ii].op.result_types[0])
+    if od not in dn["collapsed_slice_dims"] or op.attrs["slice_sizes"][od] != 1 \
+            or not isinstance(oshape[od], int) or ishape[b] != oshape[od] \
+            or iota_dt is None or oshape[od] - 1 > np.iinfo(iota_dt).max \
+            or b in dn["start_indices_batching_dims"]:
+        return None
+    # The iota's values 0..n-1 along dim b are in range (no clamp): row r
+    # of the indices reads row r of operand dim od, which is what batching
+    # dims say.
+    new_dn = dict(dn)
+    new_dn["collapsed_slice_dims"] = [d for d in dn["collapsed_slice_dims"] if d != od]
+    new_dn["operand_batching_dims"] = list(dn["operand_batching_dims"]) + [od]
+    new_dn["start_indices_batching_dims"] = list(dn["start_indices_batching_dims"]) + [b]
+    new_dn["start_index_map"] = sim[:k] + sim[k + 1:]
+    new_op = copy.copy(op)
+    new_op.attrs = dict(op.attrs, dimension_numbers=new_dn)
+    new_op.operand_types = [op.operand_types[0], cat.op.operand_types[1 - pos]]
+    fn = KERNELS[_GATHER](new_op)
+    if uses.only_for(steps[ii].out) is None:   # the iota is read elsewhere too
+        members, parts, gone = [cat, g], (ki,), (cat.out,)
+    else:
+        members, parts, gone = [steps[ii], cat, g], (ii, ki), (cat.out, steps[ii].out)
+    new = g._replace(fn=fn, ins=(g.ins[0], other), op=new_op,
+                     dead=_merged_dead(members, gone))
+    return parts, new, i
+
+
+def _iota_part(cat: Any, steps: list[Any], uses: _Uses) -> Any:
+    """(step, position in ``cat``, iota dim) of the iota one element wide
+    along the concatenated dim among ``cat``'s two operands (else None)."""
+    d = cat.op.attrs.get("dimension")
+    for pos, slot in enumerate(cat.ins):
+        j = uses.producer.get(slot)
+        if j is None or steps[j].op is None or steps[j].op.name != "stablehlo.iota":
+            continue
+        shape = steps[j].op.result_types[0].shape
+        b = steps[j].op.attrs.get("iota_dimension")
+        if shape[d] == 1 and b != d:
+            return j, pos, b
+    return None
