@@ -80,9 +80,12 @@ def test_lead_sums_are_numpys_axis0_sum(shape):
     ((100, 3), (0,)),                # few leading rows: one reduce
     ((50, 40, 30), (0, 2)),          # a leading run and a trailing one
 ])
-def test_reducer_same_bits_with_and_without_c(shape, axes, monkeypatch):
+@pytest.mark.parametrize("transposed", [False, True])
+def test_reducer_same_bits_with_and_without_c(shape, axes, transposed, monkeypatch):
     red = reducers.reducer("add", np.float32)
     x = _values(np.random.default_rng(sum(shape)), shape, special=False)
+    if transposed:   # not C-contiguous: the dims-last copy or numpy's own reduce
+        x = np.ascontiguousarray(x.T).T
     init = np.float32(0.5)
     got, want = _both(lambda: red.reduce(x, axes, init), monkeypatch)
     assert got.dtype == want.dtype == np.float32
@@ -147,3 +150,60 @@ def test_empty_rows():
     lead = np.full(3, 7.0)
     _sums.lead_sums_f32(np.zeros(0, np.float32), 0, 3, lead)
     assert lead.tolist() == [0.0, 0.0, 0.0]
+
+
+LAYER_NORM = """
+func.func @main(%x: tensor<96x2000xf32>) -> tensor<96x2000xf32> {
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %n = stablehlo.constant dense<2000.0> : tensor<96xf32>
+  %s = stablehlo.reduce(%x init: %z) applies stablehlo.add across dimensions = [1]
+      : (tensor<96x2000xf32>, tensor<f32>) -> tensor<96xf32>
+  %m = stablehlo.divide %s, %n : tensor<96xf32>
+  %mb = stablehlo.broadcast_in_dim %m, dims = [0] : (tensor<96xf32>) -> tensor<96x2000xf32>
+  %d = stablehlo.subtract %x, %mb : tensor<96x2000xf32>
+  %q = chlo.square %d : tensor<96x2000xf32> -> tensor<96x2000xf32>
+  %v = stablehlo.reduce(%q init: %z) applies stablehlo.add across dimensions = [1]
+      : (tensor<96x2000xf32>, tensor<f32>) -> tensor<96xf32>
+  %vb = stablehlo.broadcast_in_dim %v, dims = [0] : (tensor<96xf32>) -> tensor<96x2000xf32>
+  %y = stablehlo.divide %d, %vb : tensor<96x2000xf32>
+  return %y : tensor<96x2000xf32>
+}
+"""
+
+BN_STATS = """
+func.func @main(%x: tensor<512x8x8x16xf32>) -> (tensor<16xf32>, tensor<16xf32>) {
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %n = stablehlo.constant dense<32768.0> : tensor<16xf32>
+  %s = stablehlo.reduce(%x init: %z) applies stablehlo.add across dimensions = [0, 1, 2]
+      : (tensor<512x8x8x16xf32>, tensor<f32>) -> tensor<16xf32>
+  %m = stablehlo.divide %s, %n : tensor<16xf32>
+  %mb = stablehlo.broadcast_in_dim %m, dims = [3] : (tensor<16xf32>) -> tensor<512x8x8x16xf32>
+  %d = stablehlo.subtract %x, %mb : tensor<512x8x8x16xf32>
+  %q = chlo.square %d : tensor<512x8x8x16xf32> -> tensor<512x8x8x16xf32>
+  %v = stablehlo.reduce(%q init: %z) applies stablehlo.add across dimensions = [0, 1, 2]
+      : (tensor<512x8x8x16xf32>, tensor<f32>) -> tensor<16xf32>
+  return %m, %v : tensor<16xf32>, tensor<16xf32>
+}
+"""
+
+
+@needs_c
+@pytest.mark.parametrize("fusion", ["1", "0"])
+@pytest.mark.parametrize("name,text,shape", [("layer_norm", LAYER_NORM, (96, 2000)),
+                                             ("bn_stats", BN_STATS, (512, 8, 8, 16))])
+def test_programs_same_bits_with_and_without_c(name, text, shape, fusion, monkeypatch):
+    """Fused chains feeding row sums (RowPlan, with their rows broadcast
+    back) and leading-axis sums (LeadPlan), and the unfused steps, give the
+    same bits whether the C module or numpy adds."""
+    import stablehlo_interpreter as si
+    from stablehlo_interpreter import fusion as fusion_module
+    monkeypatch.setenv("STABLEHLO_REF_FUSION", fusion)
+    x = _values(np.random.default_rng(11), shape, special=False) * np.float32(1e-8)
+    program = si.compile(text)
+    got, want = _both(lambda: program.run(x), monkeypatch)
+    plans = {type(s[1]).__name__ for f in program.functions["main"].block._fast
+             if isinstance(f[1], fusion_module.FusedChain) for s in f[1].sinks}
+    assert plans == ({"RowPlan" if name == "layer_norm" else "LeadPlan"} if fusion == "1" else set())
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32))
