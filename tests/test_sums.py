@@ -73,7 +73,8 @@ def test_lead_sums_are_numpys_axis0_sum(shape):
 @pytest.mark.parametrize("shape,axes", [
     ((1000,), (0,)),                 # _reduce_vector
     ((300, 1000), (1,)),             # rows
-    ((2, 70000), (1,)),              # rows split into _PAR_CHUNK blocks (from _PAR_MIN on)
+    ((2, 70000), (1,)),              # rows
+    ((3, 200000), (1,)),             # rows split into _PAR_CHUNK blocks (from _PAR_MIN on)
     ((1 << 19,), (0,)),              # one long row, split
     ((70000, 16), (0,)),             # leading rows in blocks and groups
     ((64, 32, 32, 4), (0, 1, 2)),    # batch-norm statistics

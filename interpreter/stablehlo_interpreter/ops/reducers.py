@@ -543,11 +543,12 @@ def _leading_blocks(n, width):
 
 
 def _row_sums(ufunc, x, acc):
-    """``ufunc.reduce(x, axis=-1, dtype=acc)`` of C-contiguous ``x`` (n > 0);
-    float32 sums in float64 in _sums.c's order (blocks of _SUM_BLOCK summed
-    in _SUM_LANES lanes, the blocks' sums then pairwise), with the C loop
-    where it is built (a fifth of numpy's casting reduction's time) and the
-    same bits from numpy where not (:func:`_row_block_sums`)."""
+    """``ufunc.reduce(x, axis=-1, dtype=acc)`` (n > 0); float32 sums in
+    float64 in _sums.c's order (blocks of _SUM_BLOCK summed in _SUM_LANES
+    lanes, the blocks' sums then pairwise), with the C loop where it is
+    built and the rows are contiguous (a fifth of numpy's casting
+    reduction's time in cache), the same bits from numpy otherwise
+    (:func:`_row_block_sums`)."""
     if ufunc is not np.add or x.dtype != F32 or acc != F64:
         return ufunc.reduce(x, axis=-1, dtype=acc)
     n = x.shape[-1]
@@ -557,6 +558,12 @@ def _row_sums(ufunc, x, acc):
     if _sums is not None and x2.flags.c_contiguous:
         part = np.empty((rows, nb), F64)
         _sums.row_sums_f32(x2, rows, n, part)
+    elif _sums is not None and x2.strides[-1] == x2.itemsize:
+        # Contiguous rows apart from each other (a block of several long
+        # rows, _reduce_last): one call per row, no copy.
+        part = np.empty((rows, nb), F64)
+        for r in range(rows):
+            _sums.row_sums_f32(x2[r], 1, n, part[r])
     else:
         part = _row_block_sums(x2)
     r = part[:, 0] if nb == 1 else np.add.reduce(part, axis=-1)
@@ -627,8 +634,7 @@ def _reduce_last(ufunc, x, acc):
         def run(lo, hi):
             for j in range(lo, hi):
                 a, b = blocks[j]
-                # A block of one row is contiguous; of several, copied.
-                partial[:, j] = _row_sums(ufunc, np.ascontiguousarray(x2[:, a:b]), acc)
+                partial[:, j] = _row_sums(ufunc, x2[:, a:b], acc)
         run_chunks(run, [(j, j + 1) for j in range(len(blocks))])
         out = ufunc.reduce(partial, axis=-1)
     return out.reshape(x.shape[:-1])
