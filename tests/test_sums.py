@@ -80,6 +80,9 @@ def test_lead_sums_are_numpys_axis0_sum(shape):
     ((64, 32, 32, 4), (0, 1, 2)),    # batch-norm statistics
     ((100, 3), (0,)),                # few leading rows: one reduce
     ((50, 40, 30), (0, 2)),          # a leading run and a trailing one
+    ((16, 300, 200), (1,)),          # a middle run (per leading index)
+    ((4, 50, 3, 130), (1, 2)),       # a middle run of two axes
+    ((8, 300, 1), (1,)),             # one position per leading index: numpy's reduce
 ])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_reducer_same_bits_with_and_without_c(shape, axes, transposed, monkeypatch):
@@ -208,3 +211,16 @@ def test_programs_same_bits_with_and_without_c(name, text, shape, fusion, monkey
     for g, w in zip(got, want):
         g, w = np.asarray(g), np.asarray(w)
         np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32))
+
+
+@needs_c
+@pytest.mark.parametrize("shape,axis", [((16, 300, 200), 1), ((3, 7, 40, 130), 2), ((5, 64, 128), 1)])
+def test_middle_sums_are_numpys_sum(shape, axis):
+    """The C loop per leading index makes numpy's own additions over a
+    middle axis: the fallback is numpy's call."""
+    x = _values(np.random.default_rng(sum(shape)), shape, special=False)
+    x[(slice(None),) * axis + (slice(None), 0)] = -0.0
+    got = reducers._middle_sums(np.add, x, axis, F64)
+    want = np.add.reduce(x, axis=axis, dtype=F64)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(_bits(got), _bits(want))

@@ -513,7 +513,7 @@ def _reduce_runs(ufunc, x, axes, acc):
             runs.pop(0)
         else:
             i = next(k for k, (_, red) in enumerate(runs) if red)
-            x = ufunc.reduce(x, axis=i, dtype=acc)
+            x = _middle_sums(ufunc, x, i, acc)
             runs.pop(i)
     return np.reshape(x, out_shape)
 
@@ -607,6 +607,31 @@ def _lead_sums(ufunc, x, acc):
     out = np.empty(x.shape[1:], F64)
     _sums.lead_sums_f32(x, x.shape[0], out.size, out)
     return out
+
+
+# A middle run goes to the C loop one leading index at a time when each
+# call has at least this many kept positions, and there are at most
+# _MIDDLE_MAX_CALLS leading indices.
+_MIDDLE_MIN_INNER = 128
+_MIDDLE_MAX_CALLS = 1 << 16
+
+
+def _middle_sums(ufunc, x, i, acc):
+    """``ufunc.reduce(x, axis=i, dtype=acc)`` of C-contiguous ``x`` over a
+    middle axis (``x.mean(axis=1)`` of (batch, sequence, features)): numpy
+    adds the reduced positions in order, position by position, from +0; for
+    float32 into float64 sums _lead_sums makes the same additions for each
+    leading index."""
+    lead = int(np.prod(x.shape[:i], dtype=np.int64))
+    inner = int(np.prod(x.shape[i + 1:], dtype=np.int64))
+    if ufunc is not np.add or x.dtype != F32 or acc != F64 or _sums is None \
+            or not x.flags.c_contiguous or inner < _MIDDLE_MIN_INNER or lead > _MIDDLE_MAX_CALLS:
+        return ufunc.reduce(x, axis=i, dtype=acc)
+    x3 = x.reshape(lead, x.shape[i], inner)
+    out = np.empty((lead, inner), F64)
+    for a in range(lead):
+        _sums.lead_sums_f32(x3[a], x.shape[i], inner, out[a])
+    return out.reshape(x.shape[:i] + x.shape[i + 1:])
 
 
 def _reduce_last(ufunc, x, acc):
