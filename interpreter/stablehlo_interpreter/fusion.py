@@ -567,11 +567,13 @@ def _direct_and_in_place(plan, readers, dtype):
     # dies there, was made by a ufunc member of this chunk (a fresh
     # array, chunk-shaped; not a direct member's chunk of the output)
     # and is read by ufunc members only (no kernel holds a view of it),
-    # of the result's dtype.
+    # of the result's dtype. A direct member stays direct: in place, its
+    # result would then be copied to the output (layer norm's last
+    # multiply: one pass over the output more).
     owned = {m.res for m in plan if m.kind == _KERNEL and m.ufunc is not None
              and not m.direct}
     for m in plan:
-        if m.kind != _KERNEL or m.ufunc is None:
+        if m.kind != _KERNEL or m.ufunc is None or m.direct:
             continue
         operands = m.args[:1] if m.bind is not None else m.args
         for a in operands:
@@ -579,7 +581,6 @@ def _direct_and_in_place(plan, readers, dtype):
                     all(plan[r].kind == _KERNEL and plan[r].ufunc is not None
                         for r in readers[a]):
                 m.inplace = a
-                m.direct = False   # its result is the operand's buffer
                 break
 
 
