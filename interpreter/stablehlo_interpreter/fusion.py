@@ -248,10 +248,20 @@ def fuse(steps, result_slots, constants=()):
 
     out = []
     groups = {}   # shape -> open _Group
+    held = {}     # slot whose free waits for open groups -> those groups
 
     def close(g):
         del groups[g.shape]
-        out.extend(_emit(g, steps, users, keep, constants))
+        emitted = _emit(g, steps, users, keep, constants)
+        frees = []
+        for slot in [s for s, gs in held.items() if g in gs]:
+            held[slot].discard(g)
+            if not held[slot]:
+                del held[slot]
+                frees.append(slot)
+        if frees:   # after the group's last step: nothing reads them later
+            emitted[-1] = emitted[-1]._replace(dead=tuple(emitted[-1].dead) + tuple(frees))
+        out.extend(emitted)
 
     for i, step in enumerate(steps):
         kind = kinds[i]
@@ -283,8 +293,21 @@ def fuse(steps, result_slots, constants=()):
         for g in list(groups.values()):
             if g is owner:
                 continue
-            if not g.produced.isdisjoint(step.ins) or not g.reads.isdisjoint(dead):
+            if not g.produced.isdisjoint(step.ins):
                 close(g)
+            elif not g.reads.isdisjoint(dead):
+                if not _may_hold(step):
+                    close(g)
+                    continue
+                # The step frees a value the group still reads: the free
+                # waits until the group (and any other open group reading
+                # it) has run, so that scalar steps between a chain's
+                # members (a threefry round's rotation amounts: slice,
+                # reshape, 32 - r) do not cut the chain.
+                for slot in g.reads & dead:
+                    held.setdefault(slot, set()).add(g)
+        if held and not held.keys().isdisjoint(dead):
+            step = step._replace(dead=tuple(d for d in step.dead if d not in held))
         if owner is not None:
             owner.members.append(i)
             if sink is not None:
@@ -298,6 +321,17 @@ def fuse(steps, result_slots, constants=()):
     for g in list(groups.values()):
         close(g)
     return out
+
+
+def _may_hold(step):
+    """May the frees of ``step`` wait until after a later fused step? Not
+    when a dying operand may be updated in place by it (a kernel's
+    donate_first, a call handing its arguments over, a special step such as
+    a loop that consumes its operands): the value would change under the
+    group that still reads it."""
+    op = step.op
+    return op is not None and not op.regions and op.name != "func.call" \
+        and not (step.ins and step.ins[0] == 0) and kernel_info(step.fn).donate_first is None
 
 
 def _without_sinks(g, steps, users, keep, constants):
@@ -567,11 +601,12 @@ def _direct_and_in_place(plan, readers, dtype):
     # dies there, was made by a ufunc member of this chunk (a fresh
     # array, chunk-shaped; not a direct member's chunk of the output)
     # and is read by ufunc members only (no kernel holds a view of it),
-    # of the result's dtype.
+    # of the result's dtype. Not a direct member: written in place, its
+    # result would then be copied to the output, one pass more.
     owned = {m.res for m in plan if m.kind == _KERNEL and m.ufunc is not None
              and not m.direct}
     for m in plan:
-        if m.kind != _KERNEL or m.ufunc is None:
+        if m.kind != _KERNEL or m.ufunc is None or m.direct:
             continue
         operands = m.args[:1] if m.bind is not None else m.args
         for a in operands:
@@ -579,7 +614,6 @@ def _direct_and_in_place(plan, readers, dtype):
                     all(plan[r].kind == _KERNEL and plan[r].ufunc is not None
                         for r in readers[a]):
                 m.inplace = a
-                m.direct = False   # its result is the operand's buffer
                 break
 
 
