@@ -322,6 +322,33 @@ def test_scalar_steps_between_members_do_not_split_the_chain(monkeypatch):
     assert len(freed) >= 4
 
 
+M = 2000
+TWO_SHAPES = f"""
+func.func @main(%x: tensor<{N}xf32>, %y: tensor<{M}xf32>, %s: tensor<f32>) -> (tensor<{N}xf32>, tensor<{M}xf32>, tensor<1xf32>) {{
+  %bx = stablehlo.broadcast_in_dim %s, dims = [] : (tensor<f32>) -> tensor<{N}xf32>
+  %0 = stablehlo.multiply %x, %bx : tensor<{N}xf32>
+  %by = stablehlo.broadcast_in_dim %s, dims = [] : (tensor<f32>) -> tensor<{M}xf32>
+  %1 = stablehlo.multiply %y, %by : tensor<{M}xf32>
+  %2 = stablehlo.add %1, %y : tensor<{M}xf32>
+  %e = stablehlo.slice %2 [7:8] : (tensor<{M}xf32>) -> tensor<1xf32>
+  %3 = stablehlo.add %0, %x : tensor<{N}xf32>
+  return %3, %2, %e : tensor<{N}xf32>, tensor<{M}xf32>, tensor<1xf32>
+}}
+"""
+
+
+def test_a_value_two_chains_read_lives_until_both_ran(monkeypatch):
+    # %s is read by a chain of each shape; its last reader is a member of
+    # the second, which runs first (the slice reads it). %s must still be
+    # there for the first chain (it was freed with the second: an error).
+    rng = np.random.default_rng(11)
+    args = [rng.standard_normal(N).astype(np.float32), rng.standard_normal(M).astype(np.float32),
+            np.array(1.5, np.float32)]
+    program, got, want = _run_both(TWO_SHAPES, args, monkeypatch)
+    assert len(_fused_steps(program)) == 2
+    _assert_same_bits(got, want, "two shapes")
+
+
 DONATED = f"""
 func.func @main(%x: tensor<{N}xf32>, %u: tensor<4xf32>, %i: tensor<i32>) -> (tensor<{N}xf32>, tensor<{N}xf32>) {{
   %0 = stablehlo.multiply %x, %x : tensor<{N}xf32>

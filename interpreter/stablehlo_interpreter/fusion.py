@@ -263,6 +263,21 @@ def fuse(steps, result_slots, constants=()):
             emitted[-1] = emitted[-1]._replace(dead=tuple(emitted[-1].dead) + tuple(frees))
         out.extend(emitted)
 
+    def hold(i, step, own):
+        """``step`` without the frees of values other open groups still
+        read: each waits until those groups (and ``own``, the group the
+        step joins) have been emitted (close)."""
+        dead = set(step.dead)
+        waiting = False
+        for g in groups.values():
+            if g is not own and not g.reads.isdisjoint(dead):
+                for slot in g.reads & dead:
+                    held.setdefault(slot, set()).update((g,) if own is None else (g, own))
+                waiting = True
+        if waiting:
+            step = steps[i] = step._replace(dead=tuple(d for d in step.dead if d not in held))
+        return step
+
     for i, step in enumerate(steps):
         kind = kinds[i]
         if kind is not None:
@@ -279,35 +294,29 @@ def fuse(steps, result_slots, constants=()):
             g.reads.update(step.ins)
             g.produced.add(step.out)
             g.made.add(step.out)
+            hold(i, step, g)   # a scalar read by chains of two shapes
             continue
         sink = _sink_plan(step, groups)
         row = _row_broadcast(step, groups, steps) if sink is None else None
         if sink is not None and sink[0].rows and not _whole_rows(sink[1]):
             sink = None   # rows broadcast back need every reduce of whole rows
-        # Another step: the groups whose values it reads, or whose inputs it
-        # frees, must run before it -- unless it is a reduce the group feeds
-        # (a sink: reduced chunk by chunk inside the fused step) or a
-        # broadcast of such a reduce's rows back over them.
+        # Another step: the groups whose values it reads must run before it
+        # -- unless it is a reduce the group feeds (a sink: reduced chunk by
+        # chunk inside the fused step) or a broadcast of such a reduce's
+        # rows back over them. A value it frees that a group still reads is
+        # freed after that group instead (hold), so that scalar steps
+        # between a chain's members (a threefry round's rotation amounts:
+        # slice, reshape, 32 - r) do not cut the chain; unless the step may
+        # update that value in place (_may_hold): then the group runs first.
         owner = sink[0] if sink is not None else row[0] if row is not None else None
         dead = set(step.dead)
         for g in list(groups.values()):
             if g is owner:
                 continue
-            if not g.produced.isdisjoint(step.ins):
+            if not g.produced.isdisjoint(step.ins) or owner is None \
+                    and not g.reads.isdisjoint(dead) and not _may_hold(step):
                 close(g)
-            elif not g.reads.isdisjoint(dead):
-                if not _may_hold(step):
-                    close(g)
-                    continue
-                # The step frees a value the group still reads: the free
-                # waits until the group (and any other open group reading
-                # it) has run, so that scalar steps between a chain's
-                # members (a threefry round's rotation amounts: slice,
-                # reshape, 32 - r) do not cut the chain.
-                for slot in g.reads & dead:
-                    held.setdefault(slot, set()).add(g)
-        if held and not held.keys().isdisjoint(dead):
-            step = step._replace(dead=tuple(d for d in step.dead if d not in held))
+        step = hold(i, step, owner)
         if owner is not None:
             owner.members.append(i)
             if sink is not None:
