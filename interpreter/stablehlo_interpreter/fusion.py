@@ -54,6 +54,7 @@ device threads of a parallel run, concurrent executions) run their chunks in
 their own thread.
 """
 
+import threading
 
 import numpy as np
 
@@ -78,6 +79,11 @@ MIN_THREAD_CHUNKS = 4
 # one and burnt 13-50% more CPU (2 cores, a busy machine; with 128K-element
 # chunks plain numpy gained 1.4x in a quieter moment, unconfirmed here).
 THREAD_EXACT_CHAINS = False
+
+# A loop run tiled (looptile.py) first runs its scalar part: its chain then
+# records the values it would run with instead of running (per thread,
+# ``lists``: chain -> one entry per call).
+RECORDING = threading.local()
 
 # Members: ops with the registry's "fusible" trait (has_trait below).
 _BROADCAST = "stablehlo.broadcast_in_dim"
@@ -891,6 +897,10 @@ class FusedChain:
         return views, [False] * len(inputs), max(1, self.chunk // row), True, True
 
     def __call__(self, *inputs):
+        lists = getattr(RECORDING, "lists", None)
+        if lists and self in lists:   # a tiled loop's scalar part (looptile.py)
+            lists[self].append(self._prologue(inputs, None))
+            return None if self.n_out == 1 else [None] * self.n_out
         try:
             return self._call(inputs)
         except InterpreterError:
