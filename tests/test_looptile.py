@@ -191,3 +191,21 @@ def test_tracing_runs_the_plain_loop(tiled_runs, monkeypatch):
     assert tiled_runs == []
     _same(got, program.run(*_args()))
     assert tiled_runs == [3]
+
+
+def test_a_body_with_another_call_is_not_tiled(tiled_runs, monkeypatch):
+    # A second call could reach the chain's function while its calls are
+    # recorded: the loop runs plain.
+    text = _loop(3, True).replace(
+        "\n      %q = stablehlo.add %acc, %k : tensor<ui32>",
+        "\n      %q, %k3 = func.call @bump(%acc, %k) : (tensor<ui32>, tensor<ui32>) -> (tensor<ui32>, tensor<ui32>)")
+    # (it returns an argument as it came: not inlined, a call of its own)
+    text += """
+func.func private @bump(%a: tensor<ui32>, %k: tensor<ui32>) -> (tensor<ui32>, tensor<ui32>) {
+    %s = stablehlo.add %a, %k : tensor<ui32>
+    return %s, %k : tensor<ui32>, tensor<ui32>
+}
+"""
+    got, want = _both(text, _args(4), monkeypatch)
+    _same(got, want)
+    assert tiled_runs == []

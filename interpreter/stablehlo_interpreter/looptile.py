@@ -23,10 +23,13 @@ one function the body calls -- has exactly one fused chain (fusion.FusedChain,
 no fed reduces), whose chunked operands are loop-carried values, each result
 of which is a loop-carried value, and where nothing else (no other step of
 the body or the function, not the cond) reads those carried values or the
-chain's results. Everything else runs as before: the chain is the only
+chain's results. The cond, the body and that function are otherwise plain
+kernels (no regions, no other calls), so the chain runs exactly once per
+iteration. Everything else runs as before: the chain is the only
 place the big values change, so the loop's other values never depend on
 them. A run takes the tiled path only when the carried values are
-C-contiguous arrays of the chain's shape (others: the plain loop). Tracing
+C-contiguous arrays of the chain's shape and type (others: the plain
+loop; so does a loop reached again while its scalar part runs). Tracing
 and ``STABLEHLO_REF_VALIDATE`` use the plain plan (every op visible), as
 does ``STABLEHLO_REF_FUSION=0`` (there are no chains then).
 """
@@ -44,13 +47,14 @@ class _Tiling:
     ``reads``: chunked input k of the chain -> carried position;
     ``writes``: output o of the chain -> carried position."""
 
-    __slots__ = ("chain", "big", "reads", "writes")
+    __slots__ = ("chain", "big", "reads", "writes", "dtypes")
 
     def __init__(self, chain, reads, writes):
         self.chain = chain
         self.reads = reads
         self.writes = writes
         self.big = frozenset(writes)
+        self.dtypes = {j: chain.out_dtypes[o] for o, j in enumerate(writes)}
 
     def run(self, ctx, crun, ccap, brun, bcap, vals):
         """The loop's results, or None when these values do not fit (the
@@ -59,14 +63,16 @@ class _Tiling:
         for j in self.big:
             x = vals[j]
             if x.__class__ is not np.ndarray or x.shape != chain.shape \
-                    or not x.flags.c_contiguous:
+                    or x.dtype != self.dtypes[j] or not x.flags.c_contiguous:
                 return None
-        start = {j: vals[j] for j in self.big}
-        for j in self.big:
-            vals[j] = None
         lists = getattr(_fusion.RECORDING, "lists", None)
         if lists is None:
             lists = _fusion.RECORDING.lists = {}
+        if chain in lists:   # the loop runs inside itself (a recursive function)
+            return None
+        start = {j: vals[j] for j in self.big}
+        for j in self.big:
+            vals[j] = None
         rounds = lists[chain] = []
         try:
             while crun(ctx, ccap, vals)[0]:
@@ -118,6 +124,20 @@ class _Tiling:
 
 def _fused(steps):
     return [s for s in steps if isinstance(s.fn, _fusion.FusedChain)]
+
+
+def _plain(steps, allowed=None):
+    """Are ``steps`` plain kernels (no regions, no calls, no special kernel
+    taking the run's context), but for the step ``allowed``? Then the chain
+    runs exactly once per iteration, where the tiling expects it, and no
+    other function can reach it while its calls are being recorded."""
+    for s in steps:
+        if s is allowed:
+            continue
+        op = s.op
+        if op is None or op.regions or (s.ins and s.ins[0] == 0):
+            return False
+    return True
 
 
 def _flow(blk, step, entry, exit_):
@@ -178,12 +198,14 @@ def plan(op, cond, body):
     if len(set(body.arg_slots)) != len(body.arg_slots):
         return None
     maps = None
+    if not _plain(cond._planned):
+        return None
     if len(chains) == 1:
-        maps = _chain_maps(body, chains[0], arg_pos, res_pos)
+        maps = _plain(body._planned, chains[0]) and _chain_maps(body, chains[0], arg_pos, res_pos)
         maps = maps and maps + (chains[0],)
     elif not chains:
         maps = _through_call(body, arg_pos, res_pos)
-    if maps is None:
+    if not maps:
         return None
     reads, writes, step = maps
     # The cond reads none of the big values.
@@ -221,6 +243,8 @@ def _through_call(body, arg_pos, res_pos):
     if found is None:
         return None
     call, blk, step = found
+    if not _plain(body._planned, call) or not _plain(blk._planned, step):
+        return None
     operands = call.ins[1:]
     outs = call.out if call.out.__class__ is tuple else (call.out,)
     if len(operands) != len(blk.arg_slots) or len(outs) != len(blk.result_slots) \
