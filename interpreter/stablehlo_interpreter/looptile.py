@@ -185,6 +185,15 @@ def _chain_maps(blk, step, positions_of_arg, position_of_result):
     return reads, writes
 
 
+def plan_or_none(op, cond, body):
+    """:func:`plan`, or None where it fails on a form it does not foresee:
+    tiling is an optimisation, the plain loop is always right."""
+    try:
+        return plan(op, cond, body)
+    except Exception:
+        return None
+
+
 def plan(op, cond, body):
     """A :class:`_Tiling` for the ``while`` op ``op`` with Blocks ``cond`` and
     ``body``, or None (see the module docstring). Plans the blocks."""

@@ -106,7 +106,7 @@ def while_(op):
             crun, brun, ccap, bcap = cb.run, bb.run, cond.captures, body.captures
             if ctx.tracer is None and not _compiler._DEBUG_VALIDATE:
                 if not tiling:
-                    tiling.append(_looptile.plan(op, cb, bb))
+                    tiling.append(_looptile.plan_or_none(op, cb, bb))
                 if tiling[0] is not None:
                     res = tiling[0].run(ctx, crun, ccap, brun, bcap, vals)
                     if res is not None:
