@@ -746,3 +746,26 @@ def test_thread_count(monkeypatch):
     assert pool.thread_count() == 1
     monkeypatch.delenv("STABLEHLO_REF_THREADS")
     assert 1 <= pool.thread_count() <= pool.MAX_DEFAULT_THREADS
+
+
+@pytest.mark.parametrize("src", ["i8", "i32", "i64", "ui16", "ui64"])
+def test_stored_integer_converts_write_into_their_output(src, monkeypatch):
+    # An int -> int convert whose value is returned writes its chunk of the
+    # output directly (KernelInfo.into: numpy's unsafe cast, as astype):
+    # wrapping and sign extension as unfused, for every target width.
+    targets = [et for et in INTS if et != src]
+    t = _t(src)
+    lines = [f"    %s = stablehlo.add %x, %y : {t}"]
+    outs = []
+    for k, et in enumerate(targets):
+        lines.append(f"    %c{k} = stablehlo.convert %s : ({t}) -> {_t(et)}")
+        outs.append((f"%c{k}", _t(et)))
+    text = (f"func.func @main(%x: {t}, %y: {t}) -> ({', '.join(o[1] for o in outs)}) {{\n"
+            + "\n".join(lines) + f"\n    return {', '.join(o[0] for o in outs)} : "
+            + f"{', '.join(o[1] for o in outs)}\n}}\n")
+    rng = np.random.default_rng(13)
+    args = [_special_inputs(src, rng), _special_inputs(src, rng)]
+    program, got, want = _run_both(text, args, monkeypatch)
+    (chain,) = _fused_steps(program)
+    assert all(m.direct for m in chain.plan if m.op.name == "stablehlo.convert")
+    _assert_same_bits(got, want, f"converts from {src}")
