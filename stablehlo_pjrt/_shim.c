@@ -724,6 +724,20 @@ static PJRT_Error *error_from_exception(const char *slot_name) {
   return err;
 }
 
+/* Takes the pending KeyboardInterrupt and calls the interrupt hook with
+ * (call name, the exception); returns the hook's result (NULL with its
+ * exception set if it raised). */
+static PyObject *pass_interrupt(const char *name) {
+  PyObject *etype, *evalue, *etb, *res;
+  PyErr_Fetch(&etype, &evalue, &etb);
+  PyErr_NormalizeException(&etype, &evalue, &etb);
+  res = PyObject_CallFunction(g_interrupt_hook, "sO", name, evalue ? evalue : Py_None);
+  Py_XDECREF(etype);
+  Py_XDECREF(evalue);
+  Py_XDECREF(etb);
+  return res;
+}
+
 /* The PJRT_Error of a handler that raised (the exception is set). A
  * KeyboardInterrupt (Ctrl-C while the handler's Python code ran) is not the
  * plugin's failure: the call fails with CANCELLED and the interrupt hook
@@ -731,18 +745,13 @@ static PJRT_Error *error_from_exception(const char *slot_name) {
  * as for a signal pending when a call starts; raised through PJRT it would
  * reach the user as an INTERNAL error instead of the interrupt. */
 static PJRT_Error *handler_error(const Slot *s) {
-  PyObject *etype, *evalue, *etb, *res;
+  PyObject *res;
   char buf[256];
   if (g_interrupt_hook == NULL || !PyErr_ExceptionMatches(PyExc_KeyboardInterrupt))
     return error_from_exception(s->name);
-  PyErr_Fetch(&etype, &evalue, &etb);
-  PyErr_NormalizeException(&etype, &evalue, &etb);
-  res = PyObject_CallFunction(g_interrupt_hook, "sO", "", evalue ? evalue : Py_None);
+  res = pass_interrupt("");
   if (res == NULL) PyErr_Clear();
   Py_XDECREF(res);
-  Py_XDECREF(etype);
-  Py_XDECREF(evalue);
-  Py_XDECREF(etb);
   snprintf(buf, sizeof buf, "stablehlo_ref: %s was interrupted (KeyboardInterrupt)",
            s->name ? s->name : "PJRT call");
   return error_new_cstr(CODE_CANCELLED, buf);
@@ -1006,14 +1015,7 @@ static PJRT_Error *dispatch(int slot, void *args) {
    * a compile or dispatch) would raise at the handler's first bytecode, in
    * the middle of a PJRT call; take it here, before the handler starts. */
   if (g_interrupt_hook != NULL && PyErr_CheckSignals() < 0) {
-    PyObject *etype, *evalue, *etb;
-    PyErr_Fetch(&etype, &evalue, &etb);
-    PyErr_NormalizeException(&etype, &evalue, &etb);
-    res = PyObject_CallFunction(g_interrupt_hook, "sO", s->name ? s->name : "",
-                                evalue ? evalue : Py_None);
-    Py_XDECREF(etype);
-    Py_XDECREF(evalue);
-    Py_XDECREF(etb);
+    res = pass_interrupt(s->name ? s->name : "");
     if (res == NULL) {
       err = error_from_exception(s->name);
       goto done;
@@ -1317,21 +1319,36 @@ static PyObject *py_error_new(PyObject *self, PyObject *args) {
   return PyLong_FromVoidPtr(error_new(code, msg, (size_t)len));
 }
 
+/* The pointer an int argument of the Python module holds: 0 when the
+ * argument is not an int that fits a pointer (the Python error set), 1 when
+ * it is (*out may be NULL for 0). */
+static int pointer_arg(PyObject *arg, void **out) {
+  *out = PyLong_AsVoidPtr(arg);
+  return *out != NULL || !PyErr_Occurred();
+}
+
+/* The same, where NULL is refused: a ValueError naming `what`. */
+static void *nonnull_arg(PyObject *arg, const char *what) {
+  void *p = PyLong_AsVoidPtr(arg);
+  if (p == NULL && !PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "NULL %s", what);
+  return p;
+}
+
 static PyObject *py_error_info(PyObject *self, PyObject *arg) {
-  PJRT_Error *e = (PJRT_Error *)PyLong_AsVoidPtr(arg);
+  void *p;
+  const PJRT_Error *e;
   (void)self;
-  if (e == NULL) {
-    if (PyErr_Occurred()) return NULL;
-    Py_RETURN_NONE;
-  }
+  if (!pointer_arg(arg, &p)) return NULL;
+  if (p == NULL) Py_RETURN_NONE;
+  e = (const PJRT_Error *)p;
   return Py_BuildValue("(is#)", e->code, e->message, (Py_ssize_t)e->message_size);
 }
 
 static PyObject *py_error_destroy(PyObject *self, PyObject *arg) {
-  PJRT_Error *e = (PJRT_Error *)PyLong_AsVoidPtr(arg);
+  void *e;
   (void)self;
-  if (e == NULL && PyErr_Occurred()) return NULL;
-  error_free(e);
+  if (!pointer_arg(arg, &e)) return NULL;
+  error_free((PJRT_Error *)e);
   Py_RETURN_NONE;
 }
 
@@ -1359,11 +1376,8 @@ static PyObject *py_event_set(PyObject *self, PyObject *args) {
   int rc;
   (void)self;
   if (!PyArg_ParseTuple(args, "O|is#", &addr, &code, &msg, &len)) return NULL;
-  ev = (PJRT_Event *)PyLong_AsVoidPtr(addr);
-  if (ev == NULL) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NULL event");
-    return NULL;
-  }
+  ev = (PJRT_Event *)nonnull_arg(addr, "event");
+  if (ev == NULL) return NULL;
   /* Callbacks are jaxlib code; run them without the GIL. */
   Py_BEGIN_ALLOW_THREADS
   rc = event_set(ev, code, msg, (size_t)len);
@@ -1377,13 +1391,10 @@ static PyObject *py_event_set(PyObject *self, PyObject *args) {
 }
 
 static PyObject *py_event_state(PyObject *self, PyObject *arg) {
-  PJRT_Event *ev = (PJRT_Event *)PyLong_AsVoidPtr(arg);
+  PJRT_Event *ev = (PJRT_Event *)nonnull_arg(arg, "event");
   PyObject *r;
   (void)self;
-  if (ev == NULL) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NULL event");
-    return NULL;
-  }
+  if (ev == NULL) return NULL;
   pthread_mutex_lock(&ev->mu);
   r = Py_BuildValue("(iis)", ev->ready, ev->code, ev->message ? ev->message : "");
   pthread_mutex_unlock(&ev->mu);
@@ -1461,12 +1472,9 @@ static PyObject *py_blob_new(PyObject *self, PyObject *arg) {
 }
 
 static PyObject *py_blob_data(PyObject *self, PyObject *arg) {
-  Blob *b = (Blob *)PyLong_AsVoidPtr(arg);
+  Blob *b = (Blob *)nonnull_arg(arg, "blob");
   (void)self;
-  if (b == NULL) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NULL blob");
-    return NULL;
-  }
+  if (b == NULL) return NULL;
   return PyLong_FromVoidPtr(b->data);
 }
 
@@ -1574,11 +1582,8 @@ static PyObject *py_ready_events(PyObject *self, PyObject *args) {
   PJRT_Event **events;
   (void)self;
   if (!PyArg_ParseTuple(args, "On", &addr, &n)) return NULL;
-  events = (PJRT_Event **)PyLong_AsVoidPtr(addr);
-  if (events == NULL) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NULL event array");
-    return NULL;
-  }
+  events = (PJRT_Event **)nonnull_arg(addr, "event array");
+  if (events == NULL) return NULL;
   for (i = 0; i < n; i++) {
     events[i] = event_new(1, CODE_OK, NULL, 0, 1);
     if (events[i] == NULL) {
@@ -1592,26 +1597,20 @@ static PyObject *py_ready_events(PyObject *self, PyObject *args) {
 /* forget(handle): the constant getters' cached answers for `handle` go (it
  * is released; the address may name another object later). */
 static PyObject *py_forget(PyObject *self, PyObject *arg) {
-  void *handle = PyLong_AsVoidPtr(arg);
+  void *handle;
   (void)self;
-  if (handle == NULL) {
-    if (PyErr_Occurred()) return NULL;
-    Py_RETURN_NONE;
-  }
-  forget_handle(handle);
+  if (!pointer_arg(arg, &handle)) return NULL;
+  if (handle != NULL) forget_handle(handle);
   Py_RETURN_NONE;
 }
 
 /* deleted(handle): a buffer is deleted (or donated): its IsDeleted and
  * ReadyEvent are no longer answered in C. */
 static PyObject *py_deleted(PyObject *self, PyObject *arg) {
-  void *handle = PyLong_AsVoidPtr(arg);
+  void *handle;
   (void)self;
-  if (handle == NULL) {
-    if (PyErr_Occurred()) return NULL;
-    Py_RETURN_NONE;
-  }
-  live_drop(handle);
+  if (!pointer_arg(arg, &handle)) return NULL;
+  if (handle != NULL) live_drop(handle);
   Py_RETURN_NONE;
 }
 
@@ -1722,9 +1721,9 @@ static PyObject *py_set_registry(PyObject *self, PyObject *args) {
 
 /* is_live(handle): whether C answers the buffer's IsDeleted/ReadyEvent (tests). */
 static PyObject *py_is_live(PyObject *self, PyObject *arg) {
-  void *handle = PyLong_AsVoidPtr(arg);
+  void *handle;
   (void)self;
-  if (handle == NULL && PyErr_Occurred()) return NULL;
+  if (!pointer_arg(arg, &handle)) return NULL;
   return PyBool_FromLong(handle != NULL && live_has(handle));
 }
 

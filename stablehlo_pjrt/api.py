@@ -261,32 +261,26 @@ def Client_Destroy(ptr):
         trace.note(obj=client)
 
 
-@handler
-def Client_PlatformName(ptr):
-    a = C.Client_PlatformName_Args.from_address(ptr)
-    c = _client(a.client)
-    a.platform_name = c.name_c.address
-    a.platform_name_size = c.name_c.size
+@getter("client", "platform_name", "platform_name_size", constant=True)
+def Client_PlatformName(h):
+    s = _client(h).name_c
+    return s.address, s.size
 
 
-@handler
-def Client_ProcessIndex(ptr):
-    a = C.Client_ProcessIndex_Args.from_address(ptr)
-    a.process_index = _client(a.client).process_index
+@getter("client", "process_index", constant=True)
+def Client_ProcessIndex(h):
+    return _client(h).process_index
 
 
-@handler
-def Client_PlatformVersion(ptr):
-    a = C.Client_PlatformVersion_Args.from_address(ptr)
-    c = _client(a.client)
-    a.platform_version = c.version_c.address
-    a.platform_version_size = c.version_c.size
+@getter("client", "platform_version", "platform_version_size", constant=True)
+def Client_PlatformVersion(h):
+    s = _client(h).version_c
+    return s.address, s.size
 
 
-@handler
-def Client_TopologyDescription(ptr):
-    a = C.Client_TopologyDescription_Args.from_address(ptr)
-    a.topology = _client(a.client).topology.handle
+@getter("client", "topology", constant=True)
+def Client_TopologyDescription(h):
+    return _client(h).topology.handle
 
 
 @handler
@@ -469,16 +463,14 @@ def _description(h) -> DeviceDescription:
     return lookup(h, DeviceDescription, "PJRT_DeviceDescription")
 
 
-@handler
-def DeviceDescription_Id(ptr):
-    a = C.DeviceDescription_Id_Args.from_address(ptr)
-    a.id = _description(a.device_description).id
+@getter("device_description", "id", constant=True)
+def DeviceDescription_Id(h):
+    return _description(h).id
 
 
-@handler
-def DeviceDescription_ProcessIndex(ptr):
-    a = C.DeviceDescription_ProcessIndex_Args.from_address(ptr)
-    a.process_index = _description(a.device_description).process_index
+@getter("device_description", "process_index", constant=True)
+def DeviceDescription_ProcessIndex(h):
+    return _description(h).process_index
 
 
 @handler
@@ -489,50 +481,41 @@ def DeviceDescription_Attributes(ptr):
     a.num_attributes = d.attrs_c.count
 
 
-@handler
-def DeviceDescription_Kind(ptr):
-    a = C.DeviceDescription_Kind_Args.from_address(ptr)
-    d = _description(a.device_description)
-    a.device_kind = d.kind_c.address
-    a.device_kind_size = d.kind_c.size
+@getter("device_description", "device_kind", "device_kind_size", constant=True)
+def DeviceDescription_Kind(h):
+    s = _description(h).kind_c
+    return s.address, s.size
 
 
-@handler
-def DeviceDescription_DebugString(ptr):
-    a = C.DeviceDescription_DebugString_Args.from_address(ptr)
-    d = _description(a.device_description)
-    a.debug_string = d.debug_string_c.address
-    a.debug_string_size = d.debug_string_c.size
+@getter("device_description", "debug_string", "debug_string_size", constant=True)
+def DeviceDescription_DebugString(h):
+    s = _description(h).debug_string_c
+    return s.address, s.size
 
 
-@handler
-def DeviceDescription_ToString(ptr):
-    a = C.DeviceDescription_ToString_Args.from_address(ptr)
-    d = _description(a.device_description)
-    a.to_string = d.to_string_c.address
-    a.to_string_size = d.to_string_c.size
+@getter("device_description", "to_string", "to_string_size", constant=True)
+def DeviceDescription_ToString(h):
+    s = _description(h).to_string_c
+    return s.address, s.size
 
 
 def _device(h) -> Device:
     return lookup(h, Device, "PJRT_Device")
 
 
-@handler
-def Device_GetDescription(ptr):
-    a = C.Device_GetDescription_Args.from_address(ptr)
-    a.device_description = _device(a.device).description.handle
+@getter("device", "device_description", constant=True)
+def Device_GetDescription(h):
+    return _device(h).description.handle
 
 
-@handler
-def Device_IsAddressable(ptr):
-    a = C.Device_IsAddressable_Args.from_address(ptr)
-    a.is_addressable = _device(a.device).addressable
+@getter("device", "is_addressable", constant=True)
+def Device_IsAddressable(h):
+    return _device(h).addressable
 
 
-@handler
-def Device_LocalHardwareId(ptr):
-    a = C.Device_LocalHardwareId_Args.from_address(ptr)
-    a.local_hardware_id = _device(a.device).local_hardware_id
+@getter("device", "local_hardware_id", constant=True)
+def Device_LocalHardwareId(h):
+    return _device(h).local_hardware_id
 
 
 @handler
@@ -543,10 +526,9 @@ def Device_AddressableMemories(ptr):
     a.num_memories = len(d.memories)
 
 
-@handler
-def Device_DefaultMemory(ptr):
-    a = C.Device_DefaultMemory_Args.from_address(ptr)
-    a.memory = _device(a.device).default_memory.handle
+@getter("device", "memory", constant=True)
+def Device_DefaultMemory(h):
+    return _device(h).default_memory.handle
 
 
 @handler
@@ -609,10 +591,9 @@ def _memory(h) -> Memory:
     return lookup(h, Memory, "PJRT_Memory")
 
 
-@handler
-def Memory_Id(ptr):
-    a = C.Memory_Id_Args.from_address(ptr)
-    a.id = _memory(a.memory).id
+@getter("memory", "id", constant=True)
+def Memory_Id(h):
+    return _memory(h).id
 
 
 @getter("memory", "kind", "kind_size", constant=True)
@@ -621,26 +602,21 @@ def Memory_Kind(h):
     return kind.address, kind.size
 
 
-@handler
-def Memory_Kind_Id(ptr):
-    a = C.Memory_Kind_Id_Args.from_address(ptr)
-    a.kind_id = _memory(a.memory).kind_id
+@getter("memory", "kind_id", constant=True)
+def Memory_Kind_Id(h):
+    return _memory(h).kind_id
 
 
-@handler
-def Memory_DebugString(ptr):
-    a = C.Memory_DebugString_Args.from_address(ptr)
-    m = _memory(a.memory)
-    a.debug_string = m.debug_string_c.address
-    a.debug_string_size = m.debug_string_c.size
+@getter("memory", "debug_string", "debug_string_size", constant=True)
+def Memory_DebugString(h):
+    s = _memory(h).debug_string_c
+    return s.address, s.size
 
 
-@handler
-def Memory_ToString(ptr):
-    a = C.Memory_ToString_Args.from_address(ptr)
-    m = _memory(a.memory)
-    a.to_string = m.to_string_c.address
-    a.to_string_size = m.to_string_c.size
+@getter("memory", "to_string", "to_string_size", constant=True)
+def Memory_ToString(h):
+    s = _memory(h).to_string_c
+    return s.address, s.size
 
 
 @handler
@@ -775,20 +751,16 @@ def Executable_ParameterMemoryKinds(ptr):
     a.memory_kinds, a.memory_kind_sizes = meta.memory_kinds_addresses("in")
 
 
-@handler
-def Executable_Fingerprint(ptr):
-    a = C.Executable_Fingerprint_Args.from_address(ptr)
-    meta = _executable(a.executable)
-    a.executable_fingerprint = meta.fingerprint_c.address
-    a.executable_fingerprint_size = meta.fingerprint_c.size
+@getter("executable", "executable_fingerprint", "executable_fingerprint_size", constant=True)
+def Executable_Fingerprint(h):
+    s = _executable(h).fingerprint_c
+    return s.address, s.size
 
 
-@handler
-def LoadedExecutable_Fingerprint(ptr):
-    a = C.LoadedExecutable_Fingerprint_Args.from_address(ptr)
-    meta = _loaded(a.executable).meta
-    a.executable_fingerprint = meta.fingerprint_c.address
-    a.executable_fingerprint_size = meta.fingerprint_c.size
+@getter("executable", "executable_fingerprint", "executable_fingerprint_size", constant=True)
+def LoadedExecutable_Fingerprint(h):
+    s = _loaded(h).meta.fingerprint_c
+    return s.address, s.size
 
 
 @handler
@@ -920,10 +892,9 @@ def LoadedExecutable_Delete(ptr):
     _loaded(a.executable).deleted = True
 
 
-@handler
-def LoadedExecutable_IsDeleted(ptr):
-    a = C.LoadedExecutable_IsDeleted_Args.from_address(ptr)
-    a.is_deleted = _loaded(a.executable).deleted
+@getter("executable", "is_deleted")
+def LoadedExecutable_IsDeleted(h):
+    return _loaded(h).deleted
 
 
 _P = ctypes.c_void_p
@@ -1280,20 +1251,16 @@ def TopologyDescription_Destroy(ptr):
         release(a.topology)
 
 
-@handler
-def TopologyDescription_PlatformName(ptr):
-    a = C.TopologyDescription_PlatformName_Args.from_address(ptr)
-    t = _topology(a.topology)
-    a.platform_name = t.name_c.address
-    a.platform_name_size = t.name_c.size
+@getter("topology", "platform_name", "platform_name_size", constant=True)
+def TopologyDescription_PlatformName(h):
+    s = _topology(h).name_c
+    return s.address, s.size
 
 
-@handler
-def TopologyDescription_PlatformVersion(ptr):
-    a = C.TopologyDescription_PlatformVersion_Args.from_address(ptr)
-    t = _topology(a.topology)
-    a.platform_version = t.version_c.address
-    a.platform_version_size = t.version_c.size
+@getter("topology", "platform_version", "platform_version_size", constant=True)
+def TopologyDescription_PlatformVersion(h):
+    s = _topology(h).version_c
+    return s.address, s.size
 
 
 @handler
@@ -1330,10 +1297,9 @@ def TopologyDescription_Deserialize(ptr):
     a.topology = Topology.deserialize(data).handle
 
 
-@handler
-def TopologyDescription_Fingerprint(ptr):
-    a = C.TopologyDescription_Fingerprint_Args.from_address(ptr)
-    a.fingerprint = _topology(a.topology).fingerprint
+@getter("topology", "fingerprint", constant=True)
+def TopologyDescription_Fingerprint(h):
+    return _topology(h).fingerprint
 
 
 @handler

@@ -328,18 +328,21 @@ def select_and_scatter_program(draw):
 
 @st.composite
 def fft_program(draw):
-    """FFT (complex) and RFFT (real) over 1 to 3 trailing dims (spec mode
-    does not reproduce the reference's IFFT/IRFFT: docs/numerics.md)."""
-    fft_type = draw(st.sampled_from(["FFT", "RFFT"]))
+    """FFT, IFFT (complex), RFFT (real) and IRFFT (complex -> real, even
+    last length: docs/conformance.md) over 1 to 3 trailing dims."""
+    fft_type = draw(st.sampled_from(["FFT", "IFFT", "RFFT", "IRFFT"]))
     # float64 only: the C++ interpreter aborts on every float32 fft
     # (docs/conformance.md).
-    et = "complex<f64>" if fft_type == "FFT" else "f64"
     rank = draw(st.integers(1, 3))
     lengths = [draw(st.integers(1, 9)) for _ in range(rank)]
+    if fft_type == "IRFFT":
+        lengths[-1] = 2 * draw(st.integers(1, 4))
     batch = [draw(st.integers(1, 3)) for _ in range(draw(st.integers(0, 1)))]
-    shape = batch + lengths
-    out_et = et if fft_type == "FFT" else f"complex<{et}>"
-    out = batch + (lengths[:-1] + [lengths[-1] // 2 + 1] if fft_type == "RFFT" else lengths)
+    half = lengths[:-1] + [lengths[-1] // 2 + 1]
+    shape = batch + (half if fft_type == "IRFFT" else lengths)
+    out = batch + (half if fft_type == "RFFT" else lengths)
+    et = "f64" if fft_type == "RFFT" else "complex<f64>"
+    out_et = "f64" if fft_type == "IRFFT" else "complex<f64>"
     t, ot = ttype(shape, et), ttype(out, out_et)
     body = (f"  %0 = stablehlo.fft %arg0, type = {fft_type}, length = {lengths} : ({t}) -> {ot}\n"
             f"  return %0 : {ot}")

@@ -9,6 +9,7 @@ testdata program of the suite and 10,000 generated programs.
 """
 
 import os
+import re
 import sys
 
 import cpp_reference
@@ -150,6 +151,41 @@ def _check(cpp, text, args=()):
 
 def test_sum_of_300_values_near_100(cpp):
     _check(cpp, SUM, [_sum_input()])
+
+
+def _fft_text(kind, tin, tout, lengths):
+    return (f"func.func @main(%a: tensor<{tin}>) -> tensor<{tout}> {{\n"
+            f"  %r = stablehlo.fft %a, type = {kind}, length = {lengths} : "
+            f"(tensor<{tin}>) -> tensor<{tout}>\n  return %r : tensor<{tout}>\n}}\n")
+
+
+# The C++ interpreter's inverse transforms: conjugated DFTs, a complex
+# division per dim (IFFT), a rebuilt spectrum and one real division (IRFFT).
+@pytest.mark.parametrize("kind, tin, tout, lengths", [
+    ("IFFT", "3x8xcomplex<f64>", "3x8xcomplex<f64>", [8]),
+    ("IFFT", "2x3x5x7xcomplex<f64>", "2x3x5x7xcomplex<f64>", [3, 5, 7]),
+    ("IRFFT", "3x5xcomplex<f64>", "3x8xf64", [8]),
+    ("IRFFT", "2x3x4x4xcomplex<f64>", "2x3x4x6xf64", [3, 4, 6]),
+    ("IRFFT", "2x2xcomplex<f64>", "2x2xf64", [2]),
+])
+def test_inverse_fft(cpp, kind, tin, tout, lengths):
+    shape = [int(d) for d in re.findall(r"(\d+)x", tin)]
+    rng = np.random.default_rng(len(shape))
+    x = rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+    _check(cpp, _fft_text(kind, tin, tout, lengths), [x])
+
+
+def test_odd_length_irfft_is_the_accurate_transform():
+    # The C++ interpreter rebuilds an odd length's spectrum one value short
+    # and reads the value it never wrote (docs/conformance.md): spec mode
+    # computes that transform as accurate mode does.
+    import stablehlo_interpreter as shi
+    text = _fft_text("IRFFT", "2x3x4xcomplex<f64>", "2x3x7xf64", [3, 7])
+    x = np.random.default_rng(7).standard_normal((2, 3, 4)) * (1 + 0.5j)
+    spec = shi.compile(text, numerics="spec").run(x)[0]
+    accurate = shi.compile(text, numerics="accurate").run(x)[0]
+    assert cpp_reference.bits_equal(np.asarray(spec), np.asarray(accurate))
+    np.testing.assert_allclose(spec, np.fft.irfftn(x, s=(3, 7)), atol=1e-13)
 
 
 # The suite's files that need the spec order, and one of each op family.

@@ -414,13 +414,32 @@ def dft(x, axis, dtype):
     return np.moveaxis(r.reshape(lead + (n,)), -1, axis)
 
 
-def fft(x, fft_type, rank, dtype):
-    """Ops.cpp ``fftOp`` for FFT and RFFT: 1-d DFTs over the trailing
-    ``rank`` dims, the last first; RFFT keeps the first n/2+1 coefficients
-    of the last dim's transform before the others."""
+def fft(x, fft_type, lengths, dtype):
+    """Ops.cpp ``fftOp``: 1-d DFTs over the trailing ``len(lengths)`` dims in
+    element type ``dtype`` (the result's), as the C++ interpreter composes
+    them:
+
+    * FFT: the last dim first;
+    * RFFT: the last dim's full transform, its first n/2+1 coefficients
+      kept, then the other dims, last first;
+    * IFFT: the first dim first, each ``conj(dft(conj(x))) / complex(n, 0)``
+      (complex division as :func:`divide`);
+    * IRFFT (an even last length n only: for an odd one the C++ interpreter
+      reads memory it never wrote, docs/conformance.md): ``conj(dft(conj(x)))``
+      along the other dims, first first, with no division; then the last
+      dim's spectrum rebuilt as ``x[0..m) ++ conj(reverse(x[1..m-1)))``
+      (m = n/2+1), the real part of its ``dft(conj(.))``, divided by the
+      product of the lengths."""
     dtype = np.dtype(dtype)
-    dims = list(range(x.ndim - rank, x.ndim))
+    dims = list(range(x.ndim - len(lengths), x.ndim))
+    if fft_type == "IRFFT":
+        return _irfft(x, dims, lengths[-1], dtype)
     r = np.asarray(x).astype(dtype)
+    if fft_type == "IFFT":
+        for d in dims:
+            n = np.full(r.shape, complex(r.shape[d], 0.0), dtype)
+            r = divide(np.conj(dft(np.conj(r), d, dtype)), n, dtype)
+        return np.ascontiguousarray(r)
     if fft_type == "RFFT":
         last = dims.pop()
         r = dft(r, last, dtype)
@@ -428,6 +447,22 @@ def fft(x, fft_type, rank, dtype):
     for d in reversed(dims):
         r = dft(r, d, dtype)
     return np.ascontiguousarray(r)
+
+
+def _irfft(x, dims, n, dtype):
+    """fft's IRFFT (real result type ``dtype``, even ``n``): see there."""
+    if n % 2:
+        raise ValueError(f"spec IRFFT of odd length {n}")
+    ctype = np.dtype(np.complex64 if dtype.itemsize <= 4 else np.complex128)
+    r = np.asarray(x).astype(ctype)
+    last = dims.pop()
+    for d in dims:
+        r = np.conj(dft(np.conj(r), d, ctype))
+    m = n // 2 + 1
+    full = np.concatenate([r[..., :m], np.conj(r[..., 1:m - 1][..., ::-1])], axis=-1)
+    real = np.ascontiguousarray(dft(np.conj(full), last, ctype).real).astype(dtype)
+    norm = _prod(full.shape[d] for d in dims + [last])
+    return np.ascontiguousarray(divide(real, np.full(real.shape, norm, dtype), dtype))
 
 
 def divide(a, b, dtype):
