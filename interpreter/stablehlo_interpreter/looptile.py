@@ -37,6 +37,7 @@ does ``STABLEHLO_REF_FUSION=0`` (there are no chains then).
 import numpy as np
 
 from . import fusion as _fusion
+from .errors import ExecutionError
 from .pool import run_chunks, thread_count
 
 
@@ -74,16 +75,24 @@ class _Tiling:
         for j in self.big:
             vals[j] = None
         rounds = lists[chain] = []
+        iterations = 0
         try:
             while crun(ctx, ccap, vals)[0]:
                 vals = brun(ctx, bcap, vals, True)
+                iterations += 1
         finally:
             del lists[chain]
-        for j in self.big:
-            vals[j] = start[j] if not rounds else None
-        if rounds:
-            for j, out in zip(self.writes, self._tiled(start, rounds)):
-                vals[j] = out
+        if len(rounds) != iterations:   # plan() makes this impossible
+            op = chain.op.members[0]
+            raise ExecutionError(f"{chain.op.where()}: internal error: a tiled loop's chain "
+                                 f"ran {len(rounds)} times in {iterations} iterations",
+                                 op.name, op.location)
+        if not rounds:
+            for j in self.big:
+                vals[j] = start[j]
+            return vals
+        for j, out in zip(self.writes, self._tiled(start, rounds)):
+            vals[j] = out
         return vals
 
     def _tiled(self, start, rounds):
