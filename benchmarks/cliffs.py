@@ -506,6 +506,11 @@ def _var0(q):
     return (lambda x: x.var(axis=0)), (_f32((_n(q, 500_000, 1000), 4)),)
 
 
+@op("mean_axis1_3d", "reduction", "x.mean(axis=1), x (32, 128, 768) f32 (a middle axis)")
+def _mean1_3d(q):
+    return (lambda x: x.mean(axis=1)), (_f32((_n(q, 32, 2), _n(q, 128, 8), _n(q, 768, 16))),)
+
+
 @op("max_axis1", "reduction", "x.max(axis=1), x (1000, 1000) f32")
 def _max1(q):
     n = _n(q, 1000, 32)

@@ -29,6 +29,7 @@ from . import config as _config
 from . import fold as _fold
 from . import fusion as _fusion
 from . import heap as _heap
+from . import index_chains as _index_chains
 from . import numerics as _numerics
 from . import quant as _quant
 from . import trace as _trace
@@ -257,11 +258,13 @@ class Block:
         # Elementwise chains run as fused steps here only (fusion.py), small
         # called functions inlined into them (their slots extend the
         # template): the observed loop keeps self.steps, every op visible
-        # to tracers.
+        # to tracers. The index chains JAX wraps around gathers become one
+        # range-tested step each (index_chains.py), observed runs excepted too.
         steps = self.steps
         if _fusion.enabled():
             steps, self.template = _fusion.inline_calls(steps, self.template)
             steps = _fusion.share_reduces(steps, self.template)
+        steps = _index_chains.rewrite(steps, self.template, self.result_slots)
         planned = _fusion.fuse(steps, self.result_slots, self.template)
         self._planned = planned
         for fn, ins, out, dead, op in planned:

@@ -616,8 +616,9 @@ def _direct_and_in_place(plan, readers, dtype):
     # dies there, was made by a ufunc member of this chunk (a fresh
     # array, chunk-shaped; not a direct member's chunk of the output)
     # and is read by ufunc members only (no kernel holds a view of it),
-    # of the result's dtype. Not a direct member: written in place, its
-    # result would then be copied to the output, one pass more.
+    # of the result's dtype. A direct member stays direct: in place, its
+    # result would then be copied to the output (layer norm's last
+    # multiply: one pass over the output more).
     owned = {m.res for m in plan if m.kind == _KERNEL and m.ufunc is not None
              and not m.direct}
     for m in plan:
