@@ -209,3 +209,19 @@ func.func private @bump(%a: tensor<ui32>, %k: tensor<ui32>) -> (tensor<ui32>, te
     got, want = _both(text, _args(4), monkeypatch)
     _same(got, want)
     assert tiled_runs == []
+
+
+def test_real_thresholds_jax_bits_match_xla(tiled_runs, monkeypatch):
+    # At the real chunk size (10^5 elements: one full chunk and a ragged
+    # one), the tiled loop's bits are XLA CPU's.
+    jax = pytest.importorskip("jax")
+    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 1 << 16)
+    monkeypatch.setattr(fusion, "CHUNK_BYTES", 1 << 19)
+    key = np.asarray(jax.random.key_data(jax.random.key(7)))
+    fn = jax.jit(lambda k: jax.random.bits(jax.random.wrap_key_data(k), (100_000,)))
+    cpu = jax.devices("cpu")[0]
+    want = np.asarray(jax.device_get(fn(jax.device_put(key, cpu))))
+    got = si.compile(fn.lower(key).as_text()).run(key)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    assert tiled_runs == [5]
+    assert got.dtype == want.dtype and np.array_equal(got, want)
