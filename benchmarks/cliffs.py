@@ -346,6 +346,13 @@ def _uniform(q):
     return (lambda k: jax.random.uniform(jax.random.wrap_key_data(k), (n,))), (np.asarray(_key()),)
 
 
+@op("random_bits", "random", "jax.random.bits 1e6 uint32 (threefry alone)")
+def _bits(q):
+    import jax
+    n = _n(q, 1_000_000, 1000)
+    return (lambda k: jax.random.bits(jax.random.wrap_key_data(k), (n,))), (np.asarray(_key()),)
+
+
 @op("random_permutation", "random", "jax.random.permutation of 1e5")
 def _permutation(q):
     import jax

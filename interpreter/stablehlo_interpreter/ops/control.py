@@ -2,7 +2,9 @@
 
 import numpy as np
 
+from .. import compiler as _compiler
 from .. import loopgen as _loopgen
+from .. import looptile as _looptile
 from ..registry import COMPOSITES, Unsupported, annotate, kernel, kernel_info, one_or_many
 
 
@@ -84,12 +86,14 @@ def composite(op):
 def while_(op):
     """spec: while. Runs `body` while `cond` yields true.
 
-    After loopgen.GENERATE_AFTER iterations (summed over runs) the loop is
+    A loop whose large values change only through one fused chain runs
+    tiled, chunk by chunk over all its iterations (looptile.py). After loopgen.GENERATE_AFTER iterations (summed over runs) the loop is
     compiled into one generated Python function (loopgen.py) that runs the
     remaining iterations and later runs; tracing and validating runs stay
     on the plain plan."""
     wrap = one_or_many(op)
     state = _loopgen.LoopState(op)
+    tiling = []   # [looptile plan or None], made at the first plain run
 
     def run(ctx, regions, *operands):
         cond, body = regions
@@ -100,6 +104,13 @@ def while_(op):
             # Bound blocks: run them directly (one call level less per
             # iteration; this loop is the per-iteration overhead).
             crun, brun, ccap, bcap = cb.run, bb.run, cond.captures, body.captures
+            if ctx.tracer is None and not _compiler._DEBUG_VALIDATE:
+                if not tiling:
+                    tiling.append(_looptile.plan_or_none(op, cb, bb))
+                if tiling[0] is not None:
+                    res = tiling[0].run(ctx, crun, ccap, brun, bcap, vals)
+                    if res is not None:
+                        return wrap(res)
             fast = state.usable(ctx)
             if fast:
                 compiled = state.compiled
