@@ -353,6 +353,13 @@ def _uniform(q):
     return (lambda k: jax.random.uniform(jax.random.wrap_key_data(k), (n,))), (np.asarray(_key()),)
 
 
+@op("random_bits", "random", "jax.random.bits 1e6 uint32 (threefry alone)")
+def _bits(q):
+    import jax
+    n = _n(q, 1_000_000, 1000)
+    return (lambda k: jax.random.bits(jax.random.wrap_key_data(k), (n,))), (np.asarray(_key()),)
+
+
 @op("random_permutation", "random", "jax.random.permutation of 1e5")
 def _permutation(q):
     import jax
@@ -558,6 +565,11 @@ def _mean0(q):
 @op("var_axis0", "reduction", "x.var(axis=0), x (5e5, 4) f32")
 def _var0(q):
     return (lambda x: x.var(axis=0)), (_f32((_n(q, 500_000, 1000), 4)),)
+
+
+@op("mean_axis1_3d", "reduction", "x.mean(axis=1), x (32, 128, 768) f32 (a middle axis)")
+def _mean1_3d(q):
+    return (lambda x: x.mean(axis=1)), (_f32((_n(q, 32, 2), _n(q, 128, 8), _n(q, 768, 16))),)
 
 
 @op("max_axis1", "reduction", "x.max(axis=1), x (1000, 1000) f32")
