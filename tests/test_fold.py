@@ -176,3 +176,86 @@ def test_no_fold_switch(env, folded):
                          env={**os.environ, "STABLEHLO_REF_NO_FOLD": env},
                          check=True).stdout
     assert int(out) == (1 if folded else 8)
+
+
+# A case on a constant index (JAX's platform_dependent, jnp.diagonal) and an
+# if on a constant predicate: the branch is picked when compiling; a branch
+# that computes nothing folds the op, another runs alone.
+BRANCHES = """
+func.func @main(%x: tensor<4xf32>, %k: tensor<i32>) -> (tensor<i32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<4xf32>) {
+  %one = stablehlo.constant dense<1> : tensor<i32>
+  %c = "stablehlo.case"(%one) ({
+    %a = stablehlo.constant dense<10> : tensor<i32>
+    stablehlo.return %a : tensor<i32>
+  }, {
+    %b = stablehlo.constant dense<20> : tensor<i32>
+    stablehlo.return %b : tensor<i32>
+  }) : (tensor<i32>) -> tensor<i32>
+  %only = "stablehlo.case"(%c) ({
+    %y = stablehlo.add %x, %x : tensor<4xf32>
+    stablehlo.return %y : tensor<4xf32>
+  }) : (tensor<i32>) -> tensor<4xf32>
+  %t = stablehlo.constant dense<false> : tensor<i1>
+  %f:2 = "stablehlo.if"(%t) ({
+    %y = stablehlo.multiply %x, %x : tensor<4xf32>
+    %z = stablehlo.constant dense<1.0> : tensor<f32>
+    stablehlo.return %y, %z : tensor<4xf32>, tensor<f32>
+  }, {
+    %y = stablehlo.negate %x : tensor<4xf32>
+    %z = stablehlo.constant dense<2.0> : tensor<f32>
+    stablehlo.return %y, %z : tensor<4xf32>, tensor<f32>
+  }) : (tensor<i1>) -> (tensor<4xf32>, tensor<f32>)
+  %v = "stablehlo.case"(%k) ({
+    %y = stablehlo.add %x, %f#0 : tensor<4xf32>
+    stablehlo.return %y : tensor<4xf32>
+  }, {
+    stablehlo.return %only : tensor<4xf32>
+  }, {
+    %y = stablehlo.multiply %x, %only : tensor<4xf32>
+    stablehlo.return %y : tensor<4xf32>
+  }) : (tensor<i32>) -> tensor<4xf32>
+  return %c, %only, %f#0, %f#1, %v : tensor<i32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<4xf32>
+}"""
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, -1, 7])
+def test_branches_on_constants_are_picked_when_compiling(k, monkeypatch):
+    folded, plain = compile_both(BRANCHES, monkeypatch)
+    # The constant case folds to branch 1's constant; the others stay steps.
+    assert step_names(folded.functions["main"].block) == [
+        "stablehlo.case", "stablehlo.if", "stablehlo.case"]
+    assert step_names(plain.functions["main"].block) == [
+        "stablehlo.case", "stablehlo.case", "stablehlo.if", "stablehlo.case"]
+    x = np.array([1, -2, 3, 0.5], np.float32)
+    c, only, f0, f1, v = folded.run(x, np.int32(k))
+    assert c == 20 and f1 == 2
+    np.testing.assert_array_equal(only, x + x)
+    np.testing.assert_array_equal(f0, -x)
+    # An index out of range takes the last branch; each branch reads its
+    # own captures.
+    want = {0: x + -x, 1: x + x, 2: x * (x + x)}[k if 0 <= k <= 2 else 2]
+    np.testing.assert_array_equal(v, want)
+    for a, b in zip(folded.run(x, np.int32(k)), plain.run(x, np.int32(k))):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    # Program.call (the plugin's path, straight-line code) gives the same.
+    for _ in range(2):
+        for a, b in zip(folded.call([x, np.array(k, np.int32)]), plain.run(x, np.int32(k))):
+            assert np.array_equal(a, b)
+
+
+def test_traced_run_still_enters_the_picked_branch(monkeypatch):
+    entered = []
+
+    class Recorder:
+        def enter_block(self, name, depth):
+            entered.append(name)
+
+        def before(self, op, inputs, depth):
+            pass
+
+        def after(self, op, results, depth):
+            pass
+
+    folded, _ = compile_both(BRANCHES, monkeypatch)
+    folded.run(np.ones(4, np.float32), np.int32(2), tracer=Recorder())
+    assert entered == ["@main", "stablehlo.case#0", "stablehlo.if#1", "stablehlo.case#2"]

@@ -273,6 +273,107 @@ def test_threefry_round_bit_identical(monkeypatch):
         _assert_same_bits(got, want, "threefry")
 
 
+def _jax_round(n=N):
+    """One threefry round as JAX writes it (``closed_call`` of
+    jax.random's while loop): each rotation amount sliced from a
+    ``tensor<4xui32>`` operand, reshaped and subtracted from 32 -- scalar
+    steps between the members, each the last reader of a value a member
+    reads."""
+    t, lines, x0, x1 = f"tensor<{n}xui32>", [], "%a0", "%a1"
+    for j in range(4):
+        lines += [f"    %sl{j} = stablehlo.slice %rot [{j}:{j + 1}] : (tensor<4xui32>) -> tensor<1xui32>",
+                  f"    %r{j} = stablehlo.reshape %sl{j} : (tensor<1xui32>) -> tensor<ui32>",
+                  f"    %s{j} = stablehlo.add {x0}, {x1} : {t}",
+                  f"    %br{j} = stablehlo.broadcast_in_dim %r{j}, dims = [] : (tensor<ui32>) -> {t}",
+                  f"    %l{j} = stablehlo.shift_left {x1}, %br{j} : {t}",
+                  f"    %c{j} = stablehlo.constant dense<32> : tensor<ui32>",
+                  f"    %d{j} = stablehlo.subtract %c{j}, %r{j} : tensor<ui32>",
+                  f"    %bd{j} = stablehlo.broadcast_in_dim %d{j}, dims = [] : (tensor<ui32>) -> {t}",
+                  f"    %h{j} = stablehlo.shift_right_logical {x1}, %bd{j} : {t}",
+                  f"    %o{j} = stablehlo.or %l{j}, %h{j} : {t}",
+                  f"    %x{j} = stablehlo.xor %s{j}, %o{j} : {t}"]
+        x0, x1 = f"%s{j}", f"%x{j}"
+    lines += [f"    %bk = stablehlo.broadcast_in_dim %k, dims = [] : (tensor<ui32>) -> {t}",
+              f"    %y0 = stablehlo.add {x0}, %bk : {t}",
+              f"    %y1 = stablehlo.add {x1}, %bk : {t}"]
+    return (f"func.func @main(%a0: {t}, %a1: {t}, %rot: tensor<4xui32>, %k: tensor<ui32>) "
+            f"-> ({t}, {t}) {{\n" + "\n".join(lines) + f"\n    return %y0, %y1 : {t}, {t}\n}}\n")
+
+
+def test_scalar_steps_between_members_do_not_split_the_chain(monkeypatch):
+    # The slice/reshape/subtract steps free values the chain's broadcasts
+    # read: those frees wait for the fused step, and the round is one chain
+    # (it was cut into four, each storing its values in full).
+    rng = np.random.default_rng(3)
+    args = [rng.integers(0, 2**32, N, dtype=np.uint64).astype(np.uint32) for _ in range(2)] + [
+        np.array([13, 15, 26, 6], np.uint32), np.array(0x1BD11BDA, np.uint32)]
+    text = _jax_round()
+    for threads in ("1", "2"):
+        program, got, want = _run_both(text, args, monkeypatch, threads)
+        (chain,) = _fused_steps(program)
+        assert sum(m.op.name == "stablehlo.xor" for m in chain.plan) == 4
+        _assert_same_bits(got, want, "jax round")
+    # The held values are freed after the fused step, not left in the frame.
+    fast = program.functions["main"].block._fast
+    k = next(i for i, f in enumerate(fast) if isinstance(f[1], fusion.FusedChain))
+    freed = set(fast[k][-1])
+    for f in fast[:k]:
+        assert freed.isdisjoint(f[-1])
+    assert len(freed) >= 4
+
+
+M = 2000
+TWO_SHAPES = f"""
+func.func @main(%x: tensor<{N}xf32>, %y: tensor<{M}xf32>, %s: tensor<f32>) -> (tensor<{N}xf32>, tensor<{M}xf32>, tensor<1xf32>) {{
+  %bx = stablehlo.broadcast_in_dim %s, dims = [] : (tensor<f32>) -> tensor<{N}xf32>
+  %0 = stablehlo.multiply %x, %bx : tensor<{N}xf32>
+  %by = stablehlo.broadcast_in_dim %s, dims = [] : (tensor<f32>) -> tensor<{M}xf32>
+  %1 = stablehlo.multiply %y, %by : tensor<{M}xf32>
+  %2 = stablehlo.add %1, %y : tensor<{M}xf32>
+  %e = stablehlo.slice %2 [7:8] : (tensor<{M}xf32>) -> tensor<1xf32>
+  %3 = stablehlo.add %0, %x : tensor<{N}xf32>
+  return %3, %2, %e : tensor<{N}xf32>, tensor<{M}xf32>, tensor<1xf32>
+}}
+"""
+
+
+def test_a_value_two_chains_read_lives_until_both_ran(monkeypatch):
+    # %s is read by a chain of each shape; its last reader is a member of
+    # the second, which runs first (the slice reads it). %s must still be
+    # there for the first chain (it was freed with the second: an error).
+    rng = np.random.default_rng(11)
+    args = [rng.standard_normal(N).astype(np.float32), rng.standard_normal(M).astype(np.float32),
+            np.array(1.5, np.float32)]
+    program, got, want = _run_both(TWO_SHAPES, args, monkeypatch)
+    assert len(_fused_steps(program)) == 2
+    _assert_same_bits(got, want, "two shapes")
+
+
+DONATED = f"""
+func.func @main(%x: tensor<{N}xf32>, %u: tensor<4xf32>, %i: tensor<i32>) -> (tensor<{N}xf32>, tensor<{N}xf32>) {{
+  %0 = stablehlo.multiply %x, %x : tensor<{N}xf32>
+  %1 = stablehlo.add %0, %x : tensor<{N}xf32>
+  %d = stablehlo.dynamic_update_slice %x, %u, %i : (tensor<{N}xf32>, tensor<4xf32>, tensor<i32>) -> tensor<{N}xf32>
+  %2 = stablehlo.subtract %1, %0 : tensor<{N}xf32>
+  return %2, %d : tensor<{N}xf32>, tensor<{N}xf32>
+}}
+"""
+
+
+def test_a_step_updating_a_read_value_in_place_still_closes_the_chain(monkeypatch):
+    # dynamic_update_slice is the last reader of %x and may update it in
+    # place (donate_first): the chain reading %x runs before it, as
+    # unfused, rather than holding %x past it.
+    rng = np.random.default_rng(8)
+    args = [rng.standard_normal(N).astype(np.float32), np.ones(4, np.float32), np.array(5, np.int32)]
+    program, got, want = _run_both(DONATED, [a.copy() for a in args], monkeypatch)
+    names = [f[1].op.name if hasattr(f[1], "op") else None
+             for f in program.functions["main"].block._fast]
+    assert names.index("fusion") < len(names) - 2   # the chain, then dus (and subtract)
+    _assert_same_bits(got, want, "donated")
+    assert np.array_equal(got[1][5:9], np.ones(4, np.float32))
+
+
 STRIDED = """
 func.func @main(%x: tensor<60x50xf32>, %y: tensor<50x60xf32>, %r: tensor<60xf32>) -> (tensor<60x50xf32>, tensor<60xf32>) {
   %t = stablehlo.transpose %y, dims = [1, 0] : (tensor<50x60xf32>) -> tensor<60x50xf32>
@@ -377,7 +478,8 @@ func.func @main(%a: tensor<{N}xui32>, %b: tensor<{N}xui32>) -> (tensor<{N}xf32>,
   %v = stablehlo.bitcast_convert %t : (tensor<{N}xui32>) -> tensor<{N}xf32>
   %w = stablehlo.xor %t, %b : tensor<{N}xui32>
   %r = stablehlo.multiply %v, %v : tensor<{N}xf32>
-  %u = stablehlo.or %w, %a : tensor<{N}xui32>
+  %o = stablehlo.or %w, %a : tensor<{N}xui32>
+  %u = stablehlo.and %o, %b : tensor<{N}xui32>
   return %r, %u : tensor<{N}xf32>, tensor<{N}xui32>
 }}
 """
@@ -385,7 +487,8 @@ func.func @main(%a: tensor<{N}xui32>, %b: tensor<{N}xui32>) -> (tensor<{N}xf32>,
 
 def test_no_update_in_place_of_a_value_a_kernel_may_view(monkeypatch):
     # %t dies at the xor, but bitcast_convert's result is a view of it: the
-    # xor must not write over %t (the or may write over %w).
+    # xor must not write over %t (the or may write over %w; the and, stored,
+    # writes straight into its output).
     rng = np.random.default_rng(5)
     args = [rng.integers(0, 2**32, N, dtype=np.uint64).astype(np.uint32) for _ in range(2)]
     program, got, want = _run_both(ALIASED, args, monkeypatch)
@@ -393,6 +496,8 @@ def test_no_update_in_place_of_a_value_a_kernel_may_view(monkeypatch):
     assert any(m.inplace is not None for m in chain.plan)
     xor = [m for m in chain.plan if m.op.name == "stablehlo.xor"][0]
     assert xor.inplace is None
+    (land,) = [m for m in chain.plan if m.op.name == "stablehlo.and"]
+    assert land.direct and land.inplace is None
     _assert_same_bits(got, want, "aliased")
 
 
@@ -643,3 +748,26 @@ def test_thread_count(monkeypatch):
     assert pool.thread_count() == 1
     monkeypatch.delenv("STABLEHLO_REF_THREADS")
     assert 1 <= pool.thread_count() <= pool.MAX_DEFAULT_THREADS
+
+
+@pytest.mark.parametrize("src", ["i8", "i32", "i64", "ui16", "ui64"])
+def test_stored_integer_converts_write_into_their_output(src, monkeypatch):
+    # An int -> int convert whose value is returned writes its chunk of the
+    # output directly (KernelInfo.into: numpy's unsafe cast, as astype):
+    # wrapping and sign extension as unfused, for every target width.
+    targets = [et for et in INTS if et != src]
+    t = _t(src)
+    lines = [f"    %s = stablehlo.add %x, %y : {t}"]
+    outs = []
+    for k, et in enumerate(targets):
+        lines.append(f"    %c{k} = stablehlo.convert %s : ({t}) -> {_t(et)}")
+        outs.append((f"%c{k}", _t(et)))
+    text = (f"func.func @main(%x: {t}, %y: {t}) -> ({', '.join(o[1] for o in outs)}) {{\n"
+            + "\n".join(lines) + f"\n    return {', '.join(o[0] for o in outs)} : "
+            + f"{', '.join(o[1] for o in outs)}\n}}\n")
+    rng = np.random.default_rng(13)
+    args = [_special_inputs(src, rng), _special_inputs(src, rng)]
+    program, got, want = _run_both(text, args, monkeypatch)
+    (chain,) = _fused_steps(program)
+    assert all(m.direct for m in chain.plan if m.op.name == "stablehlo.convert")
+    _assert_same_bits(got, want, f"converts from {src}")

@@ -530,3 +530,34 @@ def test_a_reduce_of_what_the_chain_does_not_make_is_not_fed(second, small, monk
     x, y = _values(et, shape, rng), _values(et, shape, rng)
     p = _run_both(text, [x, y, np.array(0, NP[et])], monkeypatch)
     assert len(_sinks(p)) == 1
+
+
+@pytest.mark.parametrize("et", ["f32", "f16", "f64", "bf16"])
+def test_square_of_a_difference_in_place(et, small, monkeypatch):
+    """chlo.square is numpy's one-operand square for IEEE floats: the fused
+    chain calls it directly, squaring a dying f32/f64 difference in place;
+    the bits are np.multiply(d, d)'s (NaN, infinities, -0)."""
+    shape = (64, 40)
+    t = _t(et, shape)
+    text = f"""func.func @main(%x: {t}, %y: {t}) -> ({t}, {_t(et, (64,))}) {{
+  %d = stablehlo.subtract %x, %y : {t}
+  %s = chlo.square %d : {t} -> {t}
+  %z = stablehlo.constant dense<0.0> : tensor<{et}>
+  %r = stablehlo.reduce(%s init: %z) applies stablehlo.add across dimensions = [1]
+      : ({t}, tensor<{et}>) -> {_t(et, (64,))}
+  %u = stablehlo.add %s, %x : {t}
+  return %u, %r : {t}, {_t(et, (64,))}
+}}"""
+    rng = np.random.default_rng(7)
+    x, y = _values(et, shape, rng), _values(et, shape, rng)
+    program = _run_both(text, [x, y], monkeypatch)
+    (chain,) = [f[1] for f in program.functions["main"].block._fast
+                if isinstance(f[1], fusion.FusedChain)]
+    (sq,) = [m for m in chain.plan if m.op.name == "chlo.square"]
+    assert (sq.ufunc is not None) == (et != "bf16")
+    assert (sq.inplace is not None) == (et in ("f32", "f64"))
+    d = np.subtract(x, y)
+    with np.errstate(all="ignore"):
+        want = np.add(np.multiply(d, d), x)
+    got = program.run(x, y)[0]
+    np.testing.assert_array_equal(_bits(got), _bits(want))

@@ -267,6 +267,30 @@ def test_take_along_axis_in_blocks_with_out_of_range_indices():
     assert same_bits(plan(operand, indices), _reference_gather(dn, operand, indices, (1, 1)))
 
 
+@pytest.mark.parametrize("in_range", [True, False])
+@pytest.mark.parametrize("it", [np.int8, np.int16, np.int32, np.uint32, np.int64])
+def test_large_linear_gather_index_types(it, in_range):
+    # Blocks of a large linear gather: starts in range take no clamped copy
+    # (one read of the largest), 32-bit or narrower starts sum in int32,
+    # 64-bit ones in intp; one out-of-range start anywhere is clamped.
+    rng = np.random.default_rng(8)
+    n = 60 if it is np.int8 else 700
+    dn = {"offset_dims": [], "collapsed_slice_dims": [1], "operand_batching_dims": [0],
+          "start_indices_batching_dims": [0], "start_index_map": [1], "index_vector_dim": 2}
+    operand = random_values(rng, (n, 2 * n), np.float32)
+    indices = rng.integers(0, 2 * n if in_range else n, (n, 2 * n, 1)).astype(it)
+    if not in_range:
+        indices[n // 2, 3, 0] = np.iinfo(it).max
+        if np.iinfo(it).min < 0:
+            indices[-1, -1, 0] = -1
+    before = indices.copy()
+    plan = gs._GatherPlan(dn, (n, 2 * n), indices.shape, (1, 1))
+    assert plan.mode == "linear" and plan.lin32
+    got = plan(operand, indices)
+    assert same_bits(indices, before)
+    assert same_bits(got, _reference_gather(dn, operand, indices, (1, 1)))
+
+
 @pytest.mark.parametrize("it", [np.int32, np.int64, np.uint32, np.uint64])
 def test_gather_take_forms_jax_emits(it):
     """x[idx], rows of a matrix, searchsorted's probe (offset dim of 1) and

@@ -103,6 +103,24 @@ def test_select_of_large_arrays_in_blocks(et):
         assert same_bits(got, np.where(p, tt_, ff))
 
 
+@pytest.mark.parametrize("et", ["f32", "f64", "bf16", "f16", "i32", "ui8", "i1"])
+@pytest.mark.parametrize("n", [N, 2 * (1 << 17) + 5])
+def test_select_with_a_zero_operand(et, n):
+    # One operand all zero bits (0-d or broadcast): the other's bits times
+    # the (negated) mask. -0.0 is not zero bits and takes the general path.
+    from stablehlo_interpreter.ops import elementwise as ew
+    dt = D.from_element_type(et)
+    rng = np.random.default_rng(n + len(et))
+    x = _special(dt, n, rng)
+    p = rng.random(n) < 0.5
+    zeros = [np.zeros((), dt), np.broadcast_to(np.zeros((), dt), (n,))]
+    if dt.kind == "f" or et in ("bf16",):
+        zeros.append(np.asarray(-0.0).astype(dt))
+    for z in zeros:
+        assert same_bits(ew._bit_select(p, x, z), np.where(p, x, z))
+        assert same_bits(ew._bit_select(p, z, x), np.where(p, z, x))
+
+
 def test_selected_operand_is_not_updated_in_place_later():
     # A uniform mask returns an operand itself; a later op that may update
     # its dying first operand in place (add's donation) must not change the

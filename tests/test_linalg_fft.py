@@ -221,6 +221,84 @@ def test_triangular_solve_bf16_rounds_once():
     np.testing.assert_array_equal(x, exact.astype(ml_dtypes.bfloat16))
 
 
+def _trsm_reference(a, b, left, lower, unit, trans):
+    """op(tri(a)) x = b (left) or x op(tri(a)) = b, solved in float64/complex128."""
+    m = np.tril(a) if lower else np.triu(a)
+    if unit:
+        m = m - np.diag(np.diag(m)) + np.eye(len(m))
+    m = {"NO_TRANSPOSE": m, "TRANSPOSE": m.T, "ADJOINT": np.conj(m).T}[trans]
+    return np.linalg.solve(m, b) if left else np.linalg.solve(m.T, b.T).T
+
+
+@pytest.mark.parametrize("et,dtype,tol", [("f32", np.float32, 1e-5), ("f64", np.float64, 1e-12),
+                                          ("complex<f64>", np.complex128, 1e-12)])
+def test_triangular_solve_one_matrix_every_form(et, dtype, tol):
+    # One matrix (no batch) takes trsm on the row-major operands' transposes
+    # (a right-side solve for a left-side one): every side, triangle, unit
+    # diagonal and transpose, with a non-square b and an operand that is a
+    # transposed view (the transpose op's result), against numpy's solve and
+    # bit for bit against the same matrix solved as a batch of one.
+    cdt = np.complex128 if dtype == np.complex128 else np.float64
+    a = (rand((5, 5), dtype) + 6 * np.eye(5)).astype(dtype)
+    bl, br = rand((5, 3), dtype), rand((3, 5), dtype)
+    for left in (True, False):
+        for lower in (True, False):
+            for unit in (True, False):
+                for trans in ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"):
+                    bt = f"5x3x{et}" if left else f"3x5x{et}"
+                    attrs = (f"left_side = {str(left).lower()}, lower = {str(lower).lower()}, "
+                             f"unit_diagonal = {str(unit).lower()}, "
+                             f"transpose_a = #stablehlo<transpose {trans}>")
+                    text = f"""func.func @main(%a: tensor<5x5x{et}>, %b: tensor<{bt}>, %a1: tensor<1x5x5x{et}>, %b1: tensor<1x{bt}>) -> (tensor<{bt}>, tensor<{bt}>, tensor<1x{bt}>) {{
+  %x = "stablehlo.triangular_solve"(%a, %b) {{{attrs}}} : (tensor<5x5x{et}>, tensor<{bt}>) -> tensor<{bt}>
+  %at = stablehlo.transpose %a, dims = [1, 0] : (tensor<5x5x{et}>) -> tensor<5x5x{et}>
+  %y = "stablehlo.triangular_solve"(%at, %b) {{{attrs}}} : (tensor<5x5x{et}>, tensor<{bt}>) -> tensor<{bt}>
+  %z = "stablehlo.triangular_solve"(%a1, %b1) {{{attrs}}} : (tensor<1x5x5x{et}>, tensor<1x{bt}>) -> tensor<1x{bt}>
+  return %x, %y, %z : tensor<{bt}>, tensor<{bt}>, tensor<1x{bt}>
+}}"""
+                    b = bl if left else br
+                    x, y, z = shi.compile(text).run(a, b, a[None], b[None])
+                    case = (left, lower, unit, trans)
+                    assert x.dtype == dtype and x.flags.c_contiguous, case
+                    want = _trsm_reference(a.astype(cdt), b.astype(cdt), *case)
+                    np.testing.assert_allclose(x, want, rtol=tol, atol=tol, err_msg=str(case))
+                    want_t = _trsm_reference(a.T.astype(cdt), b.astype(cdt), *case)
+                    np.testing.assert_allclose(y, want_t, rtol=tol, atol=tol, err_msg=str(case))
+                    np.testing.assert_array_equal(x, z[0], err_msg=str(case))
+
+
+@pytest.mark.parametrize("shape,et,dtype", [((6, 6), "f32", np.float32), ((4, 6), "f64", np.float64),
+                                            ((6, 4), "complex<f32>", np.complex64)])
+def test_lu_custom_call_one_matrix_and_batch_agree(shape, et, dtype):
+    # One matrix takes its own path (no batch staging); a batch of two
+    # holding it twice must give the same bits, and both are LAPACK's getrf
+    # in double precision rounded once.
+    m, n = shape
+    k = min(m, n)
+    a = rand(shape, dtype)
+    t1 = f"tensor<{m}x{n}x{et}>"
+    t2 = f"tensor<2x{m}x{n}x{et}>"
+    text = f"""func.func @main(%a: {t1}, %b: {t2}) -> ({t1}, tensor<{k}xi32>, tensor<{m}xi32>, {t2}, tensor<2x{k}xi32>, tensor<2x{m}xi32>) {{
+  %0:3 = stablehlo.custom_call @stablehlo_ref.lu(%a) : ({t1}) -> ({t1}, tensor<{k}xi32>, tensor<{m}xi32>)
+  %1:3 = stablehlo.custom_call @stablehlo_ref.lu(%b) : ({t2}) -> ({t2}, tensor<2x{k}xi32>, tensor<2x{m}xi32>)
+  return %0#0, %0#1, %0#2, %1#0, %1#1, %1#2 : {t1}, tensor<{k}xi32>, tensor<{m}xi32>, {t2}, tensor<2x{k}xi32>, tensor<2x{m}xi32>
+}}"""
+    lu, piv, perm, lu2, piv2, perm2 = shi.compile(text).run(a, np.stack([a, a]))
+    cdt = np.complex128 if np.dtype(dtype).kind == "c" else np.float64
+    f, p, info = sl.lapack.get_lapack_funcs(("getrf",), (a.astype(cdt),))[0](a.astype(cdt))
+    assert lu.dtype == dtype and lu.flags.c_contiguous and piv.dtype == perm.dtype == np.int32
+    np.testing.assert_array_equal(lu, f.astype(dtype))
+    np.testing.assert_array_equal(piv, p)
+    rows = list(range(m))
+    for i, j in enumerate(p):
+        rows[i], rows[j] = rows[j], rows[i]
+    np.testing.assert_array_equal(perm, rows)
+    for i in range(2):
+        np.testing.assert_array_equal(lu2[i], lu)
+        np.testing.assert_array_equal(piv2[i], piv)
+        np.testing.assert_array_equal(perm2[i], perm)
+
+
 # --------------------------------------------------------------------------
 # batch norm
 

@@ -1138,6 +1138,20 @@ def test_small_loops_are_not_compiled(monkeypatch):
     assert _generated(program)   # the iterations of both runs add up
 
 
+def test_each_entry_counts_toward_generation(monkeypatch):
+    # A short loop entered in every run: each entry counts as an eighth of
+    # GENERATE_AFTER (8 of 64), so 2 iterations per run add up to 10 and the
+    # loop is generated when its 7th run enters it (60 + 8 >= 64).
+    monkeypatch.setattr(loopgen, "ENABLED", True)
+    monkeypatch.setattr(loopgen, "GENERATE_AFTER", 64)
+    program = shi.compile(CONTROL)
+    for _ in range(6):
+        program.run(np.float32(1.25), np.int32(2), np.int32(3))
+    assert not _generated(program)
+    program.run(np.float32(1.25), np.int32(2), np.int32(3))
+    assert _generated(program)
+
+
 def test_values_of_other_shapes_run_on_the_plan(generate_now):
     program = shi.compile(ARRAYS)
     rng = np.random.default_rng(2)
@@ -1208,3 +1222,87 @@ def test_a_deep_call_chain_in_a_loop_is_inlined(generate_now):
     for _ in range(5):
         want = want * want
     assert _run_both(text, [np.float32(1.0001)], after=(0,))[0] == want
+
+
+def _chain_loop(n, called):
+    """A fori_loop of 4 iterations over two ``n``-element uint32 values, its
+    body a threefry-like chain (add, rotate, xor by the counter), in a
+    called function (returning an argument as it came, like JAX's
+    ``closed_call``: not inlined into the body's plan) or in the body
+    itself."""
+    t = f"tensor<{n}xui32>"
+    chain = f"""
+    %bk = stablehlo.broadcast_in_dim %k, dims = [] : (tensor<ui32>) -> {t}
+    %s = stablehlo.add %x0, %x1 : {t}
+    %c = stablehlo.constant dense<13> : tensor<ui32>
+    %bc = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<ui32>) -> {t}
+    %d = stablehlo.constant dense<19> : tensor<ui32>
+    %bd = stablehlo.broadcast_in_dim %d, dims = [] : (tensor<ui32>) -> {t}
+    %l = stablehlo.shift_left %x1, %bc : {t}
+    %r = stablehlo.shift_right_logical %x1, %bd : {t}
+    %o = stablehlo.or %l, %r : {t}
+    %x = stablehlo.xor %s, %o : {t}
+    %y = stablehlo.add %x, %bk : {t}"""
+    if called:
+        body = f"""
+      %k = stablehlo.convert %i : (tensor<i32>) -> tensor<ui32>
+      %y0, %y1, %k2 = func.call @round(%x0, %x1, %k) : ({t}, {t}, tensor<ui32>) -> ({t}, {t}, tensor<ui32>)"""
+        extra = f"""
+func.func private @round(%x0: {t}, %x1: {t}, %k: tensor<ui32>) -> ({t}, {t}, tensor<ui32>) {{{chain}
+    return %s, %y, %k : {t}, {t}, tensor<ui32>
+}}"""
+    else:
+        body = f"""
+      %k = stablehlo.convert %i : (tensor<i32>) -> tensor<ui32>{chain}
+      %y0 = stablehlo.add %s, %bk : {t}
+      %y1 = stablehlo.add %y, %bk : {t}"""
+        extra = ""
+    return f"""
+func.func @main(%a: {t}, %b: {t}) -> ({t}, {t}) {{
+  %z = stablehlo.constant dense<0> : tensor<i32>
+  %r:3 = stablehlo.while(%i = %z, %x0 = %a, %x1 = %b) : tensor<i32>, {t}, {t}
+    cond {{
+      %n = stablehlo.constant dense<4> : tensor<i32>
+      %p = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %p : tensor<i1>
+    }} do {{{body}
+      %one = stablehlo.constant dense<1> : tensor<i32>
+      %j = stablehlo.add %i, %one : tensor<i32>
+      stablehlo.return %j, %y0, %y1 : tensor<i32>, {t}, {t}
+    }}
+  return %r#1, %r#2 : {t}, {t}
+}}{extra}
+"""
+
+
+@pytest.mark.parametrize("called", [True, False])
+def test_fused_chains_in_a_loop_stay_fused(called, monkeypatch):
+    # A body (or a function it calls) whose plan runs a fused chain keeps
+    # it: the called function is called from the generated loop, not
+    # inlined op by op on whole arrays; a body that is itself such a block
+    # is left to the plain plan. The same bits either way.
+    from stablehlo_interpreter import fusion, looptile
+    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 256)
+    # Such loops run tiled (looptile.py) before generation is considered:
+    # off here, this checks the generated loop's own rule.
+    monkeypatch.setattr(looptile, "plan", lambda op, cond, body: None)
+    monkeypatch.setattr(fusion, "CHUNK_BYTES", 2048)
+    text = _chain_loop(3000, called)
+    rng = np.random.default_rng(12)
+    args = [rng.integers(0, 2**32, 3000, dtype=np.uint64).astype(np.uint32) for _ in range(2)]
+    monkeypatch.setattr(loopgen, "ENABLED", False)
+    want = shi.compile(text).run(*args)
+    monkeypatch.setattr(loopgen, "ENABLED", True)
+    monkeypatch.setattr(loopgen, "GENERATE_AFTER", 0)
+    monkeypatch.setattr(loopgen, "STRICT", True)
+    program = shi.compile(text)
+    for _ in range(2):
+        got = program.run(*args)
+        assert all(np.array_equal(g, w) for g, w in zip(got, want))
+    (state,) = _loop_states(program)
+    if called:
+        assert state.compiled is not None
+        names = {op.name for op in state.compiled.line_ops}
+        assert "func.call" in names and "stablehlo.xor" not in names
+    else:
+        assert state.compiled is None and state.failed

@@ -87,6 +87,30 @@ def test_broadcast_in_dim_scalar_size1_and_empty():
     assert c.shape == (4, 0) and c.dtype == np.float32
 
 
+@pytest.mark.parametrize("et,dtype,value", [
+    ("f32", np.float32, -2.5), ("bf16", ml_dtypes.bfloat16, 1.5),
+    ("f8E4M3FN", ml_dtypes.float8_e4m3fn, -3.0), ("complex<f32>", np.complex64, 1 - 2j),
+    ("i1", np.bool_, True), ("i4", ml_dtypes.int4, -7), ("ui64", np.uint64, 2**63 + 5)])
+def test_broadcast_of_one_value_is_a_read_only_zero_stride_view(et, dtype, value):
+    # One value broadcast (shape.splat): every element type, from a 0-d
+    # operand and from one element in the middle of a slice, read-only as
+    # np.broadcast_to's views are, with the operand's bits.
+    text = f"""
+    func.func @main(%s: tensor<{et}>, %v: tensor<3x{et}>) -> (tensor<4x5x{et}>, tensor<2x6x{et}>) {{
+      %a = stablehlo.broadcast_in_dim %s, dims = [] : (tensor<{et}>) -> tensor<4x5x{et}>
+      %m = stablehlo.slice %v [1:2] : (tensor<3x{et}>) -> tensor<1x{et}>
+      %b = stablehlo.broadcast_in_dim %m, dims = [1] : (tensor<1x{et}>) -> tensor<2x6x{et}>
+      return %a, %b : tensor<4x5x{et}>, tensor<2x6x{et}>
+    }}"""
+    s = np.array(value, dtype)
+    v = np.array([0, value, 0], dtype)
+    a, b = shi.compile(text).run(s, v)
+    for r, shape in ((a, (4, 5)), (b, (2, 6))):
+        assert r.shape == shape and r.dtype == s.dtype
+        assert not r.flags.writeable and not any(r.strides)
+        assert (r.reshape(-1)[:, None].view(np.uint8) == s.reshape(1, 1).view(np.uint8)).all()
+
+
 def test_reshape_transpose_reverse():
     text = """
     func.func @main(%x: tensor<2x3x4xbf16>) -> (tensor<4x6xbf16>, tensor<4x2x3xbf16>, tensor<2x3x4xbf16>) {

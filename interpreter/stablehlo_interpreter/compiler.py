@@ -29,6 +29,7 @@ from . import config as _config
 from . import fold as _fold
 from . import fusion as _fusion
 from . import heap as _heap
+from . import index_chains as _index_chains
 from . import numerics as _numerics
 from . import quant as _quant
 from . import trace as _trace
@@ -44,6 +45,7 @@ from .registry import (
     annotate,
     custom_call_rejection,
     kernel_info,
+    one_or_many,
 )
 from .types import TensorType, conforms, describe, from_mlir
 
@@ -257,11 +259,13 @@ class Block:
         # Elementwise chains run as fused steps here only (fusion.py), small
         # called functions inlined into them (their slots extend the
         # template): the observed loop keeps self.steps, every op visible
-        # to tracers.
+        # to tracers. The index chains JAX wraps around gathers become one
+        # range-tested step each (index_chains.py), observed runs excepted too.
         steps = self.steps
         if _fusion.enabled():
             steps, self.template = _fusion.inline_calls(steps, self.template)
             steps = _fusion.share_reduces(steps, self.template)
+        steps = _index_chains.rewrite(steps, self.template, self.result_slots)
         planned = _fusion.fuse(steps, self.result_slots, self.template)
         self._planned = planned
         for fn, ins, out, dead, op in planned:
@@ -320,8 +324,14 @@ class Block:
         if captures:
             for slot, v in zip(self.capture_slots, captures):
                 env[slot] = v
-        for slot, v in zip(self.arg_slots, args):
-            env[slot] = v
+        arg_slots = self.arg_slots
+        if len(arg_slots) == 1 and len(args) == 1:
+            # (most called functions and loop bodies of one value: the zip
+            # costs a fifth of a one-op block's run)
+            env[arg_slots[0]] = args[0]
+        else:
+            for slot, v in zip(arg_slots, args):
+                env[slot] = v
         if consume:
             args.clear()
             v = None  # the frame is then the only holder of a consumed value
@@ -373,15 +383,12 @@ class Block:
                         env[d] = None
         except InterpreterError:
             raise
-        except RecursionError:
-            step = self._failed_step(fn, out)
-            if step is None:
-                raise ExecutionError("recursion too deep") from None
-            raise ExecutionError(f"{step.op.where()}: recursion too deep",
-                                 step.op.name, step.op.location) from None
         except Exception as e:
-            raise _wrap(e, self._failed_step(fn, out)) from e
-        return [env[i] for i in self.result_slots]
+            raise _failure(e, self._failed_step(fn, out)) from _cause(e)
+        results = self.result_slots
+        if len(results) == 1:
+            return [env[results[0]]]
+        return [env[i] for i in results]
 
     def _run_args(self, ctx, args):
         """``run(ctx, (), args)``: the signature of :func:`_straight_line`'s
@@ -425,14 +432,8 @@ class Block:
                 self._show_folded(ctx, env, folded, len(self.steps))
         except InterpreterError:
             raise
-        except RecursionError:
-            # As in the plain loop: a runaway call chain is an error, not a crash.
-            if step is None:
-                raise ExecutionError("recursion too deep") from None
-            raise ExecutionError(f"{step.op.where()}: recursion too deep",
-                                 step.op.name, step.op.location) from None
         except Exception as e:
-            raise _wrap(e, step) from e
+            raise _failure(e, step) from _cause(e)
         return [env[i] for i in self.result_slots]
 
     def _show_folded(self, ctx, env, folded, position):
@@ -565,15 +566,28 @@ def _step_failure(block, fast, e, i):
     if isinstance(e, InterpreterError):
         return e
     _, fn, _, _, _, out, _ = fast[i]
-    step = block._failed_step(fn, out)
-    if isinstance(e, RecursionError):
-        err = ExecutionError("recursion too deep") if step is None else ExecutionError(
-            f"{step.op.where()}: recursion too deep", step.op.name, step.op.location)
-        err.__suppress_context__ = True
-        return err
-    err = _wrap(e, step)
-    err.__cause__ = e
+    err = _failure(e, block._failed_step(fn, out))
+    err.__cause__ = _cause(e)
+    err.__suppress_context__ = True
     return err
+
+
+def _failure(e, step):
+    """The ExecutionError for step ``step`` (None: not found) raising ``e``
+    (not an InterpreterError): a runaway call chain (RecursionError) is an
+    error naming the op, not a crash."""
+    if isinstance(e, RecursionError):
+        if step is None:
+            return ExecutionError("recursion too deep")
+        return ExecutionError(f"{step.op.where()}: recursion too deep",
+                              step.op.name, step.op.location)
+    return _wrap(e, step)
+
+
+def _cause(e):
+    """The cause ``_failure(e, ...)`` is raised from: ``e``, or None for a
+    RecursionError (its thousand frames say nothing)."""
+    return None if isinstance(e, RecursionError) else e
 
 
 def _wrap(e, step):
@@ -1036,7 +1050,20 @@ class _Compiler:
                 start = len(cap_slots)
                 cap_slots.extend(lookup(v) for v in rb.capture_values)
                 cap_ranges.append((start, len(cap_slots)))
-            fn = _special_step(fn, regions, cap_ranges, len(in_slots))
+            branch = kernel_info(fn).branch if regions and in_slots \
+                and not _quant.involves_quant(op) else None
+            if branch is not None:
+                # if / case: one region runs per execution (see _branch_step).
+                if in_slots[0] in constants:
+                    i = branch(constants[in_slots[0]], len(regions))
+                    if _FOLD_ENABLED and _constant_results(regions[i]) is not None:
+                        for s, v in zip(out_slots, _constant_results(regions[i])):
+                            constants[s] = v
+                        return Folded(0, tuple(in_slots), tuple(out_slots), op)
+                    branch = _fixed_branch(i)
+                fn = _branch_step(branch, regions, cap_ranges, one_or_many(op))
+            else:
+                fn = _special_step(fn, regions, cap_ranges, len(in_slots))
             ins = (0,) + tuple(in_slots) + tuple(cap_slots)
             SPECIAL_NAMES_CACHE.add(name)
         else:
@@ -1083,6 +1110,40 @@ def _special_step(fn, regions, cap_ranges, n_operands):
         bound = [rb.bind(ctx, caps[a:b]) for rb, (a, b) in zip(regions, cap_ranges)]
         return fn(ctx, bound, *ops)
     return step
+
+
+def _branch_step(branch, blocks, cap_ranges, wrap):
+    """The step of an op whose kernel runs one of its regions (if, case:
+    ``KernelInfo.branch``): binds and runs only the region ``branch``
+    picks, not a closure per region and run. Same operands as the kernel's
+    step (context, selector, every region's captures), so that loopgen.py
+    and tracers see the op as before."""
+    n = len(blocks)
+
+    def step(ctx, sel, *caps):
+        i = branch(sel, n)
+        a, b = cap_ranges[i]
+        return wrap(blocks[i].run(ctx, caps[a:b], ()))
+    return step
+
+
+def _fixed_branch(i):
+    """The ``branch`` of a selector that is a compile-time constant (JAX's
+    ``platform_dependent`` lowers to a case on a constant index; ``jnp.diagonal``
+    has one)."""
+    return lambda sel, n: i
+
+
+def _constant_results(block):
+    """The results of a region that computes nothing (every result a
+    constant of its own; its folded ops count as constants), or None."""
+    if block.steps or block.capture_slots:
+        return None
+    vals = [block.template[s] for s in block.result_slots]
+    if any(v is None for v in vals) or 0 in block.result_slots \
+            or any(s in block.arg_slots for s in block.result_slots):
+        return None
+    return vals
 
 
 def compile(module_or_data: Module | str | bytes, *,  # noqa: A001 - the natural name

@@ -169,7 +169,8 @@ FAST_LOOPS: Setting[str] = Setting(
 FUSION: Setting[bool] = Setting(
     "STABLEHLO_REF_FUSION", flag, True,
     "run elementwise chains as fused, chunked steps, feeding the reduces they compute the "
-    "operand of, with small calls inlined (read when a plan first runs)",
+    "operand of, with small calls inlined, and while loops of one chain tiled (read when a "
+    "plan first runs)",
     read="each use")
 THREADS: Setting[int | None] = Setting(
     "STABLEHLO_REF_THREADS", integer(minimum=1), None,

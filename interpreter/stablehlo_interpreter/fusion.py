@@ -54,6 +54,7 @@ device threads of a parallel run, concurrent executions) run their chunks in
 their own thread.
 """
 
+import threading
 
 import numpy as np
 
@@ -78,6 +79,11 @@ MIN_THREAD_CHUNKS = 4
 # one and burnt 13-50% more CPU (2 cores, a busy machine; with 128K-element
 # chunks plain numpy gained 1.4x in a quieter moment, unconfirmed here).
 THREAD_EXACT_CHAINS = False
+
+# A loop run tiled (looptile.py) first runs its scalar part: its chain then
+# records the values it would run with instead of running (per thread,
+# ``lists``: chain -> one entry per call).
+RECORDING = threading.local()
 
 # Members: ops with the registry's "fusible" trait (has_trait below).
 _BROADCAST = "stablehlo.broadcast_in_dim"
@@ -248,10 +254,35 @@ def fuse(steps, result_slots, constants=()):
 
     out = []
     groups = {}   # shape -> open _Group
+    held = {}     # slot whose free waits for open groups -> those groups
 
     def close(g):
         del groups[g.shape]
-        out.extend(_emit(g, steps, users, keep, constants))
+        emitted = _emit(g, steps, users, keep, constants)
+        frees = []
+        for slot in [s for s, gs in held.items() if g in gs]:
+            held[slot].discard(g)
+            if not held[slot]:
+                del held[slot]
+                frees.append(slot)
+        if frees:   # after the group's last step: nothing reads them later
+            emitted[-1] = emitted[-1]._replace(dead=tuple(emitted[-1].dead) + tuple(frees))
+        out.extend(emitted)
+
+    def hold(i, step, own):
+        """``step`` without the frees of values other open groups still
+        read: each waits until those groups (and ``own``, the group the
+        step joins) have been emitted (close)."""
+        dead = set(step.dead)
+        waiting = False
+        for g in groups.values():
+            if g is not own and not g.reads.isdisjoint(dead):
+                for slot in g.reads & dead:
+                    held.setdefault(slot, set()).update((g,) if own is None else (g, own))
+                waiting = True
+        if waiting:
+            step = steps[i] = step._replace(dead=tuple(d for d in step.dead if d not in held))
+        return step
 
     for i, step in enumerate(steps):
         kind = kinds[i]
@@ -269,22 +300,29 @@ def fuse(steps, result_slots, constants=()):
             g.reads.update(step.ins)
             g.produced.add(step.out)
             g.made.add(step.out)
+            hold(i, step, g)   # a scalar read by chains of two shapes
             continue
         sink = _sink_plan(step, groups)
         row = _row_broadcast(step, groups, steps) if sink is None else None
         if sink is not None and sink[0].rows and not _whole_rows(sink[1]):
             sink = None   # rows broadcast back need every reduce of whole rows
-        # Another step: the groups whose values it reads, or whose inputs it
-        # frees, must run before it -- unless it is a reduce the group feeds
-        # (a sink: reduced chunk by chunk inside the fused step) or a
-        # broadcast of such a reduce's rows back over them.
+        # Another step: the groups whose values it reads must run before it
+        # -- unless it is a reduce the group feeds (a sink: reduced chunk by
+        # chunk inside the fused step) or a broadcast of such a reduce's
+        # rows back over them. A value it frees that a group still reads is
+        # freed after that group instead (hold), so that scalar steps
+        # between a chain's members (a threefry round's rotation amounts:
+        # slice, reshape, 32 - r) do not cut the chain; unless the step may
+        # update that value in place (_may_hold): then the group runs first.
         owner = sink[0] if sink is not None else row[0] if row is not None else None
         dead = set(step.dead)
         for g in list(groups.values()):
             if g is owner:
                 continue
-            if not g.produced.isdisjoint(step.ins) or not g.reads.isdisjoint(dead):
+            if not g.produced.isdisjoint(step.ins) or owner is None \
+                    and not g.reads.isdisjoint(dead) and not _may_hold(step):
                 close(g)
+        step = hold(i, step, owner)
         if owner is not None:
             owner.members.append(i)
             if sink is not None:
@@ -298,6 +336,17 @@ def fuse(steps, result_slots, constants=()):
     for g in list(groups.values()):
         close(g)
     return out
+
+
+def _may_hold(step):
+    """May the frees of ``step`` wait until after a later fused step? Not
+    when a dying operand may be updated in place by it (a kernel's
+    donate_first, a call handing its arguments over, a special step such as
+    a loop that consumes its operands): the value would change under the
+    group that still reads it."""
+    op = step.op
+    return op is not None and not op.regions and op.name != "func.call" \
+        and not (step.ins and step.ins[0] == 0) and kernel_info(step.fn).donate_first is None
 
 
 def _without_sinks(g, steps, users, keep, constants):
@@ -567,11 +616,13 @@ def _direct_and_in_place(plan, readers, dtype):
     # dies there, was made by a ufunc member of this chunk (a fresh
     # array, chunk-shaped; not a direct member's chunk of the output)
     # and is read by ufunc members only (no kernel holds a view of it),
-    # of the result's dtype.
+    # of the result's dtype. A direct member stays direct: in place, its
+    # result would then be copied to the output (layer norm's last
+    # multiply: one pass over the output more).
     owned = {m.res for m in plan if m.kind == _KERNEL and m.ufunc is not None
              and not m.direct}
     for m in plan:
-        if m.kind != _KERNEL or m.ufunc is None:
+        if m.kind != _KERNEL or m.ufunc is None or m.direct:
             continue
         operands = m.args[:1] if m.bind is not None else m.args
         for a in operands:
@@ -579,7 +630,6 @@ def _direct_and_in_place(plan, readers, dtype):
                     all(plan[r].kind == _KERNEL and plan[r].ufunc is not None
                         for r in readers[a]):
                 m.inplace = a
-                m.direct = False   # its result is the operand's buffer
                 break
 
 
@@ -848,6 +898,10 @@ class FusedChain:
         return views, [False] * len(inputs), max(1, self.chunk // row), True, True
 
     def __call__(self, *inputs):
+        lists = getattr(RECORDING, "lists", None)
+        if lists and self in lists:   # a tiled loop's scalar part (looptile.py)
+            lists[self].append(self._prologue(inputs, None))
+            return None if self.n_out == 1 else [None] * self.n_out
         try:
             return self._call(inputs)
         except InterpreterError:

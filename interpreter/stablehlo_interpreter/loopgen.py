@@ -603,15 +603,18 @@ class _Gen:
         if self.hoistable(step, env):
             return self.hoisted(step, env)
         if not involves_quant(op):
+            # A function or region whose plan runs fused chains is called,
+            # not inlined: its kernel runs the plan (runs_fused).
             if name == "func.call":
                 callee = self.program.functions.get(op.attrs.get("callee"))
                 if callee is not None and callee.name not in self.inline_stack \
-                        and self.ops < _MAX_OPS:
+                        and self.ops < _MAX_OPS and not runs_fused(callee.block):
                     return self.inline_call(step, env, ind, callee)
             elif name == "stablehlo.while" and self.loop_nesting < _MAX_LOOP_NESTING \
-                    and ind < _MAX_INDENT - 2:
+                    and ind < _MAX_INDENT - 2 and not any(map(runs_fused, op.regions)):
                 return self.inline_while(step, env, ind)
-            elif name in ("stablehlo.if", "stablehlo.case") and ind < _MAX_INDENT - 2:
+            elif name in ("stablehlo.if", "stablehlo.case") and ind < _MAX_INDENT - 2 \
+                    and not any(map(runs_fused, op.regions)):
                 return self.inline_branches(step, env, ind)
             elif name == "stablehlo.composite" and self.scalar_math(op.attrs.get("name")):
                 # JAX serializes chlo.erf, lgamma, ... as composites; one that
@@ -1194,6 +1197,18 @@ def build(program, op, ccap, bcap):
     return CompiledLoop(fn, fn.__code__, g.line_ops, op, tuple(checks), pin), src
 
 
+def runs_fused(blk):
+    """Does the plan of Block ``blk`` run fused elementwise chains
+    (fusion.py: arrays of at least fusion.MIN_ELEMENTS, in cache-sized
+    chunks)? Generated code would run their ops one by one on whole arrays,
+    each reading and writing megabytes: a loop whose body is such a block is
+    left to the plain plan, and a function or region that is one is called
+    from the generated loop rather than inlined (jax.random's threefry
+    rounds ran 2x slower inlined). Plans the block's first run."""
+    blk._fast_steps()
+    return any(isinstance(s.fn, _fusion.FusedChain) for s in blk._planned)
+
+
 class LoopState:
     """What one while op occurrence knows about generation: plain
     iterations run so far (all runs), the compiled loop, or that it failed."""
@@ -1216,6 +1231,9 @@ class LoopState:
         return self.compiled is None and self.count >= GENERATE_AFTER
 
     def compile(self, ctx, ccap, bcap):
+        if any(map(runs_fused, self.op.regions)):
+            self.failed = True   # the plain plan runs the fused chains (runs_fused)
+            return None
         try:
             self.compiled, self.source = build(ctx.program, self.op, ccap, bcap)
             if PRINT:

@@ -250,17 +250,23 @@ class KernelInfo:
       dims, init)`` (ops/reducers.py): fusion.py may then reduce the chunks
       of the elementwise chain that computes ``x`` as they are made
       (:meth:`Reducer.row_plan`).
+    * ``branch``: on the kernel of an op that runs exactly one of its
+      regions, without arguments, and returns that region's results (if,
+      case): ``branch(selector, n_regions)`` is the index of the region its
+      first operand selects. The compiler then binds only that region per
+      run, and picks it at compile time when the selector is a constant.
     """
 
     __slots__ = ("donate_first", "invariant_ufunc", "regions_unused", "composite_exact",
-                 "scalar_math", "reduction", "into")
+                 "scalar_math", "reduction", "into", "branch")
 
     def __init__(self, donate_first: Callable[..., Any] | None = None,
                  invariant_ufunc: tuple[Any, Callable[..., Any]] | None = None,
                  regions_unused: bool = False, composite_exact: bool = False,
                  scalar_math: Callable[[float], float] | None = None,
                  reduction: tuple[Any, tuple[int, ...]] | None = None,
-                 into: Callable[..., Any] | None = None) -> None:
+                 into: Callable[..., Any] | None = None,
+                 branch: Callable[[Any, int], int] | None = None) -> None:
         self.donate_first = donate_first
         self.invariant_ufunc = invariant_ufunc
         self.regions_unused = regions_unused
@@ -268,6 +274,7 @@ class KernelInfo:
         self.scalar_math = scalar_math
         self.reduction = reduction
         self.into = into
+        self.branch = branch
 
 
 _NO_INFO = KernelInfo()

@@ -19,7 +19,7 @@ from ..registry import KERNELS, Unsupported, annotate, composite, kernel, with_t
 
 # The kernels the chlo.broadcast_* ops wrap (with_trait below) register first.
 from . import elementwise, elementwise_math  # noqa: F401
-from .elementwise import F32, _total_order_signed, by_table, round_f64, via_f64_ufunc
+from .elementwise import F32, _total_order_signed, as_result, by_table, round_f64, via_f64_ufunc
 from .fastmath import f32_kernel
 
 # --------------------------------------------------------------------------
@@ -292,8 +292,17 @@ def conj(op):
 
 @kernel("chlo.square", traits=("fusible", "exact", "one_rounding"))
 def square(op):
-    """chlo.square: x * x in the operand type."""
+    """chlo.square: x * x in the operand type. For IEEE floats numpy's square
+    is that product (one rounding), as a one-operand ufunc that a fused
+    chain calls directly and in place (the square of a variance: no new
+    chunk-sized array per chunk)."""
+    dt = op.operand_types[0].dtype
+    if dt == op.result_types[0].dtype and dt in _SQUARE_UFUNC_TYPES:
+        return as_result(np.square, dt)
     return lambda x: np.multiply(x, x)
+
+
+_SQUARE_UFUNC_TYPES = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 
 
 @kernel("chlo.is_inf", traits=("fusible",))

@@ -2,8 +2,10 @@
 
 import numpy as np
 
+from .. import compiler as _compiler
 from .. import loopgen as _loopgen
-from ..registry import COMPOSITES, Unsupported, kernel, kernel_info, one_or_many
+from .. import looptile as _looptile
+from ..registry import COMPOSITES, Unsupported, annotate, kernel, kernel_info, one_or_many
 
 
 @kernel("stablehlo.constant", traits=("elementwise", "quant_aware", "no_rounding"))
@@ -84,12 +86,14 @@ def composite(op):
 def while_(op):
     """spec: while. Runs `body` while `cond` yields true.
 
-    After loopgen.GENERATE_AFTER iterations (summed over runs) the loop is
+    A loop whose large values change only through one fused chain runs
+    tiled, chunk by chunk over all its iterations (looptile.py). After loopgen.GENERATE_AFTER iterations (summed over runs) the loop is
     compiled into one generated Python function (loopgen.py) that runs the
     remaining iterations and later runs; tracing and validating runs stay
     on the plain plan."""
     wrap = one_or_many(op)
     state = _loopgen.LoopState(op)
+    tiling = []   # [looptile plan or None], made at the first plain run
 
     def run(ctx, regions, *operands):
         cond, body = regions
@@ -100,11 +104,27 @@ def while_(op):
             # Bound blocks: run them directly (one call level less per
             # iteration; this loop is the per-iteration overhead).
             crun, brun, ccap, bcap = cb.run, bb.run, cond.captures, body.captures
+            if ctx.tracer is None and not _compiler._DEBUG_VALIDATE:
+                if not tiling:
+                    tiling.append(_looptile.plan_or_none(op, cb, bb))
+                if tiling[0] is not None:
+                    res = tiling[0].run(ctx, crun, ccap, brun, bcap, vals)
+                    if res is not None:
+                        return wrap(res)
             fast = state.usable(ctx)
             if fast:
                 compiled = state.compiled
-                if compiled is None and state.due():
-                    compiled = state.compile(ctx, ccap, bcap)
+                if compiled is None:
+                    # An entry counts as an eighth of the iterations due
+                    # before generation (8 of 64): entering costs the plan
+                    # several iterations' worth (binding cond and body, their
+                    # frames), which the generated loop saves as well. A
+                    # short loop entered in every run (expm's searchsorted:
+                    # 2 iterations, entered twice) is then generated in its
+                    # 4th run instead of its 16th.
+                    state.count += _loopgen.GENERATE_AFTER >> 3
+                    if state.due():
+                        compiled = state.compile(ctx, ccap, bcap)
                 if compiled is None:
                     fast = not state.failed
                 else:
@@ -139,7 +159,11 @@ def if_(op):
 
     def run(ctx, regions, pred):
         return wrap(regions[0]() if pred else regions[1]())
-    return run
+    return annotate(run, branch=_if_branch)
+
+
+def _if_branch(pred, n):
+    return 0 if pred else 1
 
 
 @kernel("stablehlo.case", special=True, traits=("judged_whole",))
@@ -149,11 +173,13 @@ def case(op):
     n = len(op.regions)
 
     def run(ctx, regions, index):
-        i = int(index)
-        if i < 0 or i >= n:
-            i = n - 1
-        return wrap(regions[i]())
-    return run
+        return wrap(regions[_case_branch(index, n)]())
+    return annotate(run, branch=_case_branch)
+
+
+def _case_branch(index, n):
+    i = int(index)
+    return n - 1 if i < 0 or i >= n else i
 
 
 @kernel("stablehlo.tuple", traits=("quant_aware",))

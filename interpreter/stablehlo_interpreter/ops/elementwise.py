@@ -1033,6 +1033,13 @@ def _bit_select(pred, t, f):
     bit select, 29 us here; 1e6 f64: 2.7 -> 1.8 ms)."""
     u = _UINT_OF_SIZE[t.dtype.itemsize]
     n = pred.size
+    # One operand all zero bits (where(x > 0, x, 0), masking; +0.0, not
+    # -0.0): the other's bits times the mask, one pass (two for a zero
+    # on_true: the mask is negated first).
+    if _zero_bits(f, u):
+        return np.multiply(t.view(u), pred).view(t.dtype)
+    if _zero_bits(t, u):
+        return np.multiply(f.view(u), np.logical_not(pred)).view(t.dtype)
     if n >= 2 * _SELECT_BLOCK:
         flat = [_flat_or_one(x, pred.shape) for x in (pred, t, f)]
         if all(x is not None for x in flat):
@@ -1052,6 +1059,12 @@ def _bit_select(pred, t, f):
         r = np.multiply(r, pred)
     np.add(r, fb, out=r)
     return r.view(t.dtype)
+
+
+def _zero_bits(x, u):
+    """``x`` is one value (0-d, or broadcast: stride 0 on every axis) whose
+    bit pattern, read as the unsigned type ``u``, is 0."""
+    return x.size > 0 and not any(x.strides) and np.asarray(x[(0,) * x.ndim]).view(u) == 0
 
 
 def _bit_select_into(r, pred, tb, fb):

@@ -15,7 +15,7 @@ TBDs the way XLA does:
 import numpy as np
 
 from .. import dtypes
-from ..registry import Unsupported, kernel
+from ..registry import Unsupported, annotate, kernel
 from .elementwise import (
     C64,
     F16,
@@ -155,7 +155,18 @@ def convert(op):
     if getattr(op.operand_types[0], "quant", None) is not None or \
             getattr(op.result_types[0], "quant", None) is not None:
         raise Unsupported("convert on quantized tensors")
-    return as_result(build_convert(src, dst), dst)
+    run = as_result(build_convert(src, dst), dst)
+    if kind(src) == kind(dst) == "int" and src != dst and \
+            src not in dtypes.SUB_BYTE_INTS and dst not in dtypes.SUB_BYTE_INTS:
+        # The C cast astype makes (wrapping, two's complement), written
+        # straight into a fused chain's output chunk (fusion.py).
+        return annotate(run, into=_int_to_int_into)
+    return run
+
+
+def _int_to_int_into(out, x):
+    np.copyto(out, x, casting="unsafe")
+    return out
 
 
 # --------------------------------------------------------------------------

@@ -410,17 +410,28 @@ def pivots_to_permutation(piv, m):
     swaps cost microseconds; numpy calls per swap would cost more).
     """
     piv = np.asarray(piv)
-    batch = piv.shape[:-1]
-    out = np.empty(batch + (m,), dtype=np.int64)
     if piv.size and (int(piv.min()) < 0 or int(piv.max()) >= m):
         bad = piv[(piv < 0) | (piv >= m)].reshape(-1)[0]
         raise ValueError(f"pivot {bad} out of range [0, {m})")
-    for idx in (np.ndindex(*batch) if batch else ((),)):
-        perm = list(range(m))
-        for i, p in enumerate(piv[idx].tolist()):
-            perm[i], perm[p] = perm[p], perm[i]
-        out[idx] = perm
+    return _swaps_to_permutation(piv, m)
+
+
+def _swaps_to_permutation(piv, m):
+    """:func:`pivots_to_permutation` of pivots known to be in range (getrf's)."""
+    batch = piv.shape[:-1]
+    if not batch:
+        return np.array(_swapped(piv.tolist(), m), dtype=np.int64)
+    out = np.empty(batch + (m,), dtype=np.int64)
+    for idx in np.ndindex(*batch):
+        out[idx] = _swapped(piv[idx].tolist(), m)
     return out
+
+
+def _swapped(piv, m):
+    perm = list(range(m))
+    for i, p in enumerate(piv):
+        perm[i], perm[p] = perm[p], perm[i]
+    return perm
 
 
 @custom_call("stablehlo_ref.lu")
@@ -434,28 +445,49 @@ def lu(op):
     CPU; no finiteness check (NaN propagates through LAPACK as on XLA CPU).
     """
     cdt, out_dtypes = matrix_call_types(op, 3)
+    lu_dt, piv_dt, perm_dt = out_dtypes
+
+    def factor(getrf, x):
+        # ``x``: a Fortran-ordered copy in the compute type, which getrf
+        # overwrites (no further copy).
+        f, p, info = getrf(x, overwrite_a=1)
+        if info < 0:   # an illegal argument: never for valid shapes
+            raise ValueError(f"@stablehlo_ref.lu: getrf info={info}")
+        return f, p
+
+    shape = tuple(op.operand_types[0].shape)
+    one_matrix = len(shape) == 2 and all(isinstance(d, int) and d > 0 for d in shape)
+    if one_matrix:
+        # One matrix of static shape (the common case: solve, det, inv,
+        # expm), getrf looked up here, without the batch loop's staging
+        # arrays: each result is converted once, into its own array (the
+        # factor rounds once).
+        getrf_one = _lapack("getrf", np.empty(shape, cdt))
+        m = shape[0]
+
+        def run_one(a):
+            if a.shape != shape:
+                return run(a)
+            x = np.array(a, dtype=cdt, order="F")
+            f, p = factor(getrf_one, x)
+            return [f.astype(lu_dt, order="C"), p.astype(piv_dt),
+                    _swaps_to_permutation(p, m).astype(perm_dt, copy=False)]
 
     def run(a):
         a = np.asarray(a)
         batch = a.shape[:-2]
         m, n = a.shape[-2:]
-        k = min(m, n)
-        lu_out = np.empty(a.shape, dtype=out_dtypes[0])
-        piv = np.zeros(batch + (k,), dtype=np.int64)
+        lu_out = np.empty(a.shape, dtype=lu_dt)
+        piv = np.zeros(batch + (min(m, n),), dtype=np.int64)
         if a.size:
             getrf = _lapack("getrf", np.empty((m, n), cdt))
             for idx in np.ndindex(*batch):
-                # Converted straight into the Fortran order getrf works in,
-                # which it then overwrites (no further copy).
-                x = np.array(a[idx], dtype=cdt, order="F")
-                f, p, info = getrf(x, overwrite_a=1)
-                if info < 0:   # an illegal argument: never for valid shapes
-                    raise ValueError(f"@stablehlo_ref.lu: getrf info={info}")
+                f, p = factor(getrf, np.array(a[idx], dtype=cdt, order="F"))
                 lu_out[idx] = f    # rounds once to the result type
                 piv[idx] = p
-        perm = pivots_to_permutation(piv, m)
+        perm = _swaps_to_permutation(piv, m)
         return _results([lu_out, piv, perm], out_dtypes)
-    return run
+    return run_one if one_matrix else run
 
 
 @custom_call("stablehlo_ref.lu_pivots_to_permutation")

@@ -44,6 +44,17 @@ _BOOL = {"add": np.logical_or, "maximum": np.logical_or, "or": np.logical_or,
 _BOOL_DT = np.dtype(np.bool_)
 _BYTE_OP = {np.logical_or: np.bitwise_or, np.logical_and: np.bitwise_and,
             np.logical_xor: np.bitwise_xor}
+try:
+    from .. import _sums
+except ImportError:   # not built: _row_sums / _lead_sums compute the same bits with numpy
+    _sums = None
+
+F32 = np.dtype(np.float32)
+# The order of _sums.row_sums_f32 (_sums.c): blocks of _SUM_BLOCK elements,
+# each summed in _SUM_LANES lanes combined as a tree.
+_SUM_LANES = 32
+_SUM_BLOCK = 4096
+
 _ARITH = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum,
           "minimum": np.minimum, "and": np.bitwise_and, "or": np.bitwise_or,
           "xor": np.bitwise_xor}
@@ -177,7 +188,10 @@ class Reducer:
         # ufunc.reduce(dtype=acc) converts buffer by buffer (no f64 copy of x).
         if x.dtype in dtypes.ML_FLOATS:
             x = x.astype(self.acc)
-        r = self.ufunc.reduce(x, axis=axes, dtype=self.acc)
+        if axes == (x.ndim - 1,) and x.flags.c_contiguous and x.shape[-1]:
+            r = _row_sums(self.ufunc, x, self.acc)   # the order of a contiguous operand's
+        else:
+            r = self.ufunc.reduce(x, axis=axes, dtype=self.acc)
         r = np.asarray(self.ufunc(init.astype(self.acc), r))
         if self.kind == "add" and self.acc.kind == "f":
             r = _negative_zero_sums(r, x, axes, init)
@@ -197,8 +211,7 @@ class Reducer:
             return np.asarray(r).astype(self.dtype)
         if x.dtype in dtypes.ML_FLOATS:
             x = x.astype(self.acc)
-        r = np.asarray(self.ufunc(init.astype(self.acc),
-                                  self.ufunc.reduce(x, axis=-1, dtype=self.acc)))
+        r = np.asarray(self.ufunc(init.astype(self.acc), _row_sums(self.ufunc, x, self.acc)))
         if self.kind == "add" and self.acc.kind == "f":
             r = _negative_zero_sums(r, x, (0,), init)
         return r.astype(self.dtype)
@@ -347,7 +360,7 @@ class _RowReduction:
         else:
             if x.dtype in dtypes.ML_FLOATS:
                 x = x.astype(red.acc)
-            p = red.ufunc.reduce(x, axis=-1, dtype=red.acc)
+            p = _row_sums(red.ufunc, x, red.acc)
             if self.neg is not None:
                 self.neg[r0:r1, col] = _all_negative_zero(x, -1)[:, None]
         self.partial[r0:r1, col] = p[:, None]
@@ -443,10 +456,10 @@ class _LeadReduction:
         head_end = plan.b * plan.m * plan.W if plan.b else plan.N * plan.W
         if lo < head_end:
             k = next(i for i, (r0, _) in enumerate(plan.groups) if r0 * width == lo)
-            self.groups[k] = red.ufunc.reduce(x.reshape(-1, width), axis=0, dtype=red.acc)
+            self.groups[k] = _lead_sums(red.ufunc, x.reshape(-1, width), red.acc)
         else:
             k = len(plan.groups)
-            self.tail = red.ufunc.reduce(x.reshape(-1, plan.W), axis=0, dtype=red.acc)
+            self.tail = _lead_sums(red.ufunc, x.reshape(-1, plan.W), red.acc)
         if self.neg is not None:
             self.neg[k] = _all_negative_zero(x.reshape(-1, plan.W), 0)
 
@@ -473,7 +486,8 @@ def _reduce_runs(ufunc, x, axes, acc):
     in place: adjacent axes merge into runs, reduced runs go innermost first.
 
     A trailing run is contiguous: numpy's pairwise reduction (error ~log2(n)
-    eps of the accumulator). A leading run of ``n`` rows is summed in two
+    eps of the accumulator; float32 sums: :func:`_row_sums`, error ~(128 +
+    5 + log2(n / 4096)) eps). A leading run of ``n`` rows is summed in two
     levels of about sqrt(n) terms each (``_reduce_leading``; error ~2 sqrt(n)
     eps), a run in the middle sequentially (error ~n eps). With a float64
     accumulator for float32 and narrower data each is far below one rounding
@@ -499,7 +513,7 @@ def _reduce_runs(ufunc, x, axes, acc):
             runs.pop(0)
         else:
             i = next(k for k, (_, red) in enumerate(runs) if red)
-            x = ufunc.reduce(x, axis=i, dtype=acc)
+            x = _middle_sums(ufunc, x, i, acc)
             runs.pop(i)
     return np.reshape(x, out_shape)
 
@@ -528,21 +542,115 @@ def _leading_blocks(n, width):
     return b, m, None
 
 
+def _row_sums(ufunc, x, acc):
+    """``ufunc.reduce(x, axis=-1, dtype=acc)`` (n > 0); float32 sums in
+    float64 in _sums.c's order (blocks of _SUM_BLOCK summed in _SUM_LANES
+    lanes, the blocks' sums then pairwise), with the C loop where it is
+    built and the rows are contiguous (a fifth of numpy's casting
+    reduction's time in cache), the same bits from numpy otherwise
+    (:func:`_row_block_sums`)."""
+    if ufunc is not np.add or x.dtype != F32 or acc != F64:
+        return ufunc.reduce(x, axis=-1, dtype=acc)
+    n = x.shape[-1]
+    x2 = x.reshape(-1, n)
+    rows = x2.shape[0]
+    nb = -(-n // _SUM_BLOCK)
+    if _sums is not None and x2.flags.c_contiguous:
+        part = np.empty((rows, nb), F64)
+        _sums.row_sums_f32(x2, rows, n, part)
+    elif _sums is not None and x2.strides[-1] == x2.itemsize:
+        # Contiguous rows apart from each other (a block of several long
+        # rows, _reduce_last): one call per row, no copy.
+        part = np.empty((rows, nb), F64)
+        for r in range(rows):
+            _sums.row_sums_f32(x2[r], 1, n, part[r])
+    else:
+        part = _row_block_sums(x2)
+    r = part[:, 0] if nb == 1 else np.add.reduce(part, axis=-1)
+    return r.reshape(x.shape[:-1])
+
+
+def _row_block_sums(x2):
+    """_sums.row_sums_f32 in numpy: the float64 sum of every block of
+    _SUM_BLOCK elements of each row of float32 ``x2``, ``(rows, nb)``.
+    Lane ``l`` of a block adds its elements ``l, l + _SUM_LANES, ...`` in
+    order from +0 (numpy reduces a middle axis sequentially, one output
+    element per lane), the last block padded with +0 (adding +0 leaves a
+    lane that starts at +0 unchanged); then the lanes as a tree."""
+    rows, n = x2.shape
+    full, tail = divmod(n, _SUM_BLOCK)
+    k = _SUM_BLOCK // _SUM_LANES
+    parts = []
+    if full:
+        parts.append(np.add.reduce(x2[:, :full * _SUM_BLOCK].reshape(rows, full, k, _SUM_LANES),
+                                   axis=2, dtype=F64))
+    if tail:
+        padded = np.zeros((rows, -(-tail // _SUM_LANES) * _SUM_LANES), F64)
+        padded[:, :tail] = x2[:, full * _SUM_BLOCK:]
+        parts.append(np.add.reduce(padded.reshape(rows, 1, -1, _SUM_LANES), axis=2))
+    lanes = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+    w = _SUM_LANES // 2
+    while w:
+        lanes = lanes[..., :w] + lanes[..., w:2 * w]
+        w //= 2
+    return lanes[..., 0]
+
+
+def _lead_sums(ufunc, x, acc):
+    """``ufunc.reduce(x, axis=0, dtype=acc)`` of C-contiguous ``x``: numpy
+    adds the rows in order, position by position, from +0; for float32 into
+    float64 sums the C loop makes the same additions (a third of the time).
+    One position per row (``x.size == len(x)``) numpy sums pairwise."""
+    if ufunc is not np.add or x.dtype != F32 or acc != F64 or _sums is None \
+            or not x.flags.c_contiguous or x.ndim == 0 or x.size == x.shape[0]:
+        return ufunc.reduce(x, axis=0, dtype=acc)
+    out = np.empty(x.shape[1:], F64)
+    _sums.lead_sums_f32(x, x.shape[0], out.size, out)
+    return out
+
+
+# A middle run goes to the C loop one leading index at a time when each
+# call has at least this many kept positions, and there are at most
+# _MIDDLE_MAX_CALLS leading indices.
+_MIDDLE_MIN_INNER = 128
+_MIDDLE_MAX_CALLS = 1 << 16
+
+
+def _middle_sums(ufunc, x, i, acc):
+    """``ufunc.reduce(x, axis=i, dtype=acc)`` of C-contiguous ``x`` over a
+    middle axis (``x.mean(axis=1)`` of (batch, sequence, features)): numpy
+    adds the reduced positions in order, position by position, from +0; for
+    float32 into float64 sums _lead_sums makes the same additions for each
+    leading index."""
+    lead = int(np.prod(x.shape[:i], dtype=np.int64))
+    inner = int(np.prod(x.shape[i + 1:], dtype=np.int64))
+    if ufunc is not np.add or x.dtype != F32 or acc != F64 or _sums is None \
+            or not x.flags.c_contiguous or inner < _MIDDLE_MIN_INNER or lead > _MIDDLE_MAX_CALLS:
+        return ufunc.reduce(x, axis=i, dtype=acc)
+    x3 = x.reshape(lead, x.shape[i], inner)
+    out = np.empty((lead, inner), F64)
+    for a in range(lead):
+        _sums.lead_sums_f32(x3[a], x.shape[i], inner, out[a])
+    return out.reshape(x.shape[:i] + x.shape[i + 1:])
+
+
 def _reduce_last(ufunc, x, acc):
     """``ufunc.reduce(x, axis=-1, dtype=acc)`` of C-contiguous ``x``; from
     _PAR_MIN elements on in chunks of about _PAR_CHUNK (whole rows, or
     blocks of a long row whose partial results are then reduced pairwise)
     on the helper threads. The chunks do not depend on the thread count."""
     n = x.shape[-1]
-    if x.size < _PAR_MIN or n == 0:
+    if n == 0:
         return ufunc.reduce(x, axis=-1, dtype=acc)
+    if x.size < _PAR_MIN:
+        return _row_sums(ufunc, x, acc)
     rows = x.size // n
     x2 = x.reshape(rows, n)
     if not _splits_rows(rows, n):
         out = np.empty(rows, acc)
 
         def run(lo, hi):
-            out[lo:hi] = ufunc.reduce(x2[lo:hi], axis=-1, dtype=acc)
+            out[lo:hi] = _row_sums(ufunc, x2[lo:hi], acc)
         run_chunks(run, _ranges(rows, max(1, _PAR_CHUNK // n)))
     else:
         blocks = _ranges(n, _PAR_CHUNK)
@@ -551,7 +659,7 @@ def _reduce_last(ufunc, x, acc):
         def run(lo, hi):
             for j in range(lo, hi):
                 a, b = blocks[j]
-                partial[:, j] = ufunc.reduce(x2[:, a:b], axis=-1, dtype=acc)
+                partial[:, j] = _row_sums(ufunc, x2[:, a:b], acc)
         run_chunks(run, [(j, j + 1) for j in range(len(blocks))])
         out = ufunc.reduce(partial, axis=-1)
     return out.reshape(x.shape[:-1])
@@ -565,7 +673,7 @@ def _reduce_leading(ufunc, x, acc):
     n = x.shape[0]
     b, m, bounds = _leading_blocks(n, x.size // n)
     if not b:
-        return ufunc.reduce(x, axis=0, dtype=acc)
+        return _lead_sums(ufunc, x, acc)
     head = x[:b * m].reshape((b, m * (x.size // n)))
     if bounds is not None:
         # Groups of rows on the helper threads, then their partial rows in
@@ -576,15 +684,15 @@ def _reduce_leading(ufunc, x, acc):
         def run(lo, hi):
             for k in range(lo, hi):
                 r0, r1 = bounds[k]
-                groups[k] = ufunc.reduce(head[r0:r1], axis=0, dtype=acc)
+                groups[k] = _lead_sums(ufunc, head[r0:r1], acc)
         run_chunks(run, [(k, k + 1) for k in range(len(bounds))])
         partial = ufunc.reduce(groups, axis=0)
     else:
-        partial = ufunc.reduce(head, axis=0, dtype=acc)
+        partial = _lead_sums(ufunc, head, acc)
     partial = partial.reshape((m,) + x.shape[1:])
     r = ufunc.reduce(partial, axis=0)
     if b * m < n:
-        r = ufunc(r, ufunc.reduce(x[b * m:], axis=0, dtype=acc))
+        r = ufunc(r, _lead_sums(ufunc, x[b * m:], acc))
     return r
 
 

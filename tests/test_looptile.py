@@ -1,0 +1,227 @@
+"""While loops run tiled (interpreter/stablehlo_interpreter/looptile.py).
+
+A loop whose large carried values change only through one fused chain runs
+its scalar part first, then every iteration's chain chunk by chunk. The
+results must be the plain loop's bit for bit (``STABLEHLO_REF_FUSION=0``:
+no chains, no tiling), for the loops JAX emits (threefry) and hand-written
+ones; loops where something else reads the big values, or the cond does,
+must not be tiled.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import stablehlo_interpreter as si
+from stablehlo_interpreter import fusion, looptile, pool
+
+N = 3000
+
+
+@pytest.fixture(autouse=True)
+def small_thresholds(monkeypatch):
+    """Fuse small arrays, in many small chunks (a ragged last one)."""
+    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 256)
+    monkeypatch.setattr(fusion, "CHUNK_BYTES", 2048)
+    monkeypatch.setattr(fusion, "MIN_THREAD_CHUNKS", 2)
+    monkeypatch.setattr(pool, "busy", lambda threads: False)
+    monkeypatch.delenv("STABLEHLO_REF_FUSION", raising=False)
+
+
+@pytest.fixture
+def tiled_runs(monkeypatch):
+    """Counts the loops that ran tiled."""
+    runs = []
+    real = looptile._Tiling._tiled
+
+    def counted(self, start, rounds):
+        runs.append(len(rounds))
+        return real(self, start, rounds)
+    monkeypatch.setattr(looptile._Tiling, "_tiled", counted)
+    return runs
+
+
+def _both(text, args, monkeypatch):
+    """(tiled results, plain results): with fusion, and without (no tiling)."""
+    got = si.compile(text).run(*[np.copy(a) for a in args])
+    monkeypatch.setenv("STABLEHLO_REF_FUSION", "0")
+    want = si.compile(text).run(*[np.copy(a) for a in args])
+    monkeypatch.delenv("STABLEHLO_REF_FUSION")
+    return got, want
+
+
+def _same(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape
+        assert g.tobytes() == w.tobytes()
+
+
+def _loop(iterations=4, called=False, cond_reads=False, body_reads=False):
+    """A fori_loop over two ``N``-element uint32 values, its body a
+    threefry-like chain (add, rotate, xor, add of the counter), in the body
+    or in a function it calls (returning an argument as it came, like JAX's
+    ``closed_call``, so that it is not inlined). ``cond_reads``: the cond
+    also tests an element of the first value; ``body_reads``: the body
+    also slices it for a carried scalar."""
+    t = f"tensor<{N}xui32>"
+    chain = f"""
+    %bk = stablehlo.broadcast_in_dim %k, dims = [] : (tensor<ui32>) -> {t}
+    %s = stablehlo.add %x0, %x1 : {t}
+    %c = stablehlo.constant dense<13> : tensor<ui32>
+    %bc = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<ui32>) -> {t}
+    %d = stablehlo.constant dense<19> : tensor<ui32>
+    %bd = stablehlo.broadcast_in_dim %d, dims = [] : (tensor<ui32>) -> {t}
+    %l = stablehlo.shift_left %x1, %bc : {t}
+    %r = stablehlo.shift_right_logical %x1, %bd : {t}
+    %o = stablehlo.or %l, %r : {t}
+    %x = stablehlo.xor %s, %o : {t}
+    %y = stablehlo.add %x, %bk : {t}"""
+    if called:
+        body = f"""
+      %y0, %y1, %k2 = func.call @round(%x0, %x1, %k) : ({t}, {t}, tensor<ui32>) -> ({t}, {t}, tensor<ui32>)"""
+        extra = f"""
+func.func private @round(%x0: {t}, %x1: {t}, %k: tensor<ui32>) -> ({t}, {t}, tensor<ui32>) {{{chain}
+    return %s, %y, %k : {t}, {t}, tensor<ui32>
+}}"""
+    else:
+        body = chain + "\n      %y0 = stablehlo.add %s, %bk : " + t + "\n      %y1 = stablehlo.add %y, %bk : " + t
+        extra = ""
+    probe = ""
+    if body_reads:
+        probe = f"""
+      %e = stablehlo.slice %x0 [5:6] : ({t}) -> tensor<1xui32>
+      %q = stablehlo.reshape %e : (tensor<1xui32>) -> tensor<ui32>"""
+    else:
+        probe = "\n      %q = stablehlo.add %acc, %k : tensor<ui32>"
+    test = f"""
+      %n = stablehlo.constant dense<{iterations}> : tensor<i32>
+      %p = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>"""
+    if cond_reads:
+        test += f"""
+      %e0 = stablehlo.slice %x0 [0:1] : ({t}) -> tensor<1xui32>
+      %e1 = stablehlo.reshape %e0 : (tensor<1xui32>) -> tensor<ui32>
+      %zz = stablehlo.constant dense<0> : tensor<ui32>
+      %p2 = stablehlo.compare NE, %e1, %zz, UNSIGNED : (tensor<ui32>, tensor<ui32>) -> tensor<i1>
+      %p3 = stablehlo.and %p, %p2 : tensor<i1>"""
+    pred = "%p3" if cond_reads else "%p"
+    return f"""
+func.func @main(%a: {t}, %b: {t}) -> ({t}, {t}, tensor<ui32>) {{
+  %z = stablehlo.constant dense<0> : tensor<i32>
+  %u = stablehlo.constant dense<7> : tensor<ui32>
+  %r:4 = stablehlo.while(%i = %z, %x0 = %a, %x1 = %b, %acc = %u) : tensor<i32>, {t}, {t}, tensor<ui32>
+    cond {{{test}
+      stablehlo.return {pred} : tensor<i1>
+    }} do {{
+      %k = stablehlo.convert %i : (tensor<i32>) -> tensor<ui32>{body}{probe}
+      %one = stablehlo.constant dense<1> : tensor<i32>
+      %j = stablehlo.add %i, %one : tensor<i32>
+      stablehlo.return %j, %y0, %y1, %q : tensor<i32>, {t}, {t}, tensor<ui32>
+    }}
+  return %r#1, %r#2, %r#3 : {t}, {t}, tensor<ui32>
+}}{extra}
+"""
+
+
+def _args(seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 2**32, N, dtype=np.uint64).astype(np.uint32) for _ in range(2)]
+
+
+@pytest.mark.parametrize("called", [False, True])
+@pytest.mark.parametrize("iterations", [0, 1, 2, 5])
+def test_tiled_loop_is_bit_identical(called, iterations, tiled_runs, monkeypatch):
+    got, want = _both(_loop(iterations, called), _args(), monkeypatch)
+    _same(got, want)
+    # Zero iterations: nothing to tile (the values come back as they came).
+    assert tiled_runs == ([iterations] if iterations else [])
+
+
+def test_tiled_loop_on_helper_threads(tiled_runs, monkeypatch):
+    monkeypatch.setattr(fusion, "THREAD_EXACT_CHAINS", True)
+    monkeypatch.setenv("STABLEHLO_REF_THREADS", "3")
+    got, want = _both(_loop(5, True), _args(1), monkeypatch)
+    _same(got, want)
+    assert tiled_runs == [5]
+
+
+@pytest.mark.parametrize("where", ["cond", "body"])
+def test_loops_reading_the_big_values_elsewhere_are_not_tiled(where, tiled_runs, monkeypatch):
+    text = _loop(4, False, cond_reads=where == "cond", body_reads=where == "body")
+    got, want = _both(text, _args(2), monkeypatch)
+    _same(got, want)
+    assert tiled_runs == []
+
+
+def test_a_strided_carried_value_runs_the_plain_loop(tiled_runs, monkeypatch):
+    # The loop's operand is a broadcast of a scalar (a view with stride 0,
+    # not C-contiguous): the run takes the plain loop.
+    t = f"tensor<{N}xui32>"
+    text = _loop(3).replace(
+        f"func.func @main(%a: {t}, %b: {t})",
+        f"func.func @main(%v: tensor<ui32>, %b: {t})").replace(
+        "  %z = stablehlo.constant dense<0> : tensor<i32>\n",
+        f"  %a = stablehlo.broadcast_in_dim %v, dims = [] : (tensor<ui32>) -> {t}\n"
+        "  %z = stablehlo.constant dense<0> : tensor<i32>\n", 1)
+    args = [np.array(0x9E3779B9, np.uint32), _args(3)[1]]
+    got, want = _both(text, args, monkeypatch)
+    _same(got, want)
+    assert tiled_runs == []
+
+
+def test_jax_threefry_is_tiled_and_bit_identical(tiled_runs, monkeypatch):
+    jax = pytest.importorskip("jax")
+    key = np.asarray(jax.random.key_data(jax.random.key(42)))
+    for fn in (lambda k: jax.random.uniform(jax.random.wrap_key_data(k), (N,)),
+               lambda k: jax.random.bits(jax.random.wrap_key_data(k), (N,))):
+        text = jax.jit(fn).lower(key).as_text()
+        got, want = _both(text, [key], monkeypatch)
+        _same(got, want)
+    assert tiled_runs == [5, 5]
+
+
+def test_tracing_runs_the_plain_loop(tiled_runs, monkeypatch):
+    from stablehlo_interpreter import trace
+    program = si.compile(_loop(3))
+    rec = trace.Recorder()
+    with si.use_tracer(rec):
+        got = program.run(*_args())
+    assert tiled_runs == []
+    _same(got, program.run(*_args()))
+    assert tiled_runs == [3]
+
+
+def test_a_body_with_another_call_is_not_tiled(tiled_runs, monkeypatch):
+    # A second call could reach the chain's function while its calls are
+    # recorded: the loop runs plain.
+    text = _loop(3, True).replace(
+        "\n      %q = stablehlo.add %acc, %k : tensor<ui32>",
+        "\n      %q, %k3 = func.call @bump(%acc, %k) : (tensor<ui32>, tensor<ui32>) -> (tensor<ui32>, tensor<ui32>)")
+    # (it returns an argument as it came: not inlined, a call of its own)
+    text += """
+func.func private @bump(%a: tensor<ui32>, %k: tensor<ui32>) -> (tensor<ui32>, tensor<ui32>) {
+    %s = stablehlo.add %a, %k : tensor<ui32>
+    return %s, %k : tensor<ui32>, tensor<ui32>
+}
+"""
+    got, want = _both(text, _args(4), monkeypatch)
+    _same(got, want)
+    assert tiled_runs == []
+
+
+def test_real_thresholds_jax_bits_match_xla(tiled_runs, monkeypatch):
+    # At the real chunk size (10^5 elements: one full chunk and a ragged
+    # one), the tiled loop's bits are XLA CPU's.
+    jax = pytest.importorskip("jax")
+    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 1 << 16)
+    monkeypatch.setattr(fusion, "CHUNK_BYTES", 1 << 19)
+    key = np.asarray(jax.random.key_data(jax.random.key(7)))
+    fn = jax.jit(lambda k: jax.random.bits(jax.random.wrap_key_data(k), (100_000,)))
+    cpu = jax.devices("cpu")[0]
+    want = np.asarray(jax.device_get(fn(jax.device_put(key, cpu))))
+    got = si.compile(fn.lower(key).as_text()).run(key)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    assert tiled_runs == [5]
+    assert got.dtype == want.dtype and np.array_equal(got, want)
