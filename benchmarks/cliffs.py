@@ -726,16 +726,9 @@ def time_on(fn, args, device, repeats, budget):
 
 
 def run_op(o, quick, repeats, budget):
-    saved = {k: os.environ.get(k) for k in o.env or {}}
-    os.environ.update(o.env or {})
-    try:
+    from stablehlo_pjrt import config
+    with config.variables(o.env or {}):
         return _run_op(o, quick, repeats, budget)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _run_op(o, quick, repeats, budget):

@@ -18,7 +18,9 @@ touch ``os.environ``.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator, Mapping
 
 from stablehlo_interpreter import config as interpreter_config
 from stablehlo_interpreter.config import ConfigError, Setting, flag, integer, seconds, text
@@ -27,7 +29,7 @@ __all__ = [
     "ConfigError", "Setting", "SETTINGS", "ASYNC", "EXECUTE_TIMEOUT", "NUM_DEVICES", "FAULT",
     "DISTRIBUTED_TIMEOUT", "NUM_PROCESSES", "TORCH_RANKS",
     "TRACE", "TRACE_JSON", "SUITE", "PYTHON", "JAX_PLATFORMS", "PJRT_DEVICE",
-    "describe_all", "format_all", "set_variable", "default_variable", "child_environ",
+    "describe_all", "format_all", "set_variable", "default_variable", "variables", "child_environ",
 ]
 
 _ASYNC_MODES = {"0": "sync", "sync": "sync", "off": "sync", "false": "sync", "no": "sync",
@@ -162,6 +164,29 @@ def set_variable(setting: Setting, value: str) -> None:
     read so far."""
     os.environ[setting.name] = value
     setting.forget()
+
+
+@contextlib.contextmanager
+def variables(values: Mapping[str, str]) -> Iterator[None]:
+    """Sets these variables (any setting of either package, by name) for
+    the block, then restores them; the settings read them again on both
+    sides (a benchmark row run in another mode, say)."""
+    by_name = {s.name: s for s in interpreter_config.SETTINGS + SETTINGS}
+    unknown = sorted(set(values) - set(by_name))
+    if unknown:
+        raise ConfigError(f"not a setting: {', '.join(unknown)}")
+    saved = {name: os.environ.get(name) for name in values}
+    try:
+        for name, value in values.items():
+            set_variable(by_name[name], value)
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+            by_name[name].forget()
 
 
 def default_variable(setting: Setting, value: str) -> None:

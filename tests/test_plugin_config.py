@@ -4,6 +4,7 @@ the project), documented once in docs/debugging.md, listed by
 ``stablehlo-ref config``."""
 
 import ast
+import os
 import pathlib
 
 import pytest
@@ -113,3 +114,19 @@ def test_set_and_default_variable(monkeypatch):
     assert configured_num_devices() == 5
     assert configured_num_devices({"num_devices": 3}) == 3
 
+
+
+def test_variables_are_set_for_the_block_and_restored(monkeypatch):
+    monkeypatch.delenv("STABLEHLO_REF_NUMERICS", raising=False)
+    monkeypatch.setenv("STABLEHLO_REF_TRACE_OPS", "0")
+    setting = interpreter_config.NUMERICS
+    assert setting.value() == "accurate"
+    with config.variables({"STABLEHLO_REF_NUMERICS": "spec", "STABLEHLO_REF_TRACE_OPS": "1"}):
+        assert setting.value() == "spec"
+        assert interpreter_config.TRACE_OPS.value() == "1"
+    assert setting.value() == "accurate"
+    assert "STABLEHLO_REF_NUMERICS" not in os.environ
+    assert os.environ["STABLEHLO_REF_TRACE_OPS"] == "0"
+    with pytest.raises(config.ConfigError, match="not a setting: NO_SUCH"):
+        with config.variables({"NO_SUCH": "1"}):
+            pass
