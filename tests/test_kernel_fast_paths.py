@@ -284,6 +284,53 @@ def test_totalorder_compare_matches_the_uint64_keys(et):
             assert np.array_equal(program.run(x, y)[0], want), (et, direction)
 
 
+@pytest.mark.parametrize("et", ["f16", "f32", "f64"])
+def test_totalorder_compare_by_the_float_order_where_it_is_total(et):
+    """The float compare stands in for the keys when neither operand has a
+    NaN and one has no zero (elementwise._float_order_is_total); every
+    other case -- a NaN on either side, zeros on both, small operands, a
+    0-d operand -- gives the keys' answer too."""
+    from stablehlo_interpreter.ops import elementwise as E
+    dt = np.dtype(D.from_element_type(et))
+    rng = np.random.default_rng(11)
+    n = 4096
+    base = rng.standard_normal(n).astype(dt)
+    base[base == 0] = 1
+    fin = np.finfo(dt)
+    base[:6] = [fin.max, -fin.max, fin.tiny, -fin.tiny, np.inf, -np.inf]
+    other = np.where(rng.random(n) < 0.3, base, rng.standard_normal(n).astype(dt))
+    zeros = base.copy()
+    zeros[::7] = 0.0
+    zeros[3::7] = -0.0
+    nans = base.copy()
+    nans[n // 2] = np.nan
+    cases = {
+        "no NaN, no zero": (base, other, True),
+        "zeros on one side": (zeros, other, True),
+        "zeros on the other": (other, zeros, True),
+        "zeros on both": (zeros, zeros[::-1].copy(), False),
+        "a NaN in a": (nans, other, False),
+        "a NaN in b": (other, nans, False),
+        "small": (base[:100], other[:100], False),
+        "0-d b": (base, np.array(-0.0, dt), True),
+    }
+    for name, (x, y, plain) in cases.items():
+        assert E._float_order_is_total(x, y) == plain, name
+        text = (f"func.func @main(%a: {tt(x.shape, et)}, %b: {tt(y.shape, et)}) -> "
+                f"{tt(x.shape, 'i1')} {{\n")
+        rhs = "%b" if y.shape == x.shape else "%bb"
+        if rhs == "%bb":
+            text += (f"  %bb = stablehlo.broadcast_in_dim %b, dims = [] : ({tt(y.shape, et)}) -> "
+                     f"{tt(x.shape, et)}\n")
+        for direction, fn in _NP_CMP.items():
+            prog = shi.compile(text + (
+                f"  %r = stablehlo.compare {direction}, %a, {rhs}, TOTALORDER : "
+                f"({tt(x.shape, et)}, {tt(x.shape, et)}) -> {tt(x.shape, 'i1')}\n"
+                f"  return %r : {tt(x.shape, 'i1')}\n}}"))
+            want = fn(D.total_order_key(x), D.total_order_key(np.broadcast_to(y, x.shape)))
+            assert np.array_equal(prog.run(x, y)[0], want), (et, name, direction)
+
+
 def test_totalorder_compare_of_0d_values():
     text = ("func.func @main(%a: tensor<f32>, %b: tensor<f32>) -> tensor<i1> {\n"
             "  %r = stablehlo.compare LT, %a, %b, TOTALORDER : (tensor<f32>, tensor<f32>) -> tensor<i1>\n"

@@ -225,3 +225,138 @@ def test_real_thresholds_jax_bits_match_xla(tiled_runs, monkeypatch):
     got = got[0] if isinstance(got, (list, tuple)) else got
     assert tiled_runs == [5]
     assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+# --------------------------------------------------------------------------
+# Several big steps: chains, a gather from a small table, reshapes
+# (looptile_steps.py): jnp.searchsorted's binary search, jnp.histogram
+
+
+@pytest.fixture
+def step_tiled_runs(monkeypatch):
+    """Counts the loops that ran tiled through several big steps."""
+    from stablehlo_interpreter import looptile_steps
+    runs = []
+    real = looptile_steps.StepTiling._tiled
+
+    def counted(self, start, rounds):
+        runs.append(len(rounds))
+        return real(self, start, rounds)
+    monkeypatch.setattr(looptile_steps.StepTiling, "_tiled", counted)
+    return runs
+
+
+def _search_inputs(rng, dt):
+    table = np.sort(rng.standard_normal(37)).astype(dt)
+    table[5] = table[6] = table[7]          # ties
+    table[10] = -0.0
+    table[11] = 0.0
+    q = rng.standard_normal(N).astype(dt) * 2
+    q[:8] = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, table[5], table[-1]]
+    return table, q
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("dt", [np.float32, np.float16, np.int32])
+def test_jax_searchsorted_is_tiled_and_bit_identical(side, dt, step_tiled_runs, monkeypatch):
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    rng = np.random.default_rng(3)
+    table, q = _search_inputs(rng, np.float32)
+    if np.dtype(dt).kind == "i":
+        table, q = (table * 50).astype(dt), (np.nan_to_num(q, posinf=1e3, neginf=-1e3) * 50).astype(dt)
+        table.sort()
+    else:
+        table, q = table.astype(dt), q.astype(dt)
+    fn = jax.jit(lambda a, v: jnp.searchsorted(a, v, side=side, method="scan"))
+    text = fn.lower(table, q).as_text()
+    got, want = _both(text, [table, q], monkeypatch)
+    _same(got, want)
+    assert step_tiled_runs == [6]     # ceil(log2(38)) iterations
+    cpu = jax.devices("cpu")[0]
+    xla = np.asarray(fn(jax.device_put(table, cpu), jax.device_put(q, cpu)))
+    assert np.array_equal(np.asarray(got[0]), xla)
+
+
+def test_jax_histogram_is_tiled_and_bit_identical(step_tiled_runs, monkeypatch):
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    x = np.random.default_rng(5).standard_normal(N).astype(np.float32)
+    x[:3] = [0.0, -0.0, x.max()]
+    text = jax.jit(lambda v: jnp.histogram(v, 20)).lower(x).as_text()
+    got, want = _both(text, [x], monkeypatch)
+    _same(got, want)
+    assert step_tiled_runs == [5]
+
+
+def _gather_loop(index_type="ui32"):
+    """A hand-written loop: idx = (idx * 5 + k) % 97 - 40 (some out of the
+    table's range, clamped), v = v + table[idx], both big."""
+    t, ti = f"tensor<{N}xf32>", f"tensor<{N}x{index_type}>"
+    ti2 = f"tensor<{N}x1x{index_type}>"
+    e = index_type
+    return f"""
+func.func @main(%table: tensor<50xf32>, %v0: {t}, %i0: {ti}) -> ({t}, {ti}) {{
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %r:4 = stablehlo.while(%n = %c0, %tab = %table, %v = %v0, %i = %i0)
+      : tensor<i32>, tensor<50xf32>, {t}, {ti}
+    cond {{
+      %lim = stablehlo.constant dense<5> : tensor<i32>
+      %c = stablehlo.compare LT, %n, %lim, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    }} do {{
+      %one = stablehlo.constant dense<1> : tensor<i32>
+      %n1 = stablehlo.add %n, %one : tensor<i32>
+      %k = stablehlo.convert %n : (tensor<i32>) -> tensor<{e}>
+      %kb = stablehlo.broadcast_in_dim %k, dims = [] : (tensor<{e}>) -> {ti}
+      %c5 = stablehlo.constant dense<5> : {ti}
+      %c97 = stablehlo.constant dense<97> : {ti}
+      %c40 = stablehlo.constant dense<40> : {ti}
+      %m = stablehlo.multiply %i, %c5 : {ti}
+      %a = stablehlo.add %m, %kb : {ti}
+      %r = stablehlo.remainder %a, %c97 : {ti}
+      %i1 = stablehlo.subtract %r, %c40 : {ti}
+      %ix = stablehlo.reshape %i1 : ({ti}) -> {ti2}
+      %g = "stablehlo.gather"(%tab, %ix) <{{dimension_numbers = #stablehlo.gather<offset_dims = [1], start_index_map = [0], index_vector_dim = 2>, indices_are_sorted = false, slice_sizes = array<i64: 1>}}> : (tensor<50xf32>, {ti2}) -> tensor<{N}x1x1xf32>
+      %g1 = stablehlo.reshape %g : (tensor<{N}x1x1xf32>) -> {t}
+      %s = stablehlo.multiply %g1, %v : {t}
+      %v1 = stablehlo.add %s, %g1 : {t}
+      stablehlo.return %n1, %tab, %v1, %i1 : tensor<i32>, tensor<50xf32>, {t}, {ti}
+    }}
+  return %r#2, %r#3 : {t}, {ti}
+}}
+"""
+
+
+@pytest.mark.parametrize("index_type", ["ui32", "i32", "i64"])
+def test_a_gather_loop_with_clamped_indices_is_tiled(index_type, step_tiled_runs, monkeypatch):
+    rng = np.random.default_rng(9)
+    dt = {"ui32": np.uint32, "i32": np.int32, "i64": np.int64}[index_type]
+    table = rng.standard_normal(50).astype(np.float32)
+    args = [table, rng.standard_normal(N).astype(np.float32),
+            rng.integers(0, 97, N).astype(dt)]
+    got, want = _both(_gather_loop(index_type), args, monkeypatch)
+    _same(got, want)
+    assert step_tiled_runs == [5]
+    # A strided big value at entry: the plain loop.
+    strided = [table, np.repeat(args[1], 2)[::2], args[2]]
+    assert not strided[1].flags.c_contiguous
+    _same(si.compile(_gather_loop(index_type)).run(*strided), want)
+    assert step_tiled_runs == [5]
+
+
+def test_a_gather_loop_whose_cond_reads_a_big_value_is_not_tiled(step_tiled_runs, monkeypatch):
+    text = _gather_loop().replace(
+        "%c = stablehlo.compare LT, %n, %lim, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>",
+        f"%x = stablehlo.slice %v [0:1] : (tensor<{N}xf32>) -> tensor<1xf32>\n"
+        "      %x0 = stablehlo.reshape %x : (tensor<1xf32>) -> tensor<f32>\n"
+        "      %big = stablehlo.constant dense<1.0e30> : tensor<f32>\n"
+        "      %c1 = stablehlo.compare LT, %x0, %big, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>\n"
+        "      %c2 = stablehlo.compare LT, %n, %lim, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+        "      %c = stablehlo.and %c1, %c2 : tensor<i1>")
+    rng = np.random.default_rng(2)
+    args = [rng.standard_normal(50).astype(np.float32), rng.standard_normal(N).astype(np.float32),
+            rng.integers(0, 97, N).astype(np.uint32)]
+    got, want = _both(text, args, monkeypatch)
+    _same(got, want)
+    assert step_tiled_runs == []

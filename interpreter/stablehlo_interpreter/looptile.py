@@ -37,6 +37,7 @@ does ``STABLEHLO_REF_FUSION=0`` (there are no chains then).
 import numpy as np
 
 from . import fusion as _fusion
+from . import looptile_steps as _steps
 from .errors import ExecutionError
 from .pool import run_chunks, thread_count
 
@@ -224,7 +225,8 @@ def plan(op, cond, body):
     elif not chains:
         maps = _through_call(body, arg_pos, res_pos)
     if not maps:
-        return None
+        # Several big steps (chains, gathers, reshapes) in the body itself.
+        return _steps.plan(op, cond, body)
     reads, writes, step = maps
     # The cond reads none of the big values.
     big = {cond.arg_slots[j] for j in writes}
