@@ -205,3 +205,42 @@ def test_the_small_paths_are_planned(mode):
     finally:
         reducers.Reducer.vector_kernel = orig
     assert seen == ["add"]
+
+
+_GATHERS = [
+    # det's diagonal: two start components, collapsed slices of 1.
+    ((8, 8), (8, 2), "offset_dims = [], collapsed_slice_dims = [0, 1], start_index_map = [0, 1], "
+     "index_vector_dim = 1", (1, 1), (8,)),
+    # windows of 2x3 at clamped starts, the starts' batch dims first.
+    ((5, 6), (3, 4, 2), "offset_dims = [2, 3], collapsed_slice_dims = [], start_index_map = [1, 0], "
+     "index_vector_dim = 2", (2, 3), (3, 4, 2, 3)),
+    # take_along_axis-style batching dims.
+    ((4, 7), (4, 3, 1), "offset_dims = [], collapsed_slice_dims = [1], operand_batching_dims = [0], "
+     "start_indices_batching_dims = [0], start_index_map = [1], index_vector_dim = 2", (1, 1), (4, 3)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_GATHERS)))
+@pytest.mark.parametrize("index_type", ["i32", "ui8", "i64", "ui64"])
+def test_small_gather_is_the_linear_gather(case, index_type, monkeypatch):
+    from stablehlo_interpreter.ops import gather_scatter as gs
+    oshape, ishape, dn, sizes, rshape = _GATHERS[case]
+    t = "tensor<" + "".join(f"{d}x" for d in oshape) + "f32>"
+    ti = "tensor<" + "".join(f"{d}x" for d in ishape) + index_type + ">"
+    tr = "tensor<" + "".join(f"{d}x" for d in rshape) + "f32>"
+    text = (f"func.func @main(%x: {t}, %i: {ti}) -> {tr} {{\n"
+            f'  %r = "stablehlo.gather"(%x, %i) <{{dimension_numbers = #stablehlo.gather<{dn}>, '
+            f"indices_are_sorted = false, slice_sizes = array<i64: {', '.join(map(str, sizes))}>}}>"
+            f" : ({t}, {ti}) -> {tr}\n  return %r : {tr}\n}}")
+    rng = np.random.default_rng(case)
+    x = rng.standard_normal(oshape).astype(np.float32)
+    dt = D.from_element_type(index_type)
+    lo = 0 if dt.kind == "u" else -3
+    idx = rng.integers(lo, max(oshape) + 3, ishape).astype(dt)
+    if dt == np.uint64:
+        idx.flat[0] = np.iinfo(np.uint64).max   # saturates, then clamps
+    got = shi.compile(text).run(x, idx)[0]
+    monkeypatch.setattr(gs, "_SMALL_GATHER", 0)
+    want = shi.compile(text).run(x, idx)[0]
+    assert got.shape == want.shape == rshape
+    assert bits(got).tobytes() == bits(want).tobytes()
