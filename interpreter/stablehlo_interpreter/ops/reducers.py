@@ -249,6 +249,22 @@ class Reducer:
 
         def reduce_vector(x, init):
             return self._reduce_vector(x, np.asarray(init))
+        if self.kind == "add" and self.dtype == F32 and self.acc == F64 and _sums is not None:
+            def reduce_vector_f32_sum(x, init):
+                # _row_sums' C loop on a vector of at most one block (a
+                # single partial sum), init added in float64 and rounded
+                # once; a zero sum (whose sign _negative_zero_sums sets)
+                # and longer or strided vectors take reduce_vector.
+                n = x.shape[0]
+                if n > _SUM_BLOCK or x.strides[0] != 4:
+                    return reduce_vector(x, init)
+                part = np.empty((1, 1), F64)
+                _sums.row_sums_f32(x.reshape(1, n), 1, n, part)
+                r = float(init) + float(part[0, 0])
+                if r == 0.0:
+                    return reduce_vector(x, init)
+                return np.array(r, F32)
+            return reduce_vector_f32_sum
         return reduce_vector
 
     def row_plan(self, shape, axes):
