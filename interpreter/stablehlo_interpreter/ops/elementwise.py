@@ -627,7 +627,8 @@ def _scalar_or(general, scalar):
             return general(a, b)
         return scalar(a, b)
     run.__name__ = getattr(general, "__name__", "kernel")
-    run.__wrapped__ = general
+    # What as_result wrapped (fusion.py calls a wrapped ufunc directly).
+    run.__wrapped__ = getattr(general, "__wrapped__", general)
     return run
 
 
