@@ -25,6 +25,9 @@ runner.py): a fast wrong answer shows as MISMATCH. The markdown goes to
 sample to ``--json``. Exit status 1 when ``--max-ratio`` / ``--max-step-us``
 is exceeded by any op, 2 when an op failed or mismatched.
 
+Rows of the ``spec`` group (``numerics="spec"``, set through the environment
+while they compile and run) are opt-in: ``--only spec_`` runs them.
+
 Timings on a shared 2-core machine are noisy (the load average is recorded):
 XLA CPU's own thread pool suffers most from a busy neighbour, which makes
 ratios look better than they are; compare runs taken on an idle machine.
@@ -56,14 +59,18 @@ class Op:
     steps: int = 1         # loop iterations in one call (per-step time reported)
     steps_quick: int = 1   # the same at --quick sizes
     array_body: bool = False  # a loop of array work: judged by ratio, not per step
+    env: dict | None = None   # environment variables set while the op compiles and runs
+    opt_in: bool = False      # runs only when --only selects it
 
 
 OPS: list[Op] = []
 
 
-def op(name, group, description, steps=1, steps_quick=1, array_body=False):
+def op(name, group, description, steps=1, steps_quick=1, array_body=False, env=None,
+       opt_in=False):
     def deco(build):
-        OPS.append(Op(name, group, description, build, steps, steps_quick, array_body))
+        OPS.append(Op(name, group, description, build, steps, steps_quick, array_body, env,
+                      opt_in))
         return build
     return deco
 
@@ -487,6 +494,60 @@ def _conv(q):
 
 
 # --------------------------------------------------------------------------
+# Spec numerics (docs/numerics.md): the element type's sequential order, the C
+# loops of interpreter/stablehlo_interpreter/_libm_loops.c. XLA CPU's time is
+# the same program's; benchmarks.numerics_cost compares with accurate mode.
+# Opt-in rows (--only spec_): the sweep's bar against XLA CPU is the default
+# numerics'; spec mode's cost is judged against accurate mode (issue 20).
+
+SPEC = {"STABLEHLO_REF_NUMERICS": "spec"}
+
+
+@op("spec_dot_f32", "spec", "jnp.dot (256, 256) x (256, 256) f32, numerics=spec", env=SPEC,
+    opt_in=True)
+def _spec_dot_f32(q):
+    import jax.numpy as jnp
+    n = _n(q, 256, 32)
+    return jnp.dot, (_f32((n, n)), _f32((n, n), 1))
+
+
+@op("spec_matvec_f32", "spec", "jnp.dot (1024, 1024) x (1024,) f32, numerics=spec", env=SPEC,
+    opt_in=True)
+def _spec_matvec_f32(q):
+    import jax.numpy as jnp
+    n = _n(q, 1024, 64)
+    return jnp.dot, (_f32((n, n)), _f32((n,), 1))
+
+
+@op("spec_dot_bf16", "spec", "jnp.dot (128, 128) x (128, 128) bf16, numerics=spec", env=SPEC,
+    opt_in=True)
+def _spec_dot_bf16(q):
+    import jax.numpy as jnp
+    import ml_dtypes
+    n = _n(q, 128, 32)
+    return jnp.dot, (_f32((n, n)).astype(ml_dtypes.bfloat16),
+                     _f32((n, n), 1).astype(ml_dtypes.bfloat16))
+
+
+@op("spec_sum_f16", "spec", "lax.reduce add of 1e6 f16 to one value, numerics=spec", env=SPEC,
+    opt_in=True)
+def _spec_sum_f16(q):
+    from jax import lax
+    # Differences of small integers: every partial sum is a small integer,
+    # exact in float16, so the sequential sum agrees with XLA's (a float16
+    # sum of 1e6 random values would not: that is the spec order's answer).
+    d = _rng(2).integers(-8, 9, _n(q, 1_000_000, 1000) + 1)
+    x = np.diff(d).astype(np.float16)
+    return (lambda x: lax.reduce(x, np.float16(0), lax.add, (0,))), (x,)
+
+
+@op("spec_conv2d", "spec", "lax.conv NHWC (8, 32, 32, 16) with 3x3x16x32, numerics=spec", env=SPEC,
+    opt_in=True)
+def _spec_conv(q):
+    return _conv(q)
+
+
+# --------------------------------------------------------------------------
 # Reductions.
 
 
@@ -665,6 +726,19 @@ def time_on(fn, args, device, repeats, budget):
 
 
 def run_op(o, quick, repeats, budget):
+    saved = {k: os.environ.get(k) for k in o.env or {}}
+    os.environ.update(o.env or {})
+    try:
+        return _run_op(o, quick, repeats, budget)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _run_op(o, quick, repeats, budget):
     import jax
     fn, args = o.build(quick)
     entry = {"name": o.name, "group": o.group, "description": o.description,
@@ -747,7 +821,7 @@ def main(argv=None):
     only = [s for o in args.only for s in o.split(",") if s]
     names = {o.name for o in OPS}
     # An exact name selects that op alone; anything else is a substring.
-    ops = [o for o in OPS if not only or any(
+    ops = [o for o in OPS if (not only and not o.opt_in) or any(
         o.name == s if s in names else s in o.name for s in only)]
     report = {"quick": args.quick, "repeats": args.repeats, "cpus": os.cpu_count(),
               "load_before": [round(x, 2) for x in os.getloadavg()],

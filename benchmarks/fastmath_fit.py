@@ -67,10 +67,10 @@ LOG_Z = float(((SQRT2 - 1) / (SQRT2 + 1)) ** 2)
 # variable itself (monomials well conditioned there) or in u, the interval
 # mapped to [-1, 1] (u = v * NAME_SCALE + NAME_OFFSET).
 FITS = (
-    ("ERF_P", _over_root(mp.erf, 2 / mp.sqrt(mp.pi)), 0.0, 0.25, 7, False),
+    ("ERF_P", _over_root(mp.erf, 2 / mp.sqrt(mp.pi)), 0.0, 0.25, 6, False),
     ("EXP_P", mp.exp, -0.35, 0.35, 9, False),
-    ("EXPM1_P", _expm1_over, -0.35, 0.35, 9, False),
-    ("LOG_P", _log_s, 0.0, LOG_Z, 8, False),
+    ("EXPM1_P", _expm1_over, -0.35, 0.35, 8, False),
+    ("LOG_P", _log_s, 0.0, LOG_Z, 5, False),
     # erfc(a) = e^(-a^2) Q(t), t = 2 / (2 + a), a in [0.5, 10.5] (erfc) and
     # in [0.5, 4] (erf: narrower, a lower degree)
     ("ERFC_Q", _q, 2 / 12.5, 2 / 2.5, 14, True),

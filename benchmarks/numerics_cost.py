@@ -1,16 +1,22 @@
 """The cost of spec numerics against accurate numerics, per op family.
 
-    python -m benchmarks.numerics_cost [--repeats N] [--md]
+    python -m benchmarks.numerics_cost [--repeats N] [--without-c]
 
 Compiles each program twice (``numerics="accurate"`` and ``"spec"``) and
 times the two alternately in one process, taking the median of the process
 CPU time of each (less sensitive than wall time to a loaded machine). Prints
-one row per program: both times and spec / accurate. docs/numerics.md keeps
-a run's table.
+one row per program: both times and spec / accurate. ``--without-c`` adds
+the ratio of spec mode without the C loops: a child process in which
+``stablehlo_interpreter._libm_loops`` cannot be imported (an install without
+the C module: the numpy and ``math`` path) times both modes the same way.
+docs/numerics.md keeps a run's table.
 """
 
 import argparse
+import json
 import statistics
+import subprocess
+import sys
 import time
 
 import ml_dtypes
@@ -139,6 +145,7 @@ def cases():
 
 
 def measure(repeats=5):
+    """(family, name, accurate s, spec s) per program."""
     rows = []
     for family, name, text, args in cases():
         progs = {m: shi.compile(text, numerics=m) for m in ("accurate", "spec")}
@@ -150,19 +157,38 @@ def measure(repeats=5):
                 t0 = time.process_time()
                 p.run(*args)
                 times[m].append(time.process_time() - t0)
-        a, s = statistics.median(times["accurate"]), statistics.median(times["spec"])
-        rows.append((family, name, a, s))
+        rows.append((family, name, statistics.median(times["accurate"]),
+                     statistics.median(times["spec"])))
     return rows
+
+
+_CHILD = """import sys, json
+sys.modules["stablehlo_interpreter._libm_loops"] = None   # as if not built
+from benchmarks import numerics_cost
+print(json.dumps(numerics_cost.measure({repeats})))
+"""
+
+
+def measure_without_c(repeats=5):
+    """{name: spec / accurate} where the C module cannot be imported."""
+    p = subprocess.run([sys.executable, "-c", _CHILD.format(repeats=int(repeats))],
+                       capture_output=True, text=True, check=True)
+    return {name: spec / acc for _f, name, acc, spec in json.loads(p.stdout.splitlines()[-1])}
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.numerics_cost")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--without-c", action="store_true",
+                   help="also time spec mode without the C loops (the numpy/math path)")
     a = p.parse_args(argv)
-    print("| family | program | accurate (ms CPU) | spec (ms CPU) | spec / accurate |")
-    print("|---|---|---:|---:|---:|")
+    extra = " spec without the C module / accurate |" if a.without_c else ""
+    print(f"| family | program | accurate (ms CPU) | spec (ms CPU) | spec / accurate |{extra}")
+    print("|---|---|---:|---:|---:|" + ("---:|" if a.without_c else ""))
+    no_c = measure_without_c(a.repeats) if a.without_c else {}
     for family, name, acc, spec in measure(a.repeats):
-        print(f"| {family} | {name} | {acc * 1e3:.1f} | {spec * 1e3:.1f} | {spec / acc:.2f}x |",
+        tail = f" {no_c[name]:.2f}x |" if name in no_c else ""
+        print(f"| {family} | {name} | {acc * 1e3:.1f} | {spec * 1e3:.1f} | {spec / acc:.2f}x |{tail}",
               flush=True)
     return 0
 

@@ -24,18 +24,40 @@ from benchmarks import cliffs  # noqa: E402
 
 GROUPS = {"cumulative", "sort/select", "index/scatter", "linalg", "random", "fft",
           "elementwise", "reduction", "loop", "dispatch"}
-SAMPLE = "cumsum,top_k,scatter_add,solve,random_normal,rfft,softmax,mean_axis0,fori_loop_scalar"
+SAMPLE = ("cumsum,top_k,scatter_add,solve,random_normal,rfft,softmax,spec_dot_f32,mean_axis0,"
+          "fori_loop_scalar")
 
 
 def test_sweep_covers_the_issue_groups():
     assert len(cliffs.OPS) >= 40
-    assert {o.group for o in cliffs.OPS} == GROUPS
+    assert {o.group for o in cliffs.OPS if not o.opt_in} == GROUPS
+    # spec numerics rows are opt-in (--only spec_): issue 25's bar is the
+    # default numerics'; spec mode is judged against accurate mode.
+    spec = [o for o in cliffs.OPS if o.group == "spec"]
+    assert spec and all(o.opt_in and o.name.startswith("spec_") and
+                        o.env == {"STABLEHLO_REF_NUMERICS": "spec"} for o in spec)
+    assert all(not o.opt_in for o in cliffs.OPS if o.group != "spec")
     names = [o.name for o in cliffs.OPS]
     assert len(names) == len(set(names))
     assert all(o.steps_quick > 1 for o in cliffs.OPS if o.group == "loop")
     # Scalar loops are judged per step, loops of array work by the ratio.
     array_loops = {o.name for o in cliffs.OPS if o.array_body}
     assert array_loops == {"scan_array"}
+
+
+def test_an_op_runs_in_its_environment(monkeypatch):
+    # A spec row's environment is set while it builds, compiles and runs,
+    # and restored after (here the build stops the run).
+    seen = {}
+
+    def build(quick):
+        seen["mode"] = os.environ.get("STABLEHLO_REF_NUMERICS")
+        raise RuntimeError("stop")
+    monkeypatch.delenv("STABLEHLO_REF_NUMERICS", raising=False)
+    o = cliffs.Op("x", "spec", "an op", build, env=cliffs.SPEC, opt_in=True)
+    with pytest.raises(RuntimeError, match="stop"):
+        cliffs.run_op(o, True, 1, 1.0)
+    assert seen["mode"] == "spec" and "STABLEHLO_REF_NUMERICS" not in os.environ
 
 
 def test_quick_run_table_and_max_ratio(tmp_path):

@@ -9,9 +9,9 @@ strided sweep over every float32 bit pattern, every float32 around the
 kernels' branch points and clamps, special values, random values of every
 scale, the programs' kernels with and without the C module, and the C
 module's argument checks. ``-m slow`` adds the exhaustive check: all 2^32
-float32 inputs of each function (on the loaded 2-core machine, niced: 1-2.7
-minutes per function, e.g. tanh 61 s, exp 70 s, sin 86 s, log 161 s; erf
-and erfc longest, scipy's loops).
+float32 inputs of each function (on the 2-core machine, niced, load 3-7: 1-4
+minutes per function, e.g. sin 69 s, tanh 71 s, erf 106 s, exp 132 s, log
+142 s, log1p 228 s; 36 minutes for all eleven).
 """
 
 import numpy as np
@@ -168,6 +168,11 @@ def test_flagged_elements_are_the_near_ties_and_the_specials():
     # logistic results below 2^-126 are subnormal in float32: all flagged
     x = np.array([-90.0, -100.0, -5.0], np.float32)
     assert fm.logistic_f32(x, out[:3], idx) == 2
+    # +-0 results, and those below 2^-151 (they round to +-0), are not
+    # (exp clamps both to e^-110, whose dropped bits lie far from 2^28)
+    x = np.array([0.0, -0.0, -120.0, -140.0], np.float32)
+    assert fm.tanh_f32(x[:2], out[:2], idx) == 0 and fm.exp_f32(x, out, idx) == 0
+    assert np.array_equal(bits(out), bits(exact("exp", x)))
 
 
 def _program(name, shape):
@@ -182,8 +187,6 @@ def test_kernels_with_and_without_the_c_module(name, monkeypatch):
     # Sizes below MIN_SIZE, one chunk, several chunks (the pool's threads),
     # 2-d and 0-d operands; without the module the float64 detour gives the
     # same bits.
-    # (every C loop, also those this host's numpy beats: NUMPY_FASTER)
-    monkeypatch.setattr(fastmath, "NUMPY_FASTER", ())
     rng = np.random.default_rng(3)
     for shape in [(), (5,), (fastmath.CHUNK,), (3 * fastmath.CHUNK + 17,), (300, 700)]:
         x = typical(name, rng, shape)
@@ -196,24 +199,6 @@ def test_kernels_with_and_without_the_c_module(name, monkeypatch):
         slow = prog.run(x)[0]
         monkeypatch.setattr(fastmath, "_fastmath", fm)
         assert np.array_equal(bits(slow), bits(want)), shape
-
-
-def test_loops_numpy_beats_run_the_detour(monkeypatch):
-    # A kernel named in NUMPY_FASTER never calls the C loop (the host's
-    # numpy float64 loop is faster there); the bits are the same.
-    calls = []
-    monkeypatch.setattr(fastmath, "_fastmath", type("M", (), {
-        "exp_f32": staticmethod(lambda *a: calls.append(a) or 0)}))
-    monkeypatch.setattr(fastmath, "NUMPY_FASTER", ("exp_f32",))
-    k = fastmath.f32_kernel("exp_f32", lambda v: exact("exp", v))
-    x = np.linspace(-5, 5, 1000, dtype=np.float32)
-    assert np.array_equal(bits(k(x)), bits(exact("exp", x)))
-    out = np.empty_like(x)
-    assert k.kernel_info.into(out, x) is out and np.array_equal(bits(out), bits(exact("exp", x)))
-    assert calls == []
-    monkeypatch.setattr(fastmath, "NUMPY_FASTER", ())
-    k(x)
-    assert len(calls) == 1
 
 
 def test_strided_and_broadcast_operands():

@@ -41,6 +41,10 @@ def _values():
                            rng.uniform(-800, 800, 3000)])
 
 
+# The instruction-set levels of the C loops' fold and contract (isa=).
+ISAS = (0, 1, 2, 3)
+
+
 def _bits(a):
     return np.ascontiguousarray(a).view(np.uint8)
 
@@ -158,34 +162,63 @@ def test_narrow_steps_round_like_numpy_on_every_value(no_c, dtype):
 def test_narrow_contraction_rounds_like_numpy_on_every_value(no_c, dtype):
     # acc + a * w over a row of every 16-bit pattern (the vectorized row
     # loop), a few multipliers.
+    # One row, and 8 rows (the register tiles).
     every = np.arange(65536, dtype=np.uint16).view(dtype)
     rng = np.random.default_rng(6)
     w = every.reshape(1, 1, -1)
     acc = rng.permutation(every).reshape(1, 1, -1)
-    for v in (1.0, -0.5, 3.0, 1e-3, 300.0, float(rng.standard_normal())):
+    values = (1.0, -0.5, 3.0, 1e-3, 300.0, float(rng.standard_normal()), 6e-5, -1e-30)
+    for v in values:
         a = np.full((1, 1, 1), v, dtype)
         got = spec_kernels.contract(a, w, dtype, acc)
         want = no_c(spec_kernels.contract, a, w, dtype, acc)
         assert _same(got, want), v
+    a = np.array(values, dtype).reshape(1, 8, 1)
+    acc = np.stack([rng.permutation(every) for _ in values]).reshape(1, 8, -1)
+    got = spec_kernels.contract(a, w, dtype, acc)
+    want = no_c(spec_kernels.contract, a, w, dtype, acc)
+    assert _same(got, want)
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_float16_portable_conversions_equal_f16c():
-    # The C module converts float16 with F16C instructions where the CPU has
-    # them; generic=True takes its portable C conversions: the same bits.
+def test_float16_paths_are_the_same_bits():
+    # The C module steps float16 by AVX512-FP16 arithmetic where the CPU has
+    # it (isa=0), else by F16C conversions around float32 arithmetic; isa=2
+    # allows at most AVX2 and F16C, 1 (True) and 3 the portable C
+    # conversions. On a CPU without an instruction set the call takes the
+    # next path down, so every host compares what it has: the same bits,
+    # every 16-bit pattern against a shuffle, rows of every stride kind.
     every = np.arange(65536, dtype=np.uint16).view(np.float16)
-    rows = np.stack([np.random.default_rng(2).permutation(every), every])
+    rng = np.random.default_rng(2)
+    rows = np.stack([rng.permutation(every), every, rng.permutation(every)])
     for kind in ("add", "multiply"):
-        hw, portable = rows[0].copy(), rows[0].copy()
-        C.fold(kind, rows[1:], hw)
-        C.fold(kind, rows[1:], portable, True)
-        assert _same(hw, portable), kind
-    a = _rows(np.random.default_rng(4), (2, 7, 300), np.float16)
-    w = _rows(np.random.default_rng(5), (2, 300, 9), np.float16)
-    hw, portable = np.zeros((2, 7, 9), np.float16), np.zeros((2, 7, 9), np.float16)
-    C.contract(a, w, hw)
-    C.contract(a, w, portable, True)
-    assert _same(hw, portable)
+        for x in (rows[1:], rows[1:, :1003], rows[1:].T, rows[1:, :40].T, rows[1:, :3]):
+            got = {}
+            for isa in ISAS:
+                acc = (rows[0, :x.shape[1]]).copy()
+                C.fold(kind, x, acc, isa)
+                got[isa] = acc
+            assert all(_same(got[i], got[1]) for i in ISAS), (kind, x.shape)
+    for shape in ((2, 7, 300, 9), (1, 9, 40, 70), (1, 4, 3, 33)):
+        B, M, K, N = shape
+        a = _rows(np.random.default_rng(4), (B, M, K), np.float16)
+        w = _rows(np.random.default_rng(5), (B, K, N), np.float16)
+        got = {}
+        for isa in ISAS:
+            acc = _rows(np.random.default_rng(6), (B, M, N), np.float16)
+            C.contract(a, w, acc, isa)
+            got[isa] = acc
+        assert all(_same(got[i], got[1]) for i in ISAS), shape
+    # one product and one sum over every 16-bit pattern, in tiles
+    w = every.reshape(1, 1, -1)
+    a = np.array([1.0, -0.5, 3.0, 1e-3, 300.0, 6e-5, -7.0, 0.1], np.float16).reshape(1, 8, 1)
+    start = np.stack([rng.permutation(every) for _ in range(8)]).reshape(1, 8, -1)
+    got = {}
+    for isa in ISAS:
+        acc = start.copy()
+        C.contract(a, w, acc, isa)
+        got[isa] = acc
+    assert all(_same(got[i], got[1]) for i in ISAS)
 
 
 def test_fold_of_negative_zeros_is_negative_zero():
@@ -241,6 +274,49 @@ def test_contract_is_the_numpy_contraction(no_c, dtype, bmkn):
         want = no_c(spec_kernels.contract, a, b, dtype, start)
         assert got.shape == (B, M, N) and got.dtype == np.dtype(dtype)
         assert _same(got, want)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("bmkn", [(1, 16, 40, 64), (2, 13, 300, 70), (1, 9, 600, 17),
+                                  (1, 8, 3, 16), (1, 33, 257, 100), (3, 4, 5, 40)])
+def test_register_tiles_are_the_row_loop(no_c, dtype, bmkn):
+    # Where w's rows are contiguous the C loop computes register tiles of
+    # outputs (k in chunks, remainders by the row loop), 512-, 256- or
+    # 128-bit vectors by the isa level; isa=1 takes the row loop alone. All
+    # of them, and the numpy fallback: the same bits.
+    B, M, K, N = bmkn
+    rng = np.random.default_rng(M * N + K)
+    a = _rows(rng, (B, M, K), dtype)
+    w = _rows(rng, (B, K, N), dtype)
+    acc = _rows(rng, (B, M, N), dtype)
+    buf = spec_kernels._c_buffer     # bfloat16 as its uint16 bits
+    # contiguous, then w's rows reversed (a negative k stride, the rows
+    # still contiguous: tiles) and a's k strided and reversed
+    for a_, w_ in ((a, w), (_rows(rng, (B, M, 2 * K), dtype)[:, :, ::-2], w[:, ::-1])):
+        want = no_c(spec_kernels.contract, a_, w_, dtype, acc)
+        for isa in ISAS:
+            got = acc.copy()
+            C.contract(buf(a_), buf(w_), buf(got), isa)
+            assert _same(got, want), isa
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("mn", [(16, 64), (16, 200), (24, 9)])
+def test_register_tiles_round_every_product(dtype, mn):
+    # As below, over a whole tile of outputs at once: acc = -1, one product
+    # (1 + u)^2 = 1 + 2u + u^2 whose u^2 the product's rounding drops (half
+    # an ulp of 1, a tie to even, in float32 and float64; less in float16); a
+    # fused multiply-add would keep it.
+    M, N = mn
+    u = {np.float32: 2.0 ** -12, np.float64: 2.0 ** -27, np.float16: 2.0 ** -6}[dtype]
+    e = 1 + u
+    a = np.full((1, M, 1), e, dtype)
+    w = np.full((1, 1, N), e, dtype)
+    acc = np.full((1, M, N), -1.0, dtype)
+    C.contract(a, w, acc)
+    assert np.all(acc == np.asarray(2 * u, dtype))
+    assert np.asarray(2 * u + u * u, dtype) != np.asarray(2 * u, dtype)
 
 
 @pytest.mark.parametrize("c_loops", [True, False])
@@ -348,3 +424,7 @@ def test_bad_buffers_raise():
         C.cdiv(x, x, x, np.ones(3), out, np.empty(4))
     with pytest.raises(TypeError, match="float64"):
         C.cdiv(x, x, x, x, out, np.empty(4, np.float32))
+    with pytest.raises(ValueError, match="isa must be 0 to 3"):
+        C.fold("add", np.ones((2, 2)), np.ones(2), 4)
+    with pytest.raises(ValueError, match="isa must be 0 to 3"):
+        C.contract(np.ones((1, 2, 3)), np.ones((1, 3, 5)), np.zeros((1, 2, 5)), -1)

@@ -191,6 +191,33 @@ def test_small_operand_kernels(cpp, et):
             _check(cpp, _SMALL_OPS.replace("ET", et), [np.asarray(a), np.asarray(b), v, w])
 
 
+def _dot_program(m, k, n, et):
+    a, b, o = f"tensor<{m}x{k}x{et}>", f"tensor<{k}x{n}x{et}>", f"tensor<{m}x{n}x{et}>"
+    return (f"func.func @main(%a: {a}, %b: {b}) -> {o} {{\n  %0 = stablehlo.dot_general %a, %b, "
+            f"contracting_dims = [1] x [0] : ({a}, {b}) -> {o}\n  return %0 : {o}\n}}")
+
+
+@pytest.mark.parametrize("et, dtype", [("f32", np.float32), ("f64", np.float64),
+                                       ("f16", np.float16), ("bf16", ml_dtypes.bfloat16)])
+@pytest.mark.parametrize("mkn", [(16, 300, 70), (9, 40, 17), (40, 33, 1)])
+def test_dots_the_c_loops_tile(cpp, et, dtype, mkn):
+    # Shapes the C loop's register tiles (and their remainders) and its
+    # matrix-vector chains compute, against the C++ interpreter.
+    m, k, n = mkn
+    rng = np.random.default_rng(m + k + n)
+    args = [(rng.standard_normal(s) * 10.0 ** rng.integers(-2, 3, s)).astype(dtype)
+            for s in ((m, k), (k, n))]
+    _check(cpp, _dot_program(m, k, n, et), args)
+
+
+@pytest.mark.parametrize("et, dtype", [("f16", np.float16), ("bf16", ml_dtypes.bfloat16)])
+def test_narrow_sum_to_one_value(cpp, et, dtype):
+    # One long float16/bfloat16 chain (AVX512-FP16 steps where the CPU has them).
+    x = np.random.default_rng(3).standard_normal(5000).astype(dtype)
+    text = SUM.replace("300xf32", f"5000x{et}").replace("f32", et)
+    _check(cpp, text, [x])
+
+
 def _fft_text(kind, tin, tout, lengths):
     return (f"func.func @main(%a: tensor<{tin}>) -> tensor<{tout}> {{\n"
             f"  %r = stablehlo.fft %a, type = {kind}, length = {lengths} : "
@@ -223,7 +250,7 @@ def test_odd_length_irfft_is_the_accurate_transform():
     spec = shi.compile(text, numerics="spec").run(x)[0]
     accurate = shi.compile(text, numerics="accurate").run(x)[0]
     assert cpp_reference.bits_equal(np.asarray(spec), np.asarray(accurate))
-    np.testing.assert_allclose(spec, np.fft.irfftn(x, s=(3, 7)), atol=1e-13)
+    np.testing.assert_allclose(spec, np.fft.irfftn(x, s=(3, 7), axes=(-2, -1)), atol=1e-13)
 
 
 # The suite's files that need the spec order, and one of each op family.

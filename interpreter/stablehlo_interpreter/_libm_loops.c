@@ -11,7 +11,11 @@
  * numpy has no strided sequential fold (ufunc.reduce is pairwise along a
  * contiguous axis, ufunc.accumulate writes every prefix), and a contraction
  * as numpy steps materialises every product. A C loop folds in the
- * reference's order and stays vectorized across independent outputs.
+ * reference's order and stays vectorized across independent outputs:
+ * contractions in register tiles of outputs (AVX512F, AVX2 or SSE2 lanes,
+ * chosen at run time), float16 in AVX512-FP16 arithmetic where the CPU has
+ * it. Every instruction-set level gives the same bits; fold and contract
+ * take an isa level so that the tests run each one.
  *
  * Every result is bit-identical to the numpy/Python path it replaces
  * (tests/test_spec_loops.py runs both): no reassociation, no fused
@@ -485,6 +489,16 @@ py_cdiv(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* The instruction sets a call may use (the isa argument of fold and
+ * contract): the tests run each level and compare the bits. A level the CPU
+ * lacks falls to the next one down. */
+enum {
+    ISA_BEST = 0,       /* AVX512F/-BW/-FP16, AVX2, F16C: what the CPU has */
+    ISA_PORTABLE = 1,   /* plain C loops, no register tiles */
+    ISA_AVX2 = 2,       /* at most AVX2 and F16C */
+    ISA_SSE2 = 3,       /* x86-64's baseline: 128-bit tiles, portable float16 */
+};
+
 /* ---- sequential folds ----------------------------------------------------- */
 
 /* Outputs per group of independent chains in a strided fold, and per block
@@ -668,30 +682,108 @@ f_to_f16_hw(float f)
 NARROW_FOLD(fold_add_e_hw, f16_to_f_hw, f_to_f16_hw, ADD, F16C)
 NARROW_FOLD(fold_mul_e_hw, f16_to_f_hw, f_to_f16_hw, MUL, F16C)
 #define HAS_F16C() (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"))
+
+#if __GNUC__ >= 12
+/* float16 arithmetic in float16 by the CPU's AVX512-FP16 instructions where
+ * it has them (vaddsh, vmulsh and their vector forms): IEEE float16 add and
+ * multiply, round to nearest even, subnormals kept (these instructions
+ * ignore MXCSR's DAZ and FTZ). Float32 holds 2p+2 bits of float16, so
+ * rounding the float32 result again gives the float16 one: the same bits as
+ * the widen, operate, round steps above. A sequential fold is a chain of
+ * dependent steps; here each is one 4-cycle instruction instead of a
+ * conversion, an add and a conversion back. */
+#define HAVE_FP16 1
+#define FP16 __attribute__((target("avx512fp16,avx512vl,avx512bw,avx512f")))
+
+FP16 static inline __m128h
+h_load(const char *p)
+{
+    uint16_t u;
+    memcpy(&u, p, 2);
+    return _mm_castsi128_ph(_mm_cvtsi32_si128(u));
+}
+
+FP16 static inline uint16_t
+h_bits(__m128h v)
+{
+    return (uint16_t)_mm_cvtsi128_si32(_mm_castph_si128(v));
+}
+
+#define FP16_FOLD(NAME, OP, VOP)                                                     \
+FP16 static void                                                                     \
+NAME(const char *src, Py_ssize_t n, Py_ssize_t kept, Py_ssize_t sn, Py_ssize_t sk,  \
+     uint16_t *acc)                                                                  \
+{                                                                                    \
+    Py_ssize_t j0 = 0;                                                               \
+    if (sk == 2 && kept >= 32) {                                                     \
+        /* Rows contiguous: 32 outputs per vector, one row step at a time. */       \
+        for (; j0 + 32 <= kept; j0 += 32) {                                          \
+            __m512h r = _mm512_castsi512_ph(_mm512_loadu_si512(acc + j0));            \
+            const char *p = src + 2 * j0;                                            \
+            for (Py_ssize_t i = 0; i < n; i++, p += sn)                              \
+                r = VOP(r, _mm512_castsi512_ph(_mm512_loadu_si512(p)));              \
+            _mm512_storeu_si512(acc + j0, _mm512_castph_si512(r));                   \
+        }                                                                            \
+    }                                                                                \
+    for (; j0 + CHAINS <= kept; j0 += CHAINS) {                                      \
+        __m128h r[CHAINS];                                                           \
+        for (int t = 0; t < CHAINS; t++)                                             \
+            r[t] = h_load((const char *)(acc + j0 + t));                             \
+        const char *p = src + j0 * sk;                                               \
+        for (Py_ssize_t i = 0; i < n; i++, p += sn)                                  \
+            for (int t = 0; t < CHAINS; t++)                                         \
+                r[t] = OP(r[t], h_load(p + t * sk));                                 \
+        for (int t = 0; t < CHAINS; t++)                                             \
+            acc[j0 + t] = h_bits(r[t]);                                              \
+    }                                                                                \
+    for (; j0 < kept; j0++) {                                                        \
+        __m128h r = h_load((const char *)(acc + j0));                                \
+        const char *p = src + j0 * sk;                                               \
+        for (Py_ssize_t i = 0; i < n; i++, p += sn)                                  \
+            r = OP(r, h_load(p));                                                    \
+        acc[j0] = h_bits(r);                                                         \
+    }                                                                                \
+}
+
+FP16_FOLD(fold_add_e_fp16, _mm_add_sh, _mm512_add_ph)
+FP16_FOLD(fold_mul_e_fp16, _mm_mul_sh, _mm512_mul_ph)
+#define HAS_FP16() (__builtin_cpu_supports("avx512fp16") && __builtin_cpu_supports("avx512vl") \
+                    && __builtin_cpu_supports("avx512bw"))
+#else
+#define HAVE_FP16 0
+#define HAS_FP16() 0
+#endif
 #else
 #define HAVE_F16C 0
 #define HAS_F16C() 0
+#define HAVE_FP16 0
+#define HAS_FP16() 0
 #endif
 
 PyDoc_STRVAR(fold_doc,
-"fold(kind, x, acc, generic=False)\n\n"
+"fold(kind, x, acc, isa=0)\n\n"
 "The left fold of the rows of the 2-d float32/float64 buffer x (any\n"
 "strides) into acc, a contiguous buffer of x's type and row length:\n"
 "acc[j] = (((acc[j] op x[0, j]) op x[1, j]) ...) op x[n-1, j], each step\n"
 "rounded to the element type; kind: 'add' or 'multiply'. float16 buffers\n"
 "(format 'e') fold in float16; uint16 buffers (format 'H') hold bfloat16\n"
-"bits and fold in bfloat16. generic=True: float16 conversions in portable C\n"
-"even where the CPU has F16C (the tests compare the two).");
+"bits and fold in bfloat16. isa: the instructions it may use, 0 the best\n"
+"the CPU has (float16 steps by AVX512-FP16 arithmetic, else F16C\n"
+"conversions), 1 (True) portable C, 2 at most AVX2 and F16C, 3 x86-64's\n"
+"baseline; every level gives the same bits (the tests compare them).");
 
 static PyObject *
 py_fold(PyObject *self, PyObject *args)
 {
     const char *kind;
     PyObject *ox, *oa;
-    int generic = 0;
-    if (!PyArg_ParseTuple(args, "sOO|p:fold", &kind, &ox, &oa, &generic))
+    int isa = ISA_BEST;
+    if (!PyArg_ParseTuple(args, "sOO|i:fold", &kind, &ox, &oa, &isa))
         return NULL;
-    int hw = !generic && HAS_F16C();
+    if (isa < ISA_BEST || isa > ISA_SSE2)
+        return PyErr_Format(PyExc_ValueError, "fold: isa must be 0 to 3, not %d", isa);
+    int hw = (isa == ISA_BEST || isa == ISA_AVX2) && HAS_F16C();
+    int fp16 = isa == ISA_BEST && HAS_FP16();
     int add = strcmp(kind, "add") == 0;
     if (!add && strcmp(kind, "multiply") != 0)
         return PyErr_Format(PyExc_ValueError, "fold: kind must be 'add' or 'multiply', not '%s'",
@@ -722,6 +814,10 @@ py_fold(PyObject *self, PyObject *args)
             (add ? fold_add_f : fold_mul_f)(src, n, kept, sn, sk, (float *)a.buf);
         else if (k == 'd')
             (add ? fold_add_d : fold_mul_d)(src, n, kept, sn, sk, (double *)a.buf);
+#if HAVE_FP16
+        else if (k == 'e' && fp16)
+            (add ? fold_add_e_fp16 : fold_mul_e_fp16)(src, n, kept, sn, sk, (uint16_t *)a.buf);
+#endif
 #if HAVE_F16C
         else if (k == 'e' && hw)
             (add ? fold_add_e_hw : fold_mul_e_hw)(src, n, kept, sn, sk, (uint16_t *)a.buf);
@@ -744,53 +840,130 @@ py_fold(PyObject *self, PyObject *args)
 /* Outputs per block of a row of the result (kept in L1 across k). */
 #define NBLOCK 512
 
-/* acc[b, m, n] = (((acc[b, m, n] + a[b, m, 0] * w[b, 0, n]) + a[b, m, 1] *
- * w[b, 1, n]) ...), each product and each sum rounded to T. */
-#define CONTRACT(NAME, T)                                                            \
-VECTOR_CLONES static void                                                            \
-NAME(const Py_buffer *A, const Py_buffer *W, T *acc)                                 \
-{                                                                                    \
-    Py_ssize_t B = A->shape[0], M = A->shape[1], K = A->shape[2], N = W->shape[2];   \
-    const Py_ssize_t *sa = A->strides, *sw = W->strides;                             \
-    if (N < 2 * CHAINS && M >= CHAINS) {                                             \
-        /* Narrow rows (a matrix-vector product): CHAINS rows of a at once,         \
-         * independent chains over k. */                                            \
-        for (Py_ssize_t b = 0; b < B; b++)                                           \
-            for (Py_ssize_t n = 0; n < N; n++) {                                     \
-                const char *wn = (const char *)W->buf + b * sw[0] + n * sw[2];       \
-                Py_ssize_t m0 = 0;                                                   \
-                for (; m0 + CHAINS <= M; m0 += CHAINS) {                             \
-                    T r[CHAINS];                                                     \
-                    const char *am = (const char *)A->buf + b * sa[0] + m0 * sa[1];  \
-                    for (int t = 0; t < CHAINS; t++)                                 \
-                        r[t] = acc[(b * M + m0 + t) * N + n];                        \
-                    for (Py_ssize_t k = 0; k < K; k++) {                             \
-                        const T wv = *(const T *)(wn + k * sw[1]);                   \
-                        for (int t = 0; t < CHAINS; t++) {                           \
-                            T p = *(const T *)(am + t * sa[1] + k * sa[2]) * wv;     \
-                            r[t] = r[t] + p;                                         \
-                        }                                                            \
-                    }                                                                \
-                    for (int t = 0; t < CHAINS; t++)                                 \
-                        acc[(b * M + m0 + t) * N + n] = r[t];                        \
-                }                                                                    \
-                for (; m0 < M; m0++) {                                               \
-                    T r = acc[(b * M + m0) * N + n];                                 \
-                    const char *am = (const char *)A->buf + b * sa[0] + m0 * sa[1];  \
-                    for (Py_ssize_t k = 0; k < K; k++) {                             \
-                        T p = *(const T *)(am + k * sa[2]) * *(const T *)(wn + k * sw[1]); \
-                        r = r + p;                                                   \
-                    }                                                                \
-                    acc[(b * M + m0) * N + n] = r;                                   \
+
+/* ---- register tiles ----
+ * Where w's rows are contiguous, the result is computed in tiles of MR rows
+ * by NR vectors of outputs held in registers while k runs over a chunk of
+ * KC contracted indices: per k, NR vectors of w are loaded once for MR rows
+ * and each output takes one rounded product and one rounded sum, k after k,
+ * exactly as in the row loop below (the order within an output is the
+ * contract; outputs advancing side by side in SIMD lanes and chunks of k
+ * changing nothing in it). The tile function fills [0, Mt) x [0, Nt) and
+ * returns those bounds; the row loop does the rest. */
+#define KC 256
+
+#define TILE(T, V, MR, NR)                                                           \
+    do {                                                                             \
+        V c[MR][NR];                                                                 \
+        T *crow = acc + (b * M + m0) * N + n0;                                       \
+        for (int r = 0; r < MR; r++)                                                 \
+            for (int v = 0; v < NR; v++)                                             \
+                memcpy(&c[r][v], crow + r * N + v * L, sizeof(V));                   \
+        const char *ap = abase + m0 * sa[1] + k0 * sa[2];                            \
+        const char *wp = wbase + k0 * sw[1] + n0 * (Py_ssize_t)sizeof(T);            \
+        for (Py_ssize_t k = k0; k < k1; k++, ap += sa[2], wp += sw[1]) {             \
+            V w[NR];                                                                 \
+            for (int v = 0; v < NR; v++)                                             \
+                memcpy(&w[v], wp + v * sizeof(V), sizeof(V));                        \
+            for (int r = 0; r < MR; r++) {                                           \
+                const T s = *(const T *)(ap + r * sa[1]);                            \
+                for (int v = 0; v < NR; v++) {                                       \
+                    V p = w[v] * s;                                                  \
+                    c[r][v] = c[r][v] + p;                                           \
                 }                                                                    \
             }                                                                        \
+        }                                                                            \
+        for (int r = 0; r < MR; r++)                                                 \
+            for (int v = 0; v < NR; v++)                                             \
+                memcpy(crow + r * N + v * L, &c[r][v], sizeof(V));                   \
+    } while (0)
+
+/* 4 rows x 2 vectors where a row has two vectors of outputs, else 8 rows x
+ * 1 vector: 8 independent accumulators either way (an add's latency times
+ * the adds per cycle). */
+#define TILED(NAME, T, VB, ATTR)                                                     \
+ATTR static void                                                                     \
+NAME(const Py_buffer *A, const Py_buffer *W, T *acc, Py_ssize_t *pMt, Py_ssize_t *pNt) \
+{                                                                                    \
+    typedef T V __attribute__((vector_size(VB)));                                    \
+    enum { L = VB / sizeof(T) };                                                     \
+    Py_ssize_t B = A->shape[0], M = A->shape[1], K = A->shape[2], N = W->shape[2];   \
+    const Py_ssize_t *sa = A->strides, *sw = W->strides;                             \
+    int wide = N >= 2 * L;                                                           \
+    Py_ssize_t Mt = wide ? M - M % 4 : M - M % 8;                                    \
+    Py_ssize_t Nt = wide ? N - N % (2 * L) : N - N % L;                              \
+    *pMt = Mt;                                                                       \
+    *pNt = Nt;                                                                       \
+    for (Py_ssize_t b = 0; b < B; b++) {                                             \
+        const char *abase = (const char *)A->buf + b * sa[0];                        \
+        const char *wbase = (const char *)W->buf + b * sw[0];                        \
+        for (Py_ssize_t k0 = 0; k0 < K; k0 += KC) {                                  \
+            Py_ssize_t k1 = K - k0 < KC ? K : k0 + KC;                               \
+            for (Py_ssize_t n0 = 0; n0 < Nt; n0 += wide ? 2 * L : L)                 \
+                for (Py_ssize_t m0 = 0; m0 < Mt; m0 += wide ? 4 : 8) {               \
+                    if (wide)                                                        \
+                        TILE(T, V, 4, 2);                                            \
+                    else                                                             \
+                        TILE(T, V, 8, 1);                                            \
+                }                                                                    \
+        }                                                                            \
+    }                                                                                \
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+/* AVX512F and AVX2 hold more lanes; neither instruction set changes an
+ * IEEE add or multiply (fused multiply-adds are off, see the top). */
+TILED(tile_f_512, float, 64, __attribute__((target("avx512f"))))
+TILED(tile_d_512, double, 64, __attribute__((target("avx512f"))))
+TILED(tile_f_256, float, 32, __attribute__((target("avx2"))))
+TILED(tile_d_256, double, 32, __attribute__((target("avx2"))))
+#define WIDE_TILES(T, A, W, acc, Mt, Nt)                                             \
+    if (isa == ISA_BEST && __builtin_cpu_supports("avx512f")) {                      \
+        tile_##T##_512(A, W, acc, Mt, Nt);                                           \
         return;                                                                      \
     }                                                                                \
+    if (isa != ISA_SSE2 && __builtin_cpu_supports("avx2")) {                         \
+        tile_##T##_256(A, W, acc, Mt, Nt);                                           \
+        return;                                                                      \
+    }
+#else
+#define WIDE_TILES(T, A, W, acc, Mt, Nt)
+#endif
+TILED(tile_f_128, float, 16, )
+TILED(tile_d_128, double, 16, )
+
+static void
+tile_f(const Py_buffer *A, const Py_buffer *W, float *acc, Py_ssize_t *Mt, Py_ssize_t *Nt,
+       int isa)
+{
+    WIDE_TILES(f, A, W, acc, Mt, Nt)
+    tile_f_128(A, W, acc, Mt, Nt);
+}
+
+static void
+tile_d(const Py_buffer *A, const Py_buffer *W, double *acc, Py_ssize_t *Mt, Py_ssize_t *Nt,
+       int isa)
+{
+    WIDE_TILES(d, A, W, acc, Mt, Nt)
+    tile_d_128(A, W, acc, Mt, Nt);
+}
+
+/* acc[b, m, n] = (((acc[b, m, n] + a[b, m, 0] * w[b, 0, n]) + a[b, m, 1] *
+ * w[b, 1, n]) ...), each product and each sum rounded to T. */
+#define CONTRACT(NAME, T, TILES)                                                     \
+VECTOR_CLONES static void                                                            \
+NAME##_rows(const Py_buffer *A, const Py_buffer *W, T *acc, Py_ssize_t m_lo,         \
+            Py_ssize_t m_hi, Py_ssize_t n_lo, Py_ssize_t n_hi)                       \
+{                                                                                    \
+    /* rows m_lo..m_hi, columns n_lo..n_hi: per row, k after k, a block of        \
+     * outputs advancing together */                                                \
+    Py_ssize_t B = A->shape[0], M = A->shape[1], K = A->shape[2], N = W->shape[2];   \
+    const Py_ssize_t *sa = A->strides, *sw = W->strides;                             \
     for (Py_ssize_t b = 0; b < B; b++)                                               \
-        for (Py_ssize_t m = 0; m < M; m++) {                                         \
+        for (Py_ssize_t m = m_lo; m < m_hi; m++) {                                   \
             const char *arow = (const char *)A->buf + b * sa[0] + m * sa[1];         \
-            for (Py_ssize_t n0 = 0; n0 < N; n0 += NBLOCK) {                          \
-                Py_ssize_t w = N - n0 < NBLOCK ? N - n0 : NBLOCK;                    \
+            for (Py_ssize_t n0 = n_lo; n0 < n_hi; n0 += NBLOCK) {                    \
+                Py_ssize_t w = n_hi - n0 < NBLOCK ? n_hi - n0 : NBLOCK;              \
                 T *restrict c = acc + (b * M + m) * N + n0;                          \
                 const char *wk = (const char *)W->buf + b * sw[0] + n0 * sw[2];      \
                 for (Py_ssize_t k = 0; k < K; k++, wk += sw[1]) {                    \
@@ -810,10 +983,62 @@ NAME(const Py_buffer *A, const Py_buffer *W, T *acc)                            
                 }                                                                    \
             }                                                                        \
         }                                                                            \
+}                                                                                    \
+                                                                                     \
+VECTOR_CLONES static void                                                            \
+NAME##_narrow(const Py_buffer *A, const Py_buffer *W, T *acc)                        \
+{                                                                                    \
+    /* Narrow rows (a matrix-vector product): CHAINS rows of a at once,             \
+     * independent chains over k. */                                                \
+    Py_ssize_t B = A->shape[0], M = A->shape[1], K = A->shape[2], N = W->shape[2];   \
+    const Py_ssize_t *sa = A->strides, *sw = W->strides;                             \
+    for (Py_ssize_t b = 0; b < B; b++)                                               \
+        for (Py_ssize_t n = 0; n < N; n++) {                                         \
+            const char *wn = (const char *)W->buf + b * sw[0] + n * sw[2];           \
+            Py_ssize_t m0 = 0;                                                       \
+            for (; m0 + CHAINS <= M; m0 += CHAINS) {                                 \
+                T r[CHAINS];                                                         \
+                const char *am = (const char *)A->buf + b * sa[0] + m0 * sa[1];      \
+                for (int t = 0; t < CHAINS; t++)                                     \
+                    r[t] = acc[(b * M + m0 + t) * N + n];                            \
+                for (Py_ssize_t k = 0; k < K; k++) {                                 \
+                    const T wv = *(const T *)(wn + k * sw[1]);                       \
+                    for (int t = 0; t < CHAINS; t++) {                               \
+                        T p = *(const T *)(am + t * sa[1] + k * sa[2]) * wv;         \
+                        r[t] = r[t] + p;                                             \
+                    }                                                                \
+                }                                                                    \
+                for (int t = 0; t < CHAINS; t++)                                     \
+                    acc[(b * M + m0 + t) * N + n] = r[t];                            \
+            }                                                                        \
+            for (; m0 < M; m0++) {                                                   \
+                T r = acc[(b * M + m0) * N + n];                                     \
+                const char *am = (const char *)A->buf + b * sa[0] + m0 * sa[1];      \
+                for (Py_ssize_t k = 0; k < K; k++) {                                 \
+                    T p = *(const T *)(am + k * sa[2]) * *(const T *)(wn + k * sw[1]); \
+                    r = r + p;                                                       \
+                }                                                                    \
+                acc[(b * M + m0) * N + n] = r;                                       \
+            }                                                                        \
+        }                                                                            \
+}                                                                                    \
+                                                                                     \
+static void                                                                          \
+NAME(const Py_buffer *A, const Py_buffer *W, T *acc, int isa)                        \
+{                                                                                    \
+    Py_ssize_t M = A->shape[1], N = W->shape[2], Mt = 0, Nt = 0;                     \
+    if (N < 2 * CHAINS && M >= CHAINS) {                                             \
+        NAME##_narrow(A, W, acc);                                                    \
+        return;                                                                      \
+    }                                                                                \
+    if (isa != ISA_PORTABLE && W->strides[2] == (Py_ssize_t)sizeof(T))               \
+        TILES(A, W, acc, &Mt, &Nt, isa);                                             \
+    NAME##_rows(A, W, acc, 0, M, Nt, N);                                             \
+    NAME##_rows(A, W, acc, Mt, M, 0, Nt);                                            \
 }
 
-CONTRACT(contract_f, float)
-CONTRACT(contract_d, double)
+CONTRACT(contract_f, float, tile_f)
+CONTRACT(contract_d, double, tile_d)
 
 /* float16/bfloat16: each product rounded to the type, then each sum. */
 /* One step of a float16/bfloat16 contraction over a row of N outputs:
@@ -882,29 +1107,186 @@ row_e_hw(float *restrict c, const char *w, Py_ssize_t sw, float av, Py_ssize_t n
 
 #define NARROW_CONTRACT(NAME, TO_F, FROM_F, ROW)                                     \
 static void                                                                          \
-NAME(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, float *c)                \
+NAME##_range(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, float *c,        \
+             Py_ssize_t m_lo, Py_ssize_t m_hi, Py_ssize_t n_lo, Py_ssize_t n_hi)     \
 {                                                                                    \
-    /* c: N floats of scratch, one accumulator row */                               \
+    /* c: n_hi - n_lo floats of scratch, one accumulator row */                     \
     Py_ssize_t B = A->shape[0], M = A->shape[1], K = A->shape[2], N = W->shape[2];   \
+    Py_ssize_t nn = n_hi - n_lo;                                                     \
     const Py_ssize_t *sa = A->strides, *sw = W->strides;                             \
     for (Py_ssize_t b = 0; b < B; b++)                                               \
-        for (Py_ssize_t m = 0; m < M; m++) {                                         \
+        for (Py_ssize_t m = m_lo; m < m_hi; m++) {                                   \
             const char *arow = (const char *)A->buf + b * sa[0] + m * sa[1];         \
-            uint16_t *out = acc + (b * M + m) * N;                                   \
-            for (Py_ssize_t j = 0; j < N; j++)                                       \
+            uint16_t *out = acc + (b * M + m) * N + n_lo;                            \
+            for (Py_ssize_t j = 0; j < nn; j++)                                      \
                 c[j] = TO_F(out[j]);                                                 \
-            const char *wk = (const char *)W->buf + b * sw[0];                       \
+            const char *wk = (const char *)W->buf + b * sw[0] + n_lo * sw[2];        \
             for (Py_ssize_t k = 0; k < K; k++, wk += sw[1])                          \
-                ROW(c, wk, sw[2], TO_F(*(const uint16_t *)(arow + k * sa[2])), N);   \
-            for (Py_ssize_t j = 0; j < N; j++)                                       \
+                ROW(c, wk, sw[2], TO_F(*(const uint16_t *)(arow + k * sa[2])), nn);  \
+            for (Py_ssize_t j = 0; j < nn; j++)                                      \
                 out[j] = FROM_F(c[j]);                                               \
         }                                                                            \
+}                                                                                    \
+                                                                                     \
+static void                                                                          \
+NAME(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, float *c)                \
+{                                                                                    \
+    NAME##_range(A, W, acc, c, 0, A->shape[1], 0, W->shape[2]);                      \
 }
 
 NARROW_CONTRACT(contract_e, f16_to_f, f_to_f16, row_e)
 NARROW_CONTRACT(contract_b, bf16_to_f, f_to_bf16, row_b)
+
+/* bfloat16 contractions in register tiles: float32 accumulators holding
+ * bfloat16 values, each product and each sum rounded to bfloat16 by integer
+ * steps on the float32 bits (round_bf16 without its NaN branch: the NaNs a
+ * product or sum of bfloat16 values makes are quiet with 16 zero low bits,
+ * which the rounding leaves as they are). */
+#define BF_ROUND(U, x)                                                               \
+    ({                                                                               \
+        U u_ = (U)(x);                                                               \
+        u_ = (u_ + 0x7fffu + ((u_ >> 16) & 1u)) & 0xffff0000u;                       \
+        (__typeof__(x))u_;                                                           \
+    })
+
+#define TILE_B(MR, NR)                                                               \
+    do {                                                                             \
+        V c[MR][NR];                                                                 \
+        uint16_t *crow = acc + (b * M + m0) * N + n0;                                \
+        for (int r = 0; r < MR; r++)                                                 \
+            for (int v = 0; v < NR; v++) {                                           \
+                H h;                                                                 \
+                memcpy(&h, crow + r * N + v * L, sizeof(H));                         \
+                c[r][v] = (V)(__builtin_convertvector(h, U) << 16);                  \
+            }                                                                        \
+        const char *ap = abase + m0 * sa[1] + k0 * sa[2];                            \
+        const char *wp = wbase + k0 * sw[1] + n0 * 2;                                \
+        for (Py_ssize_t k = k0; k < k1; k++, ap += sa[2], wp += sw[1]) {             \
+            V w[NR];                                                                 \
+            for (int v = 0; v < NR; v++) {                                           \
+                H h;                                                                 \
+                memcpy(&h, wp + v * sizeof(H), sizeof(H));                           \
+                w[v] = (V)(__builtin_convertvector(h, U) << 16);                     \
+            }                                                                        \
+            for (int r = 0; r < MR; r++) {                                           \
+                const float s = bf16_to_f(*(const uint16_t *)(ap + r * sa[1]));      \
+                for (int v = 0; v < NR; v++) {                                       \
+                    V p = BF_ROUND(U, w[v] * s);                                     \
+                    c[r][v] = BF_ROUND(U, c[r][v] + p);                              \
+                }                                                                    \
+            }                                                                        \
+        }                                                                            \
+        for (int r = 0; r < MR; r++)                                                 \
+            for (int v = 0; v < NR; v++) {                                           \
+                H h = __builtin_convertvector((U)c[r][v] >> 16, H);                  \
+                memcpy(crow + r * N + v * L, &h, sizeof(H));                         \
+            }                                                                        \
+    } while (0)
+
+#define TILED_B(NAME, VB, ATTR)                                                      \
+ATTR static void                                                                     \
+NAME(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, Py_ssize_t *pMt,         \
+     Py_ssize_t *pNt)                                                                \
+{                                                                                    \
+    typedef float V __attribute__((vector_size(VB)));                                \
+    typedef uint32_t U __attribute__((vector_size(VB)));                             \
+    typedef uint16_t H __attribute__((vector_size(VB / 2)));                         \
+    enum { L = VB / 4 };                                                             \
+    Py_ssize_t B = A->shape[0], M = A->shape[1], K = A->shape[2], N = W->shape[2];   \
+    const Py_ssize_t *sa = A->strides, *sw = W->strides;                             \
+    int wide = N >= 2 * L;                                                           \
+    Py_ssize_t Mt = wide ? M - M % 4 : M - M % 8;                                    \
+    Py_ssize_t Nt = wide ? N - N % (2 * L) : N - N % L;                              \
+    *pMt = Mt;                                                                       \
+    *pNt = Nt;                                                                       \
+    for (Py_ssize_t b = 0; b < B; b++) {                                             \
+        const char *abase = (const char *)A->buf + b * sa[0];                        \
+        const char *wbase = (const char *)W->buf + b * sw[0];                        \
+        for (Py_ssize_t k0 = 0; k0 < K; k0 += KC) {                                  \
+            Py_ssize_t k1 = K - k0 < KC ? K : k0 + KC;                               \
+            for (Py_ssize_t n0 = 0; n0 < Nt; n0 += wide ? 2 * L : L)                 \
+                for (Py_ssize_t m0 = 0; m0 < Mt; m0 += wide ? 4 : 8) {               \
+                    if (wide)                                                        \
+                        TILE_B(4, 2);                                                \
+                    else                                                             \
+                        TILE_B(8, 1);                                                \
+                }                                                                    \
+        }                                                                            \
+    }                                                                                \
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+TILED_B(tile_b_512, 64, __attribute__((target("avx512f,avx512bw"))))
+TILED_B(tile_b_256, 32, __attribute__((target("avx2"))))
+#define WIDE_TILES_B(A, W, acc, Mt, Nt)                                              \
+    if (isa == ISA_BEST && __builtin_cpu_supports("avx512f") &&                      \
+        __builtin_cpu_supports("avx512bw")) {                                        \
+        tile_b_512(A, W, acc, Mt, Nt);                                               \
+        return;                                                                      \
+    }                                                                                \
+    if (isa != ISA_SSE2 && __builtin_cpu_supports("avx2")) {                         \
+        tile_b_256(A, W, acc, Mt, Nt);                                               \
+        return;                                                                      \
+    }
+#else
+#define WIDE_TILES_B(A, W, acc, Mt, Nt)
+#endif
+TILED_B(tile_b_128, 16, )
+
+static void
+tile_b(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, Py_ssize_t *Mt, Py_ssize_t *Nt,
+       int isa)
+{
+    WIDE_TILES_B(A, W, acc, Mt, Nt)
+    tile_b_128(A, W, acc, Mt, Nt);
+}
+
+static void
+contract_b_tiled(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, float *c, int isa)
+{
+    Py_ssize_t M = A->shape[1], N = W->shape[2], Mt, Nt;
+    tile_b(A, W, acc, &Mt, &Nt, isa);
+    contract_b_range(A, W, acc, c, 0, M, Nt, N);
+    contract_b_range(A, W, acc, c, Mt, M, 0, Nt);
+}
 #if HAVE_F16C
 NARROW_CONTRACT(contract_e_hw, f16_to_f, f_to_f16, row_e_hw)
+#endif
+
+#if HAVE_FP16
+/* float16 contractions in float16 arithmetic (AVX512-FP16): register tiles
+ * of 32 outputs a vector, each product and each sum one float16 rounding
+ * (the same bits as float32 steps rounded, see HAVE_FP16); the outputs the
+ * tiles leave, one chain each. */
+TILED(tile_e_fp16, _Float16, 64, FP16)
+
+FP16 static void
+rows_e_fp16(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, Py_ssize_t m_lo,
+            Py_ssize_t m_hi, Py_ssize_t n_lo, Py_ssize_t n_hi)
+{
+    Py_ssize_t B = A->shape[0], M = A->shape[1], K = A->shape[2], N = W->shape[2];
+    const Py_ssize_t *sa = A->strides, *sw = W->strides;
+    for (Py_ssize_t b = 0; b < B; b++)
+        for (Py_ssize_t m = m_lo; m < m_hi; m++)
+            for (Py_ssize_t n = n_lo; n < n_hi; n++) {
+                const char *ap = (const char *)A->buf + b * sa[0] + m * sa[1];
+                const char *wp = (const char *)W->buf + b * sw[0] + n * sw[2];
+                uint16_t *c = acc + (b * M + m) * N + n;
+                __m128h r = h_load((const char *)c);
+                for (Py_ssize_t k = 0; k < K; k++, ap += sa[2], wp += sw[1])
+                    r = _mm_add_sh(r, _mm_mul_sh(h_load(ap), h_load(wp)));
+                *c = h_bits(r);
+            }
+}
+
+static void
+contract_e_fp16(const Py_buffer *A, const Py_buffer *W, uint16_t *acc)
+{
+    Py_ssize_t M = A->shape[1], N = W->shape[2], Mt, Nt;
+    tile_e_fp16(A, W, (_Float16 *)acc, &Mt, &Nt);
+    rows_e_fp16(A, W, acc, 0, M, Nt, N);
+    rows_e_fp16(A, W, acc, Mt, M, 0, Nt);
+}
 #endif
 
 /* complex: each product by the textbook formula, every product and sum
@@ -938,22 +1320,25 @@ COMPLEX_CONTRACT(contract_F, float)
 COMPLEX_CONTRACT(contract_D, double)
 
 PyDoc_STRVAR(contract_doc,
-"contract(a, w, acc, generic=False)\n\n"
+"contract(a, w, acc, isa=0)\n\n"
 "acc[b, m, n] += a[b, m, k] * w[b, k, n] for k = 0, 1, ... in order, each\n"
 "product and each sum rounded to the element type (float32, float64,\n"
 "float16, bfloat16 given as its uint16 bits, complex64, complex128; a\n"
 "complex product by the textbook formula, each step rounded):\n"
 "a (B, M, K) and w (B, K, N) of any strides, acc (B, M, N) contiguous;\n"
-"generic as for fold.");
+"isa as for fold.");
 
 static PyObject *
 py_contract(PyObject *self, PyObject *args)
 {
     PyObject *oa, *ow, *oc;
-    int generic = 0;
-    if (!PyArg_ParseTuple(args, "OOO|p:contract", &oa, &ow, &oc, &generic))
+    int isa = ISA_BEST;
+    if (!PyArg_ParseTuple(args, "OOO|i:contract", &oa, &ow, &oc, &isa))
         return NULL;
-    int hw = !generic && HAS_F16C();
+    if (isa < ISA_BEST || isa > ISA_SSE2)
+        return PyErr_Format(PyExc_ValueError, "contract: isa must be 0 to 3, not %d", isa);
+    int hw = (isa == ISA_BEST || isa == ISA_AVX2) && HAS_F16C();
+    int fp16 = isa == ISA_BEST && HAS_FP16();
     Py_buffer c, a, w;
     if (get_contiguous(oc, &c, 1, 0, "contract acc") < 0)
         return NULL;
@@ -986,19 +1371,25 @@ py_contract(PyObject *self, PyObject *args)
         if (ok) {
             Py_BEGIN_ALLOW_THREADS
             if (k == 'f')
-                contract_f(&a, &w, (float *)c.buf);
+                contract_f(&a, &w, (float *)c.buf, isa);
             else if (k == 'd')
-                contract_d(&a, &w, (double *)c.buf);
+                contract_d(&a, &w, (double *)c.buf, isa);
             else if (k == 'F')
                 contract_F(&a, &w, (float *)c.buf);
             else if (k == 'D')
                 contract_D(&a, &w, (double *)c.buf);
+#if HAVE_FP16
+            else if (k == 'e' && fp16 && w.strides[2] == 2 && w.shape[2] >= 32 && a.shape[1] >= 8)
+                contract_e_fp16(&a, &w, (uint16_t *)c.buf);
+#endif
 #if HAVE_F16C
             else if (k == 'e' && hw)
                 contract_e_hw(&a, &w, (uint16_t *)c.buf, row);
 #endif
             else if (k == 'e')
                 contract_e(&a, &w, (uint16_t *)c.buf, row);
+            else if (w.strides[2] == 2 && isa != ISA_PORTABLE)
+                contract_b_tiled(&a, &w, (uint16_t *)c.buf, row, isa);
             else
                 contract_b(&a, &w, (uint16_t *)c.buf, row);
             Py_END_ALLOW_THREADS

@@ -383,14 +383,8 @@ class Block:
                         env[d] = None
         except InterpreterError:
             raise
-        except RecursionError:
-            step = self._failed_step(fn, out)
-            if step is None:
-                raise ExecutionError("recursion too deep") from None
-            raise ExecutionError(f"{step.op.where()}: recursion too deep",
-                                 step.op.name, step.op.location) from None
         except Exception as e:
-            raise _wrap(e, self._failed_step(fn, out)) from e
+            raise _failure(e, self._failed_step(fn, out)) from _cause(e)
         results = self.result_slots
         if len(results) == 1:
             return [env[results[0]]]
@@ -438,14 +432,8 @@ class Block:
                 self._show_folded(ctx, env, folded, len(self.steps))
         except InterpreterError:
             raise
-        except RecursionError:
-            # As in the plain loop: a runaway call chain is an error, not a crash.
-            if step is None:
-                raise ExecutionError("recursion too deep") from None
-            raise ExecutionError(f"{step.op.where()}: recursion too deep",
-                                 step.op.name, step.op.location) from None
         except Exception as e:
-            raise _wrap(e, step) from e
+            raise _failure(e, step) from _cause(e)
         return [env[i] for i in self.result_slots]
 
     def _show_folded(self, ctx, env, folded, position):
@@ -578,15 +566,28 @@ def _step_failure(block, fast, e, i):
     if isinstance(e, InterpreterError):
         return e
     _, fn, _, _, _, out, _ = fast[i]
-    step = block._failed_step(fn, out)
-    if isinstance(e, RecursionError):
-        err = ExecutionError("recursion too deep") if step is None else ExecutionError(
-            f"{step.op.where()}: recursion too deep", step.op.name, step.op.location)
-        err.__suppress_context__ = True
-        return err
-    err = _wrap(e, step)
-    err.__cause__ = e
+    err = _failure(e, block._failed_step(fn, out))
+    err.__cause__ = _cause(e)
+    err.__suppress_context__ = True
     return err
+
+
+def _failure(e, step):
+    """The ExecutionError for step ``step`` (None: not found) raising ``e``
+    (not an InterpreterError): a runaway call chain (RecursionError) is an
+    error naming the op, not a crash."""
+    if isinstance(e, RecursionError):
+        if step is None:
+            return ExecutionError("recursion too deep")
+        return ExecutionError(f"{step.op.where()}: recursion too deep",
+                              step.op.name, step.op.location)
+    return _wrap(e, step)
+
+
+def _cause(e):
+    """The cause ``_failure(e, ...)`` is raised from: ``e``, or None for a
+    RecursionError (its thousand frames say nothing)."""
+    return None if isinstance(e, RecursionError) else e
 
 
 def _wrap(e, step):

@@ -27,24 +27,6 @@ except ImportError:   # not built (pip install -e . builds it): the float64 deto
 F32 = np.dtype(np.float32)
 
 
-def _numpy_simd_f64():
-    """True when numpy dispatches its float64 exp, log and log1p to its
-    AVX-512 SIMD loops (AVX512F; log1p: SVML on AVX512_SKX), which are
-    faster than the C loops here: per 65,536-element chunk, interleaved, on
-    the 2-core AVX-512 machine, exp 1.15 against 1.37 ns per element, log
-    1.34 against 1.47, log1p 1.53 against 1.76 (expm1 1.48 against 1.17, tanh
-    1.73 against 1.33, sin/cos 11 against 1.3: the C loops win). Elsewhere
-    they are libm's scalar loops."""
-    try:
-        from numpy._core._multiarray_umath import __cpu_features__ as features
-    except ImportError:   # another numpy layout: assume no SIMD loops
-        return False
-    return bool(features.get("AVX512_SKX"))
-
-
-# The C loops not worth running on this host: their kernels are the float64
-# detour itself, the same bits (read at each call, so tests may change it).
-NUMPY_FASTER = ("exp_f32", "log_f32", "log1p_f32") if _numpy_simd_f64() else ()
 # Below this size the C call's setup outweighs the saving.
 MIN_SIZE = 64
 # Operands of more than CHUNK elements run in chunks of CHUNK on the pool's
@@ -81,7 +63,7 @@ def f32_kernel(name, exact):
             out[redo] = exact(flat[redo])
 
     def run(x):
-        if _fastmath is None or x.dtype != F32 or x.size < MIN_SIZE or name in NUMPY_FASTER:
+        if _fastmath is None or x.dtype != F32 or x.size < MIN_SIZE:
             return exact(x)
         out = np.empty(x.shape, F32)
         compute(x, out.reshape(-1))
@@ -89,7 +71,7 @@ def f32_kernel(name, exact):
 
     def run_into(out, x):
         if _fastmath is None or x.dtype != F32 or x.size < MIN_SIZE \
-                or not out.flags.c_contiguous or name in NUMPY_FASTER:
+                or not out.flags.c_contiguous:
             out[...] = exact(x)
         else:
             compute(x, out.reshape(-1))

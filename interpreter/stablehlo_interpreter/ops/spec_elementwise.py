@@ -110,8 +110,8 @@ def _spec_logistic(accurate):
             return accurate(op)
         if dt == F64:
             def run(x):
-                e = exp64(-x)
-                return np.asarray(np.divide(1.0, np.add(1.0, e)))
+                e = exp64(-x)     # a fresh array: the two steps reuse it
+                return np.divide(1.0, np.add(1.0, e, out=e), out=e)
             return run
         car = dt if dt.itemsize >= 4 else F32
         ex = exp64 if dt == F64 else np.exp

@@ -278,16 +278,23 @@ def prefix_scan(kind, x, axis, init, dtype):
     return np.ascontiguousarray(np.moveaxis(out, 0, axis))
 
 
-def contract(a, b, dtype, acc=None):
+def contract(a, b, dtype, acc=None, inplace=False):
     """``acc + sum_k a[:, :, k] * b[:, k, :]`` folded in order k = 0, 1, ...
     in element type ``dtype`` (``a``: (B, M, K), ``b``: (B, K, N), both
-    already ``dtype``); ``acc`` (B, M, N) starts at +0 when None."""
+    already ``dtype``); ``acc`` (B, M, N) starts at +0 when None. With
+    ``inplace``, a C-contiguous ``acc`` of ``dtype`` may be updated and
+    returned instead of a copy (the caller's own accumulator)."""
     dtype = np.dtype(dtype)
     B, M, K = a.shape
     N = b.shape[2]
     if C_LOOPS is not None and (dtype in _C_REAL or dtype.kind == "c") and a.dtype == dtype \
             and b.dtype == dtype:
-        out = np.zeros((B, M, N), dtype) if acc is None else np.array(acc, dtype, order="C")
+        if acc is None:
+            out = np.zeros((B, M, N), dtype)
+        elif inplace and acc.dtype == dtype and acc.flags.c_contiguous and acc.flags.writeable:
+            out = acc
+        else:
+            out = np.array(acc, dtype, order="C")
         C_LOOPS.contract(_c_buffer(a), _c_buffer(b), _c_buffer(out))
         return out
     mul = combiner("multiply", dtype)
@@ -323,8 +330,11 @@ def dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype):
     lfs = tuple(lhs.shape[d] for d in lf)
     rfs = tuple(rhs.shape[d] for d in rf)
     B, K = _prod(bshape), _prod(cshape)
-    a = np.transpose(lhs, list(lb) + lf + list(lc)).astype(out_dtype).reshape(B, _prod(lfs), K)
-    b = np.transpose(rhs, list(rb) + list(rc) + rf).astype(out_dtype).reshape(B, K, _prod(rfs))
+    # No copy where the operands already are the result type: the C loop
+    # takes any strides (reshape copies only where the dims do not merge).
+    a = np.transpose(lhs, list(lb) + lf + list(lc)).astype(out_dtype, copy=False)
+    b = np.transpose(rhs, list(rb) + list(rc) + rf).astype(out_dtype, copy=False)
+    a, b = a.reshape(B, _prod(lfs), K), b.reshape(B, K, _prod(rfs))
     return contract(a, b, out_dtype).reshape(bshape + lfs + rfs)
 
 
@@ -372,7 +382,7 @@ def convolution(lhs, rhs, geometry, padding, out_dtype):
         else:
             a = win.reshape(G, M, Cg)
         b = np.moveaxis(w[kpos].reshape(Cg, G, Og), 1, 0)   # (G, Cg, Og)
-        acc = contract(a, b, out_dtype, acc)
+        acc = contract(a, b, out_dtype, acc, inplace=True)
     # (G, Nb, out..., Og) -> (Nb, out..., G * Og): output feature g * Og + o.
     r = np.moveaxis(acc.reshape((G, Nb) + tuple(out_sp) + (Og,)), 0, -2)
     r = r.reshape((Nb,) + tuple(out_sp) + (G * Og,))
