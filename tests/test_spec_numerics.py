@@ -153,6 +153,44 @@ def test_sum_of_300_values_near_100(cpp):
     _check(cpp, SUM, [_sum_input()])
 
 
+_SMALL_OPS = """
+func.func @main(%a: tensor<ET>, %b: tensor<ET>, %v: tensor<64xET>, %w: tensor<64xi32>)
+    -> (tensor<i1>, tensor<i1>, tensor<i1>, tensor<i1>, tensor<ET>, tensor<ET>, tensor<ET>,
+        tensor<i32>, tensor<ET>) {
+  %0 = stablehlo.compare LT, %a, %b, FLOAT : (tensor<ET>, tensor<ET>) -> tensor<i1>
+  %1 = stablehlo.compare GE, %a, %b, FLOAT : (tensor<ET>, tensor<ET>) -> tensor<i1>
+  %2 = stablehlo.compare EQ, %a, %b, FLOAT : (tensor<ET>, tensor<ET>) -> tensor<i1>
+  %3 = stablehlo.compare NE, %a, %b, FLOAT : (tensor<ET>, tensor<ET>) -> tensor<i1>
+  %4 = stablehlo.maximum %a, %b : tensor<ET>
+  %5 = stablehlo.minimum %a, %b : tensor<ET>
+  %6 = stablehlo.reduce(%v init: %a) applies stablehlo.maximum across dimensions = [0]
+       : (tensor<64xET>, tensor<ET>) -> tensor<ET>
+  %z = stablehlo.constant dense<0> : tensor<i32>
+  %7 = stablehlo.reduce(%w init: %z) applies stablehlo.add across dimensions = [0]
+       : (tensor<64xi32>, tensor<i32>) -> tensor<i32>
+  %8 = stablehlo.reduce(%v init: %b) applies stablehlo.minimum across dimensions = [0]
+       : (tensor<64xET>, tensor<ET>) -> tensor<ET>
+  return %0, %1, %2, %3, %4, %5, %6, %7, %8 : tensor<i1>, tensor<i1>, tensor<i1>, tensor<i1>,
+         tensor<ET>, tensor<ET>, tensor<ET>, tensor<i32>, tensor<ET>
+}
+"""
+
+
+@pytest.mark.parametrize("et", ["f16", "bf16", "f32", "f64"])
+def test_small_operand_kernels(cpp, et):
+    # The 0-d compare/maximum/minimum and vector reduce kernels
+    # (tests/test_small_operands.py) on NaN, -0 and inf. Not TOTALORDER:
+    # the C++ interpreter compares it as FLOAT (docs/conformance.md);
+    # test_small_operands.py holds its 0-d kernel to the general one.
+    dt = np.dtype(ml_dtypes.bfloat16) if et == "bf16" else np.dtype(et.replace("f", "float"))
+    vals = np.array([0.0, -0.0, 1.5, -np.inf, np.nan, -np.nan], np.float64).astype(dt)
+    v = np.where(np.arange(64) % 2, -0.0, 0.0).astype(dt)
+    w = np.full(64, np.iinfo(np.int32).max, np.int32)   # wraps
+    for a in vals:
+        for b in vals[::-1][:3]:
+            _check(cpp, _SMALL_OPS.replace("ET", et), [np.asarray(a), np.asarray(b), v, w])
+
+
 def _dot_program(m, k, n, et):
     a, b, o = f"tensor<{m}x{k}x{et}>", f"tensor<{k}x{n}x{et}>", f"tensor<{m}x{n}x{et}>"
     return (f"func.func @main(%a: {a}, %b: {b}) -> {o} {{\n  %0 = stablehlo.dot_general %a, %b, "

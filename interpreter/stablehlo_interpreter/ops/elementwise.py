@@ -25,6 +25,9 @@ batched, with 0-d constants mixed with arrays) and returns an np.ndarray of
 exactly the result dtype.
 """
 
+import math as _math
+import operator as _operator
+
 import ml_dtypes
 import numpy as np
 
@@ -601,22 +604,84 @@ def _complex_min(a, b):
     return np.where(take_a, a, b)
 
 
+# Small operands: the programs of expm, det and friends are hundreds of ops
+# on 0-d values, where a kernel's ufunc calls (0.5 us each) and wrappers are
+# its whole cost. Ops whose static result type is 0-d get a kernel that works
+# on Python values and returns one of its operands or a shared read-only
+# 0-d array (as folded constants are) -- with the general kernel's bits. The
+# static type does not rule out arrays (region bodies run batched, their 0-d
+# ops on whole arrays), so one ``ndim`` test sends those to the general
+# kernel.
+_SCALAR_FLOATS = frozenset({F16, F32, F64})
+
+
+def _is_scalar_op(op):
+    return all(t.shape == () for t in op.result_types) and \
+        all(t.shape == () for t in op.operand_types)
+
+
+def _scalar_or(general, scalar):
+    """``scalar(a, b)`` for two 0-d operands, else ``general(a, b)``."""
+    def run(a, b):
+        if a.ndim or b.ndim:
+            return general(a, b)
+        return scalar(a, b)
+    run.__name__ = getattr(general, "__name__", "kernel")
+    # What as_result wrapped (fusion.py calls a wrapped ufunc directly).
+    run.__wrapped__ = getattr(general, "__wrapped__", general)
+    return run
+
+
+def _scalar_float_max(a, b):
+    """_float_max of two 0-d floats of _SCALAR_FLOATS: np.maximum returns
+    ``a`` when ``a >= b`` or ``a`` is NaN, else ``b`` (a NaN ``b``
+    included), and _fix_equal gives an equal pair the bits ``a & b`` (+0 for
+    -0 and +0, else ``a``'s own) -- a copy of one operand's bits either way."""
+    x = float(a)
+    y = float(b)
+    if x > y or x != x:
+        return a
+    if x == y and (x != 0.0 or not _math.copysign(1.0, x) < 0.0):
+        return a
+    return b
+
+
+def _scalar_float_min(a, b):
+    """_float_min likewise: ``a`` when ``a <= b`` or ``a`` is NaN, else
+    ``b``; an equal pair gets ``a | b`` (-0 for -0 and +0, else ``a``)."""
+    x = float(a)
+    y = float(b)
+    if x < y or x != x:
+        return a
+    if x == y and (x != 0.0 or _math.copysign(1.0, x) < 0.0):
+        return a
+    return b
+
+
+def _with_scalar_path(op, general, scalar):
+    """``general``, or when ``op`` is a 0-d op on floats of _SCALAR_FLOATS
+    the kernel taking ``scalar`` for 0-d operands."""
+    if _is_scalar_op(op) and operand_dtype(op) in _SCALAR_FLOATS:
+        return _scalar_or(general, scalar)
+    return general
+
+
 @kernel("stablehlo.maximum", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "reducer",
                                      "quant_same_params", "chlo_broadcast", "commutative", "no_rounding"))
 def maximum(op):
     """spec: maximum. Bool: OR; floats: IEEE maximum (NaN wins, +0 > -0); complex: lexicographic."""
-    return _binary_arith(op, bool_fn=np.logical_or, int_fn=lambda i: np.maximum,
-                         float_fn=_float_max, complex_fn=_complex_max,
-                         float_carrier=exact_carrier)
+    return _with_scalar_path(op, _binary_arith(
+        op, bool_fn=np.logical_or, int_fn=lambda i: np.maximum, float_fn=_float_max,
+        complex_fn=_complex_max, float_carrier=exact_carrier), _scalar_float_max)
 
 
 @kernel("stablehlo.minimum", traits=("elementwise", "fusible", "exact", "cheap", "foldable", "reducer",
                                      "quant_same_params", "chlo_broadcast", "commutative", "no_rounding"))
 def minimum(op):
     """spec: minimum. Bool: AND; floats: IEEE minimum (NaN wins, -0 < +0); complex: lexicographic."""
-    return _binary_arith(op, bool_fn=np.logical_and, int_fn=lambda i: np.minimum,
-                         float_fn=_float_min, complex_fn=_complex_min,
-                         float_carrier=exact_carrier)
+    return _with_scalar_path(op, _binary_arith(
+        op, bool_fn=np.logical_and, int_fn=lambda i: np.minimum, float_fn=_float_min,
+        complex_fn=_complex_min, float_carrier=exact_carrier), _scalar_float_min)
 
 
 def _unary_simple(op, **fns):
@@ -979,6 +1044,59 @@ def compare(op):
         raise Unsupported(f"compare: unknown direction {direction!r}")
     dt = operand_dtype(op)
     k = kind(dt)
+    general = _compare_general(op, direction, ctype, fn, dt, k)
+    if _is_scalar_op(op):
+        scalar = _scalar_compare(direction, ctype, dt, k, general)
+        if scalar is not None:
+            return _scalar_or(general, scalar)
+    return general
+
+
+_PY_CMP = {"EQ": _operator.eq, "NE": _operator.ne, "GE": _operator.ge,
+           "GT": _operator.gt, "LE": _operator.le, "LT": _operator.lt}
+# The results of the 0-d compares: shared and read-only, as folded constants are.
+_TRUE0 = np.array(True)
+_TRUE0.flags.writeable = False
+_FALSE0 = np.array(False)
+_FALSE0.flags.writeable = False
+
+
+def _scalar_compare(direction, ctype, dt, k, general):
+    """The 0-d compare on Python values (see _scalar_or), or None where the
+    general kernel is the only one. Python's float comparisons are IEEE's
+    quiet ones, on values every float type converts to exactly; TOTALORDER
+    orders non-NaN values as floats do, except -0 < +0 (compared as the
+    signs), and leaves NaNs (ordered by sign and payload) to ``general``."""
+    py = _PY_CMP[direction]
+    if k == "float" and ctype == "TOTALORDER":
+        def compare_totalorder_scalar(a, b):
+            x = float(a)
+            y = float(b)
+            if x != x or y != y:
+                return general(a, b)
+            if x == 0.0 and y == 0.0:
+                x = _math.copysign(1.0, x)
+                y = _math.copysign(1.0, y)
+            return _TRUE0 if py(x, y) else _FALSE0
+        return compare_totalorder_scalar
+    if k == "float" and ctype in (None, "FLOAT"):
+        def compare_float_scalar(a, b):
+            return _TRUE0 if py(float(a), float(b)) else _FALSE0
+        return compare_float_scalar
+    if k == "int" and dt in _NATIVE_INTS and \
+            (ctype is None or ctype == ("SIGNED" if dt.kind == "i" else "UNSIGNED")):
+        def compare_int_scalar(a, b):
+            return _TRUE0 if py(int(a), int(b)) else _FALSE0
+        return compare_int_scalar
+    return None
+
+
+_NATIVE_INTS = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8,
+                                               np.uint16, np.uint32, np.uint64))
+
+
+def _compare_general(op, direction, ctype, fn, dt, k):
+    """The compare kernel for operands of any shape."""
     if k == "complex":
         return as_result(_complex_compare(direction), BOOL)
     if k == "float":

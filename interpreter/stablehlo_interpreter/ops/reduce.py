@@ -22,7 +22,7 @@ from ..attrs import decode_attribute
 from ..regions import arg_reducer_kind, batched, broadcast_results, is_batchable, reducer_kind
 from ..registry import Unsupported, annotate, kernel
 from . import spec_kernels as _spec
-from .reducers import reducer
+from .reducers import _PAR_MIN, reducer
 
 
 def _reduced_dims_last(xs, dims):
@@ -115,8 +115,13 @@ def reduce(op):
             return _spec.reduce(kind, prepare([x])[0], dims, init, out_dtypes[0])
         return annotate(run_spec, regions_unused=True)   # compiler._special_step binds none
     if fast is not None:
-        def run_fast(ctx, regions, x, init):
-            return fast.reduce(prepare([x])[0], dims, init)
+        vector = _vector_kernel(op, fast, dims) if convert[0] is None else None
+        if vector is not None:
+            def run_fast(ctx, regions, x, init):
+                return vector(x, init)
+        else:
+            def run_fast(ctx, regions, x, init):
+                return fast.reduce(prepare([x])[0], dims, init)
         # compiler._special_step binds no regions; fusion.py may feed it the
         # chunks of the chain computing x (when no conversion comes first).
         return annotate(run_fast, regions_unused=True,
@@ -143,6 +148,15 @@ def reduce(op):
         res = [r if r.dtype == d else r.astype(d) for r, d in zip(res, out_dtypes)]
         return res[0] if n == 1 else res
     return run
+
+
+def _vector_kernel(op, fast, dims):
+    """Reducer.vector_kernel where the operand is statically a vector of
+    1 to _PAR_MIN - 1 elements reduced over its one axis, else None."""
+    shape = op.operand_types[0].shape
+    if len(shape) != 1 or dims != (0,) or shape[0] is None or not 0 < shape[0] < _PAR_MIN:
+        return None
+    return fast.vector_kernel()
 
 
 # Value types np.argmax/np.argmin order as the comparisons of the body do

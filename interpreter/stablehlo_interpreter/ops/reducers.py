@@ -50,6 +50,10 @@ except ImportError:   # not built: _row_sums / _lead_sums compute the same bits 
     _sums = None
 
 F32 = np.dtype(np.float32)
+# Element types whose ufunc reductions Reducer.vector_kernel runs in the
+# element type itself.
+_VECTOR_NATIVE = frozenset(np.dtype(t) for t in (
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64))
 # The order of _sums.row_sums_f32 (_sums.c): blocks of _SUM_BLOCK elements,
 # each summed in _SUM_LANES lanes combined as a tree.
 _SUM_LANES = 32
@@ -215,6 +219,53 @@ class Reducer:
         if self.kind == "add" and self.acc.kind == "f":
             r = _negative_zero_sums(r, x, (0,), init)
         return r.astype(self.dtype)
+
+    def vector_kernel(self):
+        """``(x, init) -> reduce(x, (0,), init)`` for 1-d operands of 1 to
+        _PAR_MIN - 1 elements, picked once per compile (the reductions of
+        ``det``'s 64 diagonal entries and pivots cost more in
+        :meth:`reduce`'s bookkeeping than in numpy). Integer and bool kinds
+        reduce in the element type: it wraps modulo 2**bits as the wider
+        accumulator of :meth:`reduce` does once cast back, so the bits are
+        the same; the other kinds take :meth:`_reduce_vector`."""
+        if self.exact and not self.signed_zero and self.acc == self.dtype \
+                and self.dtype in _VECTOR_NATIVE:
+            ufunc, acc = self.ufunc, self.acc
+
+            def reduce_vector_native(x, init):
+                return np.asarray(ufunc(init, ufunc.reduce(x, dtype=acc)))
+            return reduce_vector_native
+        if self.signed_zero and self.acc == self.dtype:
+            ufunc = self.ufunc
+
+            def reduce_vector_float(x, init):
+                # _reduce_vector's ufunc calls; only a zero result needs
+                # its sign fixed (there).
+                r = ufunc(init, ufunc.reduce(x, axis=(0,)))
+                if float(r) == 0.0:
+                    return self._reduce_vector(x, np.asarray(init))
+                return np.asarray(r)
+            return reduce_vector_float
+
+        def reduce_vector(x, init):
+            return self._reduce_vector(x, np.asarray(init))
+        if self.kind == "add" and self.dtype == F32 and self.acc == F64 and _sums is not None:
+            def reduce_vector_f32_sum(x, init):
+                # _row_sums' C loop on a vector of at most one block (a
+                # single partial sum), init added in float64 and rounded
+                # once; a zero sum (whose sign _negative_zero_sums sets)
+                # and longer or strided vectors take reduce_vector.
+                n = x.shape[0]
+                if n > _SUM_BLOCK or x.strides[0] != 4:
+                    return reduce_vector(x, init)
+                part = np.empty((1, 1), F64)
+                _sums.row_sums_f32(x.reshape(1, n), 1, n, part)
+                r = float(init) + float(part[0, 0])
+                if r == 0.0:
+                    return reduce_vector(x, init)
+                return np.array(r, F32)
+            return reduce_vector_f32_sum
+        return reduce_vector
 
     def row_plan(self, shape, axes):
         """A :class:`RowPlan` (trailing ``axes``) or :class:`LeadPlan`
