@@ -1283,6 +1283,7 @@ def test_fused_chains_in_a_loop_stay_fused(called, monkeypatch):
     # is left to the plain plan. The same bits either way.
     from stablehlo_interpreter import fusion, looptile
     monkeypatch.setattr(fusion, "MIN_ELEMENTS", 256)
+    monkeypatch.setattr(loopgen, "FUSED_LOOP_ELEMENTS", 256)
     # Such loops run tiled (looptile.py) before generation is considered:
     # off here, this checks the generated loop's own rule.
     monkeypatch.setattr(looptile, "plan", lambda op, cond, body: None)
