@@ -79,6 +79,11 @@ MIN_THREAD_CHUNKS = 4
 # one and burnt 13-50% more CPU (2 cores, a busy machine; with 128K-element
 # chunks plain numpy gained 1.4x in a quieter moment, unconfirmed here).
 THREAD_EXACT_CHAINS = False
+# ... but a chain of this many members is worth sharing whatever its ops: a
+# chunk is that many ufunc calls, far more than the hand-over (jax.random's
+# threefry, one 129-op chain of uint32 ops: 14.8 -> 12.2 ms wall for 1e6
+# values on 2 idle cores; 11-op chains, histogram's, ran 1.7x slower shared).
+LONG_CHAIN = 32
 
 # A loop run tiled (looptile.py) first runs its scalar part: its chain then
 # records the values it would run with instead of running (per thread,
@@ -739,8 +744,10 @@ class FusedChain:
         self.hoisted = tuple(m for m in plan if m.kind == _HOISTED)
         # A member that is not an exact op (a transcendental, in float64)
         # costs microseconds per chunk element block; chains of exact ops
-        # are memory-bound ufunc calls too short to share (pool.py).
+        # are memory-bound ufunc calls too short to share (pool.py), unless
+        # there are LONG_CHAIN of them.
         self.heavy = any(m.kind == _KERNEL and not e for m, e in zip(plan, exact))
+        self.long = len(plan) >= LONG_CHAIN
         self.bound = tuple((j, m) for j, m in enumerate(plan) if m.bind is not None)
         # float64 detours of narrower floats double the widest value.
         self.chunk = max(1024, CHUNK_BYTES // max(8, widest))
@@ -929,7 +936,7 @@ class FusedChain:
         # pieces with the helpers when it runs alone (reducers._reduce_last,
         # _reduce_leading), and so does the fused step.
         heavy = self.heavy or bool(plans)
-        threads = thread_count() if (heavy or THREAD_EXACT_CHAINS) and \
+        threads = thread_count() if (heavy or self.long or THREAD_EXACT_CHAINS) and \
             total >= MIN_THREAD_CHUNKS * unit else 1
         if threads > 1 and not heavy and not any(tiled):
             unit *= 2   # exact ops: longer ufunc calls per GIL hand-over
