@@ -2,7 +2,7 @@
 
     python -m benchmarks.cliffs [--quick] [--max-ratio R] [--max-step-us U]
                                 [--only NAME] [--repeats N] [--budget S]
-                                [--json OUT] [--md OUT]
+                                [--rounds R] [--json OUT] [--md OUT]
 
 Unlike ``python -m benchmarks`` (one process per system, a few large
 workloads), this runs many small and mid-sized programs, the kind a user's
@@ -10,6 +10,10 @@ program is made of, in ONE process with ``JAX_PLATFORMS=cpu,stablehlo_ref``:
 each op is jitted once, its inputs are put on each device, it is called once
 (compilation) and then timed ``--repeats`` times (stopping after
 ``--budget`` seconds per system); the table gives medians and ours/XLA.
+``--rounds R`` runs the whole sweep R times, one op after another each
+round, and gives each time as the median of the rounds' medians: a single
+round's median of a few calls can be off 2-3x, for XLA CPU (its thread
+pools) as for us.
 
 Loops (``steps`` > 1) also give the time per step. Scalar loops are
 dominated by per-iteration dispatch and are judged by ``--max-step-us``
@@ -755,6 +759,35 @@ def _run_op(o, quick, repeats, budget):
     return entry
 
 
+def combine_rounds(entries):
+    """One row from an op's rows of several rounds of the sweep: each
+    system's time is the median of the rounds' medians (one round's median
+    can be off 2-3x when the scheduler or XLA's thread pools stall it); the
+    ratio and the time per step follow from those."""
+    if len(entries) == 1:
+        return entries[0]
+    entry = {k: v for k, v in entries[0].items()
+             if k not in ("ratio", "agree", "ref_per_step_s")}
+    entry["systems"] = {}
+    for system in ("cpu", "ref"):
+        runs = [e["systems"][system] for e in entries]
+        failed = [r for r in runs if r["status"] != "ok"]
+        if failed:
+            entry["systems"][system] = failed[0]
+            continue
+        medians = [r["median_s"] for r in runs]
+        entry["systems"][system] = dict(runs[0], median_s=float(np.median(medians)),
+                                        round_medians_s=medians,
+                                        samples_s=[t for r in runs for t in r["samples_s"]])
+    cpu, ref = entry["systems"]["cpu"], entry["systems"]["ref"]
+    if cpu["status"] == "ok" and ref["status"] == "ok":
+        entry["ratio"] = ref["median_s"] / cpu["median_s"]
+        entry["agree"] = all(e.get("agree", False) for e in entries)
+    if "steps" in entry and ref["status"] == "ok":
+        entry["ref_per_step_s"] = ref["median_s"] / entry["steps"]
+    return entry
+
+
 def fmt_time(s):
     if s is None:
         return "-"
@@ -765,11 +798,18 @@ def fmt_time(s):
     return f"{s * 1e6:.1f} µs"
 
 
+def _rounds_note(rounds):
+    if rounds == 1:
+        return ""
+    return f"; each time the median of {rounds} rounds of the whole sweep"
+
+
 def markdown(report):
     lines = ["# Cliff sweep: stablehlo_ref vs XLA CPU", "",
              f"{len(report['ops'])} operations, one process (`JAX_PLATFORMS=cpu,stablehlo_ref`), "
              f"median of up to {report['repeats']} calls after a warm-up call"
-             f"{' (--quick sizes)' if report['quick'] else ''}. "
+             f"{' (--quick sizes)' if report['quick'] else ''}"
+             f"{_rounds_note(report.get('rounds', 1))}. "
              f"Load average {report['load_before']} before, {report['load_after']} after, "
              f"on {report['cpus']} CPUs; {report['date']}.", "",
              "| group | operation | XLA CPU | stablehlo_ref | ours/XLA | per step | check |",
@@ -802,6 +842,8 @@ def main(argv=None):
                    help="exit 1 when a scalar loop costs more than U microseconds per step")
     p.add_argument("--only", action="append", default=[], help="op name, or a substring of names (repeatable, comma-separated)")
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the whole sweep R times; each time is the median of the rounds'")
     p.add_argument("--budget", type=float, default=5.0, help="seconds of timed calls per op and system")
     p.add_argument("--json", default=None, help="write the full report (every sample) here")
     p.add_argument("--md", default=str(RESULTS_DIR / "cliffs.md"), help="markdown table output")
@@ -816,16 +858,19 @@ def main(argv=None):
     # An exact name selects that op alone; anything else is a substring.
     ops = [o for o in OPS if (not only and not o.opt_in) or any(
         o.name == s if s in names else s in o.name for s in only)]
-    report = {"quick": args.quick, "repeats": args.repeats, "cpus": os.cpu_count(),
-              "load_before": [round(x, 2) for x in os.getloadavg()],
+    report = {"quick": args.quick, "repeats": args.repeats, "rounds": args.rounds,
+              "cpus": os.cpu_count(), "load_before": [round(x, 2) for x in os.getloadavg()],
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "ops": []}
-    for o in ops:
-        e = run_op(o, args.quick, args.repeats, args.budget)
-        report["ops"].append(e)
-        print(f"{o.name:22s} cpu {fmt_time(e['systems']['cpu'].get('median_s')):>10s}  "
-              f"ref {fmt_time(e['systems']['ref'].get('median_s')):>10s}  "
-              f"{e.get('ratio', float('nan')):8.1f}x"
-              f"{'  MISMATCH' if e.get('agree') is False else ''}", file=sys.stderr, flush=True)
+    rows = {o.name: [] for o in ops}
+    for _ in range(max(1, args.rounds)):
+        for o in ops:
+            e = run_op(o, args.quick, args.repeats, args.budget)
+            rows[o.name].append(e)
+            print(f"{o.name:22s} cpu {fmt_time(e['systems']['cpu'].get('median_s')):>10s}  "
+                  f"ref {fmt_time(e['systems']['ref'].get('median_s')):>10s}  "
+                  f"{e.get('ratio', float('nan')):8.1f}x"
+                  f"{'  MISMATCH' if e.get('agree') is False else ''}", file=sys.stderr, flush=True)
+    report["ops"] = [combine_rounds(rows[o.name]) for o in ops]
     report["load_after"] = [round(x, 2) for x in os.getloadavg()]
 
     over = []

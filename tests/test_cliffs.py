@@ -145,3 +145,21 @@ def test_full_sweep_geometric_mean(full_sweep):
     assert geomean <= MAX_GEOMEAN, (
         f"geometric mean {geomean:.2f}x over {len(ratios)} ops (limit {MAX_GEOMEAN}x); "
         f"the ten highest:\n" + "\n".join(_row(e) for e in worst) + f"\n(full table: {md})")
+
+
+def test_rounds_combine_into_the_median_of_their_medians():
+    def row(cpu, ref, agree=True):
+        sys_ = lambda t: {"status": "ok", "median_s": t, "samples_s": [t, t]}  # noqa: E731
+        return {"name": "x", "group": "loop", "description": "d", "steps": 10,
+                "systems": {"cpu": sys_(cpu), "ref": sys_(ref)}, "ratio": ref / cpu,
+                "agree": agree, "ref_per_step_s": ref / 10}
+    e = cliffs.combine_rounds([row(1.0, 4.0), row(3.0, 2.0), row(2.0, 3.0)])
+    assert e["systems"]["cpu"]["median_s"] == 2.0 and e["systems"]["ref"]["median_s"] == 3.0
+    assert e["systems"]["ref"]["round_medians_s"] == [4.0, 2.0, 3.0]
+    assert len(e["systems"]["cpu"]["samples_s"]) == 6
+    assert e["ratio"] == 1.5 and e["ref_per_step_s"] == 0.3 and e["agree"]
+    assert not cliffs.combine_rounds([row(1.0, 1.0), row(1.0, 1.0, agree=False)])["agree"]
+    failed = row(1.0, 1.0)
+    failed["systems"]["ref"] = {"status": "error", "error": "boom"}
+    e = cliffs.combine_rounds([row(1.0, 1.0), failed])
+    assert e["systems"]["ref"]["status"] == "error" and "ratio" not in e
