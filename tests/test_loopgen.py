@@ -19,7 +19,7 @@ import itertools
 import ml_dtypes
 import numpy as np
 import pytest
-from testkit import DONATION_SCAN, count_donations
+from testkit import DONATION_SCAN, count_donations, rotate_round
 
 import stablehlo_interpreter as shi
 import stablehlo_interpreter.compiler as compiler
@@ -1231,26 +1231,12 @@ def _chain_loop(n, called):
     ``closed_call``: not inlined into the body's plan) or in the body
     itself."""
     t = f"tensor<{n}xui32>"
-    chain = f"""
-    %bk = stablehlo.broadcast_in_dim %k, dims = [] : (tensor<ui32>) -> {t}
-    %s = stablehlo.add %x0, %x1 : {t}
-    %c = stablehlo.constant dense<13> : tensor<ui32>
-    %bc = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<ui32>) -> {t}
-    %d = stablehlo.constant dense<19> : tensor<ui32>
-    %bd = stablehlo.broadcast_in_dim %d, dims = [] : (tensor<ui32>) -> {t}
-    %l = stablehlo.shift_left %x1, %bc : {t}
-    %r = stablehlo.shift_right_logical %x1, %bd : {t}
-    %o = stablehlo.or %l, %r : {t}
-    %x = stablehlo.xor %s, %o : {t}
-    %y = stablehlo.add %x, %bk : {t}"""
+    chain, round_function = rotate_round(t)
     if called:
         body = f"""
       %k = stablehlo.convert %i : (tensor<i32>) -> tensor<ui32>
       %y0, %y1, %k2 = func.call @round(%x0, %x1, %k) : ({t}, {t}, tensor<ui32>) -> ({t}, {t}, tensor<ui32>)"""
-        extra = f"""
-func.func private @round(%x0: {t}, %x1: {t}, %k: tensor<ui32>) -> ({t}, {t}, tensor<ui32>) {{{chain}
-    return %s, %y, %k : {t}, {t}, tensor<ui32>
-}}"""
+        extra = round_function
     else:
         body = f"""
       %k = stablehlo.convert %i : (tensor<i32>) -> tensor<ui32>{chain}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from testkit import rotate_round
 
 import stablehlo_interpreter as si
 from stablehlo_interpreter import fusion, looptile, pool
@@ -67,25 +68,11 @@ def _loop(iterations=4, called=False, cond_reads=False, body_reads=False):
     also tests an element of the first value; ``body_reads``: the body
     also slices it for a carried scalar."""
     t = f"tensor<{N}xui32>"
-    chain = f"""
-    %bk = stablehlo.broadcast_in_dim %k, dims = [] : (tensor<ui32>) -> {t}
-    %s = stablehlo.add %x0, %x1 : {t}
-    %c = stablehlo.constant dense<13> : tensor<ui32>
-    %bc = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<ui32>) -> {t}
-    %d = stablehlo.constant dense<19> : tensor<ui32>
-    %bd = stablehlo.broadcast_in_dim %d, dims = [] : (tensor<ui32>) -> {t}
-    %l = stablehlo.shift_left %x1, %bc : {t}
-    %r = stablehlo.shift_right_logical %x1, %bd : {t}
-    %o = stablehlo.or %l, %r : {t}
-    %x = stablehlo.xor %s, %o : {t}
-    %y = stablehlo.add %x, %bk : {t}"""
+    chain, round_function = rotate_round(t)
     if called:
         body = f"""
       %y0, %y1, %k2 = func.call @round(%x0, %x1, %k) : ({t}, {t}, tensor<ui32>) -> ({t}, {t}, tensor<ui32>)"""
-        extra = f"""
-func.func private @round(%x0: {t}, %x1: {t}, %k: tensor<ui32>) -> ({t}, {t}, tensor<ui32>) {{{chain}
-    return %s, %y, %k : {t}, {t}, tensor<ui32>
-}}"""
+        extra = round_function
     else:
         body = chain + "\n      %y0 = stablehlo.add %s, %bk : " + t + "\n      %y1 = stablehlo.add %y, %bk : " + t
         extra = ""

@@ -130,3 +130,30 @@ def as_in_a_terminal(script: str) -> str:
     script's line numbers stay as written."""
     return ("import signal as _s; _s.signal(_s.SIGINT, _s.default_int_handler); "
             + script)
+
+
+def rotate_round(t):
+    """``(chain, function)``: the ops of a threefry-like round over two
+    values of tensor type ``t`` (``%x0``, ``%x1`` and a ui32 counter ``%k``
+    in; ``%s`` and ``%y`` out: an add, a rotation by 13, a xor and the
+    counter added), and a private ``@round`` function running them that
+    returns ``%k`` as it came, like JAX's ``closed_call`` (so that a plan
+    does not inline it). Loop tests (test_loopgen, test_looptile) build
+    their bodies from it."""
+    chain = f"""
+    %bk = stablehlo.broadcast_in_dim %k, dims = [] : (tensor<ui32>) -> {t}
+    %s = stablehlo.add %x0, %x1 : {t}
+    %c = stablehlo.constant dense<13> : tensor<ui32>
+    %bc = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<ui32>) -> {t}
+    %d = stablehlo.constant dense<19> : tensor<ui32>
+    %bd = stablehlo.broadcast_in_dim %d, dims = [] : (tensor<ui32>) -> {t}
+    %l = stablehlo.shift_left %x1, %bc : {t}
+    %r = stablehlo.shift_right_logical %x1, %bd : {t}
+    %o = stablehlo.or %l, %r : {t}
+    %x = stablehlo.xor %s, %o : {t}
+    %y = stablehlo.add %x, %bk : {t}"""
+    function = f"""
+func.func private @round(%x0: {t}, %x1: {t}, %k: tensor<ui32>) -> ({t}, {t}, tensor<ui32>) {{{chain}
+    return %s, %y, %k : {t}, {t}, tensor<ui32>
+}}"""
+    return chain, function
