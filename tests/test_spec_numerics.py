@@ -376,3 +376,26 @@ def test_random_programs(cpp):
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_random_programs_10k(cpp):
     _random_programs(cpp, 10_000)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("op", ["exponential", "exponential_minus_one", "log", "log_plus_one",
+                                "sine", "cosine", "tanh", "logistic"])
+def test_float32_functions_with_and_without_the_c_kernels(op, monkeypatch):
+    # Spec mode's float32 functions run fastmath's C loops where they give
+    # the float64 detour's bits (spec_elementwise._F32_KERNELS; logistic's
+    # exp): without the module, the detour itself gives the same bits.
+    from stablehlo_interpreter.ops import fastmath
+    n = 3 * fastmath.CHUNK + 17
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(n) * 10.0 ** rng.integers(-8, 3, n)).astype(np.float32)
+    x[:12] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 88.7, -103.9, 1e30, -1e30, 0.5]
+    if op in ("log", "log_plus_one"):
+        x = np.abs(x)
+    t = f"tensor<{n}xf32>"
+    text = (f"func.func @main(%a: {t}) -> {t} {{\n  %r = stablehlo.{op} %a : {t}\n"
+            f"  return %r : {t}\n}}\n")
+    fast = shi.compile(text, numerics="spec").run(x)[0]
+    monkeypatch.setattr(fastmath, "_fastmath", None)
+    slow = shi.compile(text, numerics="spec").run(x)[0]
+    assert cpp_reference.bits_equal(np.asarray(fast), np.asarray(slow))

@@ -28,6 +28,7 @@ from .. import dtypes, registry
 from . import elementwise_math  # noqa: F401 - register the accurate builders first
 from .c_complex import muldc3
 from .elementwise import round_f64
+from .fastmath import f32_kernel
 from .spec_kernels import divdc3, is_spec, libm
 
 F64 = np.dtype(np.float64)
@@ -79,6 +80,20 @@ def _narrow(np_fn, dt):
     return run
 
 
+# float32 functions whose C loop (fastmath.f32_kernel) gives the float64
+# detour's bits, the same as _narrow's: checked over every float32 input
+# (tests/test_fastmath.py), so spec mode runs them too.
+_F32_KERNELS = {
+    "stablehlo.exponential": "exp_f32",
+    "stablehlo.exponential_minus_one": "expm1_f32",
+    "stablehlo.log": "log_f32",
+    "stablehlo.log_plus_one": "log1p_f32",
+    "stablehlo.sine": "sin_f32",
+    "stablehlo.cosine": "cos_f32",
+    "stablehlo.tanh": "tanh_f32",
+}
+
+
 def _spec_libm(name, accurate):
     fn = libm(*_LIBM[name])
     cfn = _COMPLEX.get(name)
@@ -93,6 +108,9 @@ def _spec_libm(name, accurate):
         if dt == F64:
             return fn
         if dtypes.is_float(dt):
+            if dt == F32 and name in _F32_KERNELS and len(op.operand_types) == 1 \
+                    and np.dtype(op.result_types[0].dtype) == F32:
+                return f32_kernel(_F32_KERNELS[name], _narrow(np_fn, dt))
             return _narrow(np_fn, dt)
         return accurate(op)
     return builder
@@ -114,13 +132,18 @@ def _spec_logistic(accurate):
                 return np.divide(1.0, np.add(1.0, e, out=e), out=e)
             return run
         car = dt if dt.itemsize >= 4 else F32
-        ex = exp64 if dt == F64 else np.exp
+        exp_narrow = _narrow(np.exp, dt)
+        if dt == F32:
+            exp_narrow = f32_kernel("exp_f32", exp_narrow)   # the same bits (_F32_KERNELS)
 
         def run_narrow(x):
             # exp in double, rounded to the element type; 1 + e and 1 / (.)
             # each rounded to it (float32 arithmetic rounds narrower types
             # correctly: the double rounding is innocuous).
-            e = round_f64(np.asarray(ex(-(x.astype(F64)))), dt)
+            e = np.asarray(exp_narrow(-x))
+            if dt == F32:   # e is a fresh array: both steps in place
+                one = np.float32(1.0)
+                return np.divide(one, np.add(one, e, out=e), out=e)
             s = (np.asarray(1.0, car) + e.astype(car)).astype(dt)
             return np.asarray((np.asarray(1.0, car) / s.astype(car)).astype(dt))
         return run_narrow
