@@ -14,21 +14,25 @@ from stablehlo_interpreter import index_chains
 
 N = 1 << 15   # above index_chains.MIN_ELEMENTS
 
-# x[idx] as JAX lowers it: the negative-index wrap, then a one-axis gather.
-GATHER = """
-func.func public @main(%x: tensor<100xf32>, %i: tensor<{n}xi32>) -> tensor<{n}xf32> {{
-  %c = stablehlo.constant dense<0> : tensor<i32>
+# JAX's negative-index wrap of %i (into 100 elements), its result %4; the
+# templates below put it where they say {wrap}.
+WRAP = """  %c = stablehlo.constant dense<0> : tensor<i32>
   %0 = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<i32>) -> tensor<{n}xi32>
   %1 = stablehlo.compare LT, %i, %0, SIGNED : (tensor<{n}xi32>, tensor<{n}xi32>) -> tensor<{n}xi1>
   %c_0 = stablehlo.constant dense<100> : tensor<i32>
   %2 = stablehlo.broadcast_in_dim %c_0, dims = [] : (tensor<i32>) -> tensor<{n}xi32>
   %3 = stablehlo.add %i, %2 : tensor<{n}xi32>
   %4 = stablehlo.select %1, %3, %i : tensor<{n}xi1>, tensor<{n}xi32>
-  %5 = stablehlo.broadcast_in_dim %4, dims = [0] : (tensor<{n}xi32>) -> tensor<{n}x1xi32>
+"""
+
+# x[idx] as JAX lowers it: the negative-index wrap, then a one-axis gather.
+GATHER = """
+func.func public @main(%x: tensor<100xf32>, %i: tensor<{n}xi32>) -> tensor<{n}xf32> {{
+{wrap}  %5 = stablehlo.broadcast_in_dim %4, dims = [0] : (tensor<{n}xi32>) -> tensor<{n}x1xi32>
   %6 = "stablehlo.gather"(%x, %5) <{{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1>}}> : (tensor<100xf32>, tensor<{n}x1xi32>) -> tensor<{n}xf32>
   return %6 : tensor<{n}xf32>
 }}
-"""
+""".replace("{wrap}", WRAP)
 
 # jnp.take_along_axis(x, i, axis=1) as JAX lowers it: the wrap, the bounds
 # mask reduced over the one-element index vector, the gather, a NaN fill.
@@ -101,16 +105,9 @@ func.func public @main(%x: tensor<100xf32>, %i: tensor<{n}xi32>, %v: tensor<{n}x
 # The wrap's mask is also a result: the chain must stay as it is.
 SHARED = """
 func.func public @main(%i: tensor<{n}xi32>) -> (tensor<{n}xi32>, tensor<{n}xi1>) {{
-  %c = stablehlo.constant dense<0> : tensor<i32>
-  %0 = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<i32>) -> tensor<{n}xi32>
-  %1 = stablehlo.compare LT, %i, %0, SIGNED : (tensor<{n}xi32>, tensor<{n}xi32>) -> tensor<{n}xi1>
-  %c_0 = stablehlo.constant dense<100> : tensor<i32>
-  %2 = stablehlo.broadcast_in_dim %c_0, dims = [] : (tensor<i32>) -> tensor<{n}xi32>
-  %3 = stablehlo.add %i, %2 : tensor<{n}xi32>
-  %4 = stablehlo.select %1, %3, %i : tensor<{n}xi1>, tensor<{n}xi32>
-  return %4, %1 : tensor<{n}xi32>, tensor<{n}xi1>
+{wrap}  return %4, %1 : tensor<{n}xi32>, tensor<{n}xi1>
 }}
-"""
+""".replace("{wrap}", WRAP)
 
 
 def _rewritten(prog):

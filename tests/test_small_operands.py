@@ -72,22 +72,29 @@ def _ops(ctypes):
     return ops + [("maximum", None), ("minimum", None)]
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("dt", FLOATS, ids=str)
-def test_scalar_float_compare_max_min(dt, mode):
-    et = D.to_element_type(dt)
-    ops = _ops(("TOTALORDER", "FLOAT"))
-    vals = special_values(dt)
+def _scalar_against_vector(vals, dt, et, ops, mode):
+    """``(op, a, b, got, want)`` for every pair of ``vals``: ``ops`` of the
+    0-d program (the small-operand kernels) against the same ops of one
+    program over all pairs (the general kernels)."""
     a = np.array([x for x in vals for _ in vals], dt)
     b = np.array([y for _ in vals for y in vals], dt)
     want = shi.compile(_program((a.size,), et, ops), numerics=mode).run(a, b)
     scalar = shi.compile(_program((), et, ops), numerics=mode)
     for i in range(a.size):
         got = scalar.run(a[i:i + 1].reshape(()), b[i:i + 1].reshape(()))
-        for (kind, arg), g, w in zip(ops, got, want):
-            g = np.asarray(g)
-            assert g.shape == () and g.dtype == w.dtype, (kind, arg)
-            assert bits(g) == bits(w[i]), (kind, arg, a[i], b[i], g, w[i])
+        for op, g, w in zip(ops, got, want):
+            yield op, a[i], b[i], np.asarray(g), w[i]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dt", FLOATS, ids=str)
+def test_scalar_float_compare_max_min(dt, mode):
+    et = D.to_element_type(dt)
+    ops = _ops(("TOTALORDER", "FLOAT"))
+    vals = special_values(dt)
+    for (kind, arg), a, b, g, w in _scalar_against_vector(vals, dt, et, ops, mode):
+        assert g.shape == () and g.dtype == w.dtype, (kind, arg)
+        assert bits(g) == bits(w), (kind, arg, a, b, g, w)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -100,14 +107,8 @@ def test_scalar_int_compare(et, mode):
     ct = "SIGNED" if info.min else "UNSIGNED"
     other = "UNSIGNED" if info.min else "SIGNED"   # reinterprets: the general kernel
     ops = _ops((ct, other))[:-2] + [("maximum", None), ("minimum", None)]
-    a = np.array([x for x in vals for _ in vals], dt)
-    b = np.array([y for _ in vals for y in vals], dt)
-    want = shi.compile(_program((a.size,), et, ops), numerics=mode).run(a, b)
-    scalar = shi.compile(_program((), et, ops), numerics=mode)
-    for i in range(a.size):
-        got = scalar.run(a[i:i + 1].reshape(()), b[i:i + 1].reshape(()))
-        for (kind, arg), g, w in zip(ops, got, want):
-            assert bits(np.asarray(g)) == bits(w[i]), (kind, arg, a[i], b[i])
+    for (kind, arg), a, b, g, w in _scalar_against_vector(vals, dt, et, ops, mode):
+        assert bits(g) == bits(w), (kind, arg, a, b)
 
 
 def test_scalar_kernels_take_arrays_in_batched_bodies():

@@ -86,8 +86,9 @@ def composite(op):
 def while_(op):
     """spec: while. Runs `body` while `cond` yields true.
 
-    A loop whose large values change only through one fused chain runs
-    tiled, chunk by chunk over all its iterations (looptile.py). After loopgen.GENERATE_AFTER iterations (summed over runs) the loop is
+    A loop whose large values change only through fused chains runs tiled,
+    chunk by chunk over all its iterations (looptile.py). After
+    loopgen.GENERATE_AFTER iterations (summed over runs) the loop is
     compiled into one generated Python function (loopgen.py) that runs the
     remaining iterations and later runs; tracing and validating runs stay
     on the plain plan."""
