@@ -58,6 +58,7 @@ import threading
 
 import numpy as np
 
+from . import chainvm
 from . import config as _config
 from .errors import ExecutionError, InterpreterError
 from .pool import run_chunks, thread_count
@@ -751,7 +752,50 @@ class FusedChain:
         self.bound = tuple((j, m) for j, m in enumerate(plan) if m.bind is not None)
         # float64 detours of narrower floats double the widest value.
         self.chunk = max(1024, CHUNK_BYTES // max(8, widest))
+        self.segments = self._vm_segments(dtype, readers)
         self._chunk_fn = self._generate()
+
+    def _vm_segments(self, dtype, readers):
+        """``{first member: (members, chainvm.Segment, inputs)}``: the
+        maximal runs of at least chainvm.MIN_MEMBERS chunk members (hoisted
+        ones between them run in the prologue) whose ops the block machine
+        computes (chainvm.lower), a run ending at a member feeding a reduce
+        at the latest (its feed runs after the run)."""
+        if not chainvm.enabled():
+            return {}
+        runs, run = [], []
+        for j, m in enumerate(self.plan):
+            if m.kind == _HOISTED:
+                continue
+            if m.kind == _KERNEL and not m.expand and chainvm.lower(m.op) is not None:
+                run.append(j)
+                if not m.feeds:
+                    continue
+            runs.append(run)
+            run = []
+        runs.append(run)
+        segments = {}
+        made = set()
+        for run in runs:
+            if len(run) < chainvm.MIN_MEMBERS:
+                continue
+            produced = {self.plan[k].res for k in run}
+            inputs = list(dict.fromkeys(a for k in run for a in self.plan[k].args
+                                        if a not in produced))
+            outputs = []
+            for k in run:
+                m = self.plan[k]
+                later = bool(m.feeds) or any(r > run[-1] for r in readers.get(m.res, ()))
+                if m.store is not None or later:
+                    outputs.append((m.res, m.store, later))
+            members = [(self.plan[k].op, self.plan[k].args, self.plan[k].res) for k in run]
+            segments[run[0]] = (tuple(run), chainvm.Segment(members, dtype, inputs, outputs),
+                                tuple(inputs))
+            made |= produced
+        for m in self.plan:   # a stored value the machine made is its output's chunk
+            if m.inplace in made:
+                m.inplace = None
+        return segments
 
     def _sinks(self, sinks, local, invariant, n_stored):
         """The reduces fed by the chain: ``self.sinks`` holds ``(value, plan,
@@ -794,52 +838,90 @@ class FusedChain:
             body.append(f"v{v} = inv[{v}]")
         for j, m in self.bound:
             body.append(f"b{j} = inv[('bind', {j})]")
+        inside = {k for seg in self.segments.values() for k in seg[0]}
         for j, m in enumerate(self.plan):
-            if m.kind == _HOISTED:
+            if m.kind == _HOISTED or j in inside and j not in self.segments:
                 continue
-            body.append(f"m = {j}")
-            xs = [f"v{a}" for a in m.args]
-            out = f", v{m.inplace}" if m.inplace is not None else ""   # positional out=
-            target = f"targets[{m.store}][lo:hi]"
-            if m.direct and m.ufunc is not None:
-                out = f", out={target}"   # (positional: deprecated for maximum/minimum)
-            if m.kind == _SCALAR:
-                body.append(f"v{m.res} = v{m.args[0]}.reshape(())")
-            elif m.bind is not None:
-                g[f"f{j}"], g[f"u{j}"] = m.fn, m.ufunc
-                body.append(f"v{m.res} = u{j}({xs[0]}, b{j}{out}) if b{j} is not None "
-                            f"else f{j}({', '.join(xs)})")
-            elif m.ufunc is not None:
-                g[f"u{j}"] = m.ufunc
-                body.append(f"v{m.res} = u{j}({', '.join(xs)}{out})")
+            if j in self.segments:
+                body += self._segment_lines(j, g, hoisted)
             else:
-                g[f"f{j}"] = m.fn
-                for k, how in m.expand:
-                    xs[k] = (f"_bcast({xs[k]}, cshape)" if how == _VIEW
-                             else f"_full(cshape, {xs[k]}, {xs[k]}.dtype)")
-                if m.direct:
-                    g[f"i{j}"] = kernel_info(m.fn).into
-                    body.append(f"v{m.res} = i{j}({target}, {', '.join(xs)})")
-                else:
-                    body.append(f"v{m.res} = f{j}({', '.join(xs)})")
-            if m.store is not None and not m.direct:
-                body.append(f"targets[{m.store}][lo:hi] = v{m.res}")
-            for t in m.feeds:   # a reduce's state (in flat elements)
-                body.append(f"m = {-2 - (t - self.n_stored)}")
-                body.append(f"targets[{t}].add(v{m.res}, lo * scale, hi * scale)")
-                for v, p, tail in self.rowvals:   # its finished rows, broadcast back
-                    if p == t - self.n_stored:
-                        body.append(f"v{v} = _rowval(targets[{t}], lo * scale, hi * scale, "
-                                    f"cshape, {tail!r})")
-            gone = [f"v{d}" for d in m.dies if d not in hoisted]
-            if gone:
-                body.append(f"del {', '.join(gone)}")
+                body += self._member_lines(j, m, g, hoisted)
         lines += ["        " + b for b in body] or ["        pass"]
         lines += ["    except _InterpreterError:", "        raise",
                   "    except Exception as e:", "        _fail(m, e)"]
         self.source = "\n".join(lines)   # for tests and debugging
         exec(compile(self.source, f"<fused chain of {len(self.plan)} ops>", "exec"), g)
         return g["chunk"]
+
+    def _member_lines(self, j, m, g, hoisted, feeds=True):
+        """The chunk code of member ``j`` (its feeds of reduces only with ``feeds``)."""
+        lines = [f"m = {j}"]
+        xs = [f"v{a}" for a in m.args]
+        out = f", v{m.inplace}" if m.inplace is not None else ""   # positional out=
+        target = f"targets[{m.store}][lo:hi]"
+        if m.direct and m.ufunc is not None:
+            out = f", out={target}"   # (positional: deprecated for maximum/minimum)
+        if m.kind == _SCALAR:
+            lines.append(f"v{m.res} = v{m.args[0]}.reshape(())")
+        elif m.bind is not None:
+            g[f"f{j}"], g[f"u{j}"] = m.fn, m.ufunc
+            lines.append(f"v{m.res} = u{j}({xs[0]}, b{j}{out}) if b{j} is not None "
+                         f"else f{j}({', '.join(xs)})")
+        elif m.ufunc is not None:
+            g[f"u{j}"] = m.ufunc
+            lines.append(f"v{m.res} = u{j}({', '.join(xs)}{out})")
+        else:
+            g[f"f{j}"] = m.fn
+            for k, how in m.expand:
+                xs[k] = (f"_bcast({xs[k]}, cshape)" if how == _VIEW
+                         else f"_full(cshape, {xs[k]}, {xs[k]}.dtype)")
+            if m.direct:
+                g[f"i{j}"] = kernel_info(m.fn).into
+                lines.append(f"v{m.res} = i{j}({target}, {', '.join(xs)})")
+            else:
+                lines.append(f"v{m.res} = f{j}({', '.join(xs)})")
+        if m.store is not None and not m.direct:
+            lines.append(f"targets[{m.store}][lo:hi] = v{m.res}")
+        if feeds:
+            lines += self._feed_lines(m)
+        gone = [f"v{d}" for d in m.dies if d not in hoisted]
+        if gone:
+            lines.append(f"del {', '.join(gone)}")
+        return lines
+
+    def _feed_lines(self, m):
+        """The chunk code feeding member ``m``'s value to the reduces it feeds."""
+        lines = []
+        for t in m.feeds:   # a reduce's state (in flat elements)
+            lines.append(f"m = {-2 - (t - self.n_stored)}")
+            lines.append(f"targets[{t}].add(v{m.res}, lo * scale, hi * scale)")
+            for v, p, tail in self.rowvals:   # its finished rows, broadcast back
+                if p == t - self.n_stored:
+                    lines.append(f"v{v} = _rowval(targets[{t}], lo * scale, hi * scale, "
+                                 f"cshape, {tail!r})")
+        return lines
+
+    def _segment_lines(self, j, g, hoisted):
+        """The chunk code of the run of members starting at ``j`` that the
+        block machine runs (chainvm.Segment), with the members' own code
+        as the fallback for chunks it does not take (strided rows)."""
+        members, seg, inputs = self.segments[j]
+        g[f"s{j}"] = seg
+        last = members[-1]
+        lines = [f"m = {j}",
+                 f"_r = s{j}.run(({''.join(f'v{a}, ' for a in inputs)}), targets, lo, hi, "
+                 f"cshape, scale)",
+                 "if _r is not None:"]
+        if seg.returned:
+            lines.append(f"    {''.join(f'v{v}, ' for v in seg.returned)}= _r")
+        gone = [f"v{a}" for a in inputs if a not in hoisted
+                and any(a in self.plan[k].dies for k in members)]
+        lines.append(f"    del {', '.join(gone)}" if gone else "    pass")
+        lines.append("else:")
+        for k in members:
+            lines += ["    " + b for b in self._member_lines(k, self.plan[k], g, hoisted,
+                                                            feeds=k != last)]
+        return lines + self._feed_lines(self.plan[last])
 
     def _fail(self, m, e):
         op = self.plan[m].op if m >= 0 else \
