@@ -409,3 +409,51 @@ def test_lower_refuses_what_the_machine_does_not_compute():
     assert chainvm.lower(op("stablehlo.exponential", [np.float32], np.float32)) is None
     assert chainvm.lower(op("stablehlo.add", [np.bool_] * 2, np.bool_)) is None
     assert chainvm.lower(op("stablehlo.add", [np.float32] * 2, np.float32)) is not None
+
+
+def _rotate_program(et, scalar):
+    shape = () if scalar else (N,)
+    return f"""
+func.func @main(%x: {_t(et)}, %l: {_t(et, shape)}, %r: {_t(et, shape)}, %y: {_t(et)})
+    -> ({_t(et)}, {_t(et)}) {{
+  %0 = stablehlo.add %x, %y : {_t(et)}
+  %lb = "stablehlo.broadcast_in_dim"(%l) {{broadcast_dimensions = array<i64{': 0' if not scalar else ''}>}} : ({_t(et, shape)}) -> {_t(et)}
+  %rb = "stablehlo.broadcast_in_dim"(%r) {{broadcast_dimensions = array<i64{': 0' if not scalar else ''}>}} : ({_t(et, shape)}) -> {_t(et)}
+  %1 = stablehlo.shift_left %y, %lb : {_t(et)}
+  %2 = stablehlo.shift_right_logical %y, %rb : {_t(et)}
+  %3 = stablehlo.or %2, %1 : {_t(et)}
+  %4 = stablehlo.xor %0, %3 : {_t(et)}
+  %5 = stablehlo.shift_left %4, %lb : {_t(et)}
+  %6 = stablehlo.shift_right_logical %4, %rb : {_t(et)}
+  %7 = stablehlo.or %5, %6 : {_t(et)}
+  return %4, %7 : {_t(et)}, {_t(et)}
+}}
+"""
+
+
+@built
+@pytest.mark.parametrize("et", INTS)
+@pytest.mark.parametrize("scalar", [True, False], ids=["scalar", "vector"])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_rotations_as_one_instruction(et, scalar, data, monkeypatch):
+    # or(shl(x, l), shrl(x, r)) runs as SHLOR, the xor after it as
+    # SHLORXOR: amounts of any value (>= the width too), per element or one.
+    text = _rotate_program(et, scalar)
+    bits = np.dtype(NP[et]).itemsize * 8
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    amounts = st.integers(0, 2 * bits + 1)
+    if scalar:
+        lr = [np.array(data.draw(amounts), NP[et]), np.array(data.draw(amounts), NP[et])]
+    else:
+        lr = [rng.integers(0, 2 * bits + 2, N).astype(NP[et]) for _ in range(2)]
+    x, y = _inputs([et, et], (), data.draw, rng)
+    args = [x, lr[0], lr[1], y]
+    vm = _compiled(text, "vm", monkeypatch)
+    got = _run(vm, args, "vm", monkeypatch)
+    (seg,) = _segments(vm)
+    w = np.frombuffer(seg[1].program, np.int32)
+    ops = w[7 + 3 * w[1]:].reshape(-1, 8)[:, 0].tolist()
+    assert ops == [chainvm.ADD, chainvm.SHLORXOR, chainvm.SHLOR]
+    _assert_same(got, _run(_compiled(text, "unfused", monkeypatch), args, "unfused",
+                           monkeypatch), et)

@@ -60,14 +60,14 @@
 #define MAGIC 0x314e4843 /* "CHN1" */
 #define HEADER 7
 #define VWORDS 3
-#define IWORDS 7
+#define IWORDS 8
 #define MAX_BLOCK 65536
 
 enum { T_BOOL, T_I8, T_I16, T_I32, T_I64, T_U8, T_U16, T_U32, T_U64, T_F32, T_F64, N_TYPES };
 enum { K_IN, K_OUT, K_TMP };
 enum {
     OP_ADD = 1, OP_SUB, OP_MUL, OP_DIV, OP_NEG, OP_ABS, OP_AND, OP_OR, OP_XOR, OP_NOT,
-    OP_SHL, OP_SHRL, OP_SHRA, OP_MAX, OP_MIN, OP_CMP, OP_SELECT, OP_COPY, OP_CVT, N_OPS
+    OP_SHL, OP_SHRL, OP_SHRA, OP_MAX, OP_MIN, OP_CMP, OP_SELECT, OP_COPY, OP_CVT, OP_SHLOR, OP_SHLORXOR, N_OPS
 };
 enum { D_EQ, D_NE, D_LT, D_LE, D_GT, D_GE };
 #define TOTALORDER 8
@@ -78,7 +78,7 @@ static int is_int(int t) { return t >= T_I8 && t <= T_U64; }
 static int is_float(int t) { return t == T_F32 || t == T_F64; }
 
 typedef struct {
-    int32_t op, type, sub, dst, a, b, c;
+    int32_t op, type, sub, dst, a, b, c, e;
 } Instr;
 
 /* ---- the ops, one loop over a block each ---------------------------- */
@@ -87,10 +87,10 @@ typedef struct {
  * (a 0-d value: a broadcast constant, a shift amount); its loop reads it
  * once instead of a block-long copy (the copies of threefry's eleven
  * amounts would push its values out of the L1 cache). */
-#define LOOP1(T, R, E) do { R *d_ = (R *)d; const T *x_ = (const T *)pa; \
+#define LOOP1(T, R, E) do { R *restrict d_ = (R *)d; const T *x_ = (const T *)pa; \
     if (one & 1) { T x = x_[0]; R r_ = (R)(E); for (Py_ssize_t i = 0; i < m; i++) d_[i] = r_; } \
     else for (Py_ssize_t i = 0; i < m; i++) { T x = x_[i]; d_[i] = (R)(E); } } while (0)
-#define LOOP2(T, R, E) do { R *d_ = (R *)d; const T *x_ = (const T *)pa, *y_ = (const T *)pb; \
+#define LOOP2(T, R, E) do { R *restrict d_ = (R *)d; const T *x_ = (const T *)pa, *y_ = (const T *)pb; \
     switch (one & 3) { \
     case 0: for (Py_ssize_t i = 0; i < m; i++) { T x = x_[i], y = y_[i]; d_[i] = (R)(E); } break; \
     case 1: { T x = x_[0]; for (Py_ssize_t i = 0; i < m; i++) { T y = y_[i]; d_[i] = (R)(E); } \
@@ -191,7 +191,7 @@ static inline __attribute__((always_inline)) void cvt(int t, int rt, int one, vo
     case OP_SHL: LOOP2(U, U, y >= (U)W ? (U)0 : (U)(x << y)); break; \
     case OP_SHRL: LOOP2(U, U, y >= (U)W ? (U)0 : (U)(x >> y)); break; \
     default: LOOP2(U, U, (S)x >> (y >= (U)W ? (U)(W - 1) : y)); break; }
-#define SELECT_BITS(U, S, W, P) do { U *d_ = (U *)d; const uint8_t *p_ = (const uint8_t *)pa; \
+#define SELECT_BITS(U, S, W, P) do { U *restrict d_ = (U *)d; const uint8_t *p_ = (const uint8_t *)pa; \
     const U *t_ = (const U *)pb, *f_ = (const U *)pc; \
     Py_ssize_t sp = !(one & 1), st = !(one & 2), sf = !(one & 4); \
     if (sp && st && sf) for (Py_ssize_t i = 0; i < m; i++) d_[i] = p_[i] ? t_[i] : f_[i]; \
@@ -257,15 +257,16 @@ static inline __attribute__((always_inline)) void copy(void *d, const void *pa, 
 /* The op families, each its own function (cloned per vector width). */
 #define FAMILY(NAME) VM_CLONES __attribute__((noinline)) static void NAME( \
     int op, int t, int sub, int rt, int one, void *d, const void *pa, const void *pb, \
-    const void *pc, Py_ssize_t m)
+    const void *pc, const void *pe, Py_ssize_t m)
 
-FAMILY(f32_ops) { (void)t; (void)sub; (void)rt; (void)pc; FLOAT_OPS(float, fabs_bits_f) }
-FAMILY(f64_ops) { (void)t; (void)sub; (void)rt; (void)pc; FLOAT_OPS(double, fabs_bits_d) }
-FAMILY(cmp_ops) { (void)op; (void)rt; (void)pc; cmp(t, sub, one, d, pa, pb, m); }
-FAMILY(cvt_ops) { (void)op; (void)sub; (void)pb; (void)pc; cvt(t, rt, one, d, pa, m); }
-FAMILY(select_ops) { (void)op; (void)sub; (void)rt; BY_SIZE(SIZE[t], SELECT_BITS) }
+FAMILY(f32_ops) { (void)pe; (void)t; (void)sub; (void)rt; (void)pc; FLOAT_OPS(float, fabs_bits_f) }
+FAMILY(f64_ops) { (void)pe; (void)t; (void)sub; (void)rt; (void)pc; FLOAT_OPS(double, fabs_bits_d) }
+FAMILY(cmp_ops) { (void)pe; (void)op; (void)rt; (void)pc; cmp(t, sub, one, d, pa, pb, m); }
+FAMILY(cvt_ops) { (void)pe; (void)op; (void)sub; (void)pb; (void)pc; cvt(t, rt, one, d, pa, m); }
+FAMILY(select_ops) { (void)pe; (void)op; (void)sub; (void)rt; BY_SIZE(SIZE[t], SELECT_BITS) }
 FAMILY(bool_ops)
 {
+    (void)pe;
     (void)t; (void)sub; (void)rt; (void)pc;
     switch (op) {   /* logical: any nonzero byte is true */
     case OP_AND: LOOP2(uint8_t, uint8_t, (x != 0) & (y != 0)); break;
@@ -274,21 +275,42 @@ FAMILY(bool_ops)
     default: LOOP1(uint8_t, uint8_t, x == 0); break;
     }
 }
-FAMILY(arith_ops) { (void)sub; (void)rt; (void)pc; BY_SIZE(SIZE[t], ARITH_INT) }
-FAMILY(bits_ops) { (void)sub; (void)rt; (void)pc; BY_SIZE(SIZE[t], BITS_INT) }
-FAMILY(shift_ops) { (void)sub; (void)rt; (void)pc; BY_SIZE(SIZE[t], SHIFT_INT) }
+FAMILY(arith_ops) { (void)pe; (void)sub; (void)rt; (void)pc; BY_SIZE(SIZE[t], ARITH_INT) }
+FAMILY(bits_ops) { (void)pe; (void)sub; (void)rt; (void)pc; BY_SIZE(SIZE[t], BITS_INT) }
+FAMILY(shift_ops) { (void)pe; (void)sub; (void)rt; (void)pc; BY_SIZE(SIZE[t], SHIFT_INT) }
 FAMILY(unary_ops)
 {
+    (void)pe;
     (void)sub; (void)rt; (void)pb; (void)pc;
     if (op == OP_NEG) BY_SIZE(SIZE[t], NEG_INT)
     else if (t >= T_U8) copy(d, pa, SIZE[t], one & 1, m);   /* abs of unsigned */
     else BY_SIZE(SIZE[t], ABS_SINT)
 }
-FAMILY(minmax_ops) { (void)sub; (void)rt; (void)pc; minmax_int(op, t, one, d, pa, pb, m); }
+FAMILY(minmax_ops) { (void)pe; (void)sub; (void)rt; (void)pc; minmax_int(op, t, one, d, pa, pb, m); }
+
+/* shl(x, l) | shrl(x, r) [^ e], each shift by its own rules: a rotation
+ * (threefry's, written as two shifts and an or) in one pass, and the xor
+ * that follows it in threefry's rounds. */
+#define ROT_INT(U, S, W, P) do { U *restrict d_ = (U *)d; const U *x_ = (const U *)pa, \
+    *l_ = (const U *)pb, *r_ = (const U *)pc, *e_ = (const U *)pe; \
+    Py_ssize_t sx = !(one & 1), sl = !(one & 2), sr = !(one & 4), se = !(one & 8); \
+    if (sx && !sl && !sr && l_[0] < (U)W && r_[0] < (U)W) { U l = l_[0], r = r_[0]; \
+        if (op == OP_SHLOR) \
+            for (Py_ssize_t i = 0; i < m; i++) d_[i] = (U)(x_[i] << l) | (U)(x_[i] >> r); \
+        else if (se) \
+            for (Py_ssize_t i = 0; i < m; i++) \
+                d_[i] = (U)((U)(x_[i] << l) | (U)(x_[i] >> r)) ^ e_[i]; \
+        else { U e = e_[0]; for (Py_ssize_t i = 0; i < m; i++) \
+                d_[i] = (U)((U)(x_[i] << l) | (U)(x_[i] >> r)) ^ e; } \
+    } else for (Py_ssize_t i = 0; i < m; i++) { \
+        U x = x_[i * sx], l = l_[i * sl], r = r_[i * sr]; \
+        U v = (U)((l >= (U)W ? (U)0 : (U)(x << l)) | (r >= (U)W ? (U)0 : (U)(x >> r))); \
+        d_[i] = op == OP_SHLORXOR ? (U)(v ^ e_[i * se]) : v; } } while (0)
+FAMILY(rot_ops) { (void)sub; (void)rt; BY_SIZE(SIZE[t], ROT_INT) }
 
 /* One instruction over m elements. Operands were checked (check_program). */
 static void exec1(const Instr *in, int rt, int one, void *d, const void *pa, const void *pb,
-                  const void *pc, Py_ssize_t m)
+                  const void *pc, const void *pe, Py_ssize_t m)
 {
     int op = in->op, t = in->type, sub = in->sub;
     if (op == OP_COPY) {
@@ -296,10 +318,11 @@ static void exec1(const Instr *in, int rt, int one, void *d, const void *pa, con
         return;
     }
     void (*f)(int, int, int, int, int, void *, const void *, const void *, const void *,
-              Py_ssize_t);
+              const void *, Py_ssize_t);
     if (op == OP_CMP) f = cmp_ops;
     else if (op == OP_SELECT) f = select_ops;
     else if (op == OP_CVT) f = cvt_ops;
+    else if (op == OP_SHLOR || op == OP_SHLORXOR) f = rot_ops;
     else if (t == T_F32) f = f32_ops;
     else if (t == T_F64) f = f64_ops;
     else if (t == T_BOOL) f = bool_ops;
@@ -308,7 +331,7 @@ static void exec1(const Instr *in, int rt, int one, void *d, const void *pa, con
     else if (op >= OP_AND && op <= OP_NOT) f = bits_ops;
     else if (op >= OP_SHL && op <= OP_SHRA) f = shift_ops;
     else f = minmax_ops;
-    f(op, t, sub, rt, one, d, pa, pb, pc, m);
+    f(op, t, sub, rt, one, d, pa, pb, pc, pe, m);
 }
 
 /* ---- checking a program --------------------------------------------- */
@@ -328,7 +351,8 @@ static int bad(const char *what, Py_ssize_t k)
 static int nargs(int op) {
     switch (op) {
     case OP_NEG: case OP_ABS: case OP_NOT: case OP_COPY: case OP_CVT: return 1;
-    case OP_SELECT: return 3;
+    case OP_SELECT: case OP_SHLOR: return 3;
+    case OP_SHLORXOR: return 4;
     default: return 2;
     }
 }
@@ -363,6 +387,10 @@ static int types_ok(const Instr *in, const int32_t *vt)
         return a == t && SIZE[d] == SIZE[t];
     case OP_CVT:
         return a == t && !(is_float(t) && is_int(d));
+    case OP_SHLOR:
+        return is_int(t) && d == t && a == t && b == t && vt[in->c] == t;
+    case OP_SHLORXOR:
+        return is_int(t) && d == t && a == t && b == t && vt[in->c] == t && vt[in->e] == t;
     default:
         return 0;
     }
@@ -400,7 +428,8 @@ static int check_instr(const Program *p, const int32_t *vt)
         if (n == 0 || in->type < 0 || in->type >= N_TYPES) return bad("op", k);
         if (in->dst < 0 || in->dst >= p->n_values || in->a < 0 || in->a >= p->n_values
             || (n > 1 && (in->b < 0 || in->b >= p->n_values))
-            || (n > 2 && (in->c < 0 || in->c >= p->n_values)))
+            || (n > 2 && (in->c < 0 || in->c >= p->n_values))
+            || (n > 3 && (in->e < 0 || in->e >= p->n_values)))
             return bad("operand", k);
         if (p->values[(Py_ssize_t)in->dst * VWORDS + 1] == K_IN) return bad("writes an input", k);
         if (!types_ok(in, vt)) return bad("types", k);
@@ -440,9 +469,10 @@ static void run_blocks(Run *r)
             const Instr *in = p->instr + k;
             int n = nargs(in->op);
             int one = r->one[in->a] | (n > 1 ? r->one[in->b] << 1 : 0)
-                      | (n > 2 ? r->one[in->c] << 2 : 0);
+                      | (n > 2 ? r->one[in->c] << 2 : 0) | (n > 3 ? r->one[in->e] << 3 : 0);
             exec1(in, r->vt[in->dst], one, r->ptr[in->dst], r->ptr[in->a],
-                  n > 1 ? r->ptr[in->b] : NULL, n > 2 ? r->ptr[in->c] : NULL, m);
+                  n > 1 ? r->ptr[in->b] : NULL, n > 2 ? r->ptr[in->c] : NULL,
+                  n > 3 ? r->ptr[in->e] : NULL, m);
         }
     }
 }

@@ -43,7 +43,7 @@ _TYPES = {np.dtype(t): k for k, t in enumerate(
 _BOOL, _F32, _F64 = _TYPES[np.dtype(np.bool_)], _TYPES[np.dtype(np.float32)], \
     _TYPES[np.dtype(np.float64)]
 (ADD, SUB, MUL, DIV, NEG, ABS, AND, OR, XOR, NOT, SHL, SHRL, SHRA, MAX, MIN, CMP, SELECT, COPY,
- CVT) = range(1, 20)
+ CVT, SHLOR, SHLORXOR) = range(1, 22)
 _DIRECTIONS = {"EQ": 0, "NE": 1, "LT": 2, "LE": 3, "GT": 4, "GE": 5}
 _TOTALORDER = 8
 
@@ -135,6 +135,42 @@ def _lower_compare(op, ins, r):
     return [(CMP, t, sub, "r", (0, 1))]
 
 
+def _rotations(code, kept):
+    """``code`` with ``or(shl(x, l), shrl(x, r))`` as one SHLOR instruction
+    and a following ``xor`` with it as SHLORXOR (threefry's rotations and
+    rounds: five passes over a block become two), where the shifts' and
+    the or's results are read by nothing else. Each shift keeps its own
+    out-of-range rule, so any amounts give the ops' bits."""
+    reads = {}
+    for c in code:
+        for a in c[4]:
+            reads[a] = reads.get(a, 0) + 1
+    maker = {c[3]: k for k, c in enumerate(code)}
+
+    def single(v):   # read once, by one instruction, and not kept
+        return reads.get(v) == 1 and v not in kept and v in maker
+
+    code = list(code)
+    gone = set()
+    for k, (opcode, t, _, dst, ops) in enumerate(code):
+        if opcode == OR and len(set(ops)) == 2 and all(single(a) for a in ops):
+            shifts = {code[maker[a]][0]: code[maker[a]] for a in ops}
+            left, right = shifts.get(SHL), shifts.get(SHRL)
+            if left is None or right is None or left[4][0] != right[4][0] \
+                    or left[1] != t or right[1] != t:
+                continue
+            code[k] = (SHLOR, t, 0, dst, (left[4][0], left[4][1], right[4][1]))
+            gone |= {maker[a] for a in ops}
+        elif opcode == XOR and len(set(ops)) == 2:
+            rot = next((a for a in ops if single(a) and code[maker[a]][0] == SHLOR
+                        and code[maker[a]][1] == t), None)
+            if rot is not None:
+                other = ops[1] if ops[0] == rot else ops[0]
+                code[k] = (SHLORXOR, t, 0, dst, code[maker[rot]][4] + (other,))
+                gone.add(maker[rot])
+    return [c for k, c in enumerate(code) if k not in gone]
+
+
 class Segment:
     """A run of fused members as one machine program.
 
@@ -163,7 +199,8 @@ class Segment:
                 where = {"r": res, "t": temp}
                 code.append((opcode, t, sub, where.get(dst, dst),
                              tuple(where[a] if a in where else args[a] for a in operands)))
-        self.program = self._assemble(code, dtype, list(inputs), [v for v, _, _ in outputs])
+        kept = [v for v, _, _ in outputs]
+        self.program = self._assemble(_rotations(code, set(kept)), dtype, list(inputs), kept)
 
     @staticmethod
     def _assemble(code, dtype, inputs, outputs):
@@ -204,7 +241,7 @@ class Segment:
                     free.append(kinds[n][2])
             if last.get(dst) is None and kinds[d][1] == _K_TMP:   # never read
                 free.append(kinds[d][2])
-            args += [0] * (3 - len(args))
+            args += [0] * (4 - len(args))
             words += [opcode, t, sub, d] + args
         widest = max((_dtype_of(t).itemsize for t, _, _ in kinds), default=1)
         block = max(1, BLOCK_BYTES // widest)

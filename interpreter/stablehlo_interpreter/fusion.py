@@ -10,12 +10,30 @@ which stays in the core's cache) before moving to the next chunk. Chains
 with a transcendental share their chunks with helper threads (pool.py):
 numpy releases the GIL inside a ufunc loop, so two cores work at once.
 
+Block machine. Inside a chunk, each maximal run of consecutive members
+whose ops chainvm.py lowers (integer, bit, shift, compare, select, convert
+and float basic arithmetic ops: exact or one IEEE rounding) runs as one
+program of the C block machine ``_chains`` (:class:`chainvm.Segment`, made
+with the fused step): over blocks of a few thousand elements, so the run's
+intermediate values stay in the L1 cache and only the values the step
+stores or later members read are written out (stored ones straight into
+their chunk of the output). The members between runs (transcendentals,
+float -> int converts, integer division) and the fed reduces run as below;
+a chunk the machine does not take (a strided row chunk) runs the run's
+members' kernels. ``STABLEHLO_REF_CHAIN_VM=0`` or the module not built:
+no runs, the kernels.
+
 Exactness. Every member is the op's own kernel, called on a chunk instead of
-the whole array. Elementwise kernels compute each element from the same
-elements of their operands only, so each result element is bit-identical to
-the unfused run (``tests/test_fusion.py`` checks it over dtypes, wraparound,
-NaN, infinities and signed zeros). Values of size-1 operands broadcast by a
-member ``broadcast_in_dim`` stay broadcast views, as unfused.
+the whole array, or a machine op computing that kernel's bits
+(``tests/test_chainvm.py``). Elementwise kernels compute each element from
+the same elements of their operands only, so each result element is
+bit-identical to the unfused run (``tests/test_fusion.py`` checks it over
+dtypes, wraparound, NaN, infinities and signed zeros) -- but for the payload
+of a NaN made from two NaN operands by a float add, subtract, multiply or
+divide, which IEEE 754 leaves open and numpy's own loops choose differently
+at different positions of an array (SIMD body, tail, scalar operand).
+Values of size-1 operands broadcast by a member ``broadcast_in_dim`` stay
+broadcast views, as unfused.
 
 Where it applies. Members are ops with the registry's ``fusible`` trait with one
 result of a static shape of at least :data:`MIN_ELEMENTS` elements, operands
@@ -47,7 +65,8 @@ unfused run reports it: :class:`ExecutionError` naming the member op and its
 location.
 
 Switches: ``STABLEHLO_REF_FUSION=0`` turns fusion off (read when a plan is
-first run); ``STABLEHLO_REF_THREADS=N`` is the number of threads a fused step
+first run); ``STABLEHLO_REF_CHAIN_VM=0`` the block machine (read when a
+fused step is made); ``STABLEHLO_REF_THREADS=N`` is the number of threads a fused step
 may use (pool.py: default the usable cores, at most 4; 1 = no helper
 threads). Only one fused step at a time uses the helpers: others (several
 device threads of a parallel run, concurrent executions) run their chunks in
@@ -85,6 +104,10 @@ THREAD_EXACT_CHAINS = False
 # threefry, one 129-op chain of uint32 ops: 14.8 -> 12.2 ms wall for 1e6
 # values on 2 idle cores; 11-op chains, histogram's, ran 1.7x slower shared).
 LONG_CHAIN = 32
+
+# ... and so is a chain whose block machine runs (chainvm.py) hold this many
+# members: one C call per chunk with the GIL released throughout.
+MACHINE_THREAD_MEMBERS = 4
 
 # A loop run tiled (looptile.py) first runs its scalar part: its chain then
 # records the values it would run with instead of running (per thread,
@@ -753,6 +776,11 @@ class FusedChain:
         # float64 detours of narrower floats double the widest value.
         self.chunk = max(1024, CHUNK_BYTES // max(8, widest))
         self.segments = self._vm_segments(dtype, readers)
+        # A machine run is one C call per chunk that releases the GIL for
+        # its whole length (tens of microseconds or more), not the few
+        # microseconds of one ufunc call: worth sharing with the helpers.
+        self.long = self.long or \
+            sum(len(run) for run, _, _ in self.segments.values()) >= MACHINE_THREAD_MEMBERS
         self._chunk_fn = self._generate()
 
     def _vm_segments(self, dtype, readers):
