@@ -8,13 +8,16 @@
  * element. jax.random's threefry is one chain of ~129 uint32 ops; at that
  * rate it costs ~12 ms per 1e6 values where XLA keeps the values in
  * registers. numexpr, the library made for evaluating array expressions in
- * blocks, does not fit: it has no unsigned 32-bit type (threefry's), no
- * bitcast and no shifts with StableHLO's out-of-range rules, evaluates one
- * expression per output (a chain's values read by several later ops or
- * stored would be computed again per output), and its own transcendentals
- * are not the interpreter's correctly rounded ones (those stay numpy/
- * _fastmath kernels between the machine's runs here). This module is the
- * small part numexpr would do: ~20 op codes, each a loop over one block.
+ * blocks, does not fit: its integer ops are int32/int64 only (unsigned
+ * arrays are cast to a wider signed type, so uint32 arithmetic does not
+ * wrap and threefry's values change type), it has no bitcast, its shifts
+ * are C's (undefined from the bit width on, not StableHLO's 0 / sign fill),
+ * it evaluates one expression per output (a chain's values that are stored
+ * or read by several later ops would be computed again per output), and its
+ * transcendentals are the C library's or VML's, not the interpreter's
+ * correctly rounded kernels (those stay numpy/_fastmath kernels between the
+ * machine's runs). This module is the small part numexpr would do: ~20 op
+ * codes, each a loop over one block.
  *
  * Exactness. Every op computes the bits of the interpreter's numpy kernel
  * for that op and types (ops/elementwise*.py): integer arithmetic wraps
