@@ -252,8 +252,8 @@ class Segment:
         """The returned values of the run over chunk ``lo:hi`` (``targets``,
         ``cshape`` and ``scale`` as fusion.py's chunk code has them), the
         stored ones written to their chunk of ``targets``; or None when an
-        input is neither a C-contiguous chunk nor one value (a strided row
-        chunk): then the members run their kernels."""
+        input is not an array of its type and of the chunk's size or one
+        element: then the members run their kernels."""
         n = (hi - lo) * scale
         bufs = []
         for x, dt in zip(ins, self.in_dtypes):
@@ -263,6 +263,11 @@ class Segment:
                 bufs.append(x)
             elif x.size == 1 or x.size and not any(x.strides):
                 bufs.append(x[(slice(0, 1),) * x.ndim])   # one value
+            elif x.size == n:
+                # A strided chunk (rows of a transposed operand, a row
+                # statistic broadcast over its row): one copy in cache, in
+                # the order of the others (C order of the chunk's shape).
+                bufs.append(np.ascontiguousarray(x))
             else:
                 return None
         outs = [targets[store][lo:hi] if store is not None else np.empty(cshape, dt)

@@ -19,9 +19,10 @@ intermediate values stay in the L1 cache and only the values the step
 stores or later members read are written out (stored ones straight into
 their chunk of the output). The members between runs (transcendentals,
 float -> int converts, integer division) and the fed reduces run as below;
-a chunk the machine does not take (a strided row chunk) runs the run's
-members' kernels. ``STABLEHLO_REF_CHAIN_VM=0`` or the module not built:
-no runs, the kernels.
+a strided chunk of an input (rows of a transposed operand, a row statistic
+broadcast over its rows) is copied once, in cache, for the run.
+``STABLEHLO_REF_CHAIN_VM=0`` or the module not built: no runs, the
+members' kernels.
 
 Exactness. Every member is the op's own kernel, called on a chunk instead of
 the whole array, or a machine op computing that kernel's bits
