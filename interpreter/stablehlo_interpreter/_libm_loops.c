@@ -660,6 +660,52 @@ NARROW_FOLD(fold_mul_e, f16_to_f, f_to_f16, MUL, )
 NARROW_FOLD(fold_add_b, bf16_to_f, f_to_bf16, ADD, )
 NARROW_FOLD(fold_mul_b, bf16_to_f, f_to_bf16, MUL, )
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define HAVE_CHAIN_B 1
+/* One bfloat16 chain (a fold to one value, or the outputs the CHAINS
+ * groups leave), the accumulator kept in an SSE register as the float32 bits
+ * of a bfloat16 value: a float32 add or multiply, then the rounding to
+ * nearest even of its top 16 bits by integer steps in the same register.
+ * Each step depends on the previous one, so its latency is the loop's cost;
+ * fold_*_b's f_to_bf16 moves the value to a general register and back (and
+ * branches on NaN), about 1.6x slower. No NaN branch here: a sum or product
+ * of bfloat16 values is a quiet NaN with 16 zero low bits (the payload of
+ * an operand, quieted, or the default NaN), which the rounding leaves as it
+ * is, and f_to_bf16 gives the same bits for it. */
+static uint16_t
+chain_b(const char *p, Py_ssize_t n, Py_ssize_t sn, uint16_t r0, int add)
+{
+    const __m128i half = _mm_set1_epi32(0x7fff), one = _mm_set1_epi32(1);
+    const __m128i top = _mm_set1_epi32((int)0xffff0000u);
+    __m128i r = _mm_cvtsi32_si128((int)((uint32_t)r0 << 16));
+    for (Py_ssize_t i = 0; i < n; i++, p += sn) {
+        uint16_t h;
+        memcpy(&h, p, 2);
+        __m128 x = _mm_castsi128_ps(_mm_cvtsi32_si128((int)((uint32_t)h << 16)));
+        __m128 f = _mm_castsi128_ps(r);
+        __m128i u = _mm_castps_si128(add ? _mm_add_ss(f, x) : _mm_mul_ss(f, x));
+        __m128i lsb = _mm_and_si128(_mm_srli_epi32(u, 16), one);
+        r = _mm_and_si128(_mm_add_epi32(_mm_add_epi32(u, half), lsb), top);
+    }
+    return (uint16_t)((uint32_t)_mm_cvtsi128_si32(r) >> 16);
+}
+
+/* fold_add_b or fold_mul_b for the groups of CHAINS outputs, chain_b for
+ * the outputs they leave. */
+static void
+fold_b_chained(const char *src, Py_ssize_t n, Py_ssize_t kept, Py_ssize_t sn, Py_ssize_t sk,
+               uint16_t *acc, int add)
+{
+    Py_ssize_t grouped = kept - kept % CHAINS;
+    (add ? fold_add_b : fold_mul_b)(src, n, grouped, sn, sk, acc);
+    for (Py_ssize_t j = grouped; j < kept; j++)
+        acc[j] = chain_b(src + j * sk, n, sn, acc[j], add);
+}
+#else
+#define HAVE_CHAIN_B 0
+#endif
+
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 /* float16 <-> float32 by the CPU's F16C instructions where it has them
  * (IEEE conversions, round to nearest even: the same values as the
@@ -824,6 +870,10 @@ py_fold(PyObject *self, PyObject *args)
 #endif
         else if (k == 'e')
             (add ? fold_add_e : fold_mul_e)(src, n, kept, sn, sk, (uint16_t *)a.buf);
+#if HAVE_CHAIN_B
+        else if (isa != ISA_PORTABLE)
+            fold_b_chained(src, n, kept, sn, sk, (uint16_t *)a.buf, add);
+#endif
         else
             (add ? fold_add_b : fold_mul_b)(src, n, kept, sn, sk, (uint16_t *)a.buf);
         Py_END_ALLOW_THREADS
