@@ -335,6 +335,24 @@ def test_register_tiles_are_the_row_loop(no_c, dtype, bmkn):
             assert _same(got, want), isa
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_bfloat16_tiles_over_several_panels():
+    # bfloat16 tiles read a and w from float32 panels converted per block
+    # (64 rows of a, 512 outputs of w, 256 contracted indices): more of each
+    # than one panel holds, with remainders, against the row loop (isa=1).
+    rng = np.random.default_rng(11)
+    B, M, K, N = 1, 140, 300, 1100
+    a = _rows(rng, (B, M, K), ml_dtypes.bfloat16).view(np.uint16)
+    w = _rows(rng, (B, K, N), ml_dtypes.bfloat16).view(np.uint16)
+    acc = _rows(rng, (B, M, N), ml_dtypes.bfloat16).view(np.uint16)
+    got = {}
+    for isa in ISAS:
+        got[isa] = acc.copy()
+        C.contract(a, w, got[isa], isa)
+    for isa in ISAS:
+        assert _same(got[isa].view(ml_dtypes.bfloat16), got[1].view(ml_dtypes.bfloat16)), isa
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize("mn", [(16, 64), (16, 200), (24, 9)])
 def test_register_tiles_round_every_product(dtype, mn):

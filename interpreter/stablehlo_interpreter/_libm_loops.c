@@ -1199,7 +1199,14 @@ NARROW_CONTRACT(contract_b, bf16_to_f, f_to_bf16, row_b)
         (__typeof__(x))u_;                                                           \
     })
 
-#define TILE_B(MR, NR)                                                               \
+/* Panels of a and w as float32, converted once per block (the tiles then
+ * load w's vectors and broadcast a's values straight from memory, with no
+ * conversion per use): a's panel is BM rows by the k chunk, w's the k chunk
+ * by BN outputs. */
+#define BM 64
+#define BN 512
+
+#define TILE_B(MR, NR, RND)                                                          \
     do {                                                                             \
         V c[MR][NR];                                                                 \
         uint16_t *crow = acc + (b * M + m0) * N + n0;                                \
@@ -1209,20 +1216,17 @@ NARROW_CONTRACT(contract_b, bf16_to_f, f_to_bf16, row_b)
                 memcpy(&h, crow + r * N + v * L, sizeof(H));                         \
                 c[r][v] = (V)(__builtin_convertvector(h, U) << 16);                  \
             }                                                                        \
-        const char *ap = abase + m0 * sa[1] + k0 * sa[2];                            \
-        const char *wp = wbase + k0 * sw[1] + n0 * 2;                                \
-        for (Py_ssize_t k = k0; k < k1; k++, ap += sa[2], wp += sw[1]) {             \
+        const float *ap = fa + (m0 - mb) * KC;                                       \
+        const float *wp = fw + (n0 - nb);                                            \
+        for (Py_ssize_t k = 0; k < kn; k++, ap++, wp += BN) {                        \
             V w[NR];                                                                 \
-            for (int v = 0; v < NR; v++) {                                           \
-                H h;                                                                 \
-                memcpy(&h, wp + v * sizeof(H), sizeof(H));                           \
-                w[v] = (V)(__builtin_convertvector(h, U) << 16);                     \
-            }                                                                        \
+            for (int v = 0; v < NR; v++)                                             \
+                memcpy(&w[v], wp + v * L, sizeof(V));                                \
             for (int r = 0; r < MR; r++) {                                           \
-                const float s = bf16_to_f(*(const uint16_t *)(ap + r * sa[1]));      \
+                const float s = ap[r * KC];                                          \
                 for (int v = 0; v < NR; v++) {                                       \
-                    V p = BF_ROUND(U, w[v] * s);                                     \
-                    c[r][v] = BF_ROUND(U, c[r][v] + p);                              \
+                    V p = RND(U, w[v] * s);                                          \
+                    c[r][v] = RND(U, c[r][v] + p);                                   \
                 }                                                                    \
             }                                                                        \
         }                                                                            \
@@ -1233,10 +1237,11 @@ NARROW_CONTRACT(contract_b, bf16_to_f, f_to_bf16, row_b)
             }                                                                        \
     } while (0)
 
-#define TILED_B(NAME, VB, ATTR)                                                      \
+/* fa (BM x KC floats) and fw (KC x BN floats): scratch for the panels. */
+#define TILED_B(NAME, VB, ATTR, RND)                                                 \
 ATTR static void                                                                     \
 NAME(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, Py_ssize_t *pMt,         \
-     Py_ssize_t *pNt)                                                                \
+     Py_ssize_t *pNt, float *fa, float *fw)                                          \
 {                                                                                    \
     typedef float V __attribute__((vector_size(VB)));                                \
     typedef uint32_t U __attribute__((vector_size(VB)));                             \
@@ -1253,49 +1258,79 @@ NAME(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, Py_ssize_t *pMt,    
         const char *abase = (const char *)A->buf + b * sa[0];                        \
         const char *wbase = (const char *)W->buf + b * sw[0];                        \
         for (Py_ssize_t k0 = 0; k0 < K; k0 += KC) {                                  \
-            Py_ssize_t k1 = K - k0 < KC ? K : k0 + KC;                               \
-            for (Py_ssize_t n0 = 0; n0 < Nt; n0 += wide ? 2 * L : L)                 \
-                for (Py_ssize_t m0 = 0; m0 < Mt; m0 += wide ? 4 : 8) {               \
-                    if (wide)                                                        \
-                        TILE_B(4, 2);                                                \
-                    else                                                             \
-                        TILE_B(8, 1);                                                \
+            Py_ssize_t kn = K - k0 < KC ? K - k0 : KC;                               \
+            for (Py_ssize_t nb = 0; nb < Nt; nb += BN) {                             \
+                Py_ssize_t ne = Nt - nb < BN ? Nt : nb + BN;                         \
+                for (Py_ssize_t k = 0; k < kn; k++) {                                \
+                    const uint16_t *wr = (const uint16_t *)(wbase + (k0 + k) * sw[1]); \
+                    for (Py_ssize_t j = nb; j < ne; j++)                             \
+                        fw[k * BN + j - nb] = bf16_to_f(wr[j]);                      \
                 }                                                                    \
+                for (Py_ssize_t mb = 0; mb < Mt; mb += BM) {                         \
+                    Py_ssize_t me = Mt - mb < BM ? Mt : mb + BM;                     \
+                    for (Py_ssize_t m = mb; m < me; m++)                             \
+                        for (Py_ssize_t k = 0; k < kn; k++)                          \
+                            fa[(m - mb) * KC + k] = bf16_to_f(                       \
+                                *(const uint16_t *)(abase + m * sa[1] + (k0 + k) * sa[2])); \
+                    for (Py_ssize_t n0 = nb; n0 < ne; n0 += wide ? 2 * L : L)        \
+                        for (Py_ssize_t m0 = mb; m0 < me; m0 += wide ? 4 : 8) {      \
+                            if (wide)                                                \
+                                TILE_B(4, 2, RND);                                   \
+                            else                                                     \
+                                TILE_B(8, 1, RND);                                   \
+                        }                                                            \
+                }                                                                    \
+            }                                                                        \
         }                                                                            \
     }                                                                                \
 }
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-TILED_B(tile_b_512, 64, __attribute__((target("avx512f,avx512bw"))))
-TILED_B(tile_b_256, 32, __attribute__((target("avx2"))))
-#define WIDE_TILES_B(A, W, acc, Mt, Nt)                                              \
+#define AVX512_BW __attribute__((target("avx512f,avx512bw")))
+/* BF_ROUND in 4 instructions: a test of bit 16 into a mask register picks
+ * u + 0x8000 over u + 0x7fff (a masked add), then the mask of the top half. */
+AVX512_BW static inline __m512
+bf_round_512(__m512 x)
+{
+    __m512i u = _mm512_castps_si512(x);
+    __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
+    __m512i t = _mm512_mask_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd, u,
+                                      _mm512_set1_epi32(0x8000));
+    return _mm512_castsi512_ps(_mm512_and_si512(t, _mm512_set1_epi32((int)0xffff0000u)));
+}
+#define BF_ROUND_512(U, x) ((__typeof__(x))bf_round_512((__m512)(x)))
+TILED_B(tile_b_512, 64, AVX512_BW, BF_ROUND_512)
+TILED_B(tile_b_256, 32, __attribute__((target("avx2"))), BF_ROUND)
+#define WIDE_TILES_B(A, W, acc, Mt, Nt, fa, fw)                                      \
     if (isa == ISA_BEST && __builtin_cpu_supports("avx512f") &&                      \
         __builtin_cpu_supports("avx512bw")) {                                        \
-        tile_b_512(A, W, acc, Mt, Nt);                                               \
+        tile_b_512(A, W, acc, Mt, Nt, fa, fw);                                       \
         return;                                                                      \
     }                                                                                \
     if (isa != ISA_SSE2 && __builtin_cpu_supports("avx2")) {                         \
-        tile_b_256(A, W, acc, Mt, Nt);                                               \
+        tile_b_256(A, W, acc, Mt, Nt, fa, fw);                                       \
         return;                                                                      \
     }
 #else
-#define WIDE_TILES_B(A, W, acc, Mt, Nt)
+#define WIDE_TILES_B(A, W, acc, Mt, Nt, fa, fw)
 #endif
-TILED_B(tile_b_128, 16, )
+TILED_B(tile_b_128, 16, , BF_ROUND)
 
 static void
 tile_b(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, Py_ssize_t *Mt, Py_ssize_t *Nt,
-       int isa)
+       float *fa, float *fw, int isa)
 {
-    WIDE_TILES_B(A, W, acc, Mt, Nt)
-    tile_b_128(A, W, acc, Mt, Nt);
+    WIDE_TILES_B(A, W, acc, Mt, Nt, fa, fw)
+    tile_b_128(A, W, acc, Mt, Nt, fa, fw);
 }
 
+/* c: a row of scratch (N floats); panels: BM * KC + KC * BN floats. */
 static void
-contract_b_tiled(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, float *c, int isa)
+contract_b_tiled(const Py_buffer *A, const Py_buffer *W, uint16_t *acc, float *c,
+                 float *panels, int isa)
 {
     Py_ssize_t M = A->shape[1], N = W->shape[2], Mt, Nt;
-    tile_b(A, W, acc, &Mt, &Nt, isa);
+    tile_b(A, W, acc, &Mt, &Nt, panels, panels + BM * KC, isa);
     contract_b_range(A, W, acc, c, 0, M, Nt, N);
     contract_b_range(A, W, acc, c, Mt, M, 0, Nt);
 }
@@ -1410,10 +1445,13 @@ py_contract(PyObject *self, PyObject *args)
                      "acc of %zd elements", a.shape[0], a.shape[1], a.shape[2], w.shape[0],
                      w.shape[1], w.shape[2], c.len / c.itemsize);
     else {
-        float *row = NULL;
+        float *row = NULL, *panels = NULL;
+        int tiled_b = k == 'H' && w.strides[2] == 2 && isa != ISA_PORTABLE;
         if (k == 'e' || k == 'H') {
             row = PyMem_Malloc((size_t)(w.shape[2] > 0 ? w.shape[2] : 1) * sizeof(float));
-            if (row == NULL) {
+            if (tiled_b)
+                panels = PyMem_Malloc((size_t)(BM * KC + KC * BN) * sizeof(float));
+            if (row == NULL || (tiled_b && panels == NULL)) {
                 PyErr_NoMemory();
                 ok = 0;
             }
@@ -1438,13 +1476,14 @@ py_contract(PyObject *self, PyObject *args)
 #endif
             else if (k == 'e')
                 contract_e(&a, &w, (uint16_t *)c.buf, row);
-            else if (w.strides[2] == 2 && isa != ISA_PORTABLE)
-                contract_b_tiled(&a, &w, (uint16_t *)c.buf, row, isa);
+            else if (tiled_b)
+                contract_b_tiled(&a, &w, (uint16_t *)c.buf, row, panels, isa);
             else
                 contract_b(&a, &w, (uint16_t *)c.buf, row);
             Py_END_ALLOW_THREADS
         }
         PyMem_Free(row);
+        PyMem_Free(panels);
     }
     PyBuffer_Release(&c);
     PyBuffer_Release(&a);
