@@ -122,7 +122,7 @@ def _rows(rng, shape, dtype):
 FOLD_DTYPES = [np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.complex64,
                np.complex128]
 FOLD_SHAPES = [(1, 1), (2, 1), (1000, 1), (5, 3), (300, 7), (40, 8), (33, 17), (9, 2049),
-               (3, 5000)]
+               (3, 5000), (50, 2), (50, 4), (7, 6), (40, 13)]
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")

@@ -509,6 +509,25 @@ enum {
 #define ADD(a, b) ((a) + (b))
 #define MUL(a, b) ((a) * (b))
 
+/* G chains side by side over the outputs j0 .. end - 1 (at most G), the
+ * missing chains repeating output end - 1. */
+#define FOLD_GROUP(T, OP, G, end)                                                    \
+    do {                                                                             \
+        Py_ssize_t rem = (end) - j0, off[G];                                         \
+        T r[G];                                                                      \
+        for (int t = 0; t < G; t++) {                                                \
+            Py_ssize_t j = t < rem ? j0 + t : (end) - 1;                             \
+            off[t] = j * sk;                                                         \
+            r[t] = acc[j];                                                           \
+        }                                                                            \
+        const char *p = src;                                                         \
+        for (Py_ssize_t i = 0; i < n; i++, p += sn)                                  \
+            for (int t = 0; t < G; t++)                                              \
+                r[t] = OP(r[t], *(const T *)(p + off[t]));                           \
+        for (Py_ssize_t t = 0; t < rem; t++)                                         \
+            acc[j0 + t] = r[t];                                                      \
+    } while (0)
+
 /* acc[j] = (((acc[j] op x[0, j]) op x[1, j]) ...) op x[n - 1, j], where
  * x[i, j] is at src + i * sn + j * sk (byte strides). */
 #define FOLD(NAME, T, OP)                                                            \
@@ -541,6 +560,13 @@ NAME(const char *src, Py_ssize_t n, Py_ssize_t kept, Py_ssize_t sn, Py_ssize_t s
                 r[t] = OP(r[t], *(const T *)(p + t * sk));                           \
         for (int t = 0; t < CHAINS; t++)                                             \
             acc[j0 + t] = r[t];                                                      \
+    }                                                                                \
+    /* The outputs left, but a last one: groups of up to 4 chains (the       \
+     * missing ones repeating the group's last output, their results          \
+     * dropped), advancing side by side, not one after another. */             \
+    for (; kept - j0 > 1; j0 += 4) {                                                 \
+        Py_ssize_t end = kept - j0 < 4 ? kept : j0 + 4;                              \
+        FOLD_GROUP(T, OP, 4, end);                                                   \
     }                                                                                \
     for (; j0 < kept; j0++) {                                                        \
         T r = acc[j0];                                                               \
