@@ -698,11 +698,7 @@ NARROW_FOLD(fold_mul_b, bf16_to_f, f_to_bf16, MUL, )
  * branches on NaN), about 1.6x slower. No NaN branch here: a sum or product
  * of bfloat16 values is a quiet NaN with 16 zero low bits (the payload of
  * an operand, quieted, or the default NaN), which the rounding leaves as it
- * is, and f_to_bf16 gives the same bits for it. */
-/* The rounding as a select: (u + 0x7fff) & top or (u + 0x8000) & top by bit
- * 16 of u, both computed beside the select's mask (u << 15, its sign bit):
- * a step's chain is the add, one shift and one blend (SSE4.1's blendvps),
- * 5-13% faster than the SSE2 steps' shift, and, add and and. */
+ * is, and f_to_bf16 gives the same bits for it. ROUND(u): u rounded. */
 #define CHAIN_B(NAME, ATTR, ROUND)                                                   \
 ATTR static uint16_t                                                                 \
 NAME(const char *p, Py_ssize_t n, Py_ssize_t sn, uint16_t r0, int add)               \
@@ -732,6 +728,10 @@ CHAIN_B(chain_b, , ROUND_SSE2)
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #include <smmintrin.h>
 #define HAVE_CHAIN_B41 1
+/* The rounding as a select: (u + 0x7fff) & top or (u + 0x8000) & top by bit
+ * 16 of u, both computed beside the select's mask (u << 15, its sign bit):
+ * a step's chain is the add, one shift and one blend (SSE4.1's blendvps),
+ * 5-13% faster than the SSE2 steps' shift, and, add and and. */
 #define ROUND_SSE41(u)                                                               \
     _mm_castps_si128(_mm_blendv_ps(                                                  \
         _mm_castsi128_ps(_mm_and_si128(_mm_add_epi32(u, half), top)),                \
