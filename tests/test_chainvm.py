@@ -162,10 +162,10 @@ def _assert_same(got, want, context, loose=None):
 _COMPILED = {}
 
 
-def _compiled(text, how, monkeypatch):
+def _compiled(text, how, monkeypatch, numerics="accurate"):
     """The program compiled one way: 'vm', 'numpy' (fused, no machine),
     'nomodule' (fused, the module not importable) or 'unfused'."""
-    key = (text, how)
+    key = (text, how, numerics)
     if key not in _COMPILED:
         with monkeypatch.context() as m:
             if how == "unfused":
@@ -174,7 +174,7 @@ def _compiled(text, how, monkeypatch):
                 m.setenv("STABLEHLO_REF_CHAIN_VM", "0")
             elif how == "nomodule":
                 m.setattr(chainvm, "_chains", None)
-            _COMPILED[key] = si.compile(text)
+            _COMPILED[key] = si.compile(text, numerics=numerics)
     return _COMPILED[key]
 
 
@@ -224,6 +224,30 @@ def test_machine_ops_match_the_kernels(case, data, monkeypatch):
         other = _compiled(text, how, monkeypatch)
         _assert_same(_run(other, args, how, monkeypatch), want, f"{_case_id(case)} {how}", loose)
         assert not _segments(other)
+
+
+SPEC_CASES = [c for c in CASES if c[0] in ("add", "subtract", "multiply", "divide", "maximum",
+                                            "clamp", "convert") and "f" in c[1][0] + c[2]]
+
+
+@built
+@pytest.mark.parametrize("case", SPEC_CASES[::3], ids=_case_id)
+def test_both_numerics_modes_share_the_machine(case, monkeypatch):
+    # These ops are exact or one IEEE rounding: numerics="spec" (the C++
+    # reference's bits) runs them on the machine too, with the bits of its
+    # own unfused run and of accurate mode's.
+    op, ets, rt, attrs = case
+    text = _program(op, ets, rt, attrs)
+    rng = np.random.default_rng(7)
+    args = _inputs(ets, (), lambda strategy: [0, 1, 3, 0x7F], rng)   # edge values, a few bits
+    spec = _compiled(text, "vm", monkeypatch, "spec")
+    got = _run(spec, args, "vm", monkeypatch)
+    assert _segments(spec)
+    loose = np.isnan(args[0]) & np.isnan(args[1]) if len(args) > 1 and ets[0] in FLOATS else None
+    _assert_same(got, _run(_compiled(text, "unfused", monkeypatch, "spec"), args, "unfused",
+                           monkeypatch), f"{_case_id(case)} spec", loose)
+    _assert_same(got, _run(_compiled(text, "vm", monkeypatch), args, "vm", monkeypatch),
+                 f"{_case_id(case)} spec vs accurate", loose)
 
 
 THREEFRY_LIKE = f"""
