@@ -186,7 +186,6 @@ class Segment:
         self.in_dtypes = tuple(np.dtype(dtype[v]) for v in inputs)
         self.outputs = tuple((store, np.dtype(dtype[v]), ret) for v, store, ret in outputs)
         self.returned = tuple(v for v, _, ret in outputs if ret)
-        self.size = len(members)
         code = []   # (opcode, type, sub, dst, operands), values numbered below
         temps = 0
         for op, args, res in members:
