@@ -319,3 +319,44 @@ def test_dot_general_kernel_remembers_geometry_per_shape_pair():
         np.testing.assert_allclose(run(a, b), a.astype(np.float64) @ b, rtol=1e-5)
     with pytest.raises(ValueError, match="contracting dims differ"):
         run(np.zeros((3, 4), np.float32), np.zeros((5, 2), np.float32))
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("dims, lshape, rshape", [
+    (((), (), (0,), (0,)), (64,), (64, 32)),            # an RNN cell's vector-matrix product
+    (((), (), (1,), (0,)), (5, 64), (64, 7)),
+    (((0,), (2,), (1,), (0,)), (3, 6, 4), (6, 5, 3)),   # transposed operands, batch dims
+])
+def test_dot_general_native_float_path_is_the_batched_matmul(dt, dims, lshape, rshape):
+    # Float operands of the result type take the kernel's short path (its
+    # shape tests decided once per shape pair); it must give the bits of the
+    # (B, M, K) x (B, K, N) matmul the general path computes, with or without
+    # the one-BLAS-thread switch (blas.small_product).
+    from stablehlo_interpreter import blas
+    from stablehlo_interpreter.ops.dot import make_dot_general
+    lb, rb, lc, rc = dims
+    run = make_dot_general(lb, rb, lc, rc, len(lshape), len(rshape), dt)
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(lshape).astype(dt)
+    b = rng.standard_normal(rshape).astype(dt)
+    lf = [d for d in range(a.ndim) if d not in lb + lc]
+    rf = [d for d in range(b.ndim) if d not in rb + rc]
+    at = np.transpose(a, list(lb) + lf + list(lc))
+    bt = np.transpose(b, list(rb) + list(rc) + rf)
+    B = int(np.prod([a.shape[d] for d in lb]))
+    K = int(np.prod([a.shape[d] for d in lc]))
+    out_shape = tuple(a.shape[d] for d in lb) + tuple(a.shape[d] for d in lf) \
+        + tuple(b.shape[d] for d in rf)
+    expect = np.matmul(at.reshape(B, -1, K), bt.reshape(B, K, -1)).reshape(out_shape)
+    for macs in (0, 1 << 30):   # never / always the small-product switch
+        saved = blas.SMALL_GEMM_MACS
+        blas.SMALL_GEMM_MACS = macs
+        try:
+            r = run(a, b)
+        finally:
+            blas.SMALL_GEMM_MACS = saved
+        assert r.dtype == dt and r.shape == out_shape
+        np.testing.assert_array_equal(r, expect)
+    # Operands of another type than the result's are converted first.
+    r16 = run(a.astype(np.float16), b)
+    np.testing.assert_array_equal(r16, run(a.astype(np.float16).astype(dt), b))
