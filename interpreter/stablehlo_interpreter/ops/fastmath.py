@@ -59,7 +59,8 @@ def f32_kernel(name, exact):
             flat = flat.copy()   # the exact path below reads the inputs again
         idx = np.empty(flat.size, np.int64)
         if flat.size < THREADED:
-            redo = idx[:fn(flat, out, idx)]
+            n = fn(flat, out, idx)
+            redo = idx[:n] if n else None
         else:
             counts = {}
 
@@ -67,11 +68,11 @@ def f32_kernel(name, exact):
                 counts[lo] = fn(flat[lo:hi], out[lo:hi], idx[lo:hi])
             run_chunks(chunk, [(lo, min(lo + CHUNK, flat.size)) for lo in range(0, flat.size, CHUNK)])
             redo = np.concatenate([idx[lo:lo + n] + lo for lo, n in sorted(counts.items())])
-        if redo.size:
+        if redo is not None and redo.size:
             out[redo] = exact(flat[redo])
 
     def run(x):
-        if _fastmath is None or x.dtype != F32 or x.size < MIN_SIZE:
+        if _fastmath is None or (x.dtype is not F32 and x.dtype != F32) or x.size < MIN_SIZE:
             return exact(x)
         out = np.empty(x.shape, F32)   # (owning its data: later steps may update it in place)
         compute(x, out if x.ndim == 1 else out.reshape(-1), True)
