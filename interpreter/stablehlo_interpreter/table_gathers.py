@@ -84,17 +84,24 @@ def rewrite(steps: list[Any], template: list[Any], result_slots: Any) -> list[An
     """``steps`` with the elementwise ops on small-table gathers moved onto
     the tables (see the module docstring); new slots extend ``template``.
     Returns ``steps`` itself when nothing matched."""
-    readers = None
-    for i, s in enumerate(steps):
-        op = s.op
-        if op is None or op.name != _GATHER or len(s.ins) != 2 or s.out.__class__ is not int:
-            continue
-        if readers is None:
-            readers = _readers(steps, result_slots)
-        found = _match(i, steps, template, readers)
-        if found is not None:
-            # One gather per pass: the slots' readers change with it.
-            return rewrite(found, template, result_slots)
+    done: set[int] = set()   # the gather ops rewritten (each once)
+    again = True
+    while again:
+        again = False
+        readers = None
+        for i, s in enumerate(steps):
+            op = s.op
+            if op is None or op.name != _GATHER or len(s.ins) != 2 \
+                    or s.out.__class__ is not int or s.ins[0] == s.ins[1] or id(op) in done:
+                continue
+            if readers is None:
+                readers = _readers(steps, result_slots)
+            found = _match(i, steps, template, readers)
+            if found is not None:
+                # One gather per pass: the slots' readers change with it.
+                done.add(id(op))
+                steps, again = found, True
+                break
     return steps
 
 
