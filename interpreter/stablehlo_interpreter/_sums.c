@@ -42,7 +42,10 @@
  * x[a, i, j] added in float64 in order starting from x[a, 0, j] (not from
  * +0): what numpy's add.accumulate(x, axis=1, dtype=float64) computes, then
  * init added and the result rounded once to float32 (reducers.py's
- * Reducer.accumulate). numpy's casting accumulate converts buffer by buffer
+ * Reducer.accumulate). Returns True when a sum became NaN: which NaN an
+ * addition returns depends on the order of its operands in the machine
+ * code, so the caller recomputes that case with numpy for numpy's NaN bits.
+ * numpy's casting accumulate converts buffer by buffer
  * along the scanned axis (8 ms for a (1000, 1000) cumsum over axis 0); the
  * loop keeps a float64 row of running sums and streams x once.
  *
@@ -121,10 +124,13 @@ static void lead_sums_loop(const float *restrict x, Py_ssize_t rows, Py_ssize_t 
     }
 }
 
+/* Returns whether a running sum became NaN (it stays NaN, so the sums at
+ * the end of each scan tell). */
 SUM_CLONES
-static void scan_loop(const float *restrict x, Py_ssize_t lead, Py_ssize_t n, Py_ssize_t inner,
-                      double init, double *restrict acc, float *restrict out)
+static int scan_loop(const float *restrict x, Py_ssize_t lead, Py_ssize_t n, Py_ssize_t inner,
+                     double init, double *restrict acc, float *restrict out)
 {
+    int nan = 0;
     for (Py_ssize_t a = 0; a < lead; a++) {
         const float *p = x + a * n * inner;
         float *q = out + a * n * inner;
@@ -140,7 +146,10 @@ static void scan_loop(const float *restrict x, Py_ssize_t lead, Py_ssize_t n, Py
                 qi[j] = (float)(init + acc[j]);
             }
         }
+        for (Py_ssize_t j = 0; j < inner; j++)
+            nan |= acc[j] != acc[j];
     }
+    return nan;
 }
 
 /* Lanes of the extrema loops: 32 floats are 4 AVX2 or 2 AVX-512 registers
@@ -311,13 +320,14 @@ static PyObject *scan_f32(PyObject *self, PyObject *args)
     } else if (size && (acc = PyMem_Malloc((size_t)inner * sizeof(double))) == NULL) {
         PyErr_NoMemory();
     } else {
+        int nan = 0;
         if (size) {
             Py_BEGIN_ALLOW_THREADS
-            scan_loop((const float *)bx.buf, lead, n, inner, init, acc, (float *)bo.buf);
+            nan = scan_loop((const float *)bx.buf, lead, n, inner, init, acc, (float *)bo.buf);
             Py_END_ALLOW_THREADS
         }
         PyMem_Free(acc);
-        res = Py_NewRef(Py_None);
+        res = PyBool_FromLong(nan);
     }
     PyBuffer_Release(&bx);
     PyBuffer_Release(&bo);
@@ -408,7 +418,8 @@ static PyMethodDef methods[] = {
      "float64, in order, of float32 x (rows of width)."},
     {"scan_f32", scan_f32, METH_VARARGS,
      "scan_f32(x, lead, n, inner, init, out): out = float32(init + the float64 prefix sums "
-     "of float32 x along the middle axis of (lead, n, inner)), in order (see the C source)."},
+     "of float32 x along the middle axis of (lead, n, inner)), in order (see the C source); "
+     "True when a sum became NaN."},
     {"row_max_f32", row_max_f32, METH_VARARGS,
      "row_max_f32(x, rows, n, out, nan): out[r] = the largest value of row r of float32 x "
      "(zero signs unspecified); nan[r] = 1 for rows holding a NaN (out[r] unspecified "

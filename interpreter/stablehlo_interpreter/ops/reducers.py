@@ -315,7 +315,9 @@ class Reducer:
                 r = _fix_zero_sign(self.kind, np.asarray(r), xa, None, init, scan_axis=axis)
             return np.asarray(r).astype(self.dtype)
         if self.kind == "add" and x.dtype == F32 and self.acc == F64 and _sums is not None:
-            return _scan_f32(x, axis, init)
+            r = _scan_f32(x, axis, init)
+            if r is not None:
+                return r
         if x.dtype in dtypes.ML_FLOATS:
             x = x.astype(self.acc)
         if self.acc.itemsize > x.dtype.itemsize or n <= 2 * _SCAN_BLOCK or self.kind != "add":
@@ -703,15 +705,17 @@ def _reduce_last(ufunc, x, acc):
         return _row_sums(ufunc, x, acc)
     rows = x.size // n
     x2 = x.reshape(rows, n)
-    if ufunc is np.add and x.dtype == F32 and acc == F64 and _sums is not None \
-            and x.size < _C_SUM_ALONE:
+    alone = ufunc is np.add and x.dtype == F32 and acc == F64 and _sums is not None \
+        and x.size < _C_SUM_ALONE
+    if alone and _PAR_CHUNK % _SUM_BLOCK == 0:
         return _row_sums_alone(x2, rows, n).reshape(x.shape[:-1])
+    threads = 1 if alone else None   # (tests shrink _PAR_CHUNK below a block)
     if not _splits_rows(rows, n):
         out = np.empty(rows, acc)
 
         def run(lo, hi):
             out[lo:hi] = _row_sums(ufunc, x2[lo:hi], acc)
-        run_chunks(run, _ranges(rows, max(1, _PAR_CHUNK // n)))
+        run_chunks(run, _ranges(rows, max(1, _PAR_CHUNK // n)), threads)
     else:
         blocks = _ranges(n, _PAR_CHUNK)
         partial = np.empty((rows, len(blocks)), acc)
@@ -720,7 +724,7 @@ def _reduce_last(ufunc, x, acc):
             for j in range(lo, hi):
                 a, b = blocks[j]
                 partial[:, j] = _row_sums(ufunc, x2[:, a:b], acc)
-        run_chunks(run, [(j, j + 1) for j in range(len(blocks))])
+        run_chunks(run, [(j, j + 1) for j in range(len(blocks))], threads)
         out = ufunc.reduce(partial, axis=-1)
     return out.reshape(x.shape[:-1])
 
@@ -729,8 +733,8 @@ def _row_sums_alone(x2, rows, n):
     """_reduce_last's float32 sums in float64 of C-contiguous ``x2`` with one
     C call in this thread: the block sums of every row (_row_sums' loop),
     then the same pairwise reductions _reduce_last makes of them -- per
-    chunk of _PAR_CHUNK elements of a split row (_PAR_CHUNK is a multiple of
-    _SUM_BLOCK, so a chunk's blocks are the row's), then per row -- so the
+    chunk of _PAR_CHUNK elements of a split row (a multiple of _SUM_BLOCK:
+    a chunk's blocks are the row's), then per row -- so the
     same bits. The loop runs at memory speed (0.13 ns per element out of
     cache): handing 10-microsecond chunks to the helper threads costs more
     than the second core saves (1e6 elements: 0.30 ms shared, 0.25 ms
@@ -787,13 +791,16 @@ def _scan_f32(x, axis, init):
     numpy's ``add.accumulate(x, axis, dtype=float64)``, init added and the
     result rounded to float32 -- the same additions in the same order, so
     the same bits (tests/test_sums.py), without numpy's buffered casting
-    along the scanned axis."""
+    along the scanned axis. None when a sum became NaN: the caller's numpy
+    path then gives numpy's NaN (its sign and payload depend on the order
+    of each addition's operands in the machine code)."""
     x = np.ascontiguousarray(x)   # a reversed scan's flipped view: the same values
     shape = x.shape
     lead = int(np.prod(shape[:axis], dtype=np.int64))
     inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
     out = np.empty(shape, F32)
-    _sums.scan_f32(x, lead, shape[axis], inner, float(init.astype(F64)), out)
+    if _sums.scan_f32(x, lead, shape[axis], inner, float(init.astype(F64)), out):
+        return None
     return out
 
 
