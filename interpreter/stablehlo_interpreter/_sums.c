@@ -1,5 +1,5 @@
-/* stablehlo_interpreter._sums: float32 sums accumulated in float64, in a
- * fixed order, at memory speed.
+/* stablehlo_interpreter._sums: float32 sums accumulated in float64, in a fixed order, at
+ * memory speed; float32 cumulative sums and row max/min, the same way.
  *
  * Why hand-written C: accurate numerics add float32 values in float64
  * (reducers.py). numpy can only do that with a casting reduction
@@ -446,7 +446,7 @@ static struct PyModuleDef_Slot slots[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_sums",
-    "float32 sums in float64 in a fixed order, vectorized (see the C source's header comment).",
+    "float32 sums in float64 in a fixed order, cumulative sums and row max/min, vectorized (see the C source's header comment).",
     0, methods, slots, NULL, NULL, NULL,
 };
 
