@@ -360,3 +360,25 @@ def test_scan_and_extrema_bad_buffers_raise():
     with pytest.raises((BufferError, ValueError)):
         _sums.row_max_f32(x[::2], 2, 16, o[:2], nan[:2])
     assert _sums.row_max_f32(np.zeros(0, np.float32), 0, 3, o[:0], nan[:0]) == 0
+
+
+@needs_c
+def test_plans_share_only_what_the_reducer_alone_shares(monkeypatch):
+    """A fused chain's reduce sink makes its chunks go to the helper threads
+    only when the unfused reduce would (fusion.FusedChain._call):
+    float32 sums below _C_SUM_ALONE run their C loop in one thread."""
+    f32 = reducers.reducer("add", np.float32)
+    f16 = reducers.reducer("add", np.float16)
+    biggest = reducers.reducer("maximum", np.float32)
+    assert not f32.row_plan((1000, 1000), (1,)).shares()
+    assert not f32.row_plan((64, 32, 32, 16), (0, 1, 2)).shares()
+    assert not f32.row_plan((100, 100), (1,)).shares()       # below _PAR_MIN
+    assert f16.row_plan((1000, 1000), (1,)).shares()
+    assert f16.row_plan((64, 32, 32, 16), (0, 1, 2)).shares()
+    assert not biggest.row_plan((1000, 1000), (1,)).shares()   # exact: one call
+    monkeypatch.setattr(reducers, "_C_SUM_ALONE", 0)
+    assert f32.row_plan((1000, 1000), (1,)).shares()
+    assert f32.row_plan((64, 32, 32, 16), (0, 1, 2)).shares()
+    monkeypatch.setattr(reducers, "_C_SUM_ALONE", 1 << 22)
+    monkeypatch.setattr(reducers, "_sums", None)
+    assert f32.row_plan((1000, 1000), (1,)).shares()

@@ -932,10 +932,14 @@ class FusedChain:
             total, tail, scale = shape[0], shape[1:], self.size // shape[0]
             targets = outs
         inv = self._prologue(inputs, targets)
-        # A fed reduce makes every chunk heavy: the reducer shares its own
-        # pieces with the helpers when it runs alone (reducers._reduce_last,
-        # _reduce_leading), and so does the fused step.
-        heavy = self.heavy or bool(plans)
+        # A fed reduce whose reducer shares its own pieces with the helpers
+        # when it runs alone (reducers._reduce_last, _reduce_leading: the
+        # plan's ``shares``) makes every chunk heavy, and the fused step
+        # shares them too; a float32 sum of fewer than 2^22 elements runs
+        # its C loop in one thread, and so does an exact chain feeding it
+        # (bn_stats, layer norm: GIL hand-overs between the chunks' ufunc
+        # calls cost more than the second core gives).
+        heavy = self.heavy or any(plan.shares() for plan in plans)
         threads = thread_count() if (heavy or self.long or THREAD_EXACT_CHAINS) and \
             total >= MIN_THREAD_CHUNKS * unit else 1
         if threads > 1 and not heavy and not any(tiled):

@@ -378,6 +378,15 @@ class RowPlan:
     def start(self, init):
         return _RowReduction(self, np.asarray(init))
 
+    def shares(self):
+        """Whether Reducer.reduce alone hands this reduction's pieces to the
+        helper threads (_reduce_last: float sums and products into a wider
+        accumulator from _PAR_MIN elements on, but float32 sums below
+        _C_SUM_ALONE run their C loop in the calling thread)."""
+        red, size = self.red, self.rows * self.n
+        return not red.exact and size >= _PAR_MIN and not _c_sums_alone(red, size) and \
+            (red.acc.itemsize > red.dtype.itemsize or red.dtype in dtypes.ML_FLOATS)
+
 
 class _RowReduction:
     """One reduction of a :class:`RowPlan` (see there). ``add`` may be
@@ -489,6 +498,12 @@ class LeadPlan:
 
     def start(self, init):
         return _LeadReduction(self, np.asarray(init))
+
+    def shares(self):
+        """Whether Reducer.reduce alone hands this reduction's groups of
+        blocks to the helper threads (_reduce_leading; not float32 sums
+        below _C_SUM_ALONE: their C loop runs in the calling thread)."""
+        return len(self.groups) > 1 and not _c_sums_alone(self.red, self.N * self.W)
 
 
 class _LeadReduction:
@@ -705,8 +720,7 @@ def _reduce_last(ufunc, x, acc):
         return _row_sums(ufunc, x, acc)
     rows = x.size // n
     x2 = x.reshape(rows, n)
-    alone = ufunc is np.add and x.dtype == F32 and acc == F64 and _sums is not None \
-        and x.size < _C_SUM_ALONE
+    alone = _c_alone(ufunc, x.dtype, acc, x.size)
     if alone and _PAR_CHUNK % _SUM_BLOCK == 0:
         return _row_sums_alone(x2, rows, n).reshape(x.shape[:-1])
     threads = 1 if alone else None   # (tests shrink _PAR_CHUNK below a block)
@@ -727,6 +741,19 @@ def _reduce_last(ufunc, x, acc):
         run_chunks(run, [(j, j + 1) for j in range(len(blocks))], threads)
         out = ufunc.reduce(partial, axis=-1)
     return out.reshape(x.shape[:-1])
+
+
+def _c_sums_alone(red, size):
+    """Does ``red`` reduce ``size`` elements with the C loop in the calling
+    thread (_row_sums_alone, _reduce_leading), not on the helpers?"""
+    return _c_alone(red.ufunc, red.dtype, red.acc, size)
+
+
+def _c_alone(ufunc, dtype, acc, size):
+    """A float32 sum in float64 of fewer than _C_SUM_ALONE elements, the
+    C module built."""
+    return ufunc is np.add and dtype == F32 and acc == F64 and _sums is not None \
+        and size < _C_SUM_ALONE
 
 
 def _row_sums_alone(x2, rows, n):
@@ -773,8 +800,7 @@ def _reduce_leading(ufunc, x, acc):
             for k in range(lo, hi):
                 r0, r1 = bounds[k]
                 groups[k] = _lead_sums(ufunc, head[r0:r1], acc)
-        alone = ufunc is np.add and x.dtype == F32 and acc == F64 and _sums is not None \
-            and x.size < _C_SUM_ALONE   # as _row_sums_alone: the C loop, no hand-over
+        alone = _c_alone(ufunc, x.dtype, acc, x.size)   # the C loop, no hand-over
         run_chunks(run, [(k, k + 1) for k in range(len(bounds))], 1 if alone else None)
         partial = ufunc.reduce(groups, axis=0)
     else:
