@@ -265,6 +265,7 @@ class Block:
         if _fusion.enabled():
             steps, self.template = _fusion.inline_calls(steps, self.template)
             steps = _fusion.share_reduces(steps, self.template)
+            steps = _fusion.share_values(steps, self.template, self.result_slots)
         steps = _index_chains.rewrite(steps, self.template, self.result_slots)
         planned = _fusion.fuse(steps, self.result_slots, self.template)
         self._planned = planned
