@@ -761,8 +761,8 @@ def _row_sums_alone(x2, rows, n):
     C call in this thread: the block sums of every row (_row_sums' loop),
     then the same pairwise reductions _reduce_last makes of them -- per
     chunk of _PAR_CHUNK elements of a split row (a multiple of _SUM_BLOCK:
-    a chunk's blocks are the row's), then per row -- so the
-    same bits. The loop runs at memory speed (0.13 ns per element out of
+    a chunk's blocks are the row's), then per row -- so the same bits.
+    The loop runs at memory speed (0.13 ns per element out of
     cache): handing 10-microsecond chunks to the helper threads costs more
     than the second core saves (1e6 elements: 0.30 ms shared, 0.25 ms
     alone, 2 cores), and far more while another runtime's threads spin."""
@@ -837,7 +837,8 @@ def _exact_reduce(ufunc, x, axes):
     values, rows holding a NaN reduced again by numpy (their NaN's bits are
     numpy's). The sign of a zero result is left to the callers, which set
     it as the spec wants (_fix_zero_sign, RowPlan's ``hit``)."""
-    loop = _EXTREMA_LOOPS.get(ufunc) if _sums is not None else None
+    loop = None if _sums is None else _sums.row_max_f32 if ufunc is np.maximum \
+        else _sums.row_min_f32 if ufunc is np.minimum else None
     if loop is None or x.dtype != F32 or not x.flags.c_contiguous or x.size == 0 \
             or axes != tuple(range(x.ndim - len(axes), x.ndim)):
         return ufunc.reduce(x, axis=axes)
@@ -846,13 +847,11 @@ def _exact_reduce(ufunc, x, axes):
     x2 = x.reshape(rows, n)
     out = np.empty(rows, F32)
     nan = np.empty(rows, np.uint8)
-    if getattr(_sums, loop)(x2, rows, n, out, nan):
+    if loop(x2, rows, n, out, nan):
         bad = nan.view(bool)
         out[bad] = ufunc.reduce(x2[bad], axis=-1)
     return out.reshape(x.shape[:x.ndim - len(axes)])
 
-
-_EXTREMA_LOOPS = {np.maximum: "row_max_f32", np.minimum: "row_min_f32"}
 
 
 def _blocked_cumsum(x, axis):
