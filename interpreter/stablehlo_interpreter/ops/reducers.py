@@ -791,9 +791,10 @@ def _reduce_leading(ufunc, x, acc):
         return _lead_sums(ufunc, x, acc)
     head = x[:b * m].reshape((b, m * (x.size // n)))
     if bounds is not None:
-        # Groups of rows on the helper threads, then their partial rows in
-        # order: a third level of the same kind (the groups do not depend on
-        # the thread count).
+        # Groups of rows on the helper threads (float32 sums below
+        # _C_SUM_ALONE: one after another in this thread), then their partial
+        # rows in order: a third level of the same kind (the groups do not
+        # depend on the thread count).
         groups = np.empty((len(bounds), head.shape[1]), acc)
 
         def run(lo, hi):
