@@ -382,3 +382,18 @@ def test_plans_share_only_what_the_reducer_alone_shares(monkeypatch):
     monkeypatch.setattr(reducers, "_C_SUM_ALONE", 1 << 22)
     monkeypatch.setattr(reducers, "_sums", None)
     assert f32.row_plan((1000, 1000), (1,)).shares()
+
+
+@needs_c
+def test_a_build_without_the_scan_and_extrema_loops_takes_numpy(monkeypatch):
+    """A module built from an older _sums.c (only the sums): cumulative sums
+    and max/min take numpy's path, with the same bits."""
+    import types
+    old = types.SimpleNamespace(row_sums_f32=_sums.row_sums_f32, lead_sums_f32=_sums.lead_sums_f32)
+    x = _scan_values(np.random.default_rng(3), (50, 40), nan=False)
+    add, biggest = reducers.reducer("add", np.float32), reducers.reducer("maximum", np.float32)
+    want = add.accumulate(x, 0, np.float32(0)), biggest.reduce(x, (1,), np.float32(-np.inf))
+    monkeypatch.setattr(reducers, "_sums", old)
+    got = add.accumulate(x, 0, np.float32(0)), biggest.reduce(x, (1,), np.float32(-np.inf))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32))

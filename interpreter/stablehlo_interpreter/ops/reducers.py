@@ -314,7 +314,8 @@ class Reducer:
             if self.signed_zero:
                 r = _fix_zero_sign(self.kind, np.asarray(r), xa, None, init, scan_axis=axis)
             return np.asarray(r).astype(self.dtype)
-        if self.kind == "add" and x.dtype == F32 and self.acc == F64 and _sums is not None:
+        if self.kind == "add" and x.dtype == F32 and self.acc == F64 \
+                and getattr(_sums, "scan_f32", None) is not None:   # (a build of an older _sums.c lacks it)
             r = _scan_f32(x, axis, init)
             if r is not None:
                 return r
@@ -838,8 +839,9 @@ def _exact_reduce(ufunc, x, axes):
     values, rows holding a NaN reduced again by numpy (their NaN's bits are
     numpy's). The sign of a zero result is left to the callers, which set
     it as the spec wants (_fix_zero_sign, RowPlan's ``hit``)."""
-    loop = None if _sums is None else _sums.row_max_f32 if ufunc is np.maximum \
-        else _sums.row_min_f32 if ufunc is np.minimum else None
+    # (getattr: a build of an older _sums.c lacks the loops; numpy then)
+    loop = getattr(_sums, "row_max_f32", None) if ufunc is np.maximum \
+        else getattr(_sums, "row_min_f32", None) if ufunc is np.minimum else None
     if loop is None or x.dtype != F32 or not x.flags.c_contiguous or x.size == 0 \
             or axes != tuple(range(x.ndim - len(axes), x.ndim)):
         return ufunc.reduce(x, axis=axes)
