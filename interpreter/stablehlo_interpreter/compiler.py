@@ -266,6 +266,7 @@ class Block:
         if _fusion.enabled():
             steps, self.template = _fusion.inline_calls(steps, self.template)
             steps = _fusion.share_reduces(steps, self.template)
+            steps = _fusion.share_values(steps, self.template, self.result_slots)
         steps = _index_chains.rewrite(steps, self.template, self.result_slots)
         # Elementwise ops on what a gather read from a small table run on
         # the table (table_gathers.py; new slots extend the template).
