@@ -122,23 +122,21 @@ static const double ERFC_Q[15] = {
     0x1.859a2dcfc4484p-4,
     0x1.0b89d670a7c7bp-2,
     0x1.e8d639851d891p-3};
-/* ERF_Q: in u = v * ERF_Q_SCALE + ERF_Q_OFFSET, v in [0.333333, 0.8]; max relative error 1.72e-13 */
+/* ERF_Q: in u = v * ERF_Q_SCALE + ERF_Q_OFFSET, v in [0.333333, 0.8]; max error weighted by _erf_weight 1.68e-14 */
 #define ERF_Q_SCALE 0x1.1249249249248p+2
 #define ERF_Q_OFFSET -0x1.36db6db6db6dap+1
-static const double ERF_Q[13] = {
-    -0x1.3baa56ac3dfb5p-30,
-    0x1.ee620e0511821p-30,
-    0x1.b063891ad0823p-26,
-    -0x1.0b19c1d4c7fcep-23,
-    -0x1.461fa7db7fc5ap-22,
-    0x1.2be5d815f6a1fp-18,
-    0x1.450d61d0ec99cp-21,
-    -0x1.5344eb5d7d339p-13,
-    -0x1.ac42ab19c090ep-15,
-    0x1.09677b3bd4af3p-7,
-    0x1.e7e558df10c37p-5,
-    0x1.d9ea03ca089bap-3,
-    0x1.44712fe2caa67p-2};
+static const double ERF_Q[11] = {
+    0x1.8180c56c8453ap-26,
+    -0x1.f8c4325161d03p-24,
+    -0x1.48fd4f190d7bap-22,
+    0x1.2bb85b20dc61ep-18,
+    0x1.462ee5bc7e80bp-21,
+    -0x1.5344ec8d2c5b5p-13,
+    -0x1.ac43592c8a748p-15,
+    0x1.09677b59b143fp-7,
+    0x1.e7e558e05219bp-5,
+    0x1.d9ea03c9f7a7fp-3,
+    0x1.44712fe2caaefp-2};
 /* ERFINV_W: in u = v * ERFINV_W_SCALE + ERFINV_W_OFFSET, v in [0, 6.25]; max relative error 2.07e-14 */
 #define ERFINV_W_SCALE 0x1.47ae147ae147bp-2
 #define ERFINV_W_OFFSET -0x1.0000000000000p+0
@@ -204,7 +202,7 @@ static const double COS_P[6] = {
 #define LN2_HI 0x1.62e42fee00000p-1
 #define LN2_LO 0x1.a39ef35793c76p-33
 #define SHIFTER 0x1.8p52
-#define SQRT2 0x1.6a09e667f3bcdp+0
+#define SQRT1_2_BITS 0x3fe6a09e667f3bcdull   /* bits64(sqrt(1/2)), rounded */
 /* pi/2 = PIO2_1 + PIO2_2 + PIO2_3 (to 2^-163) and 2/pi, rounded */
 #define PIO2_1 0x1.921fb54442d18p+0
 #define PIO2_2 0x1.1a62633145c07p-54
@@ -220,6 +218,14 @@ static inline double hi_clamp(double v, double hi) { return v > hi ? hi : v; }
 
 static inline uint64_t bits64(double d) { uint64_t u; memcpy(&u, &d, 8); return u; }
 static inline double from_bits64(uint64_t u) { double d; memcpy(&d, &u, 8); return d; }
+
+/* y where mask is 0, a NaN where it is all ones. A bitwise select, not
+ * `ok ? y : NAN`: gcc sinks the computation of y under that condition and
+ * then may leave the loop scalar ("control flow in loop"). */
+static inline double nan_where(uint64_t mask, double y)
+{
+    return from_bits64(bits64(y) | (mask & 0x7ff8000000000000ull));
+}
 
 #define HORNER(P, v, out) do { \
     double acc_ = (P)[0]; \
@@ -260,14 +266,16 @@ static inline double expm1_core(double y)
  * log(m) = s LOG_P(s^2), s = (m - 1) / (m + 1) (m - 1 is exact). */
 static inline double log_core(double y)
 {
-    uint64_t b = bits64(y);
-    /* the biased exponent as a double, without an int64 conversion (none
-     * in AVX2): 2^52 + e is exact in the low bits of 0x433... */
-    double e = from_bits64(0x4330000000000000ull | (b >> 52)) - (0x1p52 + 1023.0);
-    double m = from_bits64((b & 0x000fffffffffffffull) | 0x3ff0000000000000ull);
-    int big = m > SQRT2;
-    m = big ? 0.5 * m : m;
-    e = big ? e + 1.0 : e;
+    /* From sqrt(1/2) 2^e to sqrt(2) 2^e the bits of y run over 2^52
+     * patterns from bits64(sqrt(1/2)) + e 2^52: t's top 12 bits are e +
+     * 1024 (the offset 2^62 keeps t positive), its low 52 bits m's bits
+     * above those of sqrt(1/2). e as a double without an int64 conversion
+     * (none in AVX2): 2^52 + (e + 1024) is exact in the low bits of
+     * 0x433... No compare and no selects: 6 operations where splitting y at
+     * its own exponent and moving m > sqrt(2) down took 8. */
+    uint64_t t = bits64(y) + ((1ull << 62) - SQRT1_2_BITS);
+    double e = from_bits64(0x4330000000000000ull | (t >> 52)) - (0x1p52 + 1024.0);
+    double m = from_bits64((t & 0x000fffffffffffffull) + SQRT1_2_BITS);
     double s = (m - 1.0) / (m + 1.0), p;
     HORNER(LOG_P, s * s, p);
     return fma(e, LN2_HI, fma(s, p, e * LN2_LO));
@@ -366,7 +374,7 @@ static inline double log1p_d(float xf)
     double y = log_core(from_bits64((bits64(u) & mask) | (bits64(1.0) & ~mask)));
     y += (x - (u - 1.0)) / u;
     y = copysign(y, x);   /* log1p(x) has the sign of x: keeps -0 (a select does not vectorize) */
-    return inside ? y : NAN;
+    return nan_where(~mask, y);
 }
 
 /* log(x) for finite x > 0 (float32 subnormals are normal doubles); 0,
@@ -378,7 +386,7 @@ static inline double log_d(float xf)
      * (measured: 5x slower) */
     uint64_t inside = (x > 0.0) & (x <= FLT_MAX), mask = -inside;
     double y = log_core(from_bits64((bits64(x) & mask) | (bits64(1.0) & ~mask)));
-    return inside ? y : NAN;
+    return nan_where(~mask, y);
 }
 
 /* sin and cos: x = k pi/2 + r, |r| <= pi/4 (+ 2^-30). For |x| < TRIG_MAX,
