@@ -71,11 +71,15 @@
 #include <string.h>
 
 /* target_clones needs glibc's ifunc (musl's GCC refuses it). */
+/* -DFM_CLONES=... builds one target only (tests/test_fastmath.py checks
+ * each clone's bits so). */
+#ifndef FM_CLONES
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) \
     && defined(__GLIBC__)
 #define FM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define FM_CLONES
+#endif
 #endif
 
 #define BLOCK 1024
