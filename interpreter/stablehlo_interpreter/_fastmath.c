@@ -248,7 +248,7 @@ static inline double nan_where(uint64_t mask, double y)
 /* cond ? a : b as a bitwise select. Where b (or a) is a constant, gcc
  * otherwise splits the loop body into a branch computing the rest of the
  * function from that constant (folded) and one from a, and the AVX2 clone,
- * which has no masked division, does not vectorize it (scalar: 3-5x
+ * which has no masked division or fma, does not vectorize it (scalar: 3-6x
  * slower). */
 static inline double select_mask(uint64_t m, double a, double b)
 {
