@@ -545,6 +545,27 @@ def _spec_sum_f16(q):
     return (lambda x: lax.reduce(x, np.float16(0), lax.add, (0,))), (x,)
 
 
+@op("spec_sum_bf16", "spec", "lax.reduce add of 1e6 bf16 to one value, numerics=spec", env=SPEC,
+    opt_in=True)
+def _spec_sum_bf16(q):
+    import ml_dtypes
+    from jax import lax
+    # Small-integer partial sums, exact in bfloat16 (as spec_sum_f16).
+    d = _rng(2).integers(-8, 9, _n(q, 1_000_000, 1000) + 1)
+    x = np.diff(d).astype(ml_dtypes.bfloat16)
+    return (lambda x: lax.reduce(x, ml_dtypes.bfloat16(0), lax.add, (0,))), (x,)
+
+
+@op("spec_sum_f32_4cols", "spec", "jnp.sum of (250000, 4) f32 over axis 0, numerics=spec",
+    env=SPEC, opt_in=True)
+def _spec_sum_f32_4cols(q):
+    import jax.numpy as jnp
+    # Small-integer partial sums, exact in float32: XLA's order agrees.
+    d = _rng(3).integers(-8, 9, (_n(q, 250_000, 250) + 1, 4))
+    x = np.diff(d, axis=0).astype(np.float32)
+    return (lambda x: jnp.sum(x, axis=0)), (x,)
+
+
 @op("spec_conv2d", "spec", "lax.conv NHWC (8, 32, 32, 16) with 3x3x16x32, numerics=spec", env=SPEC,
     opt_in=True)
 def _spec_conv(q):

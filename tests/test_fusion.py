@@ -269,7 +269,9 @@ def test_threefry_round_bit_identical(monkeypatch):
     for threads in ("1", "3"):
         program, got, want = _run_both(text, args, monkeypatch, threads)
         (chain,) = _fused_steps(program)
-        assert len(chain.plan) == 8 * 7
+        # share_values: five broadcast shift amounts repeat (6, 15, 16, 17
+        # and 26 are both some r and some 32 - r).
+        assert len(chain.plan) == 8 * 7 - 5
         _assert_same_bits(got, want, "threefry")
 
 

@@ -122,7 +122,7 @@ def _rows(rng, shape, dtype):
 FOLD_DTYPES = [np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.complex64,
                np.complex128]
 FOLD_SHAPES = [(1, 1), (2, 1), (1000, 1), (5, 3), (300, 7), (40, 8), (33, 17), (9, 2049),
-               (3, 5000)]
+               (3, 5000), (50, 2), (50, 4), (7, 6), (40, 13)]
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -221,6 +221,40 @@ def test_float16_paths_are_the_same_bits():
     assert all(_same(got[i], got[1]) for i in ISAS)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_bfloat16_single_chains_are_the_portable_bits():
+    # Outputs outside the groups of 8 chains (a fold to one value, the last
+    # outputs of a strided fold) step in an SSE register (chain_b) at every
+    # level but the portable one (isa=1): one step over every 16-bit pattern
+    # (7 outputs a call, so all of them single chains), then long chains of
+    # values over a wide range of magnitudes, subnormals and ties among them.
+    every = np.arange(65536, dtype=np.uint16)
+    rng = np.random.default_rng(7)
+    other = rng.permutation(every)
+    for kind in ("add", "multiply"):
+        got = {}
+        for isa in ISAS:
+            acc = other.copy()
+            for lo in range(0, every.size, 7):
+                C.fold(kind, every[lo:lo + 7].reshape(1, -1), acc[lo:lo + 7], isa)
+            got[isa] = acc
+        assert all(_same(got[i].view(ml_dtypes.bfloat16), got[1].view(ml_dtypes.bfloat16))
+                   for i in ISAS), kind
+    raw = rng.standard_normal((3000, 5)) * 2.0 ** rng.integers(-140, 128, (3000, 5))
+    near_one = 1.0 + rng.standard_normal((3000, 5)) * 0.02   # products that stay finite
+    for kind, chains in (("add", raw.astype(ml_dtypes.bfloat16)),
+                         ("multiply", near_one.astype(ml_dtypes.bfloat16))):
+        for x in (chains, chains[::-3], chains[:, :1]):
+            got = {}
+            for isa in ISAS:
+                acc = chains[0, :x.shape[1]].copy().view(np.uint16)
+                C.fold(kind, x.view(np.uint16), acc, isa)
+                got[isa] = acc.view(ml_dtypes.bfloat16)
+            assert all(_same(got[i], got[1]) for i in ISAS), (kind, x.shape)
+        want = np.asarray(spec_kernels.fold_rows(kind, ml_dtypes.bfloat16, chains[:, :1]))
+        assert _same(got[0], want.reshape(-1)), kind
+
+
 def test_fold_of_negative_zeros_is_negative_zero():
     rows = np.full((5, 20), -0.0, np.float32)
     r = spec_kernels.fold_rows("add", np.float32, rows)
@@ -299,6 +333,24 @@ def test_register_tiles_are_the_row_loop(no_c, dtype, bmkn):
             got = acc.copy()
             C.contract(buf(a_), buf(w_), buf(got), isa)
             assert _same(got, want), isa
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_bfloat16_tiles_over_several_panels():
+    # bfloat16 tiles read a and w from float32 panels converted per block
+    # (64 rows of a, 512 outputs of w, 256 contracted indices): more of each
+    # than one panel holds, with remainders, against the row loop (isa=1).
+    rng = np.random.default_rng(11)
+    B, M, K, N = 1, 140, 300, 1100
+    a = _rows(rng, (B, M, K), ml_dtypes.bfloat16).view(np.uint16)
+    w = _rows(rng, (B, K, N), ml_dtypes.bfloat16).view(np.uint16)
+    acc = _rows(rng, (B, M, N), ml_dtypes.bfloat16).view(np.uint16)
+    got = {}
+    for isa in ISAS:
+        got[isa] = acc.copy()
+        C.contract(a, w, got[isa], isa)
+    for isa in ISAS:
+        assert _same(got[isa].view(ml_dtypes.bfloat16), got[1].view(ml_dtypes.bfloat16)), isa
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])

@@ -37,7 +37,8 @@ something else reads it. When every sink reduces whole rows, its results
 broadcast back over those rows (softmax's ``e / sum(e)``) are made per chunk
 and read by exact members. Before grouping, :func:`inline_calls` puts the
 steps of small called functions (JAX's ``_where``) into the caller's plan
-and :func:`share_reduces` lets a repeated reduce copy the first one's result.
+and :func:`share_reduces` lets a repeated reduce copy the first one's result,
+:func:`share_values` a repeated elementwise op read the first one's.
 
 Observability. Tracing (``STABLEHLO_REF_TRACE_OPS``, tracers) and
 ``STABLEHLO_REF_VALIDATE`` run the unfused steps (the compiler's observed
@@ -499,6 +500,90 @@ def share_reduces(steps, template):
     return out if changed else steps
 
 
+def share_values(steps, template, result_slots):
+    """``steps`` where an elementwise op (the registry's ``fusible`` trait)
+    or a ``broadcast_in_dim`` that repeats an earlier one -- the same op
+    name, attributes and result type on the same values -- is dropped and
+    its readers read the earlier result. JAX's ``var`` computes ``x - mean``
+    again after its caller did (layer norm: one full-size subtract less per
+    run); the copies :func:`share_reduces` makes count as the value they
+    copy, so the ops after a shared reduce repeat too.
+
+    The kept op computes what the dropped one would (the same kernel on the
+    same operands, elementwise: the same bits). The earlier value is freed
+    after the last step that reads it or the repeat; a repeat that is a
+    result of the block stays (the caller may update its results in place,
+    so two must not be one array). A new list, or ``steps`` itself when
+    nothing repeats."""
+    results = set(result_slots)
+    value = {}    # slot -> the slot whose value it holds (copies, dropped repeats)
+    renamed = {}  # dropped repeat -> the earlier slot its readers now read
+    moved = set()  # slots whose last read changed
+    seen = {}
+    out = []
+    for step in steps:
+        if renamed:
+            ins = tuple(renamed.get(slot, slot) for slot in step.ins)
+            if ins != step.ins:
+                step = step._replace(ins=ins)
+        if step.fn is _same and len(step.ins) == 1 and step.out.__class__ is int:
+            value[step.out] = value.get(step.ins[0], step.ins[0])
+        key = _repeat_key(step, value, template)
+        if key is None:
+            out.append(step)
+            continue
+        earlier = seen.get(key)
+        if earlier is None or step.out in results:
+            seen.setdefault(key, step.out)
+            out.append(step)
+            continue
+        renamed[step.out] = value[step.out] = earlier
+        moved.update(step.dead)   # its operands' last read is gone
+    if not renamed:
+        return steps
+    moved.update(renamed.values())
+    moved.difference_update(renamed)
+    return _free_after_last_read(out, moved, set(renamed), results)
+
+
+def _repeat_key(step, value, template):
+    """What makes ``step`` repeat another (see share_values), or None when
+    it may not be shared."""
+    op = step.op
+    if op is None or op.regions or step.out.__class__ is not int or not step.ins \
+            or step.ins[0] == 0 or len(op.result_types) != 1 \
+            or not (op.name == _BROADCAST or has_trait(op.name, "fusible")):
+        return None
+    try:
+        attrs = repr(sorted(op.attrs.items()))
+    except Exception:   # an attribute that does not print: never shared
+        return None
+    operands = tuple(_value_key(value.get(slot, slot), template) for slot in step.ins)
+    return op.name, attrs, repr(op.result_types[0]), operands
+
+
+def _free_after_last_read(steps, slots, dropped, results):
+    """``steps`` with each of ``slots`` freed once, after the last step that
+    reads it, or else the step that makes it (never, for a result; an
+    argument read by no step any more stays), and the ``dropped`` slots
+    (never written) freed nowhere."""
+    last = {}
+    for i, step in enumerate(steps):
+        if step.out in slots and step.out.__class__ is int:
+            last.setdefault(step.out, i)
+        for slot in step.ins:
+            if slot in slots:
+                last[slot] = i
+    gone = slots | dropped
+    for i, step in enumerate(steps):
+        if not gone.isdisjoint(step.dead):
+            steps[i] = step._replace(dead=tuple(d for d in step.dead if d not in gone))
+    for slot, i in last.items():
+        if slot not in results:
+            steps[i] = steps[i]._replace(dead=tuple(steps[i].dead) + (slot,))
+    return steps
+
+
 def _same(x):
     return x.copy() if x.__class__ is np.ndarray else x
 
@@ -932,10 +1017,14 @@ class FusedChain:
             total, tail, scale = shape[0], shape[1:], self.size // shape[0]
             targets = outs
         inv = self._prologue(inputs, targets)
-        # A fed reduce makes every chunk heavy: the reducer shares its own
-        # pieces with the helpers when it runs alone (reducers._reduce_last,
-        # _reduce_leading), and so does the fused step.
-        heavy = self.heavy or bool(plans)
+        # A fed reduce whose reducer shares its own pieces with the helpers
+        # when it runs alone (reducers._reduce_last, _reduce_leading: the
+        # plan's ``shares``) makes every chunk heavy, and the fused step
+        # shares them too; a float32 sum of fewer than 2^22 elements runs
+        # its C loop in one thread, and so does an exact chain feeding it
+        # (bn_stats, layer norm: GIL hand-overs between the chunks' ufunc
+        # calls cost more than the second core gives).
+        heavy = self.heavy or any(plan.shares() for plan in plans)
         threads = thread_count() if (heavy or self.long or THREAD_EXACT_CHAINS) and \
             total >= MIN_THREAD_CHUNKS * unit else 1
         if threads > 1 and not heavy and not any(tiled):
