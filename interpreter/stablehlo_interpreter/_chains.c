@@ -616,9 +616,258 @@ done:
     return res;
 }
 
+/* ---- scalar while loops: run_loop ------------------------------------ */
+
+/* Loop program words (loopvm.py): header LMAGIC, n_regs, n_cond, n_body,
+ * pred, n_moves; then the type of each register; then n_cond + n_body
+ * instructions (op, type, sub, dst, a, b, c, e: registers); then n_moves
+ * (dst, src) register pairs. A register is one 8-byte slot of the state
+ * buffer holding one value at its start. One iteration runs the cond
+ * instructions, stops when register pred (bool) is false, runs the body
+ * instructions, then the moves as a parallel assignment (every source read
+ * before any destination is written). */
+#define LMAGIC 0x314c4843 /* "CHL1" */
+#define LHEADER 6
+
+typedef struct {
+    const Instr *in;
+    int rt, fast, sub;
+    char *d, *a, *b, *c, *e;
+} Decoded;
+
+/* The common scalar ops decoded to one dense code each, run inline by
+ * loop_steps with the expressions of the block ops above (same bits); the
+ * rest (0) go through exec1 over one element. 8- and 16-bit integers take
+ * exec1 (their products promote to int). */
+enum {
+    F_SLOW, F_SELECT, F_COPY,
+#define FAST_INT(N) F_ADD_##N, F_SUB_##N, F_MUL_##N, F_AND_##N, F_OR_##N, F_XOR_##N, F_NOT_##N, \
+    F_SHL_##N, F_SHRL_##N, F_SHRA_##N, F_CMP_S##N, F_CMP_U##N
+    FAST_INT(32), FAST_INT(64),
+#define FAST_FLOAT(F) F_ADD_##F, F_SUB_##F, F_MUL_##F, F_DIV_##F, F_NEG_##F, F_ABS_##F, \
+    F_MAX_##F, F_MIN_##F, F_CMP_##F
+    FAST_FLOAT(float), FAST_FLOAT(double),
+    F_CVT_I32_F32, F_CVT_I32_F64, F_CVT_F32_F64, F_CVT_F64_F32, F_CVT_U32_F32, F_CVT_I32_I64,
+    F_CVT_BOOL_I32
+};
+
+static int fast_code(const Instr *in, int rt)
+{
+    int op = in->op, t = in->type;
+    if (op == OP_SELECT) return F_SELECT;
+    if (op == OP_COPY) return F_COPY;
+    if (op == OP_CVT) {
+        if (t == T_I32 && rt == T_F32) return F_CVT_I32_F32;
+        if (t == T_I32 && rt == T_F64) return F_CVT_I32_F64;
+        if (t == T_F32 && rt == T_F64) return F_CVT_F32_F64;
+        if (t == T_F64 && rt == T_F32) return F_CVT_F64_F32;
+        if (t == T_U32 && rt == T_F32) return F_CVT_U32_F32;
+        if (t == T_I32 && rt == T_I64) return F_CVT_I32_I64;
+        if (t == T_BOOL && rt == T_I32) return F_CVT_BOOL_I32;
+        return F_SLOW;
+    }
+    if (op == OP_CMP && (in->sub & TOTALORDER)) return F_SLOW;
+    if (is_float(t)) {
+        int base = t == T_F32 ? F_ADD_float : F_ADD_double;
+        switch (op) {
+        case OP_ADD: return base; case OP_SUB: return base + 1; case OP_MUL: return base + 2;
+        case OP_DIV: return base + 3; case OP_NEG: return base + 4; case OP_ABS: return base + 5;
+        case OP_MAX: return base + 6; case OP_MIN: return base + 7; case OP_CMP: return base + 8;
+        default: return F_SLOW;
+        }
+    }
+    if (t != T_I32 && t != T_U32 && t != T_I64 && t != T_U64) return F_SLOW;
+    int base = SIZE[t] == 4 ? F_ADD_32 : F_ADD_64, sgn = t == T_I32 || t == T_I64;
+    switch (op) {
+    case OP_ADD: return base; case OP_SUB: return base + 1; case OP_MUL: return base + 2;
+    case OP_AND: return base + 3; case OP_OR: return base + 4; case OP_XOR: return base + 5;
+    case OP_NOT: return base + 6; case OP_SHL: return base + 7; case OP_SHRL: return base + 8;
+    case OP_SHRA: return base + 9; case OP_CMP: return base + (sgn ? 10 : 11);
+    default: return F_SLOW;
+    }
+}
+
+#define V(T, p) (*(T *)(void *)(p))
+#define DIR(sub, X, Y) ((sub) == D_EQ ? (X) == (Y) : (sub) == D_NE ? (X) != (Y) \
+    : (sub) == D_LT ? (X) < (Y) : (sub) == D_LE ? (X) <= (Y) : (sub) == D_GT ? (X) > (Y) \
+    : (X) >= (Y))
+#define CASES_INT(N, U, S) \
+    case F_ADD_##N: V(U, x->d) = (U)(V(U, x->a) + V(U, x->b)); break; \
+    case F_SUB_##N: V(U, x->d) = (U)(V(U, x->a) - V(U, x->b)); break; \
+    case F_MUL_##N: V(U, x->d) = (U)(V(U, x->a) * V(U, x->b)); break; \
+    case F_AND_##N: V(U, x->d) = V(U, x->a) & V(U, x->b); break; \
+    case F_OR_##N: V(U, x->d) = V(U, x->a) | V(U, x->b); break; \
+    case F_XOR_##N: V(U, x->d) = V(U, x->a) ^ V(U, x->b); break; \
+    case F_NOT_##N: V(U, x->d) = (U)~V(U, x->a); break; \
+    case F_SHL_##N: { U y = V(U, x->b); V(U, x->d) = y >= N ? (U)0 : (U)(V(U, x->a) << y); \
+        break; } \
+    case F_SHRL_##N: { U y = V(U, x->b); V(U, x->d) = y >= N ? (U)0 : (U)(V(U, x->a) >> y); \
+        break; } \
+    case F_SHRA_##N: { U y = V(U, x->b); \
+        V(U, x->d) = (U)((S)V(U, x->a) >> (y >= N ? (U)(N - 1) : y)); break; } \
+    case F_CMP_S##N: V(uint8_t, x->d) = DIR(x->sub, V(S, x->a), V(S, x->b)); break; \
+    case F_CMP_U##N: V(uint8_t, x->d) = DIR(x->sub, V(U, x->a), V(U, x->b)); break;
+#define CASES_FLOAT(F, ABS) \
+    case F_ADD_##F: V(F, x->d) = V(F, x->a) + V(F, x->b); break; \
+    case F_SUB_##F: V(F, x->d) = V(F, x->a) - V(F, x->b); break; \
+    case F_MUL_##F: V(F, x->d) = V(F, x->a) * V(F, x->b); break; \
+    case F_DIV_##F: V(F, x->d) = V(F, x->a) / V(F, x->b); break; \
+    case F_NEG_##F: V(F, x->d) = -V(F, x->a); break; \
+    case F_ABS_##F: V(F, x->d) = ABS(V(F, x->a)); break; \
+    case F_MAX_##F: V(F, x->d) = max_##F(V(F, x->a), V(F, x->b)); break; \
+    case F_MIN_##F: V(F, x->d) = min_##F(V(F, x->a), V(F, x->b)); break; \
+    case F_CMP_##F: V(uint8_t, x->d) = DIR(x->sub, V(F, x->a), V(F, x->b)); break;
+
+/* One instruction on the registers. */
+static inline __attribute__((always_inline)) void exec_scalar(const Decoded *x)
+{
+    switch (x->fast) {
+    case F_SELECT: V(uint64_t, x->d) = V(uint8_t, x->a) ? V(uint64_t, x->b) : V(uint64_t, x->c);
+        break;
+    case F_COPY: V(uint64_t, x->d) = V(uint64_t, x->a); break;
+    CASES_INT(32, uint32_t, int32_t)
+    CASES_INT(64, uint64_t, int64_t)
+    CASES_FLOAT(float, fabs_bits_f)
+    CASES_FLOAT(double, fabs_bits_d)
+    case F_CVT_I32_F32: V(float, x->d) = (float)V(int32_t, x->a); break;
+    case F_CVT_I32_F64: V(double, x->d) = (double)V(int32_t, x->a); break;
+    case F_CVT_F32_F64: V(double, x->d) = (double)V(float, x->a); break;
+    case F_CVT_F64_F32: V(float, x->d) = (float)V(double, x->a); break;
+    case F_CVT_U32_F32: V(float, x->d) = (float)V(uint32_t, x->a); break;
+    case F_CVT_I32_I64: V(int64_t, x->d) = (int64_t)V(int32_t, x->a); break;
+    case F_CVT_BOOL_I32: V(uint32_t, x->d) = V(uint8_t, x->a) != 0; break;
+    default: exec1(x->in, x->rt, 0, x->d, x->a, x->b, x->c, x->e, 1); break;
+    }
+}
+
+static int check_loop(const char *buf, Py_ssize_t len, Py_ssize_t state_len, Program *p,
+                      int32_t *hdr)
+{
+    if (len % 4 || len < LHEADER * 4) return bad("length", len);
+    const int32_t *w = (const int32_t *)buf;
+    if (w[0] != LMAGIC) return bad("magic", w[0]);
+    for (int k = 1; k < LHEADER; k++) hdr[k] = w[k];
+    int32_t n_regs = w[1], n_cond = w[2], n_body = w[3], pred = w[4], n_moves = w[5];
+    if (n_regs < 1 || n_regs > (1 << 20) || n_cond < 0 || n_body < 0
+        || (int64_t)n_cond + n_body > (1 << 20) || pred < 0 || pred >= n_regs || n_moves < 0
+        || n_moves > n_regs)
+        return bad("header", 0);
+    if (len / 4 != LHEADER + (Py_ssize_t)n_regs + ((Py_ssize_t)n_cond + n_body) * IWORDS
+                   + 2 * (Py_ssize_t)n_moves)
+        return bad("length", len);
+    if (state_len != (Py_ssize_t)n_regs * 8) {
+        PyErr_Format(PyExc_ValueError, "_chains.run_loop: the state has %zd bytes, the program "
+                     "takes %zd", state_len, (Py_ssize_t)n_regs * 8);
+        return -1;
+    }
+    const int32_t *vt = w + LHEADER;
+    for (Py_ssize_t v = 0; v < n_regs; v++)
+        if (vt[v] < 0 || vt[v] >= N_TYPES) return bad("register type", v);
+    if (vt[pred] != T_BOOL) return bad("pred is not bool", pred);
+    /* The instructions checked as a block program's, every register a value. */
+    p->n_values = n_regs; p->n_inputs = 0; p->n_outputs = 0; p->n_slots = 0;
+    p->n_instr = n_cond + n_body; p->block = 1;
+    p->values = NULL;
+    p->instr = (const Instr *)(vt + n_regs);
+    for (Py_ssize_t k = 0; k < p->n_instr; k++) {
+        const Instr *in = p->instr + k;
+        int n = in->op > 0 && in->op < N_OPS ? nargs(in->op) : 0;
+        if (n == 0 || in->type < 0 || in->type >= N_TYPES) return bad("op", k);
+        if (in->dst < 0 || in->dst >= n_regs || in->a < 0 || in->a >= n_regs
+            || (n > 1 && (in->b < 0 || in->b >= n_regs))
+            || (n > 2 && (in->c < 0 || in->c >= n_regs))
+            || (n > 3 && (in->e < 0 || in->e >= n_regs)))
+            return bad("operand", k);
+        if (!types_ok(in, vt)) return bad("types", k);
+    }
+    const int32_t *mv = (const int32_t *)(p->instr + p->n_instr);
+    for (Py_ssize_t k = 0; k < n_moves; k++) {
+        int32_t d = mv[2 * k], s = mv[2 * k + 1];
+        if (d < 0 || d >= n_regs || s < 0 || s >= n_regs || vt[d] != vt[s])
+            return bad("move", k);
+    }
+    return 0;
+}
+
+/* Runs iterations until the cond is false (returns 1) or max_steps
+ * iterations ran (returns 0). */
+static int loop_steps(const Decoded *code, int32_t n_cond, int32_t n_instr, const uint8_t *pred,
+                      const int32_t *mv, int32_t n_moves, uint64_t *regs, uint64_t *held,
+                      Py_ssize_t max_steps)
+{
+    for (Py_ssize_t step = 0; step < max_steps; step++) {
+        for (int32_t k = 0; k < n_cond; k++) exec_scalar(code + k);
+        if (!*pred) return 1;
+        for (int32_t k = n_cond; k < n_instr; k++) exec_scalar(code + k);
+        for (int32_t k = 0; k < n_moves; k++) held[k] = regs[mv[2 * k + 1]];
+        for (int32_t k = 0; k < n_moves; k++) regs[mv[2 * k]] = held[k];
+    }
+    return 0;
+}
+
+static PyObject *run_loop(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer prog, state;
+    Py_ssize_t max_steps;
+    if (!PyArg_ParseTuple(args, "y*w*n:run_loop", &prog, &state, &max_steps)) return NULL;
+    PyObject *res = NULL;
+    Decoded *code = NULL;
+    uint64_t *held = NULL;
+    Program p;
+    int32_t hdr[LHEADER];
+    if (!PyBuffer_IsContiguous(&state, 'C') || (uintptr_t)state.buf % 8) {
+        PyErr_SetString(PyExc_ValueError, "_chains.run_loop: the state is not a contiguous "
+                        "buffer aligned to 8 bytes");
+        goto done;
+    }
+    if (max_steps < 0) { PyErr_SetString(PyExc_ValueError, "_chains.run_loop: max_steps < 0");
+        goto done; }
+    if (check_loop(prog.buf, prog.len, state.len, &p, hdr) < 0) goto done;
+    const int32_t *vt = (const int32_t *)prog.buf + LHEADER;
+    int32_t n_moves = hdr[5];
+    const int32_t *mv = (const int32_t *)(p.instr + p.n_instr);
+    code = PyMem_Calloc((size_t)p.n_instr + 1, sizeof(Decoded));
+    held = PyMem_Calloc((size_t)n_moves + 1, sizeof(uint64_t));
+    if (!code || !held) { PyErr_NoMemory(); goto done; }
+    char *base = state.buf;
+    for (Py_ssize_t k = 0; k < p.n_instr; k++) {
+        const Instr *in = p.instr + k;
+        int n = nargs(in->op);
+        Decoded *x = code + k;
+        x->in = in;
+        x->rt = vt[in->dst];
+        x->fast = fast_code(in, x->rt);
+        x->sub = in->sub & 7;
+        x->d = base + (Py_ssize_t)in->dst * 8;
+        x->a = base + (Py_ssize_t)in->a * 8;
+        x->b = n > 1 ? base + (Py_ssize_t)in->b * 8 : NULL;
+        x->c = n > 2 ? base + (Py_ssize_t)in->c * 8 : NULL;
+        x->e = n > 3 ? base + (Py_ssize_t)in->e * 8 : NULL;
+    }
+    int finished;
+    Py_BEGIN_ALLOW_THREADS
+    finished = loop_steps(code, hdr[2], p.n_instr, (const uint8_t *)(base + (Py_ssize_t)hdr[4] * 8),
+                          mv, n_moves, (uint64_t *)base, held, max_steps);
+    Py_END_ALLOW_THREADS
+    /* Ctrl-C between the caller's chunks of steps (its deadline lands in
+     * the caller's Python code between them). */
+    if (PyErr_CheckSignals() < 0) goto done;
+    res = PyBool_FromLong(finished);
+done:
+    PyMem_Free(held);
+    PyMem_Free(code);
+    PyBuffer_Release(&state);
+    PyBuffer_Release(&prog);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS,
      "run(program, n, inputs, outputs): run a chain program (chainvm.py) over n elements."},
+    {"run_loop", run_loop, METH_VARARGS,
+     "run_loop(program, state, max_steps): run a scalar while loop (loopvm.py) on the "
+     "registers in state until its cond is false (True) or for max_steps iterations (False)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -59,6 +59,7 @@ from . import blas as _blas
 from . import compiler as _compiler
 from . import config as _config
 from . import fusion as _fusion
+from . import loopvm as _loopvm
 from .errors import ExecutionError, InterpreterError
 from .quant import involves_quant
 from .registry import has_trait, kernel_info, scalar_math
@@ -1174,6 +1175,11 @@ def build(program, op, ccap, bcap):
             group.append(Val(g.fresh("c"), t, t is not None and scalar_type(t), False))
         caps.append(group)
     ccaps, bcaps = caps
+    vm = _loopvm.lower(program, op, ccap, bcap)
+    if vm is not None:   # the whole loop runs in C (loopvm.py)
+        def _loop(ctx, ccap, bcap, vals):
+            return vm.run(ccap, bcap, vals)
+        return CompiledLoop(_loop, _loop.__code__, [], op, tuple(checks)), vm.source
     if carries:
         g.emit(1, f"{', '.join(c.name for c in carries)}, = vals", op)
         g.emit(1, "vals.clear()", op)

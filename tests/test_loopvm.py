@@ -1,0 +1,455 @@
+"""Scalar while loops on the block machine (loopvm.py, _chains.run_loop).
+
+Hypothesis-drawn loop programs (carries and captures of every machine type,
+bodies of every machine op, edge values: NaN payloads, -0, integer extremes,
+shift amounts beyond the bit width, zero iterations) run three ways bit for
+bit: as one C loop, as loopgen's generated Python (the module not built, and
+``STABLEHLO_REF_CHAIN_VM=0``) and on the plain plan. Also: JAX's fori_loop,
+while_loop and scan-with-carry patterns, loops the machine does not take,
+a deadline and Ctrl-C stopping a C loop, bad programs raising.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from testkit import assert_same_bits
+
+import stablehlo_interpreter as shi
+from stablehlo_interpreter import chainvm, loopgen, loopvm
+
+built = pytest.mark.skipif(chainvm._chains is None, reason="_chains not built")
+
+NP = {"i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
+      "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32, "ui64": np.uint64,
+      "f32": np.float32, "f64": np.float64}
+TYPES = list(NP)
+FLOATS = ("f32", "f64")
+DIRECTIONS = ["EQ", "NE", "LT", "LE", "GT", "GE"]
+
+
+@pytest.fixture(autouse=True)
+def generate_now(monkeypatch):
+    """Loops compiled at their first iteration; generation failures raise."""
+    monkeypatch.setattr(loopgen, "ENABLED", True)
+    monkeypatch.setattr(loopgen, "GENERATE_AFTER", 0)
+    monkeypatch.setattr(loopgen, "STRICT", True)
+    monkeypatch.delenv("STABLEHLO_REF_CHAIN_VM", raising=False)
+
+
+def _states(program):
+    """The LoopState of each top-level while op (as tests/test_loopgen.py)."""
+    for f in program.functions.values():
+        for step in f.block.steps:
+            for cell in (step.fn.__closure__ or ()):
+                for c in (getattr(cell.cell_contents, "__closure__", None) or ()):
+                    if isinstance(c.cell_contents, loopgen.LoopState):
+                        yield c.cell_contents
+
+
+def _how(program):
+    """How the program's loops ran: 'vm', 'python' or 'plan' (per loop)."""
+    out = []
+    for s in _states(program):
+        if s.compiled is None:
+            out.append("plan")
+        else:
+            out.append("vm" if s.source.startswith("# _chains.run_loop") else "python")
+    return out
+
+
+def _run(text, args, how, monkeypatch):
+    """Compile and run ``text`` one way: 'vm', 'python' (generated Python,
+    the module missing), 'switch' (generated Python, STABLEHLO_REF_CHAIN_VM=0)
+    or 'plan'. Returns the results and how the loops ran."""
+    with monkeypatch.context() as m:
+        if how == "python":
+            m.setattr(chainvm, "_chains", None)
+        elif how == "switch":
+            m.setenv("STABLEHLO_REF_CHAIN_VM", "0")
+        elif how == "plan":
+            m.setattr(loopgen, "ENABLED", False)
+        program = shi.compile(text)
+        out = program.run(*args)
+    return (list(out) if isinstance(out, (list, tuple)) else [out]), _how(program)
+
+
+def _t(e):
+    return f"tensor<{e}>"
+
+
+def _bits_literal(value):
+    """An MLIR literal with every bit of a 0-d value (hex for floats)."""
+    if value.dtype == np.bool_:
+        return "true" if value else "false"
+    if value.dtype.kind == "f":
+        return hex(int(value.reshape(1).view(f"u{value.itemsize}")[0]))
+    return str(int(value))
+
+
+def _edge_values(e):
+    dt = np.dtype(NP[e])
+    if dt == np.bool_:
+        return [np.bool_(False), np.bool_(True)]
+    if dt.kind == "f":
+        u = np.dtype(f"u{dt.itemsize}")
+        fi = np.finfo(dt)
+        payload = np.array([0x7FC00001, 0xFFC12345] if dt.itemsize == 4 else
+                           [0x7FF8000000000001, 0xFFF8000000ABCDEF], u).view(dt)
+        return list(np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, fi.max, fi.tiny,
+                              fi.smallest_subnormal, 1.0, -1.5, 0.999], dt)) + list(payload)
+    info = np.iinfo(dt)
+    bits = dt.itemsize * 8
+    vals = [info.min, info.max, 0, 1, 2, bits - 1, bits, bits + 3] + \
+        ([-1, -bits] if info.min < 0 else [])
+    return [dt.type(v) for v in vals]
+
+
+@st.composite
+def values(draw, e):
+    dt = np.dtype(NP[e])
+    if draw(st.booleans()) or dt == np.bool_:
+        return draw(st.sampled_from(_edge_values(e)))
+    u = np.dtype(f"u{dt.itemsize}")
+    return np.array(draw(st.integers(0, 2 ** (8 * dt.itemsize) - 1)), u).view(dt)[()]
+
+
+def _ops_for(pool):
+    """(name, operand types, result type, attrs) of every op form on the
+    types the pool holds."""
+    forms = []
+    have = sorted(set(pool))
+    for e in have:
+        f, b = e in FLOATS, e == "i1"
+        if not b:
+            for op in ("add", "subtract", "multiply", "maximum", "minimum", "negate", "clamp"):
+                n = 1 if op == "negate" else 3 if op == "clamp" else 2
+                forms.append((op, [e] * n, e, ""))
+            if not e.startswith("ui"):
+                forms.append(("abs", [e], e, ""))
+        if f:
+            forms.append(("divide", [e, e], e, ""))
+        else:
+            forms += [(op, [e, e], e, "") for op in ("and", "or", "xor")] + [("not", [e], e, "")]
+        if not f and not b:
+            forms += [(op, [e, e], e, "") for op in
+                      ("shift_left", "shift_right_logical", "shift_right_arithmetic")]
+        ctypes = ["FLOAT", "TOTALORDER"] if f else ["UNSIGNED"] if b else \
+            ["UNSIGNED" if e.startswith("ui") else "SIGNED"]
+        for c in ctypes:
+            for d in DIRECTIONS:
+                forms.append(("compare", [e, e], "i1",
+                              f"{{comparison_direction = #stablehlo<comparison_direction {d}>, "
+                              f"compare_type = #stablehlo<comparison_type {c}>}} "))
+        if "i1" in have:
+            forms.append(("select", ["i1", e, e], e, ""))
+        for d in TYPES:
+            if d != e and not (f and d not in FLOATS and d != "i1"):
+                forms.append(("convert", [e], d, ""))
+            if d != e and "i1" not in (d, e) and \
+                    np.dtype(NP[d]).itemsize == np.dtype(NP[e]).itemsize:
+                forms.append(("bitcast_convert", [e], d, ""))
+    return forms
+
+
+def _recent(pool, e):
+    """The pool's values of type ``e``, the latest first (what hypothesis
+    draws first: bodies whose ops feed each other and the carries)."""
+    return [v for v, t in reversed(pool.items()) if t == e]
+
+
+@st.composite
+def loop_programs(draw):
+    """A while loop of a counter and drawn carries, captures and constants;
+    its MLIR text and arguments."""
+    carries = draw(st.lists(st.sampled_from(TYPES), min_size=1, max_size=4))
+    caps = draw(st.lists(st.sampled_from(TYPES), max_size=3))
+    n = draw(st.sampled_from([0, 1, 2, 7, 40]))
+    pool = {}   # name -> type
+    lines = []
+    for k, e in enumerate(carries):
+        pool[f"%x{k}"] = e
+    for j, e in enumerate(caps):
+        pool[f"%k{j}"] = e
+    pool["%i"] = "i32"
+    for j in range(draw(st.integers(0, 2))):
+        e = draw(st.sampled_from(TYPES))
+        v = draw(values(e))
+        lines.append(f"      %c{j} = stablehlo.constant dense<{_bits_literal(np.asarray(v))}> : "
+                     f"{_t(e)}")
+        pool[f"%c{j}"] = e
+    for j in range(draw(st.integers(1, 10))):
+        name, ins, rt, attrs = draw(st.sampled_from(_ops_for(pool.values())))
+        args = [draw(st.sampled_from(_recent(pool, e))) for e in ins]
+        lines.append(f'      %v{j} = "stablehlo.{name}"({", ".join(args)}) {attrs}: '
+                     f'({", ".join(map(_t, ins))}) -> {_t(rt)}')
+        pool[f"%v{j}"] = rt
+    results = [draw(st.sampled_from(_recent(pool, e))) for e in carries]
+    # Every op's value of the last iteration is a result too (a carry the
+    # body does not read).
+    made = [(v, t) for v, t in pool.items() if v.startswith("%v")]
+    base = len(carries)
+    carries = carries + [t for _, t in made]
+    results += [v for v, _ in made]
+    caps_args = [np.asarray(draw(values(e)), NP[e]) for e in caps]
+    ctys = ", ".join(map(_t, carries))
+    params = ", ".join(["%n: tensor<i32>"] + [f"%a{k}: {_t(e)}" for k, e in enumerate(carries)]
+                       + [f"%k{j}: {_t(e)}" for j, e in enumerate(caps)])
+    text = (
+        f"func.func @main({params}) -> (tensor<i32>, {ctys}) {{\n"
+        "  %z = stablehlo.constant dense<0> : tensor<i32>\n"
+        f"  %r:{1 + len(carries)} = stablehlo.while(%i = %z, "
+        + ", ".join(f"%x{k} = %a{k}" for k in range(len(carries)))
+        + f") : tensor<i32>, {ctys}\n"
+        "    cond {\n"
+        "      %p = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+        "      stablehlo.return %p : tensor<i1>\n"
+        "    } do {\n"
+        "      %one = stablehlo.constant dense<1> : tensor<i32>\n"
+        "      %i2 = stablehlo.add %i, %one : tensor<i32>\n"
+        + "\n".join(lines) + "\n"
+        f"      stablehlo.return %i2, {', '.join(results)} : tensor<i32>, {ctys}\n"
+        "    }\n"
+        f"  return {', '.join(f'%r#{k}' for k in range(1 + len(carries)))} : tensor<i32>, {ctys}\n"
+        "}\n")
+    args = [np.array(n, np.int32)] + [np.asarray(draw(values(e)), NP[e]) for e in carries[:base]] \
+        + [np.zeros((), NP[e]) for e in carries[base:]] + caps_args
+    return text, args
+
+
+@built
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=loop_programs())
+def test_drawn_loops_are_bit_identical_three_ways(case, monkeypatch):
+    text, args = case
+    want, how = _run(text, args, "plan", monkeypatch)
+    assert how == ["plan"]
+    got, how = _run(text, args, "vm", monkeypatch)
+    assert how == ["vm"], text
+    assert_same_bits(got, want)
+    py, how = _run(text, args, "python", monkeypatch)
+    assert how == ["python"]
+    assert_same_bits(py, want)
+
+
+def _all_forms_program(e):
+    """One iteration computing every op form on operands of type ``e`` (and
+    a predicate) from captures; each value is a result."""
+    forms = [f for f in _ops_for([e, "i1"]) if set(f[1]) <= {e, "i1"} and e in f[1]]
+    names = {e: ["%a", "%b", "%a"], "i1": ["%p"]}
+    lines, rts = [], []
+    for j, (name, ins, rt, attrs) in enumerate(forms):
+        used = {e: 0, "i1": 0}
+        args = []
+        for t in ins:
+            args.append(names[t][used[t] % len(names[t])])
+            used[t] += 1
+        lines.append(f'      %v{j} = "stablehlo.{name}"({", ".join(args)}) {attrs}: '
+                     f'({", ".join(map(_t, ins))}) -> {_t(rt)}')
+        rts.append(rt)
+    ctys = ", ".join(map(_t, rts))
+    return (
+        f"func.func @main(%a: {_t(e)}, %b: {_t(e)}, %p: tensor<i1>, "
+        + ", ".join(f"%y{j}: {_t(t)}" for j, t in enumerate(rts))
+        + f") -> ({ctys}) {{\n"
+        "  %z = stablehlo.constant dense<0> : tensor<i32>\n"
+        f"  %r:{1 + len(rts)} = stablehlo.while(%i = %z, "
+        + ", ".join(f"%x{j} = %y{j}" for j in range(len(rts))) + f") : tensor<i32>, {ctys}\n"
+        "    cond {\n"
+        "      %one = stablehlo.constant dense<1> : tensor<i32>\n"
+        "      %q = stablehlo.compare LT, %i, %one, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+        "      stablehlo.return %q : tensor<i1>\n"
+        "    } do {\n"
+        "      %one = stablehlo.constant dense<1> : tensor<i32>\n"
+        "      %i2 = stablehlo.add %i, %one : tensor<i32>\n"
+        + "\n".join(lines) + "\n"
+        f"      stablehlo.return %i2, {', '.join(f'%v{j}' for j in range(len(rts)))} : "
+        f"tensor<i32>, {ctys}\n"
+        "    }\n"
+        f"  return {', '.join(f'%r#{j + 1}' for j in range(len(rts)))} : {ctys}\n"
+        "}\n"), rts
+
+
+@built
+@pytest.mark.parametrize("e", TYPES)
+def test_every_op_form_on_edge_pairs_is_bit_identical(e, monkeypatch):
+    text, rts = _all_forms_program(e)
+    with monkeypatch.context() as m:
+        m.setattr(loopgen, "ENABLED", False)
+        plan = shi.compile(text)
+    vm = shi.compile(text)
+    zeros = [np.zeros((), NP[t]) for t in rts]
+    edges = _edge_values(e)
+    for k, (x, y) in enumerate((x, y) for x in edges for y in edges):
+        args = [np.asarray(x), np.asarray(y), np.bool_(k % 2)] + zeros
+        with monkeypatch.context() as m:
+            m.setattr(loopgen, "ENABLED", False)
+            want = plan.run(*args)
+        assert_same_bits(list(vm.run(*args)), list(want))
+    assert _how(vm) == ["vm"]
+
+
+SWAP = """
+func.func @main(%n: tensor<i32>, %a: tensor<f32>, %b: tensor<f32>) -> (tensor<f32>, tensor<f32>) {
+  %z = stablehlo.constant dense<0> : tensor<i32>
+  %r:3 = stablehlo.while(%i = %z, %x = %a, %y = %b) : tensor<i32>, tensor<f32>, tensor<f32>
+    cond {
+      %p = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %p : tensor<i1>
+    } do {
+      %one = stablehlo.constant dense<1> : tensor<i32>
+      %i2 = stablehlo.add %i, %one : tensor<i32>
+      %s = stablehlo.add %x, %y : tensor<f32>
+      stablehlo.return %i2, %y, %s : tensor<i32>, tensor<f32>, tensor<f32>
+    }
+  return %r#1, %r#2 : tensor<f32>, tensor<f32>
+}
+"""
+
+
+@built
+@pytest.mark.parametrize("n", [0, 1, 2, 30])
+def test_carries_are_a_parallel_assignment(n, monkeypatch):
+    # (x, y) <- (y, x + y): Fibonacci needs the old x and y in both
+    args = [np.int32(n), np.float32(0), np.float32(1)]
+    want, _ = _run(SWAP, args, "plan", monkeypatch)
+    got, how = _run(SWAP, args, "vm", monkeypatch)
+    assert how == ["vm"]
+    assert_same_bits(got, want)
+    a, b = 0.0, 1.0
+    for _ in range(n):
+        a, b = b, a + b
+    assert (float(got[0]), float(got[1])) == (a, b)
+
+
+@built
+def test_the_switch_and_a_missing_module_keep_generated_python(monkeypatch):
+    args = [np.int32(5), np.float32(0), np.float32(1)]
+    want, _ = _run(SWAP, args, "vm", monkeypatch)
+    for how in ("switch", "python"):
+        got, ran = _run(SWAP, args, how, monkeypatch)
+        assert ran == ["python"]
+        assert_same_bits(got, want)
+    monkeypatch.setattr(loopgen, "ENABLED", False)   # STABLEHLO_REF_FAST_LOOPS=0
+    program = shi.compile(SWAP)
+    assert_same_bits(list(program.run(*args)), want)
+    assert _how(program) == ["plan"]
+
+
+def test_loops_the_machine_does_not_run_stay_generated_python(monkeypatch):
+    # a transcendental, a float -> int convert, an array carry: loopgen's code
+    sin = SWAP.replace("%s = stablehlo.add %x, %y : tensor<f32>",
+                       "%s = stablehlo.sine %x : tensor<f32>")
+    cvt = SWAP.replace("%s = stablehlo.add %x, %y : tensor<f32>",
+                       "%q = stablehlo.convert %x : (tensor<f32>) -> tensor<i32>\n"
+                       "      %s = stablehlo.convert %q : (tensor<i32>) -> tensor<f32>")
+    arr = SWAP.replace("tensor<f32>", "tensor<2xf32>")
+    for text in (sin, cvt, arr):
+        args = [np.int32(5)] + [np.ones((2,) if "2xf32" in text else (), np.float32)] * 2
+        got, how = _run(text, args, "vm", monkeypatch)
+        assert how == ["python"]
+        want, _ = _run(text, args, "plan", monkeypatch)
+        assert_same_bits(got, want)
+
+
+def test_jax_loops_run_on_the_machine(monkeypatch):
+    jax = pytest.importorskip("jax")
+    if chainvm._chains is None:
+        pytest.skip("_chains not built")
+    from jax import lax
+
+    def xorshift(i, c):
+        x, acc = c
+        x = x ^ (x << 13)
+        x = x ^ (x >> 17)
+        x = x ^ (x << 5)
+        u = lax.bitcast_convert_type((x >> 9) | np.uint32(0x3F800000), np.float32) - 1.0
+        return x, acc + u
+
+    cases = [
+        (lambda x: lax.fori_loop(0, 100, lambda i, c: c * 0.999 + 1.0, x), (np.float32(1),)),
+        (lambda x: lax.while_loop(lambda c: c[0] < 100,
+                                  lambda c: (c[0] + 1, c[1] * 0.999 + 1.0), (np.int32(0), x)),
+         (np.float32(1),)),
+        (lambda x: lax.fori_loop(0, 100, xorshift, (x, np.float32(0))), (np.uint32(2463534242),)),
+        (lambda x: lax.scan(lambda c, _: (c * 0.5 + 1.0, None), x, None, length=100)[0],
+         (np.float32(3),)),
+        (lambda x: lax.fori_loop(0, 0, lambda i, c: c + 1, x), (np.int32(7),)),
+    ]
+    for fn, args in cases:
+        text = jax.jit(fn).lower(*args).as_text()
+        flat = [np.asarray(a) for a in args]
+        want, _ = _run(text, flat, "plan", monkeypatch)
+        got, how = _run(text, flat, "vm", monkeypatch)
+        assert "vm" in how or how == [], text
+        assert_same_bits(got, want)
+        assert_same_bits(got, [np.asarray(x) for x in jax.tree.leaves(jax.jit(fn)(*args))])
+
+
+ENDLESS = SWAP.replace("%i2 = stablehlo.add %i, %one", "%i2 = stablehlo.subtract %i, %one")
+
+
+@built
+def test_a_deadline_stops_a_machine_loop(monkeypatch):
+    from stablehlo_pjrt import interrupt
+    monkeypatch.setattr(loopvm, "CHUNK_INSTRUCTIONS", 1 << 16)
+    program = shi.compile(ENDLESS)
+    with pytest.raises(shi.ExecutionError) as info:
+        interrupt.run_limited(lambda: program.run(np.int32(1), np.float32(0), np.float32(1)),
+                              0.3)
+    e = info.value
+    assert isinstance(e.__cause__, interrupt.ExecutionTimeout)
+    assert e.op_name == "stablehlo.while" and "ExecutionTimeout" in str(e)
+    assert _how(program) == ["vm"]
+
+
+@built
+def test_ctrl_c_stops_a_machine_loop(monkeypatch):
+    program = shi.compile(ENDLESS)
+    timer = threading.Timer(0.3, signal.raise_signal, (signal.SIGINT,))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            program.run(np.int32(1), np.float32(0), np.float32(1))
+    finally:
+        timer.cancel()
+    assert _how(program) == ["vm"]
+
+
+@built
+def test_bad_loop_programs_raise():
+    run_loop = chainvm._chains.run_loop
+    header = [loopvm._LMAGIC, 3, 1, 0, 2, 0]
+    types = [chainvm._TYPES[np.dtype(np.int32)]] * 2 + [chainvm._BOOL]
+    cmp = [chainvm.CMP, types[0], 2, 2, 0, 1, 0, 0]
+
+    def prog(words):
+        return np.array(words, np.int32).tobytes()
+
+    state = np.zeros(3, np.uint64)
+    assert run_loop(prog(header + types + cmp), state, 10) is True   # 0 < 0 is false
+    bad = [
+        header[:5],                                           # short
+        [0] + header[1:] + types + cmp,                       # magic
+        header + types + cmp[:7],                             # length
+        header[:4] + [0] + header[5:] + types + cmp,          # pred not bool
+        header + types + [99] + cmp[1:],                      # op
+        header + types + cmp[:3] + [7] + cmp[4:],             # dst out of range
+        header + types + cmp[:4] + [-1] + cmp[5:],            # operand out of range
+        header + types + [chainvm.ADD] + cmp[1:],             # types: add to a bool
+        header[:5] + [1] + types + cmp + [0, 2],              # move between types
+    ]
+    for words in bad:
+        with pytest.raises(ValueError, match="bad program"):
+            run_loop(prog(words), state, 10)
+    with pytest.raises(ValueError, match="state"):
+        run_loop(prog(header + types + cmp), np.zeros(2, np.uint64), 10)
+    with pytest.raises(TypeError):
+        run_loop(prog(header + types + cmp), state.tobytes(), 10)   # read-only
+    with pytest.raises(ValueError, match="max_steps"):
+        run_loop(prog(header + types + cmp), state, -1)
