@@ -18,6 +18,9 @@ bit ops) or one IEEE rounding (float basic arithmetic), which both modes
 compute alike. Without the C module (not built) or with
 ``STABLEHLO_REF_CHAIN_VM=0`` there are no segments: the members run their
 numpy kernels, with the same bits (tests/test_chainvm.py compares the two).
+
+:func:`lower` also serves loopvm.py, which runs a whole scalar while loop
+whose ops it accepts as one machine loop (``_chains.run_loop``).
 """
 
 import numpy as np

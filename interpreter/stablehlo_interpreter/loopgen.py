@@ -35,6 +35,11 @@ while op, over all runs) is compiled once into one Python function (``exec``):
 * every other op calls its kernel exactly as the plan does, array bodies stay
   vectorized.
 
+A loop of only 0-d values of the block machine's types and ops it computes
+is not generated: it runs as one C loop (loopvm.py, ``_chains.run_loop``;
+the same bits, tests/test_loopvm.py), unless the module is not built or
+``STABLEHLO_REF_CHAIN_VM=0``.
+
 Same behaviour as the plain plan: in-place updates only of arrays nothing
 else refers to (the refcount test of Block.run, on locals that are cleared at
 their last use as frames free their slots); an op's failure is an

@@ -132,9 +132,8 @@ class _Lowering:
                 temp = self.reg(t)
             where = {"r": res, "t": temp}
             d = where[dst]
-            regs = [where[a] if a in where else args[a] for a in operands]
-            regs += [0] * (4 - len(regs))
-            self.code.append((opcode, t, sub, d, *regs))
+            regs = tuple(where[a] if a in where else args[a] for a in operands)
+            self.code.append((opcode, t, sub, d, regs))
         env[outs[0]] = res
 
 
@@ -144,29 +143,53 @@ class LoopProgram:
 
     def __init__(self, program, types, consts, carries, ccaps, bcaps, n_cond, n_instr):
         self.program = program
-        self.dtypes = [_chainvm._dtype_of(t) for t in types]
         state = np.zeros(len(types), np.uint64)
         raw = state.view(np.uint8)
         for r, value in consts.items():
             raw[8 * r:8 * r + value.itemsize] = value.reshape(1).view(np.uint8)
-        self.state = state
-        self.carries = carries
-        self.inputs = tuple(carries) + tuple(ccaps) + tuple(bcaps)
+        self.state = state.tobytes()
+        self.inputs = tuple(8 * r for r in (*carries, *ccaps, *bcaps))
+        self.outputs = tuple((_chainvm._dtype_of(types[r]), 8 * r) for r in carries)
         self.steps = max(1, CHUNK_INSTRUCTIONS // max(1, n_instr))
         self.source = (f"# _chains.run_loop: {len(types)} registers, {n_cond} cond and "
                        f"{n_instr - n_cond} body instructions, carries in registers {carries}")
 
     def run(self, ccap, bcap, vals):
-        state = self.state.copy()
-        raw = state.view(np.uint8)
-        for r, v in zip(self.inputs, (*vals, *ccap, *bcap)):
-            raw[8 * r:8 * r + v.itemsize] = v.reshape(1).view(np.uint8)
+        # The registers: a bytearray (pymalloc's blocks are 16-byte aligned;
+        # run_loop checks it); the results are 0-d arrays over it.
+        state = bytearray(self.state)
+        for off, v in zip(self.inputs, (*vals, *ccap, *bcap)):
+            state[off:off + v.itemsize] = v.tobytes()
         vals.clear()
         run_loop, program, steps = _chainvm._chains.run_loop, self.program, self.steps
         while not run_loop(program, state, steps):
             pass
-        return [raw[8 * r:8 * r + 8].view(self.dtypes[r])[:1].reshape(()).copy()
-                for r in self.carries]
+        return [np.ndarray((), dt, state, off) for dt, off in self.outputs]
+
+
+def _write_carries(body, moves):
+    """The body instructions with the one making a carry's new value writing
+    the carry itself, where no later instruction (nor another carry's move)
+    reads the carry's old value, and the moves left: a move is a load and a
+    store per iteration on the loop's critical path."""
+    body = list(body)
+    writer = {ins[3]: k for k, ins in enumerate(body)}
+    sources = {r for _, r in moves}
+    left, rename = [], {}
+    for c, r in moves:
+        k = writer.pop(r, None)
+        if k is None or c in sources or any(c in ins[4] for ins in body[k + 1:]):
+            if k is not None:
+                writer[r] = k
+            left.append((c, r))
+            continue
+        opcode, t, sub, _, regs = body[k]
+        body[k] = (opcode, t, sub, c, regs)
+        for j in range(k + 1, len(body)):
+            o, t2, s2, d2, regs2 = body[j]
+            body[j] = (o, t2, s2, d2, tuple(c if x == r else x for x in regs2))
+        rename[r] = c
+    return body, [(c, rename.get(r, r)) for c, r in left]
 
 
 def lower(program, op, ccap, bcap):
@@ -191,8 +214,12 @@ def lower(program, op, ccap, bcap):
     if low.types[pred] != _chainvm._BOOL:
         return None
     moves = [(c, r) for c, r in zip(carries, res) if c != r]
-    header = [_LMAGIC, len(low.types), n_cond, len(low.code) - n_cond, pred, len(moves)]
-    words = header + low.types + [w for c in low.code for w in c] + [w for m in moves for w in m]
+    body, moves = _write_carries(low.code[n_cond:], moves)
+    code = low.code[:n_cond] + body
+    header = [_LMAGIC, len(low.types), n_cond, len(code) - n_cond, pred, len(moves)]
+    words = header + low.types + [w for op, t, sub, d, regs in code
+                                  for w in (op, t, sub, d, *regs, *[0] * (4 - len(regs)))]
+    words += [w for m in moves for w in m]
     prog = np.array(words, np.int32).tobytes()
     return LoopProgram(prog, low.types, low.consts, carries, ccaps, bcaps, n_cond,
                        len(low.code))
