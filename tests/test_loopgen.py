@@ -23,7 +23,7 @@ from testkit import DONATION_SCAN, count_donations, rotate_round
 
 import stablehlo_interpreter as shi
 import stablehlo_interpreter.compiler as compiler
-from stablehlo_interpreter import loopgen, registry
+from stablehlo_interpreter import chainvm, loopgen, registry
 from stablehlo_interpreter.compiler import Op
 from stablehlo_interpreter.registry import KERNELS
 from stablehlo_interpreter.types import TensorType
@@ -38,6 +38,14 @@ ELEMENT = {np.dtype(np.bool_): "i1", BF16: "bf16", np.dtype(np.float16): "f16",
 for _b in (8, 16, 32, 64):
     ELEMENT[np.dtype(f"int{_b}")] = f"i{_b}"
     ELEMENT[np.dtype(f"uint{_b}")] = f"ui{_b}"
+
+
+@pytest.fixture(autouse=True)
+def generated_python(monkeypatch):
+    """These tests check the generated Python: without the block machine,
+    loops of only machine ops are generated too (with it they run as one C
+    loop, which tests/test_loopvm.py compares with the generated Python)."""
+    monkeypatch.setattr(chainvm, "_chains", None)
 
 
 def tensor(dtype, shape=()):

@@ -63,7 +63,7 @@ def _how(program):
     return out
 
 
-def _run(text, args, how, monkeypatch):
+def _run(text, args, how, monkeypatch, numerics="accurate"):
     """Compile and run ``text`` one way: 'vm', 'python' (generated Python,
     the module missing), 'switch' (generated Python, STABLEHLO_REF_CHAIN_VM=0)
     or 'plan'. Returns the results and how the loops ran."""
@@ -74,7 +74,7 @@ def _run(text, args, how, monkeypatch):
             m.setenv("STABLEHLO_REF_CHAIN_VM", "0")
         elif how == "plan":
             m.setattr(loopgen, "ENABLED", False)
-        program = shi.compile(text)
+        program = shi.compile(text, numerics=numerics)
         out = program.run(*args)
     return (list(out) if isinstance(out, (list, tuple)) else [out]), _how(program)
 
@@ -292,6 +292,18 @@ def test_every_op_form_on_edge_pairs_is_bit_identical(e, monkeypatch):
             want = plan.run(*args)
         assert_same_bits(list(vm.run(*args)), list(want))
     assert _how(vm) == ["vm"]
+
+
+@built
+@settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=loop_programs())
+def test_drawn_loops_keep_the_spec_numerics_bits(case, monkeypatch):
+    # The machine's ops are exact or one IEEE rounding: both modes share it.
+    text, args = case
+    want, _ = _run(text, args, "plan", monkeypatch, numerics="spec")
+    got, how = _run(text, args, "vm", monkeypatch, numerics="spec")
+    assert how == ["vm"]
+    assert_same_bits(got, want)
 
 
 SWAP = """
