@@ -632,20 +632,28 @@ done:
 /* ---- scalar while loops: run_loop ------------------------------------ */
 
 /* Loop program words (loopvm.py): header LMAGIC, n_regs, n_cond, n_body,
- * pred, n_moves; then the type of each register; then n_cond + n_body
- * instructions (op, type, sub, dst, a, b, c, e: registers); then n_moves
- * (dst, src) register pairs. A register is one 8-byte slot of the state
- * buffer holding one value at its start. One iteration runs the cond
- * instructions, stops when register pred (bool) is false, runs the body
- * instructions, then the moves as a parallel assignment (every source read
- * before any destination is written). */
-#define LMAGIC 0x314c4843 /* "CHL1" */
-#define LHEADER 6
+ * pred, n_moves, n_arrays; then the type of each register; then the element
+ * type of each array; then n_cond + n_body instructions (op, type, sub, dst,
+ * a, b, c, e: registers); then n_moves (dst, src) register pairs. A
+ * register is one 8-byte slot of the state buffer holding one value at its
+ * start. Two instructions reach the arrays (1-D buffers given to run_loop):
+ * LOAD (dst register = array a [register b]) and STORE (array dst [register
+ * a] = register b), the index (of integer type sub) clamped to the array as
+ * dynamic_slice / dynamic_update_slice clamp a start index. One iteration
+ * runs the cond instructions, stops when register pred (bool) is false,
+ * runs the body instructions, then the moves as a parallel assignment
+ * (every source read before any destination is written). */
+#define LMAGIC 0x324c4843 /* "CHL2" */
+#define LHEADER 7
+#define OP_LOAD 100
+#define OP_STORE 101
 
 typedef struct {
     const Instr *in;
-    int rt, fast, sub;
+    int rt, fast, sub, esz;
     char *d, *a, *b, *c, *e;
+    char *arr;              /* LOAD/STORE: the array, n elements of esz bytes */
+    Py_ssize_t n;
 } Decoded;
 
 /* The common scalar ops decoded to one dense code each, run inline by
@@ -661,12 +669,14 @@ enum {
     F_MAX_##F, F_MIN_##F, F_CMP_##F
     FAST_FLOAT(float), FAST_FLOAT(double),
     F_CVT_I32_F32, F_CVT_I32_F64, F_CVT_F32_F64, F_CVT_F64_F32, F_CVT_U32_F32, F_CVT_I32_I64,
-    F_CVT_BOOL_I32
+    F_CVT_BOOL_I32, F_LOAD, F_STORE
 };
 
 static int fast_code(const Instr *in, int rt)
 {
     int op = in->op, t = in->type;
+    if (op == OP_LOAD) return F_LOAD;
+    if (op == OP_STORE) return F_STORE;
     if (op == OP_SELECT) return F_SELECT;
     if (op == OP_COPY) return F_COPY;
     if (op == OP_CVT) {
@@ -731,6 +741,24 @@ static int fast_code(const Instr *in, int rt)
     case F_MIN_##F: V(F, x->d) = min_##F(V(F, x->a), V(F, x->b)); break; \
     case F_CMP_##F: V(uint8_t, x->d) = DIR(x->sub, V(F, x->a), V(F, x->b)); break;
 
+/* An index register of integer type t clamped to [0, n - 1] (n >= 1). */
+static inline Py_ssize_t clamp_index(const char *p, int t, Py_ssize_t n)
+{
+    int64_t v;
+    uint64_t u;
+    switch (t) {
+    case T_I8: v = V(int8_t, p); break;
+    case T_I16: v = V(int16_t, p); break;
+    case T_I32: v = V(int32_t, p); break;
+    case T_I64: v = V(int64_t, p); break;
+    case T_U8: v = V(uint8_t, p); break;
+    case T_U16: v = V(uint16_t, p); break;
+    case T_U32: v = V(uint32_t, p); break;
+    default: u = V(uint64_t, p); return u >= (uint64_t)n ? n - 1 : (Py_ssize_t)u;
+    }
+    return v < 0 ? 0 : v >= (int64_t)n ? n - 1 : (Py_ssize_t)v;
+}
+
 /* One instruction on the registers. */
 static inline __attribute__((always_inline)) void exec_scalar(const Decoded *x)
 {
@@ -749,6 +777,10 @@ static inline __attribute__((always_inline)) void exec_scalar(const Decoded *x)
     case F_CVT_U32_F32: V(float, x->d) = (float)V(uint32_t, x->a); break;
     case F_CVT_I32_I64: V(int64_t, x->d) = (int64_t)V(int32_t, x->a); break;
     case F_CVT_BOOL_I32: V(uint32_t, x->d) = V(uint8_t, x->a) != 0; break;
+    case F_LOAD: memcpy(x->d, x->arr + clamp_index(x->b, x->sub, x->n) * x->esz, (size_t)x->esz);
+        break;
+    case F_STORE: memcpy(x->arr + clamp_index(x->a, x->sub, x->n) * x->esz, x->b, (size_t)x->esz);
+        break;
     default: exec1(x->in, x->rt, 0, x->d, x->a, x->b, x->c, x->e, 1); break;
     }
 }
@@ -761,12 +793,13 @@ static int check_loop(const char *buf, Py_ssize_t len, Py_ssize_t state_len, Pro
     if (w[0] != LMAGIC) return bad("magic", w[0]);
     for (int k = 1; k < LHEADER; k++) hdr[k] = w[k];
     int32_t n_regs = w[1], n_cond = w[2], n_body = w[3], pred = w[4], n_moves = w[5];
+    int32_t n_arrays = w[6];
     if (n_regs < 1 || n_regs > (1 << 20) || n_cond < 0 || n_body < 0
         || (int64_t)n_cond + n_body > (1 << 20) || pred < 0 || pred >= n_regs || n_moves < 0
-        || n_moves > n_regs)
+        || n_moves > n_regs || n_arrays < 0 || n_arrays > (1 << 16))
         return bad("header", 0);
-    if (len / 4 != LHEADER + (Py_ssize_t)n_regs + ((Py_ssize_t)n_cond + n_body) * IWORDS
-                   + 2 * (Py_ssize_t)n_moves)
+    if (len / 4 != LHEADER + (Py_ssize_t)n_regs + n_arrays
+                   + ((Py_ssize_t)n_cond + n_body) * IWORDS + 2 * (Py_ssize_t)n_moves)
         return bad("length", len);
     if (state_len != (Py_ssize_t)n_regs * 8) {
         PyErr_Format(PyExc_ValueError, "_chains.run_loop: the state has %zd bytes, the program "
@@ -777,13 +810,28 @@ static int check_loop(const char *buf, Py_ssize_t len, Py_ssize_t state_len, Pro
     for (Py_ssize_t v = 0; v < n_regs; v++)
         if (vt[v] < 0 || vt[v] >= N_TYPES) return bad("register type", v);
     if (vt[pred] != T_BOOL) return bad("pred is not bool", pred);
+    const int32_t *at = vt + n_regs;
+    for (Py_ssize_t k = 0; k < n_arrays; k++)
+        if (at[k] < 0 || at[k] >= N_TYPES) return bad("array type", k);
     /* The instructions checked as a block program's, every register a value. */
     p->n_values = n_regs; p->n_inputs = 0; p->n_outputs = 0; p->n_slots = 0;
     p->n_instr = n_cond + n_body; p->block = 1;
     p->values = NULL;
-    p->instr = (const Instr *)(vt + n_regs);
+    p->instr = (const Instr *)(at + n_arrays);
     for (Py_ssize_t k = 0; k < p->n_instr; k++) {
         const Instr *in = p->instr + k;
+        if (in->op == OP_LOAD || in->op == OP_STORE) {
+            int load = in->op == OP_LOAD;
+            int32_t arr = load ? in->a : in->dst, idx = load ? in->b : in->a;
+            int32_t val = load ? in->dst : in->b;
+            if (arr < 0 || arr >= n_arrays || idx < 0 || idx >= n_regs || val < 0
+                || val >= n_regs)
+                return bad("operand", k);
+            if (in->type != at[arr] || vt[val] != in->type || in->sub != vt[idx]
+                || !is_int(in->sub))
+                return bad("types", k);
+            continue;
+        }
         int n = in->op > 0 && in->op < N_OPS ? nargs(in->op) : 0;
         if (n == 0 || in->type < 0 || in->type >= N_TYPES) return bad("op", k);
         if (in->dst < 0 || in->dst >= n_regs || in->a < 0 || in->a >= n_regs
@@ -818,15 +866,59 @@ static int loop_steps(const Decoded *code, int32_t n_cond, int32_t n_instr, cons
     return 0;
 }
 
+static int is_stored(const Program *p, Py_ssize_t k)
+{
+    for (Py_ssize_t j = 0; j < p->n_instr; j++)
+        if (p->instr[j].op == OP_STORE && p->instr[j].dst == k) return 1;
+    return 0;
+}
+
+/* The arrays' buffers (writable where a STORE writes), each of at least one
+ * element of its type, aligned; a written one overlaps no other. */
+static int get_arrays(const Program *p, const int32_t *at, PyObject *arrays, Py_buffer *abuf,
+                      Py_ssize_t *n_got)
+{
+    Py_ssize_t na = PySequence_Fast_GET_SIZE(arrays);
+    for (Py_ssize_t k = 0; k < na; k++) {
+        int stored = is_stored(p, k);
+        PyObject *o = PySequence_Fast_GET_ITEM(arrays, k);
+        if (PyObject_GetBuffer(o, &abuf[k], stored ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS
+                                                   : PyBUF_C_CONTIGUOUS) < 0) {
+            PyErr_Format(PyExc_TypeError, "_chains.run_loop: array %zd is not a contiguous%s "
+                         "buffer", k, stored ? " writable" : "");
+            return -1;
+        }
+        *n_got = k + 1;
+        Py_ssize_t sz = SIZE[at[k]];
+        if (abuf[k].len < sz || abuf[k].len % sz || (uintptr_t)abuf[k].buf % (uintptr_t)sz) {
+            PyErr_Format(PyExc_ValueError, "_chains.run_loop: array %zd has %zd bytes, not a "
+                         "whole number (>= 1) of aligned %zd-byte elements", k, abuf[k].len, sz);
+            return -1;
+        }
+    }
+    for (Py_ssize_t k = 0; k < na; k++)
+        for (Py_ssize_t j = 0; j < na; j++)
+            if (j != k && is_stored(p, k) && buffers_overlap(&abuf[k], &abuf[j])) {
+                PyErr_SetString(PyExc_ValueError,
+                                "_chains.run_loop: a written array overlaps another array");
+                return -1;
+            }
+    return 0;
+}
+
 static PyObject *run_loop(PyObject *self, PyObject *args)
 {
     (void)self;
     Py_buffer prog, state;
     Py_ssize_t max_steps;
-    if (!PyArg_ParseTuple(args, "y*w*n:run_loop", &prog, &state, &max_steps)) return NULL;
-    PyObject *res = NULL;
+    PyObject *arrays_obj;
+    if (!PyArg_ParseTuple(args, "y*w*On:run_loop", &prog, &state, &arrays_obj, &max_steps))
+        return NULL;
+    PyObject *res = NULL, *arrays = NULL;
     Decoded *code = NULL;
     uint64_t *held = NULL;
+    Py_buffer *abuf = NULL;
+    Py_ssize_t n_got = 0;
     Program p;
     int32_t hdr[LHEADER];
     if (!PyBuffer_IsContiguous(&state, 'C') || (uintptr_t)state.buf % 8) {
@@ -838,7 +930,18 @@ static PyObject *run_loop(PyObject *self, PyObject *args)
         goto done; }
     if (check_loop(prog.buf, prog.len, state.len, &p, hdr) < 0) goto done;
     const int32_t *vt = (const int32_t *)prog.buf + LHEADER;
-    int32_t n_moves = hdr[5];
+    const int32_t *at = vt + hdr[1];
+    int32_t n_moves = hdr[5], n_arrays = hdr[6];
+    arrays = PySequence_Fast(arrays_obj, "_chains.run_loop: arrays must be a sequence");
+    if (!arrays) goto done;
+    if (PySequence_Fast_GET_SIZE(arrays) != n_arrays) {
+        PyErr_Format(PyExc_ValueError, "_chains.run_loop: %zd arrays, the program takes %d",
+                     PySequence_Fast_GET_SIZE(arrays), n_arrays);
+        goto done;
+    }
+    abuf = PyMem_Calloc((size_t)n_arrays + 1, sizeof(Py_buffer));
+    if (!abuf) { PyErr_NoMemory(); goto done; }
+    if (get_arrays(&p, at, arrays, abuf, &n_got) < 0) goto done;
     const int32_t *mv = (const int32_t *)(p.instr + p.n_instr);
     code = PyMem_Calloc((size_t)p.n_instr + 1, sizeof(Decoded));
     held = PyMem_Calloc((size_t)n_moves + 1, sizeof(uint64_t));
@@ -849,14 +952,26 @@ static PyObject *run_loop(PyObject *self, PyObject *args)
         int n = nargs(in->op);
         Decoded *x = code + k;
         x->in = in;
-        x->rt = vt[in->dst];
+        x->rt = in->op == OP_STORE ? in->type : vt[in->dst];   /* STORE: dst is an array */
         x->fast = fast_code(in, x->rt);
         x->sub = in->sub & 7;
-        x->d = base + (Py_ssize_t)in->dst * 8;
-        x->a = base + (Py_ssize_t)in->a * 8;
+        int mem = in->op == OP_LOAD || in->op == OP_STORE;
+        x->d = mem && in->op == OP_STORE ? NULL : base + (Py_ssize_t)in->dst * 8;
+        x->a = mem && in->op == OP_LOAD ? NULL : base + (Py_ssize_t)in->a * 8;
         x->b = n > 1 ? base + (Py_ssize_t)in->b * 8 : NULL;
         x->c = n > 2 ? base + (Py_ssize_t)in->c * 8 : NULL;
         x->e = n > 3 ? base + (Py_ssize_t)in->e * 8 : NULL;
+        if (in->op == OP_LOAD || in->op == OP_STORE) {
+            int32_t arr = in->op == OP_LOAD ? in->a : in->dst;
+            x->rt = in->type;
+            x->esz = SIZE[in->type];
+            x->arr = abuf[arr].buf;
+            x->n = abuf[arr].len / x->esz;
+            x->sub = in->sub;
+            if (in->op == OP_STORE) x->d = NULL;   /* reads registers a (index), b */
+            else x->a = NULL;                       /* dst = array[register b] */
+            x->c = x->e = NULL;
+        }
     }
     int finished;
     Py_BEGIN_ALLOW_THREADS
@@ -868,6 +983,9 @@ static PyObject *run_loop(PyObject *self, PyObject *args)
     if (PyErr_CheckSignals() < 0) goto done;
     res = PyBool_FromLong(finished);
 done:
+    for (Py_ssize_t k = 0; k < n_got; k++) PyBuffer_Release(&abuf[k]);
+    PyMem_Free(abuf);
+    Py_XDECREF(arrays);
     PyMem_Free(held);
     PyMem_Free(code);
     PyBuffer_Release(&state);

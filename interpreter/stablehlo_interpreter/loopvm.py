@@ -37,7 +37,8 @@ from . import chainvm as _chainvm
 CHUNK_INSTRUCTIONS = 1 << 22
 # Nested func.call inlining deeper than this leaves the loop to loopgen.
 _MAX_INLINE = 32
-_LMAGIC = 0x314C4843
+_LMAGIC = 0x324C4843
+_LOAD, _STORE = 100, 101   # _chains.c's OP_LOAD, OP_STORE
 _ALIASES = ("stablehlo.reshape", "stablehlo.broadcast_in_dim", "stablehlo.optimization_barrier")
 
 
@@ -45,42 +46,87 @@ class NotLowered(Exception):
     """The loop has something the machine does not run."""
 
 
-def _machine_type(t):
-    """The machine's type code of a 0-d TensorType (or array), or raise
-    NotLowered."""
+def _code(t):
+    """The machine's type code of a TensorType's (or array's) element type."""
     try:
         code = _chainvm._TYPES.get(np.dtype(t.dtype))
     except (AttributeError, TypeError):
         code = None
-    if code is None or getattr(t, "quant", None) is not None or tuple(t.shape) != ():
-        raise NotLowered(f"not a 0-d value of a machine type: {t}")
+    if code is None or getattr(t, "quant", None) is not None:
+        raise NotLowered(f"not a machine type: {t}")
     return code
 
 
+def _is_scalar(t):
+    """One element: 0-d, or size-1 dims only (a scan's tensor<1xf32> slice)."""
+    return all(d == 1 for d in t.shape)
+
+
+def _machine_type(t):
+    """The type code of a value held in a register, or raise NotLowered."""
+    if not _is_scalar(t):
+        raise NotLowered(f"not a one-element value: {t}")
+    return _code(t)
+
+
+class Arr:
+    """A 1-D array value: array ``id`` of the loop program, as written by
+    ``version`` stores (a store updates the array in place: only the latest
+    version may be read)."""
+
+    __slots__ = ("id", "version")
+
+    def __init__(self, id_, version):
+        self.id = id_
+        self.version = version
+
+
 class _Lowering:
-    """Registers and instructions of one loop program."""
+    """Registers, arrays and instructions of one loop program."""
 
     def __init__(self, program):
         self.program = program
         self.types = []          # per register: machine type code
         self.consts = {}         # register -> 0-d array (its initial value)
-        self.code = []           # (op, type, sub, dst, a, b, c, e)
+        # (op, type, sub, dst register or None, operand registers, array or None)
+        self.code = []
         self.inlining = []
+        self.arrays = []         # per array: (type code, source) -- ("carry", k), ...
+        self.versions = []       # per array: its latest version
+        self.in_cond = False
 
     def reg(self, t_code):
         self.types.append(t_code)
         return len(self.types) - 1
 
+    def value(self, t, source, value=None):
+        """A register, or an Arr for a 1-D array of at least 2 elements."""
+        if not isinstance(getattr(t, "shape", None), tuple):
+            raise NotLowered(f"not a tensor: {t!r}")
+        if _is_scalar(t):
+            r = self.reg(_code(t))
+            if value is not None:
+                self.consts[r] = value
+            return r
+        if len(t.shape) != 1 or t.shape[0] is None:
+            raise NotLowered(f"an array that is not 1-D: {t}")
+        self.arrays.append((_code(t), source if value is None else ("const", value)))
+        self.versions.append(0)
+        return Arr(len(self.arrays) - 1, 0)
+
     def const(self, value):
         if not isinstance(value, np.ndarray):
             raise NotLowered("a constant that is not an array")
-        r = self.reg(_machine_type(value))
-        self.consts[r] = value
-        return r
+        return self.value(value, None, value)
+
+    def latest(self, a, name):
+        if a.__class__ is not Arr or self.versions[a.id] != a.version:
+            raise NotLowered(f"{name} of an array value not the latest one")
+        return a
 
     def block(self, blk, args, caps):
-        """Lower Block ``blk`` with argument and capture registers; returns
-        the registers of its results."""
+        """Lower Block ``blk`` with argument and capture values; returns
+        the values of its results."""
         env = dict(zip(blk.arg_slots, args))
         env.update(zip(blk.capture_slots, caps))
         template = blk.template or ()
@@ -99,8 +145,6 @@ class _Lowering:
     def step(self, step, env, get):
         _, ins, out, _, op = step
         outs = (out,) if out.__class__ is int else tuple(out)
-        for t in list(op.operand_types) + list(op.result_types):
-            _machine_type(t)
         name = op.name
         if name == "func.call":
             callee = self.program.functions.get(op.attrs.get("callee"))
@@ -115,6 +159,10 @@ class _Lowering:
             return
         if 0 in ins:
             raise NotLowered(f"{name} takes the run's context")
+        if name in ("stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice"):
+            return self.indexed(op, [get(s) for s in ins], outs, env)
+        for t in list(op.operand_types) + list(op.result_types):
+            _machine_type(t)
         if name in _ALIASES or (name == "stablehlo.convert"
                                 and op.operand_types[0].dtype == op.result_types[0].dtype):
             if len(ins) != len(outs):
@@ -133,38 +181,89 @@ class _Lowering:
             where = {"r": res, "t": temp}
             d = where[dst]
             regs = tuple(where[a] if a in where else args[a] for a in operands)
-            self.code.append((opcode, t, sub, d, regs))
+            self.code.append((opcode, t, sub, d, regs, None))
         env[outs[0]] = res
+
+    def indexed(self, op, vals, outs, env):
+        """dynamic_slice of one element of a 1-D array (LOAD) and
+        dynamic_update_slice of one (STORE, in place: the array is a carry
+        the loop owns and only the new version is used from here on); of a
+        one-element value, the value itself / the update."""
+        ot, rt = op.operand_types, op.result_types[0]
+        update = op.name == "stablehlo.dynamic_update_slice"
+        idx = vals[2:] if update else vals[1:]
+        if len(idx) != 1 or any(v.__class__ is not int for v in idx) \
+                or _chainvm._dtype_of(self.types[idx[0]]).kind not in "iu" \
+                or not _is_scalar(ot[2 if update else 1]):
+            raise NotLowered(f"{op.name} without one integer start index")
+        a = vals[0]
+        if a.__class__ is int:   # one element: every start index clamps to 0
+            if update and (vals[1].__class__ is not int or not _is_scalar(ot[1])):
+                raise NotLowered(f"{op.name} of a one-element value")
+            env[outs[0]] = vals[1] if update else a
+            return
+        t = self.arrays[a.id][0]
+        self.latest(a, op.name)
+        if not update:
+            if not _is_scalar(rt) or _code(rt) != t:
+                raise NotLowered(f"{op.name} of more than one element")
+            r = self.reg(t)
+            self.code.append((_LOAD, t, self.types[idx[0]], r, (idx[0],), a.id))
+            env[outs[0]] = r
+            return
+        u = vals[1]
+        if u.__class__ is not int or not _is_scalar(ot[1]) or self.types[u] != t \
+                or self.arrays[a.id][1][0] != "carry" or self.in_cond:
+            raise NotLowered(f"{op.name} of more than one element or not of a carry")
+        self.code.append((_STORE, t, self.types[idx[0]], None, (idx[0], u), a.id))
+        self.versions[a.id] += 1
+        env[outs[0]] = Arr(a.id, self.versions[a.id])
 
 
 class LoopProgram:
     """A while op lowered: :meth:`run` (``(ccap, bcap, vals)`` -> the
     loop's results) runs it; ``source`` describes it (STABLEHLO_REF_FAST_LOOPS=print)."""
 
-    def __init__(self, program, types, consts, carries, ccaps, bcaps, n_cond, n_instr):
+    def __init__(self, program, low, carries, ccaps, bcaps, n_cond, n_instr, shapes):
         self.program = program
-        state = np.zeros(len(types), np.uint64)
+        state = np.zeros(len(low.types), np.uint64)
         raw = state.view(np.uint8)
-        for r, value in consts.items():
+        for r, value in low.consts.items():
             raw[8 * r:8 * r + value.itemsize] = value.reshape(1).view(np.uint8)
         self.state = state.tobytes()
-        self.inputs = tuple(8 * r for r in (*carries, *ccaps, *bcaps))
-        self.outputs = tuple((_chainvm._dtype_of(types[r]), 8 * r) for r in carries)
+        # (register offset, or None for an array) per carry and capture
+        self.inputs = tuple(8 * v if v.__class__ is int else None
+                            for v in (*carries, *ccaps, *bcaps))
+        stored = {ins[5] for ins in low.code if ins[0] == _STORE}
+        # per array: (where: 0 carry / 1 ccap / 2 bcap / 3 constant, index or value, copy?)
+        groups = {"carry": 0, "ccap": 1, "bcap": 2}
+        self.arrays = tuple((groups.get(src[0], 3), src[1], k in stored)
+                            for k, (_, src) in enumerate(low.arrays))
+        self.outputs = tuple(("r", _chainvm._dtype_of(low.types[v]), 8 * v, shape)
+                             if v.__class__ is int else ("a", v.id, None, None)
+                             for v, shape in zip(carries, shapes))
         self.steps = max(1, CHUNK_INSTRUCTIONS // max(1, n_instr))
-        self.source = (f"# _chains.run_loop: {len(types)} registers, {n_cond} cond and "
-                       f"{n_instr - n_cond} body instructions, carries in registers {carries}")
+        self.source = (f"# _chains.run_loop: {len(low.types)} registers, {len(low.arrays)} "
+                       f"arrays, {n_cond} cond and {n_instr - n_cond} body instructions")
 
     def run(self, ccap, bcap, vals):
         # The registers: a bytearray (pymalloc's blocks are 16-byte aligned;
-        # run_loop checks it); the results are 0-d arrays over it.
+        # run_loop checks it); the results are arrays over it.
         state = bytearray(self.state)
         for off, v in zip(self.inputs, (*vals, *ccap, *bcap)):
-            state[off:off + v.itemsize] = v.tobytes()
+            if off is not None:
+                state[off:off + v.itemsize] = v.tobytes()
+        arrays = []
+        groups = (vals, ccap, bcap)
+        for where, i, copy in self.arrays:
+            a = i if where == 3 else groups[where][i]
+            arrays.append(np.array(a, order="C") if copy else np.ascontiguousarray(a))
         vals.clear()
         run_loop, program, steps = _chainvm._chains.run_loop, self.program, self.steps
-        while not run_loop(program, state, steps):
+        while not run_loop(program, state, arrays, steps):
             pass
-        return [np.ndarray((), dt, state, off) for dt, off in self.outputs]
+        return [np.ndarray(shape, dt, state, off) if kind == "r" else arrays[dt]
+                for kind, dt, off, shape in self.outputs]
 
 
 def _write_carries(body, moves):
@@ -173,7 +272,7 @@ def _write_carries(body, moves):
     reads the carry's old value, and the moves left: a move is a load and a
     store per iteration on the loop's critical path."""
     body = list(body)
-    writer = {ins[3]: k for k, ins in enumerate(body)}
+    writer = {ins[3]: k for k, ins in enumerate(body) if ins[3] is not None}
     sources = {r for _, r in moves}
     left, rename = [], {}
     for c, r in moves:
@@ -183,13 +282,44 @@ def _write_carries(body, moves):
                 writer[r] = k
             left.append((c, r))
             continue
-        opcode, t, sub, _, regs = body[k]
-        body[k] = (opcode, t, sub, c, regs)
+        opcode, t, sub, _, regs, arr = body[k]
+        body[k] = (opcode, t, sub, c, regs, arr)
         for j in range(k + 1, len(body)):
-            o, t2, s2, d2, regs2 = body[j]
-            body[j] = (o, t2, s2, d2, tuple(c if x == r else x for x in regs2))
+            o, t2, s2, d2, regs2, arr2 = body[j]
+            body[j] = (o, t2, s2, d2, tuple(c if x == r else x for x in regs2), arr2)
         rename[r] = c
     return body, [(c, rename.get(r, r)) for c, r in left]
+
+
+def _words(ins):
+    """An instruction's 8 words (_chains.c's Instr)."""
+    op, t, sub, d, regs, arr = ins
+    if op == _LOAD:
+        return (op, t, sub, d, arr, regs[0], 0, 0)
+    if op == _STORE:
+        return (op, t, sub, arr, regs[0], regs[1], 0, 0)
+    return (op, t, sub, d, *regs, *[0] * (4 - len(regs)))
+
+
+def _lower_regions(low, op, ccap, bcap):
+    """The carries', captures' and results' values and the cond's predicate
+    register of while op ``op``, or raise NotLowered."""
+    cond, body = op.regions
+    carries = [low.value(t, ("carry", k)) for k, t in enumerate(op.operand_types)]
+    ccaps = [low.value(v, ("ccap", j)) for j, v in enumerate(ccap)]
+    bcaps = [low.value(v, ("bcap", j)) for j, v in enumerate(bcap)]
+    low.in_cond = True
+    pred = low.block(cond, carries, ccaps)[0]
+    low.in_cond = False
+    n_cond = len(low.code)
+    res = low.block(body, carries, bcaps)
+    if pred.__class__ is not int or low.types[pred] != _chainvm._BOOL:
+        raise NotLowered("the cond's result is not a bool")
+    for c, r in zip(carries, res):
+        if (c.__class__ is int) != (r.__class__ is int) or c.__class__ is Arr and (
+                r.id != c.id or r.version != low.versions[c.id]):
+            raise NotLowered("an array carry's result is not its own latest version")
+    return carries, ccaps, bcaps, res, pred, n_cond
 
 
 def lower(program, op, ccap, bcap):
@@ -200,27 +330,18 @@ def lower(program, op, ccap, bcap):
     is off)."""
     if not _chainvm.enabled():
         return None
-    cond, body = op.regions
     low = _Lowering(program)
     try:
-        carries = [low.reg(_machine_type(t)) for t in op.operand_types]
-        ccaps = [low.reg(_machine_type(v)) for v in ccap]
-        bcaps = [low.reg(_machine_type(v)) for v in bcap]
-        pred = low.block(cond, carries, ccaps)[0]
-        n_cond = len(low.code)
-        res = low.block(body, carries, bcaps)
+        carries, ccaps, bcaps, res, pred, n_cond = _lower_regions(low, op, ccap, bcap)
     except NotLowered:
         return None
-    if low.types[pred] != _chainvm._BOOL:
-        return None
-    moves = [(c, r) for c, r in zip(carries, res) if c != r]
+    moves = [(c, r) for c, r in zip(carries, res) if c.__class__ is int and c != r]
     body, moves = _write_carries(low.code[n_cond:], moves)
     code = low.code[:n_cond] + body
-    header = [_LMAGIC, len(low.types), n_cond, len(code) - n_cond, pred, len(moves)]
-    words = header + low.types + [w for op, t, sub, d, regs in code
-                                  for w in (op, t, sub, d, *regs, *[0] * (4 - len(regs)))]
-    words += [w for m in moves for w in m]
+    header = [_LMAGIC, len(low.types), n_cond, len(code) - n_cond, pred, len(moves),
+              len(low.arrays)]
+    words = header + low.types + [t for t, _ in low.arrays]
+    words += [w for ins in code for w in _words(ins)] + [w for m in moves for w in m]
     prog = np.array(words, np.int32).tobytes()
-    return LoopProgram(prog, low.types, low.consts, carries, ccaps, bcaps, n_cond,
-                       len(low.code))
-
+    shapes = [tuple(t.shape) for t in op.operand_types]
+    return LoopProgram(prog, low, carries, ccaps, bcaps, n_cond, len(code), shapes)
