@@ -40,10 +40,12 @@
  * and alignment too, and outputs may not overlap inputs or each other. The
  * GIL is released while the blocks run; nothing is kept between calls.
  *
- *     run_loop(program, state, max_steps) -> bool
+ *     run_loop(program, state, arrays, max_steps) -> bool
  * A scalar while loop (loopvm.py; program layout above run_loop): the
  * registers are 8-byte slots of the writable buffer state (carries,
- * captures and constants written there by the caller); runs the cond's and
+ * captures and constants written there by the caller), arrays the 1-D
+ * buffers its LOAD/STORE instructions index (writable where written; a
+ * written one overlaps no other); runs the cond's and
  * the body's instructions, the same ops on one element, the common ones
  * (32/64-bit integer and f32/f64 ops, compares, select, copies, a few
  * converts) inline with the block ops' expressions, the rest through the
@@ -997,7 +999,7 @@ static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS,
      "run(program, n, inputs, outputs): run a chain program (chainvm.py) over n elements."},
     {"run_loop", run_loop, METH_VARARGS,
-     "run_loop(program, state, max_steps): run a scalar while loop (loopvm.py) on the "
+     "run_loop(program, state, arrays, max_steps): run a scalar while loop (loopvm.py) on the "
      "registers in state until its cond is false (True) or for max_steps iterations (False)."},
     {NULL, NULL, 0, NULL},
 };

@@ -35,8 +35,9 @@ while op, over all runs) is compiled once into one Python function (``exec``):
 * every other op calls its kernel exactly as the plan does, array bodies stay
   vectorized.
 
-A loop of only 0-d values of the block machine's types and ops it computes
-is not generated: it runs as one C loop (loopvm.py, ``_chains.run_loop``;
+A loop of only one-element values of the block machine's types (and 1-D
+arrays read and written one element at a time) and ops it computes is not
+generated: it runs as one C loop (loopvm.py, ``_chains.run_loop``;
 the same bits, tests/test_loopvm.py), unless the module is not built or
 ``STABLEHLO_REF_CHAIN_VM=0``.
 

@@ -4,13 +4,17 @@
 loopgen.py compiles a hot while loop into one generated Python function on
 numpy scalars: about 0.1 us per op, Python's floor. A loop whose cond and
 body (``func.call`` inlined) hold only 0-d values of the machine's types
-(bool, 8- to 64-bit integers, f32, f64) and only ops :func:`chainvm.lower`
-accepts (integer and bit ops, shifts, compares, select, converts but float
--> integer, f32/f64 basic arithmetic, clamp), plus aliases (0-d reshape,
-broadcast_in_dim, optimization_barrier, same-type convert), runs here as one
+(bool, 8- to 64-bit integers, f32, f64; one-element shapes too) and 1-D
+arrays, and only ops :func:`chainvm.lower` accepts (integer and bit ops,
+shifts, compares, select, converts but float -> integer, f32/f64 basic
+arithmetic, clamp), plus aliases (one-element reshape, broadcast_in_dim,
+optimization_barrier, same-type convert) and one-element dynamic_slice /
+dynamic_update_slice of a 1-D array (a scan's xs and ys), runs here as one
 loop program: a register per value (carries, captures, constants,
-intermediates), the cond's and the body's instructions, and the moves of the
-body's results into the carries (a parallel assignment). The machine computes
+intermediates), the arrays (a written one is a carry, copied once per run and
+updated in place: the body may read only its latest version), the cond's and
+the body's instructions, and the moves of the body's results into the
+carries (a parallel assignment). The machine computes
 each op's numpy-kernel bits (tests/test_chainvm.py, tests/test_loopvm.py),
 so both numerics modes share it, as they share the fused chains' segments.
 
@@ -22,8 +26,9 @@ deadline (an exception raised asynchronously in the running thread) stop a
 loop within about a millisecond, reported on the while op as the generated
 loop reports them.
 
-Anything else (a nested while/if/case, a transcendental, an array value, a
-float -> integer convert) leaves the loop to loopgen's generated Python.
+Anything else (a nested while/if/case, a transcendental, a wider slice or a
+multi-dimensional array, a float -> integer convert) leaves the loop to
+loopgen's generated Python.
 Without the C module or with ``STABLEHLO_REF_CHAIN_VM=0`` no loop runs
 here: the generated Python gives the same bits.
 """
