@@ -787,22 +787,28 @@ static inline __attribute__((always_inline)) void exec_scalar(const Decoded *x)
     }
 }
 
+static int bad_loop(const char *what, Py_ssize_t k)
+{
+    PyErr_Format(PyExc_ValueError, "_chains.run_loop: bad program: %s (%zd)", what, k);
+    return -1;
+}
+
 static int check_loop(const char *buf, Py_ssize_t len, Py_ssize_t state_len, Program *p,
                       int32_t *hdr)
 {
-    if (len % 4 || len < LHEADER * 4) return bad("length", len);
+    if (len % 4 || len < LHEADER * 4) return bad_loop("length", len);
     const int32_t *w = (const int32_t *)buf;
-    if (w[0] != LMAGIC) return bad("magic", w[0]);
+    if (w[0] != LMAGIC) return bad_loop("magic", w[0]);
     for (int k = 1; k < LHEADER; k++) hdr[k] = w[k];
     int32_t n_regs = w[1], n_cond = w[2], n_body = w[3], pred = w[4], n_moves = w[5];
     int32_t n_arrays = w[6];
     if (n_regs < 1 || n_regs > (1 << 20) || n_cond < 0 || n_body < 0
         || (int64_t)n_cond + n_body > (1 << 20) || pred < 0 || pred >= n_regs || n_moves < 0
         || n_moves > n_regs || n_arrays < 0 || n_arrays > (1 << 16))
-        return bad("header", 0);
+        return bad_loop("header", 0);
     if (len / 4 != LHEADER + (Py_ssize_t)n_regs + n_arrays
                    + ((Py_ssize_t)n_cond + n_body) * IWORDS + 2 * (Py_ssize_t)n_moves)
-        return bad("length", len);
+        return bad_loop("length", len);
     if (state_len != (Py_ssize_t)n_regs * 8) {
         PyErr_Format(PyExc_ValueError, "_chains.run_loop: the state has %zd bytes, the program "
                      "takes %zd", state_len, (Py_ssize_t)n_regs * 8);
@@ -810,11 +816,11 @@ static int check_loop(const char *buf, Py_ssize_t len, Py_ssize_t state_len, Pro
     }
     const int32_t *vt = w + LHEADER;
     for (Py_ssize_t v = 0; v < n_regs; v++)
-        if (vt[v] < 0 || vt[v] >= N_TYPES) return bad("register type", v);
-    if (vt[pred] != T_BOOL) return bad("pred is not bool", pred);
+        if (vt[v] < 0 || vt[v] >= N_TYPES) return bad_loop("register type", v);
+    if (vt[pred] != T_BOOL) return bad_loop("pred is not bool", pred);
     const int32_t *at = vt + n_regs;
     for (Py_ssize_t k = 0; k < n_arrays; k++)
-        if (at[k] < 0 || at[k] >= N_TYPES) return bad("array type", k);
+        if (at[k] < 0 || at[k] >= N_TYPES) return bad_loop("array type", k);
     /* The instructions checked as a block program's, every register a value. */
     p->n_values = n_regs; p->n_inputs = 0; p->n_outputs = 0; p->n_slots = 0;
     p->n_instr = n_cond + n_body; p->block = 1;
@@ -828,26 +834,26 @@ static int check_loop(const char *buf, Py_ssize_t len, Py_ssize_t state_len, Pro
             int32_t val = load ? in->dst : in->b;
             if (arr < 0 || arr >= n_arrays || idx < 0 || idx >= n_regs || val < 0
                 || val >= n_regs)
-                return bad("operand", k);
+                return bad_loop("operand", k);
             if (in->type != at[arr] || vt[val] != in->type || in->sub != vt[idx]
                 || !is_int(in->sub))
-                return bad("types", k);
+                return bad_loop("types", k);
             continue;
         }
         int n = in->op > 0 && in->op < N_OPS ? nargs(in->op) : 0;
-        if (n == 0 || in->type < 0 || in->type >= N_TYPES) return bad("op", k);
+        if (n == 0 || in->type < 0 || in->type >= N_TYPES) return bad_loop("op", k);
         if (in->dst < 0 || in->dst >= n_regs || in->a < 0 || in->a >= n_regs
             || (n > 1 && (in->b < 0 || in->b >= n_regs))
             || (n > 2 && (in->c < 0 || in->c >= n_regs))
             || (n > 3 && (in->e < 0 || in->e >= n_regs)))
-            return bad("operand", k);
-        if (!types_ok(in, vt)) return bad("types", k);
+            return bad_loop("operand", k);
+        if (!types_ok(in, vt)) return bad_loop("types", k);
     }
     const int32_t *mv = (const int32_t *)(p->instr + p->n_instr);
     for (Py_ssize_t k = 0; k < n_moves; k++) {
         int32_t d = mv[2 * k], s = mv[2 * k + 1];
         if (d < 0 || d >= n_regs || s < 0 || s >= n_regs || vt[d] != vt[s])
-            return bad("move", k);
+            return bad_loop("move", k);
     }
     return 0;
 }
