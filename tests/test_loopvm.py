@@ -353,6 +353,24 @@ def test_the_switch_and_a_missing_module_keep_generated_python(monkeypatch):
     assert _how(program) == ["plan"]
 
 
+@built
+def test_tracing_and_validation_use_the_plan(monkeypatch):
+    from stablehlo_interpreter import compiler
+    from stablehlo_interpreter.trace import Recorder
+    args = [np.int32(6), np.float32(0), np.float32(1)]
+    program = shi.compile(SWAP)
+    rec = Recorder()
+    want = list(program.run(*args, tracer=rec))
+    assert _how(program) == ["plan"]
+    assert sum(1 for e in rec.events if e[0].name == "stablehlo.add") >= 12
+    monkeypatch.setattr(compiler, "_DEBUG_VALIDATE", True)
+    program.run(*args)
+    assert _how(program) == ["plan"]
+    monkeypatch.setattr(compiler, "_DEBUG_VALIDATE", False)
+    assert_same_bits(list(program.run(*args)), want)
+    assert _how(program) == ["vm"]
+
+
 def test_loops_the_machine_does_not_run_stay_generated_python(monkeypatch):
     # a transcendental, a float -> int convert, an array carry: loopgen's code
     sin = SWAP.replace("%s = stablehlo.add %x, %y : tensor<f32>",
