@@ -342,3 +342,63 @@ def test_convolution_dilated_lhs_is_correctly_rounded():
             exact += Fraction(float(lhs[0, c, qy // 2, qx // 2])) * \
                 Fraction(float(rhs[o, c, i, 2 - j]))  # reversed along the last axis
         assert _is_nearest_f32(got[0, o, y, x], exact), (o, y, x)
+
+
+# --------------------------------------------------------------------------
+# The channels-last im2col product in blocks of output lines (ops/convolution.py
+# _blocked_im2col), shared with the pool's helper threads.
+
+
+def _nhwc_attrs(ns, strides, G=1, B=1):
+    sp = list(range(1, ns + 1))
+    return {"dimension_numbers": dict(
+        input_batch_dimension=0, input_feature_dimension=ns + 1, input_spatial_dimensions=sp,
+        kernel_input_feature_dimension=ns, kernel_output_feature_dimension=ns + 1,
+        kernel_spatial_dimensions=list(range(ns)),
+        output_batch_dimension=0, output_feature_dimension=ns + 1, output_spatial_dimensions=sp),
+        "window_strides": list(strides), "feature_group_count": G, "batch_group_count": B}
+
+
+@pytest.mark.parametrize("S,K,C,O,strides,G,B", [
+    ((9, 7), (3, 3), 8, 5, (1, 1), 1, 1),     # NHWC 3x3, lines split over blocks
+    ((9, 7), (3, 2), 8, 6, (2, 1), 2, 1),     # feature groups, a stride
+    ((11,), (5,), 12, 10, (1,), 1, 2),        # 1-D, batch groups
+    ((5, 4, 6), (2, 3, 2), 6, 3, (1, 2, 1), 1, 1),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+def test_blocked_im2col_threads_and_reference(monkeypatch, S, K, C, O, strides, G, B, dtype):
+    from stablehlo_interpreter import pool
+    from stablehlo_interpreter.ops import convolution as conv_mod
+    rng = np.random.default_rng(7)
+    N = 4 * B
+    x = rng.standard_normal((N,) + S + (C,)).astype(np.float32)
+    w = rng.standard_normal(K + (C // G, O)).astype(np.float32)
+    if dtype == np.complex64:
+        x = (x + 1j * rng.standard_normal(x.shape)).astype(dtype)
+        w = (w + 1j * rng.standard_normal(w.shape)).astype(dtype)
+    pad = np.array([[1, 0]] * len(S))
+    attrs = _nhwc_attrs(len(S), strides, G, B)
+    # Blocks of about one line of windows: many blocks, ragged ones.
+    monkeypatch.setattr(conv_mod, "_IM2COL_BLOCK", 2 * K[-1] * C)
+    monkeypatch.setattr(conv_mod, "_SHORT_DOT", 0)    # the work type's product, blocked
+    blocked = conv_mod._blocked_im2col
+    calls = []
+    monkeypatch.setattr(conv_mod, "_blocked_im2col", lambda *a: calls.append(1) or blocked(*a))
+    fn = conv_mod.make_convolution(attrs, np.dtype(dtype))
+    monkeypatch.setattr(pool, "busy", lambda threads: False)
+    monkeypatch.setenv("STABLEHLO_REF_THREADS", "1")
+    alone = fn(x, w, pad)
+    monkeypatch.setenv("STABLEHLO_REF_THREADS", "3")
+    shared = fn(x, w, pad)
+    assert calls == [1, 1]
+    assert shared.dtype == dtype and np.array_equal(alone, shared)
+    # The spec's definition in float64 / complex128 (canonical layouts).
+    lhs = np.moveaxis(x, -1, 1).astype(np.complex128)
+    rhs = np.moveaxis(np.moveaxis(w, -1, 0), -1, 1).astype(np.complex128)
+    want = conv_ref(lhs, rhs, strides, pad.tolist(), (1,) * len(S), (1,) * len(S),
+                    (False,) * len(S), G, B, np.dtype(np.complex128))
+    want = np.moveaxis(want, 1, -1)
+    if dtype == np.float32:
+        want = want.real
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(shared, want, rtol=0, atol=1e-5 * scale)

@@ -13,6 +13,12 @@ products become matrix products (BLAS for floats, one BLAS thread below
   NCHW-like ones, so that the copy reads contiguous runs and the kernel
   times it is the NCHW result, or rows ``(out..., N)`` x ``(C, K...)`` when
   the kernel is wider than the output (weight gradients: a few outputs).
+  The channels-last product (below ``blas.SMALL_GEMM_MACS``) runs in blocks
+  of output lines: each block's windows are copied into a matrix that
+  stays in cache and multiplied into its rows of the result, the blocks
+  shared with the pool's helper threads (pool.py), each product on one BLAS
+  thread: the same k-term dot products as one large matmul, block bounds
+  from the shapes only (``_blocked_im2col``).
 * **per kernel position** (fewer output than input features, e.g. the
   input gradient of a layer with few channels): one matmul of the whole
   padded lhs with the kernel's K positions side by side (contracting over
@@ -43,11 +49,15 @@ import numpy as np
 
 from .. import blas as _blas
 from .. import dtypes
+from .. import pool as _pool
 from ..registry import Unsupported, kernel
 from . import spec_kernels as _spec
 
 # im2col is materialised when it has at most this many elements.
 _IM2COL_LIMIT = 1 << 24
+# The channels-last im2col product runs in blocks of about this many
+# elements of the window matrix (512 KiB of float32: in L2 while BLAS reads it).
+_IM2COL_BLOCK = 1 << 17
 # Dot products up to this length are computed in float64 / complex128.
 _SHORT_DOT = 32
 # Contractions longer than 2 * _DOT_CHUNK terms are computed in chunks of
@@ -137,6 +147,42 @@ def _matmul(a, b):
             acc = part.astype(_wide(part.dtype))
         else:
             np.add(acc, part, out=acc)
+    return acc
+
+
+def _chunked(calc, k):
+    """Whether :func:`_matmul` cuts a contraction of ``k`` terms into chunks."""
+    return calc in (np.float32, np.complex64) and k > 2 * _DOT_CHUNK
+
+
+def _blocked_im2col(win, Rm, lead, out_sp, k):
+    """The channels-last im2col product ``win @ Rm`` in blocks of output
+    lines: ``win`` (B, G, Nb, out..., K..., Cg), the windows (a strided
+    view), ``Rm`` (B, G, k, Og). Each block copies its windows into a
+    matrix that stays in cache (about _IM2COL_BLOCK elements) and multiplies
+    it into its rows of the result, (B, G, Nb, out..., Og); the blocks are
+    shared with the pool's helper threads (pool.run_chunks), each product on
+    one BLAS thread. The contraction of every output element is the same
+    k-term product as in one large matmul; block bounds depend on the shapes
+    only, never on the thread count."""
+    B, G, Nb = lead
+    Og = Rm.shape[-1]
+    acc = np.empty((B, G, Nb) + tuple(out_sp) + (Og,), dtype=Rm.dtype)
+    line = int(np.prod(out_sp[1:], dtype=np.int64))   # rows per line of out_sp[0]
+    per_image = -(-out_sp[0] * B * G * line * k // _IM2COL_BLOCK)   # blocks per image
+    step = -(-out_sp[0] // per_image)
+    blocks = [(n, a, min(a + step, out_sp[0])) for n in range(Nb)
+              for a in range(0, out_sp[0], step)]
+
+    def run(lo, hi):
+        for n, a0, a1 in blocks[lo:hi]:
+            rows = (a1 - a0) * line
+            cols = np.ascontiguousarray(win[:, :, n, a0:a1]).reshape(B, G, rows, k)
+            dst = np.reshape(acc[:, :, n, a0:a1], (B, G, rows, Og), copy=False)  # whole lines
+            np.matmul(cols, Rm, out=dst)
+
+    bounds = [(i, i + 1) for i in range(len(blocks))]
+    _blas.small_product(_pool.run_chunks, run, bounds)
     return acc
 
 
@@ -300,12 +346,19 @@ class _Conv:
             + (slice(None),) + tuple(slice(None, None, d) for d in self.rhs_dil)
         win = win[sel]  # (B, G, Nb, out..., Cg, K...)
         order = tuple(range(3 + self.ns)) + tuple(range(4 + self.ns, 4 + 2 * self.ns)) + (3 + self.ns,)
-        cols = np.ascontiguousarray(win.transpose(order)).reshape(self.B, self.G, Nb * nout, ksize * Cg)
+        win = win.transpose(order)  # (B, G, Nb, out..., K..., Cg): a view
         # kernel (B, G, Og, Cg, K...) -> (B, G, K..., Cg, Og)
         R = rhs.reshape((self.B, self.G, Og, Cg) + tuple(K))
         korder = (0, 1) + tuple(range(4, 4 + self.ns)) + (3, 2)
         Rm = np.ascontiguousarray(R.transpose(korder), dtype=calc).reshape(self.B, self.G, ksize * Cg, Og)
-        acc = _matmul(cols, Rm).reshape((self.B, self.G, Nb) + tuple(out_sp) + (Og,))
+        if self.ns and calc.kind in "fc" and not _chunked(calc, ksize * Cg) \
+                and self.B * self.G * Nb * nout * ksize * Cg * Og < _blas.SMALL_GEMM_MACS:
+            # (Larger products keep BLAS's own threads: blas.py.)
+            acc = _blocked_im2col(win, Rm, (self.B, self.G, Nb), out_sp, ksize * Cg)
+        else:
+            cols = np.ascontiguousarray(win).reshape(self.B, self.G, Nb * nout, ksize * Cg)
+            acc = _matmul(cols, Rm)
+        acc = acc.reshape((self.B, self.G, Nb) + tuple(out_sp) + (Og,))
         # -> (Nb, B, G, Og, out...)
         acc = np.moveaxis(acc, 3 + self.ns, 3)
         acc = acc.transpose((2, 0, 1) + tuple(range(3, 4 + self.ns)))
