@@ -366,7 +366,11 @@ def _nhwc_attrs(ns, strides, G=1, B=1):
     ((5, 4, 6), (2, 3, 2), 6, 3, (1, 2, 1), 1, 1),
 ])
 @pytest.mark.parametrize("dtype", [np.float32, np.complex64])
-def test_blocked_im2col_threads_and_reference(monkeypatch, S, K, C, O, strides, G, B, dtype):
+@pytest.mark.parametrize("blocks", ["lines", "images"])
+def test_blocked_im2col_threads_and_reference(monkeypatch, S, K, C, O, strides, G, B, dtype,
+                                              blocks):
+    """Blocks of lines and of whole images: the same bits on one thread and
+    on several, the one-product result within rounding, the spec's value."""
     from stablehlo_interpreter import pool
     from stablehlo_interpreter.ops import convolution as conv_mod
     rng = np.random.default_rng(7)
@@ -378,20 +382,34 @@ def test_blocked_im2col_threads_and_reference(monkeypatch, S, K, C, O, strides, 
         w = (w + 1j * rng.standard_normal(w.shape)).astype(dtype)
     pad = np.array([[1, 0]] * len(S))
     attrs = _nhwc_attrs(len(S), strides, G, B)
-    # Blocks of about one line of windows: many blocks, ragged ones.
-    monkeypatch.setattr(conv_mod, "_IM2COL_BLOCK", 2 * K[-1] * C)
     monkeypatch.setattr(conv_mod, "_SHORT_DOT", 0)    # the work type's product, blocked
-    blocked = conv_mod._blocked_im2col
-    calls = []
-    monkeypatch.setattr(conv_mod, "_blocked_im2col", lambda *a: calls.append(1) or blocked(*a))
+    plan = conv_mod._im2col_blocks
+    seen = []
+    monkeypatch.setattr(conv_mod, "_im2col_blocks",
+                        lambda *a: seen.append((a, plan(*a))) or seen[-1][1])
     fn = conv_mod.make_convolution(attrs, np.dtype(dtype))
+    monkeypatch.setattr(conv_mod, "_IM2COL_BLOCK", 1 << 30)
+    one = fn(x, w, pad)        # one block: one im2col, one product
+    (Nb, out_sp, per_line), only = seen.pop()
+    assert only == [(0, Nb, 0, out_sp[0])]
+    if blocks == "lines":      # less than a line's windows: one line of one image a block
+        monkeypatch.setattr(conv_mod, "_IM2COL_BLOCK", 2 * K[-1] * C)
+    else:                      # two whole images a block
+        monkeypatch.setattr(conv_mod, "_IM2COL_BLOCK", 2 * out_sp[0] * per_line)
     monkeypatch.setattr(pool, "busy", lambda threads: False)
     monkeypatch.setenv("STABLEHLO_REF_THREADS", "1")
     alone = fn(x, w, pad)
     monkeypatch.setenv("STABLEHLO_REF_THREADS", "3")
     shared = fn(x, w, pad)
-    assert calls == [1, 1]
+    split = [b for _, b in seen]
+    assert len(split) == 2 and split[0] == split[1] and len(split[0]) > 1
+    if blocks == "lines":
+        assert all(n1 == n0 + 1 for n0, n1, _, _ in split[0])
+        assert any(a1 - a0 < out_sp[0] for _, _, a0, a1 in split[0])
+    else:
+        assert all(n1 - n0 == 2 and a1 - a0 == out_sp[0] for n0, n1, a0, a1 in split[0])
     assert shared.dtype == dtype and np.array_equal(alone, shared)
+    np.testing.assert_allclose(shared, one, rtol=0, atol=1e-5 * np.abs(one).max())
     # The spec's definition in float64 / complex128 (canonical layouts).
     lhs = np.moveaxis(x, -1, 1).astype(np.complex128)
     rhs = np.moveaxis(np.moveaxis(w, -1, 0), -1, 1).astype(np.complex128)

@@ -14,8 +14,8 @@ products become matrix products (BLAS for floats, one BLAS thread below
   times it is the NCHW result, or rows ``(out..., N)`` x ``(C, K...)`` when
   the kernel is wider than the output (weight gradients: a few outputs).
   The channels-last product (below ``blas.SMALL_GEMM_MACS``) runs in blocks
-  of output lines: each block's windows are copied into a matrix that
-  stays in cache and multiplied into its rows of the result, the blocks
+  of whole images or output lines: each block's windows are copied into a
+  matrix that stays in cache and multiplied into its rows of the result, the blocks
   shared with the pool's helper threads (pool.py), each product on one BLAS
   thread: the same k-term dot products as one large matmul, block bounds
   from the shapes only (``_blocked_im2col``).
@@ -155,35 +155,52 @@ def _chunked(calc, k):
     return calc in (np.float32, np.complex64) and k > 2 * _DOT_CHUNK
 
 
+def _im2col_blocks(Nb, out_sp, per_line):
+    """Blocks ``(n0, n1, a0, a1)`` of the channels-last im2col product:
+    images n0:n1, lines a0:a1 of out_sp[0] (whole images, several to a
+    block, where one has at most _IM2COL_BLOCK window elements, else lines
+    of one image); ``per_line``: window elements of one output line."""
+    lines = out_sp[0]
+    per_image = lines * per_line
+    if per_image <= _IM2COL_BLOCK:
+        step = max(1, _IM2COL_BLOCK // max(1, per_image))
+        return [(n, min(n + step, Nb), 0, lines) for n in range(0, Nb, step)]
+    parts = -(-per_image // _IM2COL_BLOCK)
+    step = -(-lines // parts)
+    return [(n, n + 1, a, min(a + step, lines)) for n in range(Nb)
+            for a in range(0, lines, step)]
+
+
 def _blocked_im2col(win, Rm, lead, out_sp, k):
-    """The channels-last im2col product ``win @ Rm`` in blocks of output
-    lines: ``win`` (B, G, Nb, out..., K..., Cg), the windows (a strided
-    view), ``Rm`` (B, G, k, Og). Each block copies its windows into a
-    matrix that stays in cache (about _IM2COL_BLOCK elements) and multiplies
-    it into its rows of the result, (B, G, Nb, out..., Og); the blocks are
-    shared with the pool's helper threads (pool.run_chunks), each product on
-    one BLAS thread. The contraction of every output element is the same
-    k-term product as in one large matmul; block bounds depend on the shapes
-    only, never on the thread count."""
+    """The channels-last im2col product ``win @ Rm`` by blocks of
+    :func:`_im2col_blocks`: ``win`` (B, G, Nb, out..., K..., Cg), the
+    windows (a strided view), ``Rm`` (B, G, k, Og). Each block copies its
+    windows into a matrix that stays in cache and multiplies it into its
+    rows of the result, (B, G, Nb * prod(out), Og); the blocks are shared
+    with the pool's helper threads (pool.run_chunks), each product on one
+    BLAS thread. The contraction of every output element is the same k-term
+    product as in one large matmul; block bounds depend on the shapes only,
+    never on the thread count. One block: one im2col and one product."""
     B, G, Nb = lead
     Og = Rm.shape[-1]
-    acc = np.empty((B, G, Nb) + tuple(out_sp) + (Og,), dtype=Rm.dtype)
     line = int(np.prod(out_sp[1:], dtype=np.int64))   # rows per line of out_sp[0]
-    per_image = -(-out_sp[0] * B * G * line * k // _IM2COL_BLOCK)   # blocks per image
-    step = -(-out_sp[0] // per_image)
-    blocks = [(n, a, min(a + step, out_sp[0])) for n in range(Nb)
-              for a in range(0, out_sp[0], step)]
+    blocks = _im2col_blocks(Nb, out_sp, B * G * line * k)
+    nout = out_sp[0] * line
+    if len(blocks) == 1:
+        return _matmul(np.ascontiguousarray(win).reshape(B, G, Nb * nout, k), Rm)
+    acc = np.empty((B, G, Nb) + tuple(out_sp) + (Og,), dtype=Rm.dtype)
 
     def run(lo, hi):
-        for n, a0, a1 in blocks[lo:hi]:
-            rows = (a1 - a0) * line
-            cols = np.ascontiguousarray(win[:, :, n, a0:a1]).reshape(B, G, rows, k)
-            dst = np.reshape(acc[:, :, n, a0:a1], (B, G, rows, Og), copy=False)  # whole lines
+        for n0, n1, a0, a1 in blocks[lo:hi]:
+            rows = (n1 - n0) * (a1 - a0) * line
+            cols = np.ascontiguousarray(win[:, :, n0:n1, a0:a1]).reshape(B, G, rows, k)
+            # (whole images, or whole lines of one: a view, never a copy)
+            dst = np.reshape(acc[:, :, n0:n1, a0:a1], (B, G, rows, Og), copy=False)
             np.matmul(cols, Rm, out=dst)
 
     bounds = [(i, i + 1) for i in range(len(blocks))]
     _blas.small_product(_pool.run_chunks, run, bounds)
-    return acc
+    return acc.reshape(B, G, Nb * nout, Og)
 
 
 def _window_slices(kpos, rhs_dil, out_sp, strides):
