@@ -548,8 +548,8 @@ def _spec_sum_f16(q):
 @op("spec_sum_bf16", "spec", "lax.reduce add of 1e6 bf16 to one value, numerics=spec", env=SPEC,
     opt_in=True)
 def _spec_sum_bf16(q):
-    from jax import lax
     import ml_dtypes
+    from jax import lax
     # Small-integer partial sums, exact in bfloat16 (as spec_sum_f16).
     d = _rng(2).integers(-8, 9, _n(q, 1_000_000, 1000) + 1)
     x = np.diff(d).astype(ml_dtypes.bfloat16)

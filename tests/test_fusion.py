@@ -269,7 +269,9 @@ def test_threefry_round_bit_identical(monkeypatch):
     for threads in ("1", "3"):
         program, got, want = _run_both(text, args, monkeypatch, threads)
         (chain,) = _fused_steps(program)
-        assert len(chain.plan) == 8 * 7
+        # share_values: five broadcast shift amounts repeat (6, 15, 16, 17
+        # and 26 are both some r and some 32 - r).
+        assert len(chain.plan) == 8 * 7 - 5
         _assert_same_bits(got, want, "threefry")
 
 
@@ -489,6 +491,9 @@ def test_no_update_in_place_of_a_value_a_kernel_may_view(monkeypatch):
     # %t dies at the xor, but bitcast_convert's result is a view of it: the
     # xor must not write over %t (the or may write over %w; the and, stored,
     # writes straight into its output).
+    # (The numpy path's buffer reuse: without the block machine, which runs
+    # this chain whole.)
+    monkeypatch.setenv("STABLEHLO_REF_CHAIN_VM", "0")
     rng = np.random.default_rng(5)
     args = [rng.integers(0, 2**32, N, dtype=np.uint64).astype(np.uint32) for _ in range(2)]
     program, got, want = _run_both(ALIASED, args, monkeypatch)

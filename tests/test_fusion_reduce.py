@@ -415,6 +415,73 @@ def test_repeated_reduces_are_shared(monkeypatch):
         assert (_bits(got[1]) == _bits(np.add.reduce(x, axis=0, dtype=np.float64).astype(np.float32))).all()
 
 
+REPEATED_VALUES = """
+func.func @main(%x: tensor<300x200xf32>) -> (tensor<300x200xf32>, tensor<300x200xf32>, tensor<300x200xf32>, tensor<300x200xi1>, tensor<300x200xi1>) {
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %s1 = stablehlo.reduce(%x init: %z) applies stablehlo.add across dimensions = [1] : (tensor<300x200xf32>, tensor<f32>) -> tensor<300xf32>
+  %b1 = stablehlo.broadcast_in_dim %s1, dims = [0] : (tensor<300xf32>) -> tensor<300x200xf32>
+  %d1 = stablehlo.subtract %x, %b1 : tensor<300x200xf32>
+  %e1 = stablehlo.exponential %d1 : tensor<300x200xf32>
+  %one = stablehlo.constant dense<1.0> : tensor<300x200xf32>
+  %f1 = stablehlo.add %e1, %one : tensor<300x200xf32>
+  %s2 = stablehlo.reduce(%x init: %z) applies stablehlo.add across dimensions = [1] : (tensor<300x200xf32>, tensor<f32>) -> tensor<300xf32>
+  %b2 = stablehlo.broadcast_in_dim %s2, dims = [0] : (tensor<300xf32>) -> tensor<300x200xf32>
+  %d2 = stablehlo.subtract %x, %b2 : tensor<300x200xf32>
+  %e2 = stablehlo.exponential %d2 : tensor<300x200xf32>
+  %one2 = stablehlo.constant dense<1.0> : tensor<300x200xf32>
+  %g = stablehlo.multiply %e2, %one2 : tensor<300x200xf32>
+  %e3 = stablehlo.exponential %d2 : tensor<300x200xf32>
+  %gt = stablehlo.compare GT, %d1, %x : (tensor<300x200xf32>, tensor<300x200xf32>) -> tensor<300x200xi1>
+  %lt = stablehlo.compare LT, %d2, %x : (tensor<300x200xf32>, tensor<300x200xf32>) -> tensor<300x200xi1>
+  return %f1, %g, %e3, %gt, %lt : tensor<300x200xf32>, tensor<300x200xf32>, tensor<300x200xf32>, tensor<300x200xi1>, tensor<300x200xi1>
+}
+"""
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_repeated_values_are_shared(threads, monkeypatch):
+    # %s2 repeats %s1 (a copy), so %b2, %d2 and %e2 repeat %b1, %d1, %e1:
+    # their readers read the first ones, which live until then (%e1's own
+    # last reader, the add, must not update it in place: %g reads it
+    # after). %e3 repeats %e1 but is a result: it stays, its own array. The
+    # compares differ in their direction: both stay.
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((300, 200)).astype(np.float32)
+    p = _run_both(REPEATED_VALUES, [x], monkeypatch, threads)
+    names = [s.op.name for s in p.functions["main"].block.steps]
+    planned = p.functions["main"].block._planned
+    ops = [m.name for s in planned for m in (s.op.members if s.op.name == "fusion" else [s.op])]
+    assert names.count("stablehlo.subtract") == 2 and ops.count("stablehlo.subtract") == 1
+    assert names.count("stablehlo.exponential") == 3 and ops.count("stablehlo.exponential") == 2
+    assert ops.count("stablehlo.compare") == 2
+    for _ in range(2):   # the frame, run again
+        got = p.run(x)
+        e = np.exp((x - np.add.reduce(x, axis=1, dtype=np.float64).astype(np.float32)[:, None])
+                   .astype(np.float64)).astype(np.float32)
+        assert not np.shares_memory(got[1], got[2])
+        assert (_bits(got[2]) == _bits(e)).all() and (_bits(got[1]) == _bits(e)).all()
+
+
+def test_share_values_keeps_frees_after_the_last_read():
+    """Every slot a step reads is an argument, a constant or made by an
+    earlier step, and is not freed before; each slot is freed once, and no
+    result is freed."""
+    p = si.compile(REPEATED_VALUES)
+    p.run(np.zeros((300, 200), np.float32))
+    block = p.functions["main"].block
+    steps = fusion.share_values(fusion.share_reduces(block.steps, block.template),
+                                block.template, block.result_slots)
+    assert len(steps) < len(block.steps)
+    freed = [d for s in steps for d in s.dead]
+    assert len(freed) == len(set(freed)) and not set(freed) & set(block.result_slots)
+    made = set(block.arg_slots) | {0}
+    for i, s in enumerate(steps):
+        for slot in s.ins:
+            assert slot in made or block.template[slot] is not None, slot
+            assert all(slot not in t.dead for t in steps[:i]), f"{slot} read after its free"
+        made.add(s.out)
+
+
 @pytest.mark.parametrize("kind", ["maximum", "minimum", "add"])
 def test_spec_numerics(kind, small, monkeypatch):
     # Spec mode: exact reduces (max/min) are fed like in accurate mode; its

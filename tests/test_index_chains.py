@@ -309,3 +309,46 @@ def test_iota_concatenated_gather(case, iota_first, monkeypatch):
     if case != "narrow_iota":
         cols = np.clip(i.astype(np.int64) % (1 << 32), 0, c - 1)  # convert to ui32, clamp
         np.testing.assert_array_equal(got[0], np.take_along_axis(x[:ir], cols, axis=1))
+
+
+def test_gather_after_its_bounds_mask_skips_the_clamp(monkeypatch):
+    # take_along_axis: when the mask finds every index in [0, c - 1], the
+    # gather of those same indices runs without its clamp (KernelInfo.
+    # in_range); other indices, in later runs of the same plan, clamp again.
+    from stablehlo_interpreter.ops import gather_scatter
+    r, c = 64, 512
+    x = np.random.default_rng(4).standard_normal((r, c)).astype(np.float32)
+    text = TAKE_ALONG.format(r=r, c=c, cm1=c - 1)
+    prog = shi.compile(text)
+    unclamped = []
+    real = gather_scatter._GatherPlan.__call__
+
+    def spy(self, operand, indices, in_range=False):
+        unclamped.append(in_range)
+        return real(self, operand, indices, in_range)
+    monkeypatch.setattr(gather_scatter._GatherPlan, "__call__", spy)
+    with monkeypatch.context() as m:
+        m.setattr(index_chains, "rewrite", lambda steps, template, results: steps)
+        plain = shi.compile(text)
+    for case, seed in [("in_range", 5), ("out_of_range", 6), ("in_range", 7), ("negative", 8)]:
+        i = _indices(case, (r, c), c, seed=seed)
+        unclamped.clear()
+        got = prog.run(x, i)
+        assert unclamped == [case != "out_of_range"]   # (negative ones wrap into range)
+        _same_bits(got, plain.run(x, i))
+    blk = prog.function().block
+    assert "gather_checked" in [getattr(s.fn, "__name__", "") for s in blk._planned]
+
+
+def test_a_mask_wider_than_the_gathers_clamp_keeps_it(monkeypatch):
+    # A mask up to c (one past the last column) proves nothing the clamp
+    # to c - 1 may skip.
+    r, c = 64, 512
+    text = TAKE_ALONG.format(r=r, c=c, cm1=c)
+    prog = shi.compile(text)
+    x = np.random.default_rng(9).standard_normal((r, c)).astype(np.float32)
+    i = np.full((r, c), c, np.int32)   # all within the mask, all clamped by the gather
+    got = prog.run(x, i)
+    np.testing.assert_array_equal(got[0], np.broadcast_to(x[:, -1:], (r, c)))
+    blk = prog.function().block
+    assert "gather_checked" not in [getattr(s.fn, "__name__", "") for s in blk._planned]

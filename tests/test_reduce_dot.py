@@ -319,3 +319,60 @@ def test_dot_general_kernel_remembers_geometry_per_shape_pair():
         np.testing.assert_allclose(run(a, b), a.astype(np.float64) @ b, rtol=1e-5)
     with pytest.raises(ValueError, match="contracting dims differ"):
         run(np.zeros((3, 4), np.float32), np.zeros((5, 2), np.float32))
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("dims, lshape, rshape", [
+    (((), (), (0,), (0,)), (64,), (64, 32)),            # an RNN cell's vector-matrix product
+    (((), (), (1,), (0,)), (5, 64), (64, 7)),
+    (((), (), (1,), (0,)), (5, 64), (64,)),
+    (((), (), (1,), (0,)), (1, 64), (64, 1)),
+    (((), (), (0,), (0,)), (1,), (1, 9)),               # K = 1: numpy's loop without BLAS
+    (((), (), (0,), (0,)), (64,), (64,)),               # a dot product (a 0-d result)
+    (((), (), (0,), (1,)), (64,), (9, 64)),
+    (((0,), (2,), (1,), (0,)), (3, 6, 4), (6, 5, 3)),   # transposed operands, batch dims
+])
+def test_dot_general_native_float_path_is_the_batched_matmul(dt, dims, lshape, rshape):
+    # Float operands of the result type take the kernel's short path (its
+    # shape tests decided once per shape pair); it must give the bits of the
+    # (B, M, K) x (B, K, N) matmul the general path computes, with or without
+    # the one-BLAS-thread switch (blas.small_product).
+    from stablehlo_interpreter import blas
+    from stablehlo_interpreter.ops.dot import make_dot_general
+    lb, rb, lc, rc = dims
+    run = make_dot_general(lb, rb, lc, rc, len(lshape), len(rshape), dt)
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(lshape).astype(dt)
+    b = rng.standard_normal(rshape).astype(dt)
+    lf = [d for d in range(a.ndim) if d not in lb + lc]
+    rf = [d for d in range(b.ndim) if d not in rb + rc]
+    B = int(np.prod([a.shape[d] for d in lb]))
+    K = int(np.prod([a.shape[d] for d in lc]))
+    out_shape = tuple(a.shape[d] for d in lb) + tuple(a.shape[d] for d in lf) \
+        + tuple(b.shape[d] for d in rf)
+
+    def general(x, y):
+        xt = np.transpose(x, list(lb) + lf + list(lc))
+        yt = np.transpose(y, list(rb) + list(rc) + rf)
+        return np.matmul(xt.reshape(B, -1, K), yt.reshape(B, K, -1)).reshape(out_shape)
+
+    # Also strided operands (views of wider arrays: numpy's matmul may then
+    # take its loop without BLAS, on both paths alike).
+    wide_a = np.zeros(lshape[:-1] + (2 * lshape[-1],), dt)
+    wide_a[..., ::2] = a
+    wide_b = np.zeros(rshape[:-1] + (2 * rshape[-1],), dt)
+    wide_b[..., ::2] = b
+    for x, y in ((a, b), (wide_a[..., ::2], wide_b[..., ::2])):
+        expect = general(x, y)
+        for macs in (0, 1 << 30):   # never / always the small-product switch
+            saved = blas.SMALL_GEMM_MACS
+            blas.SMALL_GEMM_MACS = macs
+            try:
+                r = run(x, y)
+            finally:
+                blas.SMALL_GEMM_MACS = saved
+            assert r.__class__ is np.ndarray and r.dtype == dt and r.shape == out_shape
+            np.testing.assert_array_equal(r, expect)
+    # Operands of another type than the result's are converted first.
+    r16 = run(a.astype(np.float16), b)
+    np.testing.assert_array_equal(r16, run(a.astype(np.float16).astype(dt), b))

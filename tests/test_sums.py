@@ -224,3 +224,176 @@ def test_middle_sums_are_numpys_sum(shape, axis):
     want = np.add.reduce(x, axis=axis, dtype=F64)
     assert got.shape == want.shape
     np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+# -- cumulative sums (scan_f32), row max/min, sums without the helpers ----
+
+
+def _scan_values(rng, shape, nan):
+    x = _values(rng, shape, special=False)
+    flat = x.reshape(-1)
+    if not flat.size:
+        return x
+    flat[0] = -0.0                      # a scan starts from x[0], not from +0
+    if nan:
+        flat[flat.size // 3] = np.inf
+        flat[flat.size // 2] = -np.inf      # inf - inf: NaN from there on
+        flat[-1] = np.nan
+    else:
+        flat[flat.size // 2] = np.inf
+    return x
+
+
+@needs_c
+@pytest.mark.parametrize("shape,axis", [
+    ((1,), 0), ((1000,), 0), ((300, 70), 0), ((300, 70), 1), ((5, 40, 6), 1),
+    ((5, 40, 6), 2), ((5, 40, 6), 0), ((3, 0, 4), 1), ((2, 1, 9), 1)])
+@pytest.mark.parametrize("init", [0.0, -0.0, 0.5])
+@pytest.mark.parametrize("layout", ["c", "flipped", "transposed"])
+@pytest.mark.parametrize("nan", [False, True])
+def test_scan_same_bits_with_and_without_c(shape, axis, init, layout, nan, monkeypatch):
+    """Reducer.accumulate of float32 sums: _sums.scan_f32 against numpy's
+    accumulate in float64, init added, rounded once (also for the views a
+    reversed scan passes and for non-C layouts; NaN sums are numpy's)."""
+    red = reducers.reducer("add", np.float32)
+    x = _scan_values(np.random.default_rng(sum(shape) + axis), shape, nan)
+    if layout == "flipped":
+        x = np.flip(x, axis)
+    elif layout == "transposed":
+        x = np.ascontiguousarray(x.T).T
+    init = np.float32(init)
+    got, want = _both(lambda: red.accumulate(x, axis, init), monkeypatch)
+    assert got.dtype == want.dtype == np.float32 and got.shape == want.shape == x.shape
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def _extrema_values(rng, shape):
+    """Rows with NaN of several payloads, infinities, zeros of both signs
+    (alone and among negatives), -inf only, and plain values."""
+    x = _values(rng, shape, special=False)
+    rows = x.shape[0]
+    x[0, :] = -0.0
+    x[1, :] = -np.abs(x[1])
+    x[1, ::3] = 0.0
+    x[2, 5 % x.shape[1]] = np.nan
+    x[3, :] = np.float32(-np.inf)
+    if rows > 5:
+        x[4, ::4] = np.uint32(0x7FC01234).view(np.float32)
+        x[4, 1::4] = np.uint32(0xFFC00077).view(np.float32)   # NaNs of other payloads
+        x[5, -1] = np.inf
+    return x
+
+
+@needs_c
+@pytest.mark.parametrize("kind", ["maximum", "minimum"])
+@pytest.mark.parametrize("shape,axes", [
+    ((8, 1), (1,)), ((8, 31), (1,)), ((8, 32), (1,)), ((10, 1000), (1,)),
+    ((6, 5, 70), (1, 2)), ((6, 5, 70), (2,)), ((6, 70), (0,)), ((6, 70), (0, 1))])
+@pytest.mark.parametrize("init", [-np.inf, np.inf, 0.0, -0.0, 1.0])
+def test_extrema_same_bits_with_and_without_c(kind, shape, axes, init, monkeypatch):
+    red = reducers.reducer(kind, np.float32)
+    x = _extrema_values(np.random.default_rng(shape[-1] + len(axes)), shape)
+    got, want = _both(lambda: red.reduce(x, axes, np.float32(init)), monkeypatch)
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@needs_c
+@pytest.mark.parametrize("kind", ["maximum", "minimum"])
+def test_extrema_row_plan_same_bits_with_and_without_c(kind, monkeypatch):
+    """The fused chains' reduce sinks (RowPlan) take the C loops too."""
+    red = reducers.reducer(kind, np.float32)
+    x = _extrema_values(np.random.default_rng(7), (12, 3000))
+
+    def fed(init):
+        st = red.row_plan(x.shape, (1,)).start(np.float32(init))
+        flat = x.reshape(-1)
+        for lo in range(0, x.size, 4 * 3000):
+            st.add(flat[lo:lo + 4 * 3000], lo, lo + 4 * 3000)
+        return st.finish()
+    for init in (-np.inf, 0.0, -0.0):
+        got, want = _both(lambda: fed(init), monkeypatch)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+        np.testing.assert_array_equal(
+            got.view(np.uint32), red.reduce(x, (1,), np.float32(init)).view(np.uint32))
+
+
+@needs_c
+@pytest.mark.parametrize("shape,axes", [
+    ((3, 200000), (1,)), ((1 << 19,), (0,)), ((1_000_003,), (0,)), ((40, 30000), (1,)),
+    ((70000, 16), (0,)), ((64, 32, 32, 16), (0, 1, 2))])
+def test_sums_alone_are_the_shared_sums(shape, axes, monkeypatch):
+    """Below _C_SUM_ALONE the C loops run in the calling thread in one call
+    (_row_sums_alone) or one group after another: the bits of the chunks
+    shared with the helper threads."""
+    red = reducers.reducer("add", np.float32)
+    x = _values(np.random.default_rng(len(shape)), shape, special=False)
+    alone = red.reduce(x, axes, np.float32(0.25))
+    monkeypatch.setattr(reducers, "_C_SUM_ALONE", 0)
+    shared = red.reduce(x, axes, np.float32(0.25))
+    np.testing.assert_array_equal(alone.view(np.uint32), shared.view(np.uint32))
+
+
+@needs_c
+def test_scan_and_extrema_bad_buffers_raise():
+    x = np.zeros(64, np.float32)
+    out = np.zeros(64, np.float32)
+    with pytest.raises(TypeError, match="x must be a float32"):
+        _sums.scan_f32(x.astype(F64), 1, 64, 1, 0.0, out)
+    with pytest.raises(ValueError, match="out has 63 elements"):
+        _sums.scan_f32(x, 1, 64, 1, 0.0, out[:63])
+    with pytest.raises(ValueError, match="bad shape"):
+        _sums.scan_f32(x, 1, -64, 1, 0.0, out)
+    with pytest.raises(ValueError, match="overlaps"):
+        _sums.scan_f32(out, 1, 64, 1, 0.0, out)
+    with pytest.raises(TypeError):
+        _sums.scan_f32(x, 1, 64, 1, "zero", out)
+    o, nan = np.zeros(4, np.float32), np.zeros(4, np.uint8)
+    with pytest.raises(TypeError, match="nan must be a uint8"):
+        _sums.row_max_f32(x, 4, 16, o, nan.view(bool))
+    with pytest.raises(ValueError, match="bad shape"):
+        _sums.row_min_f32(x, 4, 0, o, nan)
+    with pytest.raises(ValueError, match="x has 64 elements"):
+        _sums.row_max_f32(x, 5, 16, np.zeros(5, np.float32), np.zeros(5, np.uint8))
+    with pytest.raises(ValueError, match="overlap"):
+        _sums.row_max_f32(x, 4, 16, x[:4], nan)
+    with pytest.raises((BufferError, ValueError)):
+        _sums.row_max_f32(x[::2], 2, 16, o[:2], nan[:2])
+    assert _sums.row_max_f32(np.zeros(0, np.float32), 0, 3, o[:0], nan[:0]) == 0
+
+
+@needs_c
+def test_plans_share_only_what_the_reducer_alone_shares(monkeypatch):
+    """A fused chain's reduce sink makes its chunks go to the helper threads
+    only when the unfused reduce would (fusion.FusedChain._call):
+    float32 sums below _C_SUM_ALONE run their C loop in one thread."""
+    f32 = reducers.reducer("add", np.float32)
+    f16 = reducers.reducer("add", np.float16)
+    biggest = reducers.reducer("maximum", np.float32)
+    assert not f32.row_plan((1000, 1000), (1,)).shares()
+    assert not f32.row_plan((64, 32, 32, 16), (0, 1, 2)).shares()
+    assert not f32.row_plan((100, 100), (1,)).shares()       # below _PAR_MIN
+    assert f16.row_plan((1000, 1000), (1,)).shares()
+    assert f16.row_plan((64, 32, 32, 16), (0, 1, 2)).shares()
+    assert not biggest.row_plan((1000, 1000), (1,)).shares()   # exact: one call
+    monkeypatch.setattr(reducers, "_C_SUM_ALONE", 0)
+    assert f32.row_plan((1000, 1000), (1,)).shares()
+    assert f32.row_plan((64, 32, 32, 16), (0, 1, 2)).shares()
+    monkeypatch.setattr(reducers, "_C_SUM_ALONE", 1 << 22)
+    monkeypatch.setattr(reducers, "_sums", None)
+    assert f32.row_plan((1000, 1000), (1,)).shares()
+
+
+@needs_c
+def test_a_build_without_the_scan_and_extrema_loops_takes_numpy(monkeypatch):
+    """A module built from an older _sums.c (only the sums): cumulative sums
+    and max/min take numpy's path, with the same bits."""
+    import types
+    old = types.SimpleNamespace(row_sums_f32=_sums.row_sums_f32, lead_sums_f32=_sums.lead_sums_f32)
+    x = _scan_values(np.random.default_rng(3), (50, 40), nan=False)
+    add, biggest = reducers.reducer("add", np.float32), reducers.reducer("maximum", np.float32)
+    want = add.accumulate(x, 0, np.float32(0)), biggest.reduce(x, (1,), np.float32(-np.inf))
+    monkeypatch.setattr(reducers, "_sums", old)
+    got = add.accumulate(x, 0, np.float32(0)), biggest.reduce(x, (1,), np.float32(-np.inf))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32))

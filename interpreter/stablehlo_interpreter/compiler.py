@@ -32,6 +32,7 @@ from . import heap as _heap
 from . import index_chains as _index_chains
 from . import numerics as _numerics
 from . import quant as _quant
+from . import table_gathers as _table_gathers
 from . import trace as _trace
 from .arguments import coerce as _coerce
 from .errors import ArgumentError, CompileError, ExecutionError, InterpreterError, UnsupportedOpsError
@@ -265,7 +266,11 @@ class Block:
         if _fusion.enabled():
             steps, self.template = _fusion.inline_calls(steps, self.template)
             steps = _fusion.share_reduces(steps, self.template)
+            steps = _fusion.share_values(steps, self.template, self.result_slots)
         steps = _index_chains.rewrite(steps, self.template, self.result_slots)
+        # Elementwise ops on what a gather read from a small table run on
+        # the table (table_gathers.py; new slots extend the template).
+        steps = _table_gathers.rewrite(steps, self.template, self.result_slots)
         planned = _fusion.fuse(steps, self.result_slots, self.template)
         self._planned = planned
         for fn, ins, out, dead, op in planned:

@@ -172,6 +172,11 @@ FUSION: Setting[bool] = Setting(
     "operand of, with small calls inlined, and while loops of one chain tiled (read when a "
     "plan first runs)",
     read="each use")
+CHAIN_VM: Setting[bool] = Setting(
+    "STABLEHLO_REF_CHAIN_VM", flag, True,
+    "run a fused chain's runs of exact elementwise ops (integer, bit, compare, select, convert, "
+    "float basic arithmetic) on the C block machine _chains (read when a fused step is made)",
+    read="each use")
 THREADS: Setting[int | None] = Setting(
     "STABLEHLO_REF_THREADS", integer(minimum=1), None,
     "threads a fused elementwise chain may use (unset: the usable cores, at most 4)",
@@ -217,7 +222,7 @@ NUMERICS: Setting[str] = Setting(
     read="each use")
 
 SETTINGS: tuple[Setting[Any], ...] = (
-    TRACE_OPS, VALIDATE, NO_FOLD, FAST_LOOPS, FUSION, THREADS, MALLOC, PROBE_DIR,
+    TRACE_OPS, VALIDATE, NO_FOLD, FAST_LOOPS, FUSION, CHAIN_VM, THREADS, MALLOC, PROBE_DIR,
     FULL_LOCATIONS, ISOLATE, ISOLATE_TIMEOUT, GRID_TIMEOUT, SMALL_GEMM_MACS, CONTEXT_SHARE,
     MAX_NESTING, NUMERICS,
 )

@@ -10,12 +10,31 @@ which stays in the core's cache) before moving to the next chunk. Chains
 with a transcendental share their chunks with helper threads (pool.py):
 numpy releases the GIL inside a ufunc loop, so two cores work at once.
 
+Block machine. Inside a chunk, each maximal run of consecutive members
+whose ops chainvm.py lowers (integer, bit, shift, compare, select, convert
+and float basic arithmetic ops: exact or one IEEE rounding) runs as one
+program of the C block machine ``_chains`` (:class:`chainvm.Segment`, made
+with the fused step): over blocks of a few thousand elements, so the run's
+intermediate values stay in the L1 cache and only the values the step
+stores or later members read are written out (stored ones straight into
+their chunk of the output). The members between runs (transcendentals,
+float -> int converts, integer division) and the fed reduces run as below;
+a strided chunk of an input (rows of a transposed operand, a row statistic
+broadcast over its rows) is copied once, in cache, for the run.
+``STABLEHLO_REF_CHAIN_VM=0`` or the module not built: no runs, the
+members' kernels.
+
 Exactness. Every member is the op's own kernel, called on a chunk instead of
-the whole array. Elementwise kernels compute each element from the same
-elements of their operands only, so each result element is bit-identical to
-the unfused run (``tests/test_fusion.py`` checks it over dtypes, wraparound,
-NaN, infinities and signed zeros). Values of size-1 operands broadcast by a
-member ``broadcast_in_dim`` stay broadcast views, as unfused.
+the whole array, or a machine op computing that kernel's bits
+(``tests/test_chainvm.py``). Elementwise kernels compute each element from
+the same elements of their operands only, so each result element is
+bit-identical to the unfused run (``tests/test_fusion.py`` checks it over
+dtypes, wraparound, NaN, infinities and signed zeros) -- but for the payload
+of a NaN made from two NaN operands by a float add, subtract, multiply or
+divide, which IEEE 754 leaves open and numpy's own loops choose differently
+at different positions of an array (SIMD body, tail, scalar operand).
+Values of size-1 operands broadcast by a member ``broadcast_in_dim`` stay
+broadcast views, as unfused.
 
 Where it applies. Members are ops with the registry's ``fusible`` trait with one
 result of a static shape of at least :data:`MIN_ELEMENTS` elements, operands
@@ -37,7 +56,8 @@ something else reads it. When every sink reduces whole rows, its results
 broadcast back over those rows (softmax's ``e / sum(e)``) are made per chunk
 and read by exact members. Before grouping, :func:`inline_calls` puts the
 steps of small called functions (JAX's ``_where``) into the caller's plan
-and :func:`share_reduces` lets a repeated reduce copy the first one's result.
+and :func:`share_reduces` lets a repeated reduce copy the first one's result,
+:func:`share_values` a repeated elementwise op read the first one's.
 
 Observability. Tracing (``STABLEHLO_REF_TRACE_OPS``, tracers) and
 ``STABLEHLO_REF_VALIDATE`` run the unfused steps (the compiler's observed
@@ -47,7 +67,8 @@ unfused run reports it: :class:`ExecutionError` naming the member op and its
 location.
 
 Switches: ``STABLEHLO_REF_FUSION=0`` turns fusion off (read when a plan is
-first run); ``STABLEHLO_REF_THREADS=N`` is the number of threads a fused step
+first run); ``STABLEHLO_REF_CHAIN_VM=0`` the block machine (read when a
+fused step is made); ``STABLEHLO_REF_THREADS=N`` is the number of threads a fused step
 may use (pool.py: default the usable cores, at most 4; 1 = no helper
 threads). Only one fused step at a time uses the helpers: others (several
 device threads of a parallel run, concurrent executions) run their chunks in
@@ -58,6 +79,7 @@ import threading
 
 import numpy as np
 
+from . import chainvm
 from . import config as _config
 from .errors import ExecutionError, InterpreterError
 from .pool import run_chunks, thread_count
@@ -84,6 +106,10 @@ THREAD_EXACT_CHAINS = False
 # threefry, one 129-op chain of uint32 ops: 14.8 -> 12.2 ms wall for 1e6
 # values on 2 idle cores; 11-op chains, histogram's, ran 1.7x slower shared).
 LONG_CHAIN = 32
+
+# ... and so is a chain whose block machine runs (chainvm.py) hold this many
+# members: one C call per chunk with the GIL released throughout.
+MACHINE_THREAD_MEMBERS = 4
 
 # A loop run tiled (looptile.py) first runs its scalar part: its chain then
 # records the values it would run with instead of running (per thread,
@@ -499,6 +525,90 @@ def share_reduces(steps, template):
     return out if changed else steps
 
 
+def share_values(steps, template, result_slots):
+    """``steps`` where an elementwise op (the registry's ``fusible`` trait)
+    or a ``broadcast_in_dim`` that repeats an earlier one -- the same op
+    name, attributes and result type on the same values -- is dropped and
+    its readers read the earlier result. JAX's ``var`` computes ``x - mean``
+    again after its caller did (layer norm: one full-size subtract less per
+    run); the copies :func:`share_reduces` makes count as the value they
+    copy, so the ops after a shared reduce repeat too.
+
+    The kept op computes what the dropped one would (the same kernel on the
+    same operands, elementwise: the same bits). The earlier value is freed
+    after the last step that reads it or the repeat; a repeat that is a
+    result of the block stays (the caller may update its results in place,
+    so two must not be one array). A new list, or ``steps`` itself when
+    nothing repeats."""
+    results = set(result_slots)
+    value = {}    # slot -> the slot whose value it holds (copies, dropped repeats)
+    renamed = {}  # dropped repeat -> the earlier slot its readers now read
+    moved = set()  # slots whose last read changed
+    seen = {}
+    out = []
+    for step in steps:
+        if renamed:
+            ins = tuple(renamed.get(slot, slot) for slot in step.ins)
+            if ins != step.ins:
+                step = step._replace(ins=ins)
+        if step.fn is _same and len(step.ins) == 1 and step.out.__class__ is int:
+            value[step.out] = value.get(step.ins[0], step.ins[0])
+        key = _repeat_key(step, value, template)
+        if key is None:
+            out.append(step)
+            continue
+        earlier = seen.get(key)
+        if earlier is None or step.out in results:
+            seen.setdefault(key, step.out)
+            out.append(step)
+            continue
+        renamed[step.out] = value[step.out] = earlier
+        moved.update(step.dead)   # its operands' last read is gone
+    if not renamed:
+        return steps
+    moved.update(renamed.values())
+    moved.difference_update(renamed)
+    return _free_after_last_read(out, moved, set(renamed), results)
+
+
+def _repeat_key(step, value, template):
+    """What makes ``step`` repeat another (see share_values), or None when
+    it may not be shared."""
+    op = step.op
+    if op is None or op.regions or step.out.__class__ is not int or not step.ins \
+            or step.ins[0] == 0 or len(op.result_types) != 1 \
+            or not (op.name == _BROADCAST or has_trait(op.name, "fusible")):
+        return None
+    try:
+        attrs = repr(sorted(op.attrs.items()))
+    except Exception:   # an attribute that does not print: never shared
+        return None
+    operands = tuple(_value_key(value.get(slot, slot), template) for slot in step.ins)
+    return op.name, attrs, repr(op.result_types[0]), operands
+
+
+def _free_after_last_read(steps, slots, dropped, results):
+    """``steps`` with each of ``slots`` freed once, after the last step that
+    reads it, or else the step that makes it (never, for a result; an
+    argument read by no step any more stays), and the ``dropped`` slots
+    (never written) freed nowhere."""
+    last = {}
+    for i, step in enumerate(steps):
+        if step.out in slots and step.out.__class__ is int:
+            last.setdefault(step.out, i)
+        for slot in step.ins:
+            if slot in slots:
+                last[slot] = i
+    gone = slots | dropped
+    for i, step in enumerate(steps):
+        if not gone.isdisjoint(step.dead):
+            steps[i] = step._replace(dead=tuple(d for d in step.dead if d not in gone))
+    for slot, i in last.items():
+        if slot not in results:
+            steps[i] = steps[i]._replace(dead=tuple(steps[i].dead) + (slot,))
+    return steps
+
+
 def _same(x):
     return x.copy() if x.__class__ is np.ndarray else x
 
@@ -751,7 +861,55 @@ class FusedChain:
         self.bound = tuple((j, m) for j, m in enumerate(plan) if m.bind is not None)
         # float64 detours of narrower floats double the widest value.
         self.chunk = max(1024, CHUNK_BYTES // max(8, widest))
+        self.segments = self._vm_segments(dtype, readers)
+        # A machine run is one C call per chunk that releases the GIL for
+        # its whole length (tens of microseconds or more), not the few
+        # microseconds of one ufunc call: worth sharing with the helpers.
+        self.long = self.long or \
+            sum(len(run) for run, _, _ in self.segments.values()) >= MACHINE_THREAD_MEMBERS
         self._chunk_fn = self._generate()
+
+    def _vm_segments(self, dtype, readers):
+        """``{first member: (members, chainvm.Segment, inputs)}``: the
+        maximal runs of at least chainvm.MIN_MEMBERS chunk members (hoisted
+        ones between them run in the prologue) whose ops the block machine
+        computes (chainvm.lower), a run ending at a member feeding a reduce
+        at the latest (its feed runs after the run)."""
+        if not chainvm.enabled():
+            return {}
+        runs, run = [], []
+        for j, m in enumerate(self.plan):
+            if m.kind == _HOISTED:
+                continue
+            if m.kind == _KERNEL and not m.expand and chainvm.lower(m.op) is not None:
+                run.append(j)
+                if not m.feeds:
+                    continue
+            runs.append(run)
+            run = []
+        runs.append(run)
+        segments = {}
+        made = set()
+        for run in runs:
+            if len(run) < chainvm.MIN_MEMBERS:
+                continue
+            produced = {self.plan[k].res for k in run}
+            inputs = list(dict.fromkeys(a for k in run for a in self.plan[k].args
+                                        if a not in produced))
+            outputs = []
+            for k in run:
+                m = self.plan[k]
+                later = bool(m.feeds) or any(r > run[-1] for r in readers.get(m.res, ()))
+                if m.store is not None or later:
+                    outputs.append((m.res, m.store, later))
+            members = [(self.plan[k].op, self.plan[k].args, self.plan[k].res) for k in run]
+            segments[run[0]] = (tuple(run), chainvm.Segment(members, dtype, inputs, outputs),
+                                tuple(inputs))
+            made |= produced
+        for m in self.plan:   # a stored value the machine made is its output's chunk
+            if m.inplace in made:
+                m.inplace = None
+        return segments
 
     def _sinks(self, sinks, local, invariant, n_stored):
         """The reduces fed by the chain: ``self.sinks`` holds ``(value, plan,
@@ -794,52 +952,90 @@ class FusedChain:
             body.append(f"v{v} = inv[{v}]")
         for j, m in self.bound:
             body.append(f"b{j} = inv[('bind', {j})]")
+        inside = {k for seg in self.segments.values() for k in seg[0]}
         for j, m in enumerate(self.plan):
-            if m.kind == _HOISTED:
+            if m.kind == _HOISTED or j in inside and j not in self.segments:
                 continue
-            body.append(f"m = {j}")
-            xs = [f"v{a}" for a in m.args]
-            out = f", v{m.inplace}" if m.inplace is not None else ""   # positional out=
-            target = f"targets[{m.store}][lo:hi]"
-            if m.direct and m.ufunc is not None:
-                out = f", out={target}"   # (positional: deprecated for maximum/minimum)
-            if m.kind == _SCALAR:
-                body.append(f"v{m.res} = v{m.args[0]}.reshape(())")
-            elif m.bind is not None:
-                g[f"f{j}"], g[f"u{j}"] = m.fn, m.ufunc
-                body.append(f"v{m.res} = u{j}({xs[0]}, b{j}{out}) if b{j} is not None "
-                            f"else f{j}({', '.join(xs)})")
-            elif m.ufunc is not None:
-                g[f"u{j}"] = m.ufunc
-                body.append(f"v{m.res} = u{j}({', '.join(xs)}{out})")
+            if j in self.segments:
+                body += self._segment_lines(j, g, hoisted)
             else:
-                g[f"f{j}"] = m.fn
-                for k, how in m.expand:
-                    xs[k] = (f"_bcast({xs[k]}, cshape)" if how == _VIEW
-                             else f"_full(cshape, {xs[k]}, {xs[k]}.dtype)")
-                if m.direct:
-                    g[f"i{j}"] = kernel_info(m.fn).into
-                    body.append(f"v{m.res} = i{j}({target}, {', '.join(xs)})")
-                else:
-                    body.append(f"v{m.res} = f{j}({', '.join(xs)})")
-            if m.store is not None and not m.direct:
-                body.append(f"targets[{m.store}][lo:hi] = v{m.res}")
-            for t in m.feeds:   # a reduce's state (in flat elements)
-                body.append(f"m = {-2 - (t - self.n_stored)}")
-                body.append(f"targets[{t}].add(v{m.res}, lo * scale, hi * scale)")
-                for v, p, tail in self.rowvals:   # its finished rows, broadcast back
-                    if p == t - self.n_stored:
-                        body.append(f"v{v} = _rowval(targets[{t}], lo * scale, hi * scale, "
-                                    f"cshape, {tail!r})")
-            gone = [f"v{d}" for d in m.dies if d not in hoisted]
-            if gone:
-                body.append(f"del {', '.join(gone)}")
+                body += self._member_lines(j, m, g, hoisted)
         lines += ["        " + b for b in body] or ["        pass"]
         lines += ["    except _InterpreterError:", "        raise",
                   "    except Exception as e:", "        _fail(m, e)"]
         self.source = "\n".join(lines)   # for tests and debugging
         exec(compile(self.source, f"<fused chain of {len(self.plan)} ops>", "exec"), g)
         return g["chunk"]
+
+    def _member_lines(self, j, m, g, hoisted, feeds=True):
+        """The chunk code of member ``j`` (its feeds of reduces only with ``feeds``)."""
+        lines = [f"m = {j}"]
+        xs = [f"v{a}" for a in m.args]
+        out = f", v{m.inplace}" if m.inplace is not None else ""   # positional out=
+        target = f"targets[{m.store}][lo:hi]"
+        if m.direct and m.ufunc is not None:
+            out = f", out={target}"   # (positional: deprecated for maximum/minimum)
+        if m.kind == _SCALAR:
+            lines.append(f"v{m.res} = v{m.args[0]}.reshape(())")
+        elif m.bind is not None:
+            g[f"f{j}"], g[f"u{j}"] = m.fn, m.ufunc
+            lines.append(f"v{m.res} = u{j}({xs[0]}, b{j}{out}) if b{j} is not None "
+                         f"else f{j}({', '.join(xs)})")
+        elif m.ufunc is not None:
+            g[f"u{j}"] = m.ufunc
+            lines.append(f"v{m.res} = u{j}({', '.join(xs)}{out})")
+        else:
+            g[f"f{j}"] = m.fn
+            for k, how in m.expand:
+                xs[k] = (f"_bcast({xs[k]}, cshape)" if how == _VIEW
+                         else f"_full(cshape, {xs[k]}, {xs[k]}.dtype)")
+            if m.direct:
+                g[f"i{j}"] = kernel_info(m.fn).into
+                lines.append(f"v{m.res} = i{j}({target}, {', '.join(xs)})")
+            else:
+                lines.append(f"v{m.res} = f{j}({', '.join(xs)})")
+        if m.store is not None and not m.direct:
+            lines.append(f"targets[{m.store}][lo:hi] = v{m.res}")
+        if feeds:
+            lines += self._feed_lines(m)
+        gone = [f"v{d}" for d in m.dies if d not in hoisted]
+        if gone:
+            lines.append(f"del {', '.join(gone)}")
+        return lines
+
+    def _feed_lines(self, m):
+        """The chunk code feeding member ``m``'s value to the reduces it feeds."""
+        lines = []
+        for t in m.feeds:   # a reduce's state (in flat elements)
+            lines.append(f"m = {-2 - (t - self.n_stored)}")
+            lines.append(f"targets[{t}].add(v{m.res}, lo * scale, hi * scale)")
+            for v, p, tail in self.rowvals:   # its finished rows, broadcast back
+                if p == t - self.n_stored:
+                    lines.append(f"v{v} = _rowval(targets[{t}], lo * scale, hi * scale, "
+                                 f"cshape, {tail!r})")
+        return lines
+
+    def _segment_lines(self, j, g, hoisted):
+        """The chunk code of the run of members starting at ``j`` that the
+        block machine runs (chainvm.Segment), with the members' own code
+        as the fallback for chunks it does not take (strided rows)."""
+        members, seg, inputs = self.segments[j]
+        g[f"s{j}"] = seg
+        last = members[-1]
+        lines = [f"m = {j}",
+                 f"_r = s{j}.run(({''.join(f'v{a}, ' for a in inputs)}), targets, lo, hi, "
+                 f"cshape, scale)",
+                 "if _r is not None:"]
+        if seg.returned:
+            lines.append(f"    {''.join(f'v{v}, ' for v in seg.returned)}= _r")
+        gone = [f"v{a}" for a in inputs if a not in hoisted
+                and any(a in self.plan[k].dies for k in members)]
+        lines.append(f"    del {', '.join(gone)}" if gone else "    pass")
+        lines.append("else:")
+        for k in members:
+            lines += ["    " + b for b in self._member_lines(k, self.plan[k], g, hoisted,
+                                                            feeds=k != last)]
+        return lines + self._feed_lines(self.plan[last])
 
     def _fail(self, m, e):
         op = self.plan[m].op if m >= 0 else \
@@ -932,10 +1128,14 @@ class FusedChain:
             total, tail, scale = shape[0], shape[1:], self.size // shape[0]
             targets = outs
         inv = self._prologue(inputs, targets)
-        # A fed reduce makes every chunk heavy: the reducer shares its own
-        # pieces with the helpers when it runs alone (reducers._reduce_last,
-        # _reduce_leading), and so does the fused step.
-        heavy = self.heavy or bool(plans)
+        # A fed reduce whose reducer shares its own pieces with the helpers
+        # when it runs alone (reducers._reduce_last, _reduce_leading: the
+        # plan's ``shares``) makes every chunk heavy, and the fused step
+        # shares them too; a float32 sum of fewer than 2^22 elements runs
+        # its C loop in one thread, and so does an exact chain feeding it
+        # (bn_stats, layer norm: GIL hand-overs between the chunks' ufunc
+        # calls cost more than the second core gives).
+        heavy = self.heavy or any(plan.shares() for plan in plans)
         threads = thread_count() if (heavy or self.long or THREAD_EXACT_CHAINS) and \
             total >= MIN_THREAD_CHUNKS * unit else 1
         if threads > 1 and not heavy and not any(tiled):

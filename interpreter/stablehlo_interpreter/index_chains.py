@@ -50,12 +50,13 @@ block's unrewritten steps, as for fusion, so every op still shows.
 from __future__ import annotations
 
 import copy
+import threading
 from typing import Any
 
 import numpy as np
 
 from .regions import reducer_kind
-from .registry import KERNELS
+from .registry import KERNELS, kernel_info
 
 # Rewrite chains over at least this many elements.
 MIN_ELEMENTS = 1 << 14
@@ -168,11 +169,14 @@ def rewrite(steps: list[Any], template: Any, result_slots: Any) -> list[Any]:
             continue
         if found is None:
             continue
-        parts, new, at = found
-        if not drop.isdisjoint(parts) or at in drop or at in replace:
+        parts, new, at = found[:3]
+        extra = found[3] if len(found) > 3 else {}
+        if not drop.isdisjoint(parts) or at in drop or at in replace \
+                or any(j in drop or j in replace for j in extra):
             continue
         drop.update(parts)
         replace[at] = new
+        replace.update(extra)
     if not replace:
         return steps
     return [replace.get(i, s) for i, s in enumerate(steps) if i not in drop]
@@ -285,14 +289,65 @@ def _match_mask(i: int, steps: list[Any], template: Any, uses: _Uses) -> Any:
             return bool((x.min(axis=axes, keepdims=keep) >= lo_r).all()) \
                 and bool((x.max(axis=axes, keepdims=keep) <= hi_r).all())
 
+    at = i if red_i is None else red_i
+    gather = _checked_gather(at, x_slot, steps, uses, lo_r, hi_r, axes)
+    memo = threading.local() if gather is not None else None
+
     def in_bounds(x):
         if x.size and in_range(x):
+            if memo is not None:
+                memo.x = x   # (for the gather of these very indices, below)
             return np.ones(out_shape, dtype=np.bool_)
+        if memo is not None:
+            memo.x = None
         return and_fn(ge_fn(x, lo), le_fn(x, hi)).reshape(out_shape)
 
     new = last._replace(fn=in_bounds, ins=(x_slot,), dead=_merged_dead(members, gone))
     parts = (ge_i, le_i) if red_i is None else (ge_i, le_i, i)
-    return parts, new, (i if red_i is None else red_i)
+    extra = {}
+    if gather is not None:
+        gi, known = gather
+        plain = steps[gi].fn
+
+        def gather_checked(operand, indices):
+            # The indices the mask above found in range (the same object:
+            # a frame slot nothing updates in place while a later step
+            # reads it) skip the gather's clamp; others, or a mask that
+            # did not run first in this thread, take the plain kernel.
+            ok = getattr(memo, "x", None) is indices
+            memo.x = None
+            return known(operand, indices) if ok else plain(operand, indices)
+        extra[gi] = steps[gi]._replace(fn=gather_checked)
+    return parts, new, at, extra
+
+
+def _checked_gather(at: int, x_slot: int, steps: list[Any], uses: _Uses, lo_r: Any, hi_r: Any,
+                    axes: Any) -> tuple[int, Any] | None:
+    """(step, its KernelInfo.in_range) of a gather after step ``at`` whose
+    start indices are the masked ``x_slot`` and whose clamp bounds hold the
+    mask's one range ``[0, hi]``: when the mask finds every index in it,
+    that gather needs no clamp."""
+    if axes is not None or not bool(np.asarray(lo_r) == 0):
+        return None
+    for gi in uses.readers.get(x_slot, ()):
+        g = steps[gi] if gi > at else None
+        if g is None or g.op is None or g.op.name != _GATHER or len(g.ins) != 2 \
+                or g.ins[1] != x_slot or g.ins[0] == x_slot:
+            continue
+        known = kernel_info(g.fn).in_range
+        dn = g.op.attrs.get("dimension_numbers")
+        sizes = g.op.attrs.get("slice_sizes")
+        shape = getattr(g.op.operand_types[0], "shape", None)
+        if known is None or not isinstance(dn, dict) or sizes is None or shape is None \
+                or any(not isinstance(d, int) for d in shape):
+            continue
+        sim = tuple(dn["start_index_map"])
+        if not sim:
+            continue
+        least = min(int(shape[d]) - int(sizes[d]) for d in sim)
+        if 0 <= int(np.asarray(hi_r)) <= least:
+            return gi, known
+    return None
 
 
 def _size1_and_reduce(r: int | None, steps: list[Any], template: Any,

@@ -255,10 +255,15 @@ class KernelInfo:
       case): ``branch(selector, n_regions)`` is the index of the region its
       first operand selects. The compiler then binds only that region per
       run, and picks it at compile time when the selector is a constant.
+    * ``in_range``: on a gather's kernel, ``in_range(operand, indices)``:
+      the same gather for start indices known to lie in ``[0, m]``, ``m`` the
+      least clamp bound of their components, so that it skips the clamp
+      (index_chains.py, when the bounds mask of a ``mode="fill"`` gather
+      proved it on the same indices).
     """
 
     __slots__ = ("donate_first", "invariant_ufunc", "regions_unused", "composite_exact",
-                 "scalar_math", "reduction", "into", "branch")
+                 "scalar_math", "reduction", "into", "branch", "in_range")
 
     def __init__(self, donate_first: Callable[..., Any] | None = None,
                  invariant_ufunc: tuple[Any, Callable[..., Any]] | None = None,
@@ -266,7 +271,8 @@ class KernelInfo:
                  scalar_math: Callable[[float], float] | None = None,
                  reduction: tuple[Any, tuple[int, ...]] | None = None,
                  into: Callable[..., Any] | None = None,
-                 branch: Callable[[Any, int], int] | None = None) -> None:
+                 branch: Callable[[Any, int], int] | None = None,
+                 in_range: Callable[..., Any] | None = None) -> None:
         self.donate_first = donate_first
         self.invariant_ufunc = invariant_ufunc
         self.regions_unused = regions_unused
@@ -275,6 +281,7 @@ class KernelInfo:
         self.reduction = reduction
         self.into = into
         self.branch = branch
+        self.in_range = in_range
 
 
 _NO_INFO = KernelInfo()

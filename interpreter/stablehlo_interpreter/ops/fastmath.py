@@ -47,16 +47,20 @@ def f32_kernel(name, exact):
     ``log1p_f32``, ``sin_f32``, ``cos_f32``. Its KernelInfo.into writes the
     result into a given array (fusion.py: a stored value's chunk of the
     output)."""
-    def compute(x, out):
+    def compute(x, out, fresh=False):
         """The result of x (float32, at least MIN_SIZE elements) into out
-        (float32, 1-d, contiguous, x's size)."""
+        (float32, 1-d, contiguous, x's size; ``fresh``: allocated by the
+        caller, so sharing no memory with x)."""
         fn = getattr(_fastmath, name)
-        flat = np.ascontiguousarray(x).reshape(-1)
-        if np.shares_memory(flat, out):
+        # (A 1-d contiguous x as it is: the calls below cost about as much
+        # as the C loop on a 256-element loop-body operand.)
+        flat = x if x.ndim == 1 and x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1)
+        if not fresh and np.shares_memory(flat, out):
             flat = flat.copy()   # the exact path below reads the inputs again
         idx = np.empty(flat.size, np.int64)
         if flat.size < THREADED:
-            redo = idx[:fn(flat, out, idx)]
+            n = fn(flat, out, idx)
+            redo = idx[:n] if n else None
         else:
             counts = {}
 
@@ -64,14 +68,14 @@ def f32_kernel(name, exact):
                 counts[lo] = fn(flat[lo:hi], out[lo:hi], idx[lo:hi])
             run_chunks(chunk, [(lo, min(lo + CHUNK, flat.size)) for lo in range(0, flat.size, CHUNK)])
             redo = np.concatenate([idx[lo:lo + n] + lo for lo, n in sorted(counts.items())])
-        if redo.size:
+        if redo is not None and redo.size:
             out[redo] = exact(flat[redo])
 
     def run(x):
-        if _fastmath is None or x.dtype != F32 or x.size < MIN_SIZE:
+        if _fastmath is None or (x.dtype is not F32 and x.dtype != F32) or x.size < MIN_SIZE:
             return exact(x)
-        out = np.empty(x.shape, F32)
-        compute(x, out.reshape(-1))
+        out = np.empty(x.shape, F32)   # (owning its data: later steps may update it in place)
+        compute(x, out if x.ndim == 1 else out.reshape(-1), True)
         return out
 
     def run_into(out, x):

@@ -14,7 +14,7 @@ shapes are cached per shape combination.
 import numpy as np
 
 from ..regions import batched, broadcast_results, is_batchable, reducer_kind
-from ..registry import kernel
+from ..registry import annotate, kernel
 from .reducers import reducer
 
 _I64_MAX = np.iinfo(np.int64).max
@@ -165,7 +165,9 @@ class _GatherPlan:
         self.upper_arr = np.array(self.upper, np.intp)
         self.stride_arr = np.array(self.strides, np.intp)
 
-    def __call__(self, operand, indices):
+    def __call__(self, operand, indices, in_range=False):
+        """``in_range``: every start index component is known to lie in
+        ``[0, min(self.upper)]`` (KernelInfo.in_range): no clamp."""
         if self.empty:
             return np.empty(self.result_shape, dtype=operand.dtype)
         indices = _take_index(indices)
@@ -183,7 +185,8 @@ class _GatherPlan:
         narrow = self.lin32 and indices.dtype.itemsize <= 4
         lt, static = (_I32, self.static32) if narrow else (self.lin_dt, self.static)
         if size < 2 * _GATHER_BLOCK or rows < 2:
-            return self._linear_take(flat, parts, lt, static, self.result_shape)
+            return self._linear_take(flat, parts, lt, static, self.result_shape,
+                                     in_range=in_range)
         # In blocks of result rows: the clamped starts, the linear index and
         # the values read stay in the core's cache between the passes (the
         # whole 1e6-element linear index is 8 MB of intp written and read
@@ -197,7 +200,7 @@ class _GatherPlan:
             if block is not None and block.shape[0] > 1:
                 block = block[r0:r1]
             self._linear_take(flat, cut, lt, block, (r1 - r0,) + self.result_shape[1:],
-                              out=out[r0:r1])
+                              out=out[r0:r1], in_range=in_range)
         return out
 
     def _small_take(self, operand, indices):
@@ -230,18 +233,19 @@ class _GatherPlan:
         # A 0-d result of take is a numpy scalar: keep it an array.
         return np.asarray(out)
 
-    def _linear_take(self, flat, parts, lt, static, shape, out=None):
+    def _linear_take(self, flat, parts, lt, static, shape, out=None, in_range=False):
         """``flat`` at the linear indices of the result block ``shape``: the
         clamped start components ``parts`` times their strides plus the
         static part ``static`` (None: 0), summed in the integer type ``lt``
-        (which holds every linear index of ``flat``)."""
+        (which holds every linear index of ``flat``). ``in_range``: the
+        components need no clamp (see __call__)."""
         lin = None
         for k, stride in enumerate(self.strides):
             s = parts[k]
             # Clamp in the index type (values stay within it), then widen,
             # scale and sum into the linear index in one ufunc call each:
             # few full-size temporaries.
-            c = np.asarray(_clamp(s, self.upper[k]))  # ufuncs make 0-d results scalars
+            c = s if in_range else np.asarray(_clamp(s, self.upper[k]))  # (0-d: scalars)
             fresh = c is not s   # ours to update in place (never the indices)
             if stride != 1:
                 c = np.asarray(np.multiply(c, lt.type(stride), dtype=lt))
@@ -361,14 +365,14 @@ def _take_index(indices):
 def _gather_runner(dn, static_slice_sizes=None):
     cache = {}
 
-    def run(operand, indices, slice_sizes=None):
+    def run(operand, indices, slice_sizes=None, in_range=False):
         sizes = static_slice_sizes if slice_sizes is None else \
             tuple(int(s) for s in as_index(slice_sizes))
         key = (operand.shape, indices.shape, sizes)
         plan = cache.get(key)
         if plan is None:
             plan = cache[key] = _GatherPlan(dn, operand.shape, indices.shape, sizes)
-        return plan(operand, indices)
+        return plan(operand, indices, in_range)
     return run
 
 
@@ -381,7 +385,8 @@ def gather(op):
     dn = op.attrs["dimension_numbers"]
     sizes = tuple(op.attrs["slice_sizes"])
     run = _gather_runner(dn, sizes)
-    return lambda operand, indices: run(operand, indices)
+    return annotate(lambda operand, indices: run(operand, indices),
+                    in_range=lambda operand, indices: run(operand, indices, None, True))
 
 
 @kernel("stablehlo.dynamic_gather")

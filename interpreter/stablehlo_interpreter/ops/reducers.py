@@ -76,6 +76,10 @@ _DIMS_LAST_MAX_KEPT = 16
 # elements on the helper threads (pool.py): one long ufunc call per chunk.
 _PAR_MIN = 1 << 19
 _PAR_CHUNK = 1 << 17
+# Float32 sums of fewer elements run their C loops in the calling thread
+# alone (_row_sums_alone, _reduce_leading), at memory speed; larger ones
+# share chunks with the helpers (more cores, more memory bandwidth).
+_C_SUM_ALONE = 1 << 22
 # Block length of the two-level float64 scan (sqrt(n) minimises the error
 # bound ~(n/B + B) eps; this is what it is for n = 1e6).
 _SCAN_BLOCK = 1024
@@ -162,7 +166,7 @@ class Reducer:
                 # reduce would run an inner loop of length 1 per element.
                 r = xa.reshape(tuple(n for d, n in enumerate(x.shape) if d not in axes))
             else:
-                r = self.ufunc.reduce(xa, axis=axes)
+                r = _exact_reduce(self.ufunc, xa, axes)
             r = self._with_init(init, r)
             if self.signed_zero:
                 r = _fix_zero_sign(self.kind, np.asarray(r), xa, axes, init)
@@ -310,6 +314,11 @@ class Reducer:
             if self.signed_zero:
                 r = _fix_zero_sign(self.kind, np.asarray(r), xa, None, init, scan_axis=axis)
             return np.asarray(r).astype(self.dtype)
+        if self.kind == "add" and x.dtype == F32 and self.acc == F64 \
+                and getattr(_sums, "scan_f32", None) is not None:   # (a build of an older _sums.c lacks it)
+            r = _scan_f32(x, axis, init)
+            if r is not None:
+                return r
         if x.dtype in dtypes.ML_FLOATS:
             x = x.astype(self.acc)
         if self.acc.itemsize > x.dtype.itemsize or n <= 2 * _SCAN_BLOCK or self.kind != "add":
@@ -370,6 +379,15 @@ class RowPlan:
     def start(self, init):
         return _RowReduction(self, np.asarray(init))
 
+    def shares(self):
+        """Whether Reducer.reduce alone hands this reduction's pieces to the
+        helper threads (_reduce_last: float sums and products into a wider
+        accumulator from _PAR_MIN elements on, but float32 sums below
+        _C_SUM_ALONE run their C loop in the calling thread)."""
+        red, size = self.red, self.rows * self.n
+        return not red.exact and size >= _PAR_MIN and not _c_sums_alone(red, size) and \
+            (red.acc.itemsize > red.dtype.itemsize or red.dtype in dtypes.ML_FLOATS)
+
 
 class _RowReduction:
     """One reduction of a :class:`RowPlan` (see there). ``add`` may be
@@ -403,7 +421,7 @@ class _RowReduction:
         if red.exact:
             if x.dtype != red.acc:
                 x = x.astype(red.acc)
-            p = red.ufunc.reduce(x, axis=-1)
+            p = _exact_reduce(red.ufunc, x, (1,))
             if self.hit is not None:
                 zero = p == 0
                 if zero.any():
@@ -481,6 +499,12 @@ class LeadPlan:
 
     def start(self, init):
         return _LeadReduction(self, np.asarray(init))
+
+    def shares(self):
+        """Whether Reducer.reduce alone hands this reduction's groups of
+        blocks to the helper threads (_reduce_leading; not float32 sums
+        below _C_SUM_ALONE: their C loop runs in the calling thread)."""
+        return len(self.groups) > 1 and not _c_sums_alone(self.red, self.N * self.W)
 
 
 class _LeadReduction:
@@ -697,12 +721,16 @@ def _reduce_last(ufunc, x, acc):
         return _row_sums(ufunc, x, acc)
     rows = x.size // n
     x2 = x.reshape(rows, n)
+    alone = _c_alone(ufunc, x.dtype, acc, x.size)
+    if alone and _PAR_CHUNK % _SUM_BLOCK == 0:
+        return _row_sums_alone(x2, rows, n).reshape(x.shape[:-1])
+    threads = 1 if alone else None   # (tests shrink _PAR_CHUNK below a block)
     if not _splits_rows(rows, n):
         out = np.empty(rows, acc)
 
         def run(lo, hi):
             out[lo:hi] = _row_sums(ufunc, x2[lo:hi], acc)
-        run_chunks(run, _ranges(rows, max(1, _PAR_CHUNK // n)))
+        run_chunks(run, _ranges(rows, max(1, _PAR_CHUNK // n)), threads)
     else:
         blocks = _ranges(n, _PAR_CHUNK)
         partial = np.empty((rows, len(blocks)), acc)
@@ -711,9 +739,46 @@ def _reduce_last(ufunc, x, acc):
             for j in range(lo, hi):
                 a, b = blocks[j]
                 partial[:, j] = _row_sums(ufunc, x2[:, a:b], acc)
-        run_chunks(run, [(j, j + 1) for j in range(len(blocks))])
+        run_chunks(run, [(j, j + 1) for j in range(len(blocks))], threads)
         out = ufunc.reduce(partial, axis=-1)
     return out.reshape(x.shape[:-1])
+
+
+def _c_sums_alone(red, size):
+    """Does ``red`` reduce ``size`` elements with the C loop in the calling
+    thread (_row_sums_alone, _reduce_leading), not on the helpers?"""
+    return _c_alone(red.ufunc, red.dtype, red.acc, size)
+
+
+def _c_alone(ufunc, dtype, acc, size):
+    """A float32 sum in float64 of fewer than _C_SUM_ALONE elements, the
+    C module built."""
+    return ufunc is np.add and dtype == F32 and acc == F64 and _sums is not None \
+        and size < _C_SUM_ALONE
+
+
+def _row_sums_alone(x2, rows, n):
+    """_reduce_last's float32 sums in float64 of C-contiguous ``x2`` with one
+    C call in this thread: the block sums of every row (_row_sums' loop),
+    then the same pairwise reductions _reduce_last makes of them -- per
+    chunk of _PAR_CHUNK elements of a split row (a multiple of _SUM_BLOCK:
+    a chunk's blocks are the row's), then per row -- so the same bits.
+    The loop runs at memory speed (0.13 ns per element out of
+    cache): handing 10-microsecond chunks to the helper threads costs more
+    than the second core saves (1e6 elements: 0.30 ms shared, 0.25 ms
+    alone, 2 cores), and far more while another runtime's threads spin."""
+    nb = -(-n // _SUM_BLOCK)
+    part = np.empty((rows, nb), F64)
+    _sums.row_sums_f32(x2, rows, n, part)
+    if not _splits_rows(rows, n):
+        return part[:, 0] if nb == 1 else np.add.reduce(part, axis=-1)
+    per = _PAR_CHUNK // _SUM_BLOCK
+    chunks = -(-n // _PAR_CHUNK)
+    partial = np.empty((rows, chunks), F64)
+    for j in range(chunks):
+        p = part[:, j * per:(j + 1) * per]
+        partial[:, j] = p[:, 0] if p.shape[1] == 1 else np.add.reduce(p, axis=-1)
+    return np.add.reduce(partial, axis=-1)
 
 
 def _reduce_leading(ufunc, x, acc):
@@ -727,16 +792,18 @@ def _reduce_leading(ufunc, x, acc):
         return _lead_sums(ufunc, x, acc)
     head = x[:b * m].reshape((b, m * (x.size // n)))
     if bounds is not None:
-        # Groups of rows on the helper threads, then their partial rows in
-        # order: a third level of the same kind (the groups do not depend on
-        # the thread count).
+        # Groups of rows on the helper threads (float32 sums below
+        # _C_SUM_ALONE: one after another in this thread), then their partial
+        # rows in order: a third level of the same kind (the groups do not
+        # depend on the thread count).
         groups = np.empty((len(bounds), head.shape[1]), acc)
 
         def run(lo, hi):
             for k in range(lo, hi):
                 r0, r1 = bounds[k]
                 groups[k] = _lead_sums(ufunc, head[r0:r1], acc)
-        run_chunks(run, [(k, k + 1) for k in range(len(bounds))])
+        alone = _c_alone(ufunc, x.dtype, acc, x.size)   # the C loop, no hand-over
+        run_chunks(run, [(k, k + 1) for k in range(len(bounds))], 1 if alone else None)
         partial = ufunc.reduce(groups, axis=0)
     else:
         partial = _lead_sums(ufunc, head, acc)
@@ -745,6 +812,49 @@ def _reduce_leading(ufunc, x, acc):
     if b * m < n:
         r = ufunc(r, _lead_sums(ufunc, x[b * m:], acc))
     return r
+
+
+def _scan_f32(x, axis, init):
+    """Reducer.accumulate of a float32 sum with the C loop (_sums.scan_f32):
+    numpy's ``add.accumulate(x, axis, dtype=float64)``, init added and the
+    result rounded to float32 -- the same additions in the same order, so
+    the same bits (tests/test_sums.py), without numpy's buffered casting
+    along the scanned axis. None when a sum became NaN: the caller's numpy
+    path then gives numpy's NaN (its sign and payload depend on the order
+    of each addition's operands in the machine code)."""
+    x = np.ascontiguousarray(x)   # a reversed scan's flipped view: the same values
+    shape = x.shape
+    lead = int(np.prod(shape[:axis], dtype=np.int64))
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    out = np.empty(shape, F32)
+    if _sums.scan_f32(x, lead, shape[axis], inner, float(init.astype(F64)), out):
+        return None
+    return out
+
+
+def _exact_reduce(ufunc, x, axes):
+    """``ufunc.reduce(x, axis=axes)`` for the exact kinds; float32 max and
+    min over the trailing axes of a C-contiguous array with the C loops
+    (_sums.row_max_f32 / row_min_f32, about 0.7x numpy's time): the same
+    values, rows holding a NaN reduced again by numpy (their NaN's bits are
+    numpy's). The sign of a zero result is left to the callers, which set
+    it as the spec wants (_fix_zero_sign, RowPlan's ``hit``)."""
+    # (getattr: a build of an older _sums.c lacks the loops; numpy then)
+    loop = getattr(_sums, "row_max_f32", None) if ufunc is np.maximum \
+        else getattr(_sums, "row_min_f32", None) if ufunc is np.minimum else None
+    if loop is None or x.dtype != F32 or not x.flags.c_contiguous or x.size == 0 \
+            or axes != tuple(range(x.ndim - len(axes), x.ndim)):
+        return ufunc.reduce(x, axis=axes)
+    n = int(np.prod(x.shape[x.ndim - len(axes):], dtype=np.int64))
+    rows = x.size // n
+    x2 = x.reshape(rows, n)
+    out = np.empty(rows, F32)
+    nan = np.empty(rows, np.uint8)
+    if loop(x2, rows, n, out, nan):
+        bad = nan.view(bool)
+        out[bad] = ufunc.reduce(x2[bad], axis=-1)
+    return out.reshape(x.shape[:x.ndim - len(axes)])
+
 
 
 def _blocked_cumsum(x, axis):

@@ -1,0 +1,643 @@
+/* stablehlo_interpreter._chains: a block machine running fused chains of
+ * exact elementwise ops (integer, bit, compare, select, convert and IEEE
+ * basic float arithmetic) with their intermediate values in L1-sized blocks.
+ *
+ * Why hand-written C: a fused step (fusion.py) runs each member op as one
+ * numpy ufunc call per 128K-element chunk, so every intermediate value goes
+ * through the L2 cache once written and once read: ~0.1 ns per op per
+ * element. jax.random's threefry is one chain of ~129 uint32 ops; at that
+ * rate it costs ~12 ms per 1e6 values where XLA keeps the values in
+ * registers. numexpr, the library made for evaluating array expressions in
+ * blocks, does not fit: its integer ops are int32/int64 only (unsigned
+ * arrays are cast to a wider signed type, so uint32 arithmetic does not
+ * wrap and threefry's values change type), it has no bitcast, its shifts
+ * are C's (undefined from the bit width on, not StableHLO's 0 / sign fill),
+ * it evaluates one expression per output (a chain's values that are stored
+ * or read by several later ops would be computed again per output), and its
+ * transcendentals are the C library's or VML's, not the interpreter's
+ * correctly rounded kernels (those stay numpy/_fastmath kernels between the
+ * machine's runs). This module is the small part numexpr would do: ~20 op
+ * codes, each a loop over one block.
+ *
+ * Exactness. Every op computes the bits of the interpreter's numpy kernel
+ * for that op and types (ops/elementwise*.py): integer arithmetic wraps
+ * (computed unsigned), shifts by amounts >= the bit width give 0 (left,
+ * logical) or the sign fill (arithmetic), float add/sub/mul/div are single
+ * IEEE operations (compiled with -ffp-contract=off: no fused multiply-add;
+ * no -ffast-math), maximum/minimum are numpy's (NaN propagates, the first
+ * operand's NaN when both are) with -0 < +0, compares are IEEE's quiet ones
+ * or totalOrder on the sign-folded bits, converts are C casts (the casts
+ * numpy's astype makes; float -> int is not an op here). tests/test_chainvm.py
+ * compares every op with its numpy kernel bit for bit over edge values.
+ *
+ * API:
+ *     run(program, n, inputs, outputs)
+ * program: bytes made by chainvm.py (int32 words, layout below); n: the
+ * element count; inputs: a sequence of buffers, each n elements of its
+ * value's type or one element (the same for every element); outputs: a
+ * sequence of writable buffers of n elements. The program is checked
+ * before anything runs (a bad one raises ValueError), every buffer's length
+ * and alignment too, and outputs may not overlap inputs or each other. The
+ * GIL is released while the blocks run; nothing is kept between calls.
+ *
+ * Program words: header MAGIC, n_values, n_inputs, n_outputs, n_slots,
+ * n_instr, block; then per value (type, kind, index) -- kind IN (index: an
+ * input), OUT (an output; the op making it writes there) or TMP (index: a
+ * scratch slot of block elements, reused by values whose lives do not
+ * overlap); then per instruction (op, type, sub, dst, a, b, c).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* target_clones needs glibc's ifunc (musl's GCC refuses it). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) \
+    && defined(__GLIBC__)
+#define VM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define VM_CLONES
+#endif
+
+#define MAGIC 0x314e4843 /* "CHN1" */
+#define HEADER 7
+#define VWORDS 3
+#define IWORDS 8
+#define MAX_BLOCK 65536
+
+enum { T_BOOL, T_I8, T_I16, T_I32, T_I64, T_U8, T_U16, T_U32, T_U64, T_F32, T_F64, N_TYPES };
+enum { K_IN, K_OUT, K_TMP };
+enum {
+    OP_ADD = 1, OP_SUB, OP_MUL, OP_DIV, OP_NEG, OP_ABS, OP_AND, OP_OR, OP_XOR, OP_NOT,
+    OP_SHL, OP_SHRL, OP_SHRA, OP_MAX, OP_MIN, OP_CMP, OP_SELECT, OP_COPY, OP_CVT, OP_SHLOR, OP_SHLORXOR, N_OPS
+};
+enum { D_EQ, D_NE, D_LT, D_LE, D_GT, D_GE };
+#define TOTALORDER 8
+
+static const int SIZE[N_TYPES] = {1, 1, 2, 4, 8, 1, 2, 4, 8, 4, 8};
+
+static int is_int(int t) { return t >= T_I8 && t <= T_U64; }
+static int is_float(int t) { return t == T_F32 || t == T_F64; }
+
+typedef struct {
+    int32_t op, type, sub, dst, a, b, c, e;
+} Instr;
+
+/* ---- the ops, one loop over a block each ---------------------------- */
+
+/* Bit k of ``one``: operand k is one element, the same for the whole block
+ * (a 0-d value: a broadcast constant, a shift amount); its loop reads it
+ * once instead of a block-long copy (the copies of threefry's eleven
+ * amounts would push its values out of the L1 cache). */
+#define LOOP1(T, R, E) do { R *restrict d_ = (R *)d; const T *x_ = (const T *)pa; \
+    if (one & 1) { T x = x_[0]; R r_ = (R)(E); for (Py_ssize_t i = 0; i < m; i++) d_[i] = r_; } \
+    else for (Py_ssize_t i = 0; i < m; i++) { T x = x_[i]; d_[i] = (R)(E); } } while (0)
+#define LOOP2(T, R, E) do { R *restrict d_ = (R *)d; const T *x_ = (const T *)pa, *y_ = (const T *)pb; \
+    switch (one & 3) { \
+    case 0: for (Py_ssize_t i = 0; i < m; i++) { T x = x_[i], y = y_[i]; d_[i] = (R)(E); } break; \
+    case 1: { T x = x_[0]; for (Py_ssize_t i = 0; i < m; i++) { T y = y_[i]; d_[i] = (R)(E); } \
+        break; } \
+    case 2: { T y = y_[0]; for (Py_ssize_t i = 0; i < m; i++) { T x = x_[i]; d_[i] = (R)(E); } \
+        break; } \
+    default: { T x = x_[0], y = y_[0]; R r_ = (R)(E); \
+        for (Py_ssize_t i = 0; i < m; i++) d_[i] = r_; } } } while (0)
+
+/* By size: U the unsigned type, S the signed one, W the bits, P the type U
+ * promotes to (unsigned: no signed overflow in x * y of two uint16). */
+#define BY_SIZE(SZ, MACRO) switch (SZ) { \
+    case 1: MACRO(uint8_t, int8_t, 8, unsigned); break; \
+    case 2: MACRO(uint16_t, int16_t, 16, unsigned); break; \
+    case 4: MACRO(uint32_t, int32_t, 32, uint32_t); break; \
+    default: MACRO(uint64_t, int64_t, 64, uint64_t); break; }
+
+/* numpy's maximum/minimum (x if x >= y or x is NaN, else y), equal values
+ * taking the AND (max: +0 of -0 and +0) or OR (min: -0) of their bits. */
+#define FMAX(F, U) static inline F max_##F(F x, F y) { \
+    if (x == y) { U a, b; memcpy(&a, &x, sizeof a); memcpy(&b, &y, sizeof b); a &= b; \
+        memcpy(&x, &a, sizeof a); return x; } \
+    return (x > y || x != x) ? x : y; } \
+static inline F min_##F(F x, F y) { \
+    if (x == y) { U a, b; memcpy(&a, &x, sizeof a); memcpy(&b, &y, sizeof b); a |= b; \
+        memcpy(&x, &a, sizeof a); return x; } \
+    return (x < y || x != x) ? x : y; }
+FMAX(float, uint32_t)
+FMAX(double, uint64_t)
+
+static inline float fabs_bits_f(float x) { uint32_t u; memcpy(&u, &x, 4); u &= 0x7fffffffu;
+    memcpy(&x, &u, 4); return x; }
+static inline double fabs_bits_d(double x) { uint64_t u; memcpy(&u, &x, 8);
+    u &= 0x7fffffffffffffffull; memcpy(&x, &u, 8); return x; }
+
+#define CMP_DIR(T, X, Y) switch (sub & 7) { \
+    case D_EQ: LOOP2(T, uint8_t, (X) == (Y)); break; \
+    case D_NE: LOOP2(T, uint8_t, (X) != (Y)); break; \
+    case D_LT: LOOP2(T, uint8_t, (X) < (Y)); break; \
+    case D_LE: LOOP2(T, uint8_t, (X) <= (Y)); break; \
+    case D_GT: LOOP2(T, uint8_t, (X) > (Y)); break; \
+    default: LOOP2(T, uint8_t, (X) >= (Y)); break; }
+
+/* totalOrder keys: negative floats get every bit but the sign flipped. */
+#define KEY32(v) ((int32_t)(v) ^ (int32_t)(((int32_t)(v) >> 31) & 0x7fffffff))
+#define KEY64(v) ((int64_t)(v) ^ (int64_t)(((int64_t)(v) >> 63) & 0x7fffffffffffffffll))
+
+#define BOOL_TO_INT(U, S, W, P) LOOP1(uint8_t, U, x != 0)
+#define CVT_TO(S) switch (rt) { \
+    case T_BOOL: LOOP1(S, uint8_t, x != 0); break; \
+    case T_I8: LOOP1(S, int8_t, x); break; \
+    case T_I16: LOOP1(S, int16_t, x); break; \
+    case T_I32: LOOP1(S, int32_t, x); break; \
+    case T_I64: LOOP1(S, int64_t, x); break; \
+    case T_U8: LOOP1(S, uint8_t, x); break; \
+    case T_U16: LOOP1(S, uint16_t, x); break; \
+    case T_U32: LOOP1(S, uint32_t, x); break; \
+    case T_U64: LOOP1(S, uint64_t, x); break; \
+    case T_F32: LOOP1(S, float, x); break; \
+    default: LOOP1(S, double, x); break; }
+
+static inline __attribute__((always_inline)) void cvt(int t, int rt, int one, void *d, const void *pa, Py_ssize_t m)
+{
+    switch (t) {
+    case T_BOOL: /* any nonzero byte is true */
+        switch (rt) {
+        case T_F32: LOOP1(uint8_t, float, x != 0); break;
+        case T_F64: LOOP1(uint8_t, double, x != 0); break;
+        default: BY_SIZE(SIZE[rt], BOOL_TO_INT); break;
+        }
+        break;
+    case T_I8: CVT_TO(int8_t); break;
+    case T_I16: CVT_TO(int16_t); break;
+    case T_I32: CVT_TO(int32_t); break;
+    case T_I64: CVT_TO(int64_t); break;
+    case T_U8: CVT_TO(uint8_t); break;
+    case T_U16: CVT_TO(uint16_t); break;
+    case T_U32: CVT_TO(uint32_t); break;
+    case T_U64: CVT_TO(uint64_t); break;
+    /* floats: only to bool and the other float type (checked) */
+    case T_F32: if (rt == T_BOOL) LOOP1(float, uint8_t, x != 0); else LOOP1(float, double, x); break;
+    default: if (rt == T_BOOL) LOOP1(double, uint8_t, x != 0); else LOOP1(double, float, x); break;
+    }
+}
+
+#define ARITH_INT(U, S, W, P) switch (op) { \
+    case OP_ADD: LOOP2(U, U, (P)x + (P)y); break; \
+    case OP_SUB: LOOP2(U, U, (P)x - (P)y); break; \
+    default: LOOP2(U, U, (P)x * (P)y); break; }
+#define NEG_INT(U, S, W, P) LOOP1(U, U, (P)0 - (P)x)
+#define ABS_SINT(U, S, W, P) LOOP1(U, U, (S)x < 0 ? (P)0 - (P)x : x)
+#define BITS_INT(U, S, W, P) switch (op) { \
+    case OP_AND: LOOP2(U, U, x & y); break; \
+    case OP_OR: LOOP2(U, U, x | y); break; \
+    case OP_XOR: LOOP2(U, U, x ^ y); break; \
+    default: LOOP1(U, U, ~x); break; }
+#define SHIFT_INT(U, S, W, P) switch (op) { \
+    case OP_SHL: LOOP2(U, U, y >= (U)W ? (U)0 : (U)(x << y)); break; \
+    case OP_SHRL: LOOP2(U, U, y >= (U)W ? (U)0 : (U)(x >> y)); break; \
+    default: LOOP2(U, U, (S)x >> (y >= (U)W ? (U)(W - 1) : y)); break; }
+#define SELECT_BITS(U, S, W, P) do { U *restrict d_ = (U *)d; const uint8_t *p_ = (const uint8_t *)pa; \
+    const U *t_ = (const U *)pb, *f_ = (const U *)pc; \
+    Py_ssize_t sp = !(one & 1), st = !(one & 2), sf = !(one & 4); \
+    if (sp && st && sf) for (Py_ssize_t i = 0; i < m; i++) d_[i] = p_[i] ? t_[i] : f_[i]; \
+    else if (sp && st) { U f = f_[0]; for (Py_ssize_t i = 0; i < m; i++) d_[i] = p_[i] ? t_[i] : f; } \
+    else if (sp && sf) { U t = t_[0]; for (Py_ssize_t i = 0; i < m; i++) d_[i] = p_[i] ? t : f_[i]; } \
+    else for (Py_ssize_t i = 0; i < m; i++) d_[i] = p_[i * sp] ? t_[i * st] : f_[i * sf]; } while (0)
+#define MINMAX_INT(T) do { if (op == OP_MAX) LOOP2(T, T, x > y ? x : y); \
+    else LOOP2(T, T, x < y ? x : y); } while (0)
+#define CMP_INT(T) CMP_DIR(T, x, y)
+
+static inline __attribute__((always_inline)) void cmp(int t, int sub, int one, void *d, const void *pa, const void *pb, Py_ssize_t m)
+{
+    if (sub & TOTALORDER) {
+        if (t == T_F32) CMP_DIR(int32_t, KEY32(x), KEY32(y))
+        else CMP_DIR(int64_t, KEY64(x), KEY64(y))
+        return;
+    }
+    switch (t) {
+    case T_BOOL: case T_U8: CMP_INT(uint8_t); break;
+    case T_I8: CMP_INT(int8_t); break;
+    case T_I16: CMP_INT(int16_t); break;
+    case T_I32: CMP_INT(int32_t); break;
+    case T_I64: CMP_INT(int64_t); break;
+    case T_U16: CMP_INT(uint16_t); break;
+    case T_U32: CMP_INT(uint32_t); break;
+    case T_U64: CMP_INT(uint64_t); break;
+    case T_F32: CMP_INT(float); break;
+    default: CMP_INT(double); break;
+    }
+}
+
+static inline __attribute__((always_inline)) void minmax_int(int op, int t, int one, void *d, const void *pa, const void *pb, Py_ssize_t m)
+{
+    switch (t) {
+    case T_I8: MINMAX_INT(int8_t); break;
+    case T_I16: MINMAX_INT(int16_t); break;
+    case T_I32: MINMAX_INT(int32_t); break;
+    case T_I64: MINMAX_INT(int64_t); break;
+    case T_U8: MINMAX_INT(uint8_t); break;
+    case T_U16: MINMAX_INT(uint16_t); break;
+    case T_U32: MINMAX_INT(uint32_t); break;
+    default: MINMAX_INT(uint64_t); break;
+    }
+}
+
+#define FLOAT_OPS(F, ABS) switch (op) { \
+    case OP_ADD: LOOP2(F, F, x + y); break; \
+    case OP_SUB: LOOP2(F, F, x - y); break; \
+    case OP_MUL: LOOP2(F, F, x * y); break; \
+    case OP_DIV: LOOP2(F, F, x / y); break; \
+    case OP_NEG: LOOP1(F, F, -x); break; \
+    case OP_ABS: LOOP1(F, F, ABS(x)); break; \
+    case OP_MAX: LOOP2(F, F, max_##F(x, y)); break; \
+    default: LOOP2(F, F, min_##F(x, y)); break; }
+
+static inline __attribute__((always_inline)) void copy(void *d, const void *pa, int sz, int one,
+                                                      Py_ssize_t m)
+{
+    if (!one) { memcpy(d, pa, (size_t)m * (size_t)sz); return; }
+    for (Py_ssize_t i = 0; i < m; i++) memcpy((char *)d + i * sz, pa, (size_t)sz);
+}
+
+/* The op families, each its own function (cloned per vector width). */
+#define FAMILY(NAME) VM_CLONES __attribute__((noinline)) static void NAME( \
+    int op, int t, int sub, int rt, int one, void *d, const void *pa, const void *pb, \
+    const void *pc, const void *pe, Py_ssize_t m)
+
+FAMILY(f32_ops) { (void)pe; (void)t; (void)sub; (void)rt; (void)pc; FLOAT_OPS(float, fabs_bits_f) }
+FAMILY(f64_ops) { (void)pe; (void)t; (void)sub; (void)rt; (void)pc; FLOAT_OPS(double, fabs_bits_d) }
+FAMILY(cmp_ops) { (void)pe; (void)op; (void)rt; (void)pc; cmp(t, sub, one, d, pa, pb, m); }
+FAMILY(cvt_ops) { (void)pe; (void)op; (void)sub; (void)pb; (void)pc; cvt(t, rt, one, d, pa, m); }
+FAMILY(select_ops) { (void)pe; (void)op; (void)sub; (void)rt; BY_SIZE(SIZE[t], SELECT_BITS) }
+FAMILY(bool_ops)
+{
+    (void)pe;
+    (void)t; (void)sub; (void)rt; (void)pc;
+    switch (op) {   /* logical: any nonzero byte is true */
+    case OP_AND: LOOP2(uint8_t, uint8_t, (x != 0) & (y != 0)); break;
+    case OP_OR: LOOP2(uint8_t, uint8_t, (x != 0) | (y != 0)); break;
+    case OP_XOR: LOOP2(uint8_t, uint8_t, (x != 0) ^ (y != 0)); break;
+    default: LOOP1(uint8_t, uint8_t, x == 0); break;
+    }
+}
+FAMILY(arith_ops) { (void)pe; (void)sub; (void)rt; (void)pc; BY_SIZE(SIZE[t], ARITH_INT) }
+FAMILY(bits_ops) { (void)pe; (void)sub; (void)rt; (void)pc; BY_SIZE(SIZE[t], BITS_INT) }
+FAMILY(shift_ops) { (void)pe; (void)sub; (void)rt; (void)pc; BY_SIZE(SIZE[t], SHIFT_INT) }
+FAMILY(unary_ops)
+{
+    (void)pe;
+    (void)sub; (void)rt; (void)pb; (void)pc;
+    if (op == OP_NEG) BY_SIZE(SIZE[t], NEG_INT)
+    else if (t >= T_U8) copy(d, pa, SIZE[t], one & 1, m);   /* abs of unsigned */
+    else BY_SIZE(SIZE[t], ABS_SINT)
+}
+FAMILY(minmax_ops) { (void)pe; (void)sub; (void)rt; (void)pc; minmax_int(op, t, one, d, pa, pb, m); }
+
+/* shl(x, l) | shrl(x, r) [^ e], each shift by its own rules: a rotation
+ * (threefry's, written as two shifts and an or) in one pass, and the xor
+ * that follows it in threefry's rounds. */
+#define ROT_INT(U, S, W, P) do { U *restrict d_ = (U *)d; const U *x_ = (const U *)pa, \
+    *l_ = (const U *)pb, *r_ = (const U *)pc, *e_ = (const U *)pe; \
+    Py_ssize_t sx = !(one & 1), sl = !(one & 2), sr = !(one & 4), se = !(one & 8); \
+    if (sx && !sl && !sr && l_[0] < (U)W && r_[0] < (U)W) { U l = l_[0], r = r_[0]; \
+        if (op == OP_SHLOR) \
+            for (Py_ssize_t i = 0; i < m; i++) d_[i] = (U)(x_[i] << l) | (U)(x_[i] >> r); \
+        else if (se) \
+            for (Py_ssize_t i = 0; i < m; i++) \
+                d_[i] = (U)((U)(x_[i] << l) | (U)(x_[i] >> r)) ^ e_[i]; \
+        else { U e = e_[0]; for (Py_ssize_t i = 0; i < m; i++) \
+                d_[i] = (U)((U)(x_[i] << l) | (U)(x_[i] >> r)) ^ e; } \
+    } else for (Py_ssize_t i = 0; i < m; i++) { \
+        U x = x_[i * sx], l = l_[i * sl], r = r_[i * sr]; \
+        U v = (U)((l >= (U)W ? (U)0 : (U)(x << l)) | (r >= (U)W ? (U)0 : (U)(x >> r))); \
+        d_[i] = op == OP_SHLORXOR ? (U)(v ^ e_[i * se]) : v; } } while (0)
+FAMILY(rot_ops) { (void)sub; (void)rt; BY_SIZE(SIZE[t], ROT_INT) }
+
+/* One instruction over m elements. Operands were checked (check_program). */
+static void exec1(const Instr *in, int rt, int one, void *d, const void *pa, const void *pb,
+                  const void *pc, const void *pe, Py_ssize_t m)
+{
+    int op = in->op, t = in->type, sub = in->sub;
+    if (op == OP_COPY) {
+        copy(d, pa, SIZE[t], one & 1, m);
+        return;
+    }
+    void (*f)(int, int, int, int, int, void *, const void *, const void *, const void *,
+              const void *, Py_ssize_t);
+    if (op == OP_CMP) f = cmp_ops;
+    else if (op == OP_SELECT) f = select_ops;
+    else if (op == OP_CVT) f = cvt_ops;
+    else if (op == OP_SHLOR || op == OP_SHLORXOR) f = rot_ops;
+    else if (t == T_F32) f = f32_ops;
+    else if (t == T_F64) f = f64_ops;
+    else if (t == T_BOOL) f = bool_ops;
+    else if (op == OP_ADD || op == OP_SUB || op == OP_MUL) f = arith_ops;
+    else if (op == OP_NEG || op == OP_ABS) f = unary_ops;
+    else if (op >= OP_AND && op <= OP_NOT) f = bits_ops;
+    else if (op >= OP_SHL && op <= OP_SHRA) f = shift_ops;
+    else f = minmax_ops;
+    f(op, t, sub, rt, one, d, pa, pb, pc, pe, m);
+}
+
+/* ---- checking a program --------------------------------------------- */
+
+typedef struct {
+    int32_t n_values, n_inputs, n_outputs, n_slots, n_instr, block;
+    const int32_t *values;   /* n_values * VWORDS */
+    const Instr *instr;
+} Program;
+
+static int bad(const char *what, Py_ssize_t k)
+{
+    PyErr_Format(PyExc_ValueError, "_chains.run: bad program: %s (%zd)", what, k);
+    return -1;
+}
+
+static int nargs(int op) {
+    switch (op) {
+    case OP_NEG: case OP_ABS: case OP_NOT: case OP_COPY: case OP_CVT: return 1;
+    case OP_SELECT: case OP_SHLOR: return 3;
+    case OP_SHLORXOR: return 4;
+    default: return 2;
+    }
+}
+
+/* Are the operand and result types of one instruction what its op takes? */
+static int types_ok(const Instr *in, const int32_t *vt)
+{
+    int op = in->op, t = in->type, d = vt[in->dst], a = vt[in->a];
+    int b = nargs(op) > 1 ? vt[in->b] : t;
+    switch (op) {
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_MAX: case OP_MIN:
+        return t != T_BOOL && d == t && a == t && b == t;
+    case OP_DIV:
+        return is_float(t) && d == t && a == t && b == t;
+    case OP_NEG: case OP_ABS:
+        return t != T_BOOL && d == t && a == t;
+    case OP_AND: case OP_OR: case OP_XOR:
+        return !is_float(t) && d == t && a == t && b == t;
+    case OP_NOT:
+        return !is_float(t) && d == t && a == t;
+    case OP_SHL: case OP_SHRL: case OP_SHRA:
+        return is_int(t) && d == t && a == t && b == t;
+    case OP_CMP:
+        if (d != T_BOOL || a != b || SIZE[a] != SIZE[t] || (in->sub & ~(TOTALORDER | 7))
+            || (in->sub & 7) > D_GE)
+            return 0;
+        if (in->sub & TOTALORDER) return is_float(t) && a == t;
+        return is_float(t) || t == T_BOOL ? a == t : is_int(a);
+    case OP_SELECT:
+        return a == T_BOOL && b == t && vt[in->c] == t && d == t;
+    case OP_COPY:
+        return a == t && SIZE[d] == SIZE[t];
+    case OP_CVT:
+        return a == t && !(is_float(t) && is_int(d));
+    case OP_SHLOR:
+        return is_int(t) && d == t && a == t && b == t && vt[in->c] == t;
+    case OP_SHLORXOR:
+        return is_int(t) && d == t && a == t && b == t && vt[in->c] == t && vt[in->e] == t;
+    default:
+        return 0;
+    }
+}
+
+static int check_program(const char *buf, Py_ssize_t len, Program *p)
+{
+    if (len % 4 || len < HEADER * 4) return bad("length", len);
+    const int32_t *w = (const int32_t *)buf;
+    if (w[0] != MAGIC) return bad("magic", w[0]);
+    p->n_values = w[1]; p->n_inputs = w[2]; p->n_outputs = w[3];
+    p->n_slots = w[4]; p->n_instr = w[5]; p->block = w[6];
+    if (p->n_values < 0 || p->n_values > (1 << 20) || p->n_inputs < 0 || p->n_outputs < 0
+        || p->n_slots < 0 || p->n_slots > (1 << 16) || p->n_instr < 0 || p->n_instr > (1 << 20)
+        || p->block < 1 || p->block > MAX_BLOCK)
+        return bad("header", 0);
+    if (len / 4 != HEADER + (Py_ssize_t)p->n_values * VWORDS + (Py_ssize_t)p->n_instr * IWORDS)
+        return bad("length", len);
+    p->values = w + HEADER;
+    p->instr = (const Instr *)(p->values + (Py_ssize_t)p->n_values * VWORDS);
+    for (Py_ssize_t v = 0; v < p->n_values; v++) {
+        const int32_t *e = p->values + v * VWORDS;
+        int32_t lim = e[1] == K_IN ? p->n_inputs : e[1] == K_OUT ? p->n_outputs : p->n_slots;
+        if (e[0] < 0 || e[0] >= N_TYPES || e[1] < K_IN || e[1] > K_TMP || e[2] < 0 || e[2] >= lim)
+            return bad("value", v);
+    }
+    return 0;
+}
+
+static int check_instr(const Program *p, const int32_t *vt)
+{
+    for (Py_ssize_t k = 0; k < p->n_instr; k++) {
+        const Instr *in = p->instr + k;
+        int n = in->op > 0 && in->op < N_OPS ? nargs(in->op) : 0;
+        if (n == 0 || in->type < 0 || in->type >= N_TYPES) return bad("op", k);
+        if (in->dst < 0 || in->dst >= p->n_values || in->a < 0 || in->a >= p->n_values
+            || (n > 1 && (in->b < 0 || in->b >= p->n_values))
+            || (n > 2 && (in->c < 0 || in->c >= p->n_values))
+            || (n > 3 && (in->e < 0 || in->e >= p->n_values)))
+            return bad("operand", k);
+        if (p->values[(Py_ssize_t)in->dst * VWORDS + 1] == K_IN) return bad("writes an input", k);
+        if (!types_ok(in, vt)) return bad("types", k);
+    }
+    return 0;
+}
+
+/* ---- running ---------------------------------------------------------- */
+
+typedef struct {
+    const Program *p;
+    const int32_t *vt;
+    char **in_ptr;          /* per input: its data */
+    char **out_ptr;
+    char *scratch;          /* n_slots slots of block * stride bytes */
+    Py_ssize_t pitch;       /* bytes from a slot to the next */
+    const char *one;        /* per value: a one-element input (read at every element) */
+    char **ptr;             /* per value, this block */
+    Py_ssize_t n;
+} Run;
+
+static void run_blocks(Run *r)
+{
+    const Program *p = r->p;
+    Py_ssize_t block = p->block;
+    for (Py_ssize_t off = 0; off < r->n; off += block) {
+        Py_ssize_t m = r->n - off < block ? r->n - off : block;
+        for (Py_ssize_t v = 0; v < p->n_values; v++) {
+            const int32_t *e = p->values + v * VWORDS;
+            Py_ssize_t sz = SIZE[e[0]];
+            if (r->one[v]) r->ptr[v] = r->in_ptr[e[2]];
+            else if (e[1] == K_IN) r->ptr[v] = r->in_ptr[e[2]] + off * sz;
+            else if (e[1] == K_OUT) r->ptr[v] = r->out_ptr[e[2]] + off * sz;
+            else r->ptr[v] = r->scratch + (Py_ssize_t)e[2] * r->pitch;
+        }
+        for (Py_ssize_t k = 0; k < p->n_instr; k++) {
+            const Instr *in = p->instr + k;
+            int n = nargs(in->op);
+            int one = r->one[in->a] | (n > 1 ? r->one[in->b] << 1 : 0)
+                      | (n > 2 ? r->one[in->c] << 2 : 0) | (n > 3 ? r->one[in->e] << 3 : 0);
+            exec1(in, r->vt[in->dst], one, r->ptr[in->dst], r->ptr[in->a],
+                  n > 1 ? r->ptr[in->b] : NULL, n > 2 ? r->ptr[in->c] : NULL,
+                  n > 3 ? r->ptr[in->e] : NULL, m);
+        }
+    }
+}
+
+static int overlaps(const Py_buffer *a, const Py_buffer *b)
+{
+    const char *x = a->buf, *y = b->buf;
+    return a->len && b->len && x < y + b->len && y < x + a->len;
+}
+
+/* Gets the buffers of seq (writable ones for outputs); -1 with an exception. */
+static int get_buffers(PyObject *seq, Py_buffer *bufs, Py_ssize_t count, int writable,
+                       const char *what)
+{
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, k);
+        if (PyObject_GetBuffer(o, &bufs[k], writable ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS
+                                                     : PyBUF_C_CONTIGUOUS) < 0) {
+            for (Py_ssize_t j = 0; j < k; j++) PyBuffer_Release(&bufs[j]);
+            PyErr_Format(PyExc_TypeError, "_chains.run: %s %zd is not a contiguous%s buffer",
+                         what, k, writable ? " writable" : "");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Lengths and alignment of the buffers against the values they hold. */
+static int check_buffers(const Program *p, Py_buffer *ins, Py_buffer *outs, Py_ssize_t n,
+                         char *one)
+{
+    for (Py_ssize_t v = 0; v < p->n_values; v++) {
+        const int32_t *e = p->values + v * VWORDS;
+        Py_ssize_t sz = SIZE[e[0]];
+        Py_buffer *b = e[1] == K_IN ? &ins[e[2]] : e[1] == K_OUT ? &outs[e[2]] : NULL;
+        one[v] = 0;
+        if (b == NULL) continue;
+        if ((uintptr_t)b->buf % (uintptr_t)sz) {
+            PyErr_Format(PyExc_ValueError, "_chains.run: %s %d is not aligned to %zd bytes",
+                         e[1] == K_IN ? "input" : "output", e[2], sz);
+            return -1;
+        }
+        if (b->len == n * sz) continue;
+        if (e[1] == K_IN && b->len == sz) { one[v] = 1; continue; }
+        PyErr_Format(PyExc_ValueError, "_chains.run: %s %d has %zd bytes, want %zd%s",
+                     e[1] == K_IN ? "input" : "output", e[2], b->len, n * sz,
+                     e[1] == K_IN ? " or one element" : "");
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < p->n_outputs; k++) {
+        for (Py_ssize_t j = 0; j < p->n_inputs; j++)
+            if (overlaps(&outs[k], &ins[j])) goto overlap;
+        for (Py_ssize_t j = 0; j < k; j++)
+            if (overlaps(&outs[k], &outs[j])) goto overlap;
+    }
+    return 0;
+overlap:
+    PyErr_SetString(PyExc_ValueError, "_chains.run: an output overlaps an input or another output");
+    return -1;
+}
+
+static int execute(const Program *p, Py_buffer *ins, Py_buffer *outs, Py_ssize_t n)
+{
+    Py_ssize_t nv = p->n_values, block = p->block;
+    int32_t *vt = PyMem_Calloc((size_t)nv + 1, sizeof(int32_t));
+    char *one = PyMem_Calloc((size_t)nv + 1, 1);
+    char **tables = PyMem_Calloc((size_t)nv + (size_t)p->n_inputs + (size_t)p->n_outputs + 1,
+                                 sizeof(char *));
+    char *scratch = NULL;
+    int rc = -1;
+    if (!vt || !one || !tables) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t v = 0; v < nv; v++) vt[v] = p->values[v * VWORDS];
+    if (check_instr(p, vt) < 0 || check_buffers(p, ins, outs, n, one) < 0) goto done;
+    Py_ssize_t stride = 1;
+    for (Py_ssize_t v = 0; v < nv; v++)
+        if (SIZE[vt[v]] > stride) stride = SIZE[vt[v]];
+    /* The slots, 64-byte aligned, each a few cache lines more than a block
+     * of the widest value: blocks 4 KiB apart would make every load wait
+     * for the store before it (the core matches them on their low 12 bits). */
+    Py_ssize_t pitch = block * stride + 5 * 64;
+    pitch += (64 - pitch % 64) % 64;
+    scratch = PyMem_RawMalloc((size_t)p->n_slots * (size_t)pitch + 64);
+    if (!scratch) { PyErr_NoMemory(); goto done; }
+    Run r = {p, vt, tables, tables + p->n_inputs,
+             scratch + (64 - (uintptr_t)scratch % 64) % 64, pitch, one,
+             tables + p->n_inputs + p->n_outputs, n};
+    for (Py_ssize_t k = 0; k < p->n_inputs; k++) r.in_ptr[k] = ins[k].buf;
+    for (Py_ssize_t k = 0; k < p->n_outputs; k++) r.out_ptr[k] = outs[k].buf;
+    if (n > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        run_blocks(&r);
+        Py_END_ALLOW_THREADS
+    }
+    rc = 0;
+done:
+    PyMem_RawFree(scratch);
+    PyMem_Free(tables);
+    PyMem_Free(one);
+    PyMem_Free(vt);
+    return rc;
+}
+
+static PyObject *run(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer prog;
+    Py_ssize_t n;
+    PyObject *ins_obj, *outs_obj;
+    if (!PyArg_ParseTuple(args, "y*nOO:run", &prog, &n, &ins_obj, &outs_obj)) return NULL;
+    PyObject *ins = NULL, *outs = NULL, *res = NULL;
+    Py_buffer *bufs = NULL;
+    Program p;
+    Py_ssize_t ni = 0, no = 0;
+    int got = 0;
+    if (check_program(prog.buf, prog.len, &p) < 0) goto done;
+    if (n < 0) { PyErr_SetString(PyExc_ValueError, "_chains.run: n < 0"); goto done; }
+    ins = PySequence_Fast(ins_obj, "_chains.run: inputs must be a sequence");
+    outs = ins ? PySequence_Fast(outs_obj, "_chains.run: outputs must be a sequence") : NULL;
+    if (!outs) goto done;
+    ni = PySequence_Fast_GET_SIZE(ins);
+    no = PySequence_Fast_GET_SIZE(outs);
+    if (ni != p.n_inputs || no != p.n_outputs) {
+        PyErr_Format(PyExc_ValueError, "_chains.run: %zd inputs and %zd outputs, the program "
+                     "takes %d and %d", ni, no, p.n_inputs, p.n_outputs);
+        goto done;
+    }
+    bufs = PyMem_Calloc((size_t)(ni + no) + 1, sizeof(Py_buffer));
+    if (!bufs) { PyErr_NoMemory(); goto done; }
+    if (get_buffers(ins, bufs, ni, 0, "input") < 0) goto done;
+    if (get_buffers(outs, bufs + ni, no, 1, "output") < 0) {
+        for (Py_ssize_t k = 0; k < ni; k++) PyBuffer_Release(&bufs[k]);
+        goto done;
+    }
+    got = 1;
+    if (execute(&p, bufs, bufs + ni, n) == 0) res = Py_NewRef(Py_None);
+done:
+    if (got)
+        for (Py_ssize_t k = 0; k < ni + no; k++) PyBuffer_Release(&bufs[k]);
+    PyMem_Free(bufs);
+    Py_XDECREF(ins);
+    Py_XDECREF(outs);
+    PyBuffer_Release(&prog);
+    return res;
+}
+
+static PyMethodDef methods[] = {
+    {"run", run, METH_VARARGS,
+     "run(program, n, inputs, outputs): run a chain program (chainvm.py) over n elements."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef_Slot slots[] = {
+#ifdef Py_mod_multiple_interpreters
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_chains",
+    "A block machine for fused chains of exact elementwise ops (see the C source's header "
+    "comment).", 0, methods, slots, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__chains(void) { return PyModuleDef_Init(&module); }
