@@ -188,19 +188,18 @@ def _blocked_im2col(win, Rm, lead, out_sp, k):
     nout = out_sp[0] * line
     if len(blocks) == 1:
         return _matmul(np.ascontiguousarray(win).reshape(B, G, Nb * nout, k), Rm)
-    acc = np.empty((B, G, Nb) + tuple(out_sp) + (Og,), dtype=Rm.dtype)
+    acc = np.empty((B, G, Nb * nout, Og), dtype=Rm.dtype)
 
     def run(lo, hi):
         for n0, n1, a0, a1 in blocks[lo:hi]:
-            rows = (n1 - n0) * (a1 - a0) * line
-            cols = np.ascontiguousarray(win[:, :, n0:n1, a0:a1]).reshape(B, G, rows, k)
-            # (whole images, or whole lines of one: a view, never a copy)
-            dst = np.reshape(acc[:, :, n0:n1, a0:a1], (B, G, rows, Og), copy=False)
-            np.matmul(cols, Rm, out=dst)
+            # Whole images, or whole lines of one: one range of result rows.
+            r0, r1 = n0 * nout + a0 * line, (n1 - 1) * nout + a1 * line
+            cols = np.ascontiguousarray(win[:, :, n0:n1, a0:a1]).reshape(B, G, r1 - r0, k)
+            np.matmul(cols, Rm, out=acc[:, :, r0:r1])
 
     bounds = [(i, i + 1) for i in range(len(blocks))]
     _blas.small_product(_pool.run_chunks, run, bounds)
-    return acc.reshape(B, G, Nb * nout, Og)
+    return acc
 
 
 def _window_slices(kpos, rhs_dil, out_sp, strides):
