@@ -181,43 +181,6 @@ def test_triangular_solve_matches_xla_cpu(et, dtype, rtol):
         np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol, err_msg=str(case))
 
 
-@pytest.mark.parametrize("left", [True, False])
-@pytest.mark.parametrize("trans", ["NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"])
-@pytest.mark.parametrize("et,dtype", [("f32", np.float32), ("complex<f32>", np.complex64)])
-def test_triangular_solve_blocked_threads(monkeypatch, left, trans, et, dtype):
-    """A large single solve splits its right-hand sides into blocks on the
-    pool's threads (ops/linalg.py _trsm_blocks): the same bits on one thread
-    and on several, and the solution within f32 rounding of scipy's."""
-    from stablehlo_interpreter import pool
-    from stablehlo_interpreter.ops import linalg as linalg_mod
-    monkeypatch.setattr(linalg_mod, "_TRSM_SPLIT_MACS", 1)
-    monkeypatch.setattr(linalg_mod, "_TRSM_BLOCK", 3)   # 11 right-hand sides: 3 blocks
-    blocked = linalg_mod._blocked_solve
-    calls = []
-    monkeypatch.setattr(linalg_mod, "_blocked_solve",
-                        lambda *a: calls.append(1) or blocked(*a))
-    k, r = 6, 11
-    bt = f"tensor<{k}x{r}x{et}>" if left else f"tensor<{r}x{k}x{et}>"
-    text = (f"func.func @main(%a: tensor<{k}x{k}x{et}>, %b: {bt}) -> {bt} {{\n"
-            f'  %x = "stablehlo.triangular_solve"(%a, %b) {{left_side = {str(left).lower()}, '
-            f"lower = true, unit_diagonal = false, transpose_a = #stablehlo<transpose {trans}>}}"
-            f" : (tensor<{k}x{k}x{et}>, {bt}) -> {bt}\n  return %x : {bt}\n}}")
-    a = (rand((k, k), dtype) + 4 * np.eye(k)).astype(dtype)
-    b = rand((k, r) if left else (r, k), dtype)
-    exe = shi.compile(text)
-    monkeypatch.setattr(pool, "busy", lambda threads: False)
-    monkeypatch.setenv("STABLEHLO_REF_THREADS", "1")
-    alone, = exe.run(a, b)
-    monkeypatch.setenv("STABLEHLO_REF_THREADS", "3")
-    shared, = exe.run(a, b)
-    assert calls == [1, 1]
-    assert shared.dtype == dtype and np.array_equal(alone, shared)
-    m = np.tril(a).astype(np.complex128)
-    m = {"NO_TRANSPOSE": m, "TRANSPOSE": m.T, "ADJOINT": m.conj().T}[trans]
-    want = np.linalg.solve(m, b) if left else np.linalg.solve(m.T, b.T).T
-    assert_close(shared.astype(np.complex128), want, rtol=1e-5, atol=1e-6)
-
-
 def test_triangular_solve_spec_semantics():
     # Left, lower, ADJOINT: solves conj(tril(a)).T @ x = b; the upper triangle
     # of `a` is ignored, the unit diagonal is implicit when asked for.

@@ -14,11 +14,10 @@ products become matrix products (BLAS for floats, one BLAS thread below
   times it is the NCHW result, or rows ``(out..., N)`` x ``(C, K...)`` when
   the kernel is wider than the output (weight gradients: a few outputs).
   The channels-last product (below ``blas.SMALL_GEMM_MACS``) runs in blocks
-  of whole images or output lines: each block's windows are copied into a
-  matrix that stays in cache and multiplied into its rows of the result, the blocks
-  shared with the pool's helper threads (pool.py), each product on one BLAS
-  thread: the same k-term dot products as one large matmul, block bounds
-  from the shapes only (``_blocked_im2col``).
+  of whole images or output lines on one BLAS thread: each block's windows
+  are copied into a matrix that stays in cache and multiplied into its rows
+  of the result (``_blocked_im2col``; the same k-term dot products as one
+  large matmul).
 * **per kernel position** (fewer output than input features, e.g. the
   input gradient of a layer with few channels): one matmul of the whole
   padded lhs with the kernel's K positions side by side (contracting over
@@ -52,7 +51,6 @@ import numpy as np
 
 from .. import blas as _blas
 from .. import dtypes
-from .. import pool as _pool
 from ..registry import Unsupported, kernel
 from . import spec_kernels as _spec
 
@@ -202,30 +200,30 @@ def _blocked_im2col(win, Rm, lead, out_sp, k, parts):
     :func:`_im2col_blocks`: ``win`` (B, G, Nb, out..., K..., Cg), the
     windows (a strided view), ``Rm`` (B, G, k, Og). Each block copies its
     windows into a matrix that stays in cache and multiplies it into its
-    rows of the result, (B, G, Nb * prod(out), Og); the blocks are shared
-    with the pool's helper threads (pool.run_chunks), each product on one
-    BLAS thread. The contraction of every output element is the same k-term
-    product as in one large matmul; block bounds depend on the shapes only,
-    never on the thread count. One block: one im2col and one product
-    (``parts``: :func:`_row_products`)."""
+    rows of the result, (B, G, Nb * prod(out), Og), on one BLAS thread.
+    The contraction of every output element is the same k-term product as
+    in one large matmul (``parts``: :func:`_row_products`). Sharing the
+    blocks with the pool's helper threads measured slower on the shared
+    2-core machine (XLA CPU runs this convolution on one thread too)."""
     B, G, Nb = lead
     Og = Rm.shape[-1]
     line = int(np.prod(out_sp[1:], dtype=np.int64))   # rows per line of out_sp[0]
     blocks = _im2col_blocks(Nb, out_sp, B * G * line * k)
     nout = out_sp[0] * line
     acc = np.empty((B, G, Nb * nout, Og), dtype=Rm.dtype)
+    macs = B * G * Nb * nout * k * Og
     if len(blocks) == 1:
-        return _row_products(np.ascontiguousarray(win).reshape(B, G, Nb * nout, k), Rm, acc, parts)
+        cols = np.ascontiguousarray(win).reshape(B, G, Nb * nout, k)
+        return _blas.small_product(_row_products, cols, Rm, acc, parts, macs=macs)
 
-    def run(lo, hi):
-        for n0, n1, a0, a1 in blocks[lo:hi]:
+    def run():
+        for n0, n1, a0, a1 in blocks:
             # Whole images, or whole lines of one: one range of result rows.
             r0, r1 = n0 * nout + a0 * line, (n1 - 1) * nout + a1 * line
             cols = np.ascontiguousarray(win[:, :, n0:n1, a0:a1]).reshape(B, G, r1 - r0, k)
             _row_products(cols, Rm, acc[:, :, r0:r1], parts)
 
-    bounds = [(i, i + 1) for i in range(len(blocks))]
-    _blas.small_product(_pool.run_chunks, run, bounds)
+    _blas.small_product(run, macs=macs)
     return acc
 
 

@@ -8,7 +8,6 @@ import functools
 import numpy as np
 
 from .. import dtypes
-from .. import pool as _pool
 from ..blas import SMALL_GEMM_MACS, small_lapack
 from ..registry import Unsupported, kernel
 from . import spec_kernels as _spec
@@ -156,59 +155,15 @@ def _trsm_fn(dtype, small):
     return fn
 
 
-def _trsm_call(dtype, k, xshape, left, lower, unit, trans, switch=True):
+def _trsm_call(dtype, k, xshape, left, lower, unit, trans):
     """(?trsm, its keyword arguments) solving in place in a C-contiguous
-    ``x`` of ``xshape`` (see :func:`_trsm`) against a k x k matrix
-    (``switch=False``: a ?trsm that never switches BLAS threads, for a
-    caller that holds one thread itself)."""
+    ``x`` of ``xshape`` (see :func:`_trsm`) against a k x k matrix."""
     t = _TRANS[trans]
     if t == 2 and np.dtype(dtype).kind != "c":
         t = 1
-    fn = _trsm_fn(np.dtype(dtype), switch and k * k * max(xshape[-2:]) < SMALL_GEMM_MACS)
+    fn = _trsm_fn(np.dtype(dtype), k * k * max(xshape[-2:]) < SMALL_GEMM_MACS)
     return fn, {"side": 1 if left else 0, "lower": 0 if lower else 1, "trans_a": t,
                 "diag": int(unit), "overwrite_b": 1}
-
-
-# A solve of at least this many multiply-adds (k * k * right-hand sides)
-# splits its independent right-hand sides (b's columns for a left-side
-# solve, its rows for a right-side one) into blocks of at least
-# _TRSM_BLOCK, at most _TRSM_MAX_BLOCKS of them, shared with the pool's
-# helper threads (pool.run_chunks), each ?trsm on one BLAS thread (from
-# blas.SMALL_GEMM_MACS on, one call on BLAS's own threads). Each
-# right-hand side is solved by the same operations either way; the bounds
-# depend on the shapes only. (256x256 with 256 right-hand sides: two blocks
-# on one thread cost ~12% more CPU than one call; on two idle cores they
-# run side by side. A loaded machine keeps them on the calling thread:
-# pool.busy.)
-_TRSM_SPLIT_MACS = 1 << 22
-_TRSM_BLOCK = 128
-_TRSM_MAX_BLOCKS = 4
-
-
-def _trsm_blocks(k, indep):
-    """Bounds of the right-hand-side blocks of a k x k solve with ``indep``
-    independent right-hand sides, or None (one ?trsm call)."""
-    nb = min(_TRSM_MAX_BLOCKS, indep // _TRSM_BLOCK)
-    if nb < 2 or not _TRSM_SPLIT_MACS <= k * k * indep < SMALL_GEMM_MACS:
-        return None
-    step = -(-indep // nb)
-    return [(j, min(j + step, indep)) for j in range(0, indep, step)]
-
-
-def _blocked_solve(fn, kw, a, b, left, blocks, cdt, out_dtype):
-    """The solve of ``a`` (k x k, C-contiguous ``cdt``) against ``b`` by
-    :func:`_trsm_blocks` blocks, each converted, solved and rounded into
-    its part of the result on the pool's threads (``fn``: a ?trsm that
-    does not switch threads; one BLAS thread is held around them all)."""
-    out = np.empty(b.shape, dtype=out_dtype)
-
-    def run(lo, hi):
-        for j0, j1 in blocks[lo:hi]:
-            sl = (slice(None), slice(j0, j1)) if left else (slice(j0, j1),)
-            out[sl] = _solve_in(fn, kw, a, np.array(b[sl], dtype=cdt, order="C"))
-
-    small_lapack(_pool.run_chunks, run, [(i, i + 1) for i in range(len(blocks))])
-    return out
 
 
 def _solve_in(fn, kw, a, x):
@@ -269,16 +224,10 @@ def triangular_solve(op):
         # One matrix of static shape (solve, inv, expm, solve_triangular):
         # the trsm call decided here, not per run.
         fn, kw = _trsm_call(cdt, ashape[-1], bshape, left, lower, unit, trans)
-        blocks = _trsm_blocks(ashape[-1], bshape[1] if left else bshape[0])
-        if blocks is not None:
-            fn = _trsm_call(cdt, ashape[-1], bshape, left, lower, unit, trans, switch=False)[0]
 
         def run_one(a, b):
             if a.shape != ashape or b.shape != bshape:
                 return run(a, b)    # (operands of another shape: it raises)
-            if blocks is not None:
-                return _blocked_solve(fn, kw, np.ascontiguousarray(a, dtype=cdt), b, left,
-                                      blocks, cdt, out_dtype)
             x = _solve_in(fn, kw, np.ascontiguousarray(a, dtype=cdt),
                           np.array(b, dtype=cdt, order="C"))
             return x.astype(out_dtype, copy=False)
