@@ -3,7 +3,9 @@
 Each is a least-squares Chebyshev fit at 400 Chebyshev nodes of the
 function's value at 120 bits (mpmath), converted to monomials, printed as C
 arrays (highest degree first, for Horner) with the largest relative error of
-the float64 evaluation on a dense grid. The C kernels only need about 1e-12:
+the float64 evaluation on a dense grid; where a polynomial's relative error
+reaches the kernel's result scaled (erf's Q: by erfc(a) / erf(a)), fit and
+error are weighted by that scale. The C kernels only need about 1e-12:
 an element whose float64 value lies close to a float32 rounding boundary is
 recomputed by the exact path (see the C module's header comment). Paste the
 output over the tables there.
@@ -22,6 +24,13 @@ def _q(t):
     """erfc(a) e^(a^2) as a function of t = 2 / (2 + a)."""
     a = 2 / t - 2
     return mp.erfc(a) * mp.exp(a * a)
+
+
+def _erf_weight(t):
+    """How a relative error of Q(t) weighs in erf(a) = 1 - e^(-a^2) Q(t):
+    erfc(a) / erf(a), below 1 on a >= 0.5 and 1.5e-8 at a = 4."""
+    a = 2 / t - 2
+    return mp.erfc(a) / mp.erf(a)
 
 
 def _over_root(f, at0):
@@ -63,21 +72,23 @@ def _log_s(z):
 SQRT2 = mp.sqrt(2)
 LOG_Z = float(((SQRT2 - 1) / (SQRT2 + 1)) ** 2)
 
-# name, function, interval, degree, and whether the polynomial is in the
+# name, function, interval, degree, whether the polynomial is in the
 # variable itself (monomials well conditioned there) or in u, the interval
-# mapped to [-1, 1] (u = v * NAME_SCALE + NAME_OFFSET).
+# mapped to [-1, 1] (u = v * NAME_SCALE + NAME_OFFSET), and the weight of its
+# relative error in the kernel's result (None: 1).
 FITS = (
-    ("ERF_P", _over_root(mp.erf, 2 / mp.sqrt(mp.pi)), 0.0, 0.25, 6, False),
-    ("EXP_P", mp.exp, -0.35, 0.35, 9, False),
-    ("EXPM1_P", _expm1_over, -0.35, 0.35, 8, False),
-    ("LOG_P", _log_s, 0.0, LOG_Z, 5, False),
+    ("ERF_P", _over_root(mp.erf, 2 / mp.sqrt(mp.pi)), 0.0, 0.25, 6, False, None),
+    ("EXP_P", mp.exp, -0.35, 0.35, 9, False, None),
+    ("EXPM1_P", _expm1_over, -0.35, 0.35, 8, False, None),
+    ("LOG_P", _log_s, 0.0, LOG_Z, 5, False, None),
     # erfc(a) = e^(-a^2) Q(t), t = 2 / (2 + a), a in [0.5, 10.5] (erfc) and
-    # in [0.5, 4] (erf: narrower, a lower degree)
-    ("ERFC_Q", _q, 2 / 12.5, 2 / 2.5, 14, True),
-    ("ERF_Q", _q, 2 / 6.0, 2 / 2.5, 12, True),
+    # in [0.5, 4] (erf: narrower, and fitted for erf's relative error, in
+    # which Q's counts erfc(a) / erf(a) times: a lower degree)
+    ("ERFC_Q", _q, 2 / 12.5, 2 / 2.5, 14, True, None),
+    ("ERF_Q", _q, 2 / 6.0, 2 / 2.5, 10, True, _erf_weight),
     # erf_inv(x) = x P(w), w = -log(1 - x^2) < 6.25; x P(sqrt(w)) above
-    ("ERFINV_W", _erfinv_w, 0.0, 6.25, 18, True),
-    ("ERFINV_V", _erfinv_v, 2.5, 4.1, 14, True),
+    ("ERFINV_W", _erfinv_w, 0.0, 6.25, 18, True, None),
+    ("ERFINV_V", _erfinv_v, 2.5, 4.1, 14, True, None),
 )
 
 
@@ -88,27 +99,35 @@ def _horner(m, u):
     return r
 
 
-def fit(f, lo, hi, deg, mapped):
-    """(monomial coefficients, scale, offset, max relative error)."""
+def fit(f, lo, hi, deg, mapped, weight=None):
+    """(monomial coefficients, scale, offset, max relative error, weighted by
+    ``weight`` where given)."""
     scale = 2 / (hi - lo)
     offset = -lo * scale - 1
     k = np.arange(400)
     u = np.cos(np.pi * (k + 0.5) / 400)
-    y = np.array([float(f(mp.mpf(float(lo + (ui + 1) / scale)))) for ui in u])
-    m = cheb.cheb2poly(cheb.chebfit(u, y, deg))
+    nodes = [mp.mpf(float(lo + (ui + 1) / scale)) for ui in u]
+    y = np.array([float(f(x)) for x in nodes])
+    # least squares on the (weighted) relative error
+    w = None if weight is None else np.array([float(weight(x)) for x in nodes]) / np.abs(y)
+    m = cheb.cheb2poly(cheb.chebfit(u, y, deg, w=w))
     if not mapped:   # monomials in v: substitute u = v * scale + offset
         m = np.polynomial.Polynomial(m)(np.polynomial.Polynomial([offset, scale])).coef
     v = np.linspace(lo, hi, 3001)
     truth = np.array([float(f(mp.mpf(float(x)))) for x in v])
     got = _horner(m, v * scale + offset if mapped else v)
-    return m, scale, offset, float(np.max(np.abs(got / truth - 1)))
+    rel = np.abs(got / truth - 1)
+    if weight is not None:
+        rel *= np.array([float(weight(mp.mpf(float(x)))) for x in v])
+    return m, scale, offset, float(np.max(rel))
 
 
 def main():
-    for name, f, lo, hi, deg, mapped in FITS:
-        m, scale, offset, err = fit(f, lo, hi, deg, mapped)
+    for name, f, lo, hi, deg, mapped, weight in FITS:
+        m, scale, offset, err = fit(f, lo, hi, deg, mapped, weight)
         var = f"u = v * {name}_SCALE + {name}_OFFSET" if mapped else "v"
-        print(f"/* {name}: in {var}, v in [{lo:.6g}, {hi:.6g}]; max relative error {err:.2e} */")
+        what = "relative error" if weight is None else f"error weighted by {weight.__name__}"
+        print(f"/* {name}: in {var}, v in [{lo:.6g}, {hi:.6g}]; max {what} {err:.2e} */")
         if mapped:
             print(f"#define {name}_SCALE {scale.hex()}\n#define {name}_OFFSET {offset.hex()}")
         body = ",\n    ".join(float(c).hex() for c in m[::-1])

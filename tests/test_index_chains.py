@@ -8,6 +8,7 @@ are read elsewhere, or that are small, stay as they are.
 
 import numpy as np
 import pytest
+from testkit import assert_same_bits
 
 import stablehlo_interpreter as shi
 from stablehlo_interpreter import index_chains
@@ -134,14 +135,6 @@ def _both(text, args, numerics, monkeypatch):
     return got, want, steps
 
 
-def _same_bits(got, want):
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        a, b = np.asarray(a), np.asarray(b)
-        assert a.dtype == b.dtype and a.shape == b.shape
-        assert a.tobytes() == b.tobytes()
-
-
 _INDEX_CASES = ["in_range", "negative", "out_of_range"]
 
 
@@ -160,7 +153,7 @@ def test_gather_wrap(case, numerics, monkeypatch):
     x = np.random.default_rng(1).standard_normal(100).astype(np.float32)
     i = _indices(case, N, 100)
     got, want, steps = _both(GATHER.format(n=N), (x, i), numerics, monkeypatch)
-    _same_bits(got, want)
+    assert_same_bits(got, want)
     assert steps == ["wrap_negative"]
     # x[i] with Python's negative indices and the gather's clamp.
     np.testing.assert_array_equal(got[0], x[np.clip(np.where(i < 0, i + 100, i), 0, 99)])
@@ -174,7 +167,7 @@ def test_take_along_axis_chains(case, numerics, monkeypatch):
     i = _indices(case, (r, c), c, seed=3)
     text = TAKE_ALONG.format(r=r, c=c, cm1=c - 1)
     got, want, steps = _both(text, (x, i), numerics, monkeypatch)
-    _same_bits(got, want)
+    assert_same_bits(got, want)
     assert steps == ["in_bounds", "wrap_negative"]
     wrapped = np.where(i < 0, i + c, i)
     ok = (wrapped >= 0) & (wrapped < c)
@@ -197,7 +190,7 @@ def test_mask_per_component_bounds(case, lo, monkeypatch):
     elif case == "below":
         i[5, 0] = lo - 1
     got, want, steps = _both(MASK2.format(n=N, lo=lo), (i,), "accurate", monkeypatch)
-    _same_bits(got, want)
+    assert_same_bits(got, want)
     # The mask is read twice (the reduce and the not): only the compares
     # and the and are replaced.
     assert steps == ["in_bounds"]
@@ -213,20 +206,20 @@ def test_scatter_add_wrap(case, monkeypatch):
     v = rng.standard_normal(N).astype(np.float32)
     i = _indices(case, N, 100, seed=6)
     got, want, steps = _both(SCATTER_ADD.format(n=N), (x, i, v), "accurate", monkeypatch)
-    _same_bits(got, want)
+    assert_same_bits(got, want)
     assert steps == ["wrap_negative"]
 
 
 def test_shared_and_small_chains_stay(monkeypatch):
     i = _indices("negative", N, 100)
     got, want, steps = _both(SHARED.format(n=N), (i,), "accurate", monkeypatch)
-    _same_bits(got, want)
+    assert_same_bits(got, want)
     assert steps == []    # the mask is a result too
     small = 64
     x = np.arange(100, dtype=np.float32)
     j = _indices("negative", small, 100)
     got, want, steps = _both(GATHER.format(n=small), (x, j), "accurate", monkeypatch)
-    _same_bits(got, want)
+    assert_same_bits(got, want)
     assert steps == []
 
 
@@ -236,7 +229,7 @@ def test_rewrite_without_fusion(monkeypatch):
     x = np.random.default_rng(7).standard_normal(100).astype(np.float32)
     i = _indices("negative", N, 100)
     got, want, steps = _both(GATHER.format(n=N), (x, i), "accurate", monkeypatch)
-    _same_bits(got, want)
+    assert_same_bits(got, want)
     assert steps == ["wrap_negative"]
 
 
@@ -261,7 +254,7 @@ def test_chains_of_jax_lowerings(monkeypatch):
     for fn, args, names, expect in cases:
         text = jax.jit(fn).lower(*args).as_text()
         got, want, steps = _both(text, args, "accurate", monkeypatch)
-        _same_bits(got, want)
+        assert_same_bits(got, want)
         assert steps == names, text
         if expect is not None:
             np.testing.assert_array_equal(got[0], expect)
@@ -301,7 +294,7 @@ def test_iota_concatenated_gather(case, iota_first, monkeypatch):
                                parts="%0, %2" if iota_first else "%2, %0",
                                sim="0, 1" if iota_first else "1, 0")
     got, want, _ = _both(text, (x, i), "accurate", monkeypatch)
-    _same_bits(got, want)
+    assert_same_bits(got, want)
     prog = shi.compile(text)
     # Rewritten only where the iota is the whole batch position: as long
     # as the operand's rows, in a type that holds every row number.
@@ -335,7 +328,7 @@ def test_gather_after_its_bounds_mask_skips_the_clamp(monkeypatch):
         unclamped.clear()
         got = prog.run(x, i)
         assert unclamped == [case != "out_of_range"]   # (negative ones wrap into range)
-        _same_bits(got, plain.run(x, i))
+        assert_same_bits(got, plain.run(x, i))
     blk = prog.function().block
     assert "gather_checked" in [getattr(s.fn, "__name__", "") for s in blk._planned]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from testkit import rotate_round
+from testkit import assert_same_bits, rotate_round
 
 import stablehlo_interpreter as si
 from stablehlo_interpreter import fusion, looptile, pool
@@ -50,14 +50,6 @@ def _both(text, args, monkeypatch):
     want = si.compile(text).run(*[np.copy(a) for a in args])
     monkeypatch.delenv("STABLEHLO_REF_FUSION")
     return got, want
-
-
-def _same(got, want):
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        g, w = np.asarray(g), np.asarray(w)
-        assert g.dtype == w.dtype and g.shape == w.shape
-        assert g.tobytes() == w.tobytes()
 
 
 def _loop(iterations=4, called=False, cond_reads=False, body_reads=False):
@@ -121,7 +113,7 @@ def _args(seed=0):
 @pytest.mark.parametrize("iterations", [0, 1, 2, 5])
 def test_tiled_loop_is_bit_identical(called, iterations, tiled_runs, monkeypatch):
     got, want = _both(_loop(iterations, called), _args(), monkeypatch)
-    _same(got, want)
+    assert_same_bits(got, want)
     # Zero iterations: nothing to tile (the values come back as they came).
     assert tiled_runs == ([iterations] if iterations else [])
 
@@ -130,7 +122,7 @@ def test_tiled_loop_on_helper_threads(tiled_runs, monkeypatch):
     monkeypatch.setattr(fusion, "THREAD_EXACT_CHAINS", True)
     monkeypatch.setenv("STABLEHLO_REF_THREADS", "3")
     got, want = _both(_loop(5, True), _args(1), monkeypatch)
-    _same(got, want)
+    assert_same_bits(got, want)
     assert tiled_runs == [5]
 
 
@@ -138,7 +130,7 @@ def test_tiled_loop_on_helper_threads(tiled_runs, monkeypatch):
 def test_loops_reading_the_big_values_elsewhere_are_not_tiled(where, tiled_runs, monkeypatch):
     text = _loop(4, False, cond_reads=where == "cond", body_reads=where == "body")
     got, want = _both(text, _args(2), monkeypatch)
-    _same(got, want)
+    assert_same_bits(got, want)
     assert tiled_runs == []
 
 
@@ -154,7 +146,7 @@ def test_a_strided_carried_value_runs_the_plain_loop(tiled_runs, monkeypatch):
         "  %z = stablehlo.constant dense<0> : tensor<i32>\n", 1)
     args = [np.array(0x9E3779B9, np.uint32), _args(3)[1]]
     got, want = _both(text, args, monkeypatch)
-    _same(got, want)
+    assert_same_bits(got, want)
     assert tiled_runs == []
 
 
@@ -165,7 +157,7 @@ def test_jax_threefry_is_tiled_and_bit_identical(tiled_runs, monkeypatch):
                lambda k: jax.random.bits(jax.random.wrap_key_data(k), (N,))):
         text = jax.jit(fn).lower(key).as_text()
         got, want = _both(text, [key], monkeypatch)
-        _same(got, want)
+        assert_same_bits(got, want)
     assert tiled_runs == [5, 5]
 
 
@@ -176,7 +168,7 @@ def test_tracing_runs_the_plain_loop(tiled_runs, monkeypatch):
     with si.use_tracer(rec):
         got = program.run(*_args())
     assert tiled_runs == []
-    _same(got, program.run(*_args()))
+    assert_same_bits(got, program.run(*_args()))
     assert tiled_runs == [3]
 
 
@@ -194,7 +186,7 @@ func.func private @bump(%a: tensor<ui32>, %k: tensor<ui32>) -> (tensor<ui32>, te
 }
 """
     got, want = _both(text, _args(4), monkeypatch)
-    _same(got, want)
+    assert_same_bits(got, want)
     assert tiled_runs == []
 
 
@@ -258,7 +250,7 @@ def test_jax_searchsorted_is_tiled_and_bit_identical(side, dt, step_tiled_runs, 
     fn = jax.jit(lambda a, v: jnp.searchsorted(a, v, side=side, method="scan"))
     text = fn.lower(table, q).as_text()
     got, want = _both(text, [table, q], monkeypatch)
-    _same(got, want)
+    assert_same_bits(got, want)
     assert step_tiled_runs == [6]     # ceil(log2(38)) iterations
     cpu = jax.devices("cpu")[0]
     xla = np.asarray(fn(jax.device_put(table, cpu), jax.device_put(q, cpu)))
@@ -272,7 +264,7 @@ def test_jax_histogram_is_tiled_and_bit_identical(step_tiled_runs, monkeypatch):
     x[:3] = [0.0, -0.0, x.max()]
     text = jax.jit(lambda v: jnp.histogram(v, 20)).lower(x).as_text()
     got, want = _both(text, [x], monkeypatch)
-    _same(got, want)
+    assert_same_bits(got, want)
     assert step_tiled_runs == [5]
 
 
@@ -323,12 +315,12 @@ def test_a_gather_loop_with_clamped_indices_is_tiled(index_type, step_tiled_runs
     args = [table, rng.standard_normal(N).astype(np.float32),
             rng.integers(0, 97, N).astype(dt)]
     got, want = _both(_gather_loop(index_type), args, monkeypatch)
-    _same(got, want)
+    assert_same_bits(got, want)
     assert step_tiled_runs == [5]
     # A strided big value at entry: the plain loop.
     strided = [table, np.repeat(args[1], 2)[::2], args[2]]
     assert not strided[1].flags.c_contiguous
-    _same(si.compile(_gather_loop(index_type)).run(*strided), want)
+    assert_same_bits(si.compile(_gather_loop(index_type)).run(*strided), want)
     assert step_tiled_runs == [5]
 
 
@@ -345,5 +337,5 @@ def test_a_gather_loop_whose_cond_reads_a_big_value_is_not_tiled(step_tiled_runs
     args = [rng.standard_normal(50).astype(np.float32), rng.standard_normal(N).astype(np.float32),
             rng.integers(0, 97, N).astype(np.uint32)]
     got, want = _both(text, args, monkeypatch)
-    _same(got, want)
+    assert_same_bits(got, want)
     assert step_tiled_runs == []

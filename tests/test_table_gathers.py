@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from testkit import assert_same_bits
 
 import stablehlo_interpreter as si
 from stablehlo_interpreter import table_gathers
@@ -34,14 +35,6 @@ def _run(text, args, monkeypatch, rewrite):
         if not rewrite:
             m.setattr(table_gathers, "MIN_ELEMENTS", 1 << 62)
         return si.compile(text).run(*[np.copy(a) for a in args])
-
-
-def _same(got, want):
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        g, w = np.asarray(g), np.asarray(w)
-        assert g.dtype == w.dtype and g.shape == w.shape
-        assert g.tobytes() == w.tobytes()
 
 
 def _table(dt=np.float32):
@@ -93,7 +86,7 @@ def test_ops_on_a_small_table_gather_run_on_the_table(view, rewrites, monkeypatc
     got = _run(text, [t, i, q], monkeypatch, True)
     assert rewrites == ["stablehlo.gather"]
     want = _run(text, [t, i, q], monkeypatch, False)
-    _same(got, want)
+    assert_same_bits(got, want)
     # And what the ops give on the gathered values, computed here (the
     # bits: the unrewritten runs above).
     g = t[np.clip(i[:, 0], 0, T - 1)].reshape(q.shape)
@@ -104,7 +97,7 @@ def test_ops_on_a_small_table_gather_run_on_the_table(view, rewrites, monkeypatc
     np.testing.assert_allclose(r[~nan], np.exp(canon[~nan] * np.float32(0.5)) + q[~nan],
                                rtol=1e-6, atol=1e-6)
     traced = si.compile(text).run(t, i, q, tracer=si.Recorder(keep_values=False))
-    _same(got, traced)   # the observed run executes every op as written
+    assert_same_bits(got, traced)   # the observed run executes every op as written
 
 
 def test_a_gathered_value_read_elsewhere_is_not_rewritten(rewrites, monkeypatch):
@@ -113,7 +106,7 @@ def test_a_gathered_value_read_elsewhere_is_not_rewritten(rewrites, monkeypatch)
     text = _module(gathered_read_elsewhere=True)
     got = _run(text, [t, i, q], monkeypatch, True)
     assert rewrites == []
-    _same(got, _run(text, [t, i, q], monkeypatch, False))
+    assert_same_bits(got, _run(text, [t, i, q], monkeypatch, False))
 
 
 def test_a_large_table_is_not_rewritten(rewrites, monkeypatch):
@@ -137,7 +130,7 @@ def test_jax_searchsorted_in_a_small_table(side, rewrites, monkeypatch):
     text = fn.lower(t, q).as_text()
     got = _run(text, [t, q], monkeypatch, True)
     assert rewrites == ["stablehlo.gather"]
-    _same(got, _run(text, [t, q], monkeypatch, False))
+    assert_same_bits(got, _run(text, [t, q], monkeypatch, False))
     cpu = jax.devices("cpu")[0]
     xla = np.asarray(fn(jax.device_put(t, cpu), jax.device_put(q, cpu)))
     assert np.array_equal(np.asarray(got[0]), xla)

@@ -157,3 +157,13 @@ func.func private @round(%x0: {t}, %x1: {t}, %k: tensor<ui32>) -> ({t}, {t}, ten
     return %s, %y, %k : {t}, {t}, tensor<ui32>
 }}"""
     return chain, function
+
+
+def assert_same_bits(got, want):
+    """Two result lists are the same arrays bit for bit: dtypes, shapes and
+    bytes (NaN payloads and signed zeros included)."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape
+        assert g.tobytes() == w.tobytes()

@@ -19,17 +19,40 @@
  * prints their errors), i.e. a few thousand float64 ULPs, while rounding to
  * float32 drops 29 bits. An element whose float64 value lies within GUARD
  * ULPs (2^15, eight times the error bound) of a halfway point between two
- * float32 numbers, whose float32 result would be subnormal, or whose input
- * is outside the kernel's domain (not finite; |x| >= 1 for erf_inv) is
- * "flagged" (as is every |x| >= TRIG_MAX for sin and cos, x <= 0 for log
- * and x <= -1 for log1p): its index is written to the index buffer and
+ * float32 numbers, whose float32 result would be subnormal, whose input is
+ * NaN (a NaN propagates through the kernel) or outside the kernel's domain
+ * (|x| >= 1 for erf_inv, |x| >= TRIG_MAX and +-inf for sin and cos, x <= 0
+ * and +inf for log, x <= -1 and +inf for log1p: they give NaN) is
+ * "flagged": its index is written to the index buffer and
  * the caller recomputes it with the exact path (scipy / numpy in float64,
- * rounded once). Every other element rounds to the same float32 as that
+ * rounded once). +-inf inputs of erf, erfc, tanh, logistic, exp and expm1
+ * meet the clamps every large |x| meets, whose results round to the
+ * functions' limits (+-1; 0 and 2; +-1; 1 and 0; +inf and 0; +inf and -1)
+ * as the exact path's do. Every other element rounds to the same float32 as that
  * path, whose float64 value is within a few ULPs of the true one. About 1
  * element in 8000 is flagged. fma() keeps the float64 bits the same on
  * every host: the FMA clones inline it, the default clone (x86 CPUs
  * without FMA, other architectures) calls libm's, exact and slower;
  * -ffp-contract=off (pyproject.toml) forbids other contractions.
+ *
+ * Speed. On AVX-512 cores the loops are bound by the two ports that run
+ * 512-bit arithmetic (about 30-60 operations per 8 elements: the float32
+ * <-> float64 conversions, the reduction, the polynomials, the selects,
+ * the rounding pass's test), not by the divider: with the division removed
+ * outright (timing only) tanh, logistic and log run 11-30% faster, with a
+ * float32 reciprocal and one Newton step in its place (relative error
+ * 2^-46, within GUARD) 13-25% slower, since vdivpd is one operation there
+ * and the reciprocal seven (two conversions of two operations each,
+ * vdivps, a product and two fmas); so the divisions stay. What the loops
+ * save is operations: the rounding pass tests a block by three min/max
+ * reductions on 32-bit lanes (DEFINE_LOOP), NaN flows through the clamps
+ * (no test of the input), log splits y with integer arithmetic alone, and
+ * erf's Q is fitted for erf's error (degree 10, not 12). Every select
+ * whose arm is a constant or is computed for that arm only is bitwise
+ * (select_bits, nan_where): written `c ? a : b`, gcc moves the arm's
+ * computation under a branch, which the AVX-512 clone if-converts with
+ * masked operations and the AVX2 clone (no masked division or fma) cannot:
+ * it left the loop scalar, 3-6x slower.
  *
  * API (each of erf_f32, erfc_f32, erf_inv_f32, tanh_f32, logistic_f32,
  * exp_f32, expm1_f32, log_f32, log1p_f32, sin_f32, cos_f32):
@@ -48,11 +71,15 @@
 #include <string.h>
 
 /* target_clones needs glibc's ifunc (musl's GCC refuses it). */
+/* -DFM_CLONES=... builds one target only (tests/test_fastmath.py checks
+ * each clone's bits so). */
+#ifndef FM_CLONES
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) \
     && defined(__GLIBC__)
 #define FM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define FM_CLONES
+#endif
 #endif
 
 #define BLOCK 1024
@@ -118,23 +145,21 @@ static const double ERFC_Q[15] = {
     0x1.859a2dcfc4484p-4,
     0x1.0b89d670a7c7bp-2,
     0x1.e8d639851d891p-3};
-/* ERF_Q: in u = v * ERF_Q_SCALE + ERF_Q_OFFSET, v in [0.333333, 0.8]; max relative error 1.72e-13 */
+/* ERF_Q: in u = v * ERF_Q_SCALE + ERF_Q_OFFSET, v in [0.333333, 0.8]; max error weighted by _erf_weight 1.68e-14 */
 #define ERF_Q_SCALE 0x1.1249249249248p+2
 #define ERF_Q_OFFSET -0x1.36db6db6db6dap+1
-static const double ERF_Q[13] = {
-    -0x1.3baa56ac3dfb5p-30,
-    0x1.ee620e0511821p-30,
-    0x1.b063891ad0823p-26,
-    -0x1.0b19c1d4c7fcep-23,
-    -0x1.461fa7db7fc5ap-22,
-    0x1.2be5d815f6a1fp-18,
-    0x1.450d61d0ec99cp-21,
-    -0x1.5344eb5d7d339p-13,
-    -0x1.ac42ab19c090ep-15,
-    0x1.09677b3bd4af3p-7,
-    0x1.e7e558df10c37p-5,
-    0x1.d9ea03ca089bap-3,
-    0x1.44712fe2caa67p-2};
+static const double ERF_Q[11] = {
+    0x1.8180c56c8453ap-26,
+    -0x1.f8c4325161d03p-24,
+    -0x1.48fd4f190d7bap-22,
+    0x1.2bb85b20dc61ep-18,
+    0x1.462ee5bc7e80bp-21,
+    -0x1.5344ec8d2c5b5p-13,
+    -0x1.ac43592c8a748p-15,
+    0x1.09677b59b143fp-7,
+    0x1.e7e558e05219bp-5,
+    0x1.d9ea03c9f7a7fp-3,
+    0x1.44712fe2caaefp-2};
 /* ERFINV_W: in u = v * ERFINV_W_SCALE + ERFINV_W_OFFSET, v in [0, 6.25]; max relative error 2.07e-14 */
 #define ERFINV_W_SCALE 0x1.47ae147ae147bp-2
 #define ERFINV_W_OFFSET -0x1.0000000000000p+0
@@ -200,7 +225,7 @@ static const double COS_P[6] = {
 #define LN2_HI 0x1.62e42fee00000p-1
 #define LN2_LO 0x1.a39ef35793c76p-33
 #define SHIFTER 0x1.8p52
-#define SQRT2 0x1.6a09e667f3bcdp+0
+#define SQRT1_2_BITS 0x3fe6a09e667f3bcdull   /* bits64(sqrt(1/2)), rounded */
 /* pi/2 = PIO2_1 + PIO2_2 + PIO2_3 (to 2^-163) and 2/pi, rounded */
 #define PIO2_1 0x1.921fb54442d18p+0
 #define PIO2_2 0x1.1a62633145c07p-54
@@ -208,13 +233,38 @@ static const double COS_P[6] = {
 #define TWO_OVER_PI 0x1.45f306dc9c883p-1
 /* |x| from which sin and cos are flagged (the exact path reduces them) */
 #define TRIG_MAX 0x1p20
-/* min/max without fmin's NaN rules (which keep it a libm call); NaN
- * inputs are flagged anyway */
-static inline double lo_clamp(double v, double lo) { return v > lo ? v : lo; }
-static inline double hi_clamp(double v, double hi) { return v < hi ? v : hi; }
 
 static inline uint64_t bits64(double d) { uint64_t u; memcpy(&u, &d, 8); return u; }
 static inline double from_bits64(uint64_t u) { double d; memcpy(&d, &u, 8); return d; }
+
+/* y where mask is 0, a NaN where it is all ones. A bitwise select, not
+ * `ok ? y : NAN`: gcc sinks the computation of y under that condition and
+ * then may leave the loop scalar ("control flow in loop"). */
+static inline double nan_where(uint64_t mask, double y)
+{
+    return from_bits64(bits64(y) | (mask & 0x7ff8000000000000ull));
+}
+
+/* cond ? a : b as a bitwise select. Where b (or a) is a constant, gcc
+ * otherwise splits the loop body into a branch computing the rest of the
+ * function from that constant (folded) and one from a, and the AVX2 clone,
+ * which has no masked division or fma, does not vectorize it (scalar: 3-6x
+ * slower). */
+static inline double select_mask(uint64_t m, double a, double b)
+{
+    return from_bits64((bits64(a) & m) | (bits64(b) & ~m));
+}
+
+static inline double select_bits(int cond, double a, double b)
+{
+    return select_mask(-(uint64_t)cond, a, b);
+}
+
+/* min/max without fmin's NaN rules (which keep it a libm call); a NaN v
+ * stays NaN, so that a NaN input gives a NaN result, which the loop flags:
+ * no separate test of the input for NaN. */
+static inline double lo_clamp(double v, double lo) { return select_bits(v < lo, lo, v); }
+static inline double hi_clamp(double v, double hi) { return select_bits(v > hi, hi, v); }
 
 #define HORNER(P, v, out) do { \
     double acc_ = (P)[0]; \
@@ -255,14 +305,16 @@ static inline double expm1_core(double y)
  * log(m) = s LOG_P(s^2), s = (m - 1) / (m + 1) (m - 1 is exact). */
 static inline double log_core(double y)
 {
-    uint64_t b = bits64(y);
-    /* the biased exponent as a double, without an int64 conversion (none
-     * in AVX2): 2^52 + e is exact in the low bits of 0x433... */
-    double e = from_bits64(0x4330000000000000ull | (b >> 52)) - (0x1p52 + 1023.0);
-    double m = from_bits64((b & 0x000fffffffffffffull) | 0x3ff0000000000000ull);
-    int big = m > SQRT2;
-    m = big ? 0.5 * m : m;
-    e = big ? e + 1.0 : e;
+    /* From sqrt(1/2) 2^e to sqrt(2) 2^e the bits of y run over 2^52
+     * patterns from bits64(sqrt(1/2)) + e 2^52: t's top 12 bits are e +
+     * 1024 (the offset 2^62 keeps t positive), its low 52 bits m's bits
+     * above those of sqrt(1/2). e as a double without an int64 conversion
+     * (none in AVX2): 2^52 + (e + 1024) is exact in the low bits of
+     * 0x433... No compare and no selects: 6 operations where splitting y at
+     * its own exponent and moving m > sqrt(2) down took 8. */
+    uint64_t t = bits64(y) + ((1ull << 62) - SQRT1_2_BITS);
+    double e = from_bits64(0x4330000000000000ull | (t >> 52)) - (0x1p52 + 1024.0);
+    double m = from_bits64((t & 0x000fffffffffffffull) + SQRT1_2_BITS);
     double s = (m - 1.0) / (m + 1.0), p;
     HORNER(LOG_P, s * s, p);
     return fma(e, LN2_HI, fma(s, p, e * LN2_LO));
@@ -275,13 +327,6 @@ static inline double log_core(double y)
     HORNER(Q, fma(2.0 / (2.0 + (a)), SCALE, OFFSET), q_); \
     (out) = exp_core(-((a) * (a))) * q_; } while (0)
 
-static inline int finite32(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return (u & 0x7fffffffu) < 0x7f800000u;
-}
-
 static inline double erf_d(float xf)
 {
     double x = xf, a = fabs(x), p;
@@ -290,8 +335,7 @@ static inline double erf_d(float xf)
     double c = hi_clamp(a, 4.0), e;
     ERFC_BIG(c, ERF_Q, ERF_Q_SCALE, ERF_Q_OFFSET, e);
     double big = copysign(1.0 - e, x);
-    double y = a < 0.5 ? small : big;
-    return finite32(xf) ? y : NAN;
+    return select_bits(a >= 0.5, big, small);   /* NaN: small, NaN */
 }
 
 static inline double erfc_d(float xf)
@@ -301,11 +345,10 @@ static inline double erfc_d(float xf)
     double small = 1.0 - x * p;
     double c = hi_clamp(lo_clamp(a, 0.5), 10.5), e;
     ERFC_BIG(c, ERFC_Q, ERFC_Q_SCALE, ERFC_Q_OFFSET, e);
-    double big = x > 0 ? e : 2.0 - e;
-    /* beyond 10.5 erfc is below 2^-160: +0 in float32 */
-    big = x > 10.5 ? 0.0 : big;
-    double y = a < 0.5 ? small : big;
-    return finite32(xf) ? y : NAN;
+    /* beyond 10.5 erfc is below 2^-160: +0 in float32, as is e at the
+     * clamp (2^-164) */
+    double big = select_bits(x > 0, e, 2.0 - e);
+    return select_bits(a >= 0.5, big, small);   /* NaN: small, NaN */
 }
 
 static inline double tanh_d(float xf)
@@ -315,17 +358,15 @@ static inline double tanh_d(float xf)
      * a: one formula, no small-argument series); tanh(10) rounds to 1 in
      * float32. copysign keeps tanh(-0) = -0. */
     double m = expm1_core(2.0 * hi_clamp(fabs(x), 10.0));
-    double y = copysign(m / (m + 2.0), x);
-    return finite32(xf) ? y : NAN;
+    return copysign(m / (m + 2.0), x);
 }
 
 static inline double logistic_d(float xf)
 {
     double x = xf;
     /* |x| > 120: the result rounds to 1 or to +0, as at the clamp */
-    double c = fabs(x) < 120.0 ? x : copysign(120.0, x);
-    double y = 1.0 / (1.0 + exp_core(-c));
-    return finite32(xf) ? y : NAN;
+    double c = fabs(x) > 120.0 ? copysign(120.0, x) : x;
+    return 1.0 / (1.0 + exp_core(-c));
 }
 
 
@@ -336,12 +377,12 @@ static inline double erfinv_d(float xf)
     double x = xf;
     double y = (1.0 - x) * (1.0 + x);
     int inside = fabs(x) < 1.0;
-    double w = -log_core(inside ? y : 0.5), pw, pv;
+    double w = -log_core(select_bits(inside, y, 0.5)), pw, pv;
     HORNER(ERFINV_W, fma(w, ERFINV_W_SCALE, ERFINV_W_OFFSET), pw);
     double v = sqrt(w);
     HORNER(ERFINV_V, fma(v, ERFINV_V_SCALE, ERFINV_V_OFFSET), pv);
-    double r = x * (w < 6.25 ? pw : pv);
-    return inside ? r : NAN;
+    double r = x * select_bits(w < 6.25, pw, pv);
+    return nan_where(-(uint64_t)!inside, r);
 }
 
 /* exp(x): beyond |x| = 110 the float32 result is +inf or rounds to +0
@@ -350,8 +391,7 @@ static inline double erfinv_d(float xf)
 static inline double exp_d(float xf)
 {
     double x = xf;
-    double y = exp_core(fabs(x) < 110.0 ? x : copysign(110.0, x));
-    return finite32(xf) ? y : NAN;
+    return exp_core(fabs(x) > 110.0 ? copysign(110.0, x) : x);
 }
 
 /* e^x - 1: beyond |x| = 110 the float32 result is +inf or -1, as at the
@@ -359,9 +399,8 @@ static inline double exp_d(float xf)
 static inline double expm1_d(float xf)
 {
     double x = xf;
-    double y = expm1_core(fabs(x) < 110.0 ? x : copysign(110.0, x));
-    y = copysign(y, x);   /* expm1(x) has the sign of x: keeps -0 */
-    return finite32(xf) ? y : NAN;
+    double y = expm1_core(fabs(x) > 110.0 ? copysign(110.0, x) : x);
+    return copysign(y, x);   /* expm1(x) has the sign of x: keeps -0 */
 }
 
 /* log(1 + x) for finite x > -1: u = 1 + x rounded, log(u) + c / u with c
@@ -374,7 +413,7 @@ static inline double log1p_d(float xf)
     double y = log_core(from_bits64((bits64(u) & mask) | (bits64(1.0) & ~mask)));
     y += (x - (u - 1.0)) / u;
     y = copysign(y, x);   /* log1p(x) has the sign of x: keeps -0 (a select does not vectorize) */
-    return inside ? y : NAN;
+    return nan_where(~mask, y);
 }
 
 /* log(x) for finite x > 0 (float32 subnormals are normal doubles); 0,
@@ -386,7 +425,7 @@ static inline double log_d(float xf)
      * (measured: 5x slower) */
     uint64_t inside = (x > 0.0) & (x <= FLT_MAX), mask = -inside;
     double y = log_core(from_bits64((bits64(x) & mask) | (bits64(1.0) & ~mask)));
-    return inside ? y : NAN;
+    return nan_where(~mask, y);
 }
 
 /* sin and cos: x = k pi/2 + r, |r| <= pi/4 (+ 2^-30). For |x| < TRIG_MAX,
@@ -400,7 +439,7 @@ static inline double log_d(float xf)
 #define TRIG_REDUCE(xf, r, q) \
     double x_ = (xf); \
     int ok_ = fabs(x_) < TRIG_MAX; \
-    x_ = ok_ ? x_ : 0.0; \
+    x_ = select_bits(ok_, x_, 0.0); \
     double kd_ = fma(x_, TWO_OVER_PI, SHIFTER); \
     uint64_t q = bits64(kd_) & 3; \
     kd_ -= SHIFTER; \
@@ -432,10 +471,10 @@ static inline double sin_d(float xf)
     TRIG_REDUCE(xf, r, q);
     double z = r * r, s = sin_r(r, z), c = cos_r(z);
     /* sin(x): s, c, -s, -c for k = 0, 1, 2, 3 (mod 4) */
-    double y = negate_if(q & 1 ? c : s, q >> 1);
+    double y = negate_if(select_mask(-(q & 1), c, s), q >> 1);
     /* sin(-0) = -0: the reduction's last step turns x = -0 into r = +0 */
-    y = x_ == 0.0 ? x_ : y;
-    return ok_ ? y : NAN;
+    y = select_bits(x_ == 0.0, x_, y);
+    return nan_where(-(uint64_t)!ok_, y);
 }
 
 static inline double cos_d(float xf)
@@ -443,18 +482,17 @@ static inline double cos_d(float xf)
     TRIG_REDUCE(xf, r, q);
     double z = r * r, s = sin_r(r, z), c = cos_r(z);
     /* cos(x): c, -s, -c, s for k = 0, 1, 2, 3 (mod 4) */
-    double y = negate_if(q & 1 ? s : c, ((q + 1) >> 1) & 1);
-    return ok_ ? y : NAN;
+    double y = negate_if(select_mask(-(q & 1), s, c), ((q + 1) >> 1) & 1);
+    return nan_where(-(uint64_t)!ok_, y);
 }
 
 /* Top bit set when float64 y may round to float32 differently from the
  * exact path's float64 value: normal float32 results whose 29 dropped bits
  * lie within GUARD of the halfway pattern 2^28; every subnormal one (below
  * 2^-126, at least 2^-151: smaller ones round to +-0 whatever the error);
- * NaN (a non-finite input). Integer subtractions whose sign bit is the
- * answer, OR-ed together: no compares, masks or conversions, which cost
- * the flag pass a third of tanh's loop (the compare masks and their
- * conversion back to vectors queue on one port). */
+ * NaN (a NaN input, or one outside the kernel's domain). Integer
+ * subtractions whose sign bit is the answer: the per-element test of the
+ * rescan. */
 #define B151 0x3680000000000000ull   /* bits64(0x1p-151) */
 #define B126 0x3810000000000000ull   /* bits64(0x1p-126) */
 #define INF64 0x7ff0000000000000ull
@@ -470,7 +508,16 @@ static inline uint64_t flag_bits(double y)
 
 /* A block is computed into buf, then rounded (two vectorized loops: one
  * does not if-convert); the rare block with an element to flag is scanned
- * again for its indices. */
+ * again for its indices (flag_bits). The rounding loop's test is three
+ * unsigned min/max reductions over the block, on 32-bit halves of the
+ * float64 bits (16 lanes to a 512-bit vector; the thresholds are whole
+ * exponents, so the high half suffices for the range tests, and the low
+ * half holds the 29 dropped bits): min of the dropped bits' distance past
+ * 2^28 - GUARD (below 2 GUARD: a near-tie), min of |y|'s high half minus
+ * 2^-151's (below the span to 2^-126: subnormal), max of |y|'s high half
+ * (at least +inf's: NaN). Three operations and a reduction each, no
+ * compare masks (whose conversion back to vectors queues on one port);
+ * 5-12% faster than OR-ing flag_bits over the block. */
 #define DEFINE_LOOP(NAME, FN) \
 FM_CLONES static Py_ssize_t NAME(const float *x, float *out, int64_t *idx, Py_ssize_t n) \
 { \
@@ -480,14 +527,20 @@ FM_CLONES static Py_ssize_t NAME(const float *x, float *out, int64_t *idx, Py_ss
         Py_ssize_t m = n - start < BLOCK ? n - start : BLOCK; \
         const float *xs = x + start; \
         float *os = out + start; \
-        uint64_t any = 0; \
+        uint32_t near = UINT32_MAX, sub = UINT32_MAX, top = 0; \
         for (Py_ssize_t i = 0; i < m; i++) \
             buf[i] = FN(xs[i]); \
         for (Py_ssize_t i = 0; i < m; i++) { \
             os[i] = (float)buf[i]; \
-            any |= flag_bits(buf[i]); \
+            uint64_t b_ = bits64(buf[i]); \
+            uint32_t lo = (uint32_t)b_, hi = (uint32_t)(b_ >> 32) & 0x7fffffffu; \
+            uint32_t a = (lo - ((1u << 28) - GUARD)) & ((1u << 29) - 1); \
+            uint32_t t = hi - (uint32_t)(B151 >> 32); \
+            near = a < near ? a : near; \
+            sub = t < sub ? t : sub; \
+            top = hi > top ? hi : top; \
         } \
-        if (any >> 63) { \
+        if (near < 2 * GUARD || sub < (uint32_t)((B126 - B151) >> 32) || top >= (uint32_t)(INF64 >> 32)) { \
             for (Py_ssize_t i = 0; i < m; i++) \
                 if (flag_bits(buf[i]) >> 63) idx[nflag++] = start + i; \
         } \
