@@ -48,6 +48,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "_buffers.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -480,12 +481,6 @@ static void run_blocks(Run *r)
     }
 }
 
-static int overlaps(const Py_buffer *a, const Py_buffer *b)
-{
-    const char *x = a->buf, *y = b->buf;
-    return a->len && b->len && x < y + b->len && y < x + a->len;
-}
-
 /* Gets the buffers of seq (writable ones for outputs); -1 with an exception. */
 static int get_buffers(PyObject *seq, Py_buffer *bufs, Py_ssize_t count, int writable,
                        const char *what)
@@ -527,9 +522,9 @@ static int check_buffers(const Program *p, Py_buffer *ins, Py_buffer *outs, Py_s
     }
     for (Py_ssize_t k = 0; k < p->n_outputs; k++) {
         for (Py_ssize_t j = 0; j < p->n_inputs; j++)
-            if (overlaps(&outs[k], &ins[j])) goto overlap;
+            if (buffers_overlap(&outs[k], &ins[j])) goto overlap;
         for (Py_ssize_t j = 0; j < k; j++)
-            if (overlaps(&outs[k], &outs[j])) goto overlap;
+            if (buffers_overlap(&outs[k], &outs[j])) goto overlap;
     }
     return 0;
 overlap:

@@ -65,6 +65,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "_buffers.h"
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -562,22 +563,6 @@ DEFINE_LOOP(log1p_loop, log1p_d)
 
 typedef Py_ssize_t (*loop_fn)(const float *, float *, int64_t *, Py_ssize_t);
 
-/* 1 when the buffer's format is the native type with code `code`. */
-static int format_is(const Py_buffer *v, char code)
-{
-    const char *f = v->format ? v->format : "B";
-    if (*f == '@' || *f == '=')
-        f++;
-#if PY_LITTLE_ENDIAN
-    else if (*f == '<')
-        f++;
-#else
-    else if (*f == '>' || *f == '!')
-        f++;
-#endif
-    return f[0] == code && f[1] == '\0';
-}
-
 static PyObject *run(PyObject *args, const char *name, loop_fn loop)
 {
     PyObject *ox, *oout, *oidx;
@@ -598,9 +583,10 @@ static PyObject *run(PyObject *args, const char *name, loop_fn loop)
     PyObject *res = NULL;
     Py_ssize_t n = bx.len / 4;
     const char *xb = bx.buf, *ob = bo.buf;
-    if (bx.itemsize != 4 || !format_is(&bx, 'f') || bo.itemsize != 4 || !format_is(&bo, 'f')) {
+    if (bx.itemsize != 4 || !buffer_format_is(&bx, 'f') || bo.itemsize != 4
+        || !buffer_format_is(&bo, 'f')) {
         PyErr_Format(PyExc_TypeError, "_fastmath.%s: x and out must be float32 buffers", name);
-    } else if (bi.itemsize != 8 || !(format_is(&bi, 'q') || format_is(&bi, 'l'))) {
+    } else if (bi.itemsize != 8 || !(buffer_format_is(&bi, 'q') || buffer_format_is(&bi, 'l'))) {
         PyErr_Format(PyExc_TypeError, "_fastmath.%s: idx must be an int64 buffer", name);
     } else if (bo.len != bx.len || bi.len / 8 < n) {
         PyErr_Format(PyExc_ValueError,

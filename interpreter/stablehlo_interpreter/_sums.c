@@ -66,6 +66,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "_buffers.h"
 #include <math.h>
 #include <string.h>
 
@@ -202,22 +203,6 @@ static int scan_loop(const float *restrict x, Py_ssize_t lead, Py_ssize_t n, Py_
 EXTREMA_LOOP(row_max_loop, GREATER, -HUGE_VALF)
 EXTREMA_LOOP(row_min_loop, LESS, HUGE_VALF)
 
-/* The buffer's struct format is the one-letter code (native order). */
-static int format_is(const Py_buffer *b, char code)
-{
-    const char *f = b->format ? b->format : "B";
-    if (*f == '@' || *f == '=')
-        f++;
-#if PY_LITTLE_ENDIAN
-    else if (*f == '<')
-        f++;
-#else
-    else if (*f == '>' || *f == '!')
-        f++;
-#endif
-    return f[0] == code && f[1] == '\0';
-}
-
 typedef void (*sum_fn)(const float *, Py_ssize_t, Py_ssize_t, double *);
 
 /* Parses (x, rows, n, out), checks the buffers (out_len(rows, n) float64
@@ -243,9 +228,9 @@ static PyObject *run(PyObject *args, const char *name, sum_fn loop,
     PyObject *res = NULL;
     Py_ssize_t want = out_len(rows, n);
     const char *xb = bx.buf, *ob = bo.buf;
-    if (bx.itemsize != 4 || !format_is(&bx, 'f')) {
+    if (bx.itemsize != 4 || !buffer_format_is(&bx, 'f')) {
         PyErr_Format(PyExc_TypeError, "_sums.%s: x must be a float32 buffer", name);
-    } else if (bo.itemsize != 8 || !format_is(&bo, 'd')) {
+    } else if (bo.itemsize != 8 || !buffer_format_is(&bo, 'd')) {
         PyErr_Format(PyExc_TypeError, "_sums.%s: out must be a float64 buffer", name);
     } else if (bx.len / 4 != rows * n || bo.len / 8 != want) {
         PyErr_Format(PyExc_ValueError,
@@ -273,7 +258,7 @@ static int get_buffer(PyObject *obj, Py_buffer *b, char code, Py_ssize_t size, i
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, b, flags) < 0)
         return -1;
-    if (b->itemsize != size || !format_is(b, code)) {
+    if (b->itemsize != size || !buffer_format_is(b, code)) {
         PyErr_Format(PyExc_TypeError, "_sums.%s: %s must be a %s buffer", name, arg, type);
     } else if (b->len / size != want) {
         PyErr_Format(PyExc_ValueError, "_sums.%s: %s has %zd elements (want %zd)", name, arg,
@@ -283,12 +268,6 @@ static int get_buffer(PyObject *obj, Py_buffer *b, char code, Py_ssize_t size, i
     }
     PyBuffer_Release(b);
     return -1;
-}
-
-static int overlap(const Py_buffer *a, const Py_buffer *b)
-{
-    const char *pa = a->buf, *pb = b->buf;
-    return pa < pb + b->len && pb < pa + a->len;
 }
 
 static PyObject *scan_f32(PyObject *self, PyObject *args)
@@ -315,7 +294,7 @@ static PyObject *scan_f32(PyObject *self, PyObject *args)
     }
     PyObject *res = NULL;
     double *acc = NULL;
-    if (size && overlap(&bx, &bo)) {
+    if (size && buffers_overlap(&bx, &bo)) {
         PyErr_SetString(PyExc_ValueError, "_sums.scan_f32: out overlaps x");
     } else if (size && (acc = PyMem_Malloc((size_t)inner * sizeof(double))) == NULL) {
         PyErr_NoMemory();
@@ -359,7 +338,8 @@ static PyObject *run_extrema(PyObject *args, const char *name, extrema_fn loop)
         return NULL;
     }
     PyObject *res = NULL;
-    if (rows && (overlap(&bx, &bo) || overlap(&bx, &bn) || overlap(&bo, &bn))) {
+    if (rows && (buffers_overlap(&bx, &bo) || buffers_overlap(&bx, &bn)
+                 || buffers_overlap(&bo, &bn))) {
         PyErr_Format(PyExc_ValueError, "_sums.%s: x, out and nan overlap", name);
     } else {
         Py_ssize_t bad;
