@@ -246,6 +246,20 @@ def _window_and_conv_cases(add, quick):
             scale=lambda a: _conv_data_grad(*(np.abs(_wide(v)) for v in a)),
             strict=c_in < c_out, note="" if c_in < c_out else note_f32)
 
+    def conv_nhwc(x, w):
+        return lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def nhwc_truth(x, w):
+        return np.moveaxis(_conv_nchw(np.moveaxis(x, -1, 1), np.transpose(w, (3, 2, 0, 1))), 1, -1)
+
+    # The channels-last im2col product in blocks shared with helper threads
+    # (the cliff sweep's conv2d row).
+    add(f"conv NHWC ({nb},32,32,16) * HWIO (3,3,16,32)", "f32",
+        lambda a: conv_nhwc(*a), lambda: normal((nb, 32, 32, 16), (3, 3, 16, 32), seed=3),
+        lambda a: nhwc_truth(*map(_wide, a)),
+        scale=lambda a: nhwc_truth(*(np.abs(_wide(v)) for v in a)))
+
 
 def _rel_error(got, truth, scale=None):
     got = _wide(np.asarray(got))

@@ -342,3 +342,75 @@ def test_convolution_dilated_lhs_is_correctly_rounded():
             exact += Fraction(float(lhs[0, c, qy // 2, qx // 2])) * \
                 Fraction(float(rhs[o, c, i, 2 - j]))  # reversed along the last axis
         assert _is_nearest_f32(got[0, o, y, x], exact), (o, y, x)
+
+
+# --------------------------------------------------------------------------
+# The channels-last im2col product in blocks of images or output lines, one
+# product per kernel row (ops/convolution.py _blocked_im2col, _row_products).
+
+
+def _nhwc_attrs(ns, strides, G=1, B=1):
+    sp = list(range(1, ns + 1))
+    return {"dimension_numbers": dict(
+        input_batch_dimension=0, input_feature_dimension=ns + 1, input_spatial_dimensions=sp,
+        kernel_input_feature_dimension=ns, kernel_output_feature_dimension=ns + 1,
+        kernel_spatial_dimensions=list(range(ns)),
+        output_batch_dimension=0, output_feature_dimension=ns + 1, output_spatial_dimensions=sp),
+        "window_strides": list(strides), "feature_group_count": G, "batch_group_count": B}
+
+
+@pytest.mark.parametrize("S,K,C,O,strides,G,B", [
+    ((9, 7), (3, 3), 8, 5, (1, 1), 1, 1),     # NHWC 3x3, lines split over blocks
+    ((9, 7), (3, 2), 8, 6, (2, 1), 2, 1),     # feature groups, a stride
+    ((11,), (5,), 12, 10, (1,), 1, 2),        # 1-D, batch groups
+    ((5, 4, 6), (2, 3, 2), 6, 3, (1, 2, 1), 1, 1),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+@pytest.mark.parametrize("blocks", ["lines", "images"])
+def test_blocked_im2col_and_reference(monkeypatch, S, K, C, O, strides, G, B, dtype, blocks):
+    """Blocks of lines and of whole images: the one-block result within
+    rounding, and the spec's value."""
+    from stablehlo_interpreter.ops import convolution as conv_mod
+    rng = np.random.default_rng(7)
+    N = 4 * B
+    x = rng.standard_normal((N,) + S + (C,)).astype(np.float32)
+    w = rng.standard_normal(K + (C // G, O)).astype(np.float32)
+    if dtype == np.complex64:
+        x = (x + 1j * rng.standard_normal(x.shape)).astype(dtype)
+        w = (w + 1j * rng.standard_normal(w.shape)).astype(dtype)
+    pad = np.array([[1, 0]] * len(S))
+    attrs = _nhwc_attrs(len(S), strides, G, B)
+    monkeypatch.setattr(conv_mod, "_SHORT_DOT", 0)    # the work type's product, blocked
+    plan = conv_mod._im2col_blocks
+    seen = []
+    monkeypatch.setattr(conv_mod, "_im2col_blocks",
+                        lambda *a: seen.append((a, plan(*a))) or seen[-1][1])
+    fn = conv_mod.make_convolution(attrs, np.dtype(dtype))
+    monkeypatch.setattr(conv_mod, "_IM2COL_BLOCK", 1 << 30)
+    one = fn(x, w, pad)        # one block: one im2col, one product
+    (Nb, out_sp, per_line), only = seen.pop()
+    assert only == [(0, Nb, 0, out_sp[0])]
+    if blocks == "lines":      # less than a line's windows: one line of one image a block
+        monkeypatch.setattr(conv_mod, "_IM2COL_BLOCK", 2 * K[-1] * C)
+    else:                      # two whole images a block
+        monkeypatch.setattr(conv_mod, "_IM2COL_BLOCK", 2 * out_sp[0] * per_line)
+    shared = fn(x, w, pad)
+    (_, split), = seen
+    assert len(split) > 1
+    if blocks == "lines":
+        assert all(n1 == n0 + 1 for n0, n1, _, _ in split)
+        assert any(a1 - a0 < out_sp[0] for _, _, a0, a1 in split)
+    else:
+        assert all(n1 - n0 == 2 and a1 - a0 == out_sp[0] for n0, n1, a0, a1 in split)
+    assert shared.dtype == dtype and shared.shape == one.shape
+    np.testing.assert_allclose(shared, one, rtol=0, atol=1e-5 * np.abs(one).max())
+    # The spec's definition in float64 / complex128 (canonical layouts).
+    lhs = np.moveaxis(x, -1, 1).astype(np.complex128)
+    rhs = np.moveaxis(np.moveaxis(w, -1, 0), -1, 1).astype(np.complex128)
+    want = conv_ref(lhs, rhs, strides, pad.tolist(), (1,) * len(S), (1,) * len(S),
+                    (False,) * len(S), G, B, np.dtype(np.complex128))
+    want = np.moveaxis(want, 1, -1)
+    if dtype == np.float32:
+        want = want.real
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(shared, want, rtol=0, atol=1e-5 * scale)

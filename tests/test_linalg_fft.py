@@ -461,3 +461,20 @@ def test_batch_norm_chunked_statistics_and_normalization(shape, fi, dt, et):
     want_inf = (x64 - m_in) / np.sqrt(v_in + eps) * s.astype(np.float64).reshape(bshape) \
         + o.astype(np.float64).reshape(bshape)
     np.testing.assert_array_equal(inf, round_f64(want_inf, np.dtype(dt)))
+
+
+def test_swaps_to_permutation_laswp_matches_the_sequential_swaps():
+    """getrf's row swaps -> permutation by one ?laswp per matrix (the
+    Python loop where ?laswp cannot take them: none, or more than rows)."""
+    from stablehlo_interpreter.ops import linalg_custom_calls as lcc
+    rng = np.random.default_rng(3)
+    for m, k in [(1, 1), (5, 2), (64, 64), (100, 37), (4, 0)]:
+        piv = np.array([[rng.integers(i, m) for i in range(k)] for _ in range(3)],
+                       dtype=np.int32).reshape(3, k)
+        got = lcc._swaps_to_permutation(piv, m)
+        assert got.dtype == np.int64
+        for row, p in zip(got, piv):
+            assert row.tolist() == lcc._swapped(p.tolist(), m)
+        assert lcc._swaps_to_permutation(piv[0], m).tolist() == got[0].tolist()
+    with pytest.raises(IndexError):
+        lcc._swaps_to_permutation(np.zeros(3, np.int32), 2)

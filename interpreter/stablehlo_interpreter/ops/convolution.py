@@ -13,6 +13,11 @@ products become matrix products (BLAS for floats, one BLAS thread below
   NCHW-like ones, so that the copy reads contiguous runs and the kernel
   times it is the NCHW result, or rows ``(out..., N)`` x ``(C, K...)`` when
   the kernel is wider than the output (weight gradients: a few outputs).
+  The channels-last product (below ``blas.SMALL_GEMM_MACS``) runs in blocks
+  of whole images or output lines on one BLAS thread: each block's windows
+  are copied into a matrix that stays in cache and multiplied into its rows
+  of the result (``_blocked_im2col``; the same k-term dot products as one
+  large matmul).
 * **per kernel position** (fewer output than input features, e.g. the
   input gradient of a layer with few channels): one matmul of the whole
   padded lhs with the kernel's K positions side by side (contracting over
@@ -30,7 +35,10 @@ float64 (complex128), where products of f32 values are exact, and rounded
 once: the correctly rounded value but under extreme cancellation. Longer
 ones accumulate in the work type (narrow floats in f32) with the
 contraction in XLA's (K..., C) order, the same sums as XLA CPU's kernels on
-the layers measured, except that: the per-position form adds its K partial
+the NCHW layers measured, except that: a channels-last contraction of at
+most ``_ROW_SPLIT_MAX`` terms is one product per kernel row, the rows'
+sums added in order (more accurate than XLA CPU on the NHWC layers
+measured, where one product was less); the per-position form adds its K partial
 sums in float64; contractions over more than ``2 * _DOT_CHUNK`` terms (a
 weight gradient's sum over batch x image) are cut into chunks whose f32
 sums are added in float64. On a CNN step's layers every form is at least as
@@ -48,6 +56,17 @@ from . import spec_kernels as _spec
 
 # im2col is materialised when it has at most this many elements.
 _IM2COL_LIMIT = 1 << 24
+# A channels-last contraction of at most this many terms (k = K... x Cg) is
+# computed as one f32 product per kernel row (the first kernel dimension),
+# added in order: NHWC 3x3 layers of 8-32 channels measured more accurate
+# than XLA CPU so (max error relative to |x||w| over 1-8M outputs: k=144
+# 1.43e-7, XLA 1.57e-7, one product 2.71e-7; k=288 1.29e-7 / 2.31e-7 /
+# 3.06e-7), at the cost of one product (k=144); from 576 terms one product
+# already measured more accurate than XLA CPU (OpenBLAS blocks the sum).
+_ROW_SPLIT_MAX = 384
+# The channels-last im2col product runs in blocks of about this many
+# elements of the window matrix (512 KiB of float32: in L2 while BLAS reads it).
+_IM2COL_BLOCK = 1 << 17
 # Dot products up to this length are computed in float64 / complex128.
 _SHORT_DOT = 32
 # Contractions longer than 2 * _DOT_CHUNK terms are computed in chunks of
@@ -137,6 +156,74 @@ def _matmul(a, b):
             acc = part.astype(_wide(part.dtype))
         else:
             np.add(acc, part, out=acc)
+    return acc
+
+
+def _chunked(calc, k):
+    """Whether :func:`_matmul` cuts a contraction of ``k`` terms into chunks."""
+    return calc in (np.float32, np.complex64) and k > 2 * _DOT_CHUNK
+
+
+def _row_products(cols, Rm, out, parts):
+    """``out[...] = cols @ Rm`` as ``parts`` products over consecutive equal
+    ranges of the k terms (the kernel's rows: see _ROW_SPLIT_MAX), added in
+    order in the work type; ``parts`` 1: one product."""
+    if parts <= 1:
+        return np.matmul(cols, Rm, out=out)
+    step = cols.shape[-1] // parts
+    np.matmul(cols[..., :step], Rm[..., :step, :], out=out)
+    tmp = np.empty_like(out)
+    for a in range(step, cols.shape[-1], step):
+        np.matmul(cols[..., a:a + step], Rm[..., a:a + step, :], out=tmp)
+        np.add(out, tmp, out=out)
+    return out
+
+
+def _im2col_blocks(Nb, out_sp, per_line):
+    """Blocks ``(n0, n1, a0, a1)`` of the channels-last im2col product:
+    images n0:n1, lines a0:a1 of out_sp[0] (whole images, several to a
+    block, where one has at most _IM2COL_BLOCK window elements, else lines
+    of one image); ``per_line``: window elements of one output line."""
+    lines = out_sp[0]
+    per_image = lines * per_line
+    if per_image <= _IM2COL_BLOCK:
+        step = max(1, _IM2COL_BLOCK // max(1, per_image))
+        return [(n, min(n + step, Nb), 0, lines) for n in range(0, Nb, step)]
+    parts = -(-per_image // _IM2COL_BLOCK)
+    step = -(-lines // parts)
+    return [(n, n + 1, a, min(a + step, lines)) for n in range(Nb)
+            for a in range(0, lines, step)]
+
+
+def _blocked_im2col(win, Rm, lead, out_sp, k, parts):
+    """The channels-last im2col product ``win @ Rm`` by blocks of
+    :func:`_im2col_blocks`: ``win`` (B, G, Nb, out..., K..., Cg), the
+    windows (a strided view), ``Rm`` (B, G, k, Og). Each block copies its
+    windows into a matrix that stays in cache and multiplies it into its
+    rows of the result, (B, G, Nb * prod(out), Og), on one BLAS thread.
+    The contraction of every output element is the same k-term product as
+    in one large matmul (``parts``: :func:`_row_products`). Sharing the
+    blocks with the pool's helper threads measured slower on the shared
+    2-core machine (XLA CPU runs this convolution on one thread too)."""
+    B, G, Nb = lead
+    Og = Rm.shape[-1]
+    line = int(np.prod(out_sp[1:], dtype=np.int64))   # rows per line of out_sp[0]
+    blocks = _im2col_blocks(Nb, out_sp, B * G * line * k)
+    nout = out_sp[0] * line
+    acc = np.empty((B, G, Nb * nout, Og), dtype=Rm.dtype)
+    macs = B * G * Nb * nout * k * Og
+    if len(blocks) == 1:
+        cols = np.ascontiguousarray(win).reshape(B, G, Nb * nout, k)
+        return _blas.small_product(_row_products, cols, Rm, acc, parts, macs=macs)
+
+    def run():
+        for n0, n1, a0, a1 in blocks:
+            # Whole images, or whole lines of one: one range of result rows.
+            r0, r1 = n0 * nout + a0 * line, (n1 - 1) * nout + a1 * line
+            cols = np.ascontiguousarray(win[:, :, n0:n1, a0:a1]).reshape(B, G, r1 - r0, k)
+            _row_products(cols, Rm, acc[:, :, r0:r1], parts)
+
+    _blas.small_product(run, macs=macs)
     return acc
 
 
@@ -300,12 +387,31 @@ class _Conv:
             + (slice(None),) + tuple(slice(None, None, d) for d in self.rhs_dil)
         win = win[sel]  # (B, G, Nb, out..., Cg, K...)
         order = tuple(range(3 + self.ns)) + tuple(range(4 + self.ns, 4 + 2 * self.ns)) + (3 + self.ns,)
-        cols = np.ascontiguousarray(win.transpose(order)).reshape(self.B, self.G, Nb * nout, ksize * Cg)
+        win = win.transpose(order)  # (B, G, Nb, out..., K..., Cg): a view
         # kernel (B, G, Og, Cg, K...) -> (B, G, K..., Cg, Og)
         R = rhs.reshape((self.B, self.G, Og, Cg) + tuple(K))
         korder = (0, 1) + tuple(range(4, 4 + self.ns)) + (3, 2)
         Rm = np.ascontiguousarray(R.transpose(korder), dtype=calc).reshape(self.B, self.G, ksize * Cg, Og)
-        acc = _matmul(cols, Rm).reshape((self.B, self.G, Nb) + tuple(out_sp) + (Og,))
+        k = ksize * Cg
+        # (float64 short dots are exact products rounded once: no split)
+        parts = K[0] if self.ns and calc in (np.float32, np.complex64) and k <= _ROW_SPLIT_MAX \
+            else 1
+        if self.ns and calc.kind in "fc" and not _chunked(calc, k) \
+                and self.B * self.G * Nb * nout * k * Og < _blas.SMALL_GEMM_MACS:
+            # (Larger products keep BLAS's own threads: blas.py.)
+            acc = _blocked_im2col(win, Rm, (self.B, self.G, Nb), out_sp, k, parts)
+        else:
+            cols = np.ascontiguousarray(win).reshape(self.B, self.G, Nb * nout, k)
+            if parts > 1:
+                out = np.empty(cols.shape[:-1] + (Og,), calc)
+                macs = self.B * self.G * Nb * nout * k * Og
+                if macs < _blas.SMALL_GEMM_MACS:   # (one BLAS thread, as _gemm)
+                    acc = _blas.small_product(_row_products, cols, Rm, out, parts, macs=macs)
+                else:
+                    acc = _row_products(cols, Rm, out, parts)
+            else:
+                acc = _matmul(cols, Rm)
+        acc = acc.reshape((self.B, self.G, Nb) + tuple(out_sp) + (Og,))
         # -> (Nb, B, G, Og, out...)
         acc = np.moveaxis(acc, 3 + self.ns, 3)
         acc = acc.transpose((2, 0, 1) + tuple(range(3, 4 + self.ns)))
