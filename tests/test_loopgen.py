@@ -19,7 +19,7 @@ import itertools
 import ml_dtypes
 import numpy as np
 import pytest
-from testkit import DONATION_SCAN, count_donations, rotate_round
+from testkit import DONATION_SCAN, count_donations, loop_states, rotate_round
 
 import stablehlo_interpreter as shi
 import stablehlo_interpreter.compiler as compiler
@@ -309,7 +309,7 @@ def test_bitcast_in_a_loop_keeps_every_bit(f, i):
         program.run(xs)
     finally:
         loopgen.GENERATE_AFTER = saved
-    source, = [state.source for state in _loop_states(program)]
+    source, = [state.source for state in loop_states(program)]
     assert "_bb" in source, source   # the scalar form ran, not the kernel
 
 
@@ -456,20 +456,9 @@ def _run_both(text, args, after=(0, 5)):
     return want
 
 
-def _loop_states(program):
-    """The LoopState of each top-level while op of ``program`` (held by the
-    while kernel, inside the plan's step wrapper)."""
-    for f in program.functions.values():
-        for step in f.block.steps:
-            for cell in (step.fn.__closure__ or ()):
-                for c in (getattr(cell.cell_contents, "__closure__", None) or ()):
-                    if isinstance(c.cell_contents, loopgen.LoopState):
-                        yield c.cell_contents
-
-
 def _generated(program):
     """Some while op of ``program`` has a compiled loop."""
-    return any(state.compiled is not None for state in _loop_states(program))
+    return any(state.compiled is not None for state in loop_states(program))
 
 
 def _zero(e):
@@ -820,7 +809,7 @@ def test_invariant_ops_run_once_before_the_loop(n, s, monkeypatch):
     monkeypatch.setattr(loopgen, "GENERATE_AFTER", 0)
     program = shi.compile(HOIST_LOOP)
     program.run(*args)
-    state, = _loop_states(program)
+    state, = loop_states(program)
     lines = state.source.splitlines()[1:]
     head = next(i for i, line in enumerate(lines) if line.strip() == "while True:")
     ops = state.compiled.line_ops
@@ -1166,7 +1155,7 @@ def test_values_of_other_shapes_run_on_the_plan(generate_now):
     args = [rng.standard_normal((10, 4)).astype(np.float32),
             rng.standard_normal((4, 4)).astype(np.float32), np.zeros(4, np.float32)]
     program.run(*args)
-    state = next(_loop_states(program))
+    state = next(loop_states(program))
     vals = [np.int32(0), np.zeros(5, np.float32), np.zeros((10, 4), np.float32),
             np.zeros(10, np.float32)]
     vals = [np.asarray(v) for v in vals]
@@ -1294,7 +1283,7 @@ def test_fused_chains_in_a_loop_stay_fused(called, monkeypatch):
     for _ in range(2):
         got = program.run(*args)
         assert all(np.array_equal(g, w) for g, w in zip(got, want))
-    (state,) = _loop_states(program)
+    (state,) = loop_states(program)
     if called:
         assert state.compiled is not None
         names = {op.name for op in state.compiled.line_ops}

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from testkit import assert_same_bits
+from testkit import assert_same_bits, loop_states
 
 import stablehlo_interpreter as shi
 from stablehlo_interpreter import chainvm, loopgen, loopvm
@@ -42,20 +42,10 @@ def generate_now(monkeypatch):
     monkeypatch.delenv("STABLEHLO_REF_CHAIN_VM", raising=False)
 
 
-def _states(program):
-    """The LoopState of each top-level while op (as tests/test_loopgen.py)."""
-    for f in program.functions.values():
-        for step in f.block.steps:
-            for cell in (step.fn.__closure__ or ()):
-                for c in (getattr(cell.cell_contents, "__closure__", None) or ()):
-                    if isinstance(c.cell_contents, loopgen.LoopState):
-                        yield c.cell_contents
-
-
 def _how(program):
     """How the program's loops ran: 'vm', 'python' or 'plan' (per loop)."""
     out = []
-    for s in _states(program):
+    for s in loop_states(program):
         if s.compiled is None:
             out.append("plan")
         else:

@@ -167,3 +167,15 @@ def assert_same_bits(got, want):
         g, w = np.asarray(g), np.asarray(w)
         assert g.dtype == w.dtype and g.shape == w.shape
         assert g.tobytes() == w.tobytes()
+
+
+def loop_states(program):
+    """The loopgen.LoopState of each top-level while op of ``program`` (held
+    by the while kernel, inside the plan's step wrapper)."""
+    from stablehlo_interpreter import loopgen
+    for f in program.functions.values():
+        for step in f.block.steps:
+            for cell in (step.fn.__closure__ or ()):
+                for c in (getattr(cell.cell_contents, "__closure__", None) or ()):
+                    if isinstance(c.cell_contents, loopgen.LoopState):
+                        yield c.cell_contents
