@@ -816,7 +816,9 @@ def fmt_time(s):
         return f"{s:.2f} s"
     if s >= 1e-3:
         return f"{s * 1e3:.2f} ms"
-    return f"{s * 1e6:.1f} µs"
+    if s >= 1e-6:
+        return f"{s * 1e6:.1f} µs"
+    return f"{s * 1e9:.0f} ns"   # a step of a loop run in C
 
 
 def _rounds_note(rounds):
