@@ -480,3 +480,36 @@ def test_bad_buffers_raise():
         C.fold("add", np.ones((2, 2)), np.ones(2), 4)
     with pytest.raises(ValueError, match="isa must be 0 to 3"):
         C.contract(np.ones((1, 2, 3)), np.ones((1, 3, 5)), np.zeros((1, 2, 5)), -1)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64,
+                                   np.complex64])
+@pytest.mark.parametrize("kind", ["add", "multiply"])
+@pytest.mark.parametrize("shape,axis", [((6, 40), 1), ((6, 40), 0), ((3, 4, 9), -1),
+                                        ((50, 5), 1), ((1, 300), 1)])
+def test_prefix_scan_is_the_sequential_fold(dtype, kind, shape, axis):
+    """spec_kernels.prefix_scan along any axis (the last one folded in
+    place, the others moved to the front) is the left fold of [init, x...]
+    in the element type, one step at a time; specials included."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(shape) * (1.5 if kind == "multiply" else 4)
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * rng.standard_normal(shape)
+    x = x.astype(dtype)
+    flat = x.reshape(-1)
+    flat[::7] = -0.0
+    flat[3] = np.inf
+    flat[11] = np.nan
+    init = dtype(0 if kind == "add" else 1)
+    moved = np.moveaxis(x, axis, -1)
+    want = np.empty_like(moved)
+    acc = np.full(moved.shape[:-1], init, dtype)
+    op = np.add if kind == "add" else np.multiply
+    with np.errstate(all="ignore"):   # (inf * 0, nan: as the interpreter runs kernels)
+        got = spec_kernels.prefix_scan(kind, x, axis, init, dtype)
+        for j in range(moved.shape[-1]):
+            acc = spec_kernels.combiner(kind, np.dtype(dtype))(acc, moved[..., j]) \
+                if np.dtype(dtype).kind == "c" else op(acc, moved[..., j]).astype(dtype)
+            want[..., j] = acc
+    assert got.dtype == np.dtype(dtype) and got.shape == x.shape
+    assert cpp_reference.bits_equal(got, np.moveaxis(want, -1, axis))

@@ -257,17 +257,33 @@ def reduce_windows(kind, padded, init, geo, dtype):
     return np.array(acc, dtype=dtype, order="C")   # (ascontiguousarray makes 0-d 1-d)
 
 
+# A scan along the last axis at least this long accumulates along that axis
+# in place: one sequential fold per row, without the two transposing copies
+# (numpy's accumulate folds each row in the same order either way; (1000,
+# 1000) f32 4.4 -> 2.7 ms). Shorter rows cost a loop call each: moved to
+# axis 0, every step is one vector add across the rows.
+_LAST_AXIS_SCAN = 8
+
+
 def prefix_scan(kind, x, axis, init, dtype):
     """A forward prefix-scan window whose init is idempotent (``init op
     init == init``, so the padding's inits collapse into one): output ``i``
     is the left fold of ``[init, x[0], ..., x[i]]`` along ``axis``."""
     dtype = np.dtype(dtype)
-    x = np.moveaxis(np.asarray(x, dtype), axis, 0)
+    x = np.asarray(x, dtype)
+    complex_product = dtypes.is_complex(dtype) and kind == "multiply"
+    if axis % x.ndim == x.ndim - 1 and x.shape[-1] >= _LAST_AXIS_SCAN and not complex_product:
+        rows = np.empty(x.shape[:-1] + (x.shape[-1] + 1,), dtype)
+        rows[..., 0] = np.asarray(init).astype(dtype)
+        rows[..., 1:] = x
+        uf = np.add if kind == "add" else np.multiply
+        return np.ascontiguousarray(uf.accumulate(rows, axis=-1)[..., 1:])
+    x = np.moveaxis(x, axis, 0)
     n = x.shape[0]
     rows = np.empty((n + 1,) + x.shape[1:], dtype)
     rows[0] = np.asarray(init).astype(dtype)
     rows[1:] = x
-    if dtypes.is_complex(dtype) and kind == "multiply":
+    if complex_product:
         f = combiner(kind, dtype)
         for k in range(1, n + 1):
             rows[k] = f(rows[k - 1], rows[k])
