@@ -30,17 +30,23 @@ def small_thresholds(monkeypatch):
     monkeypatch.delenv("STABLEHLO_REF_FUSION", raising=False)
 
 
-@pytest.fixture
-def tiled_runs(monkeypatch):
-    """Counts the loops that ran tiled."""
+def _count_tiled(monkeypatch, tiling):
+    """The list each tiled run of a loop by ``tiling`` (a class with a
+    ``_tiled(start, rounds)`` method) appends its number of rounds to."""
     runs = []
-    real = looptile._Tiling._tiled
+    real = tiling._tiled
 
     def counted(self, start, rounds):
         runs.append(len(rounds))
         return real(self, start, rounds)
-    monkeypatch.setattr(looptile._Tiling, "_tiled", counted)
+    monkeypatch.setattr(tiling, "_tiled", counted)
     return runs
+
+
+@pytest.fixture
+def tiled_runs(monkeypatch):
+    """Counts the loops that ran tiled."""
+    return _count_tiled(monkeypatch, looptile._Tiling)
 
 
 def _both(text, args, monkeypatch):
@@ -215,14 +221,7 @@ def test_real_thresholds_jax_bits_match_xla(tiled_runs, monkeypatch):
 def step_tiled_runs(monkeypatch):
     """Counts the loops that ran tiled through several big steps."""
     from stablehlo_interpreter import looptile_steps
-    runs = []
-    real = looptile_steps.StepTiling._tiled
-
-    def counted(self, start, rounds):
-        runs.append(len(rounds))
-        return real(self, start, rounds)
-    monkeypatch.setattr(looptile_steps.StepTiling, "_tiled", counted)
-    return runs
+    return _count_tiled(monkeypatch, looptile_steps.StepTiling)
 
 
 def _search_inputs(rng, dt):

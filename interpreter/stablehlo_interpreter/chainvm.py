@@ -43,6 +43,7 @@ _K_IN, _K_OUT, _K_TMP = 0, 1, 2
 _TYPES = {np.dtype(t): k for k, t in enumerate(
     (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
      np.float32, np.float64))}
+_DTYPES = {k: t for t, k in _TYPES.items()}   # type code -> numpy dtype
 _BOOL, _F32, _F64 = _TYPES[np.dtype(np.bool_)], _TYPES[np.dtype(np.float32)], \
     _TYPES[np.dtype(np.float64)]
 (ADD, SUB, MUL, DIV, NEG, ABS, AND, OR, XOR, NOT, SHL, SHRL, SHRA, MAX, MIN, CMP, SELECT, COPY,
@@ -73,7 +74,7 @@ def _signed_as(t, signed):
 
 
 def _dtype_of(t):
-    return next(d for d, k in _TYPES.items() if k == t)
+    return _DTYPES[t]
 
 
 def lower(op):
