@@ -44,6 +44,15 @@ CHUNK_INSTRUCTIONS = 1 << 22
 _MAX_INLINE = 32
 _LMAGIC = 0x324C4843
 _LOAD, _STORE = 100, 101   # _chains.c's OP_LOAD, OP_STORE
+_MATH, _FTOI = 102, 103    # _chains.c's OP_MATH, OP_FTOI (loop programs only)
+# float32 functions the machine computes (OP_MATH's sub: _chains.c's MATH_*)
+_FUNCTIONS = {"stablehlo.sine": 0, "stablehlo.cosine": 1, "stablehlo.tanh": 2,
+              "stablehlo.exponential": 3, "stablehlo.log": 4, "stablehlo.logistic": 5,
+              "stablehlo.exponential_minus_one": 6, "stablehlo.log_plus_one": 7}
+_EXP = _FUNCTIONS["stablehlo.exponential"]
+_I64 = _chainvm._TYPES[np.dtype(np.int64)]
+_INTS = tuple(_chainvm._TYPES[np.dtype(t)] for t in
+              (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64))
 _ALIASES = ("stablehlo.reshape", "stablehlo.broadcast_in_dim", "stablehlo.optimization_barrier")
 
 
@@ -99,6 +108,7 @@ class _Lowering:
         self.arrays = []         # per array: (type code, source) -- ("carry", k), ...
         self.versions = []       # per array: its latest version
         self.in_cond = False
+        self.pause = None        # the pause register of the OP_MATH instructions
 
     def reg(self, t_code):
         self.types.append(t_code)
@@ -174,6 +184,8 @@ class _Lowering:
                 raise NotLowered(f"{name} with {len(ins)} operands")
             env.update((o, get(s)) for o, s in zip(outs, ins))
             return
+        if len(outs) == 1 and len(ins) == 1 and self.loop_only(step, op, get(ins[0]), outs, env):
+            return
         lowered = _chainvm.lower(op)
         if lowered is None or len(outs) != 1:
             raise NotLowered(f"{name} is not a machine op on these types")
@@ -188,6 +200,42 @@ class _Lowering:
             regs = tuple(where[a] if a in where else args[a] for a in operands)
             self.code.append((opcode, t, sub, d, regs, None))
         env[outs[0]] = res
+
+    def loop_only(self, step, op, x, outs, env):
+        """Lower a float -> integer convert (OP_FTOI) or a float32 function
+        (OP_MATH, computed with the kernel ``step.fn``'s bits: where the C
+        library's value cannot be trusted to round as the kernel's, the
+        machine pauses and :meth:`LoopProgram.resume` calls the kernel);
+        False for any other op."""
+        t, r = _code(op.operand_types[0]), _code(op.result_types[0])
+        fn = _FUNCTIONS.get(op.name)
+        if op.name == "stablehlo.convert" and _chainvm._is_float(t) and r in _INTS:
+            res = self.reg(r)
+            self.code.append((_FTOI, t, 0, res, (x, x), None))
+        elif fn is not None and t == r == _chainvm._F32:
+            if self.pause is None:
+                self.pause = self.reg(_I64)
+            res = self.reg(r)
+            if fn == _FUNCTIONS["stablehlo.logistic"] and \
+                    getattr(op.module, "numerics", "accurate") == "spec":
+                self.spec_logistic(x, res)
+            else:
+                self.code.append((_MATH, t, fn, res, (x, self.pause), step.fn))
+        else:
+            return False
+        env[outs[0]] = res
+        return True
+
+    def spec_logistic(self, x, res):
+        """spec mode's float32 logistic (ops/spec_elementwise.py): exp(-x)
+        rounded to float32, then 1 + e and 1 / (1 + e) in float32."""
+        f32 = _chainvm._F32
+        neg, e, s = self.reg(f32), self.reg(f32), self.reg(f32)
+        one = self.const(np.array(1, np.float32))
+        self.code += [(_chainvm.NEG, f32, 0, neg, (x,), None),
+                      (_MATH, f32, _EXP, e, (neg, self.pause), _exp_f32),
+                      (_chainvm.ADD, f32, 0, s, (one, e), None),
+                      (_chainvm.DIV, f32, 0, res, (one, s), None)]
 
     def indexed(self, op, vals, outs, env):
         """dynamic_slice of one element of a 1-D array (LOAD) and
@@ -225,11 +273,17 @@ class _Lowering:
         env[outs[0]] = Arr(a.id, self.versions[a.id])
 
 
+def _exp_f32(x):
+    """exp of a float32 in float64, rounded once (spec mode's float32 exp)."""
+    return np.asarray(np.exp(x.astype(np.float64)).astype(np.float32))
+
+
 class LoopProgram:
     """A while op lowered: :meth:`run` (``(ccap, bcap, vals)`` -> the
     loop's results) runs it; ``source`` describes it (STABLEHLO_REF_FAST_LOOPS=print)."""
 
-    def __init__(self, program, low, carries, ccaps, bcaps, n_cond, n_instr, shapes):
+    def __init__(self, program, low, code, carries, ccaps, bcaps, n_cond, shapes):
+        n_instr = len(code)
         self.program = program
         state = np.zeros(len(low.types), np.uint64)
         raw = state.view(np.uint8)
@@ -248,6 +302,11 @@ class LoopProgram:
                              if v.__class__ is int else ("a", v.id, None, None)
                              for v, shape in zip(carries, shapes))
         self.steps = max(1, CHUNK_INSTRUCTIONS // max(1, n_instr))
+        # OP_MATH: the pause register's offset, and per instruction index
+        # (kernel, input register offset, result register offset)
+        self.pause = None if low.pause is None else 8 * low.pause
+        self.kernels = {k: (ins[5], 8 * ins[4][0], 8 * ins[3])
+                        for k, ins in enumerate(code) if ins[0] == _MATH}
         self.source = (f"# _chains.run_loop: {len(low.types)} registers, {len(low.arrays)} "
                        f"arrays, {n_cond} cond and {n_instr - n_cond} body instructions")
 
@@ -266,9 +325,20 @@ class LoopProgram:
         vals.clear()
         run_loop, program, steps = _chainvm._chains.run_loop, self.program, self.steps
         while not run_loop(program, state, arrays, steps):
-            pass
+            if self.pause is not None:
+                self.resume(state)
         return [np.ndarray(shape, dt, state, off) if kind == "r" else arrays[dt]
                 for kind, dt, off, shape in self.outputs]
+
+
+    def resume(self, state):
+        """After run_loop stopped before an OP_MATH instruction (the pause
+        register holds its index + 1), its result by the op's kernel."""
+        at = int(np.frombuffer(state, np.int64, 1, self.pause)[0])
+        if at:
+            kernel, src, dst = self.kernels[at - 1]
+            x = np.frombuffer(state, np.float32, 1, src).reshape(()).copy()
+            state[dst:dst + 4] = np.asarray(kernel(x), np.float32).tobytes()
 
 
 def _write_carries(body, moves):
@@ -349,4 +419,4 @@ def lower(program, op, ccap, bcap):
     words += [w for ins in code for w in _words(ins)] + [w for m in moves for w in m]
     prog = np.array(words, np.int32).tobytes()
     shapes = [tuple(t.shape) for t in op.operand_types]
-    return LoopProgram(prog, low, carries, ccaps, bcaps, n_cond, len(code), shapes)
+    return LoopProgram(prog, low, code, carries, ccaps, bcaps, n_cond, shapes)
