@@ -605,25 +605,25 @@ def run_loop_result(words, state, arrays):
 # ---- float32 functions (OP_MATH) and their pauses ---------------------------
 
 SCAN_FN = """
-func.func @main(%xs: tensor<LENxf32>) -> tensor<LENxf32> {
+func.func @main(%xs: tensor<LENxET>) -> tensor<LENxET> {
   %z = stablehlo.constant dense<0> : tensor<i32>
-  %ys0 = stablehlo.constant dense<0.0> : tensor<LENxf32>
-  %r:2 = stablehlo.while(%i = %z, %ys = %ys0) : tensor<i32>, tensor<LENxf32>
+  %ys0 = stablehlo.constant dense<0.0> : tensor<LENxET>
+  %r:2 = stablehlo.while(%i = %z, %ys = %ys0) : tensor<i32>, tensor<LENxET>
     cond {
       %n = stablehlo.constant dense<LEN> : tensor<i32>
       %p = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
       stablehlo.return %p : tensor<i1>
     } do {
-      %x = stablehlo.dynamic_slice %xs, %i, sizes = [1] : (tensor<LENxf32>, tensor<i32>) -> tensor<1xf32>
-      %xr = stablehlo.reshape %x : (tensor<1xf32>) -> tensor<f32>
-      %y = stablehlo.FN %xr : tensor<f32>
-      %u = stablehlo.reshape %y : (tensor<f32>) -> tensor<1xf32>
-      %ys2 = stablehlo.dynamic_update_slice %ys, %u, %i : (tensor<LENxf32>, tensor<1xf32>, tensor<i32>) -> tensor<LENxf32>
+      %x = stablehlo.dynamic_slice %xs, %i, sizes = [1] : (tensor<LENxET>, tensor<i32>) -> tensor<1xET>
+      %xr = stablehlo.reshape %x : (tensor<1xET>) -> tensor<ET>
+      %y = stablehlo.FN %xr : tensor<ET>
+      %u = stablehlo.reshape %y : (tensor<ET>) -> tensor<1xET>
+      %ys2 = stablehlo.dynamic_update_slice %ys, %u, %i : (tensor<LENxET>, tensor<1xET>, tensor<i32>) -> tensor<LENxET>
       %one = stablehlo.constant dense<1> : tensor<i32>
       %i2 = stablehlo.add %i, %one : tensor<i32>
-      stablehlo.return %i2, %ys2 : tensor<i32>, tensor<LENxf32>
+      stablehlo.return %i2, %ys2 : tensor<i32>, tensor<LENxET>
     }
-  return %r#1 : tensor<LENxf32>
+  return %r#1 : tensor<LENxET>
 }
 """
 
@@ -673,7 +673,7 @@ def test_functions_with_near_ties_and_specials_are_bit_identical(fn, numerics, m
     rng = np.random.default_rng(len(fn))
     xs = np.concatenate([xs, rng.integers(0, 2 ** 32, 40, dtype=np.uint64)
                          .astype(np.uint32).view(np.float32)])
-    text = SCAN_FN.replace("FN", fn).replace("LEN", str(xs.size))
+    text = SCAN_FN.replace("FN", fn).replace("LEN", str(xs.size)).replace("ET", "f32")
     want, how = _run(text, [xs], "plan", monkeypatch, numerics)
     assert how == ["plan"]
     pauses = _count_pauses(monkeypatch)
@@ -693,7 +693,7 @@ def test_functions_with_near_ties_and_specials_are_bit_identical(fn, numerics, m
        bits=st.lists(st.integers(0, 2 ** 32 - 1), min_size=1, max_size=30))
 def test_drawn_function_inputs_are_bit_identical(fn, numerics, bits, monkeypatch):
     xs = np.array(bits, np.uint32).view(np.float32)
-    text = SCAN_FN.replace("FN", fn).replace("LEN", str(xs.size))
+    text = SCAN_FN.replace("FN", fn).replace("LEN", str(xs.size)).replace("ET", "f32")
     want, _ = _run(text, [xs], "plan", monkeypatch, numerics)
     got, how = _run(text, [xs], "vm", monkeypatch, numerics)
     assert how == ["vm"]
@@ -776,3 +776,23 @@ def test_bad_function_instructions_raise():
     state[1] = 5   # counter 0 < 5: resumes after the sine, then runs to the end
     assert run_loop(prog([chainvm.ADD, i32, 0, 5, 5, 5, 0, 0], sin), state, [], 1) is False
     assert state[4] == 0
+
+
+@built
+@pytest.mark.parametrize("fn", list(FUNCTIONS))
+def test_spec_float64_functions_are_the_c_librarys(fn, monkeypatch):
+    # spec mode's float64 kernels call the C library (math's functions):
+    # the machine calls the same ones; where math raises, the kernel's.
+    specials = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, -2.0, 5e-324, 2.2e-308,
+                1e300, -1e300, 709.0, 710.0, -745.0, -746.0, 1e-10, 3.0, 1e22]
+    rng = np.random.default_rng(len(fn))
+    xs = np.concatenate([np.array(specials), rng.uniform(-10, 10, 30),
+                         rng.integers(0, 2 ** 63, 30, dtype=np.uint64).view(np.float64)])
+    text = SCAN_FN.replace("FN", fn).replace("LEN", str(xs.size)).replace("ET", "f64")
+    want, _ = _run(text, [xs], "plan", monkeypatch, "spec")
+    got, how = _run(text, [xs], "vm", monkeypatch, "spec")
+    assert how == (["python"] if fn == "logistic" else ["vm"])
+    assert_same_bits(got, want)
+    # accurate mode's float64 kernels are numpy's loops: not the machine's
+    _, how = _run(text, [xs], "vm", monkeypatch)
+    assert how == ["python"]

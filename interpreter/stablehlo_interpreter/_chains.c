@@ -767,44 +767,66 @@ static inline Py_ssize_t clamp_index(const char *p, int t, Py_ssize_t n)
     return v < 0 ? 0 : v >= (int64_t)n ? n - 1 : (Py_ssize_t)v;
 }
 
-/* ---- loop programs: float32 functions and float -> integer converts ---
+/* ---- loop programs: float functions and float -> integer converts -----
  *
- * OP_MATH (type f32, sub a MATH_* function, dst = f(register a), b: the
- * pause register, int64): the bits of the interpreter's float32 kernel of
- * the function (ops/fastmath.py: the float64 function of (double)x, rounded
- * once to float32, where "the float64 function" is numpy's). Here y is the
- * C library's float64 function (glibc: within 1-2 float64 ULPs of the true
- * value, as numpy's own float64 loops are within a few), rounded to float32.
- * Two float64 values within e ULPs of the true value round to the same
- * float32 unless one lies within e ULPs of a float32 rounding boundary
- * (a halfway point); y is trusted only when its 29 bits that the rounding
- * drops lie more than MATH_GUARD (2^15, _fastmath.c's GUARD: thousands of
- * times the two libraries' errors together) units from the halfway
- * pattern. Otherwise -- about 1 element in 8000 -- and when the input is
- * not finite, y is not finite (NaN payloads and signs are the library's),
- * or the float32 result is subnormal or zero, the instruction does not
- * run: math_f32 returns 0, and the loop pauses before it (loop_steps_guarded)
- * for the caller to compute it with the kernel itself. */
+ * OP_MATH (type f32 or f64, sub a MATH_* function, dst = f(register a), b:
+ * the pause register, int64) gives the bits of the interpreter's kernel of
+ * the function, or does not run (math_op returns 0, nothing written): the
+ * loop pauses before it (loop_steps_guarded) for the caller to compute it
+ * with the kernel itself.
+ *
+ * float32: the kernels (ops/fastmath.py) round numpy's float64 function of
+ * (double)x once to float32. Here y is the C library's float64 function
+ * (glibc: within 1-2 float64 ULPs of the true value, as numpy's own float64
+ * loops are within a few), rounded to float32. Two float64 values within e
+ * ULPs of the true value round to the same float32 unless one lies within
+ * e ULPs of a float32 rounding boundary (a halfway point); y is trusted
+ * only when its 29 bits that the rounding drops lie more than MATH_GUARD
+ * (2^15, _fastmath.c's GUARD: thousands of times the two libraries' errors
+ * together) units from the halfway pattern. Otherwise -- about 1 element
+ * in 8000 -- and when the input is not finite, y is not finite (NaN
+ * payloads and signs are the library's), or the float32 result is
+ * subnormal or zero, it pauses.
+ *
+ * float64 (spec mode only, loopvm.py): spec numerics' float64 kernels
+ * (ops/spec_kernels.py libm) call these C library functions, taking numpy's
+ * value where Python's math raises (a domain error, an overflow): every
+ * finite result of a finite input is the library's own bits; the others
+ * pause. (Accurate mode's float64 kernels are numpy's own loops, SIMD on
+ * some hosts: not reproducible here, loopvm.py does not lower them.) */
 enum { MATH_SIN, MATH_COS, MATH_TANH, MATH_EXP, MATH_LOG, MATH_LOGISTIC, MATH_EXPM1,
        MATH_LOG1P, N_MATH };
 #define MATH_GUARD (1u << 15)
 
-/* dst = f(a), or 0 (nothing written) when the caller must compute it. */
-static int math_f32(int fn, const char *a, char *d)
+/* The C library's float64 function fn of v. */
+static double math_f64(int fn, double v)
 {
+    switch (fn) {
+    case MATH_SIN: return sin(v);
+    case MATH_COS: return cos(v);
+    case MATH_TANH: return tanh(v);
+    case MATH_EXP: return exp(v);
+    case MATH_LOG: return log(v);
+    case MATH_LOGISTIC: return 1.0 / (1.0 + exp(-v));   /* the f32 kernel's formula */
+    case MATH_EXPM1: return expm1(v);
+    default: return log1p(v);
+    }
+}
+
+/* dst = f(a), or 0 (nothing written) when the caller must compute it. */
+static int math_op(int t, int fn, const char *a, char *d)
+{
+    if (t == T_F64) {   /* spec mode's float64 kernels call these very functions */
+        double x = V(double, a), y;
+        if (!isfinite(x) || fn == MATH_LOGISTIC) return 0;
+        y = math_f64(fn, x);
+        if (!isfinite(y)) return 0;   /* where math raises, numpy's value */
+        V(double, d) = y;
+        return 1;
+    }
     float x = V(float, a);
     if (!isfinite(x)) return 0;
-    double v = x, y;
-    switch (fn) {
-    case MATH_SIN: y = sin(v); break;
-    case MATH_COS: y = cos(v); break;
-    case MATH_TANH: y = tanh(v); break;
-    case MATH_EXP: y = exp(v); break;
-    case MATH_LOG: y = log(v); break;
-    case MATH_LOGISTIC: y = 1.0 / (1.0 + exp(-v)); break;   /* the kernel's formula */
-    case MATH_EXPM1: y = expm1(v); break;
-    default: y = log1p(v); break;
-    }
+    double y = math_f64(fn, x);
     if (!isfinite(y)) return 0;
     uint64_t u;
     memcpy(&u, &y, 8);
@@ -884,7 +906,7 @@ static int check_loop_only(const Instr *in, const int32_t *vt, int32_t n_regs)
         || in->b >= n_regs)
         return -1;
     if (in->op == OP_MATH)
-        return in->type == T_F32 && vt[in->dst] == T_F32 && vt[in->a] == T_F32
+        return is_float(in->type) && vt[in->dst] == in->type && vt[in->a] == in->type
                && vt[in->b] == T_I64 && in->sub >= 0 && in->sub < N_MATH ? 0 : -1;
     return is_float(in->type) && vt[in->a] == in->type && is_int(vt[in->dst]) ? 0 : -1;
 }
@@ -1009,7 +1031,7 @@ static int loop_steps_guarded(const Decoded *code, int32_t n_cond, int32_t n_ins
             if (k == n_cond && !*pred) return 1;
             const Decoded *x = code + k;
             if (x->fast != F_MATH) exec_scalar(x);
-            else if (!math_f32(x->in->sub, x->a, x->d)) { *pause = k + 1; return 0; }
+            else if (!math_op(x->rt, x->in->sub, x->a, x->d)) { *pause = k + 1; return 0; }
         }
         if (n_cond == n_instr && !*pred) return 1;   /* an empty body */
         for (int32_t j = 0; j < n_moves; j++) held[j] = regs[mv[2 * j + 1]];

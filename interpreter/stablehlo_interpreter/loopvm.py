@@ -49,7 +49,7 @@ _MATH, _FTOI = 102, 103    # _chains.c's OP_MATH, OP_FTOI (loop programs only)
 _FUNCTIONS = {"stablehlo.sine": 0, "stablehlo.cosine": 1, "stablehlo.tanh": 2,
               "stablehlo.exponential": 3, "stablehlo.log": 4, "stablehlo.logistic": 5,
               "stablehlo.exponential_minus_one": 6, "stablehlo.log_plus_one": 7}
-_EXP = _FUNCTIONS["stablehlo.exponential"]
+_EXP, _LOGISTIC = _FUNCTIONS["stablehlo.exponential"], _FUNCTIONS["stablehlo.logistic"]
 _I64 = _chainvm._TYPES[np.dtype(np.int64)]
 _INTS = tuple(_chainvm._TYPES[np.dtype(t)] for t in
               (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64))
@@ -212,12 +212,11 @@ class _Lowering:
         if op.name == "stablehlo.convert" and _chainvm._is_float(t) and r in _INTS:
             res = self.reg(r)
             self.code.append((_FTOI, t, 0, res, (x, x), None))
-        elif fn is not None and t == r == _chainvm._F32:
+        elif fn is not None and t == r and self.libm_kernel(t, fn, op):
             if self.pause is None:
                 self.pause = self.reg(_I64)
             res = self.reg(r)
-            if fn == _FUNCTIONS["stablehlo.logistic"] and \
-                    getattr(op.module, "numerics", "accurate") == "spec":
+            if fn == _LOGISTIC and t == _chainvm._F32 and _spec(op):
                 self.spec_logistic(x, res)
             else:
                 self.code.append((_MATH, t, fn, res, (x, self.pause), step.fn))
@@ -225,6 +224,15 @@ class _Lowering:
             return False
         env[outs[0]] = res
         return True
+
+    @staticmethod
+    def libm_kernel(t, fn, op):
+        """Does OP_MATH compute function ``fn`` on type ``t`` as ``op``'s
+        kernel does (_chains.c)? float32: in both modes; float64: spec
+        mode's C library calls (but logistic, a formula of exp)."""
+        if t == _chainvm._F32:
+            return True
+        return t == _chainvm._F64 and fn != _LOGISTIC and _spec(op)
 
     def spec_logistic(self, x, res):
         """spec mode's float32 logistic (ops/spec_elementwise.py): exp(-x)
@@ -273,6 +281,11 @@ class _Lowering:
         env[outs[0]] = Arr(a.id, self.versions[a.id])
 
 
+def _spec(op):
+    """Does ``op`` compile in spec numerics (ops/spec_kernels.py is_spec)?"""
+    return getattr(op.module, "numerics", "accurate") == "spec"
+
+
 def _exp_f32(x):
     """exp of a float32 in float64, rounded once (spec mode's float32 exp)."""
     return np.asarray(np.exp(x.astype(np.float64)).astype(np.float32))
@@ -303,9 +316,9 @@ class LoopProgram:
                              for v, shape in zip(carries, shapes))
         self.steps = max(1, CHUNK_INSTRUCTIONS // max(1, n_instr))
         # OP_MATH: the pause register's offset, and per instruction index
-        # (kernel, input register offset, result register offset)
+        # (kernel, dtype, input register offset, result register offset)
         self.pause = None if low.pause is None else 8 * low.pause
-        self.kernels = {k: (ins[5], 8 * ins[4][0], 8 * ins[3])
+        self.kernels = {k: (ins[5], _chainvm._dtype_of(ins[1]), 8 * ins[4][0], 8 * ins[3])
                         for k, ins in enumerate(code) if ins[0] == _MATH}
         self.source = (f"# _chains.run_loop: {len(low.types)} registers, {len(low.arrays)} "
                        f"arrays, {n_cond} cond and {n_instr - n_cond} body instructions")
@@ -336,9 +349,9 @@ class LoopProgram:
         register holds its index + 1), its result by the op's kernel."""
         at = int(np.frombuffer(state, np.int64, 1, self.pause)[0])
         if at:
-            kernel, src, dst = self.kernels[at - 1]
-            x = np.frombuffer(state, np.float32, 1, src).reshape(()).copy()
-            state[dst:dst + 4] = np.asarray(kernel(x), np.float32).tobytes()
+            kernel, dt, src, dst = self.kernels[at - 1]
+            x = np.frombuffer(state, dt, 1, src).reshape(()).copy()
+            state[dst:dst + dt.itemsize] = np.asarray(kernel(x), dt).tobytes()
 
 
 def _write_carries(body, moves):
