@@ -53,7 +53,13 @@
  * max_steps iterations (the caller calls again: between calls its Python
  * sees the execute deadline). GIL released; signals checked before it
  * returns (Ctrl-C). Why C: loopgen's generated Python costs ~0.1 us per op,
- * 10-30x XLA's whole step.
+ * 10-30x XLA's whole step. Loop programs also have OP_MATH (float
+ * functions: the C library's value where it gives the kernel's bits) and
+ * OP_FTOI (float -> integer converts); an OP_MATH whose value the library
+ * cannot give also returns False, before running it, with its index + 1 in
+ * the program's pause register: the caller writes its result register and
+ * calls again, which goes on from the next instruction (see "loop
+ * programs: float functions" below).
  *
  * Program words: header MAGIC, n_values, n_inputs, n_outputs, n_slots,
  * n_instr, block; then per value (type, kind, index) -- kind IN (index: an
@@ -643,7 +649,9 @@ done:
  * start. Two instructions reach the arrays (1-D buffers given to run_loop):
  * LOAD (dst register = array a [register b]) and STORE (array dst [register
  * a] = register b), the index (of integer type sub) clamped to the array as
- * dynamic_slice / dynamic_update_slice clamp a start index. One iteration
+ * dynamic_slice / dynamic_update_slice clamp a start index; OP_MATH
+ * (dst register = f(register a), b the pause register) and OP_FTOI (dst =
+ * register a converted) are loop-only too. One iteration
  * runs the cond instructions, stops when register pred (bool) is false,
  * runs the body instructions, then the moves as a parallel assignment
  * (every source read before any destination is written). */
@@ -651,7 +659,7 @@ done:
 #define LHEADER 7
 #define OP_LOAD 100
 #define OP_STORE 101
-#define OP_MATH 102   /* loop programs only: see "float32 functions" below */
+#define OP_MATH 102   /* loop programs only: see "loop programs: float functions" */
 #define OP_FTOI 103   /* loop programs only: float -> integer convert */
 
 typedef struct {

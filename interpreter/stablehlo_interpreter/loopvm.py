@@ -7,7 +7,9 @@ body (``func.call`` inlined) hold only 0-d values of the machine's types
 (bool, 8- to 64-bit integers, f32, f64; one-element shapes too) and 1-D
 arrays, and only ops :func:`chainvm.lower` accepts (integer and bit ops,
 shifts, compares, select, converts but float -> integer, f32/f64 basic
-arithmetic, clamp), plus aliases (one-element reshape, broadcast_in_dim,
+arithmetic, clamp), the loop-only ones (float -> integer converts; f32 sin,
+cos, tanh, exp, log, logistic, expm1 and log1p; in spec numerics the same
+f64 functions but logistic), plus aliases (one-element reshape, broadcast_in_dim,
 optimization_barrier, same-type convert) and one-element dynamic_slice /
 dynamic_update_slice of a 1-D array (a scan's xs and ys), runs here as one
 loop program: a register per value (carries, captures, constants,
@@ -18,6 +20,21 @@ carries (a parallel assignment). The machine computes
 each op's numpy-kernel bits (tests/test_chainvm.py, tests/test_loopvm.py),
 so both numerics modes share it, as they share the fused chains' segments.
 
+The functions (_chains.c's OP_MATH) give their kernel's bits too, in both
+modes: a float32 one is the C library's float64 function rounded to
+float32, trusted only where that value lies far (2^15 float64 ULPs) from a
+float32 rounding boundary -- then numpy's float64 function, which the
+kernels round, rounds the same way. About 1 value in 8000, and non-finite,
+zero or subnormal cases, make run_loop stop just before the instruction
+(every earlier instruction of the iteration done, none later) with its
+index + 1 in the pause register; :meth:`LoopProgram.resume` computes it
+with the op's own kernel (``Step.fn``) and run_loop goes on where it
+stopped. Spec mode's float32 logistic is its formula (exp rounded to
+float32, then float32 arithmetic); its float64 functions are the C
+library's calls (ops/spec_kernels.py libm), paused only where Python's
+math raises. A fused array chain never gets these instructions: there the
+SIMD kernels of ops/fastmath.py are faster than a C library call per element.
+
 ``run_loop`` runs at most :data:`CHUNK_INSTRUCTIONS` instructions' worth of
 iterations per call, GIL released, and checks for signals before it
 returns; the Python loop around it calls it again until the cond is false.
@@ -26,9 +43,10 @@ deadline (an exception raised asynchronously in the running thread) stop a
 loop within about a millisecond, reported on the while op as the generated
 loop reports them.
 
-Anything else (a nested while/if/case, a transcendental, a wider slice or a
-multi-dimensional array, a float -> integer convert) leaves the loop to
-loopgen's generated Python.
+Anything else (a nested while/if/case, another transcendental or another
+type's, accurate mode's f64 functions (numpy's loops, SIMD on some hosts),
+a wider slice or a multi-dimensional array) leaves the loop to loopgen's
+generated Python.
 Without the C module or with ``STABLEHLO_REF_CHAIN_VM=0`` no loop runs
 here: the generated Python gives the same bits.
 """
