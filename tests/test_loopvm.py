@@ -573,24 +573,37 @@ def test_bad_loop_programs_raise():
         run_loop(prog(header + types + cmp), state, [], -1)
 
 
+MATHS = SWAP.replace("%s = stablehlo.add %x, %y : tensor<f32>",
+                     "%t = stablehlo.sine %x : tensor<f32>\n"
+                     "      %q = stablehlo.convert %t : (tensor<f32>) -> tensor<i32>\n"
+                     "      %q2 = stablehlo.convert %q : (tensor<i32>) -> tensor<f32>\n"
+                     "      %s = stablehlo.add %q2, %y : tensor<f32>")
+
+
 @built
-def test_mutated_loop_programs_raise_or_run_never_crash(monkeypatch):
+@pytest.mark.parametrize("which", ["arrays", "maths"])
+def test_mutated_loop_programs_raise_or_run_never_crash(which, monkeypatch):
     seen = []
     real = loopvm.LoopProgram.run
     monkeypatch.setattr(loopvm.LoopProgram, "run",
                         lambda self, *a: seen.append(self) or real(self, *a))
-    text = ARRAYS.replace("IT", "i32").replace("READ", "%ys2")
-    _run(text, [np.int32(3), np.ones(5, np.float32), np.ones(7, np.float32), np.int32(1)],
-         "vm", monkeypatch)
+    if which == "arrays":
+        text = ARRAYS.replace("IT", "i32").replace("READ", "%ys2")
+        _run(text, [np.int32(3), np.ones(5, np.float32), np.ones(7, np.float32), np.int32(1)],
+             "vm", monkeypatch)
+    else:
+        _run(MATHS, [np.int32(3), np.float32(2), np.float32(1)], "vm", monkeypatch)
     vm = seen[0]
     words = np.frombuffer(vm.program, np.int32)
     rng = np.random.default_rng(0)
     for _ in range(3000):
         w = words.copy()
         for k in rng.integers(0, w.size, rng.integers(1, 4)):
-            w[k] = rng.choice([w[k] + 1, w[k] - 1, -1, 0, 7, 100, 101, 1 << 20, rng.integers(-9, 99)])
-        state = bytearray(rng.integers(0, 256, 8 * max(1, int(w[1]) if 0 < w[1] < 64 else 8),
-                                       dtype=np.uint8).tobytes())
+            w[k] = rng.choice([w[k] + 1, w[k] - 1, -1, 0, 7, 100, 101, 102, 103, 1 << 20,
+                               rng.integers(-9, 99)])
+        size = 8 * max(1, int(w[1]) if 0 < w[1] < 64 else 8)
+        state = bytearray(size if rng.random() < 0.5 else   # a pause register at 0
+                          rng.integers(0, 256, size, dtype=np.uint8).tobytes())
         arrays = [np.ones(5, np.float32), np.ones(7, np.float32)][:max(0, min(2, int(w[6])))]
         try:
             assert run_loop_result(w, state, arrays) in (True, False)
