@@ -794,7 +794,8 @@ static inline Py_ssize_t clamp_index(const char *p, int t, Py_ssize_t n)
  * together) units from the halfway pattern. Otherwise -- about 1 element
  * in 8000 -- and when the input is not finite, y is not finite (NaN
  * payloads and signs are the library's), or the float32 result is
- * subnormal or zero (but f(+-0) = +-0), it pauses.
+ * subnormal or zero (but f(+-0) = +-0), or sin/cos of |x| >= 2^20, it
+ * pauses.
  *
  * float64 (spec mode only, loopvm.py): spec numerics' float64 kernels
  * (ops/spec_kernels.py libm) call these C library functions, taking numpy's
@@ -840,6 +841,10 @@ static int math_op(int t, int fn, const char *a, char *d)
         V(float, d) = x;
         return 1;
     }
+    /* Large sin/cos arguments take the kernel, as _fastmath.c's do (from
+     * its TRIG_MAX on): no bound is claimed here for a float64 library's
+     * argument reduction of them. */
+    if ((fn == MATH_SIN || fn == MATH_COS) && fabsf(x) >= 0x1p20f) return 0;
     double y = math_f64(fn, x);
     if (!isfinite(y)) return 0;
     uint64_t u;
