@@ -23,9 +23,10 @@ so both numerics modes share it, as they share the fused chains' segments.
 The functions (_chains.c's OP_MATH) give their kernel's bits too, in both
 modes: a float32 one is the C library's float64 function rounded to
 float32, trusted only where that value lies far (2^15 float64 ULPs) from a
-float32 rounding boundary -- then numpy's float64 function, which the
-kernels round, rounds the same way. About 1 value in 8000, and non-finite,
-zero or subnormal cases and sin/cos of |x| >= 2^20, make run_loop stop just before the instruction
+float32 rounding boundary (of the normal numbers or of the subnormals'
+grid) -- then numpy's float64 function, which the kernels round, rounds
+the same way. About 1 value in 8000, non-finite inputs and results and
+sin/cos of |x| >= 2^20 make run_loop stop just before the instruction
 (every earlier instruction of the iteration done, none later) with its
 index + 1 in the pause register; :meth:`LoopProgram.resume` computes it
 with the op's own kernel (``Step.fn``) and run_loop goes on where it
