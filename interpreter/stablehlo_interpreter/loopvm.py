@@ -55,6 +55,7 @@ here: the generated Python gives the same bits.
 import numpy as np
 
 from . import chainvm as _chainvm
+from .registry import scalar_math
 
 # Instructions per run_loop call (~1-10 ms): how often the loop returns to
 # Python, where a deadline or Ctrl-C can stop it.
@@ -64,11 +65,12 @@ _MAX_INLINE = 32
 _LMAGIC = 0x324C4843
 _LOAD, _STORE = 100, 101   # _chains.c's OP_LOAD, OP_STORE
 _MATH, _FTOI = 102, 103    # _chains.c's OP_MATH, OP_FTOI (loop programs only)
-# float32 functions the machine computes (OP_MATH's sub: _chains.c's MATH_*)
-_FUNCTIONS = {"stablehlo.sine": 0, "stablehlo.cosine": 1, "stablehlo.tanh": 2,
-              "stablehlo.exponential": 3, "stablehlo.log": 4, "stablehlo.logistic": 5,
-              "stablehlo.exponential_minus_one": 6, "stablehlo.log_plus_one": 7}
-_EXP, _LOGISTIC = _FUNCTIONS["stablehlo.exponential"], _FUNCTIONS["stablehlo.logistic"]
+# OP_MATH's functions (its sub: _chains.c's MATH_*) by the name of the float64
+# function an op's kernel rounds (registry.scalar_math: ``math``'s, whose
+# names are the C library's, and ops/elementwise_math.py's logistic formula)
+_LIBM = {"sin": 0, "cos": 1, "tanh": 2, "exp": 3, "log": 4, "_logistic_scalar": 5, "expm1": 6,
+         "log1p": 7}
+_EXP, _LOGISTIC = _LIBM["exp"], _LIBM["_logistic_scalar"]
 _I64 = _chainvm._TYPES[np.dtype(np.int64)]
 _INTS = tuple(_chainvm._TYPES[np.dtype(t)] for t in
               (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64))
@@ -227,7 +229,8 @@ class _Lowering:
         machine pauses and :meth:`LoopProgram.resume` calls the kernel);
         False for any other op."""
         t, r = _code(op.operand_types[0]), _code(op.result_types[0])
-        fn = _FUNCTIONS.get(op.name)
+        f64_fn = scalar_math(op.name)
+        fn = None if f64_fn is None else _LIBM.get(getattr(f64_fn, "__name__", None))
         if op.name == "stablehlo.convert" and _chainvm._is_float(t) and r in _INTS:
             res = self.reg(r)
             self.code.append((_FTOI, t, 0, res, (x, x), None))
@@ -361,7 +364,6 @@ class LoopProgram:
                 self.resume(state)
         return [np.ndarray(shape, dt, state, off) if kind == "r" else arrays[dt]
                 for kind, dt, off, shape in self.outputs]
-
 
     def resume(self, state):
         """After run_loop stopped before an OP_MATH instruction (the pause
