@@ -1044,19 +1044,20 @@ static int loop_steps_guarded(const Decoded *code, int32_t n_cond, int32_t n_ins
     if (max_steps <= 0) return 0;
     int32_t k = (int32_t)*pause;
     *pause = 0;
+#define RUN_GUARDED(LIMIT) for (; k < (LIMIT); k++) { const Decoded *x = code + k; \
+        if (x->fast != F_MATH) exec_scalar(x); \
+        else if (!math_op(x->rt, x->in->sub, x->a, x->d)) { *pause = k + 1; return 0; } }
     for (Py_ssize_t step = 0; step < max_steps; step++, k = 0) {
-        for (; k < n_instr; k++) {
-            /* the cond's predicate, unless resumed past it in the body */
-            if (k == n_cond && !*pred) return 1;
-            const Decoded *x = code + k;
-            if (x->fast != F_MATH) exec_scalar(x);
-            else if (!math_op(x->rt, x->in->sub, x->a, x->d)) { *pause = k + 1; return 0; }
+        if (k <= n_cond) {   /* not resumed past the cond's predicate */
+            RUN_GUARDED(n_cond)
+            if (!*pred) return 1;
         }
-        if (n_cond == n_instr && !*pred) return 1;   /* an empty body */
+        RUN_GUARDED(n_instr)
         for (int32_t j = 0; j < n_moves; j++) held[j] = regs[mv[2 * j + 1]];
         for (int32_t j = 0; j < n_moves; j++) regs[mv[2 * j]] = held[j];
     }
     return 0;
+#undef RUN_GUARDED
 }
 
 static int is_stored(const Program *p, Py_ssize_t k)
