@@ -243,3 +243,23 @@ def test_row_ops_reading_rows_made_outside(op, joins, small, monkeypatch):
         assert "stablehlo.multiply" not in names
     else:
         assert not chains[0].row_plan and f"stablehlo.{op}" in names
+
+
+@pytest.mark.parametrize("kind", ["softmax", "logsumexp", "layer_norm"])
+@pytest.mark.parametrize("et", ["f32", "f64"])
+@pytest.mark.parametrize("built", [True, False])
+def test_rows_broadcast_arithmetic_with_and_without_c(kind, et, built, small, monkeypatch):
+    # x - max, e / sum, d * rsqrt(...): _sums.row_op where it is built,
+    # numpy's ufunc over the broadcast view where not -- the same bits.
+    # A transposed operand (chunks not C-contiguous) takes numpy too.
+    monkeypatch.setattr(compiler, "_FOLD_ENABLED", True)
+    if not built:
+        monkeypatch.setattr(fusion, "_sums", None)
+    calls = []
+    real = fusion._row_op
+    monkeypatch.setattr(fusion, "_row_op", lambda *a: calls.append(1) or real(*a))
+    x = _values(et, 40, 70, np.random.default_rng(6), True)
+    p = _run_all(_program(kind, et, 40, 70), x, monkeypatch, "accurate", "2", False)
+    assert calls and any(m.rowop for c in _chains(p) for m in c.plan)
+    _run_all(_program(kind, et, 40, 70), np.asfortranarray(x), monkeypatch, "accurate", "1",
+             False)

@@ -85,6 +85,11 @@ from .errors import ExecutionError, InterpreterError
 from .pool import run_chunks, thread_count
 from .registry import COMPOSITES, has_trait, kernel_info
 
+try:
+    from . import _sums
+except ImportError:   # not built: numpy's ufuncs, the same bits (_row_op)
+    _sums = None
+
 # Bytes of the widest value of a chunk. Each live value of a chunk takes at
 # most this much (float64 detours of f32 data included), and chains keep a
 # handful alive: the working set stays within a core's L2 cache.
@@ -948,8 +953,7 @@ class FusedChain:
 
     def __init__(self, shape, members, inputs, outputs, one_value=frozenset(), sinks=(),
                  rows=(), row_members=(), n_row_out=0):
-        self.shape = shape
-        self.size = _size(shape)
+        self.shape, self.size = shape, _size(shape)
         self.op = FusedOp([s.op for s in members] + [s.op for s in row_members]
                           + [s.op for s, _ in sinks])
         self.n_out = len(outputs)
@@ -1038,6 +1042,7 @@ class FusedChain:
             k for k in self.chunked_inputs
             if k not in fed and all(exact[r] for r in readers.get(k, ())))
         self._row_program(sinks, row_members, rowvals, local, dtype, invariant, row_outputs)
+        _row_ops(self.plan, set(self.rowvals) | set(self.chunked_inputs), dtype)
         self.out_dtypes = tuple(dtype[local[slot]] for slot in outputs) + \
             tuple(s.op.result_types[0].dtype for s in row_members if s.out in row_outputs)
         self.out_shapes = (shape,) * len(outputs) + \
@@ -1209,7 +1214,7 @@ class FusedChain:
 
     def _generate(self):
         """The per-chunk function: ``chunk(views, tiled, inv, targets, lo, hi, cshape, scale)``."""
-        g = {"_bcast": np.broadcast_to, "_full": np.full, "_rowval": _rowval,
+        g = {"_bcast": np.broadcast_to, "_full": np.full, "_rowval": _rowval, "_row_op": _row_op,
              "_InterpreterError": InterpreterError, "_fail": self._fail}
         hoisted = {m.res for m in self.hoisted} | {k for k in range(self.n_inputs)
                                                   if k not in self.chunked_inputs}
@@ -1257,6 +1262,10 @@ class FusedChain:
             out = f", out={target}"   # (positional: deprecated for maximum/minimum)
         if m.kind == _SCALAR:
             lines.append(f"v{m.res} = v{m.args[0]}.reshape(())")
+        elif m.rowop is not None:   # maybe rows broadcast over the other operand: _row_op
+            g[f"u{j}"] = m.ufunc
+            to = target if m.direct else f"v{m.inplace}" if m.inplace is not None else "None"
+            lines.append(f"v{m.res} = _row_op(u{j}, {m.rowop!r}, {', '.join(xs)}, {to})")
         elif m.bind is not None:
             g[f"f{j}"], g[f"u{j}"] = m.fn, m.ufunc
             lines.append(f"v{m.res} = u{j}({xs[0]}, b{j}{out}) if b{j} is not None "
@@ -1476,6 +1485,60 @@ class FusedChain:
         return inv
 
 
+# _sums.row_op's operation codes: ufunc -> (code with the second operand
+# rows broadcast, code with the first).
+_ROW_OP_CODES = {np.add: (0, 0), np.subtract: (1, 2), np.multiply: (3, 3), np.divide: (4, 5)}
+_ROW_OP_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _row_ops(plan, maybe_rows, dtype):
+    """Marks the float32/float64 add, subtract, multiply and divide members
+    reading a value that may be rows broadcast over the other operand
+    (``maybe_rows``: rows broadcast back, chunked inputs: softmax's
+    ``x - max``, ``e / sum``) to run through _row_op (_Member.rowop)."""
+    for m in plan:
+        if m.kind != _KERNEL or m.ufunc is None or m.bind is not None or m.expand \
+                or len(m.args) != 2 or maybe_rows.isdisjoint(m.args):
+            continue
+        codes = _ROW_OP_CODES.get(m.ufunc)
+        if codes is not None and dtype[m.args[0]] == dtype[m.args[1]] == dtype[m.res] \
+                and dtype[m.res] in _ROW_OP_TYPES:
+            m.rowop = codes
+
+
+def _row_values(v):
+    """``(r, n)`` when ``v`` is the C-contiguous values ``r`` broadcast
+    over trailing axes of ``n`` elements (strides 0 there), else None."""
+    strides = v.strides
+    if len(strides) < 2 or strides[-1]:
+        return None
+    k = len(strides)
+    while k and not strides[k - 1]:
+        k -= 1
+    r = v[(slice(None),) * k + (0,) * (len(strides) - k)]
+    return (r.reshape(-1), v.size // max(1, r.size)) if r.flags.c_contiguous else None
+
+
+def _row_op(ufunc, codes, a, b, out):
+    """``ufunc(a, b, out=out)`` (``out`` None: a new array). When one operand
+    is rows broadcast over the trailing axes of the other (_row_values) and
+    that one is C-contiguous, one loop of _sums.row_op where it is built (a
+    third of numpy's time over a broadcast operand); the same bits but for
+    which payload a NaN made of two NaNs carries (see the Exactness note)."""
+    op = getattr(_sums, "row_op", None)
+    if op is not None and a.shape == b.shape and \
+            (out is None or out.flags.c_contiguous and out.shape == a.shape):
+        for x, v, code in ((a, b, codes[0]), (b, a, codes[1])):
+            rows = _row_values(v) if x.flags.c_contiguous else None
+            if rows is not None:
+                r, n = rows
+                if out is None:
+                    out = np.empty(x.shape, x.dtype)
+                op(x, r, out, r.size, n, code)
+                return out
+    return ufunc(a, b, out=out)
+
+
 def _rowval(r, cshape, tail):
     """Row values ``r`` of the chunk's whole rows (flat), broadcast back
     over the chunk: repeated along a flat chunk, a broadcast view of a
@@ -1506,7 +1569,7 @@ class _Member:
     """One op of a fused chain, as the chunk code runs it."""
 
     __slots__ = ("kind", "fn", "args", "res", "store", "expand", "op", "dies", "ufunc",
-                 "bind", "inplace", "feeds", "direct")
+                 "bind", "inplace", "feeds", "direct", "rowop")
 
     def __init__(self, step, args, res, store):
         self.kind = _KERNEL
@@ -1522,6 +1585,7 @@ class _Member:
         self.inplace = None   # local whose buffer receives the result
         self.feeds = ()       # reduces reading the result (indices into targets)
         self.direct = False   # computed in place in its stored output's chunk
+        self.rowop = None     # _sums.row_op's codes (second, first operand rows)
 
 
 def _is_exact(step):
