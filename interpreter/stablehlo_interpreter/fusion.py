@@ -32,7 +32,8 @@ bit-identical to the unfused run (``tests/test_fusion.py`` checks it over
 dtypes, wraparound, NaN, infinities and signed zeros) -- but for the payload
 of a NaN made from two NaN operands by a float add, subtract, multiply or
 divide, which IEEE 754 leaves open and numpy's own loops choose differently
-at different positions of an array (SIMD body, tail, scalar operand).
+at different positions of an array (SIMD body, tail, scalar operand), as
+do the block machine and _sums.row_op.
 Values of size-1 operands broadcast by a member ``broadcast_in_dim`` stay
 broadcast views, as unfused.
 
@@ -54,7 +55,12 @@ trailing axes, LeadPlan for float sums over leading ones), so the result is
 the unfused reduce's bit for bit, and the value is written out only when
 something else reads it. When every sink reduces whole rows, its results
 broadcast back over those rows (softmax's ``e / sum(e)``) are made per chunk
-and read by exact members. Before grouping, :func:`inline_calls` puts the
+and read by exact members; elementwise ops on the rows' results (*row
+members*: layer norm's ``rsqrt(var + eps)``) run per chunk on its rows when
+a member reads them back, after the fused step otherwise, and with
+:data:`INPUT_SINKS` a reduce of the chain's input joins it too. A float
+add, subtract, multiply or divide of a chunk and rows broadcast over it
+runs _sums.row_op (:func:`_row_op`). Before grouping, :func:`inline_calls` puts the
 steps of small called functions (JAX's ``_where``) into the caller's plan
 and :func:`share_reduces` lets a repeated reduce copy the first one's result,
 :func:`share_values` a repeated elementwise op read the first one's.
@@ -67,8 +73,9 @@ unfused run reports it: :class:`ExecutionError` naming the member op and its
 location.
 
 Switches: ``STABLEHLO_REF_FUSION=0`` turns fusion off (read when a plan is
-first run); ``STABLEHLO_REF_CHAIN_VM=0`` the block machine (read when a
-fused step is made); ``STABLEHLO_REF_THREADS=N`` is the number of threads a fused step
+first run); ``STABLEHLO_REF_ROW_FUSION=0`` the row members and reduces
+of inputs (read then too); ``STABLEHLO_REF_CHAIN_VM=0`` the block machine
+(read when a fused step is made); ``STABLEHLO_REF_THREADS=N`` is the number of threads a fused step
 may use (pool.py: default the usable cores, at most 4; 1 = no helper
 threads). Only one fused step at a time uses the helpers: others (several
 device threads of a parallel run, concurrent executions) run their chunks in
