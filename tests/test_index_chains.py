@@ -333,6 +333,47 @@ def test_gather_after_its_bounds_mask_skips_the_clamp(monkeypatch):
     assert "gather_checked" in [getattr(s.fn, "__name__", "") for s in blk._planned]
 
 
+def test_mask_reads_the_wraps_largest_index(monkeypatch):
+    # take_along_axis: the wrap reads the indices' largest unsigned value
+    # (no negatives when it is at most the signed maximum) and the bounds
+    # mask of the same values, reshaped, compares it with its bound instead
+    # of reading the indices again; after a wrap of negative indices the
+    # mask reads its own. Runs of one plan alternate the cases.
+    import threading as real_threading
+    reads = []
+
+    class Local(real_threading.local):
+        def __getattribute__(self, name):
+            value = super().__getattribute__(name)
+            if name == "umax":
+                reads.append(value)
+            return value
+
+    class Threading:
+        local = Local
+    monkeypatch.setattr(index_chains, "threading", Threading)
+    r, c = 64, 512
+    x = np.random.default_rng(9).standard_normal((r, c)).astype(np.float32)
+    text = TAKE_ALONG.format(r=r, c=c, cm1=c - 1)
+    prog = shi.compile(text)
+    with monkeypatch.context() as m:
+        m.setattr(index_chains, "rewrite", lambda steps, template, results: steps)
+        plain = shi.compile(text)
+        plain.run(x, np.zeros((r, c), np.int32))   # its plan made unrewritten
+    rng = np.random.default_rng(10)
+    cases = {"in_range": rng.integers(0, c, (r, c)),
+             "above": rng.integers(0, 2 * c, (r, c)),
+             "negative": rng.integers(-c, c, (r, c)),
+             "far_below": rng.integers(-3 * c, c, (r, c))}
+    for case in ["in_range", "above", "negative", "in_range", "far_below", "above"]:
+        i = cases[case].astype(np.int32)
+        reads.clear()
+        got = prog.run(x, i)
+        assert_same_bits(got, plain.run(x, i))
+        umax = int(i.max()) if i.min() >= 0 else None
+        assert reads == [umax], case   # the mask's one read of the wrap's memo
+
+
 def test_a_mask_wider_than_the_gathers_clamp_keeps_it(monkeypatch):
     # A mask up to c (one past the last column) proves nothing the clamp
     # to c - 1 may skip.
