@@ -210,6 +210,38 @@ def test_scatter_add_wrap(case, monkeypatch):
     assert steps == ["wrap_negative"]
 
 
+def test_scatter_reads_the_wraps_largest_index(monkeypatch):
+    # x.at[i].add(v): the scatter's bounds test takes the largest index the
+    # wrap read in the same run (none when it wrapped negative ones);
+    # indices above the operand still drop their updates. Runs of one plan
+    # alternate the cases.
+    known = []
+    real = index_chains.with_index_max
+
+    def spy(indices, umax, fn, *args):
+        known.append(umax)
+        return real(indices, umax, fn, *args)
+    monkeypatch.setattr(index_chains, "with_index_max", spy)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(100).astype(np.float32)
+    v = rng.standard_normal(N).astype(np.float32)
+    text = SCATTER_ADD.format(n=N)
+    prog = shi.compile(text)
+    with monkeypatch.context() as m:
+        m.setattr(index_chains, "rewrite", lambda steps, template, results: steps)
+        plain = shi.compile(text)
+        plain.run(x, np.zeros(N, np.int32), v)   # its plan made unrewritten
+    known.clear()
+    cases = {"in_range": rng.integers(0, 100, N), "above": rng.integers(0, 130, N),
+             "negative": rng.integers(-100, 100, N), "far_below": rng.integers(-300, 100, N)}
+    for case in ["in_range", "above", "negative", "in_range", "far_below", "above"]:
+        i = cases[case].astype(np.int32)
+        known.clear()
+        got = prog.run(x, i, v)
+        assert_same_bits(got, plain.run(x, i, v))
+        assert known == ([int(i.max())] if i.min() >= 0 else []), case
+
+
 def test_shared_and_small_chains_stay(monkeypatch):
     i = _indices("negative", N, 100)
     got, want, steps = _both(SHARED.format(n=N), (i,), "accurate", monkeypatch)

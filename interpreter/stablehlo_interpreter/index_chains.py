@@ -31,7 +31,9 @@ The wrap's test is the largest index viewed as unsigned (a negative one so
 viewed is above the signed maximum), which also decides a bounds mask from 0
 of the wrapped values (through reshapes and broadcasts, which only repeat
 values): the wrap step leaves it in a per-thread memo that the mask step of
-the same run reads instead of reading the indices again.
+the same run reads instead of reading the indices again. A scatter whose
+indices hold the wrapped values gets it too, for its bounds test
+(:func:`with_index_max`, read by the kernel through :func:`known_index_max`).
 
 Both branches give the unrewritten chain's values exactly (integer ops), in
 either numerics mode.
@@ -72,6 +74,7 @@ _COMPARE = "stablehlo.compare"
 _ADD = "stablehlo.add"
 _AND = "stablehlo.and"
 _GATHER = "stablehlo.gather"
+_SCATTER = "stablehlo.scatter"
 # Ops whose result holds (some of) their operand's values, no others.
 _VIEWS = frozenset(("stablehlo.reshape", "stablehlo.broadcast_in_dim"))
 
@@ -165,6 +168,11 @@ def rewrite(steps: list[Any], template: Any, result_slots: Any) -> list[Any]:
     wrapped: dict[int, Any] = {}
     for i, s in enumerate(steps):
         op = s.op
+        if op is not None and op.name == _SCATTER:
+            known = _scatter_of_wrapped(s, wrapped)
+            if known is not None:
+                replace[i] = known
+            continue
         if op is None or s.out.__class__ is not int or op.regions:
             continue
         if op.name in _VIEWS and len(s.ins) == 1 and s.ins[0] in wrapped:
@@ -196,6 +204,53 @@ def rewrite(steps: list[Any], template: Any, result_slots: Any) -> list[Any]:
     if not replace:
         return steps
     return [replace.get(i, s) for i, s in enumerate(steps) if i not in drop]
+
+
+def _scatter_of_wrapped(step: Any, wrapped: dict[int, Any]) -> Any:
+    """A scatter step whose indices hold a wrap's values (``wrapped``), made
+    to pass the largest index the wrap read in this run (its memo) to the
+    scatter kernel's bounds test, which then skips its own pass."""
+    op = step.op
+    n = (len(op.operand_types) - 1) // 2
+    # (The step's operands: the context, then the op's: inputs, indices,
+    # updates.)
+    if len(step.ins) <= n + 1 or step.ins[0] != 0:
+        return None
+    memo = wrapped.get(step.ins[n + 1])
+    if memo is None:
+        return None
+    plain = step.fn
+
+    def scatter_known(ctx, *vals):
+        m = getattr(memo, "umax", None)
+        memo.umax = None
+        if m is None:
+            return plain(ctx, *vals)
+        return with_index_max(vals[n], m, plain, ctx, *vals)
+    return step._replace(fn=scatter_known)
+
+
+_INDEX_MAX = threading.local()
+
+
+def with_index_max(indices: Any, umax: int, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` (a scatter step) knowing that the largest value of
+    ``indices`` (the scatter's indices operand, that very array) viewed as
+    unsigned of its width is ``umax`` (the wrap before it has just read it):
+    the scatter kernel's bounds test asks :func:`known_index_max` instead of
+    reading the indices."""
+    _INDEX_MAX.v = (indices, umax)
+    try:
+        return fn(*args)
+    finally:
+        _INDEX_MAX.v = None
+
+
+def known_index_max(indices: Any) -> int | None:
+    """The largest value of ``indices`` viewed as unsigned, when the scatter
+    step running now was given it (:func:`with_index_max`), else None."""
+    v = getattr(_INDEX_MAX, "v", None)
+    return v[1] if v is not None and v[0] is indices else None
 
 
 def _merged_dead(members: list[Any], gone: tuple[int, ...]) -> tuple[int, ...]:

@@ -13,6 +13,7 @@ shapes are cached per shape combination.
 
 import numpy as np
 
+from ..index_chains import known_index_max
 from ..pool import run_chunks
 from ..regions import batched, broadcast_results, is_batchable, reducer_kind
 from ..registry import annotate, kernel
@@ -487,12 +488,18 @@ class _ScatterPlan:
         self.update_shape = tuple(update_shape)
         self.size = int(np.prod(update_shape, dtype=np.int64))
 
-    def targets(self, indices):
-        """(linear result index, flat update positions) of in-bounds updates."""
+    def targets(self, indices, umax=None):
+        """(linear result index, flat update positions) of in-bounds updates.
+
+        ``umax``: the largest of ``indices`` viewed as unsigned, when the
+        caller knows it (index_chains.known_index_max)."""
         if self.size == 0:
             z = np.zeros(0, dtype=np.int64)
             return z, z
+        given = indices.dtype
         indices = _take_index(indices)
+        if indices.dtype != given:
+            umax = None   # (converted: other values)
         ivd_last = self.ivd >= indices.ndim
         lin = self.static_lin
         ok = self.static_ok
@@ -501,7 +508,10 @@ class _ScatterPlan:
             s = s.reshape(self.start_shape)
             if off is not None:
                 s = s.astype(np.int64) + off
-            ok_d = _in_bounds(s, n)
+                ok_d = _in_bounds(s, n)
+            else:
+                # (Every component holds some of the indices' values.)
+                ok_d = _in_bounds(s, n, umax)
             if ok_d is not None:
                 ok = ok_d if ok is True else ok & ok_d
             if stride != 1:
@@ -518,13 +528,14 @@ class _ScatterPlan:
         return lin[pos], pos
 
 
-def _in_bounds(i, n):
+def _in_bounds(i, n, umax=None):
     """``0 <= i < n`` for an integer array ``i`` (None: always true).
 
     One comparison: a signed index viewed as unsigned of its width puts the
     negative ones above every valid index. Indices are rarely out of
     bounds: the largest unsigned value, one read pass, usually shows that
-    none is, and then no mask is written.
+    none is, and then no mask is written. ``umax``: a bound on that largest
+    value, known without the pass (index_chains.known_index_max).
     """
     dt = i.dtype
     hi = _int_range(dt)[1]
@@ -536,6 +547,8 @@ def _in_bounds(i, n):
         return i >= 0
     else:
         u = i.view(dt.str.replace("i", "u"))
+    if umax is not None and umax < n:
+        return None
     if u.size and u.max() < n:
         return None
     return u < n
@@ -695,7 +708,7 @@ def scatter(op):
         if plan is None:
             plan = cache[key] = _ScatterPlan(dn, inputs[0].shape, indices.shape,
                                              updates[0].shape)
-        lin, pos = plan.targets(indices)
+        lin, pos = plan.targets(indices, known_index_max(indices))
         results = [np.array(x, dtype=dt, copy=True).reshape(-1)
                    for x, dt in zip(inputs, res_dtypes)]
         values = [np.asarray(u).reshape(-1)[pos] for u in updates]
