@@ -296,17 +296,21 @@ _GATHER_BLOCK = 1 << 15
 # Result elements of the largest gather _GatherPlan._small_take serves.
 _SMALL_GATHER = 4096
 # Indices per block of a large take of rows with indices other than intp
-# (x[idx], 1e6 int32 indices into 1e5 f32, 2-core VM, medians of 9:
-# blocks of 2^15 / 2^16 / 2^17 one thread 849 / 867 / 994 us, two threads
-# 727 / 637 / 712 us wall).
-_TAKE_BLOCK = 1 << 16
+# (one thread, x[idx] of 1e6 int32 indices into 1e5 f32, interleaved on a
+# loaded 2-core VM: blocks of 2^15 1.13 ms, 2^16 1.18 ms; jnp.searchsorted
+# of 1e5 into 1e5, 17 such takes: 5.50 / 5.70 ms).
+_TAKE_BLOCK = 1 << 15
 # The smallest such take done in blocks.
 _TAKE_MIN = 1 << 16
-# The smallest such take whose blocks are shared with the pool's threads. A
-# helper core reads the operand and the indices into its own cache first:
-# jnp.searchsorted of 1e5 into 1e5 f32 (17 gathers of 1e5 indices in its
-# loop) took 5.7 -> 7.6 ms with two threads.
+# The smallest such take done in blocks of _TAKE_SHARED_BLOCK indices shared
+# with the pool's threads (x[idx] as above, two threads, the kernel alone,
+# an idle host: blocks of 2^15 / 2^16 / 2^17 727 / 637 / 712 us wall, one
+# thread 849 us; split into takes of 2^15 they lost that again: 730-780
+# us). A helper core reads the operand and the indices into its own cache
+# first: jnp.searchsorted of 1e5 into 1e5 took 5.7 -> 7.6 ms with its takes
+# shared.
 _TAKE_SHARED_MIN = 1 << 19
+_TAKE_SHARED_BLOCK = 1 << 16
 
 
 def _take_rows_in_blocks(operand, idx):
@@ -324,15 +328,15 @@ def _take_rows_in_blocks(operand, idx):
     def block(lo, hi):
         np.take(operand, flat[lo:hi], axis=0, mode="clip", out=rows[lo:hi])
 
-    bounds = [(lo, min(lo + _TAKE_BLOCK, flat.size)) for lo in range(0, flat.size, _TAKE_BLOCK)]
     if flat.size >= _TAKE_SHARED_MIN:
         # Blocks write disjoint rows (np.take releases the GIL while it
         # copies): on the pool's threads when a core is free (the bounds do
         # not depend on the thread count).
-        run_chunks(block, bounds)
+        step = _TAKE_SHARED_BLOCK
+        run_chunks(block, [(lo, min(lo + step, flat.size)) for lo in range(0, flat.size, step)])
     else:
-        for lo, hi in bounds:
-            block(lo, hi)
+        for lo in range(0, flat.size, _TAKE_BLOCK):
+            block(lo, min(lo + _TAKE_BLOCK, flat.size))
     return out
 
 
