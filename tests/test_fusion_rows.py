@@ -263,3 +263,24 @@ def test_rows_broadcast_arithmetic_with_and_without_c(kind, et, built, small, mo
     assert calls and any(m.rowop for c in _chains(p) for m in c.plan)
     _run_all(_program(kind, et, 40, 70), np.asfortranarray(x), monkeypatch, "accurate", "1",
              False)
+
+
+def test_error_in_a_row_member_names_its_op(small, monkeypatch):
+    # A kernel failing on the chunk's rows is reported as the unfused run
+    # reports it: the op and its location, not the fused step.
+    from stablehlo_interpreter import registry
+    monkeypatch.setattr(compiler, "_FOLD_ENABLED", True)
+    # (restored after the test)
+    monkeypatch.setitem(registry.KERNELS, "stablehlo.rsqrt", registry.KERNELS["stablehlo.rsqrt"])
+
+    def wrap(fn):
+        def broken(*args):
+            raise ValueError("boom")
+        return broken
+    si.wrap_kernel("stablehlo.rsqrt", wrap)
+    p = si.compile(_program("layer_norm", "f32", 37, 53))
+    with pytest.raises(si.ExecutionError) as e:
+        p.run(_values("f32", 37, 53, np.random.default_rng(8), False))
+    assert e.value.op_name == "stablehlo.rsqrt" and "ValueError: boom" in str(e.value)
+    (chain,) = _chains(p)
+    assert [r[0].name for r in chain.row_plan][-1] == "stablehlo.rsqrt"
