@@ -179,9 +179,10 @@ CHAIN_VM: Setting[bool] = Setting(
     read="each use")
 ROW_FUSION: Setting[bool] = Setting(
     "STABLEHLO_REF_ROW_FUSION", flag, True,
-    "let a fused chain also reduce whole rows of its inputs and run the elementwise ops on the "
-    "rows' results, chunk by chunk (softmax, logsumexp, layer norm in one pass; read when a plan "
-    "first runs)",
+    "let a fused chain run the elementwise ops on the results of the row reduces it feeds chunk "
+    "by chunk (layer norm's rsqrt(var + eps)), and its arithmetic with rows broadcast over a "
+    "chunk as one C loop (_sums.row_op: softmax's x - max and e / sum; read when a plan first "
+    "runs)",
     read="each use")
 THREADS: Setting[int | None] = Setting(
     "STABLEHLO_REF_THREADS", integer(minimum=1), None,

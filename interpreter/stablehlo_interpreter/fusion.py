@@ -73,8 +73,8 @@ unfused run reports it: :class:`ExecutionError` naming the member op and its
 location.
 
 Switches: ``STABLEHLO_REF_FUSION=0`` turns fusion off (read when a plan is
-first run); ``STABLEHLO_REF_ROW_FUSION=0`` the row members and reduces
-of inputs (read then too); ``STABLEHLO_REF_CHAIN_VM=0`` the block machine
+first run); ``STABLEHLO_REF_ROW_FUSION=0`` the row members, reduces of
+inputs and _row_op (read then too); ``STABLEHLO_REF_CHAIN_VM=0`` the block machine
 (read when a fused step is made); ``STABLEHLO_REF_THREADS=N`` is the number of threads a fused step
 may use (pool.py: default the usable cores, at most 4; 1 = no helper
 threads). Only one fused step at a time uses the helpers: others (several
@@ -1502,7 +1502,10 @@ def _row_ops(plan, maybe_rows, dtype):
     """Marks the float32/float64 add, subtract, multiply and divide members
     reading a value that may be rows broadcast over the other operand
     (``maybe_rows``: rows broadcast back, chunked inputs: softmax's
-    ``x - max``, ``e / sum``) to run through _row_op (_Member.rowop)."""
+    ``x - max``, ``e / sum``) to run through _row_op (_Member.rowop);
+    none with ``STABLEHLO_REF_ROW_FUSION=0``."""
+    if not _config.ROW_FUSION.value():
+        return
     for m in plan:
         if m.kind != _KERNEL or m.ufunc is None or m.bind is not None or m.expand \
                 or len(m.args) != 2 or maybe_rows.isdisjoint(m.args):
