@@ -66,7 +66,7 @@ from . import compiler as _compiler
 from . import config as _config
 from . import fusion as _fusion
 from . import loopvm as _loopvm
-from .errors import ExecutionError, InterpreterError
+from .errors import ExecutionError, InterpreterError, Interrupt
 from .quant import involves_quant
 from .registry import has_trait, kernel_info, scalar_math
 from .types import TensorType
@@ -1260,6 +1260,8 @@ class LoopState:
             if PRINT:
                 print(f"# stablehlo_ref: generated loop for {self.op.where()}\n{self.source}",
                       file=sys.stderr, flush=True)
+        except Interrupt:
+            raise   # a deadline that landed here, not a form the generator lacks
         except Exception:
             if STRICT:
                 raise
