@@ -83,6 +83,21 @@
 #endif
 #endif
 
+/* FM_LUT: erf's AVX-512 loop (erf_lut_loop), picked at run time on CPUs
+ * with x86-64-v4; -DFM_LUT=0 leaves erf_d's loop on every CPU
+ * (tests/test_fastmath.py sweeps both). */
+#ifndef FM_LUT
+/* (gcc 12 names the x86-64 levels in __builtin_cpu_supports) */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && defined(__x86_64__)
+#define FM_LUT 1
+#else
+#define FM_LUT 0
+#endif
+#endif
+#if FM_LUT
+#include <immintrin.h>
+#endif
+
 #define BLOCK 1024
 /* Distance (float64 ULPs) from a float32 halfway point that is flagged. */
 #define GUARD (1u << 15)
@@ -221,6 +236,19 @@ static const double COS_P[6] = {
     0x1.a01a019cb1590p-16,
     -0x1.6c16c16c15177p-10,
     0x1.555555555554cp-5};
+
+/* ERF_T: erf(a) / a for a in [0, 4]; piece j = round(a * 3.75), a polynomial in u = a - j / 3.75; row k: the 16 pieces' coefficients of u^(8 - k); max relative error 9.06e-14 */
+static const double ERF_T[9][16] = {
+    {0x1.53df19fa4921bp-8, 0x1.699702d4ffda3p-9, -0x1.d130fb5859c00p-10, -0x1.ef06aa1824815p-9, -0x1.21f9807e0c599p-9, 0x1.2ee661995cfd1p-12, 0x1.65e2646683060p-10, 0x1.0054a0e555470p-10, 0x1.ff944bdf4e828p-13, -0x1.2ce41f2e85633p-13, -0x1.821b7453caeabp-13, -0x1.b25987a700929p-14, -0x1.31337cf0da519p-15, -0x1.aaafca6e77d06p-18, 0x1.0d5bdb0d83884p-19, 0x1.73609b68372d8p-19},
+    {0x1.aee49bfe13f65p-30, 0x1.2f201cb53ecbap-7, 0x1.4eb5e6cc63fe0p-7, 0x1.d6fe65f21ff55p-9, -0x1.aa18bfabf9cfbp-9, -0x1.542ef3651be26p-8, -0x1.96a0e014d4027p-9, -0x1.ccc6afed7281fp-12, 0x1.b6c1667b2b3ebp-11, 0x1.c6b099b886cd0p-11, 0x1.f424fbb918560p-12, 0x1.5a8d319928f23p-13, 0x1.7eb0010ece09ap-16, -0x1.2251712fdc76cp-16, -0x1.49e91c204d02fp-16, -0x1.d5b5c98f14a5ep-17},
+    {-0x1.b82a683881c8bp-6, -0x1.1bfcdedf5b5a9p-6, 0x1.48c9cb0a99e4fp-9, 0x1.083e24014ec89p-6, 0x1.03e6af0a18c38p-6, 0x1.ced86a33e40bbp-8, -0x1.17ea1510e41a4p-10, -0x1.14f290f4e6abap-8, -0x1.d5ddb4c5ba722p-9, -0x1.e601f19fb1279p-10, -0x1.33385229f05cbp-11, -0x1.14fba1b5a5550p-16, 0x1.1a2a80f83d7ecp-13, 0x1.0e4afcf1803a9p-13, 0x1.7f742e2bcfec5p-14, 0x1.f544286cc530ap-15},
+    {-0x1.6f5c973959e4ap-35, -0x1.34fe628fc8bb3p-5, -0x1.980fe3ca43470p-5, -0x1.10002f488f532p-5, -0x1.80e623665fd96p-8, 0x1.a813d16502cbfp-7, 0x1.19b3d00676ae6p-6, 0x1.9285840c11669p-7, 0x1.76daadbd2ef5ap-8, 0x1.6654ff97c2b76p-10, -0x1.fc70c10a57e30p-12, -0x1.d20f42ff9fc27p-11, -0x1.8e3ad9417b8c2p-11, -0x1.1ab7191b2e3ebp-11, -0x1.7c2eae044cccfp-12, -0x1.fdc70d95ca5a7p-13},
+    {0x1.ce2f209db860dp-4, 0x1.601eb1b37767dp-4, 0x1.89ae99754ce14p-6, -0x1.14921197916f5p-5, -0x1.e96dd3ffeb233p-5, -0x1.b5c082a9cd8c3p-5, -0x1.0539914c9b329p-5, -0x1.7eb869b3b4a73p-7, 0x1.a2e01b80b2f29p-13, 0x1.2e3e5893832fdp-8, 0x1.45fb2fd735123p-8, 0x1.0363dc99ea62cp-8, 0x1.7351b8bc1f5aap-9, 0x1.0201ca4869327p-9, 0x1.682ed2969511dp-10, 0x1.ffa17bced3e43p-11},
+    {0x1.5b24b4a2e86ebp-42, 0x1.c4d664e4b6da7p-4, 0x1.5d826937371e0p-3, 0x1.4ec38d1645c03p-3, 0x1.c3d2e51d4b99bp-4, 0x1.86cac8b31e91dp-5, 0x1.bf79f6a6dc34dp-10, -0x1.56ef04a5df4cbp-6, -0x1.ae60e6a1ef9d3p-6, -0x1.7be1b77771128p-6, -0x1.248fd71f5af02p-6, -0x1.ab84257bf108ap-7, -0x1.355d9f2e8e979p-7, -0x1.c4a316cf3b928p-8, -0x1.512efee3d78dap-8, -0x1.fff3dbedd2e39p-9},
+    {-0x1.812746b012bc7p-2, -0x1.51e33e90ed39ap-2, -0x1.b447521fefb62p-3, -0x1.3429c096bd22fp-4, 0x1.27e203ecb9751p-5, 0x1.94e5f62fb6daap-4, 0x1.df7dddc834289p-4, 0x1.ba13a3249c377p-4, 0x1.694af0f630c11p-4, 0x1.16fff90bdbe97p-4, 0x1.a7538ebb5fa14p-5, 0x1.42aa7bbb77d5bp-5, 0x1.f345b3c72433ap-6, 0x1.89246d7580ba9p-6, 0x1.3ad9ea3d8b3a1p-6, 0x1.fffeddbf32333p-7},
+    {-0x1.389190c614d1dp-51, -0x1.89bd17ac1afeep-3, -0x1.5b578a38f9abdp-2, -0x1.a9c79cda21a0bp-2, -0x1.b28084277c416p-2, -0x1.8b59aeca482a1p-2, -0x1.4eb6772a385a7p-2, -0x1.10747dd1663e1p-2, -0x1.b56ac0d3ff10fp-3, -0x1.6046cf10d6923p-3, -0x1.1f3eff7c388b4p-3, -0x1.dbba73448f350p-4, -0x1.8ff22da0ac32cp-4, -0x1.54d1edaae593bp-4, -0x1.25e05ce575dfep-4, -0x1.ffffee707c86dp-5},
+    {0x1.20dd750429b60p+0, 0x1.1a2959ed6f837p+0, 0x1.07a9e35a9a466p+0, 0x1.daf1d2725fa77p-1, 0x1.a0ea1fead3df7p-1, 0x1.693601f761c77p-1, 0x1.386e75a5f5ab0p-1, 0x1.1002c4df351d8p-1, 0x1.dec649d64c23dp-2, 0x1.aa5f766c37ec7p-2, 0x1.7ff0080ad2d66p-2, 0x1.5d1447b61c390p-2, 0x1.3fff81a170ef3p-2, 0x1.276263d898f9bp-2, 0x1.1249223ef068dp-2, 0x1.ffffff7b91178p-3}};
+#define ERF_T_STEP 3.75
 
 #define INV_LN2 0x1.71547652b82fep+0
 #define LN2_HI 0x1.62e42fee00000p-1
@@ -528,6 +556,37 @@ static inline uint64_t flag_bits(double y)
  * replaces (a test and a branch per element) cost as much as computing
  * the block a second time on such blocks: 5-9% of exp, log, sin and tanh
  * (measured on 65536 float32 elements, process CPU time, interleaved). */
+/* Rounds buf[:m] (the float64 values of elements start.. start + m) into
+ * os and appends the indices of the elements to flag to idx (nflag). */
+#define ROUND_BLOCK(buf, m, os, start, idx, nflag) do { \
+    uint32_t near = UINT32_MAX, sub = UINT32_MAX, top = 0; \
+    for (Py_ssize_t i = 0; i < (m); i++) { \
+        (os)[i] = (float)(buf)[i]; \
+        uint32_t lo, hi; \
+        memcpy(&lo, (const char *)(buf) + 8 * i, 4); \
+        memcpy(&hi, (const char *)(buf) + 8 * i + 4, 4); \
+        hi &= 0x7fffffffu; \
+        uint32_t a = (lo - ((1u << 28) - GUARD)) & ((1u << 29) - 1); \
+        uint32_t t = hi - (uint32_t)(B151 >> 32); \
+        near = a < near ? a : near; \
+        sub = t < sub ? t : sub; \
+        top = hi > top ? hi : top; \
+    } \
+    if (near < 2 * GUARD || sub < (uint32_t)((B126 - B151) >> 32) || top >= (uint32_t)(INF64 >> 32)) { \
+        uint8_t fl[BLOCK]; \
+        for (Py_ssize_t i = 0; i < (m); i++) \
+            fl[i] = (uint8_t)(flag_bits((buf)[i]) >> 63); \
+        for (Py_ssize_t i = (m); i < (((m) + 7) & ~(Py_ssize_t)7); i++) \
+            fl[i] = 0; \
+        for (Py_ssize_t i = 0; i < (m); i += 8) { \
+            uint64_t w; \
+            memcpy(&w, fl + i, 8); \
+            if (w) \
+                for (Py_ssize_t j = i; j < i + 8; j++) \
+                    if (fl[j]) (idx)[(nflag)++] = (start) + j; \
+        } \
+    } } while (0)
+
 #define DEFINE_LOOP(NAME, FN) \
 FM_CLONES static Py_ssize_t NAME(const float *x, float *out, int64_t *idx, Py_ssize_t n) \
 { \
@@ -536,36 +595,9 @@ FM_CLONES static Py_ssize_t NAME(const float *x, float *out, int64_t *idx, Py_ss
     for (Py_ssize_t start = 0; start < n; start += BLOCK) { \
         Py_ssize_t m = n - start < BLOCK ? n - start : BLOCK; \
         const float *xs = x + start; \
-        float *os = out + start; \
-        uint32_t near = UINT32_MAX, sub = UINT32_MAX, top = 0; \
         for (Py_ssize_t i = 0; i < m; i++) \
             buf[i] = FN(xs[i]); \
-        for (Py_ssize_t i = 0; i < m; i++) { \
-            os[i] = (float)buf[i]; \
-            uint32_t lo, hi; \
-            memcpy(&lo, (const char *)buf + 8 * i, 4); \
-            memcpy(&hi, (const char *)buf + 8 * i + 4, 4); \
-            hi &= 0x7fffffffu; \
-            uint32_t a = (lo - ((1u << 28) - GUARD)) & ((1u << 29) - 1); \
-            uint32_t t = hi - (uint32_t)(B151 >> 32); \
-            near = a < near ? a : near; \
-            sub = t < sub ? t : sub; \
-            top = hi > top ? hi : top; \
-        } \
-        if (near < 2 * GUARD || sub < (uint32_t)((B126 - B151) >> 32) || top >= (uint32_t)(INF64 >> 32)) { \
-            uint8_t fl[BLOCK]; \
-            for (Py_ssize_t i = 0; i < m; i++) \
-                fl[i] = (uint8_t)(flag_bits(buf[i]) >> 63); \
-            for (Py_ssize_t i = m; i < ((m + 7) & ~(Py_ssize_t)7); i++) \
-                fl[i] = 0; \
-            for (Py_ssize_t i = 0; i < m; i += 8) { \
-                uint64_t w; \
-                memcpy(&w, fl + i, 8); \
-                if (w) \
-                    for (Py_ssize_t j = i; j < i + 8; j++) \
-                        if (fl[j]) idx[nflag++] = start + j; \
-            } \
-        } \
+        ROUND_BLOCK(buf, m, out + start, start, idx, nflag); \
     } \
     return nflag; \
 }
@@ -581,6 +613,68 @@ DEFINE_LOOP(sin_loop, sin_d)
 DEFINE_LOOP(cos_loop, cos_d)
 DEFINE_LOOP(expm1_loop, expm1_d)
 DEFINE_LOOP(log1p_loop, log1p_d)
+
+#if FM_LUT
+/* erf on 8 lanes of AVX-512: erf(x) = x G(a), a = |x| < 4, G = erf(a) / a
+ * in 16 pieces (ERF_T: piece j = round(a * ERF_T_STEP), a polynomial of
+ * degree 8 in u = a - j / ERF_T_STEP, |u| <= 0.134); each coefficient is
+ * picked from its row of 16 by a two-source permute (vpermt2pd: the low 4
+ * bits of the index are j), so an element costs one polynomial of degree 8
+ * and nine permutes, not erf_d's two polynomials, exp and a division (the
+ * compiler makes gathers of a table lookup, scalar ones at that: hence
+ * intrinsics). a >= 4 gives +-1 (erf(3.92) rounds to 1 already); x = -0
+ * gives -0 (x G); NaN stays NaN (vminpd's NaN rule gives a = 4, but u is
+ * NaN); +-inf meet the a >= 4 select. The float64 values differ from
+ * erf_d's but are as close to erf (9.1e-14, fastmath_fit), so the rounding
+ * pass gives the same float32 results and flags the elements it must. */
+#define FM_V4 __attribute__((target("arch=x86-64-v4")))
+FM_V4 static inline __m512d erf_lut8(__m512d x)
+{
+    __m512d a = _mm512_abs_pd(x);
+    __m512d c = _mm512_min_pd(a, _mm512_set1_pd(4.0));
+    __m512d kd = _mm512_fmadd_pd(c, _mm512_set1_pd(ERF_T_STEP), _mm512_set1_pd(SHIFTER));
+    __m512i j = _mm512_castpd_si512(kd);
+    kd = _mm512_sub_pd(kd, _mm512_set1_pd(SHIFTER));
+    __m512d u = _mm512_fnmadd_pd(kd, _mm512_set1_pd(1.0 / ERF_T_STEP), a);
+    __m512d g = _mm512_permutex2var_pd(_mm512_loadu_pd(ERF_T[0]), j, _mm512_loadu_pd(ERF_T[0] + 8));
+    _Pragma("GCC unroll 16")
+    for (size_t k = 1; k < sizeof(ERF_T) / sizeof(ERF_T[0]); k++)
+        g = _mm512_fmadd_pd(g, u, _mm512_permutex2var_pd(_mm512_loadu_pd(ERF_T[k]), j,
+                                                           _mm512_loadu_pd(ERF_T[k] + 8)));
+    __m512d one = _mm512_or_pd(_mm512_set1_pd(1.0), _mm512_and_pd(x, _mm512_set1_pd(-0.0)));
+    __mmask8 big = _mm512_cmp_pd_mask(a, _mm512_set1_pd(4.0), _CMP_GE_OQ);
+    return _mm512_mask_blend_pd(big, _mm512_mul_pd(x, g), one);
+}
+
+FM_V4 static Py_ssize_t erf_lut_loop(const float *x, float *out, int64_t *idx, Py_ssize_t n)
+{
+    double buf[BLOCK];
+    Py_ssize_t nflag = 0;
+    for (Py_ssize_t start = 0; start < n; start += BLOCK) {
+        Py_ssize_t m = n - start < BLOCK ? n - start : BLOCK;
+        const float *xs = x + start;
+        /* BLOCK is a multiple of 8: the last group's lanes past m load 0
+         * (masked) into buf's spare entries */
+        for (Py_ssize_t i = 0; i < m; i += 8) {
+            __mmask8 k = m - i >= 8 ? 0xff : (__mmask8)((1u << (m - i)) - 1);
+            _mm512_storeu_pd(buf + i, erf_lut8(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(k, xs + i))));
+        }
+        ROUND_BLOCK(buf, m, out + start, start, idx, nflag);
+    }
+    return nflag;
+}
+
+/* erf_lut_loop where the CPU runs x86-64-v4, else erf_d's loop. */
+static Py_ssize_t erf_any_loop(const float *x, float *out, int64_t *idx, Py_ssize_t n)
+{
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("x86-64-v4"))
+        return erf_lut_loop(x, out, idx, n);
+    return erf_loop(x, out, idx, n);
+}
+#else
+#define erf_any_loop erf_loop
+#endif
 
 typedef Py_ssize_t (*loop_fn)(const float *, float *, int64_t *, Py_ssize_t);
 
@@ -631,7 +725,7 @@ static PyObject *run(PyObject *args, const char *name, loop_fn loop)
 #define DEFINE_ENTRY(NAME, LOOP) \
 static PyObject *NAME(PyObject *self, PyObject *args) { (void)self; return run(args, #NAME, LOOP); }
 
-DEFINE_ENTRY(erf_f32, erf_loop)
+DEFINE_ENTRY(erf_f32, erf_any_loop)
 DEFINE_ENTRY(erfc_f32, erfc_loop)
 DEFINE_ENTRY(tanh_f32, tanh_loop)
 DEFINE_ENTRY(logistic_f32, logistic_loop)
