@@ -31,7 +31,8 @@
  * as the exact path's do. Every other element rounds to the same float32 as that
  * path, whose float64 value is within a few ULPs of the true one. About 1
  * element in 8000 is flagged. fma() keeps the float64 bits the same on
- * every host: the FMA clones inline it, the default clone (x86 CPUs
+ * every host (but erf's, whose AVX-512 loop computes another
+ * approximation, as close): the FMA clones inline it, the default clone (x86 CPUs
  * without FMA, other architectures) calls libm's, exact and slower;
  * -ffp-contract=off (pyproject.toml) forbids other contractions.
  *
@@ -53,6 +54,14 @@
  * computation under a branch, which the AVX-512 clone if-converts with
  * masked operations and the AVX2 clone (no masked division or fma) cannot:
  * it left the loop scalar, 3-6x slower.
+ *
+ * erf on AVX-512 (erf_lut_loop, chosen at run time): erf_d computes both
+ * of its formulas, exp and a division for every element (1.3 ns an
+ * element); one polynomial per element whose coefficients each lane picks
+ * from an in-register table of 16 pieces (vpermt2pd) takes 0.8 ns. gcc
+ * turns a table lookup into scalar loads (no gathers, no permutes), so
+ * that loop is written with intrinsics, for x86-64-v4 only; other CPUs
+ * keep erf_d.
  *
  * API (each of erf_f32, erfc_f32, erf_inv_f32, tanh_f32, logistic_f32,
  * exp_f32, expm1_f32, log_f32, log1p_f32, sin_f32, cos_f32):
