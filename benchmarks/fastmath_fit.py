@@ -80,6 +80,9 @@ FITS = (
     ("ERF_P", _over_root(mp.erf, 2 / mp.sqrt(mp.pi)), 0.0, 0.25, 6, False, None),
     ("EXP_P", mp.exp, -0.35, 0.35, 9, False, None),
     ("EXPM1_P", _expm1_over, -0.35, 0.35, 8, False, None),
+    # e^r after the AVX-512 exp's reduction by ln2 / 16 (EXP_T: 2^(j / 16))
+    ("EXP16_P", mp.exp, -float(mp.log(2) / 32) * 1.01, float(mp.log(2) / 32) * 1.01, 5, False,
+     None),
     ("LOG_P", _log_s, 0.0, LOG_Z, 5, False, None),
     # erfc(a) = e^(-a^2) Q(t), t = 2 / (2 + a), a in [0.5, 10.5] (erfc) and
     # in [0.5, 4] (erf: narrower, and fitted for erf's relative error, in
@@ -158,6 +161,9 @@ def main():
     body = ",\n    ".join("{" + ", ".join(float(m[d]).hex() for m in rows) + "}"
                           for d in range(ERF_T_DEG, -1, -1))
     print(f"static const double ERF_T[{ERF_T_DEG + 1}][{ERF_T_N}] = {{\n    {body}}};")
+    exp_t = [float(mp.power(2, mp.mpf(j) / 16)).hex() for j in range(16)]
+    exp_t = ",\n    ".join(", ".join(exp_t[i:i + 4]) for i in range(0, 16, 4))
+    print(f"/* EXP_T: 2^(j / 16), j = 0..15, rounded */\nstatic const double EXP_T[16] = {{\n    {exp_t}}};")
     for name, f, lo, hi, deg, mapped, weight in FITS:
         m, scale, offset, err = fit(f, lo, hi, deg, mapped, weight)
         var = f"u = v * {name}_SCALE + {name}_OFFSET" if mapped else "v"
