@@ -51,13 +51,15 @@ OPS = {"erf": "chlo.erf", "erfc": "chlo.erfc", "tanh": "stablehlo.tanh",
        "log1p": "stablehlo.log_plus_one"}
 # |x| where a kernel switches formulas or clamps (ops/_fastmath.c), and where
 # results become subnormal or round to 1.
-EDGES = {"erf": [0.5, 3.9192059, 4.0, 1e-38],
+# (erf: also where the AVX-512 loop changes pieces, (j + 1/2) / 3.75)
+EDGES = {"erf": [0.5, 3.9192059, 4.0, 1e-38, 0.13333334, 0.4, 1.2, 2.1333334, 3.8666666],
          "erfc": [0.5, 4.0, 9.194, 10.0, 10.0542, 10.5],
          "tanh": [0.17328680, 0.5, 9.01, 10.0, 1e-38],
          "logistic": [16.6, 87.3, 103.3, 104.0, 120.0],
          "erf_inv": [0.99903, 0.9999999, 1.0, 0.5, 1.5e-8, 1e-38],
-         # exp: the float32 overflow (88.72) and underflow (103.97) points, the clamp
-         "exp": [88.72284, 87.33655, 103.97208, 110.0, 1e-38],
+         # exp: the float32 overflow (88.72) and underflow (103.97) points, the clamps
+         # (exp_d 110, the AVX-512 loop 120)
+         "exp": [88.72284, 87.33655, 103.97208, 110.0, 120.0, 1e-38],
          # log: 1, the reduction's split at sqrt(2) (and sqrt(1/2)), the ends
          "log": [1.0, 1.4142135, 0.70710677, 2.0, 1e-38, 1e-40, 3.4028235e38],
          # sin, cos: multiples of pi/4 (quadrant changes), TRIG_MAX, a large multiple of pi/2
