@@ -9,10 +9,10 @@ strided sweep over every float32 bit pattern, every float32 around the
 kernels' branch points and clamps, special values, random values of every
 scale, the programs' kernels with and without the C module, and the C
 module's argument checks. ``-m slow`` adds the exhaustive check: all 2^32
-float32 inputs of each function (on the 2-core machine, niced, load 2-7: 1-4.5
-minutes per function, e.g. tanh 55 s, sin 64 s, log 92 s, erf_inv 193 s, erf
-270 s; 19 minutes for all eleven); ``-k every_clone`` builds the module for
-each target_clones target alone and sweeps it.
+float32 inputs of each function (on the 2-core machine, niced, load 3-6: 1-3
+minutes per function, e.g. log 67 s, tanh 107 s, erf 151 s, logistic 178 s; 20
+minutes for all eleven); ``-k every_clone`` builds the module for each
+target_clones target alone (and without the AVX-512 loops) and sweeps it.
 """
 
 import importlib.util
