@@ -443,6 +443,12 @@ def _sigmoid(q):
     return jax.nn.sigmoid, (_f32(_n(q, 1_000_000, 1000)),)
 
 
+@op("exp", "elementwise", "jnp.exp 1e6 f32")
+def _exp(q):
+    import jax.numpy as jnp
+    return jnp.exp, (_f32(_n(q, 1_000_000, 1000)),)
+
+
 @op("sin", "elementwise", "jnp.sin 1e6 f32")
 def _sin(q):
     import jax.numpy as jnp
