@@ -131,6 +131,7 @@ def _shared(monkeypatch, threads):
     from stablehlo_interpreter import pool
     monkeypatch.setattr(blas, "SHARED_GEMM_MACS", 0)
     monkeypatch.setattr(pool, "busy", lambda n: False)
+    monkeypatch.setattr(blas, "core_free", lambda: True)
     monkeypatch.setenv("STABLEHLO_REF_THREADS", str(threads))
 
 
@@ -221,3 +222,21 @@ def test_dot_general_shares_a_mid_sized_product(monkeypatch):
         got = run(lhs, rhs)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
     assert calls == [4, 4]
+
+
+def test_core_free_reads_the_runnable_tasks(monkeypatch):
+    from stablehlo_interpreter import pool
+    assert blas.core_free() in (True, False)
+    monkeypatch.setattr(pool, "thread_count", lambda: 2)
+    for line, free in ((b"0.50 0.40 0.30 1/120 999\n", True),
+                       (b"2.50 0.40 0.30 2/120 999\n", False),
+                       (b"garbled", True)):
+        monkeypatch.setattr(blas.os, "pread", lambda fd, n, off, line=line: line)
+        assert blas.core_free() is free
+
+
+def test_block_bounds():
+    assert blas.block_bounds(1) == [(0, 1)]
+    assert blas.block_bounds(3) == [(0, 1), (1, 2), (2, 3)]
+    assert blas.block_bounds(16) == [(0, 4), (4, 8), (8, 12), (12, 16)]
+    assert blas.block_bounds(17) == [(0, 5), (5, 10), (10, 15), (15, 17)]

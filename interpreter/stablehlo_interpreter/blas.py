@@ -30,6 +30,7 @@ on the shapes alone, so the result does not depend on the thread count.
 """
 
 import ctypes
+import os
 import os.path
 import threading
 
@@ -196,6 +197,25 @@ def small_lapack(fn, *args, **kwargs):
     return small_product(lambda: fn(*args, **kwargs), libs=_libs)
 
 
+_loadavg_fd = []
+
+
+def core_free():
+    """Whether a core is idle now: the kernel's count of runnable tasks
+    (/proc/loadavg's 4th field, which counts this thread) is below the
+    usable cores. The 1-minute load average (pool.busy) lags: a product
+    shared while another process holds the second core of two waits for
+    its helper's turn on the same core (measured 10-20% slower than one
+    thread, up to a whole time slice). True where there is no /proc."""
+    try:
+        if not _loadavg_fd:
+            _loadavg_fd.append(os.open("/proc/loadavg", os.O_RDONLY))
+        running = int(os.pread(_loadavg_fd[0], 64, 0).split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return True
+    return running < _pool.thread_count()
+
+
 def shared_product(a, b, macs):
     """``np.matmul(a, b)`` (floats, ``a`` and ``b`` at least 2-d) of ``macs``
     multiply-adds below SMALL_GEMM_MACS, as row blocks shared with the pool's
@@ -205,7 +225,7 @@ def shared_product(a, b, macs):
     The blocks split the rows of ``a`` (its axis -2), or the leading batch
     axis when the rows are too few; each output element is the same dot
     product of the BLAS kernel as in one call."""
-    if macs < SHARED_GEMM_MACS or _pinned or a.ndim < 2 or b.ndim < 2:
+    if macs < SHARED_GEMM_MACS or _pinned or a.ndim < 2 or b.ndim < 2 or not core_free():
         return small_product(np.matmul, a, b, macs=macs)
     m = a.shape[-2]
     if m >= 2 * _SHARED_MIN_ROWS:
@@ -228,3 +248,24 @@ def shared_product(a, b, macs):
 
     small_product(_pool.run_chunks, run, bounds)
     return out
+
+
+def block_bounds(n):
+    """``n`` consecutive blocks as at most _SHARED_BLOCKS runs (fixed by
+    ``n`` alone): bounds for :func:`shared_blocks`."""
+    step = -(-n // _SHARED_BLOCKS) if n > _SHARED_BLOCKS else 1
+    return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+
+
+def shared_blocks(run, bounds, macs):
+    """``run(lo, hi)`` for each of ``bounds`` (independent blocks of BLAS
+    products, ``macs`` multiply-adds in all, below SMALL_GEMM_MACS), each
+    on one BLAS thread: shared with the pool's helper threads as
+    :func:`shared_product` shares its blocks, else in order in this thread."""
+    if macs < SHARED_GEMM_MACS or _pinned or len(bounds) < 2 or not core_free():
+        def run_all():
+            for lo, hi in bounds:
+                run(lo, hi)
+        small_product(run_all, macs=macs)
+    else:
+        small_product(_pool.run_chunks, run, bounds)
