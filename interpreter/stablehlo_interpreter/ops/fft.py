@@ -2,7 +2,16 @@
 
 scipy.fft rather than numpy.fft: the same pocketfft algorithm, but it may
 work in place on the double-precision copy the kernel makes anyway
-(``overwrite_x``), which halves the time of a 2-D transform."""
+(``overwrite_x``), which halves the time of a 2-D transform.
+
+Double precision for complex64/float32 too, although scipy's
+single-precision transform is 1.2-2.5x faster (rfft of 2^20 f32: 6.9 ms
+against 16 ms; XLA CPU 7.2 ms): its error, like XLA CPU's own single-
+precision DUCC transform, is 3-15e-7 of the rms value, and it exceeded XLA
+CPU's on some sizes measured (ifft of 1024: 3.4e-7 against 3.1e-7; fft of
+1000, ifft of 4096, fft of 15015, rfft of 65536), where accurate mode
+promises at least XLA CPU's accuracy. The rounded double transform is
+within 2e-7 on all of them."""
 
 import numpy as np
 import scipy.fft
