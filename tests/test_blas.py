@@ -234,9 +234,3 @@ def test_core_free_reads_the_runnable_tasks(monkeypatch):
         monkeypatch.setattr(blas.os, "pread", lambda fd, n, off, line=line: line)
         assert blas.core_free() is free
 
-
-def test_block_bounds():
-    assert blas.block_bounds(1) == [(0, 1)]
-    assert blas.block_bounds(3) == [(0, 1), (1, 2), (2, 3)]
-    assert blas.block_bounds(16) == [(0, 4), (4, 8), (8, 12), (12, 16)]
-    assert blas.block_bounds(17) == [(0, 5), (5, 10), (10, 15), (15, 17)]

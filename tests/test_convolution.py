@@ -415,31 +415,3 @@ def test_blocked_im2col_and_reference(monkeypatch, S, K, C, O, strides, G, B, dt
     scale = np.abs(want).max()
     np.testing.assert_allclose(shared, want, rtol=0, atol=1e-5 * scale)
 
-
-@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
-def test_blocked_im2col_shared_with_helpers_is_bit_identical(monkeypatch, dtype):
-    """Runs of blocks shared with the pool's helper threads (blas.shared_blocks):
-    the same bits as in order on one thread, whatever the thread count."""
-    from stablehlo_interpreter import blas, pool
-    from stablehlo_interpreter.ops import convolution as conv_mod
-    rng = np.random.default_rng(11)
-    x = rng.standard_normal((5, 9, 7, 8)).astype(dtype)
-    w = rng.standard_normal((3, 3, 8, 6)).astype(dtype)
-    if dtype == np.complex64:
-        x = (x + 1j * rng.standard_normal(x.shape)).astype(dtype)
-    pad = np.array([[1, 1], [1, 1]])
-    monkeypatch.setattr(conv_mod, "_SHORT_DOT", 0)
-    monkeypatch.setattr(conv_mod, "_IM2COL_BLOCK", 2 * 3 * 8)   # a line of one image a block
-    fn = conv_mod.make_convolution(_nhwc_attrs(2, (1, 1)), np.dtype(dtype))
-    alone = fn(x, w, pad)                  # below SHARED_GEMM_MACS: in order
-    monkeypatch.setattr(blas, "SHARED_GEMM_MACS", 0)
-    monkeypatch.setattr(blas, "core_free", lambda: True)
-    monkeypatch.setattr(pool, "busy", lambda n: False)
-    runs = []
-    real = pool.run_chunks
-    monkeypatch.setattr(pool, "run_chunks",
-                        lambda run, bounds, *a: (runs.append(bounds), real(run, bounds, *a))[1])
-    for threads in ("1", "2", "4"):
-        monkeypatch.setenv("STABLEHLO_REF_THREADS", threads)
-        np.testing.assert_array_equal(fn(x, w, pad), alone)
-    assert len(runs) == 3 and all(len(b) == 4 for b in runs)

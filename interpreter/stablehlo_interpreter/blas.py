@@ -249,23 +249,3 @@ def shared_product(a, b, macs):
     small_product(_pool.run_chunks, run, bounds)
     return out
 
-
-def block_bounds(n):
-    """``n`` consecutive blocks as at most _SHARED_BLOCKS runs (fixed by
-    ``n`` alone): bounds for :func:`shared_blocks`."""
-    step = -(-n // _SHARED_BLOCKS) if n > _SHARED_BLOCKS else 1
-    return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
-
-
-def shared_blocks(run, bounds, macs):
-    """``run(lo, hi)`` for each of ``bounds`` (independent blocks of BLAS
-    products, ``macs`` multiply-adds in all, below SMALL_GEMM_MACS), each
-    on one BLAS thread: shared with the pool's helper threads as
-    :func:`shared_product` shares its blocks, else in order in this thread."""
-    if macs < SHARED_GEMM_MACS or _pinned or len(bounds) < 2 or not core_free():
-        def run_all():
-            for lo, hi in bounds:
-                run(lo, hi)
-        small_product(run_all, macs=macs)
-    else:
-        small_product(_pool.run_chunks, run, bounds)

@@ -202,10 +202,12 @@ def _blocked_im2col(win, Rm, lead, out_sp, k, parts):
     windows into a matrix that stays in cache and multiplies it into its
     rows of the result, (B, G, Nb * prod(out), Og), on one BLAS thread.
     The contraction of every output element is the same k-term product as
-    in one large matmul (``parts``: :func:`_row_products`). From
-    blas.SHARED_GEMM_MACS, while a core is idle (blas.core_free), runs of
-    consecutive blocks (blas.block_bounds: fixed by the block count) are
-    shared with the pool's helper threads; the result is the same."""
+    in one large matmul (``parts``: :func:`_row_products`). Sharing the
+    blocks with the pool's helper threads measured slower on the shared
+    2-core machine (XLA CPU runs this convolution on one thread too): as 4
+    runs of blocks, 1.3 ms -> 4.8 ms median while other processes held
+    the cores, where a helper preempted in its run keeps the caller
+    waiting; no gain was measured in the moments a core was free."""
     B, G, Nb = lead
     Og = Rm.shape[-1]
     line = int(np.prod(out_sp[1:], dtype=np.int64))   # rows per line of out_sp[0]
@@ -217,14 +219,14 @@ def _blocked_im2col(win, Rm, lead, out_sp, k, parts):
         cols = np.ascontiguousarray(win).reshape(B, G, Nb * nout, k)
         return _blas.small_product(_row_products, cols, Rm, acc, parts, macs=macs)
 
-    def run(i0, i1):
-        for n0, n1, a0, a1 in blocks[i0:i1]:
+    def run():
+        for n0, n1, a0, a1 in blocks:
             # Whole images, or whole lines of one: one range of result rows.
             r0, r1 = n0 * nout + a0 * line, (n1 - 1) * nout + a1 * line
             cols = np.ascontiguousarray(win[:, :, n0:n1, a0:a1]).reshape(B, G, r1 - r0, k)
             _row_products(cols, Rm, acc[:, :, r0:r1], parts)
 
-    _blas.shared_blocks(run, _blas.block_bounds(len(blocks)), macs)
+    _blas.small_product(run, macs=macs)
     return acc
 
 
