@@ -20,6 +20,42 @@ from .. import dtypes
 from ..registry import Unsupported, kernel
 from . import spec_kernels as _spec
 
+# A 1-D RFFT of an even length from this one up, with a complex64 result, is
+# computed as the complex transform of half the length (_rfft_half): pocketfft's
+# real transform of 2^20 doubles takes 1.4x its complex one of 2^19 (out of
+# cache), and the unpacking costs less than the difference. Below it the real
+# transform is as fast or faster (2^17: equal; 2^16: 0.98 against 1.17 ms).
+_HALF_RFFT_MIN = 1 << 18
+# The unpacking runs in blocks of this many coefficients (64 KiB of complex128
+# per temporary: in L2).
+_HALF_BLOCK = 1 << 12
+
+
+def _rfft_half(x, twiddle, out_dtype):
+    """RFFT of ``x`` (..., N), N even, through one complex128 FFT of length
+    H = N/2: with z[m] = x[2m] + i x[2m+1] and Z = FFT(z),
+    X[k] = (Z[k] + conj Z[H-k]) / 2 - (i/2) e^(-2 pi i k/N) (Z[k] - conj Z[H-k]),
+    all in double precision and rounded once to ``out_dtype``
+    (``twiddle[k]`` = -(i/2) e^(-2 pi i k/N), k < H)."""
+    n = x.shape[-1]
+    h = n // 2
+    z = scipy.fft.fft(x.astype(np.float64).view(np.complex128), axis=-1, overwrite_x=True)
+    out = np.empty(x.shape[:-1] + (h + 1,), dtype=out_dtype)
+    z0 = z[..., 0]
+    out[..., 0] = z0.real + z0.imag
+    out[..., h] = z0.real - z0.imag
+    for a in range(1, h, _HALF_BLOCK):
+        b = min(a + _HALF_BLOCK, h)
+        zk = z[..., a:b]
+        zr = np.conj(z[..., h - a:h - b:-1])     # conj Z[H-k], k = a .. b-1
+        d = zk - zr
+        d *= twiddle[a:b]
+        zr += zk
+        zr *= 0.5
+        zr += d
+        out[..., a:b] = zr
+    return out
+
 
 @kernel("stablehlo.fft", traits=("fourier",))
 def fft(op):
@@ -69,7 +105,16 @@ def fft(op):
         if not dtypes.is_float(in_t.dtype):
             raise Unsupported(f"RFFT of {in_t.element_type}")
 
+        n = lengths[-1]
+        half = k == 1 and n % 2 == 0 and n >= _HALF_RFFT_MIN and \
+            np.dtype(out_dtype) == np.complex64
+        twiddle = []    # made by the first run (N/2 complex128)
+
         def rfft(x):
+            if half and x.shape[-1] == n:
+                if not twiddle:
+                    twiddle.append(-0.5j * np.exp(np.arange(n // 2) * (-2j * np.pi / n)))
+                return _rfft_half(x, twiddle[0], out_dtype)
             return scipy.fft.rfftn(x.astype(np.float64), s=lengths, axes=axes,
                                    overwrite_x=True).astype(out_dtype)
         return guard(rfft)
