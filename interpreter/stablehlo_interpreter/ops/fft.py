@@ -26,6 +26,8 @@ from . import spec_kernels as _spec
 # cache), and the unpacking costs less than the difference. Below it the real
 # transform is as fast or faster (2^17: equal; 2^16: 0.98 against 1.17 ms).
 _HALF_RFFT_MIN = 1 << 18
+# The same for a 1-D IRFFT of an even length with a float32 result
+# (_irfft_half; 2^20: 22 ms for the real transform, 13 for the complex one).
 # The unpacking runs in blocks of this many coefficients (64 KiB of complex128
 # per temporary: in L2).
 _HALF_BLOCK = 1 << 12
@@ -55,6 +57,33 @@ def _rfft_half(x, twiddle, out_dtype):
         zr += d
         out[..., a:b] = zr
     return out
+
+
+def _irfft_half(x, twiddle, n, out_dtype):
+    """IRFFT to a real (..., N), N = 2H even, of ``x`` (..., H+1) through one
+    complex128 inverse FFT of length H: Z[k] = E[k] + i O[k] with
+    E[k] = (X[k] + conj X[H-k]) / 2 and O[k] = (X[k] - conj X[H-k]) e^(2 pi i k/N) / 2
+    (the DFTs of the even and odd samples), z = IFFT(Z), x[2m] = Re z[m],
+    x[2m+1] = Im z[m]; rounded once to ``out_dtype``. The imaginary parts of
+    X[0] and X[H] are ignored, as by the real transform
+    (``twiddle[k]`` = (i/2) e^(2 pi i k/N), k < H)."""
+    h = n // 2
+    zs = np.empty(x.shape[:-1] + (h,), dtype=np.complex128)
+    x0 = x[..., 0].real.astype(np.float64)
+    xh = x[..., h].real.astype(np.float64)
+    zs[..., 0] = ((x0 + xh) + 1j * (x0 - xh)) * 0.5
+    for a in range(1, h, _HALF_BLOCK):
+        b = min(a + _HALF_BLOCK, h)
+        xk = x[..., a:b].astype(np.complex128)
+        xr = np.conj(x[..., h - a:h - b:-1]).astype(np.complex128)   # conj X[H-k]
+        d = xk - xr
+        d *= twiddle[a:b]
+        xr += xk
+        xr *= 0.5
+        xr += d
+        zs[..., a:b] = xr
+    z = scipy.fft.ifft(zs, axis=-1, overwrite_x=True)
+    return z.view(np.float64).reshape(x.shape[:-1] + (n,)).astype(out_dtype)
 
 
 @kernel("stablehlo.fft", traits=("fourier",))
@@ -119,7 +148,16 @@ def fft(op):
                                    overwrite_x=True).astype(out_dtype)
         return guard(rfft)
     if fft_type == "IRFFT":
+        n = lengths[-1]
+        half = k == 1 and n % 2 == 0 and n >= _HALF_RFFT_MIN and \
+            np.dtype(out_dtype) == np.float32
+        twiddle = []    # made by the first run (N/2 complex128)
+
         def irfft(x):
+            if half and x.shape[-1] == n // 2 + 1:
+                if not twiddle:
+                    twiddle.append(0.5j * np.exp(np.arange(n // 2) * (2j * np.pi / n)))
+                return _irfft_half(x, twiddle[0], n, out_dtype)
             # irfftn reads the first L/2+1 coefficients of the last axis.
             return scipy.fft.irfftn(x.astype(np.complex128), s=lengths, axes=axes,
                                     overwrite_x=True).astype(out_dtype)
