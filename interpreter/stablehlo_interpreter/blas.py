@@ -23,10 +23,11 @@ dot_general's products from ``SHARED_GEMM_MACS`` up to SMALL_GEMM_MACS (a
 512x512 matmul: XLA CPU runs it on two threads) are cut into a fixed number
 of row blocks that the interpreter's helper threads share
 (``shared_product``; pool.run_chunks), each block on one BLAS thread: the
-threads of pool.py block instead of spinning, a helper that is not
-scheduled costs nothing (the caller takes its blocks), and on a busy
-machine (pool.busy) the blocks run in the calling thread. The blocks depend
-on the shapes alone, so the result does not depend on the thread count.
+threads of pool.py block instead of spinning and a helper that is not
+scheduled leaves its blocks to the caller. A product is shared only while a
+core is idle at its start (``core_free``; pool.busy too), else its blocks
+run in the calling thread. The blocks depend on the shapes alone, so the
+result does not depend on the thread count.
 """
 
 import ctypes
