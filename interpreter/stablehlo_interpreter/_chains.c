@@ -657,9 +657,8 @@ done:
  *
  * LoopCode(program, init, inputs, outputs) checks the words once and keeps
  * them decoded (read-only from then on: one LoopCode serves every call and
- * thread): one LInstr per instruction in a single stream, cond, TEST (stop
- * when pred is false), body, the moves as a sequence of copies (a cycle
- * through one temporary), NEXT (the next iteration). init is the registers'
+ * thread): one LInstr per instruction, the cond's, then the body's, then the
+ * moves as a sequence of copies (a cycle through one temporary). init is the registers'
  * initial bytes (the constants); inputs / outputs the register of each value
  * start() writes / finish() reads (-1: a value that is not a register, an
  * array). */
@@ -678,8 +677,8 @@ typedef struct {
 /* The common scalar ops decoded to one dense code each, run inline by
  * loop_steps with the expressions of the block ops above (same bits); the
  * rest (F_SLOW) go through exec1 over one element. 8- and 16-bit integers
- * take exec1 (their products promote to int). L_TEST, L_NEXT, L_TMP_IN and
- * L_TMP_OUT are the loop's own steps (not program ops). */
+ * take exec1 (their products promote to int). L_TMP_IN and L_TMP_OUT are
+ * the moves' own steps (not program ops). */
 enum {
     F_SLOW, F_SELECT, F_COPY,
 #define FAST_INT(N) F_ADD_##N, F_SUB_##N, F_MUL_##N, F_AND_##N, F_OR_##N, F_XOR_##N, F_NOT_##N, \
@@ -690,7 +689,7 @@ enum {
     FAST_FLOAT(float), FAST_FLOAT(double),
     F_CVT_I32_F32, F_CVT_I32_F64, F_CVT_F32_F64, F_CVT_F64_F32, F_CVT_U32_F32, F_CVT_I32_I64,
     F_CVT_BOOL_I32, F_LOAD, F_STORE,
-    L_TEST, L_NEXT, L_TMP_IN, L_TMP_OUT
+    L_TMP_IN, L_TMP_OUT
 };
 
 static int fast_code(const Instr *in, int rt)
@@ -788,7 +787,7 @@ typedef struct {
     int32_t n_regs, n_cond, n_body, pred, n_moves, n_arrays, n_code;
     const int32_t *vt, *at; /* per register / array: its type */
     const Instr *instr;
-    LInstr *code;           /* n_code decoded steps: cond, TEST, body, moves, NEXT */
+    LInstr *code;           /* n_code decoded steps: cond, body, moves */
     char *stored;           /* per array: written by a STORE */
     char *init;             /* n_regs * 8 bytes */
     int32_t *inputs, *outputs;
@@ -803,48 +802,58 @@ typedef struct {
     Py_ssize_t n, esz;
 } ArrBuf;
 
+/* One decoded step on the registers (tmp: the moves' temporary). */
+static inline __attribute__((always_inline)) void exec_step(const LoopCode *lc, const LInstr *x,
+                                                            char *regs, const ArrBuf *arrs,
+                                                            uint64_t *tmp)
+{
+    switch (x->fast) {
+    case L_TMP_IN: *tmp = R(uint64_t, x->a); break;
+    case L_TMP_OUT: R(uint64_t, x->d) = *tmp; break;
+    case F_SELECT: R(uint64_t, x->d) = R(uint8_t, x->a) ? R(uint64_t, x->b) : R(uint64_t, x->c);
+        break;
+    case F_COPY: R(uint64_t, x->d) = R(uint64_t, x->a); break;
+    CASES_INT(32, uint32_t, int32_t)
+    CASES_INT(64, uint64_t, int64_t)
+    CASES_FLOAT(float, fabs_bits_f)
+    CASES_FLOAT(double, fabs_bits_d)
+    case F_CVT_I32_F32: R(float, x->d) = (float)R(int32_t, x->a); break;
+    case F_CVT_I32_F64: R(double, x->d) = (double)R(int32_t, x->a); break;
+    case F_CVT_F32_F64: R(double, x->d) = (double)R(float, x->a); break;
+    case F_CVT_F64_F32: R(float, x->d) = (float)R(double, x->a); break;
+    case F_CVT_U32_F32: R(float, x->d) = (float)R(uint32_t, x->a); break;
+    case F_CVT_I32_I64: R(int64_t, x->d) = (int64_t)R(int32_t, x->a); break;
+    case F_CVT_BOOL_I32: R(uint32_t, x->d) = R(uint8_t, x->a) != 0; break;
+    case F_LOAD: { const ArrBuf *ab = arrs + x->a;
+        memcpy(regs + x->d, ab->buf + clamp_index(regs + x->b, x->sub, ab->n) * ab->esz,
+               (size_t)ab->esz);
+        break; }
+    case F_STORE: { const ArrBuf *ab = arrs + x->d;
+        memcpy(ab->buf + clamp_index(regs + x->a, x->sub, ab->n) * ab->esz, regs + x->b,
+               (size_t)ab->esz);
+        break; }
+    default: { const Instr *in = lc->instr + x->k;   /* F_SLOW */
+        exec1(in, lc->vt[in->dst], 0, regs + x->d, regs + x->a, regs + x->b, regs + x->c,
+              regs + x->e, 1);
+        break; }
+    }
+}
+
 /* Runs iterations from the start of the cond until the cond is false
- * (returns 1) or max_steps (>= 1) iterations ran (returns 0). */
+ * (returns 1) or max_steps iterations ran (returns 0). The cond's and the
+ * body's steps are two loops, each with its own copy of the dispatch. */
 static int loop_steps(const LoopCode *lc, char *regs, const ArrBuf *arrs, Py_ssize_t max_steps)
 {
     const LInstr *code = lc->code;
+    const int32_t n_cond = lc->n_cond, n_code = lc->n_code;
+    const uint8_t *pred = (const uint8_t *)regs + (Py_ssize_t)lc->pred * 8;
     uint64_t tmp = 0;
-    Py_ssize_t step = 0;
-    for (Py_ssize_t pc = 0;; pc++) {
-        const LInstr *x = code + pc;
-        switch (x->fast) {
-        case L_TEST: if (!R(uint8_t, x->a)) return 1; break;
-        case L_NEXT: if (++step >= max_steps) return 0; pc = -1; break;
-        case L_TMP_IN: tmp = R(uint64_t, x->a); break;
-        case L_TMP_OUT: R(uint64_t, x->d) = tmp; break;
-        case F_SELECT: R(uint64_t, x->d) = R(uint8_t, x->a) ? R(uint64_t, x->b) : R(uint64_t, x->c);
-            break;
-        case F_COPY: R(uint64_t, x->d) = R(uint64_t, x->a); break;
-        CASES_INT(32, uint32_t, int32_t)
-        CASES_INT(64, uint64_t, int64_t)
-        CASES_FLOAT(float, fabs_bits_f)
-        CASES_FLOAT(double, fabs_bits_d)
-        case F_CVT_I32_F32: R(float, x->d) = (float)R(int32_t, x->a); break;
-        case F_CVT_I32_F64: R(double, x->d) = (double)R(int32_t, x->a); break;
-        case F_CVT_F32_F64: R(double, x->d) = (double)R(float, x->a); break;
-        case F_CVT_F64_F32: R(float, x->d) = (float)R(double, x->a); break;
-        case F_CVT_U32_F32: R(float, x->d) = (float)R(uint32_t, x->a); break;
-        case F_CVT_I32_I64: R(int64_t, x->d) = (int64_t)R(int32_t, x->a); break;
-        case F_CVT_BOOL_I32: R(uint32_t, x->d) = R(uint8_t, x->a) != 0; break;
-        case F_LOAD: { const ArrBuf *ab = arrs + x->a;
-            memcpy(regs + x->d, ab->buf + clamp_index(regs + x->b, x->sub, ab->n) * ab->esz,
-                   (size_t)ab->esz);
-            break; }
-        case F_STORE: { const ArrBuf *ab = arrs + x->d;
-            memcpy(ab->buf + clamp_index(regs + x->a, x->sub, ab->n) * ab->esz, regs + x->b,
-                   (size_t)ab->esz);
-            break; }
-        default: { const Instr *in = lc->instr + x->k;
-            exec1(in, lc->vt[in->dst], 0, regs + x->d, regs + x->a, regs + x->b, regs + x->c,
-                  regs + x->e, 1);
-            break; }
-        }
+    for (Py_ssize_t step = 0; step < max_steps; step++) {
+        for (int32_t k = 0; k < n_cond; k++) exec_step(lc, code + k, regs, arrs, &tmp);
+        if (!*pred) return 1;
+        for (int32_t k = n_cond; k < n_code; k++) exec_step(lc, code + k, regs, arrs, &tmp);
     }
+    return 0;
 }
 
 static int bad_loop(const char *what, Py_ssize_t k)
@@ -977,19 +986,14 @@ static Py_ssize_t sequence_moves(const LoopCode *lc, LInstr *out, Py_ssize_t at)
 static int loopcode_init_code(LoopCode *lc)
 {
     Py_ssize_t n_instr = (Py_ssize_t)lc->n_cond + lc->n_body;
-    /* cond, TEST, body, at most 2 steps per move (a cycle's save), NEXT */
+    /* cond, body, at most 2 steps per move (a cycle's save) */
     lc->code = PyMem_Calloc((size_t)(n_instr + 2 * (Py_ssize_t)lc->n_moves + 2), sizeof(LInstr));
     lc->stored = PyMem_Calloc((size_t)lc->n_arrays + 1, 1);
     if (!lc->code || !lc->stored) { PyErr_NoMemory(); return -1; }
     Py_ssize_t at = 0;
-    for (Py_ssize_t k = 0; k < lc->n_cond; k++) lc->code[at++] = decode1(lc, k);
-    LInstr test = {L_TEST, 0, 0, lc->pred * 8, 0, 0, 0, -1};
-    lc->code[at++] = test;
-    for (Py_ssize_t k = lc->n_cond; k < n_instr; k++) lc->code[at++] = decode1(lc, k);
+    for (Py_ssize_t k = 0; k < n_instr; k++) lc->code[at++] = decode1(lc, k);
     at = sequence_moves(lc, lc->code, at);
     if (at < 0) return -1;
-    LInstr next = {L_NEXT, 0, 0, 0, 0, 0, 0, -1};
-    lc->code[at++] = next;
     lc->n_code = (int32_t)at;
     for (Py_ssize_t k = 0; k < n_instr; k++)
         if (lc->instr[k].op == OP_STORE) lc->stored[lc->instr[k].dst] = 1;
@@ -1242,7 +1246,7 @@ static PyObject *loopcode_n_steps(PyObject *self, void *closure)
 static PyGetSetDef loopcode_getset[] = {
     {"n_registers", loopcode_n_registers, NULL, "registers of the state", NULL},
     {"n_steps", loopcode_n_steps, NULL,
-     "decoded steps of one iteration (instructions, test, moves as copies, next)", NULL},
+     "decoded steps of one iteration (instructions, then the moves as copies)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
