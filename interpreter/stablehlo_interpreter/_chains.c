@@ -1084,10 +1084,14 @@ static PyObject *loopcode_new(PyTypeObject *type, PyObject *args, PyObject *kwds
 {
     static char *kw[] = {"program", "init", "inputs", "outputs", "kinds", NULL};
     Py_buffer prog, init = {0};
-    PyObject *ins = NULL, *outs = NULL, *kinds = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|y*OOO:LoopCode", kw, &prog, &init, &ins,
+    PyObject *init_obj = Py_None, *ins = NULL, *outs = NULL, *kinds = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|OOOO:LoopCode", kw, &prog, &init_obj, &ins,
                                      &outs, &kinds))
         return NULL;
+    if (init_obj != Py_None && PyObject_GetBuffer(init_obj, &init, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&prog);
+        return NULL;
+    }
     LoopCode *lc = (LoopCode *)type->tp_alloc(type, 0);
     if (!lc) goto fail;
     lc->words = PyMem_Malloc((size_t)prog.len + 4);
