@@ -635,6 +635,15 @@ def _fori(q):
     return fn, (np.float32(1.0),)
 
 
+@op("fori_loop_1", "loop", "fori_loop of 1 scalar step: a while loop's fixed cost per call")
+def _fori_1(q):
+    from jax import lax
+
+    def fn(x):
+        return lax.fori_loop(0, 1, lambda i, c: c * 0.999 + 1.0, x)
+    return fn, (np.float32(1.0),)
+
+
 @op("fori_loop_sin", "loop", "fori_loop of 1,000 scalar steps x*0.99 + 0.1*sin(x + 0.001*i)",
     steps=1000, steps_quick=20)
 def _fori_sin(q):

@@ -18,6 +18,11 @@ carries (a parallel assignment). The machine computes
 each op's numpy-kernel bits (tests/test_chainvm.py, tests/test_loopvm.py),
 so both numerics modes share it, as they share the fused chains' segments.
 
+The program is checked and decoded once, when the loop is compiled, into a
+``_chains.LoopCode`` (:class:`LoopProgram`); a call is then a few C calls
+and the while kernel reaches it without binding its regions
+(``KernelInfo.unbound``): a short loop costs little more than its steps.
+
 ``run_loop`` runs at most :data:`CHUNK_INSTRUCTIONS` instructions' worth of
 iterations per call, GIL released, and checks for signals before it
 returns; the Python loop around it calls it again until the cond is false.
