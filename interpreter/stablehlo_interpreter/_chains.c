@@ -689,7 +689,8 @@ enum {
     FAST_FLOAT(float), FAST_FLOAT(double),
     F_CVT_I32_F32, F_CVT_I32_F64, F_CVT_F32_F64, F_CVT_F64_F32, F_CVT_U32_F32, F_CVT_I32_I64,
     F_CVT_BOOL_I32, F_LOAD, F_STORE,
-    L_TMP_IN, L_TMP_OUT
+    L_TMP_IN, L_TMP_OUT,
+    N_FAST   /* (new codes go above: the threaded body runs them through exec_step) */
 };
 
 static int fast_code(const Instr *in, int rt)
@@ -839,6 +840,83 @@ static inline __attribute__((always_inline)) void exec_step(const LoopCode *lc, 
     }
 }
 
+#if defined(__GNUC__)
+/* The body's steps as threaded code (GCC's labels as values): each handler
+ * of a common integer/float op jumps straight to the next step's handler,
+ * without the switch's range check and loop test, and each has its own
+ * indirect jump to predict. Every other code (the rest of the switch, codes
+ * added to it) runs through exec_step. The body's last step is followed by
+ * a sentinel whose code is N_FAST (end of the body). Same bits: the
+ * handlers are the switch's expressions. */
+#define TH_INT(N, U, S) \
+    [F_ADD_##N] = &&t_ADD_##N, [F_SUB_##N] = &&t_SUB_##N, [F_MUL_##N] = &&t_MUL_##N, \
+    [F_AND_##N] = &&t_AND_##N, [F_OR_##N] = &&t_OR_##N, [F_XOR_##N] = &&t_XOR_##N, \
+    [F_SHL_##N] = &&t_SHL_##N, [F_SHRL_##N] = &&t_SHRL_##N, [F_SHRA_##N] = &&t_SHRA_##N, \
+    [F_CMP_S##N] = &&t_CMP_S##N, [F_CMP_U##N] = &&t_CMP_U##N
+#define TH_FLOAT(F) \
+    [F_ADD_##F] = &&t_ADD_##F, [F_SUB_##F] = &&t_SUB_##F, [F_MUL_##F] = &&t_MUL_##F, \
+    [F_DIV_##F] = &&t_DIV_##F, [F_CMP_##F] = &&t_CMP_##F
+#define NEXT_STEP do { x++; goto *tbl[x->fast]; } while (0)
+#define TL_INT(N, U, S) \
+    t_ADD_##N: R(U, x->d) = (U)(R(U, x->a) + R(U, x->b)); NEXT_STEP; \
+    t_SUB_##N: R(U, x->d) = (U)(R(U, x->a) - R(U, x->b)); NEXT_STEP; \
+    t_MUL_##N: R(U, x->d) = (U)(R(U, x->a) * R(U, x->b)); NEXT_STEP; \
+    t_AND_##N: R(U, x->d) = R(U, x->a) & R(U, x->b); NEXT_STEP; \
+    t_OR_##N: R(U, x->d) = R(U, x->a) | R(U, x->b); NEXT_STEP; \
+    t_XOR_##N: R(U, x->d) = R(U, x->a) ^ R(U, x->b); NEXT_STEP; \
+    t_SHL_##N: { U y = R(U, x->b); R(U, x->d) = y >= N ? (U)0 : (U)(R(U, x->a) << y); \
+        NEXT_STEP; } \
+    t_SHRL_##N: { U y = R(U, x->b); R(U, x->d) = y >= N ? (U)0 : (U)(R(U, x->a) >> y); \
+        NEXT_STEP; } \
+    t_SHRA_##N: { U y = R(U, x->b); \
+        R(U, x->d) = (U)((S)R(U, x->a) >> (y >= N ? (U)(N - 1) : y)); NEXT_STEP; } \
+    t_CMP_S##N: R(uint8_t, x->d) = DIR(x->sub, R(S, x->a), R(S, x->b)); NEXT_STEP; \
+    t_CMP_U##N: R(uint8_t, x->d) = DIR(x->sub, R(U, x->a), R(U, x->b)); NEXT_STEP;
+#define TL_FLOAT(F) \
+    t_ADD_##F: R(F, x->d) = R(F, x->a) + R(F, x->b); NEXT_STEP; \
+    t_SUB_##F: R(F, x->d) = R(F, x->a) - R(F, x->b); NEXT_STEP; \
+    t_MUL_##F: R(F, x->d) = R(F, x->a) * R(F, x->b); NEXT_STEP; \
+    t_DIV_##F: R(F, x->d) = R(F, x->a) / R(F, x->b); NEXT_STEP; \
+    t_CMP_##F: R(uint8_t, x->d) = DIR(x->sub, R(F, x->a), R(F, x->b)); NEXT_STEP;
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverride-init"
+#pragma GCC diagnostic ignored "-Wpedantic"
+static int loop_steps(const LoopCode *lc, char *regs, const ArrBuf *arrs, Py_ssize_t max_steps)
+{
+    static const void *const tbl[N_FAST + 1] = {
+        [0 ... N_FAST - 1] = &&t_other, [N_FAST] = &&t_end,
+        [F_COPY] = &&t_COPY, [F_SELECT] = &&t_SELECT,
+        TH_INT(32, uint32_t, int32_t), TH_INT(64, uint64_t, int64_t),
+        TH_FLOAT(float), TH_FLOAT(double),
+    };
+    const LInstr *code = lc->code, *body = lc->code + lc->n_cond, *x;
+    const int32_t n_cond = lc->n_cond;
+    const uint8_t *pred = (const uint8_t *)regs + (Py_ssize_t)lc->pred * 8;
+    uint64_t tmp = 0;
+    Py_ssize_t step = 0;
+next_iteration:
+    if (step == max_steps) return 0;
+    step++;
+    for (int32_t k = 0; k < n_cond; k++) exec_step(lc, code + k, regs, arrs, &tmp);
+    if (!*pred) return 1;
+    x = body;
+    goto *tbl[x->fast];
+t_other:
+    exec_step(lc, x, regs, arrs, &tmp);
+    NEXT_STEP;
+t_COPY: R(uint64_t, x->d) = R(uint64_t, x->a); NEXT_STEP;
+t_SELECT: R(uint64_t, x->d) = R(uint8_t, x->a) ? R(uint64_t, x->b) : R(uint64_t, x->c);
+    NEXT_STEP;
+    TL_INT(32, uint32_t, int32_t)
+    TL_INT(64, uint64_t, int64_t)
+    TL_FLOAT(float)
+    TL_FLOAT(double)
+t_end:
+    goto next_iteration;
+}
+#pragma GCC diagnostic pop
+#else
 /* Runs iterations from the start of the cond until the cond is false
  * (returns 1) or max_steps iterations ran (returns 0). The cond's and the
  * body's steps are two loops, each with its own copy of the dispatch. */
@@ -855,6 +933,7 @@ static int loop_steps(const LoopCode *lc, char *regs, const ArrBuf *arrs, Py_ssi
     }
     return 0;
 }
+#endif
 
 static int bad_loop(const char *what, Py_ssize_t k)
 {
@@ -995,6 +1074,7 @@ static int loopcode_init_code(LoopCode *lc)
     at = sequence_moves(lc, lc->code, at);
     if (at < 0) return -1;
     lc->n_code = (int32_t)at;
+    lc->code[at].fast = N_FAST;   /* the end of the body (loop_steps' threaded code) */
     for (Py_ssize_t k = 0; k < n_instr; k++)
         if (lc->instr[k].op == OP_STORE) lc->stored[lc->instr[k].dst] = 1;
     return 0;
