@@ -56,7 +56,9 @@
  * the body's instructions, the same ops on one element, the common ones
  * (32/64-bit integer and f32/f64 ops, compares, select, copies, a few
  * converts) inline with the block ops' expressions, the rest through the
- * block ops themselves. Returns True when the cond is false, False after
+ * block ops themselves; with GCC (or clang) the body's common steps run as
+ * threaded code (labels as values), each handler jumping straight to the
+ * next. Returns True when the cond is false, False after
  * max_steps iterations (the caller calls again: between calls its Python
  * sees the execute deadline). GIL released; signals checked before it
  * returns (Ctrl-C). It also takes the program's bytes instead of a
