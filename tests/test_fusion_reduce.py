@@ -601,9 +601,12 @@ def test_a_reduce_of_what_the_chain_does_not_make_is_not_fed(second, small, monk
 
 @pytest.mark.parametrize("et", ["f32", "f16", "f64", "bf16"])
 def test_square_of_a_difference_in_place(et, small, monkeypatch):
-    """chlo.square is numpy's one-operand square for IEEE floats: the fused
-    chain calls it directly, squaring a dying f32/f64 difference in place;
-    the bits are np.multiply(d, d)'s (NaN, infinities, -0)."""
+    """chlo.square is numpy's one-operand square for IEEE floats: without
+    the block machine the fused chain calls it directly, squaring a dying
+    f32/f64 difference in place; the machine runs it as a multiply of the
+    value by itself, with the subtract (bn_stats' variance). The bits are
+    np.multiply(d, d)'s (NaN, infinities, -0)."""
+    monkeypatch.setenv("STABLEHLO_REF_CHAIN_VM", "0")
     shape = (64, 40)
     t = _t(et, shape)
     text = f"""func.func @main(%x: {t}, %y: {t}) -> ({t}, {_t(et, (64,))}) {{
@@ -628,3 +631,10 @@ def test_square_of_a_difference_in_place(et, small, monkeypatch):
         want = np.add(np.multiply(d, d), x)
     got = program.run(x, y)[0]
     np.testing.assert_array_equal(_bits(got), _bits(want))
+    monkeypatch.delenv("STABLEHLO_REF_CHAIN_VM")
+    program = _run_both(text, [x, y], monkeypatch)
+    (chain,) = [f[1] for f in program.functions["main"].block._fast
+                if isinstance(f[1], fusion.FusedChain)]
+    runs = [[chain.plan[k].op.name for k in run] for run, _, _ in chain.segments.values()]
+    assert runs == ([["stablehlo.subtract", "chlo.square"]] if et in ("f32", "f64") else [])
+    np.testing.assert_array_equal(_bits(program.run(x, y)[0]), _bits(want))

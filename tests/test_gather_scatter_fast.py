@@ -208,6 +208,7 @@ def test_gather_in_blocks_of_rows_matches_plain_kernel(seed, monkeypatch):
     # batching aranges and window offsets sliced per block.
     monkeypatch.setattr(gs, "_GATHER_BLOCK", 3)
     monkeypatch.setattr(gs, "_TAKE_BLOCK", 2)
+    monkeypatch.setattr(gs, "_TAKE_MIN", 4)
     rng = np.random.default_rng(100 + seed)
     blocked = taken = done = 0
     while done < 150:
@@ -251,6 +252,48 @@ def test_take_of_rows_in_blocks(it):
         plan = gs._GatherPlan(dn, oshape, (n, 1), sizes)
         assert plan.mode == "take"
         assert same_bits(plan(operand, indices), _reference_gather(dn, operand, indices, sizes))
+
+
+@pytest.mark.parametrize("it", [np.int32, np.uint32, np.int8, np.uint16, np.int64, np.uint64])
+def test_take_of_rows_shared_between_threads(it, monkeypatch):
+    # Blocks of a large take of rows go to the pool's threads when a core
+    # is free: odd block and index counts, the last block short, indices
+    # out of range on both sides (clamped), the same bits as one thread.
+    from stablehlo_interpreter import pool
+    monkeypatch.setattr(gs, "_TAKE_BLOCK", 7)
+    monkeypatch.setattr(gs, "_TAKE_MIN", 7)
+    monkeypatch.setattr(gs, "_TAKE_SHARED_MIN", 8)
+    monkeypatch.setattr(gs, "_TAKE_SHARED_BLOCK", 14)
+    monkeypatch.setattr(pool, "busy", lambda threads: False)
+    shared = []
+    real = pool._run_shared
+    monkeypatch.setattr(pool, "_run_shared",
+                        lambda run, bounds, threads: (shared.append(len(bounds)),
+                                                      real(run, bounds, threads)))
+    rng = np.random.default_rng(11)
+    for oshape in ((13,), (9, 3)):
+        dn = {"offset_dims": list(range(1, len(oshape))), "collapsed_slice_dims": [0],
+              "operand_batching_dims": [], "start_indices_batching_dims": [],
+              "start_index_map": [0], "index_vector_dim": 1}
+        sizes = (1,) + oshape[1:]
+        operand = random_values(rng, oshape, np.float32)
+        for n in (0, 6, 7, 8, 15, 7 * 5 + 3):
+            indices = random_indices(rng, (n, 1), it, oshape[0] + 3)
+            if n and np.dtype(it).kind == "i":
+                indices[0, 0] = -2   # below range: clamped to 0
+            indices.reshape(-1)[-1:] = oshape[0] + 2   # above range: the last row
+            plan = gs._GatherPlan(dn, oshape, (n, 1), sizes)
+            want = _reference_gather(dn, operand, indices, sizes)
+            for threads in ("1", "2"):
+                monkeypatch.setenv("STABLEHLO_REF_THREADS", threads)
+                got = plan(operand, indices)
+                assert same_bits(got, want), (oshape, n, it, threads)
+    # int32/uint32/int8/uint16 take the blocks (int64 is intp, uint64
+    # saturates into int64: one np.take).
+    assert bool(shared) == (np.dtype(it) not in (np.dtype(np.int64), np.dtype(np.uint64)))
+    # (Shared blocks of 14: 8 indices are one block, never shared; 15 are
+    # two blocks, the last of one index; 38 three.)
+    assert sorted(set(shared)) == ([] if not shared else [2, 3])
 
 
 def test_take_along_axis_in_blocks_with_out_of_range_indices():

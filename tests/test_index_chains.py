@@ -210,6 +210,38 @@ def test_scatter_add_wrap(case, monkeypatch):
     assert steps == ["wrap_negative"]
 
 
+def test_scatter_reads_the_wraps_largest_index(monkeypatch):
+    # x.at[i].add(v): the scatter's bounds test takes the largest index the
+    # wrap read in the same run (none when it wrapped negative ones);
+    # indices above the operand still drop their updates. Runs of one plan
+    # alternate the cases.
+    known = []
+    real = index_chains.with_index_max
+
+    def spy(indices, umax, fn, *args):
+        known.append(umax)
+        return real(indices, umax, fn, *args)
+    monkeypatch.setattr(index_chains, "with_index_max", spy)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(100).astype(np.float32)
+    v = rng.standard_normal(N).astype(np.float32)
+    text = SCATTER_ADD.format(n=N)
+    prog = shi.compile(text)
+    with monkeypatch.context() as m:
+        m.setattr(index_chains, "rewrite", lambda steps, template, results: steps)
+        plain = shi.compile(text)
+        plain.run(x, np.zeros(N, np.int32), v)   # its plan made unrewritten
+    known.clear()
+    cases = {"in_range": rng.integers(0, 100, N), "above": rng.integers(0, 130, N),
+             "negative": rng.integers(-100, 100, N), "far_below": rng.integers(-300, 100, N)}
+    for case in ["in_range", "above", "negative", "in_range", "far_below", "above"]:
+        i = cases[case].astype(np.int32)
+        known.clear()
+        got = prog.run(x, i, v)
+        assert_same_bits(got, plain.run(x, i, v))
+        assert known == ([int(i.max())] if i.min() >= 0 else []), case
+
+
 def test_shared_and_small_chains_stay(monkeypatch):
     i = _indices("negative", N, 100)
     got, want, steps = _both(SHARED.format(n=N), (i,), "accurate", monkeypatch)
@@ -331,6 +363,47 @@ def test_gather_after_its_bounds_mask_skips_the_clamp(monkeypatch):
         assert_same_bits(got, plain.run(x, i))
     blk = prog.function().block
     assert "gather_checked" in [getattr(s.fn, "__name__", "") for s in blk._planned]
+
+
+def test_mask_reads_the_wraps_largest_index(monkeypatch):
+    # take_along_axis: the wrap reads the indices' largest unsigned value
+    # (no negatives when it is at most the signed maximum) and the bounds
+    # mask of the same values, reshaped, compares it with its bound instead
+    # of reading the indices again; after a wrap of negative indices the
+    # mask reads its own. Runs of one plan alternate the cases.
+    import threading as real_threading
+    reads = []
+
+    class Local(real_threading.local):
+        def __getattribute__(self, name):
+            value = super().__getattribute__(name)
+            if name == "umax":
+                reads.append(value)
+            return value
+
+    class Threading:
+        local = Local
+    monkeypatch.setattr(index_chains, "threading", Threading)
+    r, c = 64, 512
+    x = np.random.default_rng(9).standard_normal((r, c)).astype(np.float32)
+    text = TAKE_ALONG.format(r=r, c=c, cm1=c - 1)
+    prog = shi.compile(text)
+    with monkeypatch.context() as m:
+        m.setattr(index_chains, "rewrite", lambda steps, template, results: steps)
+        plain = shi.compile(text)
+        plain.run(x, np.zeros((r, c), np.int32))   # its plan made unrewritten
+    rng = np.random.default_rng(10)
+    cases = {"in_range": rng.integers(0, c, (r, c)),
+             "above": rng.integers(0, 2 * c, (r, c)),
+             "negative": rng.integers(-c, c, (r, c)),
+             "far_below": rng.integers(-3 * c, c, (r, c))}
+    for case in ["in_range", "above", "negative", "in_range", "far_below", "above"]:
+        i = cases[case].astype(np.int32)
+        reads.clear()
+        got = prog.run(x, i)
+        assert_same_bits(got, plain.run(x, i))
+        umax = int(i.max()) if i.min() >= 0 else None
+        assert reads == [umax], case   # the mask's one read of the wrap's memo
 
 
 def test_a_mask_wider_than_the_gathers_clamp_keeps_it(monkeypatch):

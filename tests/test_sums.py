@@ -397,3 +397,63 @@ def test_a_build_without_the_scan_and_extrema_loops_takes_numpy(monkeypatch):
     got = add.accumulate(x, 0, np.float32(0)), biggest.reduce(x, (1,), np.float32(-np.inf))
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32))
+
+
+ROW_OPS = [(0, lambda x, r: x + r), (1, lambda x, r: x - r), (2, lambda x, r: r - x),
+           (3, lambda x, r: x * r), (4, lambda x, r: x / r), (5, lambda x, r: r / x)]
+
+
+@needs_c
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows,n", [(1, 1), (1, 37), (7, 1), (9, 100), (3, 1031)])
+def test_row_op_is_numpys_broadcast_arithmetic(dtype, rows, n):
+    # One IEEE operation per element with r[i] broadcast over row i: numpy's
+    # bits, specials included (NaN, infinities, signed zeros, subnormals:
+    # no flush to zero). A NaN operand is the same NaN in both operands
+    # where both are NaN, so the open payload choice does not show.
+    rng = np.random.default_rng(21)
+    tiny = np.finfo(dtype).smallest_subnormal
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, tiny, -tiny, 1.0], dtype)
+    x = (rng.standard_normal((rows, n)) * 4).astype(dtype)
+    r = (rng.standard_normal(rows) * 4).astype(dtype)
+    x.reshape(-1)[rng.integers(0, x.size, max(1, x.size // 5))] = rng.choice(specials, max(1, x.size // 5))
+    r[rng.integers(0, rows, max(1, rows // 2))] = rng.choice(specials, max(1, rows // 2))
+    for code, fn in ROW_OPS:
+        out = np.empty_like(x)
+        _sums.row_op(x, r, out, rows, n, code)
+        with np.errstate(all="ignore"):
+            want = fn(x, r[:, None])
+        assert (out.view(np.uint8) == want.view(np.uint8)).all(), code
+        inplace = x.copy()   # out may be x itself
+        _sums.row_op(inplace, r, inplace, rows, n, code)
+        assert (inplace.view(np.uint8) == want.view(np.uint8)).all(), code
+
+
+@needs_c
+def test_row_op_bad_buffers_raise():
+    x = np.ones((4, 5), np.float32)
+    r = np.ones(4, np.float32)
+    out = np.empty_like(x)
+    with pytest.raises(TypeError, match="x must be a float32 or float64"):
+        _sums.row_op(x.astype(np.int32), r, out, 4, 5, 0)
+    with pytest.raises(TypeError, match="r and out must have x's type"):
+        _sums.row_op(x, r.astype(np.float64), out, 4, 5, 0)
+    with pytest.raises(TypeError, match="r and out must have x's type"):
+        _sums.row_op(x, r, out.astype(np.float64), 4, 5, 0)
+    with pytest.raises(ValueError, match="elements"):
+        _sums.row_op(x, r[:3], out, 4, 5, 0)
+    with pytest.raises(ValueError, match="elements"):
+        _sums.row_op(x, r, out, 5, 4, 0)
+    with pytest.raises(ValueError, match="bad shape"):
+        _sums.row_op(x, r, out, -1, 5, 0)
+    with pytest.raises(ValueError, match="op 6"):
+        _sums.row_op(x, r, out, 4, 5, 6)
+    with pytest.raises(ValueError, match="overlap"):
+        _sums.row_op(x, x.reshape(-1)[:4], x, 4, 5, 0)   # out over r
+    big = np.ones(21, np.float32)
+    with pytest.raises(ValueError, match="overlap"):
+        _sums.row_op(big[:20], r, big[1:], 4, 5, 0)      # out shifted over x
+    with pytest.raises((TypeError, ValueError, BufferError)):
+        _sums.row_op(x[:, ::2], r, out[:, :3].copy(), 4, 3, 0)   # not C-contiguous
+    with pytest.raises(TypeError):
+        _sums.row_op(x, r, out, 4, 5)   # no op

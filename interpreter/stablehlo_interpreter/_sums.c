@@ -1,5 +1,5 @@
 /* stablehlo_interpreter._sums: float32 sums accumulated in float64, in a fixed order, at
- * memory speed; float32 cumulative sums and row max/min, the same way.
+ * memory speed; float32 cumulative sums, row max/min and row-broadcast arithmetic, the same way.
  *
  * Why hand-written C: accurate numerics add float32 values in float64
  * (reducers.py). numpy can only do that with a casting reduction
@@ -60,6 +60,21 @@
  * numpy's maximum.reduce of float32 takes about 0.2 ns per element (its
  * NaN-propagating loop); lanes of compare-and-select with a separate NaN
  * flag vectorize to max/min instructions at memory speed.
+ *
+ *     row_op(x, r, out, rows, n, op)
+ * x: a C-contiguous float32 or float64 buffer of rows * n elements (rows of
+ * n); r: a buffer of rows elements of the same type; out: a writable buffer
+ * like x, either x itself or sharing no byte with x or r. Row i of out is
+ * row i of x combined with r[i] by one IEEE operation: op 0 x + r, 1 x - r,
+ * 2 r - x, 3 x * r, 4 x / r, 5 r / x. This is what numpy's add, subtract,
+ * multiply and divide compute with r broadcast over the rows (a reduce's
+ * results broadcast back: softmax's x - max and e / sum, layer norm's
+ * (x - mean) * rsqrt(var + eps)), bit for bit -- but for which operand's
+ * payload a NaN result carries when both operands are NaN, which IEEE 754
+ * leaves open and the compiler may choose by commuting + and *. numpy's
+ * loop over a broadcast operand takes 0.6 ns per float32 element in cache
+ * on the 2-core machine (its contiguous loop 0.45); this loop, vectorized
+ * like the sums, 0.2.
  *
  * All release the GIL while working and keep no state between calls; a
  * buffer of the wrong type or length raises TypeError or ValueError.
@@ -389,6 +404,90 @@ static PyObject *lead_sums_f32(PyObject *self, PyObject *args)
     return run(args, "lead_sums_f32", lead_sums_loop, lead_sums_len);
 }
 
+/* One loop per operation and type, the operation outside the loops so
+ * that each vectorizes. */
+#define ROW_OP_LOOP(NAME, T)                                                              \
+    SUM_CLONES                                                                            \
+    static void NAME(const T *x, const T *r, T *out, Py_ssize_t rows, Py_ssize_t n, int op) \
+    {                                                                                     \
+        for (Py_ssize_t i = 0; i < rows; i++) {                                           \
+            const T *xi = x + i * n;                                                      \
+            T *oi = out + i * n;                                                          \
+            const T b = r[i];                                                             \
+            Py_ssize_t j;                                                                 \
+            switch (op) {                                                                 \
+            case 0: for (j = 0; j < n; j++) oi[j] = xi[j] + b; break;                     \
+            case 1: for (j = 0; j < n; j++) oi[j] = xi[j] - b; break;                     \
+            case 2: for (j = 0; j < n; j++) oi[j] = b - xi[j]; break;                     \
+            case 3: for (j = 0; j < n; j++) oi[j] = xi[j] * b; break;                     \
+            case 4: for (j = 0; j < n; j++) oi[j] = xi[j] / b; break;                     \
+            default: for (j = 0; j < n; j++) oi[j] = b / xi[j]; break;                    \
+            }                                                                             \
+        }                                                                                 \
+    }
+
+ROW_OP_LOOP(row_op_f32, float)
+ROW_OP_LOOP(row_op_f64, double)
+
+static PyObject *row_op(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *ox, *or_, *oout;
+    Py_ssize_t rows, n;
+    int op;
+    if (!PyArg_ParseTuple(args, "OOOnni", &ox, &or_, &oout, &rows, &n, &op))
+        return NULL;
+    if (rows < 0 || n < 0 || (n > 0 && rows > PY_SSIZE_T_MAX / 8 / n) || op < 0 || op > 5) {
+        PyErr_Format(PyExc_ValueError, "_sums.row_op: bad shape (%zd, %zd) or op %d",
+                     rows, n, op);
+        return NULL;
+    }
+    Py_buffer bx, br, bo;
+    if (PyObject_GetBuffer(ox, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(or_, &br, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&bx);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(oout, &bo, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&bx);
+        PyBuffer_Release(&br);
+        return NULL;
+    }
+    PyObject *res = NULL;
+    int f32 = bx.itemsize == 4 && buffer_format_is(&bx, 'f');
+    int f64 = bx.itemsize == 8 && buffer_format_is(&bx, 'd');
+    char code = f32 ? 'f' : 'd';
+    if (!f32 && !f64) {
+        PyErr_SetString(PyExc_TypeError, "_sums.row_op: x must be a float32 or float64 buffer");
+    } else if (br.itemsize != bx.itemsize || !buffer_format_is(&br, code)
+               || bo.itemsize != bx.itemsize || !buffer_format_is(&bo, code)) {
+        PyErr_SetString(PyExc_TypeError, "_sums.row_op: r and out must have x's type");
+    } else if (bx.len / bx.itemsize != rows * n || br.len / br.itemsize != rows
+               || bo.len != bx.len) {
+        PyErr_Format(PyExc_ValueError,
+                     "_sums.row_op: x, r and out have %zd, %zd and %zd elements (want %zd, "
+                     "%zd and %zd)", bx.len / bx.itemsize, br.len / br.itemsize,
+                     bo.len / bx.itemsize, rows * n, rows, rows * n);
+    } else if ((bo.buf != bx.buf && buffers_overlap(&bo, &bx)) || buffers_overlap(&bo, &br)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "_sums.row_op: out must be x itself or overlap neither x nor r");
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        if (f32)
+            row_op_f32((const float *)bx.buf, (const float *)br.buf, (float *)bo.buf, rows, n, op);
+        else
+            row_op_f64((const double *)bx.buf, (const double *)br.buf, (double *)bo.buf, rows, n,
+                       op);
+        Py_END_ALLOW_THREADS
+        res = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&br);
+    PyBuffer_Release(&bo);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"row_sums_f32", row_sums_f32, METH_VARARGS,
      "row_sums_f32(x, rows, n, out): the float64 sums of the BLOCK-element blocks of each "
@@ -406,6 +505,9 @@ static PyMethodDef methods[] = {
      "there). Returns the number of those rows."},
     {"row_min_f32", row_min_f32, METH_VARARGS,
      "row_min_f32(x, rows, n, out, nan): row_max_f32 with the smallest value."},
+    {"row_op", row_op, METH_VARARGS,
+     "row_op(x, r, out, rows, n, op): out = x op r[:, None] over rows of n of float32 or "
+     "float64 x (op 0 +, 1 -, 2 reversed -, 3 *, 4 /, 5 reversed /; see the C source)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -94,6 +94,8 @@ def lower(op):
         return [(_ARITH[name], t, 0, "r", (0, 1))]
     if name == "stablehlo.divide" and same and _is_float(t):
         return [(DIV, t, 0, "r", (0, 1))]
+    if name == "chlo.square" and same and t != _BOOL:   # x * x, as its kernel computes
+        return [(MUL, t, 0, "r", (0, 0))]
     if name in _UNARY and same and t != _BOOL:
         return [(_UNARY[name], t, 0, "r", (0,))]
     if name in _BITS and same and not _is_float(t):

@@ -177,6 +177,13 @@ CHAIN_VM: Setting[bool] = Setting(
     "run a fused chain's runs of exact elementwise ops (integer, bit, compare, select, convert, "
     "float basic arithmetic) on the C block machine _chains (read when a fused step is made)",
     read="each use")
+ROW_FUSION: Setting[bool] = Setting(
+    "STABLEHLO_REF_ROW_FUSION", flag, True,
+    "let a fused chain run the elementwise ops on the results of the row reduces it feeds chunk "
+    "by chunk (layer norm's rsqrt(var + eps)), and its arithmetic with rows broadcast over a "
+    "chunk as one C loop (_sums.row_op: softmax's x - max and e / sum; read when a plan first "
+    "runs)",
+    read="each use")
 THREADS: Setting[int | None] = Setting(
     "STABLEHLO_REF_THREADS", integer(minimum=1), None,
     "threads a fused elementwise chain may use (unset: the usable cores, at most 4)",
@@ -222,7 +229,7 @@ NUMERICS: Setting[str] = Setting(
     read="each use")
 
 SETTINGS: tuple[Setting[Any], ...] = (
-    TRACE_OPS, VALIDATE, NO_FOLD, FAST_LOOPS, FUSION, CHAIN_VM, THREADS, MALLOC, PROBE_DIR,
+    TRACE_OPS, VALIDATE, NO_FOLD, FAST_LOOPS, FUSION, CHAIN_VM, ROW_FUSION, THREADS, MALLOC, PROBE_DIR,
     FULL_LOCATIONS, ISOLATE, ISOLATE_TIMEOUT, GRID_TIMEOUT, SMALL_GEMM_MACS, CONTEXT_SHARE,
     MAX_NESTING, NUMERICS,
 )

@@ -27,6 +27,14 @@ nowhere else, by one step that
 * otherwise runs the chain's own kernels, in the original order, on the
   whole arrays.
 
+The wrap's test is the largest index viewed as unsigned (a negative one so
+viewed is above the signed maximum), which also decides a bounds mask from 0
+of the wrapped values (through reshapes and broadcasts, which only repeat
+values): the wrap step leaves it in a per-thread memo that the mask step of
+the same run reads instead of reading the indices again. A scatter whose
+indices hold the wrapped values gets it too, for its bounds test
+(:func:`with_index_max`, read by the kernel through :func:`known_index_max`).
+
 Both branches give the unrewritten chain's values exactly (integer ops), in
 either numerics mode.
 
@@ -66,6 +74,9 @@ _COMPARE = "stablehlo.compare"
 _ADD = "stablehlo.add"
 _AND = "stablehlo.and"
 _GATHER = "stablehlo.gather"
+_SCATTER = "stablehlo.scatter"
+# Ops whose result holds (some of) their operand's values, no others.
+_VIEWS = frozenset(("stablehlo.reshape", "stablehlo.broadcast_in_dim"))
 
 
 def _static_size(t: Any) -> int | None:
@@ -152,9 +163,20 @@ def rewrite(steps: list[Any], template: Any, result_slots: Any) -> list[Any]:
     uses = _Uses(steps, result_slots)
     drop: set[int] = set()
     replace: dict[int, Any] = {}
+    # Slot -> the memo of the wrap whose values it holds (directly, or
+    # reshaped / broadcast: the same values or some of them).
+    wrapped: dict[int, Any] = {}
     for i, s in enumerate(steps):
         op = s.op
+        if op is not None and op.name == _SCATTER:
+            known = _scatter_of_wrapped(s, wrapped)
+            if known is not None:
+                replace[i] = known
+            continue
         if op is None or s.out.__class__ is not int or op.regions:
+            continue
+        if op.name in _VIEWS and len(s.ins) == 1 and s.ins[0] in wrapped:
+            wrapped[s.out] = wrapped[s.ins[0]]
             continue
         size = _static_size(op.result_types[0]) if op.result_types else None
         if size is None or size < MIN_ELEMENTS:
@@ -162,7 +184,7 @@ def rewrite(steps: list[Any], template: Any, result_slots: Any) -> list[Any]:
         if op.name == _SELECT:
             found = _match_wrap(i, steps, template, uses)
         elif op.name == _AND:
-            found = _match_mask(i, steps, template, uses)
+            found = _match_mask(i, steps, template, uses, wrapped)
         elif op.name == _GATHER:
             found = _match_iota_gather(i, steps, uses)
         else:
@@ -170,16 +192,65 @@ def rewrite(steps: list[Any], template: Any, result_slots: Any) -> list[Any]:
         if found is None:
             continue
         parts, new, at = found[:3]
-        extra = found[3] if len(found) > 3 else {}
+        extra = found[3] if len(found) > 3 and op.name != _SELECT else {}
         if not drop.isdisjoint(parts) or at in drop or at in replace \
                 or any(j in drop or j in replace for j in extra):
             continue
         drop.update(parts)
         replace[at] = new
         replace.update(extra)
+        if op.name == _SELECT:
+            wrapped[s.out] = found[3]
     if not replace:
         return steps
     return [replace.get(i, s) for i, s in enumerate(steps) if i not in drop]
+
+
+def _scatter_of_wrapped(step: Any, wrapped: dict[int, Any]) -> Any:
+    """A scatter step whose indices hold a wrap's values (``wrapped``), made
+    to pass the largest index the wrap read in this run (its memo) to the
+    scatter kernel's bounds test, which then skips its own pass."""
+    op = step.op
+    n = (len(op.operand_types) - 1) // 2
+    # (The step's operands: the context, then the op's: inputs, indices,
+    # updates.)
+    if len(step.ins) <= n + 1 or step.ins[0] != 0:
+        return None
+    memo = wrapped.get(step.ins[n + 1])
+    if memo is None:
+        return None
+    plain = step.fn
+
+    def scatter_known(ctx, *vals):
+        m = getattr(memo, "umax", None)
+        memo.umax = None
+        if m is None:
+            return plain(ctx, *vals)
+        return with_index_max(vals[n], m, plain, ctx, *vals)
+    return step._replace(fn=scatter_known)
+
+
+_INDEX_MAX = threading.local()
+
+
+def with_index_max(indices: Any, umax: int, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` (a scatter step) knowing that the largest value of
+    ``indices`` (the scatter's indices operand, that very array) viewed as
+    unsigned of its width is ``umax`` (the wrap before it has just read it):
+    the scatter kernel's bounds test asks :func:`known_index_max` instead of
+    reading the indices."""
+    _INDEX_MAX.v = (indices, umax)
+    try:
+        return fn(*args)
+    finally:
+        _INDEX_MAX.v = None
+
+
+def known_index_max(indices: Any) -> int | None:
+    """The largest value of ``indices`` viewed as unsigned, when the scatter
+    step running now was given it (:func:`with_index_max`), else None."""
+    v = getattr(_INDEX_MAX, "v", None)
+    return v[1] if v is not None and v[0] is indices else None
 
 
 def _merged_dead(members: list[Any], gone: tuple[int, ...]) -> tuple[int, ...]:
@@ -213,21 +284,36 @@ def _match_wrap(i: int, steps: list[Any], template: Any, uses: _Uses) -> Any:
     z, n = template[cmp_.ins[1]], template[n_slot]
     add_first = add.ins[0] == f
     cmp_fn, add_fn, sel_fn = cmp_.fn, add.fn, sel.fn
+    # The largest index viewed as unsigned, for a bounds mask from 0 on the
+    # wrapped indices (_match_mask): one pass answers both (a negative
+    # index so viewed is above the type's signed maximum).
+    memo = threading.local()
+    dt = _native_int(cmp_.op.operand_types[0])
+    unsigned = None if dt is None or dt.kind != "i" else np.dtype(f"u{dt.itemsize}")
+    top = None if dt is None or dt.kind != "i" else int(np.iinfo(dt).max)
 
     def wrap_negative(x):
         # No negative index: the mask is all false and the select returns
         # its false operand, ``x``.
-        if x.size and x.min() >= 0:
-            return x
+        memo.umax = None
+        if x.size:
+            if unsigned is not None and x.dtype.itemsize == unsigned.itemsize:
+                m = int(x.view(unsigned).max())
+                if m <= top:
+                    memo.umax = m
+                    return x
+            elif x.min() >= 0:
+                return x
         return sel_fn(cmp_fn(x, z), add_fn(x, n) if add_first else add_fn(n, x), x)
 
     members = [cmp_, add, sel]
     new = sel._replace(fn=wrap_negative, ins=(f,),
                        dead=_merged_dead(members, (p, t)))
-    return (ci, ai), new, i
+    return (ci, ai), new, i, memo
 
 
-def _match_mask(i: int, steps: list[Any], template: Any, uses: _Uses) -> Any:
+def _match_mask(i: int, steps: list[Any], template: Any, uses: _Uses,
+                wrapped: dict[int, Any]) -> Any:
     """``and(compare(GE, x, lo), compare(LE, x, hi))`` ending at step ``i``."""
     conj = steps[i]
     if len(conj.ins) != 2 or conj.ins[0] == conj.ins[1]:
@@ -281,9 +367,22 @@ def _match_mask(i: int, steps: list[Any], template: Any, uses: _Uses) -> Any:
         # ones read so are above every bound).
         unsigned = np.dtype(f"u{dt.itemsize}")
         hi_u = np.asarray(hi_r).astype(unsigned)   # (uint64 against int64 would be float64)
+        wmemo = wrapped.get(x_slot) if axes is None else None
+        if wmemo is not None:
+            # The indices come from a wrap that read their largest unsigned
+            # value in this run (its memo, set by that step just before;
+            # None when it wrapped negative indices): no second pass.
+            hi_int = int(hi_u)
 
-        def in_range(x):
-            return bool((x.view(unsigned).max(axis=axes, keepdims=keep) <= hi_u).all())
+            def in_range(x):
+                m = getattr(wmemo, "umax", None)
+                wmemo.umax = None
+                if m is not None:
+                    return m <= hi_int
+                return bool(x.view(unsigned).max() <= hi_u)
+        else:
+            def in_range(x):
+                return bool((x.view(unsigned).max(axis=axes, keepdims=keep) <= hi_u).all())
     else:
         def in_range(x):
             return bool((x.min(axis=axes, keepdims=keep) >= lo_r).all()) \

@@ -13,6 +13,8 @@ shapes are cached per shape combination.
 
 import numpy as np
 
+from ..index_chains import known_index_max
+from ..pool import run_chunks
 from ..regions import batched, broadcast_results, is_batchable, reducer_kind
 from ..registry import annotate, kernel
 from .reducers import reducer
@@ -193,6 +195,9 @@ class _GatherPlan:
         # back).
         step = max(1, _GATHER_BLOCK // (size // rows))
         out = np.empty(self.result_shape, dtype=operand.dtype)
+        # (One thread: blocks shared with the pool's threads were no faster
+        # on take_along_axis (1000, 1000), 2-core VM: 1.64 -> 1.73 ms wall,
+        # 2.3 ms CPU; the blocks' Python steps hold the GIL between takes.)
         for r0 in range(0, rows, step):
             r1 = min(r0 + step, rows)
             cut = [p[r0:r1] if p.shape[0] > 1 else p for p in parts]
@@ -221,7 +226,7 @@ class _GatherPlan:
 
     def _take(self, operand, indices):
         idx = indices if self.ivd >= indices.ndim else _component(indices, self.ivd, 0)
-        if self.axis == 0 and idx.dtype != np.intp and idx.size >= 2 * _TAKE_BLOCK \
+        if self.axis == 0 and idx.dtype != np.intp and idx.size >= _TAKE_MIN \
                 and idx.flags.c_contiguous:
             out = _take_rows_in_blocks(operand, idx)
         else:
@@ -290,8 +295,22 @@ class _GatherPlan:
 _GATHER_BLOCK = 1 << 15
 # Result elements of the largest gather _GatherPlan._small_take serves.
 _SMALL_GATHER = 4096
-# Indices per block of a large take of rows with indices other than intp.
+# Indices per block of a large take of rows with indices other than intp
+# (one thread, x[idx] of 1e6 int32 indices into 1e5 f32, interleaved on a
+# loaded 2-core VM: blocks of 2^15 1.13 ms, 2^16 1.18 ms; jnp.searchsorted
+# of 1e5 into 1e5, 17 such takes: 5.50 / 5.70 ms).
 _TAKE_BLOCK = 1 << 15
+# The smallest such take done in blocks.
+_TAKE_MIN = 1 << 16
+# The smallest such take done in blocks of _TAKE_SHARED_BLOCK indices shared
+# with the pool's threads (x[idx] as above, two threads, the kernel alone,
+# an idle host: blocks of 2^15 / 2^16 / 2^17 727 / 637 / 712 us wall, one
+# thread 849 us; split into takes of 2^15 they lost that again: 730-780
+# us). A helper core reads the operand and the indices into its own cache
+# first: jnp.searchsorted of 1e5 into 1e5 took 5.7 -> 7.6 ms with its takes
+# shared.
+_TAKE_SHARED_MIN = 1 << 19
+_TAKE_SHARED_BLOCK = 1 << 16
 
 
 def _take_rows_in_blocks(operand, idx):
@@ -299,13 +318,25 @@ def _take_rows_in_blocks(operand, idx):
     ``idx`` of a type other than intp, in blocks of _TAKE_BLOCK indices:
     np.take converts its indices to an intp array first, which for a block
     stays in the core's cache (x[idx], 1e6 int32 indices into 1e5 f32:
-    1.18 -> 1.02 ms; 1e6 uint32 into 101 values: 1.09 -> 0.85 ms)."""
+    1.18 -> 1.02 ms; 1e6 uint32 into 101 values: 1.09 -> 0.85 ms). With
+    a second core free the blocks are shared with the pool's threads (the
+    same program, 2-core VM, interleaved: 1.11 -> 0.95 ms wall)."""
     flat = idx.reshape(-1)
     out = np.empty(idx.shape + operand.shape[1:], dtype=operand.dtype)
     rows = out.reshape((flat.size,) + operand.shape[1:])
-    for lo in range(0, flat.size, _TAKE_BLOCK):
-        hi = min(lo + _TAKE_BLOCK, flat.size)
+
+    def block(lo, hi):
         np.take(operand, flat[lo:hi], axis=0, mode="clip", out=rows[lo:hi])
+
+    if flat.size >= _TAKE_SHARED_MIN:
+        # Blocks write disjoint rows (np.take releases the GIL while it
+        # copies): on the pool's threads when a core is free (the bounds do
+        # not depend on the thread count).
+        step = _TAKE_SHARED_BLOCK
+        run_chunks(block, [(lo, min(lo + step, flat.size)) for lo in range(0, flat.size, step)])
+    else:
+        for lo in range(0, flat.size, _TAKE_BLOCK):
+            block(lo, min(lo + _TAKE_BLOCK, flat.size))
     return out
 
 
@@ -461,12 +492,18 @@ class _ScatterPlan:
         self.update_shape = tuple(update_shape)
         self.size = int(np.prod(update_shape, dtype=np.int64))
 
-    def targets(self, indices):
-        """(linear result index, flat update positions) of in-bounds updates."""
+    def targets(self, indices, umax=None):
+        """(linear result index, flat update positions) of in-bounds updates.
+
+        ``umax``: the largest of ``indices`` viewed as unsigned, when the
+        caller knows it (index_chains.known_index_max)."""
         if self.size == 0:
             z = np.zeros(0, dtype=np.int64)
             return z, z
+        given = indices.dtype
         indices = _take_index(indices)
+        if indices.dtype != given:
+            umax = None   # (converted: other values)
         ivd_last = self.ivd >= indices.ndim
         lin = self.static_lin
         ok = self.static_ok
@@ -475,7 +512,10 @@ class _ScatterPlan:
             s = s.reshape(self.start_shape)
             if off is not None:
                 s = s.astype(np.int64) + off
-            ok_d = _in_bounds(s, n)
+                ok_d = _in_bounds(s, n)
+            else:
+                # (Every component holds some of the indices' values.)
+                ok_d = _in_bounds(s, n, umax)
             if ok_d is not None:
                 ok = ok_d if ok is True else ok & ok_d
             if stride != 1:
@@ -492,13 +532,14 @@ class _ScatterPlan:
         return lin[pos], pos
 
 
-def _in_bounds(i, n):
+def _in_bounds(i, n, umax=None):
     """``0 <= i < n`` for an integer array ``i`` (None: always true).
 
     One comparison: a signed index viewed as unsigned of its width puts the
     negative ones above every valid index. Indices are rarely out of
     bounds: the largest unsigned value, one read pass, usually shows that
-    none is, and then no mask is written.
+    none is, and then no mask is written. ``umax``: a bound on that largest
+    value, known without the pass (index_chains.known_index_max).
     """
     dt = i.dtype
     hi = _int_range(dt)[1]
@@ -510,6 +551,8 @@ def _in_bounds(i, n):
         return i >= 0
     else:
         u = i.view(dt.str.replace("i", "u"))
+    if umax is not None and umax < n:
+        return None
     if u.size and u.max() < n:
         return None
     return u < n
@@ -669,7 +712,7 @@ def scatter(op):
         if plan is None:
             plan = cache[key] = _ScatterPlan(dn, inputs[0].shape, indices.shape,
                                              updates[0].shape)
-        lin, pos = plan.targets(indices)
+        lin, pos = plan.targets(indices, known_index_max(indices))
         results = [np.array(x, dtype=dt, copy=True).reshape(-1)
                    for x, dt in zip(inputs, res_dtypes)]
         values = [np.asarray(u).reshape(-1)[pos] for u in updates]
