@@ -624,6 +624,15 @@ def _dispatch_add(q):
     return (lambda x: x + 1), (np.arange(4, dtype=np.float32),)
 
 
+@op("dispatch_fori_1", "dispatch", "fori_loop of 1 scalar step: a while loop's fixed cost per call")
+def _fori_1(q):
+    from jax import lax
+
+    def fn(x):
+        return lax.fori_loop(0, 1, lambda i, c: c * 0.999 + 1.0, x)
+    return fn, (np.float32(1.0),)
+
+
 # Loops (per-step dispatch).
 
 
