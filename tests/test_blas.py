@@ -1,6 +1,7 @@
 """stablehlo_interpreter/blas.py: one BLAS thread for small products, restored after."""
 
 import numpy as np
+import pytest
 
 from stablehlo_interpreter import blas
 
@@ -234,3 +235,26 @@ def test_core_free_reads_the_runnable_tasks(monkeypatch):
         monkeypatch.setattr(blas.os, "pread", lambda fd, n, off, line=line: line)
         assert blas.core_free() is free
 
+
+
+def test_dot_general_in_a_pinned_loop_calls_matmul_directly(monkeypatch):
+    # Once a single_threaded scope has pinned OpenBLAS (its first product),
+    # dot_general's f32 products skip shared_product: the same bits as
+    # outside the scope, no thread switch, no helper thread.
+    from stablehlo_interpreter import pool
+    from stablehlo_interpreter.ops import dot
+    calls, np_lib, seen, product = _recorded(monkeypatch)
+    h, w = _operands((256,), (256, 256), np.float32)
+    a, b = _operands((64, 32), (64, 48), np.float32, seed=1)
+    cases = [(dot.make_dot_general((), (), (0,), (0,), 1, 2, np.float32), h, w),     # plain
+             (dot.make_dot_general((), (), (0,), (0,), 2, 2, np.float32), a, b)]     # transposed
+    want = [run(x, y) for run, x, y in cases]
+    monkeypatch.setattr(pool, "run_chunks", lambda *a, **k: pytest.fail("shared"))
+    with blas.single_threaded():
+        assert blas.small_product(product, macs=256 * 256) == 1     # pins
+        calls.clear()
+        monkeypatch.setattr(blas, "shared_product", lambda *a: pytest.fail("not direct"))
+        got = [run(x, y) for run, x, y in cases]
+        assert calls == []
+    for g, x in zip(got, want):
+        assert g.dtype == np.float32 and np.array_equal(g.view(np.uint32), x.view(np.uint32))

@@ -198,11 +198,12 @@ def _program(name, shape):
 
 @pytest.mark.parametrize("name", sorted(EXACT))
 def test_kernels_with_and_without_the_c_module(name, monkeypatch):
-    # Sizes below MIN_SIZE, one thread, several chunks (the pool's threads,
+    # Sizes below MIN_SIZE, 1-d ones below THREADED (a loop body's
+    # operand: run's short path), one thread, several chunks (the pool's threads,
     # from THREADED elements), 2-d and 0-d operands; without the module the
     # float64 detour gives the same bits.
     rng = np.random.default_rng(3)
-    for shape in [(), (5,), (fastmath.CHUNK,), (3 * fastmath.CHUNK + 17,),
+    for shape in [(), (5,), (256,), (fastmath.CHUNK,), (3 * fastmath.CHUNK + 17,),
                   (fastmath.THREADED + 17,), (300, 700)]:
         x = typical(name, rng, shape)
         x.reshape(-1)[:SPECIALS.size] = SPECIALS[: x.size]

@@ -103,12 +103,19 @@ def make_dot_general(lb, rb, lc, rc, lhs_rank, rhs_rank, out_dtype):
             # matmul (an RNN cell's 256x256 matrix-vector product per loop
             # step: 3.9 -> 2.9 us).
             if plain and lhs.flags.c_contiguous and rhs.flags.c_contiguous:
+                if _blas._pin_done:
+                    # Inside a generated loop that holds OpenBLAS at one
+                    # thread (blas.single_threaded), after its first
+                    # product: what shared_product would call, without its
+                    # tests (0.6 of an RNN cell's 4.1 us matrix-vector
+                    # product).
+                    return np.matmul(lhs, rhs)
                 if g[7] < _blas.SMALL_GEMM_MACS:   # (tests change it at run time)
                     return _blas.shared_product(lhs, rhs, g[7])
                 return np.matmul(lhs, rhs)
             a = (lhs if l_ident else np.transpose(lhs, lperm)).reshape(g[5])
             b = (rhs if r_ident else np.transpose(rhs, rperm)).reshape(g[6])
-            if g[7] < _blas.SMALL_GEMM_MACS:
+            if g[7] < _blas.SMALL_GEMM_MACS and not _blas._pin_done:
                 return _blas.shared_product(a, b, g[7]).reshape(g[4])
             return np.matmul(a, b).reshape(g[4])
         B, K, M, N, out_shape = g[:5]

@@ -72,6 +72,18 @@ def f32_kernel(name, exact):
             out[redo] = exact(flat[redo])
 
     def run(x):
+        if x.ndim == 1 and x.dtype is F32 and _fastmath is not None \
+                and MIN_SIZE <= x.size < THREADED and x.flags.c_contiguous:
+            # A loop body's operand (an RNN cell's 256-element tanh): the
+            # C call and two allocations, none of compute()'s tests (its C
+            # loop takes 0.45 of compute()'s 1.8 us there); the same bits.
+            out = np.empty(x.size, F32)
+            idx = np.empty(x.size, np.int64)
+            n = getattr(_fastmath, name)(x, out, idx)
+            if n:
+                redo = idx[:n]
+                out[redo] = exact(x[redo])
+            return out
         if _fastmath is None or (x.dtype is not F32 and x.dtype != F32) or x.size < MIN_SIZE:
             return exact(x)
         out = np.empty(x.shape, F32)   # (owning its data: later steps may update it in place)
