@@ -1326,3 +1326,60 @@ def test_fused_chains_in_a_loop_stay_fused(called, monkeypatch):
         assert "func.call" in names and "stablehlo.xor" not in names
     else:
         assert state.compiled is None and state.failed
+
+
+RNN_CELL = """
+func.func @main(%xs: tensor<8x256xf32>, %w: tensor<256x256xf32>, %h0: tensor<256xf32>)
+    -> (tensor<256xf32>, tensor<256xi1>) {
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %f0 = stablehlo.constant dense<false> : tensor<256xi1>
+  %r:3 = stablehlo.while(%i = %c0, %h = %h0, %m = %f0) : tensor<i32>, tensor<256xf32>, tensor<256xi1>
+  cond {
+    %n = stablehlo.constant dense<8> : tensor<i32>
+    %lt = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %lt : tensor<i1>
+  } do {
+    %z = stablehlo.constant dense<0> : tensor<i32>
+    %row = stablehlo.dynamic_slice %xs, %i, %z, sizes = [1, 256] : (tensor<8x256xf32>, tensor<i32>, tensor<i32>) -> tensor<1x256xf32>
+    %x = stablehlo.reshape %row : (tensor<1x256xf32>) -> tensor<256xf32>
+    %d = stablehlo.dot_general %h, %w, contracting_dims = [0] x [0] : (tensor<256xf32>, tensor<256x256xf32>) -> tensor<256xf32>
+    %a = stablehlo.add %d, %x : tensor<256xf32>
+    %p = stablehlo.multiply %a, %x : tensor<256xf32>
+    %s = stablehlo.subtract %a, %p : tensor<256xf32>
+    %mx = stablehlo.maximum %s, %x : tensor<256xf32>
+    %t = stablehlo.tanh %mx : tensor<256xf32>
+    %c = stablehlo.compare GT, %t, %x, FLOAT : (tensor<256xf32>, tensor<256xf32>) -> tensor<256xi1>
+    %m2 = stablehlo.or %m, %c : tensor<256xi1>
+    %one = stablehlo.constant dense<1> : tensor<i32>
+    %i2 = stablehlo.add %i, %one : tensor<i32>
+    stablehlo.return %i2, %t, %m2 : tensor<i32>, tensor<256xf32>, tensor<256xi1>
+  }
+  return %r#1, %r#2 : tensor<256xf32>, tensor<256xi1>
+}"""
+
+
+@pytest.mark.parametrize("numerics", ["accurate", "spec"])
+def test_small_array_cell_is_bit_identical(numerics, monkeypatch):
+    # An RNN cell on 256-element arrays: the ufunc kernels called directly
+    # (direct_ufunc), the matrix-vector product under the pinned BLAS
+    # thread, tanh's short path; NaN, infinities, signed zeros in the rows.
+    if numerics == "spec":
+        monkeypatch.setenv("STABLEHLO_REF_NUMERICS", "spec")
+    rng = np.random.default_rng(7)
+    xs = rng.standard_normal((8, 256)).astype(np.float32)
+    sv = np.array([v[()] for v in special_values(np.float32, n_random=0)], np.float32)
+    xs[2, :sv.size] = sv
+    w = (rng.standard_normal((256, 256)) / 16).astype(np.float32)
+    h0 = rng.standard_normal(256).astype(np.float32)
+    _run_both(RNN_CELL, [xs, w, h0])
+    saved = loopgen.GENERATE_AFTER
+    try:
+        loopgen.GENERATE_AFTER = 0
+        program = shi.compile(RNN_CELL)
+        program.run(xs, w, h0)
+    finally:
+        loopgen.GENERATE_AFTER = saved
+    (src,) = [s.source for s in loop_states(program) if s.compiled is not None]
+    direct = [line for line in src.splitlines() if " = U" in line]
+    if numerics == "accurate":   # add, multiply, subtract, maximum?, compare?, or?
+        assert len(direct) >= 3, src

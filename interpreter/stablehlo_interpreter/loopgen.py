@@ -491,6 +491,15 @@ class Val:
         return Val(self.name, self.type, self.scalar, False, True)
 
 
+class _UfuncStep:
+    """The fields of a plan step that fusion._direct_ufunc reads."""
+
+    __slots__ = ("fn", "ins", "op")
+
+    def __init__(self, fn, ins, op):
+        self.fn, self.ins, self.op = fn, ins, op
+
+
 class _Gen:
     """Emits the source of one loop function."""
 
@@ -1040,12 +1049,38 @@ class _Gen:
             return True
         return False
 
+    # -- array elementwise ops that are a numpy ufunc ------------------------
+    def direct_ufunc(self, step, env, ind):
+        """An elementwise op whose kernel is ``as_result(ufunc, dtype)``
+        (fusion.py's _direct_ufunc: the ufunc alone gives the result type)
+        on arrays of the result's shape, rank >= 1: the ufunc called
+        directly, which returns the ndarray the wrapper would return as it
+        is (an RNN cell's 256-element add: 0.6 -> 0.3 us a step)."""
+        fn, ins, out, dead, op = step
+        if out.__class__ is not int or not ins or 0 in ins or len(op.result_types) != 1:
+            return False
+        res = op.result_types[0]
+        vals = [env[s] for s in ins]
+        if res.__class__ is not TensorType or res.quant is not None or res.shape == () \
+                or any(v.scalar or v.type.__class__ is not TensorType or v.type.shape != res.shape
+                       for v in vals):
+            return False
+        u = _fusion._direct_ufunc(_UfuncStep(fn, ins, op))
+        if u is None:
+            return False
+        v = self.new(res)
+        self.emit(ind, f"{v.name} = {self.glob(u, 'U')}({', '.join(x.name for x in vals)})", op)
+        env[out] = v
+        return True
+
     # -- everything else ---------------------------------------------------
     def generic(self, step, env, ind):
         """Call the op's kernel as the plan does (0-d values as arrays)."""
         fn, ins, out, dead, op = step
         if op.name in ("stablehlo.dot_general", "stablehlo.convolution", "stablehlo.dot"):
             self.products.append(_product_macs(op))
+        if self.direct_ufunc(step, env, ind):
+            return
         k = self.glob(fn, "F")
         args = ["ctx" if s == 0 else self.arr(env[s]) for s in ins]
         outs = (out,) if out.__class__ is int else out
