@@ -28,10 +28,15 @@ while op, over all runs) is compiled once into one Python function (``exec``):
   returns unchanged) that the registry marks foldable (pure) run once in a
   preheader before the loop (not from inside if/case branches, which may not
   run); a loop whose BLAS products are all small holds numpy's OpenBLAS at
-  one thread for the whole run (blas.single_threaded);
+  one thread for the whole run (blas.single_threaded; dot_general then
+  calls np.matmul directly);
 * dynamic_slice / dynamic_update_slice with scalar start indices and static
   shapes index the array directly (the scan pattern: read row ``i`` of xs,
   write row ``i`` of ys in place), with the kernels' clamping;
+* an elementwise op on arrays (rank >= 1) whose kernel is
+  ``as_result(ufunc, dtype)`` and whose ufunc alone gives the result type
+  (fusion._direct_ufunc) calls the ufunc directly (direct_ufunc), skipping
+  the wrapper's tests of the result;
 * every other op calls its kernel exactly as the plan does, array bodies stay
   vectorized.
 
