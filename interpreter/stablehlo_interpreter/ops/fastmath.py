@@ -39,6 +39,12 @@ CHUNK = 1 << 16
 THREADED = 8 * CHUNK
 
 
+# Index scratch arrays of the short path in run() (operands of up to
+# _SCRATCH_SIZE elements), one per thread using it at a time.
+_SCRATCH_SIZE = 4096
+_SCRATCH = []
+
+
 def f32_kernel(name, exact):
     """A unary float32 -> float32 kernel equal bit for bit to ``exact`` (the
     float64 detour) that runs ``_fastmath.<name>`` where it is built;
@@ -78,11 +84,18 @@ def f32_kernel(name, exact):
             # C call and two allocations, none of compute()'s tests (its C
             # loop takes 0.45 of compute()'s 1.8 us there); the same bits.
             out = np.empty(x.size, F32)
-            idx = np.empty(x.size, np.int64)
+            small = x.size <= _SCRATCH_SIZE
+            # The C call takes an idx at least as long as x: a small one is
+            # a scratch array taken from (and given back to) _SCRATCH; list
+            # pop/append are atomic, a thread that finds it empty allocates.
+            idx = _SCRATCH.pop() if small and _SCRATCH else np.empty(
+                _SCRATCH_SIZE if small else x.size, np.int64)
             n = getattr(_fastmath, name)(x, out, idx)
             if n:
-                redo = idx[:n]
+                redo = idx[:n].copy()
                 out[redo] = exact(x[redo])
+            if small:
+                _SCRATCH.append(idx)
             return out
         if _fastmath is None or (x.dtype is not F32 and x.dtype != F32) or x.size < MIN_SIZE:
             return exact(x)
