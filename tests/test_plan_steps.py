@@ -92,3 +92,55 @@ def test_failing_bare_ufunc_step_names_its_op(calls):
 def _context(program):
     from stablehlo_interpreter.compiler import Context
     return Context(program)
+
+
+DIAGONAL = """
+func.func @main(%x: tensor<8x8xf32>, %i: tensor<8x2xi32>) -> (tensor<8xf32>, tensor<8xf32>) {
+  %c = stablehlo.constant dense<[[0, 0], [1, 1], [2, 2], [3, 3], [4, 4], [5, 5], [6, 6], [9, -3]]>
+      : tensor<8x2xi32>
+  %0 = "stablehlo.gather"(%x, %c) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0, 1],
+      start_index_map = [0, 1], index_vector_dim = 1>, indices_are_sorted = false,
+      slice_sizes = array<i64: 1, 1>}> : (tensor<8x8xf32>, tensor<8x2xi32>) -> tensor<8xf32>
+  %1 = "stablehlo.gather"(%x, %i) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0, 1],
+      start_index_map = [0, 1], index_vector_dim = 1>, indices_are_sorted = false,
+      slice_sizes = array<i64: 1, 1>}> : (tensor<8x8xf32>, tensor<8x2xi32>) -> tensor<8xf32>
+  return %0, %1 : tensor<8xf32>, tensor<8xf32>
+}
+"""
+
+
+def test_small_gather_of_constant_indices():
+    """The linear index of a small gather's constant (read-only) indices is
+    computed once; indices given at run time (writable, changing between
+    runs) are not remembered."""
+    program = shi.compile(DIAGONAL)
+    x = np.arange(64, dtype=np.float32).reshape(8, 8)
+    const = np.array([[0, 0], [1, 1], [2, 2], [3, 3], [4, 4], [5, 5], [6, 6], [7, 0]])
+    rng = np.random.default_rng(1)
+    for run in range(4):
+        i = rng.integers(-3, 11, (8, 2)).astype(np.int32)
+        got = program.call([x + run, i])
+        np.testing.assert_array_equal(got[0], (x + run)[const[:, 0], const[:, 1]])
+        c = np.clip(i, 0, 7)
+        np.testing.assert_array_equal(got[1], (x + run)[c[:, 0], c[:, 1]])
+        i[:] = 0    # the caller's array changes after the run: not remembered
+
+
+def test_small_gather_remembers_only_read_only_owned_indices():
+    from stablehlo_interpreter.ops.gather_scatter import _GatherPlan
+    dn = {"offset_dims": [], "collapsed_slice_dims": [0, 1], "start_index_map": [0, 1],
+          "index_vector_dim": 1, "operand_batching_dims": [], "start_indices_batching_dims": []}
+    plan = _GatherPlan(dn, (8, 8), (8, 2), (1, 1))
+    assert plan.small
+    x = np.arange(64, dtype=np.float32).reshape(8, 8)
+    idx = np.stack([np.arange(8), np.arange(8)], 1).astype(np.int32)
+    plan(x, idx)
+    assert plan.memo is None                       # writable: the caller may change it
+    view = idx[:]
+    view.flags.writeable = False
+    plan(x, view)
+    assert plan.memo is None                       # read-only view of a writable array
+    idx.flags.writeable = False
+    np.testing.assert_array_equal(plan(x, idx), np.diag(x))
+    assert plan.memo[0] is idx
+    np.testing.assert_array_equal(plan(x + 1, idx), np.diag(x + 1))
