@@ -175,7 +175,7 @@ def loop_states(program):
     from stablehlo_interpreter import loopgen
     for f in program.functions.values():
         for step in f.block.steps:
-            for cell in (step.fn.__closure__ or ()):
+            for cell in (getattr(step.fn, "__closure__", None) or ()):   # (a partial has none)
                 for c in (getattr(cell.cell_contents, "__closure__", None) or ()):
                     if isinstance(c.cell_contents, loopgen.LoopState):
                         yield c.cell_contents
