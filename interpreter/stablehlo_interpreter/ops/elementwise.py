@@ -33,6 +33,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import dtypes
+from ..errors import Interrupt
 from ..regions import batched, broadcast_results, is_batchable
 from ..registry import Unsupported, annotate, kernel
 
@@ -374,6 +375,8 @@ def _zero_d_ufunc(ufunc, op, rt):
     try:
         with np.errstate(all="ignore"):
             probe = ufunc(*[np.zeros((), d) for d in dts], out=...)
+    except Interrupt:
+        raise
     except Exception:   # noqa: BLE001 - no loop for these types: as_result's path decides
         return None
     if probe.__class__ is not np.ndarray or probe.dtype != rt:
