@@ -238,3 +238,91 @@ def test_straight_line_code_with_a_kernel_taking_the_context():
         np.testing.assert_array_equal(got, expected)
     assert _generated(p) and p._entry[3]  # needs_context
     np.testing.assert_array_equal(expected, np.sin(np.float32(192)))
+
+
+def _general_keeps(results, inputs, borrowed):
+    """Which results OutputOwnership.own (the general path) keeps as they
+    are, in order; a copy ends the list's meaning for later results, as in
+    _result_values (each own call sees the earlier ones)."""
+    from stablehlo_pjrt.donation import OutputOwnership
+
+    own = OutputOwnership(inputs, {}, borrowed or ())
+    return [own.own(i, r) is r for i, r in enumerate(results)]
+
+
+def _view_cases():
+    base = np.arange(8, dtype=np.float32)
+    other = np.arange(8, dtype=np.float32)
+    read_only = np.frombuffer(bytes(16), np.float32)
+    carried = np.frombuffer(bytearray(16), np.float32).reshape(4)  # a loop's state
+    caller = np.arange(4, dtype=np.float32)    # a zero-copy host buffer's memory
+    fresh = np.ones(4, np.float32)
+    return [
+        # (name, results, inputs, borrowed)
+        ("view of a new array", [other[:4]], [base[4:]], None),
+        ("view of an input's base", [base[:4]], [base[4:]], None),
+        ("reshape of an input", [base.reshape(2, 4)], [base], None),
+        ("view of a bytearray", [carried], [base], None),
+        ("read-only view", [read_only], [base], None),
+        ("view overlapping caller memory", [caller[:]], [fresh], [caller]),
+        ("view beside caller memory", [other[:4]], [caller], [caller]),
+        ("two views of one array", [other[:4], other[4:]], [base], None),
+        ("an array and a view of it", [other, other[:4]], [base], None),
+        ("two new arrays", [np.zeros(4, np.float32), np.ones(4, np.float32)], [base], None),
+    ]
+
+
+@pytest.mark.parametrize("case", _view_cases(), ids=lambda c: c[0])
+def test_fast_ownership_decides_as_the_general_path(case):
+    """execute_fast keeps a run's results as they are (views included: a
+    loop's carried value, a reshape) exactly where the general path's
+    OutputOwnership keeps them, and otherwise leaves them to it."""
+    from stablehlo_pjrt.execute import _owned_results
+
+    _, results, inputs, borrowed = case
+    dtypes = [r.dtype for r in results]
+    shapes = [r.shape for r in results]
+    fast = _owned_results(results, inputs, dtypes, shapes, borrowed)
+    assert (fast is not None) == all(_general_keeps(results, inputs, borrowed))
+
+
+def test_view_results_take_the_fast_path(monkeypatch):
+    """A result that is a view of the run's own memory (a reshape or slice
+    of a new array, a loop's carried value) becomes a new buffer without
+    the general path's ownership checks; each call's output keeps its
+    value when later calls run and when another output is deleted. A view
+    of an input is still left to the general path, which copies it."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from stablehlo_pjrt import dispatch
+    from stablehlo_pjrt.execute import LoadedExecutable
+
+    general = []
+    result_values = LoadedExecutable._result_values
+
+    def counting(self, results, ownership):
+        general.append(1)
+        return result_values(self, results, ownership)
+
+    monkeypatch.setattr(LoadedExecutable, "_result_values", counting)
+    dispatch.set_mode("sync")
+    try:
+        dev = jax.devices("stablehlo_ref")[0]
+        x = np.arange(4, dtype=np.float32)
+        for fn, want in ((lambda v: jnp.reshape(v + 1, (2, 2)), lambda k: (x + k + 1).reshape(2, 2)),
+                         (lambda v: (v + 1)[1:3], lambda k: (x + k + 1)[1:3])):
+            f = jax.jit(fn)
+            outs = [f(jax.device_put(x + k, dev)) for k in range(4)]
+            outs[1].delete()
+            for k in (0, 2, 3):
+                np.testing.assert_array_equal(np.asarray(outs[k]), want(k))
+        assert general == []
+        # A reshape of the input itself: copied by the general path.
+        b = jax.device_put(x, dev)
+        out = jax.jit(lambda v: jnp.reshape(v, (2, 2)))(b)
+        assert general == [1]
+        b.delete()
+        np.testing.assert_array_equal(np.asarray(out), x.reshape(2, 2))
+    finally:
+        dispatch.set_mode("auto")
