@@ -867,6 +867,10 @@ static void forget_handle(void *handle) {
  * back when freed. */
 static PyObject *g_registry = NULL;
 static PyObject *g_buffer_type = NULL;
+/* set_executable_class: Execute's fast path calls
+ * executable.execute_fast(handles) itself when the handle names an object
+ * of this class (one Python frame less than the slot's fast function). */
+static PyObject *g_exe_type = NULL, *g_str_execute_fast = NULL;
 static PyObject *g_str_nbytes = NULL, *g_str_device = NULL, *g_str_stats = NULL;
 
 static int64_t *stats_of(PyObject *obj, Py_buffer *view);
@@ -950,7 +954,17 @@ static int fast_execute(Slot *s, char *args, PJRT_Error **err) {
     PyTuple_SET_ITEM(handles, (Py_ssize_t)i, h);
   }
   exe_obj = PyLong_FromVoidPtr(exe);
-  res = exe_obj ? PyObject_CallFunctionObjArgs(s->fast, exe_obj, handles, NULL) : NULL;
+  res = NULL;
+  if (exe_obj != NULL) {
+    PyObject *obj = g_exe_type != NULL ? PyDict_GetItemWithError(g_registry, exe_obj) : NULL;
+    if (obj != NULL && (PyObject *)Py_TYPE(obj) == g_exe_type) {
+      Py_INCREF(obj); /* (borrowed from the registry, which the call may change) */
+      res = PyObject_CallMethodOneArg(obj, g_str_execute_fast, handles);
+      Py_DECREF(obj);
+    } else if (!PyErr_Occurred()) {
+      res = PyObject_CallFunctionObjArgs(s->fast, exe_obj, handles, NULL);
+    }
+  }
   Py_XDECREF(exe_obj);
   Py_DECREF(handles);
   if (res == NULL) goto failed;
@@ -1719,6 +1733,26 @@ static PyObject *py_set_registry(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* set_executable_class(cls): the class whose objects' execute_fast method
+ * Execute's fast path calls directly (needs set_registry's registry). */
+static PyObject *py_set_executable_class(PyObject *self, PyObject *arg) {
+  (void)self;
+  if (!PyType_Check(arg)) {
+    PyErr_SetString(PyExc_TypeError, "set_executable_class needs a class");
+    return NULL;
+  }
+  if (g_registry == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "set_executable_class needs set_registry first");
+    return NULL;
+  }
+  if (g_str_execute_fast == NULL &&
+      (g_str_execute_fast = PyUnicode_InternFromString("execute_fast")) == NULL)
+    return NULL;
+  Py_INCREF(arg);
+  Py_XSETREF(g_exe_type, arg);
+  Py_RETURN_NONE;
+}
+
 /* is_live(handle): whether C answers the buffer's IsDeleted/ReadyEvent (tests). */
 static PyObject *py_is_live(PyObject *self, PyObject *arg) {
   void *handle;
@@ -1848,6 +1882,9 @@ static PyMethodDef kMethods[] = {
      "deleted(handle): the buffer is deleted; C no longer answers its IsDeleted/ReadyEvent."},
     {"writable_c_contiguous", py_writable_c_contiguous, METH_O,
      "writable_c_contiguous(obj): whether obj exports writeable C-contiguous memory."},
+    {"set_executable_class", py_set_executable_class, METH_O,
+     "set_executable_class(cls): Execute's fast path calls cls objects' execute_fast "
+     "directly"},
     {"set_registry", py_set_registry, METH_VARARGS,
      "set_registry(objects, buffer_class): the handle registry and Buffer class, for "
      "PJRT_Buffer_Destroy of a live output in C."},

@@ -697,6 +697,13 @@ def _fresh_result_refs() -> int:
 _FRESH_REFS = _fresh_result_refs()
 
 
+# Execute's C fast path calls LoadedExecutable.execute_fast itself (no
+# api._execute_fast frame, no handle lookup in Python); a trampoline built
+# before it could lacks the hook and keeps calling api._execute_fast.
+if hasattr(_shim, "set_executable_class"):
+    _shim.set_executable_class(LoadedExecutable)
+
+
 def _size(shape, dtype) -> int:
     n = dtype.itemsize
     for d in shape:

@@ -326,3 +326,40 @@ def test_view_results_take_the_fast_path(monkeypatch):
         np.testing.assert_array_equal(np.asarray(out), x.reshape(2, 2))
     finally:
         dispatch.set_mode("auto")
+
+
+def test_trampoline_calls_execute_fast_itself(monkeypatch):
+    """Execute's C fast path calls LoadedExecutable.execute_fast directly
+    (its caller is no Python frame of the plugin); with the hook pointed at
+    another class, the slot's function api._execute_fast calls it, with the
+    same outputs. The hook refuses anything but a class."""
+    import sys
+
+    jax = pytest.importorskip("jax")
+
+    from stablehlo_pjrt import _shim, dispatch
+    from stablehlo_pjrt.execute import LoadedExecutable
+
+    callers = []
+    fast = LoadedExecutable.execute_fast
+
+    def recording(self, handles):
+        callers.append(sys._getframe(1).f_code.co_name)
+        return fast(self, handles)
+
+    monkeypatch.setattr(LoadedExecutable, "execute_fast", recording)
+    dispatch.set_mode("sync")
+    f = jax.jit(lambda v: v * 2 + 1)
+    x = jax.device_put(np.arange(3, dtype=np.float32), jax.devices("stablehlo_ref")[0])
+    try:
+        np.testing.assert_array_equal(np.asarray(f(x)), [1, 3, 5])
+        assert callers and "_execute_fast" not in callers
+        callers.clear()
+        _shim.set_executable_class(type(None))
+        np.testing.assert_array_equal(np.asarray(f(x)), [1, 3, 5])
+        assert callers == ["_execute_fast"]
+    finally:
+        _shim.set_executable_class(LoadedExecutable)
+        dispatch.set_mode("auto")
+    with pytest.raises(TypeError):
+        _shim.set_executable_class(42)
