@@ -18,6 +18,7 @@ from time import perf_counter_ns
 import numpy as np
 
 from . import _shim, dispatch, donation, interrupt
+from . import buffer as _buffer
 from ._capi import BufferType, ErrorCode
 from .buffer import Buffer, dtype_of, preview_value, short_type
 from .device import Device
@@ -259,14 +260,14 @@ class LoadedExecutable:
                     and ((r.base is None and (_getrefcount(r) == _FRESH_REFS
                                               or not any(_roots_at(a, r) for a in inputs)))
                          or (r.base is not None and _view_is_new(r, inputs, borrowed))):
-                return ((Buffer.finished_output(r, buffer_types[0], device, memories[0],
-                                                nbytes[0]),),
+                return ((_buffer.finished_output(r, buffer_types[0], device, memories[0],
+                                                 nbytes[0]),),
                         device.handle, memory_handles)
         owned = _owned_results(results, inputs, dtypes, shapes, borrowed)
         if owned is None:  # anything unusual: the full path's checks
             owned = self._result_values(
                 results, donation.OutputOwnership(inputs, {}, borrowed or ()))
-        finished = Buffer.finished_output
+        finished = _buffer.finished_output
         return (tuple([finished(v, bt, device, mem, n)
                        for v, bt, mem, n in zip(owned, buffer_types, memories, nbytes)]),
                 device.handle, memory_handles)

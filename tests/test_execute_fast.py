@@ -87,12 +87,17 @@ def test_call_ignores_floating_point_errors():
             np.float32(3e38) * np.float32(10)
 
 
-def test_finished_output_sets_what_init_sets():
-    """Every slot of a Buffer made by finished_output holds what __init__
-    puts there (a slot added to Buffer and missed there fails here)."""
+@pytest.mark.parametrize("impl", ["python", "c"])
+def test_finished_output_sets_what_init_sets(impl):
+    """Every slot of a Buffer made by finished_output (the Python method,
+    and _shim.new_output, which Execute's fast path calls) holds what
+    __init__ puts there (a slot added to Buffer and missed there fails
+    here)."""
     from stablehlo_pjrt import _shim
     from stablehlo_pjrt.buffer import Buffer
     from stablehlo_pjrt.handles import peek, release
+
+    finished_output = Buffer.finished_output if impl == "python" else _shim.new_output
 
     class Dev:  # a Device's allocation statistics, nothing else
         default_memory = "memory"
@@ -107,7 +112,7 @@ def test_finished_output_sets_what_init_sets():
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     b = np.arange(6, dtype=np.float32).reshape(2, 3)
     ref = Buffer(a, 11, dev, "memory")
-    h = Buffer.finished_output(b, 11, dev, "memory", b.nbytes)
+    h = finished_output(b, 11, dev, "memory", b.nbytes)
     try:
         fast = peek(h)
         assert fast.__class__ is Buffer and fast.handle == h
@@ -189,6 +194,31 @@ def test_straight_line_failure_is_reported_as_the_loop_reports_it(monkeypatch):
     assert str(by_code.value) == str(by_loop.value) == str(by_run.value)
     assert "kernel exploded" in str(by_code.value)
     assert isinstance(by_code.value.__cause__, ValueError)
+
+
+def test_new_output_rejects_bad_arguments():
+    """_shim.new_output checks what it is given: a bad argument is a Python
+    exception and leaves the registry and the statistics as they were."""
+    from stablehlo_pjrt import _shim, handles
+
+    class Dev:
+        def __init__(self, stats):
+            self.stats = stats
+
+    st = array.array("q", [0, 0, 0, 0])
+    a = np.zeros(3, np.float32)
+    before = len(handles._objects)
+    for args, exc in (((a, 11, Dev(st), None), TypeError),               # 4 arguments
+                      ((a, 11, Dev(st), None, "12"), TypeError),         # nbytes not an int
+                      ((a, 11, object(), None, 12), AttributeError),     # no statistics
+                      ((a, 11, Dev(b"\0" * 32), None, 12), (BufferError, TypeError)),
+                      ((a, 11, Dev(array.array("q", [0])), None, 12), ValueError),
+                      ((object(), 11, Dev(st), None, 12), AttributeError)):  # no shape
+        with pytest.raises(exc):
+            _shim.new_output(*args)
+    assert len(handles._objects) == before and list(st) == [0, 0, 0, 0]
+    with pytest.raises(TypeError):
+        _shim.set_output_template(object())
 
 
 def test_allocation_statistics():
@@ -363,3 +393,33 @@ def test_trampoline_calls_execute_fast_itself(monkeypatch):
         dispatch.set_mode("auto")
     with pytest.raises(TypeError):
         _shim.set_executable_class(42)
+
+
+def test_outputs_made_in_c_and_in_python_agree(monkeypatch):
+    """Execute's fast path makes its outputs with _shim.new_output, or with
+    Buffer.finished_output where the trampoline lacks it: the same values,
+    the same allocation statistics."""
+    jax = pytest.importorskip("jax")
+
+    from stablehlo_pjrt import buffer, dispatch
+    from stablehlo_pjrt.buffer import Buffer
+
+    dev = jax.devices("stablehlo_ref")[0]
+    f = jax.jit(lambda v: (v + 1, v * 2))
+    x = jax.device_put(np.arange(6, dtype=np.float32), dev)
+    dispatch.set_mode("sync")
+    try:
+        got = {}
+        for impl in (buffer.finished_output, Buffer.finished_output):
+            monkeypatch.setattr(buffer, "finished_output", impl)
+            before = dev.memory_stats()["bytes_in_use"]
+            outs = f(x)
+            grown = dev.memory_stats()["bytes_in_use"] - before
+            got[impl] = ([np.asarray(o) for o in outs], grown)
+            del outs
+        (c_vals, c_grown), (py_vals, py_grown) = got.values()
+        for a, b in zip(c_vals, py_vals):
+            np.testing.assert_array_equal(a, b)
+        assert c_grown == py_grown == 48
+    finally:
+        dispatch.set_mode("auto")
