@@ -11,6 +11,7 @@ a deadline and Ctrl-C stopping a C loop, bad programs raising.
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 
@@ -31,6 +32,10 @@ NP = {"i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np
 TYPES = list(NP)
 FLOATS = ("f32", "f64")
 DIRECTIONS = ["EQ", "NE", "LT", "LE", "GT", "GE"]
+# The float32 functions of loop programs (OP_MATH), with their float64 detour
+FUNCTIONS = {"sine": np.sin, "cosine": np.cos, "tanh": np.tanh, "exponential": np.exp,
+             "log": np.log, "logistic": lambda x: 1.0 / (1.0 + np.exp(-x)),
+             "exponential_minus_one": np.expm1, "log_plus_one": np.log1p}
 
 
 @pytest.fixture(autouse=True)
@@ -126,6 +131,8 @@ def _ops_for(pool):
             forms.append(("divide", [e, e], e, ""))
         else:
             forms += [(op, [e, e], e, "") for op in ("and", "or", "xor")] + [("not", [e], e, "")]
+        if e == "f32":
+            forms += [(fn, [e], e, "") for fn in FUNCTIONS]
         if not f and not b:
             forms += [(op, [e, e], e, "") for op in
                       ("shift_left", "shift_right_logical", "shift_right_arithmetic")]
@@ -139,7 +146,7 @@ def _ops_for(pool):
         if "i1" in have:
             forms.append(("select", ["i1", e, e], e, ""))
         for d in TYPES:
-            if d != e and not (f and d not in FLOATS and d != "i1"):
+            if d != e:
                 forms.append(("convert", [e], d, ""))
             if d != e and "i1" not in (d, e) and \
                     np.dtype(NP[d]).itemsize == np.dtype(NP[e]).itemsize:
@@ -362,14 +369,16 @@ def test_tracing_and_validation_use_the_plan(monkeypatch):
 
 
 def test_loops_the_machine_does_not_run_stay_generated_python(monkeypatch):
-    # a transcendental, a float -> int convert, an array carry: loopgen's code
-    sin = SWAP.replace("%s = stablehlo.add %x, %y : tensor<f32>",
-                       "%s = stablehlo.sine %x : tensor<f32>")
-    cvt = SWAP.replace("%s = stablehlo.add %x, %y : tensor<f32>",
-                       "%q = stablehlo.convert %x : (tensor<f32>) -> tensor<i32>\n"
-                       "      %s = stablehlo.convert %q : (tensor<i32>) -> tensor<f32>")
+    # a transcendental the machine does not compute (tan; sine of float64),
+    # an array carry: loopgen's code
+    tan = SWAP.replace("%s = stablehlo.add %x, %y : tensor<f32>",
+                       "%s = stablehlo.tan %x : tensor<f32>")
+    sin64 = SWAP.replace("%s = stablehlo.add %x, %y : tensor<f32>",
+                         "%q = stablehlo.convert %x : (tensor<f32>) -> tensor<f64>\n"
+                         "      %q2 = stablehlo.sine %q : tensor<f64>\n"
+                         "      %s = stablehlo.convert %q2 : (tensor<f64>) -> tensor<f32>")
     arr = SWAP.replace("tensor<f32>", "tensor<2xf32>")
-    for text in (sin, cvt, arr):
+    for text in (tan, sin64, arr):
         args = [np.int32(5)] + [np.ones((2,) if "2xf32" in text else (), np.float32)] * 2
         got, how = _run(text, args, "vm", monkeypatch)
         assert how == ["python"]
@@ -565,24 +574,37 @@ def test_bad_loop_programs_raise():
         run_loop(prog(header + types + cmp), state, [], -1)
 
 
+MATHS = SWAP.replace("%s = stablehlo.add %x, %y : tensor<f32>",
+                     "%t = stablehlo.sine %x : tensor<f32>\n"
+                     "      %q = stablehlo.convert %t : (tensor<f32>) -> tensor<i32>\n"
+                     "      %q2 = stablehlo.convert %q : (tensor<i32>) -> tensor<f32>\n"
+                     "      %s = stablehlo.add %q2, %y : tensor<f32>")
+
+
 @built
-def test_mutated_loop_programs_raise_or_run_never_crash(monkeypatch):
+@pytest.mark.parametrize("which", ["arrays", "maths"])
+def test_mutated_loop_programs_raise_or_run_never_crash(which, monkeypatch):
     seen = []
     real = loopvm.LoopProgram.run
     monkeypatch.setattr(loopvm.LoopProgram, "run",
                         lambda self, *a: seen.append(self) or real(self, *a))
-    text = ARRAYS.replace("IT", "i32").replace("READ", "%ys2")
-    _run(text, [np.int32(3), np.ones(5, np.float32), np.ones(7, np.float32), np.int32(1)],
-         "vm", monkeypatch)
+    if which == "arrays":
+        text = ARRAYS.replace("IT", "i32").replace("READ", "%ys2")
+        _run(text, [np.int32(3), np.ones(5, np.float32), np.ones(7, np.float32), np.int32(1)],
+             "vm", monkeypatch)
+    else:
+        _run(MATHS, [np.int32(3), np.float32(2), np.float32(1)], "vm", monkeypatch)
     vm = seen[0]
     words = np.frombuffer(vm.program, np.int32)
     rng = np.random.default_rng(0)
     for _ in range(3000):
         w = words.copy()
         for k in rng.integers(0, w.size, rng.integers(1, 4)):
-            w[k] = rng.choice([w[k] + 1, w[k] - 1, -1, 0, 7, 100, 101, 1 << 20, rng.integers(-9, 99)])
-        state = bytearray(rng.integers(0, 256, 8 * max(1, int(w[1]) if 0 < w[1] < 64 else 8),
-                                       dtype=np.uint8).tobytes())
+            w[k] = rng.choice([w[k] + 1, w[k] - 1, -1, 0, 7, 100, 101, 102, 103, 1 << 20,
+                               rng.integers(-9, 99)])
+        size = 8 * max(1, int(w[1]) if 0 < w[1] < 64 else 8)
+        state = bytearray(size if rng.random() < 0.5 else   # a pause register at 0
+                          rng.integers(0, 256, size, dtype=np.uint8).tobytes())
         arrays = [np.ones(5, np.float32), np.ones(7, np.float32)][:max(0, min(2, int(w[6])))]
         try:
             assert run_loop_result(w, state, arrays) in (True, False)
@@ -592,3 +614,243 @@ def test_mutated_loop_programs_raise_or_run_never_crash(monkeypatch):
 
 def run_loop_result(words, state, arrays):
     return chainvm._chains.run_loop(words.tobytes(), state, arrays, 50)
+
+
+# ---- float32 functions (OP_MATH) and their pauses ---------------------------
+
+SCAN_FN = """
+func.func @main(%xs: tensor<LENxET>) -> tensor<LENxET> {
+  %z = stablehlo.constant dense<0> : tensor<i32>
+  %ys0 = stablehlo.constant dense<0.0> : tensor<LENxET>
+  %r:2 = stablehlo.while(%i = %z, %ys = %ys0) : tensor<i32>, tensor<LENxET>
+    cond {
+      %n = stablehlo.constant dense<LEN> : tensor<i32>
+      %p = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %p : tensor<i1>
+    } do {
+      %x = stablehlo.dynamic_slice %xs, %i, sizes = [1] : (tensor<LENxET>, tensor<i32>) -> tensor<1xET>
+      %xr = stablehlo.reshape %x : (tensor<1xET>) -> tensor<ET>
+      %y = stablehlo.FN %xr : tensor<ET>
+      %u = stablehlo.reshape %y : (tensor<ET>) -> tensor<1xET>
+      %ys2 = stablehlo.dynamic_update_slice %ys, %u, %i : (tensor<LENxET>, tensor<1xET>, tensor<i32>) -> tensor<LENxET>
+      %one = stablehlo.constant dense<1> : tensor<i32>
+      %i2 = stablehlo.add %i, %one : tensor<i32>
+      stablehlo.return %i2, %ys2 : tensor<i32>, tensor<LENxET>
+    }
+  return %r#1 : tensor<LENxET>
+}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _near_ties(name, count=12):
+    """float32 inputs whose float64 function value lies within 2^12 float64
+    ULPs of a float32 rounding boundary (well inside the machine's guard of
+    2^15: every C library pauses there), found by a seeded search."""
+    rng = np.random.default_rng(sum(map(ord, name)))
+    lo, hi = (1e-3, 50.0) if name == "log" else (-0.99, 20.0) if name == "log_plus_one" \
+        else (-9.0, 9.0)
+    x = rng.uniform(lo, hi, 400_000).astype(np.float32)
+    with np.errstate(all="ignore"):
+        y = FUNCTIONS[name](x.astype(np.float64))
+    low = y.view(np.uint64) & np.uint64((1 << 29) - 1)
+    near = np.abs(low.astype(np.int64) - (1 << 28)) < (1 << 12)
+    near &= np.abs(y) >= np.finfo(np.float32).tiny
+    found = x[near][:count]
+    assert found.size >= min(count, 4), name
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=None)
+def _subnormal_ties(name, count=4):
+    """float32 inputs whose float64 exp / logistic lies within 2^14 float64
+    ULPs of a boundary between float32 subnormals (the machine's other
+    rounding test, guard 2^15), from every float32 in [-103.5, -64)."""
+    bits = np.arange(np.float32(64).view(np.uint32), np.float32(103.5).view(np.uint32),
+                     dtype=np.uint32)
+    x = -bits.view(np.float32)
+    y = FUNCTIONS[name](x.astype(np.float64))
+    s = y * 2.0 ** 149
+    near = (np.abs(s - np.floor(s) - 0.5) <= 2.0 ** 14 * 2.0 ** -52 * s) & (s < 2 ** 23)
+    found = x[near][:count]
+    assert found.size >= 1, name
+    return tuple(found)
+
+
+def _count_pauses(monkeypatch):
+    """A list that gets one entry per resumed OP_MATH pause."""
+    pauses = []
+    real = loopvm.LoopProgram.resume
+
+    def resume(self, state):
+        if int(np.frombuffer(state, np.int64, 1, self.pause)[0]):
+            pauses.append(self)
+        real(self, state)
+    monkeypatch.setattr(loopvm.LoopProgram, "resume", resume)
+    return pauses
+
+
+@built
+@pytest.mark.parametrize("numerics", ["accurate", "spec"])
+@pytest.mark.parametrize("fn", list(FUNCTIONS))
+def test_functions_with_near_ties_and_specials_are_bit_identical(fn, numerics, monkeypatch):
+    # Near ties between ordinary values pause the C loop mid-run: the kernel
+    # computes those, the loop resumes where it stopped.
+    xs = [np.float32(v) for v in np.linspace(-3, 3, 20)] + list(_near_ties(fn))
+    ties = len(xs) - 20
+    if fn in ("exponential", "logistic"):   # results on the subnormals' grid
+        xs += list(_subnormal_ties(fn)) + list(np.linspace(-110, -80, 40, dtype=np.float32))
+        ties += len(_subnormal_ties(fn))
+    xs += list(np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 1e-45, -1e-45,
+                         1.1754942e-38, 3e38, -3e38, 88.7, 89.0, -87.0, -104.0, 1e-8, 5e-4],
+                        np.float32))
+    xs = np.array(xs + [np.array(0x7FC01234, np.uint32).view(np.float32)], np.float32)
+    rng = np.random.default_rng(len(fn))
+    xs = np.concatenate([xs, rng.integers(0, 2 ** 32, 40, dtype=np.uint64)
+                         .astype(np.uint32).view(np.float32)])
+    text = SCAN_FN.replace("FN", fn).replace("LEN", str(xs.size)).replace("ET", "f32")
+    want, how = _run(text, [xs], "plan", monkeypatch, numerics)
+    assert how == ["plan"]
+    pauses = _count_pauses(monkeypatch)
+    got, how = _run(text, [xs], "vm", monkeypatch, numerics)
+    assert how == ["vm"]
+    assert_same_bits(got, want)
+    assert len(pauses) >= 4 + ties   # the near ties, NaNs and infinities
+    if not (fn == "logistic" and numerics == "spec"):   # (spec's is exp's ties)
+        only = np.array(xs[20:20 + ties])   # each near tie pauses
+        pauses.clear()
+        _run(SCAN_FN.replace("FN", fn).replace("LEN", str(only.size)).replace("ET", "f32"),
+             [only], "vm", monkeypatch, numerics)
+        assert len(pauses) == ties
+    for way in ("python", "switch"):
+        py, how = _run(text, [xs], way, monkeypatch, numerics)
+        assert how == ["python"]
+        assert_same_bits(py, want)
+
+
+@built
+def test_a_function_resting_at_zero_or_decaying_to_subnormals_does_not_pause(monkeypatch):
+    # x <- tanh(x) at 0; x <- exp(x) - 100 + k: exp(-100) is subnormal
+    tanh = SWAP.replace("%s = stablehlo.add %x, %y : tensor<f32>",
+                        "%s = stablehlo.tanh %y : tensor<f32>")
+    for text, args in ((tanh, [np.int32(50), np.float32(0), np.float32(-0.0)]),
+                       (ITERATE.replace("FN", "exponential"),
+                        [np.int32(50), np.float32(-100), np.float32(-100)])):
+        want, _ = _run(text, args, "plan", monkeypatch)
+        with monkeypatch.context() as m:
+            pauses = _count_pauses(m)
+            got, how = _run(text, args, "vm", monkeypatch)
+        assert how == ["vm"]
+        assert_same_bits(got, want)
+        assert len(pauses) <= 2
+
+
+@built
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(fn=st.sampled_from(list(FUNCTIONS)), numerics=st.sampled_from(["accurate", "spec"]),
+       bits=st.lists(st.integers(0, 2 ** 32 - 1), min_size=1, max_size=30))
+def test_drawn_function_inputs_are_bit_identical(fn, numerics, bits, monkeypatch):
+    xs = np.array(bits, np.uint32).view(np.float32)
+    text = SCAN_FN.replace("FN", fn).replace("LEN", str(xs.size)).replace("ET", "f32")
+    want, _ = _run(text, [xs], "plan", monkeypatch, numerics)
+    got, how = _run(text, [xs], "vm", monkeypatch, numerics)
+    assert how == ["vm"]
+    assert_same_bits(got, want)
+
+
+ITERATE = SWAP.replace("%s = stablehlo.add %x, %y : tensor<f32>",
+                       "%t = stablehlo.FN %x : tensor<f32>\n"
+                       "      %s = stablehlo.add %t, %y : tensor<f32>")
+
+
+@built
+@pytest.mark.parametrize("fn", ["sine", "tanh", "logistic", "exponential_minus_one"])
+def test_a_function_writing_its_carry_pauses_and_resumes(fn, monkeypatch):
+    # x <- y, y <- f(x) + y: f's result is the carry itself (no move); a
+    # near tie as the first input pauses the first iteration after its
+    # counter and before its carries are written.
+    text = ITERATE.replace("FN", fn)
+    for x0 in _near_ties(fn, 3):
+        args = [np.int32(25), np.float32(x0), np.float32(0.001)]
+        want, _ = _run(text, args, "plan", monkeypatch)
+        with monkeypatch.context() as m:
+            pauses = _count_pauses(m)
+            got, how = _run(text, args, "vm", monkeypatch)
+        assert how == ["vm"]
+        assert pauses
+        assert_same_bits(got, want)
+
+
+COND_FN = SWAP.replace(
+    "%p = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>",
+    "%q = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+    "      %e = stablehlo.cosine %x : tensor<f32>\n"
+    "      %h = stablehlo.constant dense<2.0> : tensor<f32>\n"
+    "      %g = stablehlo.compare LT, %e, %h, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>\n"
+    "      %p = stablehlo.and %q, %g : tensor<i1>")
+
+
+@built
+def test_a_function_in_the_cond_pauses_and_resumes(monkeypatch):
+    for x0 in list(_near_ties("cosine", 3)) + [np.float32(np.nan), np.float32(0.5)]:
+        args = [np.int32(6), np.float32(x0), np.float32(0.25)]
+        want, _ = _run(COND_FN, args, "plan", monkeypatch)
+        got, how = _run(COND_FN, args, "vm", monkeypatch)
+        assert how == ["vm"]
+        assert_same_bits(got, want)
+
+
+@built
+def test_bad_function_instructions_raise():
+    run_loop = chainvm._chains.run_loop
+    i32, i64, f32 = (chainvm._TYPES[np.dtype(t)] for t in (np.int32, np.int64, np.float32))
+    # registers: 0 i32 counter, 1 i32 bound, 2 bool pred, 3 f32, 4 i64 pause, 5 i32, 6 i64
+    types = [i32, i32, chainvm._BOOL, f32, i64, i32, i64]
+    cmp = [chainvm.CMP, i32, 2, 2, 0, 1, 0, 0]
+
+    def prog(*body):
+        words = [loopvm._LMAGIC, len(types), 1, len(body), 2, 0, 0] + types + cmp
+        return np.array(words + [w for ins in body for w in ins], np.int32).tobytes()
+
+    sin = [loopvm._MATH, f32, 0, 3, 3, 4, 0, 0]
+    state = np.zeros(len(types), np.uint64)
+    assert run_loop(prog(sin), state, [], 10) is True
+    for ins in ([loopvm._MATH, f32, 8, 3, 3, 4, 0, 0],     # no such function
+                [loopvm._MATH, f32, 0, 3, 3, 5, 0, 0],     # the pause register not int64
+                [loopvm._MATH, f32, 0, 5, 3, 4, 0, 0],     # an i32 result
+                [loopvm._MATH, i32, 0, 3, 3, 4, 0, 0],     # type
+                [loopvm._MATH, f32, 0, 3, 3, 9, 0, 0],     # register out of range
+                [loopvm._FTOI, f32, 0, 3, 3, 3, 0, 0],     # float -> float
+                [loopvm._FTOI, i32, 0, 5, 5, 5, 0, 0]):    # from an integer
+        with pytest.raises(ValueError, match="bad program"):
+            run_loop(prog(ins), state, [], 10)
+    with pytest.raises(ValueError, match="pause register"):   # two pause registers
+        run_loop(prog(sin, [loopvm._MATH, f32, 0, 3, 3, 6, 0, 0]), state, [], 10)
+    for at in (-1, 1, 2, 4, 1 << 40):   # the pause must be one past an OP_MATH (index 2)
+        state[4] = np.array(at, np.int64).view(np.uint64)
+        with pytest.raises(ValueError, match="pause register holds"):
+            run_loop(prog([chainvm.ADD, i32, 0, 5, 5, 5, 0, 0], sin), state, [], 10)
+    state[4] = 3
+    state[1] = 5   # counter 0 < 5: resumes after the sine, then runs to the end
+    assert run_loop(prog([chainvm.ADD, i32, 0, 5, 5, 5, 0, 0], sin), state, [], 1) is False
+    assert state[4] == 0
+
+
+@built
+@pytest.mark.parametrize("fn", list(FUNCTIONS))
+def test_spec_float64_functions_are_the_c_librarys(fn, monkeypatch):
+    # spec mode's float64 kernels call the C library (math's functions):
+    # the machine calls the same ones; where math raises, the kernel's.
+    specials = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, -2.0, 5e-324, 2.2e-308,
+                1e300, -1e300, 709.0, 710.0, -745.0, -746.0, 1e-10, 3.0, 1e22]
+    rng = np.random.default_rng(len(fn))
+    xs = np.concatenate([np.array(specials), rng.uniform(-10, 10, 30),
+                         rng.integers(0, 2 ** 63, 30, dtype=np.uint64).view(np.float64)])
+    text = SCAN_FN.replace("FN", fn).replace("LEN", str(xs.size)).replace("ET", "f64")
+    want, _ = _run(text, [xs], "plan", monkeypatch, "spec")
+    got, how = _run(text, [xs], "vm", monkeypatch, "spec")
+    assert how == (["python"] if fn == "logistic" else ["vm"])
+    assert_same_bits(got, want)
+    # accurate mode's float64 kernels are numpy's loops: not the machine's
+    _, how = _run(text, [xs], "vm", monkeypatch)
+    assert how == ["python"]

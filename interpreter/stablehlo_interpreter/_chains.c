@@ -53,7 +53,13 @@
  * max_steps iterations (the caller calls again: between calls its Python
  * sees the execute deadline). GIL released; signals checked before it
  * returns (Ctrl-C). Why C: loopgen's generated Python costs ~0.1 us per op,
- * 10-30x XLA's whole step.
+ * 10-30x XLA's whole step. Loop programs also have OP_MATH (float
+ * functions: the C library's value where it gives the kernel's bits) and
+ * OP_FTOI (float -> integer converts); an OP_MATH whose value the library
+ * cannot give also returns False, before running it, with its index + 1 in
+ * the program's pause register: the caller writes its result register and
+ * calls again, which goes on from the next instruction (see "loop
+ * programs: float functions" below).
  *
  * Program words: header MAGIC, n_values, n_inputs, n_outputs, n_slots,
  * n_instr, block; then per value (type, kind, index) -- kind IN (index: an
@@ -64,6 +70,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include "_buffers.h"
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -641,7 +648,9 @@ done:
  * start. Two instructions reach the arrays (1-D buffers given to run_loop):
  * LOAD (dst register = array a [register b]) and STORE (array dst [register
  * a] = register b), the index (of integer type sub) clamped to the array as
- * dynamic_slice / dynamic_update_slice clamp a start index. One iteration
+ * dynamic_slice / dynamic_update_slice clamp a start index; OP_MATH
+ * (dst register = f(register a), b the pause register) and OP_FTOI (dst =
+ * register a converted) are loop-only too. One iteration
  * runs the cond instructions, stops when register pred (bool) is false,
  * runs the body instructions, then the moves as a parallel assignment
  * (every source read before any destination is written). */
@@ -649,6 +658,8 @@ done:
 #define LHEADER 7
 #define OP_LOAD 100
 #define OP_STORE 101
+#define OP_MATH 102   /* loop programs only: see "loop programs: float functions" */
+#define OP_FTOI 103   /* loop programs only: float -> integer convert */
 
 typedef struct {
     const Instr *in;
@@ -671,7 +682,7 @@ enum {
     F_MAX_##F, F_MIN_##F, F_CMP_##F
     FAST_FLOAT(float), FAST_FLOAT(double),
     F_CVT_I32_F32, F_CVT_I32_F64, F_CVT_F32_F64, F_CVT_F64_F32, F_CVT_U32_F32, F_CVT_I32_I64,
-    F_CVT_BOOL_I32, F_LOAD, F_STORE
+    F_CVT_BOOL_I32, F_LOAD, F_STORE, F_MATH, F_FTOI
 };
 
 static int fast_code(const Instr *in, int rt)
@@ -679,6 +690,8 @@ static int fast_code(const Instr *in, int rt)
     int op = in->op, t = in->type;
     if (op == OP_LOAD) return F_LOAD;
     if (op == OP_STORE) return F_STORE;
+    if (op == OP_MATH) return F_MATH;
+    if (op == OP_FTOI) return F_FTOI;
     if (op == OP_SELECT) return F_SELECT;
     if (op == OP_COPY) return F_COPY;
     if (op == OP_CVT) {
@@ -761,6 +774,114 @@ static inline Py_ssize_t clamp_index(const char *p, int t, Py_ssize_t n)
     return v < 0 ? 0 : v >= (int64_t)n ? n - 1 : (Py_ssize_t)v;
 }
 
+/* ---- loop programs: float functions and float -> integer converts -----
+ *
+ * OP_MATH (type f32 or f64, sub a MATH_* function, dst = f(register a), b:
+ * the pause register, int64) gives the bits of the interpreter's kernel of
+ * the function, or does not run (math_op returns 0, nothing written): the
+ * loop pauses before it (loop_steps_guarded) for the caller to compute it
+ * with the kernel itself.
+ *
+ * float32: the kernels (ops/fastmath.py) round numpy's float64 function of
+ * (double)x once to float32. Here y is the C library's float64 function
+ * (glibc: within 1-2 float64 ULPs of the true value, as numpy's own float64
+ * loops are within a few), rounded to float32. Two float64 values within e
+ * ULPs of the true value round to the same float32 unless one lies within
+ * e ULPs of a float32 rounding boundary (a halfway point); y is trusted
+ * only when its 29 bits that the rounding drops lie more than MATH_GUARD
+ * (2^15, _fastmath.c's GUARD: thousands of times the two libraries' errors
+ * together) units from the halfway pattern. Otherwise -- about 1 element
+ * in 8000 -- and when the input is not finite, y is not finite (NaN
+ * payloads and signs are the library's), or sin/cos of |x| >= 2^20, it
+ * pauses. Results below float32's normal range are tested alike on the
+ * subnormals' grid (a decaying exp must not pause at every step).
+ *
+ * float64 (spec mode only, loopvm.py): spec numerics' float64 kernels
+ * (ops/spec_kernels.py libm) call these C library functions, taking numpy's
+ * value where Python's math raises (a domain error, an overflow): every
+ * finite result of a finite input is the library's own bits; the others
+ * pause. (Accurate mode's float64 kernels are numpy's own loops, SIMD on
+ * some hosts: not reproducible here, loopvm.py does not lower them.) */
+enum { MATH_SIN, MATH_COS, MATH_TANH, MATH_EXP, MATH_LOG, MATH_LOGISTIC, MATH_EXPM1,
+       MATH_LOG1P, N_MATH };
+#define MATH_GUARD (1u << 15)
+
+/* The C library's float64 function fn of v. */
+static double math_f64(int fn, double v)
+{
+    switch (fn) {
+    case MATH_SIN: return sin(v);
+    case MATH_COS: return cos(v);
+    case MATH_TANH: return tanh(v);
+    case MATH_EXP: return exp(v);
+    case MATH_LOG: return log(v);
+    case MATH_LOGISTIC: return 1.0 / (1.0 + exp(-v));   /* the f32 kernel's formula */
+    case MATH_EXPM1: return expm1(v);
+    default: return log1p(v);
+    }
+}
+
+/* dst = f(a), or 0 (nothing written) when the caller must compute it. */
+static int math_op(int t, int fn, const char *a, char *d)
+{
+    if (t == T_F64) {   /* spec mode's float64 kernels call these very functions */
+        double x = V(double, a), y;
+        if (!isfinite(x) || fn == MATH_LOGISTIC) return 0;
+        y = math_f64(fn, x);
+        if (!isfinite(y)) return 0;   /* where math raises, numpy's value */
+        V(double, d) = y;
+        return 1;
+    }
+    float x = V(float, a);
+    if (!isfinite(x)) return 0;
+    /* Large sin/cos arguments take the kernel, as _fastmath.c's do (from
+     * its TRIG_MAX on): no bound is claimed here for a float64 library's
+     * argument reduction of them. */
+    if ((fn == MATH_SIN || fn == MATH_COS) && fabsf(x) >= 0x1p20f) return 0;
+    double y = math_f64(fn, x);
+    if (!isfinite(y)) return 0;
+    double ay = fabs(y);
+    if (ay >= 0x1p-126) {   /* a float32 normal range: rounding drops 29 bits */
+        uint64_t u;
+        memcpy(&u, &y, 8);
+        uint32_t low = (uint32_t)(u & ((1u << 29) - 1));
+        /* |low - 2^28| < GUARD, as one unsigned compare */
+        if (low - ((1u << 28) - MATH_GUARD) < 2 * MATH_GUARD) return 0;
+    } else {
+        /* float32 zero and subnormals: multiples of 2^-149. s counts them
+         * (exactly); its halfway points are the rounding boundaries, and
+         * GUARD * s * 2^-52 is at least GUARD of y's float64 ULPs there. */
+        double s = ay * 0x1p149, f = s - floor(s);
+        if (fabs(f - 0.5) <= MATH_GUARD * 0x1p-52 * s) return 0;
+    }
+    V(float, d) = (float)y;
+    return 1;
+}
+
+/* OP_FTOI (type the float source, dst an integer register): ops/
+ * elementwise_convert.py's _float_to_int: truncate toward zero, NaN -> 0,
+ * out of range saturates to the type's minimum / maximum. Exact: no pause. */
+#define FTOI_TO(T, LO, HI) do { T r_; \
+    if (t != t) r_ = 0; \
+    else if (t >= (double)(LO) && t < 2.0 * ((double)((HI) / 2 + 1))) r_ = (T)t; \
+    else r_ = t > 0 ? (T)(HI) : (T)(LO); \
+    V(T, d) = r_; } while (0)
+
+static void ftoi(int st, int rt, const char *a, char *d)
+{
+    double t = trunc(st == T_F32 ? (double)V(float, a) : V(double, a));
+    switch (rt) {
+    case T_I8: FTOI_TO(int8_t, INT8_MIN, INT8_MAX); break;
+    case T_I16: FTOI_TO(int16_t, INT16_MIN, INT16_MAX); break;
+    case T_I32: FTOI_TO(int32_t, INT32_MIN, INT32_MAX); break;
+    case T_I64: FTOI_TO(int64_t, INT64_MIN, INT64_MAX); break;
+    case T_U8: FTOI_TO(uint8_t, 0, UINT8_MAX); break;
+    case T_U16: FTOI_TO(uint16_t, 0, UINT16_MAX); break;
+    case T_U32: FTOI_TO(uint32_t, 0, UINT32_MAX); break;
+    default: FTOI_TO(uint64_t, 0, UINT64_MAX); break;
+    }
+}
+
 /* One instruction on the registers. */
 static inline __attribute__((always_inline)) void exec_scalar(const Decoded *x)
 {
@@ -783,6 +904,7 @@ static inline __attribute__((always_inline)) void exec_scalar(const Decoded *x)
         break;
     case F_STORE: memcpy(x->arr + clamp_index(x->a, x->sub, x->n) * x->esz, x->b, (size_t)x->esz);
         break;
+    case F_FTOI: ftoi(x->in->type, x->rt, x->a, x->d); break;
     default: exec1(x->in, x->rt, 0, x->d, x->a, x->b, x->c, x->e, 1); break;
     }
 }
@@ -791,6 +913,35 @@ static int bad_loop(const char *what, Py_ssize_t k)
 {
     PyErr_Format(PyExc_ValueError, "_chains.run_loop: bad program: %s (%zd)", what, k);
     return -1;
+}
+
+/* OP_MATH: f32 registers dst and a, sub a function, b an int64 register
+ * (the pause register; pause_register checks that there is one). OP_FTOI:
+ * a of float type t, dst of an integer type. The decoding reads b, which
+ * must be a register either way. */
+static int check_loop_only(const Instr *in, const int32_t *vt, int32_t n_regs)
+{
+    if (in->dst < 0 || in->dst >= n_regs || in->a < 0 || in->a >= n_regs || in->b < 0
+        || in->b >= n_regs)
+        return -1;
+    if (in->op == OP_MATH)
+        return is_float(in->type) && vt[in->dst] == in->type && vt[in->a] == in->type
+               && vt[in->b] == T_I64 && in->sub >= 0 && in->sub < N_MATH ? 0 : -1;
+    return is_float(in->type) && vt[in->a] == in->type && is_int(vt[in->dst]) ? 0 : -1;
+}
+
+/* The pause register of the program's OP_MATH instructions (all name the
+ * same one), -1 when there are none, -2 (an exception set) when they differ. */
+static int32_t pause_register(const Program *p)
+{
+    int32_t reg = -1;
+    for (Py_ssize_t k = 0; k < p->n_instr; k++) {
+        const Instr *in = p->instr + k;
+        if (in->op != OP_MATH) continue;
+        if (reg >= 0 && in->b != reg) { bad_loop("pause register", k); return -2; }
+        reg = in->b;
+    }
+    return reg;
 }
 
 static int check_loop(const char *buf, Py_ssize_t len, Py_ssize_t state_len, Program *p,
@@ -840,6 +991,10 @@ static int check_loop(const char *buf, Py_ssize_t len, Py_ssize_t state_len, Pro
                 return bad_loop("types", k);
             continue;
         }
+        if (in->op == OP_MATH || in->op == OP_FTOI) {
+            if (check_loop_only(in, vt, n_regs) < 0) return bad_loop("math", k);
+            continue;
+        }
         int n = in->op > 0 && in->op < N_OPS ? nargs(in->op) : 0;
         if (n == 0 || in->type < 0 || in->type >= N_TYPES) return bad_loop("op", k);
         if (in->dst < 0 || in->dst >= n_regs || in->a < 0 || in->a >= n_regs
@@ -872,6 +1027,37 @@ static int loop_steps(const Decoded *code, int32_t n_cond, int32_t n_instr, cons
         for (int32_t k = 0; k < n_moves; k++) regs[mv[2 * k]] = held[k];
     }
     return 0;
+}
+
+/* loop_steps for programs with OP_MATH instructions: the same iterations,
+ * started at instruction *pause of the current iteration (0: a new one).
+ * An OP_MATH the C library's value cannot answer stops the run before it,
+ * with *pause = its index + 1 and 0 returned: every instruction before it
+ * has run (carries written in place and stores included), none after it.
+ * The caller writes its result register and calls again: the iteration
+ * goes on where it stopped. */
+static int loop_steps_guarded(const Decoded *code, int32_t n_cond, int32_t n_instr,
+                              const uint8_t *pred, const int32_t *mv, int32_t n_moves,
+                              uint64_t *regs, uint64_t *held, Py_ssize_t max_steps,
+                              int64_t *pause)
+{
+    if (max_steps <= 0) return 0;
+    int32_t k = (int32_t)*pause;
+    *pause = 0;
+#define RUN_GUARDED(LIMIT) for (; k < (LIMIT); k++) { const Decoded *x = code + k; \
+        if (x->fast != F_MATH) exec_scalar(x); \
+        else if (!math_op(x->rt, x->in->sub, x->a, x->d)) { *pause = k + 1; return 0; } }
+    for (Py_ssize_t step = 0; step < max_steps; step++, k = 0) {
+        if (k <= n_cond) {   /* not resumed past the cond's predicate */
+            RUN_GUARDED(n_cond)
+            if (!*pred) return 1;
+        }
+        RUN_GUARDED(n_instr)
+        for (int32_t j = 0; j < n_moves; j++) held[j] = regs[mv[2 * j + 1]];
+        for (int32_t j = 0; j < n_moves; j++) regs[mv[2 * j]] = held[j];
+    }
+    return 0;
+#undef RUN_GUARDED
 }
 
 static int is_stored(const Program *p, Py_ssize_t k)
@@ -911,6 +1097,23 @@ static int get_arrays(const Program *p, const int32_t *at, PyObject *arrays, Py_
                                 "_chains.run_loop: a written array overlaps another array");
                 return -1;
             }
+    return 0;
+}
+
+/* *pause: the pause register of a program with OP_MATH instructions (NULL
+ * without), its value checked: 0 or one more than an OP_MATH's index. */
+static int guarded_entry(const Program *p, const Decoded *code, char *base, int64_t **pause)
+{
+    int32_t reg = pause_register(p);
+    if (reg == -2) return -1;
+    if (reg < 0) return 0;
+    int64_t at = V(int64_t, base + (Py_ssize_t)reg * 8);
+    if (at < 0 || at > p->n_instr || (at > 0 && code[at - 1].fast != F_MATH)) {
+        PyErr_Format(PyExc_ValueError, "_chains.run_loop: the pause register holds %lld, not "
+                     "0 or one past an OP_MATH instruction", (long long)at);
+        return -1;
+    }
+    *pause = (int64_t *)(void *)(base + (Py_ssize_t)reg * 8);
     return 0;
 }
 
@@ -982,9 +1185,16 @@ static PyObject *run_loop(PyObject *self, PyObject *args)
         }
     }
     int finished;
+    int64_t *pause = NULL;
+    if (guarded_entry(&p, code, base, &pause) < 0) goto done;
     Py_BEGIN_ALLOW_THREADS
-    finished = loop_steps(code, hdr[2], p.n_instr, (const uint8_t *)(base + (Py_ssize_t)hdr[4] * 8),
-                          mv, n_moves, (uint64_t *)base, held, max_steps);
+    if (pause)
+        finished = loop_steps_guarded(code, hdr[2], p.n_instr,
+                                      (const uint8_t *)(base + (Py_ssize_t)hdr[4] * 8), mv,
+                                      n_moves, (uint64_t *)base, held, max_steps, pause);
+    else
+        finished = loop_steps(code, hdr[2], p.n_instr, (const uint8_t *)(base + (Py_ssize_t)hdr[4] * 8),
+                              mv, n_moves, (uint64_t *)base, held, max_steps);
     Py_END_ALLOW_THREADS
     /* Ctrl-C between the caller's chunks of steps (its deadline lands in
      * the caller's Python code between them). */

@@ -7,7 +7,9 @@ body (``func.call`` inlined) hold only 0-d values of the machine's types
 (bool, 8- to 64-bit integers, f32, f64; one-element shapes too) and 1-D
 arrays, and only ops :func:`chainvm.lower` accepts (integer and bit ops,
 shifts, compares, select, converts but float -> integer, f32/f64 basic
-arithmetic, clamp), plus aliases (one-element reshape, broadcast_in_dim,
+arithmetic, clamp), the loop-only ones (float -> integer converts; f32 sin,
+cos, tanh, exp, log, logistic, expm1 and log1p; in spec numerics the same
+f64 functions but logistic), plus aliases (one-element reshape, broadcast_in_dim,
 optimization_barrier, same-type convert) and one-element dynamic_slice /
 dynamic_update_slice of a 1-D array (a scan's xs and ys), runs here as one
 loop program: a register per value (carries, captures, constants,
@@ -18,6 +20,22 @@ carries (a parallel assignment). The machine computes
 each op's numpy-kernel bits (tests/test_chainvm.py, tests/test_loopvm.py),
 so both numerics modes share it, as they share the fused chains' segments.
 
+The functions (_chains.c's OP_MATH) give their kernel's bits too, in both
+modes: a float32 one is the C library's float64 function rounded to
+float32, trusted only where that value lies far (2^15 float64 ULPs) from a
+float32 rounding boundary (of the normal numbers or of the subnormals'
+grid) -- then numpy's float64 function, which the kernels round, rounds
+the same way. About 1 value in 8000, non-finite inputs and results and
+sin/cos of |x| >= 2^20 make run_loop stop just before the instruction
+(every earlier instruction of the iteration done, none later) with its
+index + 1 in the pause register; :meth:`LoopProgram.resume` computes it
+with the op's own kernel (``Step.fn``) and run_loop goes on where it
+stopped. Spec mode's float32 logistic is its formula (exp rounded to
+float32, then float32 arithmetic); its float64 functions are the C
+library's calls (ops/spec_kernels.py libm), paused only where Python's
+math raises. A fused array chain never gets these instructions: there the
+SIMD kernels of ops/fastmath.py are faster than a C library call per element.
+
 ``run_loop`` runs at most :data:`CHUNK_INSTRUCTIONS` instructions' worth of
 iterations per call, GIL released, and checks for signals before it
 returns; the Python loop around it calls it again until the cond is false.
@@ -26,9 +44,10 @@ deadline (an exception raised asynchronously in the running thread) stop a
 loop within about a millisecond, reported on the while op as the generated
 loop reports them.
 
-Anything else (a nested while/if/case, a transcendental, a wider slice or a
-multi-dimensional array, a float -> integer convert) leaves the loop to
-loopgen's generated Python.
+Anything else (a nested while/if/case, another transcendental or another
+type's, accurate mode's f64 functions (numpy's loops, SIMD on some hosts),
+a wider slice or a multi-dimensional array) leaves the loop to loopgen's
+generated Python.
 Without the C module or with ``STABLEHLO_REF_CHAIN_VM=0`` no loop runs
 here: the generated Python gives the same bits.
 """
@@ -36,6 +55,7 @@ here: the generated Python gives the same bits.
 import numpy as np
 
 from . import chainvm as _chainvm
+from .registry import scalar_math
 
 # Instructions per run_loop call (~1-10 ms): how often the loop returns to
 # Python, where a deadline or Ctrl-C can stop it.
@@ -44,6 +64,16 @@ CHUNK_INSTRUCTIONS = 1 << 22
 _MAX_INLINE = 32
 _LMAGIC = 0x324C4843
 _LOAD, _STORE = 100, 101   # _chains.c's OP_LOAD, OP_STORE
+_MATH, _FTOI = 102, 103    # _chains.c's OP_MATH, OP_FTOI (loop programs only)
+# OP_MATH's functions (its sub: _chains.c's MATH_*) by the name of the float64
+# function an op's kernel rounds (registry.scalar_math: ``math``'s, whose
+# names are the C library's, and ops/elementwise_math.py's logistic formula)
+_LIBM = {"sin": 0, "cos": 1, "tanh": 2, "exp": 3, "log": 4, "_logistic_scalar": 5, "expm1": 6,
+         "log1p": 7}
+_EXP, _LOGISTIC = _LIBM["exp"], _LIBM["_logistic_scalar"]
+_I64 = _chainvm._TYPES[np.dtype(np.int64)]
+_INTS = tuple(_chainvm._TYPES[np.dtype(t)] for t in
+              (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64))
 _ALIASES = ("stablehlo.reshape", "stablehlo.broadcast_in_dim", "stablehlo.optimization_barrier")
 
 
@@ -99,6 +129,7 @@ class _Lowering:
         self.arrays = []         # per array: (type code, source) -- ("carry", k), ...
         self.versions = []       # per array: its latest version
         self.in_cond = False
+        self.pause = None        # the pause register of the OP_MATH instructions
 
     def reg(self, t_code):
         self.types.append(t_code)
@@ -174,6 +205,8 @@ class _Lowering:
                 raise NotLowered(f"{name} with {len(ins)} operands")
             env.update((o, get(s)) for o, s in zip(outs, ins))
             return
+        if len(outs) == 1 and len(ins) == 1 and self.loop_only(step, op, get(ins[0]), outs, env):
+            return
         lowered = _chainvm.lower(op)
         if lowered is None or len(outs) != 1:
             raise NotLowered(f"{name} is not a machine op on these types")
@@ -188,6 +221,51 @@ class _Lowering:
             regs = tuple(where[a] if a in where else args[a] for a in operands)
             self.code.append((opcode, t, sub, d, regs, None))
         env[outs[0]] = res
+
+    def loop_only(self, step, op, x, outs, env):
+        """Lower a float -> integer convert (OP_FTOI) or a float32 function
+        (OP_MATH, computed with the kernel ``step.fn``'s bits: where the C
+        library's value cannot be trusted to round as the kernel's, the
+        machine pauses and :meth:`LoopProgram.resume` calls the kernel);
+        False for any other op."""
+        t, r = _code(op.operand_types[0]), _code(op.result_types[0])
+        f64_fn = scalar_math(op.name)
+        fn = None if f64_fn is None else _LIBM.get(getattr(f64_fn, "__name__", None))
+        if op.name == "stablehlo.convert" and _chainvm._is_float(t) and r in _INTS:
+            res = self.reg(r)
+            self.code.append((_FTOI, t, 0, res, (x, x), None))
+        elif fn is not None and t == r and self.libm_kernel(t, fn, op):
+            if self.pause is None:
+                self.pause = self.reg(_I64)
+            res = self.reg(r)
+            if fn == _LOGISTIC and t == _chainvm._F32 and _spec(op):
+                self.spec_logistic(x, res)
+            else:
+                self.code.append((_MATH, t, fn, res, (x, self.pause), step.fn))
+        else:
+            return False
+        env[outs[0]] = res
+        return True
+
+    @staticmethod
+    def libm_kernel(t, fn, op):
+        """Does OP_MATH compute function ``fn`` on type ``t`` as ``op``'s
+        kernel does (_chains.c)? float32: in both modes; float64: spec
+        mode's C library calls (but logistic, a formula of exp)."""
+        if t == _chainvm._F32:
+            return True
+        return t == _chainvm._F64 and fn != _LOGISTIC and _spec(op)
+
+    def spec_logistic(self, x, res):
+        """spec mode's float32 logistic (ops/spec_elementwise.py): exp(-x)
+        rounded to float32, then 1 + e and 1 / (1 + e) in float32."""
+        f32 = _chainvm._F32
+        neg, e, s = self.reg(f32), self.reg(f32), self.reg(f32)
+        one = self.const(np.array(1, np.float32))
+        self.code += [(_chainvm.NEG, f32, 0, neg, (x,), None),
+                      (_MATH, f32, _EXP, e, (neg, self.pause), _exp_f32),
+                      (_chainvm.ADD, f32, 0, s, (one, e), None),
+                      (_chainvm.DIV, f32, 0, res, (one, s), None)]
 
     def indexed(self, op, vals, outs, env):
         """dynamic_slice of one element of a 1-D array (LOAD) and
@@ -225,11 +303,22 @@ class _Lowering:
         env[outs[0]] = Arr(a.id, self.versions[a.id])
 
 
+def _spec(op):
+    """Does ``op`` compile in spec numerics (ops/spec_kernels.py is_spec)?"""
+    return getattr(op.module, "numerics", "accurate") == "spec"
+
+
+def _exp_f32(x):
+    """exp of a float32 in float64, rounded once (spec mode's float32 exp)."""
+    return np.asarray(np.exp(x.astype(np.float64)).astype(np.float32))
+
+
 class LoopProgram:
     """A while op lowered: :meth:`run` (``(ccap, bcap, vals)`` -> the
     loop's results) runs it; ``source`` describes it (STABLEHLO_REF_FAST_LOOPS=print)."""
 
-    def __init__(self, program, low, carries, ccaps, bcaps, n_cond, n_instr, shapes):
+    def __init__(self, program, low, code, carries, ccaps, bcaps, n_cond, shapes):
+        n_instr = len(code)
         self.program = program
         state = np.zeros(len(low.types), np.uint64)
         raw = state.view(np.uint8)
@@ -248,6 +337,11 @@ class LoopProgram:
                              if v.__class__ is int else ("a", v.id, None, None)
                              for v, shape in zip(carries, shapes))
         self.steps = max(1, CHUNK_INSTRUCTIONS // max(1, n_instr))
+        # OP_MATH: the pause register's offset, and per instruction index
+        # (kernel, dtype, input register offset, result register offset)
+        self.pause = None if low.pause is None else 8 * low.pause
+        self.kernels = {k: (ins[5], _chainvm._dtype_of(ins[1]), 8 * ins[4][0], 8 * ins[3])
+                        for k, ins in enumerate(code) if ins[0] == _MATH}
         self.source = (f"# _chains.run_loop: {len(low.types)} registers, {len(low.arrays)} "
                        f"arrays, {n_cond} cond and {n_instr - n_cond} body instructions")
 
@@ -266,9 +360,19 @@ class LoopProgram:
         vals.clear()
         run_loop, program, steps = _chainvm._chains.run_loop, self.program, self.steps
         while not run_loop(program, state, arrays, steps):
-            pass
+            if self.pause is not None:
+                self.resume(state)
         return [np.ndarray(shape, dt, state, off) if kind == "r" else arrays[dt]
                 for kind, dt, off, shape in self.outputs]
+
+    def resume(self, state):
+        """After run_loop stopped before an OP_MATH instruction (the pause
+        register holds its index + 1), its result by the op's kernel."""
+        at = int(np.frombuffer(state, np.int64, 1, self.pause)[0])
+        if at:
+            kernel, dt, src, dst = self.kernels[at - 1]
+            x = np.frombuffer(state, dt, 1, src).reshape(()).copy()
+            state[dst:dst + dt.itemsize] = np.asarray(kernel(x), dt).tobytes()
 
 
 def _write_carries(body, moves):
@@ -349,4 +453,4 @@ def lower(program, op, ccap, bcap):
     words += [w for ins in code for w in _words(ins)] + [w for m in moves for w in m]
     prog = np.array(words, np.int32).tobytes()
     shapes = [tuple(t.shape) for t in op.operand_types]
-    return LoopProgram(prog, low, carries, ccaps, bcaps, n_cond, len(code), shapes)
+    return LoopProgram(prog, low, code, carries, ccaps, bcaps, n_cond, shapes)
