@@ -443,6 +443,12 @@ def _sigmoid(q):
     return jax.nn.sigmoid, (_f32(_n(q, 1_000_000, 1000)),)
 
 
+@op("exp", "elementwise", "jnp.exp 1e6 f32")
+def _exp(q):
+    import jax.numpy as jnp
+    return jnp.exp, (_f32(_n(q, 1_000_000, 1000)),)
+
+
 @op("sin", "elementwise", "jnp.sin 1e6 f32")
 def _sin(q):
     import jax.numpy as jnp
@@ -616,6 +622,15 @@ def _bn(q):
 @op("dispatch_add", "dispatch", "jit(x + 1) of 4 f32: one call's dispatch")
 def _dispatch_add(q):
     return (lambda x: x + 1), (np.arange(4, dtype=np.float32),)
+
+
+@op("dispatch_fori_1", "dispatch", "fori_loop of 1 scalar step: a while loop's fixed cost per call")
+def _fori_1(q):
+    from jax import lax
+
+    def fn(x):
+        return lax.fori_loop(0, 1, lambda i, c: c * 0.999 + 1.0, x)
+    return fn, (np.float32(1.0),)
 
 
 # Loops (per-step dispatch).

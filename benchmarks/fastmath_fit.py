@@ -80,6 +80,9 @@ FITS = (
     ("ERF_P", _over_root(mp.erf, 2 / mp.sqrt(mp.pi)), 0.0, 0.25, 6, False, None),
     ("EXP_P", mp.exp, -0.35, 0.35, 9, False, None),
     ("EXPM1_P", _expm1_over, -0.35, 0.35, 8, False, None),
+    # e^r after the AVX-512 exp's reduction by ln2 / 16 (EXP_T: 2^(j / 16))
+    ("EXP16_P", mp.exp, -float(mp.log(2) / 32) * 1.01, float(mp.log(2) / 32) * 1.01, 5, False,
+     None),
     ("LOG_P", _log_s, 0.0, LOG_Z, 5, False, None),
     # erfc(a) = e^(-a^2) Q(t), t = 2 / (2 + a), a in [0.5, 10.5] (erfc) and
     # in [0.5, 4] (erf: narrower, and fitted for erf's relative error, in
@@ -122,7 +125,45 @@ def fit(f, lo, hi, deg, mapped, weight=None):
     return m, scale, offset, float(np.max(rel))
 
 
+# erf(a) / a on [0, 4] in ERF_T_N pieces: piece j is centred on j / ERF_T_STEP
+# and spans half a step either side (a little more: the kernel's piece index
+# and u = a - j / ERF_T_STEP are rounded); a polynomial in u of degree
+# ERF_T_DEG each. The AVX-512 erf picks each lane's coefficients by a
+# two-source permute (in-register table of 16 doubles).
+ERF_T_N, ERF_T_STEP, ERF_T_DEG = 16, 3.75, 8
+
+
+def fit_pieces():
+    """(ERF_T_N rows of monomial coefficients in u, lowest degree first; max
+    relative error of erf over [0, 4] of the float64 evaluation)."""
+    half = 0.5 / ERF_T_STEP * 1.002
+    k = np.arange(200)
+    t = np.cos(np.pi * (k + 0.5) / 200)
+    g = _over_root(mp.erf, 2 / mp.sqrt(mp.pi))
+    rows, worst = [], 0.0
+    for j in range(ERF_T_N):
+        c = j / ERF_T_STEP
+        y = np.array([float(g(mp.mpf(float(c + half * ti)) ** 2)) for ti in t])
+        m = cheb.cheb2poly(cheb.chebfit(t, y, ERF_T_DEG)) / half ** np.arange(ERF_T_DEG + 1)
+        a = np.linspace(max(0.0, c - half), min(4.0, c + half), 2001)
+        got = _horner(m, a - j * (1 / ERF_T_STEP))
+        truth = np.array([float(g(mp.mpf(float(x)) ** 2)) for x in a])
+        worst = max(worst, float(np.max(np.abs(got / truth - 1))))
+        rows.append(m)
+    return rows, worst
+
+
 def main():
+    rows, err = fit_pieces()
+    print(f"/* ERF_T: erf(a) / a for a in [0, 4]; piece j = round(a * {ERF_T_STEP}), a polynomial in"
+          f" u = a - j / {ERF_T_STEP}; row k: the {ERF_T_N} pieces' coefficients of u^({ERF_T_DEG} - k);"
+          f" max relative error {err:.2e} */")
+    body = ",\n    ".join("{" + ", ".join(float(m[d]).hex() for m in rows) + "}"
+                          for d in range(ERF_T_DEG, -1, -1))
+    print(f"static const double ERF_T[{ERF_T_DEG + 1}][{ERF_T_N}] = {{\n    {body}}};")
+    exp_t = [float(mp.power(2, mp.mpf(j) / 16)).hex() for j in range(16)]
+    exp_t = ",\n    ".join(", ".join(exp_t[i:i + 4]) for i in range(0, 16, 4))
+    print(f"/* EXP_T: 2^(j / 16), j = 0..15, rounded */\nstatic const double EXP_T[16] = {{\n    {exp_t}}};")
     for name, f, lo, hi, deg, mapped, weight in FITS:
         m, scale, offset, err = fit(f, lo, hi, deg, mapped, weight)
         var = f"u = v * {name}_SCALE + {name}_OFFSET" if mapped else "v"

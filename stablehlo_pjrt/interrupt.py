@@ -26,6 +26,8 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from stablehlo_interpreter import Interrupt
+
 from . import config
 
 T = TypeVar("T")
@@ -33,8 +35,9 @@ T = TypeVar("T")
 _timeout: list = []
 
 
-class ExecutionTimeout(Exception):
-    """Raised inside a run that exceeded the execute time limit."""
+class ExecutionTimeout(Interrupt):
+    """Raised inside a run that exceeded the execute time limit (an
+    interpreter ``Interrupt``: its fallbacks never swallow it)."""
 
 
 def set_execute_timeout(seconds: float | None) -> None:

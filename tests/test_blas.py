@@ -124,3 +124,113 @@ def test_generated_loop_of_small_products_holds_one_thread(monkeypatch):
     (r,) = shi.compile(text).run(h, w)
     np.testing.assert_array_equal(r, h * np.float32(0.125))
     assert held and blas._pinned == 0
+
+
+def _shared(monkeypatch, threads):
+    """shared_product on the pool's threads for any size (the machine's load ignored)."""
+    from stablehlo_interpreter import pool
+    monkeypatch.setattr(blas, "SHARED_GEMM_MACS", 0)
+    monkeypatch.setattr(pool, "busy", lambda n: False)
+    monkeypatch.setattr(blas, "core_free", lambda: True)
+    monkeypatch.setenv("STABLEHLO_REF_THREADS", str(threads))
+
+
+_SHARED_CASES = [
+    ((257, 300), (300, 129), np.float32),       # rows in 4 blocks, the last one short
+    ((64, 5), (5, 1), np.float64),              # 2 blocks of 32 rows, one column
+    ((5, 40, 7), (5, 7, 9), np.float32),        # few rows: the batch is split
+    ((1, 3, 4), (1, 4, 2), np.float32),         # nothing to split: one call
+    ((96, 33), (3, 33, 17), np.float32),        # lhs broadcast against a batched rhs
+    ((100, 64), (64, 70), np.complex64),
+]
+
+
+def _operands(ashape, bshape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+
+    def one(shape):
+        v = rng.standard_normal(shape)
+        if np.dtype(dtype).kind == "c":
+            v = v + 1j * rng.standard_normal(shape)
+        return v.astype(dtype)
+    return one(ashape), one(bshape)
+
+
+def test_shared_product_is_the_product_and_independent_of_the_thread_count(monkeypatch):
+    for ashape, bshape, dtype in _SHARED_CASES:
+        a, b = _operands(ashape, bshape, dtype)
+        results = []
+        for threads in (1, 2, 4):
+            _shared(monkeypatch, threads)
+            r = blas.shared_product(a, b, 1 << 20)
+            assert r.dtype == np.dtype(dtype) and r.shape == np.matmul(a, b).shape
+            results.append(r)
+        # The same blocks whatever the threads: bit for bit.
+        for r in results[1:]:
+            np.testing.assert_array_equal(r, results[0])
+        # Each element is a BLAS dot product of the operands: against float64
+        # (complex128), within the element type's sum error bound.
+        wide = np.complex128 if np.dtype(dtype).kind == "c" else np.float64
+        exact = np.matmul(a.astype(wide), b.astype(wide))
+        bound = np.matmul(np.abs(a).astype(np.float64), np.abs(b).astype(np.float64))
+        eps = np.finfo(dtype).eps
+        assert np.all(np.abs(results[0] - exact) <= a.shape[-1] * eps * bound + 1e-30)
+
+
+def test_shared_product_restores_the_thread_count_and_raises_block_errors(monkeypatch):
+    _shared(monkeypatch, 2)
+    blas._find()
+    before = blas._get() if blas._get is not None else None
+    a, b = _operands((128, 16), (16, 8), np.float32)
+    blas.shared_product(a, b, 1)
+    if before is not None:
+        assert blas._get() == before
+    import pytest
+    with pytest.raises(ValueError):
+        blas.shared_product(a, np.zeros((15, 8), np.float32), 1)   # mismatched core dims
+    if before is not None:
+        assert blas._get() == before
+
+
+def test_small_products_and_loops_are_not_shared(monkeypatch):
+    _shared(monkeypatch, 2)
+    from stablehlo_interpreter import pool
+    monkeypatch.setattr(blas, "SHARED_GEMM_MACS", 1 << 20)
+    shared = []
+    real = pool.run_chunks
+    monkeypatch.setattr(pool, "run_chunks", lambda *a, **k: (shared.append(1), real(*a, **k))[1])
+    a, b = _operands((128, 16), (16, 8), np.float32)
+    blas.shared_product(a, b, 128 * 16 * 8)                # below SHARED_GEMM_MACS
+    with blas.single_threaded():
+        blas.shared_product(a, b, 1 << 21)                 # a loop holds one thread
+    assert shared == []
+    blas.shared_product(a, b, 1 << 21)
+    assert shared == [1]
+
+
+def test_dot_general_shares_a_mid_sized_product(monkeypatch):
+    from stablehlo_interpreter import pool
+    from stablehlo_interpreter.ops import dot
+    _shared(monkeypatch, 2)
+    calls = []
+    real = pool.run_chunks
+    monkeypatch.setattr(pool, "run_chunks", lambda *a, **k: (calls.append(len(a[1])), real(*a, **k))[1])
+    a, b = _operands((200, 64), (64, 48), np.float32)
+    for lc, rc, lhs, rhs, want in (((1,), (0,), a, b, a @ b),           # plain matrix product
+                                   ((0,), (0,), a.T.copy(), b, a @ b)):  # transposed lhs
+        run = dot.make_dot_general((), (), lc, rc, 2, 2, np.float32)
+        got = run(lhs, rhs)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert calls == [4, 4]
+
+
+def test_core_free_reads_the_runnable_tasks(monkeypatch):
+    from stablehlo_interpreter import pool
+    assert blas.core_free() in (True, False)
+    monkeypatch.setattr(pool, "thread_count", lambda: 2)
+    for line, free in ((b"0.50 0.40 0.30 1/120 999\n", True),
+                       (b"2.50 0.40 0.30 2/120 999\n", False),
+                       (b"garbled", True)):
+        monkeypatch.setattr(blas.os, "pread", lambda fd, n, off, line=line: line)
+        assert blas.core_free() is free
+

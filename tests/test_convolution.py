@@ -414,3 +414,4 @@ def test_blocked_im2col_and_reference(monkeypatch, S, K, C, O, strides, G, B, dt
         want = want.real
     scale = np.abs(want).max()
     np.testing.assert_allclose(shared, want, rtol=0, atol=1e-5 * scale)
+

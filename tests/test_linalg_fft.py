@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+import scipy.fft
 import scipy.linalg as sl
 from testkit import run_xla_cpu
 
@@ -101,6 +102,105 @@ def test_fft_empty_batch():
     }"""
     out = shi.compile(text).run(np.zeros((0, 4), np.complex64))[0]
     assert out.shape == (0, 4) and out.dtype == np.complex64
+
+
+def _rfft_program(shape, et):
+    n = shape[-1]
+    tin = "x".join(map(str, shape)) + f"x{et}"
+    tout = "x".join(map(str, shape[:-1] + (n // 2 + 1,))) + "xcomplex<f32>"
+    return f"""func.func @main(%a: tensor<{tin}>) -> tensor<{tout}> {{
+      %r = stablehlo.fft %a, type = RFFT, length = [{n}] : (tensor<{tin}>) -> tensor<{tout}>
+      return %r : tensor<{tout}>
+    }}"""
+
+
+def _assert_rounded_double_rfft(got, x):
+    """Each component within half an f32 ulp of the double-precision
+    transform, plus double rounding noise (1e-14 of the rms value)."""
+    exact = scipy.fft.rfft(x.astype(np.float64), axis=-1)
+    noise = 1e-14 * np.sqrt(np.mean(np.abs(exact) ** 2)) if exact.size else 0
+    for g, e in ((got.real, exact.real), (got.imag, exact.imag)):
+        half_ulp = np.spacing(np.abs(e).astype(np.float32)).astype(np.float64) / 2
+        assert np.all(np.abs(g.astype(np.float64) - e) <= half_ulp + noise)
+
+
+@pytest.mark.parametrize("shape", [(2,), (4,), (6,), (10,), (64,), (1000,), (3, 12), (2, 1, 34)])
+def test_rfft_as_half_length_complex_transform(monkeypatch, shape):
+    """The even-length RFFT through a complex FFT of half the length
+    (ops/fft.py _rfft_half), forced for small sizes, in blocks of 3
+    coefficients: the double-precision transform rounded once."""
+    from stablehlo_interpreter.ops import fft as fft_mod
+    monkeypatch.setattr(fft_mod, "_HALF_RFFT_MIN", 0)
+    monkeypatch.setattr(fft_mod, "_HALF_BLOCK", 3)
+    calls = []
+    real = fft_mod._rfft_half
+    monkeypatch.setattr(fft_mod, "_rfft_half", lambda *a: (calls.append(1), real(*a))[1])
+    x = rand(shape, np.float32)
+    got = shi.compile(_rfft_program(shape, "f32")).run(x)[0]
+    assert calls and got.dtype == np.complex64 and got.shape == shape[:-1] + (shape[-1] // 2 + 1,)
+    _assert_rounded_double_rfft(got, x)
+
+
+def test_rfft_half_length_path_from_its_threshold_and_not_for_odd_or_f64(monkeypatch):
+    from stablehlo_interpreter.ops import fft as fft_mod
+    calls = []
+    real = fft_mod._rfft_half
+    monkeypatch.setattr(fft_mod, "_rfft_half", lambda *a: (calls.append(1), real(*a))[1])
+    n = fft_mod._HALF_RFFT_MIN
+    x = rand((n,), np.float32)
+    got = shi.compile(_rfft_program((n,), "f32")).run(x)[0]
+    assert calls == [1]
+    _assert_rounded_double_rfft(got, x)
+    icalls = []
+    ireal = fft_mod._irfft_half
+    monkeypatch.setattr(fft_mod, "_irfft_half", lambda *a: (icalls.append(1), ireal(*a))[1])
+    text = f"""func.func @main(%a: tensor<{n // 2 + 1}xcomplex<f32>>) -> tensor<{n}xf32> {{
+      %r = stablehlo.fft %a, type = IRFFT, length = [{n}] : (tensor<{n // 2 + 1}xcomplex<f32>>) -> tensor<{n}xf32>
+      return %r : tensor<{n}xf32>
+    }}"""
+    back = shi.compile(text).run(got)[0]
+    assert icalls == [1]
+    np.testing.assert_allclose(back, x, rtol=0, atol=1e-5 * np.abs(x).max())   # IRFFT inverts RFFT
+    monkeypatch.setattr(fft_mod, "_HALF_RFFT_MIN", 0)
+    for shape, et, dtype, tout in (((7,), "f32", np.float32, "4xcomplex<f32>"),
+                                   ((8,), "f64", np.float64, "5xcomplex<f64>")):
+        text = f"""func.func @main(%a: tensor<{shape[0]}x{et}>) -> tensor<{tout}> {{
+          %r = stablehlo.fft %a, type = RFFT, length = [{shape[0]}] : (tensor<{shape[0]}x{et}>) -> tensor<{tout}>
+          return %r : tensor<{tout}>
+        }}"""
+        y = rand(shape, dtype)
+        r = shi.compile(text).run(y)[0]
+        np.testing.assert_allclose(r, scipy.fft.rfft(y.astype(np.float64)), rtol=1e-6)
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("shape", [(2,), (4,), (6,), (10,), (64,), (1000,), (3, 12), (2, 1, 34)])
+def test_irfft_as_half_length_complex_transform(monkeypatch, shape):
+    """The even-length IRFFT through a complex inverse FFT of half the length
+    (ops/fft.py _irfft_half), forced for small sizes, in blocks of 3: the
+    double-precision inverse rounded once; the imaginary parts of X[0] and
+    X[N/2] ignored as by the real transform."""
+    from stablehlo_interpreter.ops import fft as fft_mod
+    monkeypatch.setattr(fft_mod, "_HALF_RFFT_MIN", 0)
+    monkeypatch.setattr(fft_mod, "_HALF_BLOCK", 3)
+    calls = []
+    real = fft_mod._irfft_half
+    monkeypatch.setattr(fft_mod, "_irfft_half", lambda *a: (calls.append(1), real(*a))[1])
+    n = shape[-1]
+    cshape = shape[:-1] + (n // 2 + 1,)
+    x = rand(cshape, np.complex64)          # X[0] and X[N/2] with imaginary parts
+    tin = "x".join(map(str, cshape)) + "xcomplex<f32>"
+    tout = "x".join(map(str, shape)) + "xf32"
+    text = f"""func.func @main(%a: tensor<{tin}>) -> tensor<{tout}> {{
+      %r = stablehlo.fft %a, type = IRFFT, length = [{n}] : (tensor<{tin}>) -> tensor<{tout}>
+      return %r : tensor<{tout}>
+    }}"""
+    got = shi.compile(text).run(x)[0]
+    assert calls and got.dtype == np.float32 and got.shape == shape
+    exact = scipy.fft.irfft(x.astype(np.complex128), n, axis=-1)
+    noise = 1e-14 * np.sqrt(np.mean(exact ** 2))
+    half_ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64) / 2
+    assert np.all(np.abs(got.astype(np.float64) - exact) <= half_ulp + noise)
 
 
 # --------------------------------------------------------------------------

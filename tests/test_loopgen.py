@@ -15,6 +15,7 @@ bit-identical results to the plain plan.
 """
 
 import itertools
+import time
 
 import ml_dtypes
 import numpy as np
@@ -23,7 +24,7 @@ from testkit import DONATION_SCAN, count_donations, loop_states, rotate_round
 
 import stablehlo_interpreter as shi
 import stablehlo_interpreter.compiler as compiler
-from stablehlo_interpreter import chainvm, loopgen, registry
+from stablehlo_interpreter import chainvm, loopgen, looptile, registry
 from stablehlo_interpreter.compiler import Op
 from stablehlo_interpreter.registry import KERNELS
 from stablehlo_interpreter.types import TensorType
@@ -1070,12 +1071,47 @@ def test_a_deadline_stops_a_generated_loop_in_an_op(generate_now):
         "%x = func.call @take(%v, %i)", "%c3 = stablehlo.constant dense<3> : tensor<i32>\n"
         "    %x = func.call @take(%v, %c3)")
     program = shi.compile(endless)
+    # 1 s: the loop is planned and generated inside the run, before the
+    # deadline, even on a loaded machine (at 0.3 s it once landed in the
+    # planning; test_a_deadline_landing_in_a_loops_planning_... covers that).
     with pytest.raises(shi.ExecutionError) as info:
-        interrupt.run_limited(lambda: program.run(np.arange(8, dtype=np.float32)), 0.3)
+        interrupt.run_limited(lambda: program.run(np.arange(8, dtype=np.float32)), 1.0)
     e = info.value
     assert isinstance(e.__cause__, interrupt.ExecutionTimeout)
     assert e.op_name.startswith("stablehlo.") and "ExecutionTimeout" in str(e)
     assert _generated(program)
+
+
+def _slow(monkeypatch, module, name):
+    """``module.name`` made to take 0.4 s first: a deadline of 0.1 s lands in it."""
+    real = getattr(module, name)
+
+    def slow(*args, **kwargs):
+        time.sleep(0.4)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(module, name, slow)
+
+
+@pytest.mark.parametrize("where", ["looptile.plan", "loopgen.build"])
+def test_a_deadline_landing_in_a_loops_planning_still_stops_the_run(monkeypatch, where):
+    # Planning a tiled loop and generating one run inside the first run, in
+    # code that falls back to the plain loop on any Exception: a deadline
+    # landing there must stop the run, not be taken for a form they lack.
+    # (2000 iterations: swallowed, the run would end with a result.)
+    from stablehlo_pjrt import interrupt
+    monkeypatch.setattr(loopgen, "ENABLED", True)
+    monkeypatch.setattr(loopgen, "GENERATE_AFTER", 0)
+    monkeypatch.setattr(loopgen, "STRICT", False)
+    module, name = where.split(".")
+    _slow(monkeypatch, {"looptile": looptile, "loopgen": loopgen}[module], name)
+    text = FAILING.replace("dense<100>", "dense<2000>").replace(
+        "%x = func.call @take(%v, %i)", "%c3 = stablehlo.constant dense<3> : tensor<i32>\n"
+        "    %x = func.call @take(%v, %c3)")
+    program = shi.compile(text)
+    with pytest.raises(shi.ExecutionError) as info:
+        interrupt.run_limited(lambda: program.run(np.arange(8, dtype=np.float32)), 0.1)
+    assert isinstance(info.value.__cause__, interrupt.ExecutionTimeout)
+    assert info.value.op_name == "stablehlo.while"
 
 
 @pytest.mark.parametrize("shared", [True, False])

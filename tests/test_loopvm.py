@@ -12,6 +12,7 @@ a deadline and Ctrl-C stopping a C loop, bad programs raising.
 from __future__ import annotations
 
 import functools
+import io
 import signal
 import threading
 
@@ -854,3 +855,167 @@ def test_spec_float64_functions_are_the_c_librarys(fn, monkeypatch):
     # accurate mode's float64 kernels are numpy's loops: not the machine's
     _, how = _run(text, [xs], "vm", monkeypatch)
     assert how == ["python"]
+
+
+# --------------------------------------------------------------------------
+# The decoded program (LoopCode) and a run's fixed cost.
+
+def _loop_program(text, args, monkeypatch):
+    """The LoopProgram of ``text``'s one while loop, after a run on ``args``."""
+    program = shi.compile(text)
+    program.run(*args)
+    (state,) = loop_states(program)
+    assert state.vm is not None and state.vm is state.compiled
+    return program, state.vm
+
+
+ROTATE = """
+func.func @main(%n: tensor<i32>, %a: tensor<i64>, %b: tensor<i64>, %c: tensor<i64>)
+    -> (tensor<i64>, tensor<i64>, tensor<i64>) {
+  %z = stablehlo.constant dense<0> : tensor<i32>
+  %r:4 = stablehlo.while(%i = %z, %x = %a, %y = %b, %w = %c)
+      : tensor<i32>, tensor<i64>, tensor<i64>, tensor<i64>
+    cond {
+      %p = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %p : tensor<i1>
+    } do {
+      %one = stablehlo.constant dense<1> : tensor<i32>
+      %i2 = stablehlo.add %i, %one : tensor<i32>
+      stablehlo.return %i2, %y, %w, %x : tensor<i32>, tensor<i64>, tensor<i64>, tensor<i64>
+    }
+  return %r#1, %r#2, %r#3 : tensor<i64>, tensor<i64>, tensor<i64>
+}
+"""
+
+
+@built
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7])
+def test_a_cycle_of_moves_runs_through_one_temporary(n, monkeypatch):
+    # (x, y, w) <- (y, w, x): no instruction writes a carry, so the three
+    # moves are a cycle, sequenced as copies through the temporary
+    args = [np.int32(n), np.int64(1), np.int64(2), np.int64(3)]
+    got, how = _run(ROTATE, args, "vm", monkeypatch)
+    assert how == ["vm"]
+    vals = [1, 2, 3]
+    for _ in range(n):
+        vals = vals[1:] + vals[:1]
+    assert [int(v) for v in got] == vals
+    _, vm = _loop_program(ROTATE, args, monkeypatch)
+    # cond 1 + body 1 + the cycle: a save, three copies
+    assert vm.code.n_steps == 6
+
+
+@built
+def test_results_own_their_memory_and_runs_share_nothing(monkeypatch):
+    program, vm = _loop_program(SWAP, [np.int32(3), np.float32(0), np.float32(1)], monkeypatch)
+    first = program.run(np.int32(3), np.float32(0), np.float32(1))
+    kept = [np.array(v, copy=True) for v in first]
+    for v in first:   # new arrays: what the plugin's Execute keeps without a copy
+        assert v.__class__ is np.ndarray and v.base is None and v.flags.writeable
+    a = np.array(5, np.float32)
+    second = program.run(np.int32(5), a, np.float32(2))
+    assert_same_bits(first, kept)   # the second run wrote into none of them
+    assert not any(np.shares_memory(x, y) for x in first for y in second)
+    assert a == 5   # nor into its input
+    assert [float(v) for v in second] == [25.0, 41.0]
+
+
+@built
+def test_one_decoded_program_serves_many_threads(monkeypatch):
+    # the LoopCode is read-only once made: runs in several threads at once
+    # (the GIL released while they loop) each get their own registers
+    program, vm = _loop_program(SWAP, [np.int32(3), np.float32(0), np.float32(1)], monkeypatch)
+    code = vm.code
+
+    def fib(n):
+        a, b = np.float32(0), np.float32(1)
+        for _ in range(n):
+            a, b = b, np.float32(a + b)
+        return [a, b]
+
+    want = {n: fib(n) for n in range(0, 60, 3)}
+    errors = []
+
+    def work(seed):
+        try:
+            for k in range(300):
+                n = (seed * 7 + k) % 20 * 3
+                if k % 2:
+                    out = program.run(np.int32(n), np.float32(0), np.float32(1))
+                else:   # the same LoopCode, driven directly
+                    got = vm.run(None, (np.array(n, np.int32),), (),
+                                 [np.array(0, np.int32), np.array(0, np.float32),
+                                  np.array(1, np.float32)])
+                    out = got[1:]
+                assert_same_bits(list(out), want[n])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:1]
+    assert vm.code is code
+
+
+@built
+def test_a_bad_program_is_rejected_when_decoded():
+    i32 = chainvm._TYPES[np.dtype(np.int32)]
+    header = [loopvm._LMAGIC, 3, 1, 0, 2, 0, 0]
+    types = [i32, i32, chainvm._BOOL]
+    cmp = [chainvm.CMP, i32, 2, 2, 0, 1, 0, 0]
+    good = np.array(header + types + cmp, np.int32).tobytes()
+    code = chainvm._chains.LoopCode(good, bytes(24), (0, 1), (0,))
+    assert code.n_registers == 3 and code.n_steps == 1
+    with pytest.raises(ValueError, match="LoopCode: bad program: types"):
+        chainvm._chains.LoopCode(np.array(header + types + [chainvm.ADD] + cmp[1:],
+                                          np.int32).tobytes())
+    with pytest.raises(ValueError, match="two moves to one register"):
+        chainvm._chains.LoopCode(np.array(header[:5] + [2, 0] + types + cmp + [0, 1, 0, 1],
+                                          np.int32).tobytes())
+    with pytest.raises(ValueError, match="init has 8 bytes"):
+        chainvm._chains.LoopCode(good, bytes(8))
+    with pytest.raises(ValueError, match="input 1 is register 3 of 3"):
+        chainvm._chains.LoopCode(good, None, (0, 3))
+    with pytest.raises(ValueError, match="kinds"):
+        chainvm._chains.LoopCode(good, None, (0, 1), (), [("i", 0)])
+    # start(): a value of another kind (format, ndim, size) or no buffer: None
+    code = chainvm._chains.LoopCode(good, None, (0, -1), (1,), [("i", 0), ("", -1)])
+    state = code.start([np.array(7, np.int32), "not read"])
+    assert np.frombuffer(state, np.int32)[0] == 7
+    for v in (np.array(7, np.float32), np.array([7], np.int32), np.array(7, np.int64), 7):
+        assert code.start([v, None]) is None
+    with pytest.raises(ValueError, match="3 values, the loop takes 2"):
+        code.start([np.array(7, np.int32)] * 3)
+    out = np.zeros((), np.int32)
+    code.finish(state, [out])
+    with pytest.raises(ValueError, match="output 0 has 8 bytes"):
+        code.finish(state, [np.zeros((), np.int64)])
+    with pytest.raises(TypeError, match="writable"):
+        code.finish(state, [bytes(4)])
+    with pytest.raises(ValueError, match="state has"):
+        code.finish(bytearray(8), [out])
+
+
+@built
+def test_a_machine_loop_call_binds_no_regions(monkeypatch):
+    # the while kernel's ``unbound`` hook runs the C loop without binding
+    # its cond and body (nor running the plan's loop checks)
+    from stablehlo_interpreter import compiler
+    program = shi.compile(SWAP)
+    program.run(np.int32(3), np.float32(0), np.float32(1))
+    binds = []
+    real = compiler.Block.bind
+    monkeypatch.setattr(compiler.Block, "bind",
+                        lambda self, *a: binds.append(self) or real(self, *a))
+    for n in range(5):
+        out = program.call([np.array(n, np.int32), np.array(0, np.float32),
+                            np.array(1, np.float32)])
+    assert binds == [] and [float(v) for v in out] == [3.0, 5.0]
+    # (the entry runs as straight-line code, the while's two results included)
+    assert compiler._straight_line(program.functions["main"].block) is not None
+    # a run with a tracer takes the plan, binding them
+    program.run(np.int32(2), np.float32(0), np.float32(1), tracer=shi.OpTracer(io.StringIO()))
+    assert binds

@@ -175,7 +175,10 @@ def loop_states(program):
     from stablehlo_interpreter import loopgen
     for f in program.functions.values():
         for step in f.block.steps:
+            seen = []   # (the kernel and its ``unbound`` hook hold the same one)
             for cell in (step.fn.__closure__ or ()):
                 for c in (getattr(cell.cell_contents, "__closure__", None) or ()):
-                    if isinstance(c.cell_contents, loopgen.LoopState):
-                        yield c.cell_contents
+                    s = c.cell_contents
+                    if isinstance(s, loopgen.LoopState) and not any(s is x for x in seen):
+                        seen.append(s)
+                        yield s

@@ -55,6 +55,7 @@ from .errors import (
     CompileError,
     ExecutionError,
     InterpreterError,
+    Interrupt,
     LoadError,
     UnsupportedOpsError,
 )
@@ -88,7 +89,7 @@ __version__ = "0.1.0"
 __all__ = [
     # loading and running
     "compile", "load", "Program", "Module", "MLIR_LOCK", "prestart_bytecode_reader",
-    "InterpreterError", "LoadError", "CompileError", "UnsupportedOpsError",
+    "InterpreterError", "Interrupt", "LoadError", "CompileError", "UnsupportedOpsError",
     "ExecutionError", "CheckFailure", "ArgumentError",
     "TensorType", "TupleType", "TokenType", "OtherType", "Token", "TOKEN", "dtypes",
     # the STABLEHLO_REF_* switches (config.Setting, config.SETTINGS, config.describe)

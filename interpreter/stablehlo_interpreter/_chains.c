@@ -40,26 +40,37 @@
  * and alignment too, and outputs may not overlap inputs or each other. The
  * GIL is released while the blocks run; nothing is kept between calls.
  *
- *     run_loop(program, state, arrays, max_steps) -> bool
- * A scalar while loop (loopvm.py; program layout above run_loop): the
- * registers are 8-byte slots of the writable buffer state (carries,
- * captures and constants written there by the caller), arrays the 1-D
- * buffers its LOAD/STORE instructions index (writable where written; a
- * written one overlaps no other); runs the cond's and
+ *     LoopCode(program, init=None, inputs=(), outputs=(), kinds=None)
+ *     code.start(values) -> bytearray state (or None)
+ *     run_loop(code, state, arrays, max_steps) -> bool
+ *     code.finish(state, outputs)
+ * A scalar while loop (loopvm.py; program layout above LoopCode). LoopCode
+ * checks the program once (a bad one raises ValueError) and keeps it
+ * decoded, read-only: one serves every call and thread. The registers are
+ * 8-byte slots of a writable buffer, the state: start() makes one from the
+ * initial bytes (the constants) with each carry and capture written to its
+ * register (None when a value is not of its kind: the caller falls back);
+ * finish() copies the result registers into the caller's arrays. arrays
+ * are the 1-D buffers the LOAD/STORE instructions index (writable where
+ * written; a written one overlaps no other). run_loop runs the cond's and
  * the body's instructions, the same ops on one element, the common ones
  * (32/64-bit integer and f32/f64 ops, compares, select, copies, a few
  * converts) inline with the block ops' expressions, the rest through the
- * block ops themselves. Returns True when the cond is false, False after
+ * block ops themselves; with GCC (or clang) the body's common steps run as
+ * threaded code (labels as values), each handler jumping straight to the
+ * next. Returns True when the cond is false, False after
  * max_steps iterations (the caller calls again: between calls its Python
  * sees the execute deadline). GIL released; signals checked before it
- * returns (Ctrl-C). Why C: loopgen's generated Python costs ~0.1 us per op,
- * 10-30x XLA's whole step. Loop programs also have OP_MATH (float
- * functions: the C library's value where it gives the kernel's bits) and
- * OP_FTOI (float -> integer converts); an OP_MATH whose value the library
- * cannot give also returns False, before running it, with its index + 1 in
- * the program's pause register: the caller writes its result register and
- * calls again, which goes on from the next instruction (see "loop
- * programs: float functions" below).
+ * returns (Ctrl-C). It also takes the program's bytes instead of a
+ * LoopCode (decoded for that call). Why C: loopgen's generated Python costs
+ * ~0.1 us per op, 10-30x XLA's whole step; and a call's fixed cost is what
+ * a short loop costs, so nothing is checked or decoded twice. Loop programs
+ * also have OP_MATH (float functions: the C library's value where it gives
+ * the kernel's bits) and OP_FTOI (float -> integer converts); an OP_MATH
+ * whose value the library cannot give also returns False, before running
+ * it, with its index + 1 in the program's pause register: the caller writes
+ * its result register and calls again, which goes on from the next
+ * instruction (see "loop programs: float functions" below).
  *
  * Program words: header MAGIC, n_values, n_inputs, n_outputs, n_slots,
  * n_instr, block; then per value (type, kind, index) -- kind IN (index: an
@@ -638,7 +649,7 @@ done:
     return res;
 }
 
-/* ---- scalar while loops: run_loop ------------------------------------ */
+/* ---- scalar while loops: LoopCode and run_loop ------------------------ */
 
 /* Loop program words (loopvm.py): header LMAGIC, n_regs, n_cond, n_body,
  * pred, n_moves, n_arrays; then the type of each register; then the element
@@ -653,7 +664,15 @@ done:
  * register a converted) are loop-only too. One iteration
  * runs the cond instructions, stops when register pred (bool) is false,
  * runs the body instructions, then the moves as a parallel assignment
- * (every source read before any destination is written). */
+ * (every source read before any destination is written).
+ *
+ * LoopCode(program, init, inputs, outputs) checks the words once and keeps
+ * them decoded (read-only from then on: one LoopCode serves every call and
+ * thread): one LInstr per instruction, the cond's, then the body's, then the
+ * moves as a sequence of copies (a cycle through one temporary). init is the registers'
+ * initial bytes (the constants); inputs / outputs the register of each value
+ * start() writes / finish() reads (-1: a value that is not a register, an
+ * array). */
 #define LMAGIC 0x324c4843 /* "CHL2" */
 #define LHEADER 7
 #define OP_LOAD 100
@@ -661,18 +680,18 @@ done:
 #define OP_MATH 102   /* loop programs only: see "loop programs: float functions" */
 #define OP_FTOI 103   /* loop programs only: float -> integer convert */
 
+/* One decoded instruction: its dense code, the byte offsets of its
+ * registers in the state (LOAD: a is the array; STORE: d is the array),
+ * and its index in the program (F_SLOW: the Instr exec1 runs). */
 typedef struct {
-    const Instr *in;
-    int rt, fast, sub, esz;
-    char *d, *a, *b, *c, *e;
-    char *arr;              /* LOAD/STORE: the array, n elements of esz bytes */
-    Py_ssize_t n;
-} Decoded;
+    int32_t fast, sub, d, a, b, c, e, k;
+} LInstr;
 
 /* The common scalar ops decoded to one dense code each, run inline by
  * loop_steps with the expressions of the block ops above (same bits); the
- * rest (0) go through exec1 over one element. 8- and 16-bit integers take
- * exec1 (their products promote to int). */
+ * rest (F_SLOW) go through exec1 over one element. 8- and 16-bit integers
+ * take exec1 (their products promote to int). L_TMP_IN and L_TMP_OUT are
+ * the moves' own steps (not program ops). */
 enum {
     F_SLOW, F_SELECT, F_COPY,
 #define FAST_INT(N) F_ADD_##N, F_SUB_##N, F_MUL_##N, F_AND_##N, F_OR_##N, F_XOR_##N, F_NOT_##N, \
@@ -682,7 +701,9 @@ enum {
     F_MAX_##F, F_MIN_##F, F_CMP_##F
     FAST_FLOAT(float), FAST_FLOAT(double),
     F_CVT_I32_F32, F_CVT_I32_F64, F_CVT_F32_F64, F_CVT_F64_F32, F_CVT_U32_F32, F_CVT_I32_I64,
-    F_CVT_BOOL_I32, F_LOAD, F_STORE, F_MATH, F_FTOI
+    F_CVT_BOOL_I32, F_LOAD, F_STORE, F_MATH, F_FTOI,
+    L_TMP_IN, L_TMP_OUT,
+    N_FAST   /* (new codes go above: the threaded body runs them through exec_step) */
 };
 
 static int fast_code(const Instr *in, int rt)
@@ -726,35 +747,37 @@ static int fast_code(const Instr *in, int rt)
 }
 
 #define V(T, p) (*(T *)(void *)(p))
+/* Register at byte offset OFF of the state. */
+#define R(T, OFF) V(T, regs + (OFF))
 #define DIR(sub, X, Y) ((sub) == D_EQ ? (X) == (Y) : (sub) == D_NE ? (X) != (Y) \
     : (sub) == D_LT ? (X) < (Y) : (sub) == D_LE ? (X) <= (Y) : (sub) == D_GT ? (X) > (Y) \
     : (X) >= (Y))
 #define CASES_INT(N, U, S) \
-    case F_ADD_##N: V(U, x->d) = (U)(V(U, x->a) + V(U, x->b)); break; \
-    case F_SUB_##N: V(U, x->d) = (U)(V(U, x->a) - V(U, x->b)); break; \
-    case F_MUL_##N: V(U, x->d) = (U)(V(U, x->a) * V(U, x->b)); break; \
-    case F_AND_##N: V(U, x->d) = V(U, x->a) & V(U, x->b); break; \
-    case F_OR_##N: V(U, x->d) = V(U, x->a) | V(U, x->b); break; \
-    case F_XOR_##N: V(U, x->d) = V(U, x->a) ^ V(U, x->b); break; \
-    case F_NOT_##N: V(U, x->d) = (U)~V(U, x->a); break; \
-    case F_SHL_##N: { U y = V(U, x->b); V(U, x->d) = y >= N ? (U)0 : (U)(V(U, x->a) << y); \
+    case F_ADD_##N: R(U, x->d) = (U)(R(U, x->a) + R(U, x->b)); break; \
+    case F_SUB_##N: R(U, x->d) = (U)(R(U, x->a) - R(U, x->b)); break; \
+    case F_MUL_##N: R(U, x->d) = (U)(R(U, x->a) * R(U, x->b)); break; \
+    case F_AND_##N: R(U, x->d) = R(U, x->a) & R(U, x->b); break; \
+    case F_OR_##N: R(U, x->d) = R(U, x->a) | R(U, x->b); break; \
+    case F_XOR_##N: R(U, x->d) = R(U, x->a) ^ R(U, x->b); break; \
+    case F_NOT_##N: R(U, x->d) = (U)~R(U, x->a); break; \
+    case F_SHL_##N: { U y = R(U, x->b); R(U, x->d) = y >= N ? (U)0 : (U)(R(U, x->a) << y); \
         break; } \
-    case F_SHRL_##N: { U y = V(U, x->b); V(U, x->d) = y >= N ? (U)0 : (U)(V(U, x->a) >> y); \
+    case F_SHRL_##N: { U y = R(U, x->b); R(U, x->d) = y >= N ? (U)0 : (U)(R(U, x->a) >> y); \
         break; } \
-    case F_SHRA_##N: { U y = V(U, x->b); \
-        V(U, x->d) = (U)((S)V(U, x->a) >> (y >= N ? (U)(N - 1) : y)); break; } \
-    case F_CMP_S##N: V(uint8_t, x->d) = DIR(x->sub, V(S, x->a), V(S, x->b)); break; \
-    case F_CMP_U##N: V(uint8_t, x->d) = DIR(x->sub, V(U, x->a), V(U, x->b)); break;
+    case F_SHRA_##N: { U y = R(U, x->b); \
+        R(U, x->d) = (U)((S)R(U, x->a) >> (y >= N ? (U)(N - 1) : y)); break; } \
+    case F_CMP_S##N: R(uint8_t, x->d) = DIR(x->sub, R(S, x->a), R(S, x->b)); break; \
+    case F_CMP_U##N: R(uint8_t, x->d) = DIR(x->sub, R(U, x->a), R(U, x->b)); break;
 #define CASES_FLOAT(F, ABS) \
-    case F_ADD_##F: V(F, x->d) = V(F, x->a) + V(F, x->b); break; \
-    case F_SUB_##F: V(F, x->d) = V(F, x->a) - V(F, x->b); break; \
-    case F_MUL_##F: V(F, x->d) = V(F, x->a) * V(F, x->b); break; \
-    case F_DIV_##F: V(F, x->d) = V(F, x->a) / V(F, x->b); break; \
-    case F_NEG_##F: V(F, x->d) = -V(F, x->a); break; \
-    case F_ABS_##F: V(F, x->d) = ABS(V(F, x->a)); break; \
-    case F_MAX_##F: V(F, x->d) = max_##F(V(F, x->a), V(F, x->b)); break; \
-    case F_MIN_##F: V(F, x->d) = min_##F(V(F, x->a), V(F, x->b)); break; \
-    case F_CMP_##F: V(uint8_t, x->d) = DIR(x->sub, V(F, x->a), V(F, x->b)); break;
+    case F_ADD_##F: R(F, x->d) = R(F, x->a) + R(F, x->b); break; \
+    case F_SUB_##F: R(F, x->d) = R(F, x->a) - R(F, x->b); break; \
+    case F_MUL_##F: R(F, x->d) = R(F, x->a) * R(F, x->b); break; \
+    case F_DIV_##F: R(F, x->d) = R(F, x->a) / R(F, x->b); break; \
+    case F_NEG_##F: R(F, x->d) = -R(F, x->a); break; \
+    case F_ABS_##F: R(F, x->d) = ABS(R(F, x->a)); break; \
+    case F_MAX_##F: R(F, x->d) = max_##F(R(F, x->a), R(F, x->b)); break; \
+    case F_MIN_##F: R(F, x->d) = min_##F(R(F, x->a), R(F, x->b)); break; \
+    case F_CMP_##F: R(uint8_t, x->d) = DIR(x->sub, R(F, x->a), R(F, x->b)); break;
 
 /* An index register of integer type t clamped to [0, n - 1] (n >= 1). */
 static inline Py_ssize_t clamp_index(const char *p, int t, Py_ssize_t n)
@@ -882,36 +905,199 @@ static void ftoi(int st, int rt, const char *a, char *d)
     }
 }
 
-/* One instruction on the registers. */
-static inline __attribute__((always_inline)) void exec_scalar(const Decoded *x)
+typedef struct {
+    PyObject_HEAD
+    int32_t *words;         /* the checked program (a copy) */
+    int32_t n_regs, n_cond, n_body, pred, n_moves, n_arrays, n_code;
+    const int32_t *vt, *at; /* per register / array: its type */
+    const Instr *instr;
+    LInstr *code;           /* n_code decoded steps: cond, body, moves */
+    char *stored;           /* per array: written by a STORE */
+    char *init;             /* n_regs * 8 bytes */
+    int32_t *inputs, *outputs;
+    Py_ssize_t n_inputs, n_outputs;
+    char (*formats)[8];     /* per input: its buffer's format ("": any) */
+    int32_t *ndims;         /* per input: its buffer's ndim (-1: any) */
+    int32_t pause_reg;      /* the OP_MATH instructions' pause register, -1 without */
+} LoopCode;
+
+/* One run's array: its data and length in elements. */
+typedef struct {
+    char *buf;
+    Py_ssize_t n, esz;
+} ArrBuf;
+
+/* One decoded step on the registers (tmp: the moves' temporary). */
+static inline __attribute__((always_inline)) void exec_step(const LoopCode *lc, const LInstr *x,
+                                                            char *regs, const ArrBuf *arrs,
+                                                            uint64_t *tmp)
 {
     switch (x->fast) {
-    case F_SELECT: V(uint64_t, x->d) = V(uint8_t, x->a) ? V(uint64_t, x->b) : V(uint64_t, x->c);
+    case L_TMP_IN: *tmp = R(uint64_t, x->a); break;
+    case L_TMP_OUT: R(uint64_t, x->d) = *tmp; break;
+    case F_SELECT: R(uint64_t, x->d) = R(uint8_t, x->a) ? R(uint64_t, x->b) : R(uint64_t, x->c);
         break;
-    case F_COPY: V(uint64_t, x->d) = V(uint64_t, x->a); break;
+    case F_COPY: R(uint64_t, x->d) = R(uint64_t, x->a); break;
     CASES_INT(32, uint32_t, int32_t)
     CASES_INT(64, uint64_t, int64_t)
     CASES_FLOAT(float, fabs_bits_f)
     CASES_FLOAT(double, fabs_bits_d)
-    case F_CVT_I32_F32: V(float, x->d) = (float)V(int32_t, x->a); break;
-    case F_CVT_I32_F64: V(double, x->d) = (double)V(int32_t, x->a); break;
-    case F_CVT_F32_F64: V(double, x->d) = (double)V(float, x->a); break;
-    case F_CVT_F64_F32: V(float, x->d) = (float)V(double, x->a); break;
-    case F_CVT_U32_F32: V(float, x->d) = (float)V(uint32_t, x->a); break;
-    case F_CVT_I32_I64: V(int64_t, x->d) = (int64_t)V(int32_t, x->a); break;
-    case F_CVT_BOOL_I32: V(uint32_t, x->d) = V(uint8_t, x->a) != 0; break;
-    case F_LOAD: memcpy(x->d, x->arr + clamp_index(x->b, x->sub, x->n) * x->esz, (size_t)x->esz);
-        break;
-    case F_STORE: memcpy(x->arr + clamp_index(x->a, x->sub, x->n) * x->esz, x->b, (size_t)x->esz);
-        break;
-    case F_FTOI: ftoi(x->in->type, x->rt, x->a, x->d); break;
-    default: exec1(x->in, x->rt, 0, x->d, x->a, x->b, x->c, x->e, 1); break;
+    case F_CVT_I32_F32: R(float, x->d) = (float)R(int32_t, x->a); break;
+    case F_CVT_I32_F64: R(double, x->d) = (double)R(int32_t, x->a); break;
+    case F_CVT_F32_F64: R(double, x->d) = (double)R(float, x->a); break;
+    case F_CVT_F64_F32: R(float, x->d) = (float)R(double, x->a); break;
+    case F_CVT_U32_F32: R(float, x->d) = (float)R(uint32_t, x->a); break;
+    case F_CVT_I32_I64: R(int64_t, x->d) = (int64_t)R(int32_t, x->a); break;
+    case F_CVT_BOOL_I32: R(uint32_t, x->d) = R(uint8_t, x->a) != 0; break;
+    case F_LOAD: { const ArrBuf *ab = arrs + x->a;
+        memcpy(regs + x->d, ab->buf + clamp_index(regs + x->b, x->sub, ab->n) * ab->esz,
+               (size_t)ab->esz);
+        break; }
+    case F_STORE: { const ArrBuf *ab = arrs + x->d;
+        memcpy(ab->buf + clamp_index(regs + x->a, x->sub, ab->n) * ab->esz, regs + x->b,
+               (size_t)ab->esz);
+        break; }
+    case F_FTOI: { const Instr *in = lc->instr + x->k;
+        ftoi(in->type, lc->vt[in->dst], regs + x->a, regs + x->d);
+        break; }
+    case F_MATH: break;   /* never here: loop_steps_guarded runs OP_MATH (it may pause) */
+    default: { const Instr *in = lc->instr + x->k;   /* F_SLOW */
+        exec1(in, lc->vt[in->dst], 0, regs + x->d, regs + x->a, regs + x->b, regs + x->c,
+              regs + x->e, 1);
+        break; }
     }
+}
+
+#if defined(__GNUC__)
+/* The body's steps as threaded code (GCC's labels as values): each handler
+ * of a common integer/float op jumps straight to the next step's handler,
+ * without the switch's range check and loop test, and each has its own
+ * indirect jump to predict. Every other code (the rest of the switch, codes
+ * added to it) runs through exec_step. The body's last step is followed by
+ * a sentinel whose code is N_FAST (end of the body). Same bits: the
+ * handlers are the switch's expressions. */
+#define TH_INT(N, U, S) \
+    [F_ADD_##N] = &&t_ADD_##N, [F_SUB_##N] = &&t_SUB_##N, [F_MUL_##N] = &&t_MUL_##N, \
+    [F_AND_##N] = &&t_AND_##N, [F_OR_##N] = &&t_OR_##N, [F_XOR_##N] = &&t_XOR_##N, \
+    [F_SHL_##N] = &&t_SHL_##N, [F_SHRL_##N] = &&t_SHRL_##N, [F_SHRA_##N] = &&t_SHRA_##N, \
+    [F_CMP_S##N] = &&t_CMP_S##N, [F_CMP_U##N] = &&t_CMP_U##N
+#define TH_FLOAT(F) \
+    [F_ADD_##F] = &&t_ADD_##F, [F_SUB_##F] = &&t_SUB_##F, [F_MUL_##F] = &&t_MUL_##F, \
+    [F_DIV_##F] = &&t_DIV_##F, [F_CMP_##F] = &&t_CMP_##F
+#define NEXT_STEP do { x++; goto *tbl[x->fast]; } while (0)
+#define TL_INT(N, U, S) \
+    t_ADD_##N: R(U, x->d) = (U)(R(U, x->a) + R(U, x->b)); NEXT_STEP; \
+    t_SUB_##N: R(U, x->d) = (U)(R(U, x->a) - R(U, x->b)); NEXT_STEP; \
+    t_MUL_##N: R(U, x->d) = (U)(R(U, x->a) * R(U, x->b)); NEXT_STEP; \
+    t_AND_##N: R(U, x->d) = R(U, x->a) & R(U, x->b); NEXT_STEP; \
+    t_OR_##N: R(U, x->d) = R(U, x->a) | R(U, x->b); NEXT_STEP; \
+    t_XOR_##N: R(U, x->d) = R(U, x->a) ^ R(U, x->b); NEXT_STEP; \
+    t_SHL_##N: { U y = R(U, x->b); R(U, x->d) = y >= N ? (U)0 : (U)(R(U, x->a) << y); \
+        NEXT_STEP; } \
+    t_SHRL_##N: { U y = R(U, x->b); R(U, x->d) = y >= N ? (U)0 : (U)(R(U, x->a) >> y); \
+        NEXT_STEP; } \
+    t_SHRA_##N: { U y = R(U, x->b); \
+        R(U, x->d) = (U)((S)R(U, x->a) >> (y >= N ? (U)(N - 1) : y)); NEXT_STEP; } \
+    t_CMP_S##N: R(uint8_t, x->d) = DIR(x->sub, R(S, x->a), R(S, x->b)); NEXT_STEP; \
+    t_CMP_U##N: R(uint8_t, x->d) = DIR(x->sub, R(U, x->a), R(U, x->b)); NEXT_STEP;
+#define TL_FLOAT(F) \
+    t_ADD_##F: R(F, x->d) = R(F, x->a) + R(F, x->b); NEXT_STEP; \
+    t_SUB_##F: R(F, x->d) = R(F, x->a) - R(F, x->b); NEXT_STEP; \
+    t_MUL_##F: R(F, x->d) = R(F, x->a) * R(F, x->b); NEXT_STEP; \
+    t_DIV_##F: R(F, x->d) = R(F, x->a) / R(F, x->b); NEXT_STEP; \
+    t_CMP_##F: R(uint8_t, x->d) = DIR(x->sub, R(F, x->a), R(F, x->b)); NEXT_STEP;
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverride-init"
+#pragma GCC diagnostic ignored "-Wpedantic"
+static int loop_steps(const LoopCode *lc, char *regs, const ArrBuf *arrs, Py_ssize_t max_steps)
+{
+    static const void *const tbl[N_FAST + 1] = {
+        [0 ... N_FAST - 1] = &&t_other, [N_FAST] = &&t_end,
+        [F_COPY] = &&t_COPY, [F_SELECT] = &&t_SELECT,
+        TH_INT(32, uint32_t, int32_t), TH_INT(64, uint64_t, int64_t),
+        TH_FLOAT(float), TH_FLOAT(double),
+    };
+    const LInstr *code = lc->code, *body = lc->code + lc->n_cond, *x;
+    const int32_t n_cond = lc->n_cond;
+    const uint8_t *pred = (const uint8_t *)regs + (Py_ssize_t)lc->pred * 8;
+    uint64_t tmp = 0;
+    Py_ssize_t step = 0;
+next_iteration:
+    if (step == max_steps) return 0;
+    step++;
+    for (int32_t k = 0; k < n_cond; k++) exec_step(lc, code + k, regs, arrs, &tmp);
+    if (!*pred) return 1;
+    x = body;
+    goto *tbl[x->fast];
+t_other:
+    exec_step(lc, x, regs, arrs, &tmp);
+    NEXT_STEP;
+t_COPY: R(uint64_t, x->d) = R(uint64_t, x->a); NEXT_STEP;
+t_SELECT: R(uint64_t, x->d) = R(uint8_t, x->a) ? R(uint64_t, x->b) : R(uint64_t, x->c);
+    NEXT_STEP;
+    TL_INT(32, uint32_t, int32_t)
+    TL_INT(64, uint64_t, int64_t)
+    TL_FLOAT(float)
+    TL_FLOAT(double)
+t_end:
+    goto next_iteration;
+}
+#pragma GCC diagnostic pop
+#else
+/* Runs iterations from the start of the cond until the cond is false
+ * (returns 1) or max_steps iterations ran (returns 0). The cond's and the
+ * body's steps are two loops, each with its own copy of the dispatch. */
+static int loop_steps(const LoopCode *lc, char *regs, const ArrBuf *arrs, Py_ssize_t max_steps)
+{
+    const LInstr *code = lc->code;
+    const int32_t n_cond = lc->n_cond, n_code = lc->n_code;
+    const uint8_t *pred = (const uint8_t *)regs + (Py_ssize_t)lc->pred * 8;
+    uint64_t tmp = 0;
+    for (Py_ssize_t step = 0; step < max_steps; step++) {
+        for (int32_t k = 0; k < n_cond; k++) exec_step(lc, code + k, regs, arrs, &tmp);
+        if (!*pred) return 1;
+        for (int32_t k = n_cond; k < n_code; k++) exec_step(lc, code + k, regs, arrs, &tmp);
+    }
+    return 0;
+}
+#endif
+
+/* loop_steps for programs with OP_MATH instructions: the same iterations,
+ * started at instruction *pause of the current iteration (0: a new one).
+ * An OP_MATH the C library's value cannot answer stops the run before it,
+ * with *pause = its index + 1 and 0 returned: every instruction before it
+ * has run (carries written in place and stores included), none after it.
+ * The caller writes its result register and calls again: the iteration
+ * goes on where it stopped. (The moves, after the body, never pause.) */
+static int loop_steps_guarded(const LoopCode *lc, char *regs, const ArrBuf *arrs,
+                              Py_ssize_t max_steps, int64_t *pause)
+{
+    if (max_steps <= 0) return 0;
+    const LInstr *code = lc->code;
+    const int32_t n_cond = lc->n_cond, n_code = lc->n_code;
+    const uint8_t *pred = (const uint8_t *)regs + (Py_ssize_t)lc->pred * 8;
+    uint64_t tmp = 0;
+    int32_t k = (int32_t)*pause;
+    *pause = 0;
+#define RUN_GUARDED(LIMIT) for (; k < (LIMIT); k++) { const LInstr *x = code + k; \
+        if (x->fast != F_MATH) exec_step(lc, x, regs, arrs, &tmp); \
+        else if (!math_op(lc->instr[x->k].type, x->sub, regs + x->a, regs + x->d)) { \
+            *pause = k + 1; return 0; } }
+    for (Py_ssize_t step = 0; step < max_steps; step++, k = 0) {
+        if (k <= n_cond) {   /* not resumed past the cond's predicate */
+            RUN_GUARDED(n_cond)
+            if (!*pred) return 1;
+        }
+        RUN_GUARDED(n_code)
+    }
+    return 0;
+#undef RUN_GUARDED
 }
 
 static int bad_loop(const char *what, Py_ssize_t k)
 {
-    PyErr_Format(PyExc_ValueError, "_chains.run_loop: bad program: %s (%zd)", what, k);
+    PyErr_Format(PyExc_ValueError, "_chains.LoopCode: bad program: %s (%zd)", what, k);
     return -1;
 }
 
@@ -930,27 +1116,12 @@ static int check_loop_only(const Instr *in, const int32_t *vt, int32_t n_regs)
     return is_float(in->type) && vt[in->a] == in->type && is_int(vt[in->dst]) ? 0 : -1;
 }
 
-/* The pause register of the program's OP_MATH instructions (all name the
- * same one), -1 when there are none, -2 (an exception set) when they differ. */
-static int32_t pause_register(const Program *p)
+/* The header's and instructions' checks; sets lc's counts and tables. */
+static int check_loop(const int32_t *w, Py_ssize_t len, LoopCode *lc)
 {
-    int32_t reg = -1;
-    for (Py_ssize_t k = 0; k < p->n_instr; k++) {
-        const Instr *in = p->instr + k;
-        if (in->op != OP_MATH) continue;
-        if (reg >= 0 && in->b != reg) { bad_loop("pause register", k); return -2; }
-        reg = in->b;
-    }
-    return reg;
-}
-
-static int check_loop(const char *buf, Py_ssize_t len, Py_ssize_t state_len, Program *p,
-                      int32_t *hdr)
-{
+    lc->pause_reg = -1;
     if (len % 4 || len < LHEADER * 4) return bad_loop("length", len);
-    const int32_t *w = (const int32_t *)buf;
     if (w[0] != LMAGIC) return bad_loop("magic", w[0]);
-    for (int k = 1; k < LHEADER; k++) hdr[k] = w[k];
     int32_t n_regs = w[1], n_cond = w[2], n_body = w[3], pred = w[4], n_moves = w[5];
     int32_t n_arrays = w[6];
     if (n_regs < 1 || n_regs > (1 << 20) || n_cond < 0 || n_body < 0
@@ -960,11 +1131,6 @@ static int check_loop(const char *buf, Py_ssize_t len, Py_ssize_t state_len, Pro
     if (len / 4 != LHEADER + (Py_ssize_t)n_regs + n_arrays
                    + ((Py_ssize_t)n_cond + n_body) * IWORDS + 2 * (Py_ssize_t)n_moves)
         return bad_loop("length", len);
-    if (state_len != (Py_ssize_t)n_regs * 8) {
-        PyErr_Format(PyExc_ValueError, "_chains.run_loop: the state has %zd bytes, the program "
-                     "takes %zd", state_len, (Py_ssize_t)n_regs * 8);
-        return -1;
-    }
     const int32_t *vt = w + LHEADER;
     for (Py_ssize_t v = 0; v < n_regs; v++)
         if (vt[v] < 0 || vt[v] >= N_TYPES) return bad_loop("register type", v);
@@ -972,13 +1138,9 @@ static int check_loop(const char *buf, Py_ssize_t len, Py_ssize_t state_len, Pro
     const int32_t *at = vt + n_regs;
     for (Py_ssize_t k = 0; k < n_arrays; k++)
         if (at[k] < 0 || at[k] >= N_TYPES) return bad_loop("array type", k);
-    /* The instructions checked as a block program's, every register a value. */
-    p->n_values = n_regs; p->n_inputs = 0; p->n_outputs = 0; p->n_slots = 0;
-    p->n_instr = n_cond + n_body; p->block = 1;
-    p->values = NULL;
-    p->instr = (const Instr *)(at + n_arrays);
-    for (Py_ssize_t k = 0; k < p->n_instr; k++) {
-        const Instr *in = p->instr + k;
+    const Instr *instr = (const Instr *)(at + n_arrays);
+    for (Py_ssize_t k = 0; k < (Py_ssize_t)n_cond + n_body; k++) {
+        const Instr *in = instr + k;
         if (in->op == OP_LOAD || in->op == OP_STORE) {
             int load = in->op == OP_LOAD;
             int32_t arr = load ? in->a : in->dst, idx = load ? in->b : in->a;
@@ -993,6 +1155,11 @@ static int check_loop(const char *buf, Py_ssize_t len, Py_ssize_t state_len, Pro
         }
         if (in->op == OP_MATH || in->op == OP_FTOI) {
             if (check_loop_only(in, vt, n_regs) < 0) return bad_loop("math", k);
+            if (in->op == OP_MATH) {   /* all name the same pause register */
+                if (lc->pause_reg >= 0 && in->b != lc->pause_reg)
+                    return bad_loop("pause register", k);
+                lc->pause_reg = in->b;
+            }
             continue;
         }
         int n = in->op > 0 && in->op < N_OPS ? nargs(in->op) : 0;
@@ -1004,77 +1171,382 @@ static int check_loop(const char *buf, Py_ssize_t len, Py_ssize_t state_len, Pro
             return bad_loop("operand", k);
         if (!types_ok(in, vt)) return bad_loop("types", k);
     }
-    const int32_t *mv = (const int32_t *)(p->instr + p->n_instr);
+    const int32_t *mv = (const int32_t *)(instr + n_cond + n_body);
     for (Py_ssize_t k = 0; k < n_moves; k++) {
         int32_t d = mv[2 * k], s = mv[2 * k + 1];
         if (d < 0 || d >= n_regs || s < 0 || s >= n_regs || vt[d] != vt[s])
             return bad_loop("move", k);
     }
+    for (Py_ssize_t k = 0; k < n_moves; k++)
+        for (Py_ssize_t j = 0; j < k; j++)
+            if (mv[2 * k] == mv[2 * j]) return bad_loop("two moves to one register", k);
+    lc->n_regs = n_regs; lc->n_cond = n_cond; lc->n_body = n_body; lc->pred = pred;
+    lc->n_moves = n_moves; lc->n_arrays = n_arrays;
+    lc->vt = vt; lc->at = at; lc->instr = instr;
     return 0;
 }
 
-/* Runs iterations until the cond is false (returns 1) or max_steps
- * iterations ran (returns 0). */
-static int loop_steps(const Decoded *code, int32_t n_cond, int32_t n_instr, const uint8_t *pred,
-                      const int32_t *mv, int32_t n_moves, uint64_t *regs, uint64_t *held,
-                      Py_ssize_t max_steps)
+static LInstr decode1(const LoopCode *lc, Py_ssize_t k)
 {
-    for (Py_ssize_t step = 0; step < max_steps; step++) {
-        for (int32_t k = 0; k < n_cond; k++) exec_scalar(code + k);
-        if (!*pred) return 1;
-        for (int32_t k = n_cond; k < n_instr; k++) exec_scalar(code + k);
-        for (int32_t k = 0; k < n_moves; k++) held[k] = regs[mv[2 * k + 1]];
-        for (int32_t k = 0; k < n_moves; k++) regs[mv[2 * k]] = held[k];
+    const Instr *in = lc->instr + k;
+    LInstr x = {0, in->sub & 7, 0, 0, 0, 0, 0, (int32_t)k};
+    if (in->op == OP_LOAD || in->op == OP_STORE) {
+        int load = in->op == OP_LOAD;
+        x.fast = load ? F_LOAD : F_STORE;
+        x.sub = in->sub;
+        x.d = load ? in->dst * 8 : in->dst;    /* STORE: the array */
+        x.a = load ? in->a : in->a * 8;        /* LOAD: the array */
+        x.b = in->b * 8;
+        return x;
     }
-    return 0;
+    int n = nargs(in->op);   /* (OP_MATH, OP_FTOI: 2; OP_MATH's b is the pause register) */
+    x.fast = fast_code(in, lc->vt[in->dst]);
+    if (x.fast == F_MATH) x.sub = in->sub;
+    x.d = in->dst * 8;
+    x.a = in->a * 8;
+    x.b = n > 1 ? in->b * 8 : 0;
+    x.c = n > 2 ? in->c * 8 : 0;
+    x.e = n > 3 ? in->e * 8 : 0;
+    return x;
 }
 
-/* loop_steps for programs with OP_MATH instructions: the same iterations,
- * started at instruction *pause of the current iteration (0: a new one).
- * An OP_MATH the C library's value cannot answer stops the run before it,
- * with *pause = its index + 1 and 0 returned: every instruction before it
- * has run (carries written in place and stores included), none after it.
- * The caller writes its result register and calls again: the iteration
- * goes on where it stopped. */
-static int loop_steps_guarded(const Decoded *code, int32_t n_cond, int32_t n_instr,
-                              const uint8_t *pred, const int32_t *mv, int32_t n_moves,
-                              uint64_t *regs, uint64_t *held, Py_ssize_t max_steps,
-                              int64_t *pause)
+/* The moves as copies in an order that reads every source before it is
+ * overwritten: a move whose destination no other pending move reads goes
+ * first; when none is left (cycles only), one destination's old value is
+ * saved in the temporary and read from there. Returns the next free step. */
+static Py_ssize_t sequence_moves(const LoopCode *lc, LInstr *out, Py_ssize_t at)
 {
-    if (max_steps <= 0) return 0;
-    int32_t k = (int32_t)*pause;
-    *pause = 0;
-#define RUN_GUARDED(LIMIT) for (; k < (LIMIT); k++) { const Decoded *x = code + k; \
-        if (x->fast != F_MATH) exec_scalar(x); \
-        else if (!math_op(x->rt, x->in->sub, x->a, x->d)) { *pause = k + 1; return 0; } }
-    for (Py_ssize_t step = 0; step < max_steps; step++, k = 0) {
-        if (k <= n_cond) {   /* not resumed past the cond's predicate */
-            RUN_GUARDED(n_cond)
-            if (!*pred) return 1;
+    const int32_t *mv = (const int32_t *)(lc->instr + lc->n_cond + lc->n_body);
+    Py_ssize_t n = lc->n_moves;
+    int32_t *dst = PyMem_Calloc((size_t)n + 1, 2 * sizeof(int32_t)), *src = dst + n + 1;
+    if (!dst) { PyErr_NoMemory(); return -1; }
+    Py_ssize_t left = 0;
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (mv[2 * k] != mv[2 * k + 1]) { dst[left] = mv[2 * k]; src[left] = mv[2 * k + 1]; left++; }
+    while (left) {
+        Py_ssize_t pick = -1;
+        for (Py_ssize_t k = 0; k < left && pick < 0; k++) {
+            int read = 0;
+            for (Py_ssize_t j = 0; j < left && !read; j++) read = j != k && src[j] == dst[k];
+            if (!read) pick = k;
         }
-        RUN_GUARDED(n_instr)
-        for (int32_t j = 0; j < n_moves; j++) held[j] = regs[mv[2 * j + 1]];
-        for (int32_t j = 0; j < n_moves; j++) regs[mv[2 * j]] = held[j];
+        if (pick < 0) {   /* cycles only: save the first destination's old value */
+            LInstr save = {L_TMP_IN, 0, 0, dst[0] * 8, 0, 0, 0, -1};
+            out[at++] = save;
+            for (Py_ssize_t j = 0; j < left; j++)
+                if (src[j] == dst[0]) src[j] = -1;   /* -1: the temporary */
+            pick = 0;
+        }
+        LInstr copy = {src[pick] < 0 ? L_TMP_OUT : F_COPY, 0, dst[pick] * 8,
+                       src[pick] < 0 ? 0 : src[pick] * 8, 0, 0, 0, -1};
+        out[at++] = copy;
+        left--;
+        dst[pick] = dst[left];
+        src[pick] = src[left];
     }
-    return 0;
-#undef RUN_GUARDED
+    PyMem_Free(dst);
+    return at;
 }
 
-static int is_stored(const Program *p, Py_ssize_t k)
+static int loopcode_init_code(LoopCode *lc)
 {
-    for (Py_ssize_t j = 0; j < p->n_instr; j++)
-        if (p->instr[j].op == OP_STORE && p->instr[j].dst == k) return 1;
+    Py_ssize_t n_instr = (Py_ssize_t)lc->n_cond + lc->n_body;
+    /* cond, body, at most 2 steps per move (a cycle's save) */
+    lc->code = PyMem_Calloc((size_t)(n_instr + 2 * (Py_ssize_t)lc->n_moves + 2), sizeof(LInstr));
+    lc->stored = PyMem_Calloc((size_t)lc->n_arrays + 1, 1);
+    if (!lc->code || !lc->stored) { PyErr_NoMemory(); return -1; }
+    Py_ssize_t at = 0;
+    for (Py_ssize_t k = 0; k < n_instr; k++) lc->code[at++] = decode1(lc, k);
+    at = sequence_moves(lc, lc->code, at);
+    if (at < 0) return -1;
+    lc->n_code = (int32_t)at;
+    lc->code[at].fast = N_FAST;   /* the end of the body (loop_steps' threaded code) */
+    for (Py_ssize_t k = 0; k < n_instr; k++)
+        if (lc->instr[k].op == OP_STORE) lc->stored[lc->instr[k].dst] = 1;
     return 0;
 }
+
+/* A tuple of register indices (or -1), each < n_regs. */
+static int32_t *register_list(PyObject *seq, Py_ssize_t *count, int32_t n_regs, const char *what)
+{
+    PyObject *fast = PySequence_Fast(seq, "_chains.LoopCode: inputs and outputs must be sequences");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    int32_t *out = PyMem_Calloc((size_t)n + 1, sizeof(int32_t));
+    if (!out) { Py_DECREF(fast); PyErr_NoMemory(); return NULL; }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        long r = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, k));
+        if (r == -1 && PyErr_Occurred()) goto fail;
+        if (r < -1 || r >= n_regs) {
+            PyErr_Format(PyExc_ValueError, "_chains.LoopCode: %s %zd is register %ld of %d",
+                         what, k, r, n_regs);
+            goto fail;
+        }
+        out[k] = (int32_t)r;
+    }
+    Py_DECREF(fast);
+    *count = n;
+    return out;
+fail:
+    Py_DECREF(fast);
+    PyMem_Free(out);
+    return NULL;
+}
+
+/* kinds: None, or per input (format, ndim) of the buffer start() takes:
+ * the format as the buffer protocol spells it (numpy: "f", "i", "?", ...),
+ * "" or ndim -1 for any. */
+static int input_kinds(LoopCode *lc, PyObject *kinds)
+{
+    Py_ssize_t n = lc->n_inputs;
+    lc->formats = PyMem_Calloc((size_t)n + 1, sizeof *lc->formats);
+    lc->ndims = PyMem_Calloc((size_t)n + 1, sizeof(int32_t));
+    if (!lc->formats || !lc->ndims) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t k = 0; k < n; k++) lc->ndims[k] = -1;
+    if (kinds == NULL || kinds == Py_None) return 0;
+    PyObject *fast = PySequence_Fast(kinds, "_chains.LoopCode: kinds must be a sequence");
+    if (!fast) return -1;
+    int rc = -1;
+    if (PySequence_Fast_GET_SIZE(fast) != n) {
+        PyErr_Format(PyExc_ValueError, "_chains.LoopCode: %zd kinds for %zd inputs",
+                     PySequence_Fast_GET_SIZE(fast), n);
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        const char *f;
+        int ndim;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, k), "si:kinds", &f, &ndim))
+            goto done;
+        if (strlen(f) >= sizeof lc->formats[k] || ndim < -1) {
+            PyErr_Format(PyExc_ValueError, "_chains.LoopCode: bad kind of input %zd", k);
+            goto done;
+        }
+        strcpy(lc->formats[k], f);
+        lc->ndims[k] = ndim;
+    }
+    rc = 0;
+done:
+    Py_DECREF(fast);
+    return rc;
+}
+
+static void loopcode_dealloc(PyObject *self)
+{
+    LoopCode *lc = (LoopCode *)self;
+    PyTypeObject *tp = Py_TYPE(self);
+    PyMem_Free(lc->words);
+    PyMem_Free(lc->code);
+    PyMem_Free(lc->stored);
+    PyMem_Free(lc->init);
+    PyMem_Free(lc->inputs);
+    PyMem_Free(lc->outputs);
+    PyMem_Free(lc->formats);
+    PyMem_Free(lc->ndims);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *loopcode_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"program", "init", "inputs", "outputs", "kinds", NULL};
+    Py_buffer prog, init = {0};
+    PyObject *init_obj = Py_None, *ins = NULL, *outs = NULL, *kinds = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|OOOO:LoopCode", kw, &prog, &init_obj, &ins,
+                                     &outs, &kinds))
+        return NULL;
+    if (init_obj != Py_None && PyObject_GetBuffer(init_obj, &init, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&prog);
+        return NULL;
+    }
+    LoopCode *lc = (LoopCode *)type->tp_alloc(type, 0);
+    if (!lc) goto fail;
+    lc->words = PyMem_Malloc((size_t)prog.len + 4);
+    if (!lc->words) { PyErr_NoMemory(); goto fail; }
+    memcpy(lc->words, prog.buf, (size_t)prog.len);
+    if (check_loop(lc->words, prog.len, lc) < 0 || loopcode_init_code(lc) < 0) goto fail;
+    Py_ssize_t state_len = (Py_ssize_t)lc->n_regs * 8;
+    lc->init = PyMem_Calloc((size_t)state_len, 1);
+    if (!lc->init) { PyErr_NoMemory(); goto fail; }
+    if (init.buf != NULL) {
+        if (init.len != state_len) {
+            PyErr_Format(PyExc_ValueError, "_chains.LoopCode: init has %zd bytes, the program "
+                         "takes %zd", init.len, state_len);
+            goto fail;
+        }
+        memcpy(lc->init, init.buf, (size_t)state_len);
+    }
+    if (ins && !(lc->inputs = register_list(ins, &lc->n_inputs, lc->n_regs, "input")))
+        goto fail;
+    if (outs && !(lc->outputs = register_list(outs, &lc->n_outputs, lc->n_regs, "output")))
+        goto fail;
+    if (input_kinds(lc, kinds) < 0) goto fail;
+    PyBuffer_Release(&prog);
+    if (init.buf != NULL) PyBuffer_Release(&init);
+    return (PyObject *)lc;
+fail:
+    Py_XDECREF(lc);
+    PyBuffer_Release(&prog);
+    if (init.buf != NULL) PyBuffer_Release(&init);
+    return NULL;
+}
+
+/* Copies between a buffer and register r: it must be the register's type's size. */
+static int register_io(const LoopCode *lc, PyObject *o, int32_t r, char *regs, int out,
+                       Py_ssize_t k)
+{
+    Py_buffer b;
+    if (PyObject_GetBuffer(o, &b, out ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS
+                                      : PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        if (!out) { PyErr_Clear(); return 1; }   /* not a buffer: not of the loop's kind */
+        PyErr_Format(PyExc_TypeError, "_chains.LoopCode: output %zd is not a contiguous "
+                     "writable buffer", k);
+        return -1;
+    }
+    Py_ssize_t sz = SIZE[lc->vt[r]];
+    int rc = 0;
+    if (!out && ((lc->formats[k][0] && strcmp(b.format ? b.format : "B", lc->formats[k]))
+                 || (lc->ndims[k] >= 0 && b.ndim != lc->ndims[k]) || b.len != sz))
+        rc = 1;
+    else if (b.len != sz) {
+        PyErr_Format(PyExc_ValueError, "_chains.LoopCode: %s %zd has %zd bytes, its register "
+                     "holds %zd", out ? "output" : "input", k, b.len, sz);
+        rc = -1;
+    } else if (out) memcpy(b.buf, regs + (Py_ssize_t)r * 8, (size_t)sz);
+    else memcpy(regs + (Py_ssize_t)r * 8, b.buf, (size_t)sz);
+    PyBuffer_Release(&b);
+    return rc;
+}
+
+static PyObject *loopcode_start(PyObject *self, PyObject *values)
+{
+    LoopCode *lc = (LoopCode *)self;
+    PyObject *fast = PySequence_Fast(values, "_chains.LoopCode.start: values must be a sequence");
+    if (!fast) return NULL;
+    if (PySequence_Fast_GET_SIZE(fast) != lc->n_inputs) {
+        PyErr_Format(PyExc_ValueError, "_chains.LoopCode.start: %zd values, the loop takes %zd",
+                     PySequence_Fast_GET_SIZE(fast), lc->n_inputs);
+        Py_DECREF(fast);
+        return NULL;
+    }
+    PyObject *state = PyByteArray_FromStringAndSize(lc->init, (Py_ssize_t)lc->n_regs * 8);
+    if (state) {
+        char *regs = PyByteArray_AS_STRING(state);
+        for (Py_ssize_t k = 0; k < lc->n_inputs; k++) {
+            if (lc->inputs[k] < 0) continue;
+            int rc = register_io(lc, PySequence_Fast_GET_ITEM(fast, k), lc->inputs[k], regs, 0,
+                                 k);
+            if (rc) {
+                Py_DECREF(state);
+                state = rc < 0 ? NULL : Py_NewRef(Py_None);
+                break;
+            }
+        }
+    }
+    Py_DECREF(fast);
+    return state;
+}
+
+/* The state buffer of a run: writable, contiguous, 8-byte aligned, the
+ * program's size. */
+static int get_state(const LoopCode *lc, PyObject *o, Py_buffer *state, const char *who)
+{
+    if (PyObject_GetBuffer(o, state, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Format(PyExc_TypeError, "%s: the state is not a writable contiguous buffer", who);
+        return -1;
+    }
+    if ((uintptr_t)state->buf % 8) {
+        PyErr_Format(PyExc_ValueError, "%s: the state is not a contiguous buffer aligned to 8 "
+                     "bytes", who);
+    } else if (state->len != (Py_ssize_t)lc->n_regs * 8) {
+        PyErr_Format(PyExc_ValueError, "%s: the state has %zd bytes, the program takes %zd",
+                     who, state->len, (Py_ssize_t)lc->n_regs * 8);
+    } else return 0;
+    PyBuffer_Release(state);
+    return -1;
+}
+
+static PyObject *loopcode_finish(PyObject *self, PyObject *args)
+{
+    LoopCode *lc = (LoopCode *)self;
+    PyObject *state_obj, *outs;
+    if (!PyArg_ParseTuple(args, "OO:finish", &state_obj, &outs)) return NULL;
+    Py_buffer state;
+    if (get_state(lc, state_obj, &state, "_chains.LoopCode.finish") < 0) return NULL;
+    PyObject *fast = PySequence_Fast(outs, "_chains.LoopCode.finish: outputs must be a sequence");
+    PyObject *res = NULL;
+    if (!fast) goto done;
+    if (PySequence_Fast_GET_SIZE(fast) != lc->n_outputs) {
+        PyErr_Format(PyExc_ValueError, "_chains.LoopCode.finish: %zd outputs, the loop makes %zd",
+                     PySequence_Fast_GET_SIZE(fast), lc->n_outputs);
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < lc->n_outputs; k++)
+        if (lc->outputs[k] >= 0 && register_io(lc, PySequence_Fast_GET_ITEM(fast, k),
+                                               lc->outputs[k], state.buf, 1, k) < 0)
+            goto done;
+    res = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(fast);
+    PyBuffer_Release(&state);
+    return res;
+}
+
+static PyMethodDef loopcode_methods[] = {
+    {"start", loopcode_start, METH_O,
+     "start(values) -> bytearray: the initial registers with each value (a buffer of its "
+     "register's size; skipped where its register is -1) written to its input register; "
+     "None when a value is not of its kind (format, ndim) or not a buffer."},
+    {"finish", loopcode_finish, METH_VARARGS,
+     "finish(state, outputs): copies each output register to its buffer (skipped where -1)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *loopcode_n_registers(PyObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(((LoopCode *)self)->n_regs);
+}
+
+static PyObject *loopcode_n_steps(PyObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(((LoopCode *)self)->n_code);
+}
+
+static PyGetSetDef loopcode_getset[] = {
+    {"n_registers", loopcode_n_registers, NULL, "registers of the state", NULL},
+    {"n_steps", loopcode_n_steps, NULL,
+     "decoded steps of one iteration (instructions, then the moves as copies)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot loopcode_slots[] = {
+    {Py_tp_new, loopcode_new},
+    {Py_tp_dealloc, loopcode_dealloc},
+    {Py_tp_methods, loopcode_methods},
+    {Py_tp_getset, loopcode_getset},
+    {Py_tp_doc, "LoopCode(program, init=None, inputs=(), outputs=(), kinds=None): a loop program "
+                "(loopvm.py) checked and decoded once, for run_loop."},
+    {0, NULL},
+};
+
+static PyType_Spec loopcode_spec = {
+    "stablehlo_interpreter._chains.LoopCode", sizeof(LoopCode), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, loopcode_slots,
+};
+
+typedef struct {
+    PyObject *loopcode_type;
+} ModState;
 
 /* The arrays' buffers (writable where a STORE writes), each of at least one
  * element of its type, aligned; a written one overlaps no other. */
-static int get_arrays(const Program *p, const int32_t *at, PyObject *arrays, Py_buffer *abuf,
+static int get_arrays(const LoopCode *lc, PyObject *arrays, Py_buffer *abuf, ArrBuf *ab,
                       Py_ssize_t *n_got)
 {
     Py_ssize_t na = PySequence_Fast_GET_SIZE(arrays);
     for (Py_ssize_t k = 0; k < na; k++) {
-        int stored = is_stored(p, k);
+        int stored = lc->stored[k];
         PyObject *o = PySequence_Fast_GET_ITEM(arrays, k);
         if (PyObject_GetBuffer(o, &abuf[k], stored ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS
                                                    : PyBUF_C_CONTIGUOUS) < 0) {
@@ -1083,16 +1555,19 @@ static int get_arrays(const Program *p, const int32_t *at, PyObject *arrays, Py_
             return -1;
         }
         *n_got = k + 1;
-        Py_ssize_t sz = SIZE[at[k]];
+        Py_ssize_t sz = SIZE[lc->at[k]];
         if (abuf[k].len < sz || abuf[k].len % sz || (uintptr_t)abuf[k].buf % (uintptr_t)sz) {
             PyErr_Format(PyExc_ValueError, "_chains.run_loop: array %zd has %zd bytes, not a "
                          "whole number (>= 1) of aligned %zd-byte elements", k, abuf[k].len, sz);
             return -1;
         }
+        ab[k].buf = abuf[k].buf;
+        ab[k].esz = sz;
+        ab[k].n = abuf[k].len / sz;
     }
     for (Py_ssize_t k = 0; k < na; k++)
         for (Py_ssize_t j = 0; j < na; j++)
-            if (j != k && is_stored(p, k) && buffers_overlap(&abuf[k], &abuf[j])) {
+            if (j != k && lc->stored[k] && buffers_overlap(&abuf[k], &abuf[j])) {
                 PyErr_SetString(PyExc_ValueError,
                                 "_chains.run_loop: a written array overlaps another array");
                 return -1;
@@ -1100,114 +1575,79 @@ static int get_arrays(const Program *p, const int32_t *at, PyObject *arrays, Py_
     return 0;
 }
 
-/* *pause: the pause register of a program with OP_MATH instructions (NULL
- * without), its value checked: 0 or one more than an OP_MATH's index. */
-static int guarded_entry(const Program *p, const Decoded *code, char *base, int64_t **pause)
-{
-    int32_t reg = pause_register(p);
-    if (reg == -2) return -1;
-    if (reg < 0) return 0;
-    int64_t at = V(int64_t, base + (Py_ssize_t)reg * 8);
-    if (at < 0 || at > p->n_instr || (at > 0 && code[at - 1].fast != F_MATH)) {
-        PyErr_Format(PyExc_ValueError, "_chains.run_loop: the pause register holds %lld, not "
-                     "0 or one past an OP_MATH instruction", (long long)at);
-        return -1;
-    }
-    *pause = (int64_t *)(void *)(base + (Py_ssize_t)reg * 8);
-    return 0;
-}
+#define FEW_ARRAYS 8
 
-static PyObject *run_loop(PyObject *self, PyObject *args)
+static PyObject *run_loop(PyObject *module, PyObject *args)
 {
-    (void)self;
-    Py_buffer prog, state;
+    PyObject *code_obj, *state_obj, *arrays_obj;
     Py_ssize_t max_steps;
-    PyObject *arrays_obj;
-    if (!PyArg_ParseTuple(args, "y*w*On:run_loop", &prog, &state, &arrays_obj, &max_steps))
+    if (!PyArg_ParseTuple(args, "OOOn:run_loop", &code_obj, &state_obj, &arrays_obj, &max_steps))
         return NULL;
+    ModState *ms = PyModule_GetState(module);
+    PyObject *owned = NULL;   /* a LoopCode decoded here from program bytes */
+    if (!PyObject_TypeCheck(code_obj, (PyTypeObject *)ms->loopcode_type)) {
+        owned = PyObject_CallOneArg(ms->loopcode_type, code_obj);
+        if (!owned) return NULL;
+        code_obj = owned;
+    }
+    const LoopCode *lc = (const LoopCode *)code_obj;
     PyObject *res = NULL, *arrays = NULL;
-    Decoded *code = NULL;
-    uint64_t *held = NULL;
-    Py_buffer *abuf = NULL;
+    Py_buffer state, few[FEW_ARRAYS], *abuf = few;
+    ArrBuf fewab[FEW_ARRAYS], *ab = fewab;
     Py_ssize_t n_got = 0;
-    Program p;
-    int32_t hdr[LHEADER];
-    if (!PyBuffer_IsContiguous(&state, 'C') || (uintptr_t)state.buf % 8) {
-        PyErr_SetString(PyExc_ValueError, "_chains.run_loop: the state is not a contiguous "
-                        "buffer aligned to 8 bytes");
+    int got_state = 0;
+    if (max_steps < 0) {
+        PyErr_SetString(PyExc_ValueError, "_chains.run_loop: max_steps < 0");
         goto done;
     }
-    if (max_steps < 0) { PyErr_SetString(PyExc_ValueError, "_chains.run_loop: max_steps < 0");
-        goto done; }
-    if (check_loop(prog.buf, prog.len, state.len, &p, hdr) < 0) goto done;
-    const int32_t *vt = (const int32_t *)prog.buf + LHEADER;
-    const int32_t *at = vt + hdr[1];
-    int32_t n_moves = hdr[5], n_arrays = hdr[6];
-    arrays = PySequence_Fast(arrays_obj, "_chains.run_loop: arrays must be a sequence");
-    if (!arrays) goto done;
-    if (PySequence_Fast_GET_SIZE(arrays) != n_arrays) {
-        PyErr_Format(PyExc_ValueError, "_chains.run_loop: %zd arrays, the program takes %d",
-                     PySequence_Fast_GET_SIZE(arrays), n_arrays);
+    if (get_state(lc, state_obj, &state, "_chains.run_loop") < 0) goto done;
+    got_state = 1;
+    if (lc->n_arrays) {
+        arrays = PySequence_Fast(arrays_obj, "_chains.run_loop: arrays must be a sequence");
+        if (!arrays) goto done;
+    }
+    if ((arrays ? PySequence_Fast_GET_SIZE(arrays) : PyObject_Length(arrays_obj))
+        != lc->n_arrays) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "_chains.run_loop: %zd arrays, the program takes %d",
+                         PyObject_Length(arrays_obj), lc->n_arrays);
         goto done;
     }
-    abuf = PyMem_Calloc((size_t)n_arrays + 1, sizeof(Py_buffer));
-    if (!abuf) { PyErr_NoMemory(); goto done; }
-    if (get_arrays(&p, at, arrays, abuf, &n_got) < 0) goto done;
-    const int32_t *mv = (const int32_t *)(p.instr + p.n_instr);
-    code = PyMem_Calloc((size_t)p.n_instr + 1, sizeof(Decoded));
-    held = PyMem_Calloc((size_t)n_moves + 1, sizeof(uint64_t));
-    if (!code || !held) { PyErr_NoMemory(); goto done; }
-    char *base = state.buf;
-    for (Py_ssize_t k = 0; k < p.n_instr; k++) {
-        const Instr *in = p.instr + k;
-        int n = nargs(in->op);
-        Decoded *x = code + k;
-        x->in = in;
-        x->rt = in->op == OP_STORE ? in->type : vt[in->dst];   /* STORE: dst is an array */
-        x->fast = fast_code(in, x->rt);
-        x->sub = in->sub & 7;
-        int mem = in->op == OP_LOAD || in->op == OP_STORE;
-        x->d = mem && in->op == OP_STORE ? NULL : base + (Py_ssize_t)in->dst * 8;
-        x->a = mem && in->op == OP_LOAD ? NULL : base + (Py_ssize_t)in->a * 8;
-        x->b = n > 1 ? base + (Py_ssize_t)in->b * 8 : NULL;
-        x->c = n > 2 ? base + (Py_ssize_t)in->c * 8 : NULL;
-        x->e = n > 3 ? base + (Py_ssize_t)in->e * 8 : NULL;
-        if (in->op == OP_LOAD || in->op == OP_STORE) {
-            int32_t arr = in->op == OP_LOAD ? in->a : in->dst;
-            x->rt = in->type;
-            x->esz = SIZE[in->type];
-            x->arr = abuf[arr].buf;
-            x->n = abuf[arr].len / x->esz;
-            x->sub = in->sub;
-            if (in->op == OP_STORE) x->d = NULL;   /* reads registers a (index), b */
-            else x->a = NULL;                       /* dst = array[register b] */
-            x->c = x->e = NULL;
+    if (lc->n_arrays > FEW_ARRAYS) {
+        abuf = PyMem_Calloc((size_t)lc->n_arrays, sizeof(Py_buffer));
+        ab = PyMem_Calloc((size_t)lc->n_arrays, sizeof(ArrBuf));
+        if (!abuf || !ab) { PyErr_NoMemory(); goto done; }
+    }
+    if (arrays && get_arrays(lc, arrays, abuf, ab, &n_got) < 0) goto done;
+    int finished = 0;
+    int64_t *pause = NULL;
+    if (lc->pause_reg >= 0) {   /* its value checked: 0 or one past an OP_MATH */
+        pause = (int64_t *)(void *)((char *)state.buf + (Py_ssize_t)lc->pause_reg * 8);
+        int64_t at = *pause;
+        if (at < 0 || at > (int64_t)lc->n_cond + lc->n_body
+            || (at > 0 && lc->code[at - 1].fast != F_MATH)) {
+            PyErr_Format(PyExc_ValueError, "_chains.run_loop: the pause register holds %lld, "
+                         "not 0 or one past an OP_MATH instruction", (long long)at);
+            goto done;
         }
     }
-    int finished;
-    int64_t *pause = NULL;
-    if (guarded_entry(&p, code, base, &pause) < 0) goto done;
-    Py_BEGIN_ALLOW_THREADS
-    if (pause)
-        finished = loop_steps_guarded(code, hdr[2], p.n_instr,
-                                      (const uint8_t *)(base + (Py_ssize_t)hdr[4] * 8), mv,
-                                      n_moves, (uint64_t *)base, held, max_steps, pause);
-    else
-        finished = loop_steps(code, hdr[2], p.n_instr, (const uint8_t *)(base + (Py_ssize_t)hdr[4] * 8),
-                              mv, n_moves, (uint64_t *)base, held, max_steps);
-    Py_END_ALLOW_THREADS
+    if (max_steps > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        finished = pause ? loop_steps_guarded(lc, state.buf, ab, max_steps, pause)
+                         : loop_steps(lc, state.buf, ab, max_steps);
+        Py_END_ALLOW_THREADS
+    }
     /* Ctrl-C between the caller's chunks of steps (its deadline lands in
      * the caller's Python code between them). */
     if (PyErr_CheckSignals() < 0) goto done;
     res = PyBool_FromLong(finished);
 done:
     for (Py_ssize_t k = 0; k < n_got; k++) PyBuffer_Release(&abuf[k]);
-    PyMem_Free(abuf);
+    if (abuf != few) PyMem_Free(abuf);
+    if (ab != fewab) PyMem_Free(ab);
     Py_XDECREF(arrays);
-    PyMem_Free(held);
-    PyMem_Free(code);
-    PyBuffer_Release(&state);
-    PyBuffer_Release(&prog);
+    if (got_state) PyBuffer_Release(&state);
+    Py_XDECREF(owned);
     return res;
 }
 
@@ -1215,12 +1655,38 @@ static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS,
      "run(program, n, inputs, outputs): run a chain program (chainvm.py) over n elements."},
     {"run_loop", run_loop, METH_VARARGS,
-     "run_loop(program, state, arrays, max_steps): run a scalar while loop (loopvm.py) on the "
-     "registers in state until its cond is false (True) or for max_steps iterations (False)."},
+     "run_loop(code, state, arrays, max_steps): run a scalar while loop (a LoopCode, or its "
+     "program's bytes, decoded for this call) on the registers in state until its cond is "
+     "false (True) or for max_steps iterations (False)."},
     {NULL, NULL, 0, NULL},
 };
 
+static int module_exec(PyObject *m)
+{
+    ModState *ms = PyModule_GetState(m);
+    ms->loopcode_type = PyType_FromModuleAndSpec(m, &loopcode_spec, NULL);
+    if (!ms->loopcode_type) return -1;
+    return PyModule_AddObjectRef(m, "LoopCode", ms->loopcode_type);
+}
+
+static int module_traverse(PyObject *m, visitproc visit, void *arg)
+{
+    ModState *ms = PyModule_GetState(m);
+    Py_VISIT(ms->loopcode_type);
+    return 0;
+}
+
+static int module_clear(PyObject *m)
+{
+    ModState *ms = PyModule_GetState(m);
+    Py_CLEAR(ms->loopcode_type);
+    return 0;
+}
+
+static void module_free(void *m) { module_clear((PyObject *)m); }
+
 static struct PyModuleDef_Slot slots[] = {
+    {Py_mod_exec, module_exec},
 #ifdef Py_mod_multiple_interpreters
     {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
 #endif
@@ -1230,7 +1696,7 @@ static struct PyModuleDef_Slot slots[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_chains",
     "A block machine for fused chains of exact elementwise ops (see the C source's header "
-    "comment).", 0, methods, slots, NULL, NULL, NULL,
+    "comment).", sizeof(ModState), methods, slots, module_traverse, module_clear, module_free,
 };
 
 PyMODINIT_FUNC PyInit__chains(void) { return PyModuleDef_Init(&module); }

@@ -31,7 +31,8 @@
  * as the exact path's do. Every other element rounds to the same float32 as that
  * path, whose float64 value is within a few ULPs of the true one. About 1
  * element in 8000 is flagged. fma() keeps the float64 bits the same on
- * every host: the FMA clones inline it, the default clone (x86 CPUs
+ * every host (but erf's, exp's and logistic's, whose AVX-512 loops
+ * compute other approximations, as close): the FMA clones inline it, the default clone (x86 CPUs
  * without FMA, other architectures) calls libm's, exact and slower;
  * -ffp-contract=off (pyproject.toml) forbids other contractions.
  *
@@ -53,6 +54,20 @@
  * computation under a branch, which the AVX-512 clone if-converts with
  * masked operations and the AVX2 clone (no masked division or fma) cannot:
  * it left the loop scalar, 3-6x slower.
+ *
+ * erf, exp and logistic on AVX-512 (erf_lut_loop, exp_lut_loop,
+ * logistic_lut_loop, chosen at run time): erf_d computes both of its
+ * formulas, exp and a division for every element (1.3 ns an element); one
+ * polynomial per element whose coefficients each lane picks from an
+ * in-register table of 16 pieces (vpermt2pd) takes 0.8 ns. exp reduces by
+ * ln2 / 16 with 2^(j/16) from a table the same way and scales by
+ * vscalefpd: a polynomial of degree 5, not 9, and no clamp selects (exp
+ * 0.52 ns against exp_d's 0.58, logistic 0.69 against 0.75). gcc turns a
+ * table lookup into scalar loads (no gathers, no permutes), so these loops
+ * are written with intrinsics, for x86-64-v4 only; other CPUs keep the
+ * portable kernels.
+ * Their float64 values differ from the portable kernels' (as close to the
+ * function), their float32 results do not.
  *
  * API (each of erf_f32, erfc_f32, erf_inv_f32, tanh_f32, logistic_f32,
  * exp_f32, expm1_f32, log_f32, log1p_f32, sin_f32, cos_f32):
@@ -81,6 +96,21 @@
 #else
 #define FM_CLONES
 #endif
+#endif
+
+/* FM_LUT: the AVX-512 loops of erf, exp and logistic (erf_lut_loop, ...),
+ * picked at run time on CPUs with x86-64-v4; -DFM_LUT=0 leaves the
+ * portable loops on every CPU (tests/test_fastmath.py sweeps both). */
+#ifndef FM_LUT
+/* (gcc 12 names the x86-64 levels in __builtin_cpu_supports) */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && defined(__x86_64__)
+#define FM_LUT 1
+#else
+#define FM_LUT 0
+#endif
+#endif
+#if FM_LUT
+#include <immintrin.h>
 #endif
 
 #define BLOCK 1024
@@ -221,6 +251,33 @@ static const double COS_P[6] = {
     0x1.a01a019cb1590p-16,
     -0x1.6c16c16c15177p-10,
     0x1.555555555554cp-5};
+
+/* ERF_T: erf(a) / a for a in [0, 4]; piece j = round(a * 3.75), a polynomial in u = a - j / 3.75; row k: the 16 pieces' coefficients of u^(8 - k); max relative error 9.06e-14 */
+static const double ERF_T[9][16] = {
+    {0x1.53df19fa4921bp-8, 0x1.699702d4ffda3p-9, -0x1.d130fb5859c00p-10, -0x1.ef06aa1824815p-9, -0x1.21f9807e0c599p-9, 0x1.2ee661995cfd1p-12, 0x1.65e2646683060p-10, 0x1.0054a0e555470p-10, 0x1.ff944bdf4e828p-13, -0x1.2ce41f2e85633p-13, -0x1.821b7453caeabp-13, -0x1.b25987a700929p-14, -0x1.31337cf0da519p-15, -0x1.aaafca6e77d06p-18, 0x1.0d5bdb0d83884p-19, 0x1.73609b68372d8p-19},
+    {0x1.aee49bfe13f65p-30, 0x1.2f201cb53ecbap-7, 0x1.4eb5e6cc63fe0p-7, 0x1.d6fe65f21ff55p-9, -0x1.aa18bfabf9cfbp-9, -0x1.542ef3651be26p-8, -0x1.96a0e014d4027p-9, -0x1.ccc6afed7281fp-12, 0x1.b6c1667b2b3ebp-11, 0x1.c6b099b886cd0p-11, 0x1.f424fbb918560p-12, 0x1.5a8d319928f23p-13, 0x1.7eb0010ece09ap-16, -0x1.2251712fdc76cp-16, -0x1.49e91c204d02fp-16, -0x1.d5b5c98f14a5ep-17},
+    {-0x1.b82a683881c8bp-6, -0x1.1bfcdedf5b5a9p-6, 0x1.48c9cb0a99e4fp-9, 0x1.083e24014ec89p-6, 0x1.03e6af0a18c38p-6, 0x1.ced86a33e40bbp-8, -0x1.17ea1510e41a4p-10, -0x1.14f290f4e6abap-8, -0x1.d5ddb4c5ba722p-9, -0x1.e601f19fb1279p-10, -0x1.33385229f05cbp-11, -0x1.14fba1b5a5550p-16, 0x1.1a2a80f83d7ecp-13, 0x1.0e4afcf1803a9p-13, 0x1.7f742e2bcfec5p-14, 0x1.f544286cc530ap-15},
+    {-0x1.6f5c973959e4ap-35, -0x1.34fe628fc8bb3p-5, -0x1.980fe3ca43470p-5, -0x1.10002f488f532p-5, -0x1.80e623665fd96p-8, 0x1.a813d16502cbfp-7, 0x1.19b3d00676ae6p-6, 0x1.9285840c11669p-7, 0x1.76daadbd2ef5ap-8, 0x1.6654ff97c2b76p-10, -0x1.fc70c10a57e30p-12, -0x1.d20f42ff9fc27p-11, -0x1.8e3ad9417b8c2p-11, -0x1.1ab7191b2e3ebp-11, -0x1.7c2eae044cccfp-12, -0x1.fdc70d95ca5a7p-13},
+    {0x1.ce2f209db860dp-4, 0x1.601eb1b37767dp-4, 0x1.89ae99754ce14p-6, -0x1.14921197916f5p-5, -0x1.e96dd3ffeb233p-5, -0x1.b5c082a9cd8c3p-5, -0x1.0539914c9b329p-5, -0x1.7eb869b3b4a73p-7, 0x1.a2e01b80b2f29p-13, 0x1.2e3e5893832fdp-8, 0x1.45fb2fd735123p-8, 0x1.0363dc99ea62cp-8, 0x1.7351b8bc1f5aap-9, 0x1.0201ca4869327p-9, 0x1.682ed2969511dp-10, 0x1.ffa17bced3e43p-11},
+    {0x1.5b24b4a2e86ebp-42, 0x1.c4d664e4b6da7p-4, 0x1.5d826937371e0p-3, 0x1.4ec38d1645c03p-3, 0x1.c3d2e51d4b99bp-4, 0x1.86cac8b31e91dp-5, 0x1.bf79f6a6dc34dp-10, -0x1.56ef04a5df4cbp-6, -0x1.ae60e6a1ef9d3p-6, -0x1.7be1b77771128p-6, -0x1.248fd71f5af02p-6, -0x1.ab84257bf108ap-7, -0x1.355d9f2e8e979p-7, -0x1.c4a316cf3b928p-8, -0x1.512efee3d78dap-8, -0x1.fff3dbedd2e39p-9},
+    {-0x1.812746b012bc7p-2, -0x1.51e33e90ed39ap-2, -0x1.b447521fefb62p-3, -0x1.3429c096bd22fp-4, 0x1.27e203ecb9751p-5, 0x1.94e5f62fb6daap-4, 0x1.df7dddc834289p-4, 0x1.ba13a3249c377p-4, 0x1.694af0f630c11p-4, 0x1.16fff90bdbe97p-4, 0x1.a7538ebb5fa14p-5, 0x1.42aa7bbb77d5bp-5, 0x1.f345b3c72433ap-6, 0x1.89246d7580ba9p-6, 0x1.3ad9ea3d8b3a1p-6, 0x1.fffeddbf32333p-7},
+    {-0x1.389190c614d1dp-51, -0x1.89bd17ac1afeep-3, -0x1.5b578a38f9abdp-2, -0x1.a9c79cda21a0bp-2, -0x1.b28084277c416p-2, -0x1.8b59aeca482a1p-2, -0x1.4eb6772a385a7p-2, -0x1.10747dd1663e1p-2, -0x1.b56ac0d3ff10fp-3, -0x1.6046cf10d6923p-3, -0x1.1f3eff7c388b4p-3, -0x1.dbba73448f350p-4, -0x1.8ff22da0ac32cp-4, -0x1.54d1edaae593bp-4, -0x1.25e05ce575dfep-4, -0x1.ffffee707c86dp-5},
+    {0x1.20dd750429b60p+0, 0x1.1a2959ed6f837p+0, 0x1.07a9e35a9a466p+0, 0x1.daf1d2725fa77p-1, 0x1.a0ea1fead3df7p-1, 0x1.693601f761c77p-1, 0x1.386e75a5f5ab0p-1, 0x1.1002c4df351d8p-1, 0x1.dec649d64c23dp-2, 0x1.aa5f766c37ec7p-2, 0x1.7ff0080ad2d66p-2, 0x1.5d1447b61c390p-2, 0x1.3fff81a170ef3p-2, 0x1.276263d898f9bp-2, 0x1.1249223ef068dp-2, 0x1.ffffff7b91178p-3}};
+#define ERF_T_STEP 3.75
+/* EXP_T: 2^(j / 16), j = 0..15, rounded */
+static const double EXP_T[16] = {
+    0x1.0000000000000p+0, 0x1.0b5586cf9890fp+0, 0x1.172b83c7d517bp+0, 0x1.2387a6e756238p+0,
+    0x1.306fe0a31b715p+0, 0x1.3dea64c123422p+0, 0x1.4bfdad5362a27p+0, 0x1.5ab07dd485429p+0,
+    0x1.6a09e667f3bcdp+0, 0x1.7a11473eb0187p+0, 0x1.8ace5422aa0dbp+0, 0x1.9c49182a3f090p+0,
+    0x1.ae89f995ad3adp+0, 0x1.c199bdd85529cp+0, 0x1.d5818dcfba487p+0, 0x1.ea4afa2a490dap+0};
+/* EXP16_P: in v, v in [-0.0218775, 0.0218775]; max relative error 5.11e-15 */
+static const double EXP16_P[6] = {
+    0x1.1114036fb6377p-7,
+    0x1.55576dac1b84fp-5,
+    0x1.55555550c92c6p-3,
+    0x1.fffffffce9c1ap-2,
+    0x1.0000000000032p+0,
+    0x1.0000000000017p+0};
 
 #define INV_LN2 0x1.71547652b82fep+0
 #define LN2_HI 0x1.62e42fee00000p-1
@@ -508,8 +565,8 @@ static inline uint64_t flag_bits(double y)
 }
 
 /* A block is computed into buf, then rounded (two vectorized loops: one
- * does not if-convert); the rare block with an element to flag is scanned
- * again for its indices (flag_bits). The rounding loop's test is three
+ * does not if-convert); the block with an element to flag is scanned
+ * again for its indices. The rounding loop's test is three
  * unsigned min/max reductions over the block, on 32-bit halves of the
  * float64 bits (16 lanes to a 512-bit vector; the thresholds are whole
  * exponents, so the high half suffices for the range tests, and the low
@@ -518,7 +575,47 @@ static inline uint64_t flag_bits(double y)
  * 2^-151's (below the span to 2^-126: subnormal), max of |y|'s high half
  * (at least +inf's: NaN). Three operations and a reduction each, no
  * compare masks (whose conversion back to vectors queues on one port);
- * 5-12% faster than OR-ing flag_bits over the block. */
+ * 5-12% faster than OR-ing flag_bits over the block. The halves are read
+ * as two strided 32-bit loads (memcpy: no aliasing question), which gcc
+ * turns into one two-source permute each; from the 64-bit words it
+ * shifted each word first (two more operations per 16 elements, 1-2%).
+ * About one block in eight (1024 elements, a near-tie every ~8000) is
+ * scanned again: flag_bits of every element into a byte array (a
+ * vectorized loop), then the bytes eight at a time. The scalar scan it
+ * replaces (a test and a branch per element) cost as much as computing
+ * the block a second time on such blocks: 5-9% of exp, log, sin and tanh
+ * (measured on 65536 float32 elements, process CPU time, interleaved). */
+/* Rounds buf[:m] (the float64 values of elements start.. start + m) into
+ * os and appends the indices of the elements to flag to idx (nflag). */
+#define ROUND_BLOCK(buf, m, os, start, idx, nflag) do { \
+    uint32_t near = UINT32_MAX, sub = UINT32_MAX, top = 0; \
+    for (Py_ssize_t i = 0; i < (m); i++) { \
+        (os)[i] = (float)(buf)[i]; \
+        uint32_t lo, hi; \
+        memcpy(&lo, (const char *)(buf) + 8 * i, 4); \
+        memcpy(&hi, (const char *)(buf) + 8 * i + 4, 4); \
+        hi &= 0x7fffffffu; \
+        uint32_t a = (lo - ((1u << 28) - GUARD)) & ((1u << 29) - 1); \
+        uint32_t t = hi - (uint32_t)(B151 >> 32); \
+        near = a < near ? a : near; \
+        sub = t < sub ? t : sub; \
+        top = hi > top ? hi : top; \
+    } \
+    if (near < 2 * GUARD || sub < (uint32_t)((B126 - B151) >> 32) || top >= (uint32_t)(INF64 >> 32)) { \
+        uint8_t fl[BLOCK]; \
+        for (Py_ssize_t i = 0; i < (m); i++) \
+            fl[i] = (uint8_t)(flag_bits((buf)[i]) >> 63); \
+        for (Py_ssize_t i = (m); i < (((m) + 7) & ~(Py_ssize_t)7); i++) \
+            fl[i] = 0; \
+        for (Py_ssize_t i = 0; i < (m); i += 8) { \
+            uint64_t w; \
+            memcpy(&w, fl + i, 8); \
+            if (w) \
+                for (Py_ssize_t j = i; j < i + 8; j++) \
+                    if (fl[j]) (idx)[(nflag)++] = (start) + j; \
+        } \
+    } } while (0)
+
 #define DEFINE_LOOP(NAME, FN) \
 FM_CLONES static Py_ssize_t NAME(const float *x, float *out, int64_t *idx, Py_ssize_t n) \
 { \
@@ -527,24 +624,9 @@ FM_CLONES static Py_ssize_t NAME(const float *x, float *out, int64_t *idx, Py_ss
     for (Py_ssize_t start = 0; start < n; start += BLOCK) { \
         Py_ssize_t m = n - start < BLOCK ? n - start : BLOCK; \
         const float *xs = x + start; \
-        float *os = out + start; \
-        uint32_t near = UINT32_MAX, sub = UINT32_MAX, top = 0; \
         for (Py_ssize_t i = 0; i < m; i++) \
             buf[i] = FN(xs[i]); \
-        for (Py_ssize_t i = 0; i < m; i++) { \
-            os[i] = (float)buf[i]; \
-            uint64_t b_ = bits64(buf[i]); \
-            uint32_t lo = (uint32_t)b_, hi = (uint32_t)(b_ >> 32) & 0x7fffffffu; \
-            uint32_t a = (lo - ((1u << 28) - GUARD)) & ((1u << 29) - 1); \
-            uint32_t t = hi - (uint32_t)(B151 >> 32); \
-            near = a < near ? a : near; \
-            sub = t < sub ? t : sub; \
-            top = hi > top ? hi : top; \
-        } \
-        if (near < 2 * GUARD || sub < (uint32_t)((B126 - B151) >> 32) || top >= (uint32_t)(INF64 >> 32)) { \
-            for (Py_ssize_t i = 0; i < m; i++) \
-                if (flag_bits(buf[i]) >> 63) idx[nflag++] = start + i; \
-        } \
+        ROUND_BLOCK(buf, m, out + start, start, idx, nflag); \
     } \
     return nflag; \
 }
@@ -560,6 +642,114 @@ DEFINE_LOOP(sin_loop, sin_d)
 DEFINE_LOOP(cos_loop, cos_d)
 DEFINE_LOOP(expm1_loop, expm1_d)
 DEFINE_LOOP(log1p_loop, log1p_d)
+
+#if FM_LUT
+/* erf on 8 lanes of AVX-512: erf(x) = x G(a), a = |x| < 4, G = erf(a) / a
+ * in 16 pieces (ERF_T: piece j = round(a * ERF_T_STEP), a polynomial of
+ * degree 8 in u = a - j / ERF_T_STEP, |u| <= 0.134); each coefficient is
+ * picked from its row of 16 by a two-source permute (vpermt2pd: the low 4
+ * bits of the index are j), so an element costs one polynomial of degree 8
+ * and nine permutes, not erf_d's two polynomials, exp and a division (the
+ * compiler makes gathers of a table lookup, scalar ones at that: hence
+ * intrinsics). a >= 4 gives +-1 (erf(3.92) rounds to 1 already); x = -0
+ * gives -0 (x G); NaN stays NaN (vminpd's NaN rule gives a = 4, but u is
+ * NaN); +-inf meet the a >= 4 select. The float64 values differ from
+ * erf_d's but are as close to erf (9.1e-14, fastmath_fit), so the rounding
+ * pass gives the same float32 results and flags the elements it must. */
+#define FM_V4 __attribute__((target("arch=x86-64-v4")))
+FM_V4 static inline __m512d erf_lut8(__m512d x)
+{
+    __m512d a = _mm512_abs_pd(x);
+    __m512d c = _mm512_min_pd(a, _mm512_set1_pd(4.0));
+    __m512d kd = _mm512_fmadd_pd(c, _mm512_set1_pd(ERF_T_STEP), _mm512_set1_pd(SHIFTER));
+    __m512i j = _mm512_castpd_si512(kd);
+    kd = _mm512_sub_pd(kd, _mm512_set1_pd(SHIFTER));
+    __m512d u = _mm512_fnmadd_pd(kd, _mm512_set1_pd(1.0 / ERF_T_STEP), a);
+    __m512d g = _mm512_permutex2var_pd(_mm512_loadu_pd(ERF_T[0]), j, _mm512_loadu_pd(ERF_T[0] + 8));
+    _Pragma("GCC unroll 16")
+    for (size_t k = 1; k < sizeof(ERF_T) / sizeof(ERF_T[0]); k++)
+        g = _mm512_fmadd_pd(g, u, _mm512_permutex2var_pd(_mm512_loadu_pd(ERF_T[k]), j,
+                                                           _mm512_loadu_pd(ERF_T[k] + 8)));
+    __m512d one = _mm512_or_pd(_mm512_set1_pd(1.0), _mm512_and_pd(x, _mm512_set1_pd(-0.0)));
+    __mmask8 big = _mm512_cmp_pd_mask(a, _mm512_set1_pd(4.0), _CMP_GE_OQ);
+    return _mm512_mask_blend_pd(big, _mm512_mul_pd(x, g), one);
+}
+
+/* e^x on 8 lanes of AVX-512: x clamped to [-120, 120] (vmaxpd/vminpd
+ * return their second operand when one is NaN: x there keeps NaN), K =
+ * round(16 x / ln2) = 16 k + j, r = x - K ln2 / 16 (|r| <= ln2 / 32, two
+ * steps as ln2_reduce's), e^x = 2^k 2^(j/16) e^r: 2^(j/16) from EXP_T by a
+ * permute, e^r by EXP16_P (degree 5), 2^k by vscalefpd (floor of K / 16).
+ * 15 operations where exp_d takes 20; within 6e-15. Beyond |x| = 120 the
+ * float32 result is +inf or +0 (flagged by neither), as at the clamp. */
+FM_V4 static inline __m512d exp_lut8(__m512d x)
+{
+    x = _mm512_min_pd(_mm512_set1_pd(120.0), _mm512_max_pd(_mm512_set1_pd(-120.0), x));
+    __m512d kd = _mm512_fmadd_pd(x, _mm512_set1_pd(16.0 * INV_LN2), _mm512_set1_pd(SHIFTER));
+    __m512i j = _mm512_castpd_si512(kd);
+    kd = _mm512_sub_pd(kd, _mm512_set1_pd(SHIFTER));
+    __m512d r = _mm512_fnmadd_pd(kd, _mm512_set1_pd(LN2_HI / 16), x);
+    r = _mm512_fnmadd_pd(kd, _mm512_set1_pd(LN2_LO / 16), r);
+    __m512d p = _mm512_set1_pd(EXP16_P[0]);
+    _Pragma("GCC unroll 16")
+    for (size_t k = 1; k < sizeof(EXP16_P) / sizeof(EXP16_P[0]); k++)
+        p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(EXP16_P[k]));
+    __m512d t = _mm512_permutex2var_pd(_mm512_loadu_pd(EXP_T), j, _mm512_loadu_pd(EXP_T + 8));
+    return _mm512_scalef_pd(_mm512_mul_pd(t, p), _mm512_mul_pd(kd, _mm512_set1_pd(1.0 / 16)));
+}
+
+/* 1 / (1 + e^-x): e^-x by exp_lut8 (its clamp: 1 and +0, as logistic_d's) */
+FM_V4 static inline __m512d logistic_lut8(__m512d x)
+{
+    __m512d one = _mm512_set1_pd(1.0);
+    return _mm512_div_pd(one, _mm512_add_pd(one, exp_lut8(_mm512_sub_pd(_mm512_setzero_pd(), x))));
+}
+
+/* A loop of DEFINE_LOOP's shape whose elements are computed 8 at a time by
+ * VFN (BLOCK is a multiple of 8: the last group's lanes past m load 0,
+ * masked, into buf's spare entries). */
+#define DEFINE_V4_LOOP(NAME, VFN) \
+FM_V4 static Py_ssize_t NAME(const float *x, float *out, int64_t *idx, Py_ssize_t n) \
+{ \
+    double buf[BLOCK]; \
+    Py_ssize_t nflag = 0; \
+    for (Py_ssize_t start = 0; start < n; start += BLOCK) { \
+        Py_ssize_t m = n - start < BLOCK ? n - start : BLOCK; \
+        const float *xs = x + start; \
+        for (Py_ssize_t i = 0; i < m; i += 8) { \
+            __mmask8 k = m - i >= 8 ? 0xff : (__mmask8)((1u << (m - i)) - 1); \
+            _mm512_storeu_pd(buf + i, VFN(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(k, xs + i)))); \
+        } \
+        ROUND_BLOCK(buf, m, out + start, start, idx, nflag); \
+    } \
+    return nflag; \
+}
+
+DEFINE_V4_LOOP(erf_lut_loop, erf_lut8)
+DEFINE_V4_LOOP(exp_lut_loop, exp_lut8)
+DEFINE_V4_LOOP(logistic_lut_loop, logistic_lut8)
+
+/* The AVX-512 loop where the CPU runs x86-64-v4, else the portable one. */
+static int has_v4(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("x86-64-v4");
+}
+
+#define DEFINE_ANY_LOOP(NAME, V4, ANY) \
+static Py_ssize_t NAME(const float *x, float *out, int64_t *idx, Py_ssize_t n) \
+{ \
+    return has_v4() ? V4(x, out, idx, n) : ANY(x, out, idx, n); \
+}
+
+DEFINE_ANY_LOOP(erf_any_loop, erf_lut_loop, erf_loop)
+DEFINE_ANY_LOOP(exp_any_loop, exp_lut_loop, exp_loop)
+DEFINE_ANY_LOOP(logistic_any_loop, logistic_lut_loop, logistic_loop)
+#else
+#define erf_any_loop erf_loop
+#define exp_any_loop exp_loop
+#define logistic_any_loop logistic_loop
+#endif
 
 typedef Py_ssize_t (*loop_fn)(const float *, float *, int64_t *, Py_ssize_t);
 
@@ -610,12 +800,12 @@ static PyObject *run(PyObject *args, const char *name, loop_fn loop)
 #define DEFINE_ENTRY(NAME, LOOP) \
 static PyObject *NAME(PyObject *self, PyObject *args) { (void)self; return run(args, #NAME, LOOP); }
 
-DEFINE_ENTRY(erf_f32, erf_loop)
+DEFINE_ENTRY(erf_f32, erf_any_loop)
 DEFINE_ENTRY(erfc_f32, erfc_loop)
 DEFINE_ENTRY(tanh_f32, tanh_loop)
-DEFINE_ENTRY(logistic_f32, logistic_loop)
+DEFINE_ENTRY(logistic_f32, logistic_any_loop)
 DEFINE_ENTRY(erf_inv_f32, erfinv_loop)
-DEFINE_ENTRY(exp_f32, exp_loop)
+DEFINE_ENTRY(exp_f32, exp_any_loop)
 DEFINE_ENTRY(log_f32, log_loop)
 DEFINE_ENTRY(sin_f32, sin_loop)
 DEFINE_ENTRY(cos_f32, cos_loop)

@@ -18,17 +18,40 @@ gemm from 262144) are not switched at all, nor are products inside a
 ``single_threaded()`` scope (a generated loop of small products holds one
 thread for the whole loop). Only speed depends on it.
 ``STABLEHLO_REF_SMALL_GEMM_MACS=0`` turns this off.
+
+dot_general's products from ``SHARED_GEMM_MACS`` up to SMALL_GEMM_MACS (a
+512x512 matmul: XLA CPU runs it on two threads) are cut into a fixed number
+of row blocks that the interpreter's helper threads share
+(``shared_product``; pool.run_chunks), each block on one BLAS thread: the
+threads of pool.py block instead of spinning and a helper that is not
+scheduled leaves its blocks to the caller. A product is shared only while a
+core is idle at its start (``core_free``; pool.busy too), else its blocks
+run in the calling thread. The blocks depend on the shapes alone, so the
+result does not depend on the thread count.
 """
 
 import ctypes
+import os
 import os.path
 import threading
 
+import numpy as np
+
 from . import config as _config
+from . import pool as _pool
 
 SMALL_GEMM_MACS = _config.SMALL_GEMM_MACS.value()   # a module constant: kernels test it per call
 
 UNTHREADED_MACS = 9216
+
+# Products of at least this many multiply-adds (and below SMALL_GEMM_MACS)
+# are shared between the helper threads (shared_product): about 0.1 ms of
+# sgemm on one core, where handing half to a helper (~10-20 us) pays off.
+SHARED_GEMM_MACS = 1 << 23
+# Row blocks of a shared product: a fixed count (never the thread count, so
+# that results do not depend on it), of at least _SHARED_MIN_ROWS rows.
+_SHARED_BLOCKS = 4
+_SHARED_MIN_ROWS = 32
 
 _PREFIXES = ("scipy_openblas_", "openblas_")
 _SUFFIXES = ("64_", "")
@@ -173,3 +196,57 @@ def small_lapack(fn, *args, **kwargs):
         _find()
         _lapack_found = True
     return small_product(lambda: fn(*args, **kwargs), libs=_libs)
+
+
+_loadavg_fd = []
+
+
+def core_free():
+    """Whether a core is idle now: the kernel's count of runnable tasks
+    (/proc/loadavg's 4th field, which counts this thread) is below the
+    usable cores. The 1-minute load average (pool.busy) lags: a product
+    shared while another process holds the second core of two waits for
+    its helper's turn on the same core (measured 10-20% slower than one
+    thread, up to a whole time slice). True where there is no /proc."""
+    try:
+        if not _loadavg_fd:
+            _loadavg_fd.append(os.open("/proc/loadavg", os.O_RDONLY))
+        running = int(os.pread(_loadavg_fd[0], 64, 0).split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return True
+    return running < _pool.thread_count()
+
+
+def shared_product(a, b, macs):
+    """``np.matmul(a, b)`` (floats, ``a`` and ``b`` at least 2-d) of ``macs``
+    multiply-adds below SMALL_GEMM_MACS, as row blocks shared with the pool's
+    helper threads (one BLAS thread each) from SHARED_GEMM_MACS; a smaller
+    product runs on one BLAS thread (small_product).
+
+    The blocks split the rows of ``a`` (its axis -2), or the leading batch
+    axis when the rows are too few; each output element is the same dot
+    product of the BLAS kernel as in one call."""
+    if macs < SHARED_GEMM_MACS or _pinned or a.ndim < 2 or b.ndim < 2 or not core_free():
+        return small_product(np.matmul, a, b, macs=macs)
+    m = a.shape[-2]
+    if m >= 2 * _SHARED_MIN_ROWS:
+        by_rows, n, count = True, m, min(_SHARED_BLOCKS, m // _SHARED_MIN_ROWS)
+    elif a.ndim == b.ndim and a.ndim >= 3 and a.shape[0] == b.shape[0] and a.shape[0] >= 2:
+        by_rows, n, count = False, a.shape[0], min(_SHARED_BLOCKS, a.shape[0])
+    else:
+        return small_product(np.matmul, a, b, macs=macs)
+    step = -(-n // count)
+    bounds = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+    out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, b.shape[-1]),
+                   dtype=np.result_type(a, b))
+
+    if by_rows:
+        def run(lo, hi):
+            np.matmul(a[..., lo:hi, :], b, out=out[..., lo:hi, :])
+    else:
+        def run(lo, hi):
+            np.matmul(a[lo:hi], b[lo:hi], out=out[lo:hi])
+
+    small_product(_pool.run_chunks, run, bounds)
+    return out
+

@@ -497,7 +497,7 @@ def _straight_line(block: Block) -> Any:
     Python function ``run(ctx, args)``: each step a line calling its kernel
     on local variables, constants as globals of the function. None when a
     step is of a kind the generated code does not cover (a call handing
-    over its arguments, several results) or the plan is long (the source
+    over its arguments) or the plan is long (the source
     grows with it; the loop's per-step cost is then a small part).
 
     Why: for a program of a few small ops (a jitted ``x + 1`` called in a
@@ -537,6 +537,9 @@ def _straight_line(block: Block) -> Any:
             lines.append(f"        s{out} = f{i}({ins})")
         elif kind == CALL_N:
             lines.append(f"        s{out} = f{i}({''.join(ref(x) + ', ' for x in a)})")
+        elif kind == MULTI_RESULT:   # (a while loop of several carries)
+            lines.append(f"        {''.join(f's{o}, ' for o in out)}= "
+                         f"f{i}({''.join(ref(x) + ', ' for x in a)})")
         elif kind == DONATE_FIRST:
             ns[f"d{i}"] = c
             rest = "".join(", " + ref(x) for x in b)
@@ -1100,13 +1103,28 @@ def _special_step(fn, regions, cap_ranges, n_operands):
 
     A kernel marked ``regions_unused`` (a reduce whose body is one known op,
     run as a ufunc) gets no bound regions: binding them per call costs more
-    than a small reduction."""
+    than a small reduction. One with ``unbound`` (a while loop run in C) is
+    first asked to run without them."""
     if not regions or (kernel_info(fn).regions_unused
                        and all(a == b for a, b in cap_ranges)):
         def step(ctx, *vals):
             return fn(ctx, (), *vals)
         if kernel_info(fn).reduction is not None:
             annotate(step, reduction=kernel_info(fn).reduction)   # for fusion.py
+        return step
+
+    unbound = kernel_info(fn).unbound
+    if unbound is not None:
+        no_caps = tuple(() for _ in regions) if all(a == b for a, b in cap_ranges) else None
+
+        def step(ctx, *vals):
+            caps = vals[n_operands:]
+            res = unbound(ctx, no_caps or [caps[a:b] for a, b in cap_ranges],
+                          vals[:n_operands])
+            if res is not None:
+                return res
+            bound = [rb.bind(ctx, caps[a:b]) for rb, (a, b) in zip(regions, cap_ranges)]
+            return fn(ctx, bound, *vals[:n_operands])
         return step
 
     def step(ctx, *vals):

@@ -46,6 +46,18 @@ class ExecutionError(InterpreterError):
         super().__init__(message)
 
 
+class Interrupt(Exception):
+    """A stop raised into a running plan from outside it (the plugin's
+    execute deadline, delivered asynchronously in the running thread).
+
+    The op that was running reports it like any failure (an
+    :class:`ExecutionError` whose ``__cause__`` it is). Code that falls back
+    from a failed optimisation (``except Exception``: a loop that cannot be
+    generated, a sort that cannot run whole-array) re-raises it first: the
+    stop may land there, and swallowed it would let the run go on past its
+    deadline, for ever in an endless loop."""
+
+
 class CheckFailure(ExecutionError):
     """A ``check.*`` op (the conformance suites' assertions) did not hold."""
 

@@ -66,7 +66,7 @@ from . import compiler as _compiler
 from . import config as _config
 from . import fusion as _fusion
 from . import loopvm as _loopvm
-from .errors import ExecutionError, InterpreterError
+from .errors import ExecutionError, InterpreterError, Interrupt
 from .quant import involves_quant
 from .registry import has_trait, kernel_info, scalar_math
 from .types import TensorType
@@ -1181,11 +1181,9 @@ def build(program, op, ccap, bcap):
             group.append(Val(g.fresh("c"), t, t is not None and scalar_type(t), False))
         caps.append(group)
     ccaps, bcaps = caps
-    vm = _loopvm.lower(program, op, ccap, bcap)
-    if vm is not None:   # the whole loop runs in C (loopvm.py)
-        def _loop(ctx, ccap, bcap, vals):
-            return vm.run(ccap, bcap, vals)
-        return CompiledLoop(_loop, _loop.__code__, [], op, tuple(checks)), vm.source
+    vm = _loopvm.lower(program, op, ccap, bcap, tuple(checks))
+    if vm is not None:   # the whole loop runs in C (loopvm.py), CompiledLoop's interface
+        return vm, vm.source
     if carries:
         g.emit(1, f"{', '.join(c.name for c in carries)}, = vals", op)
         g.emit(1, "vals.clear()", op)
@@ -1234,7 +1232,7 @@ class LoopState:
     """What one while op occurrence knows about generation: plain
     iterations run so far (all runs), the compiled loop, or that it failed."""
 
-    __slots__ = ("op", "count", "compiled", "failed", "source")
+    __slots__ = ("op", "count", "compiled", "failed", "source", "vm")
 
     def __init__(self, op):
         self.op = op
@@ -1242,6 +1240,9 @@ class LoopState:
         self.compiled = None
         self.failed = False
         self.source = None
+        # The compiled loop when it runs in C (a loopvm.LoopProgram) and no
+        # tiling plan applies: the while kernel calls it first thing.
+        self.vm = None
 
     def usable(self, ctx):
         """May this run use (and build) the generated loop?"""
@@ -1257,9 +1258,13 @@ class LoopState:
             return None
         try:
             self.compiled, self.source = build(ctx.program, self.op, ccap, bcap)
+            if self.compiled.__class__ is _loopvm.LoopProgram:
+                self.vm = self.compiled
             if PRINT:
                 print(f"# stablehlo_ref: generated loop for {self.op.where()}\n{self.source}",
                       file=sys.stderr, flush=True)
+        except Interrupt:
+            raise   # a deadline that landed here, not a form the generator lacks
         except Exception:
             if STRICT:
                 raise

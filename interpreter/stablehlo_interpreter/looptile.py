@@ -38,7 +38,7 @@ import numpy as np
 
 from . import fusion as _fusion
 from . import looptile_steps as _steps
-from .errors import ExecutionError
+from .errors import ExecutionError, Interrupt
 from .pool import run_chunks, thread_count
 
 
@@ -200,6 +200,8 @@ def plan_or_none(op, cond, body):
     tiling is an optimisation, the plain loop is always right."""
     try:
         return plan(op, cond, body)
+    except Interrupt:
+        raise   # a deadline that landed while planning (it runs inside the first run)
     except Exception:
         return None
 

@@ -36,6 +36,11 @@ library's calls (ops/spec_kernels.py libm), paused only where Python's
 math raises. A fused array chain never gets these instructions: there the
 SIMD kernels of ops/fastmath.py are faster than a C library call per element.
 
+The program is checked and decoded once, when the loop is compiled, into a
+``_chains.LoopCode`` (:class:`LoopProgram`); a call is then a few C calls
+and the while kernel reaches it without binding its regions
+(``KernelInfo.unbound``): a short loop costs little more than its steps.
+
 ``run_loop`` runs at most :data:`CHUNK_INSTRUCTIONS` instructions' worth of
 iterations per call, GIL released, and checks for signals before it
 returns; the Python loop around it calls it again until the cond is false.
@@ -55,7 +60,10 @@ here: the generated Python gives the same bits.
 import numpy as np
 
 from . import chainvm as _chainvm
+from .errors import ExecutionError
 from .registry import scalar_math
+
+_empty = np.empty
 
 # Instructions per run_loop call (~1-10 ms): how often the loop returns to
 # Python, where a deadline or Ctrl-C can stop it.
@@ -129,6 +137,8 @@ class _Lowering:
         self.arrays = []         # per array: (type code, source) -- ("carry", k), ...
         self.versions = []       # per array: its latest version
         self.in_cond = False
+        self.n_cond = 0          # the cond's instructions (the first of code)
+        self.ccaps = []          # the cond's captures' values
         self.pause = None        # the pause register of the OP_MATH instructions
 
     def reg(self, t_code):
@@ -314,56 +324,98 @@ def _exp_f32(x):
 
 
 class LoopProgram:
-    """A while op lowered: :meth:`run` (``(ccap, bcap, vals)`` -> the
-    loop's results) runs it; ``source`` describes it (STABLEHLO_REF_FAST_LOOPS=print)."""
+    """A while op lowered, with loopgen.CompiledLoop's interface: :meth:`run`
+    (``(ctx, ccap, bcap, vals)`` -> the loop's results, or None when the
+    values are not of the types it was made for) runs it; ``source``
+    describes it (STABLEHLO_REF_FAST_LOOPS=print).
 
-    def __init__(self, program, low, code, carries, ccaps, bcaps, n_cond, shapes):
+    Everything a run does not need to redo is made here, once: the checked
+    and decoded program (``code``, a ``_chains.LoopCode``, read-only: one
+    serves every run and thread), the registers' initial bytes (the
+    constants) in it, which value goes to which register. A run is then a
+    few C calls: ``start`` (a new state with the carries and captures
+    written in), ``run_loop`` per chunk of iterations, ``finish`` (the
+    result registers copied into new 0-d arrays that own their memory, as
+    the plugin's Execute wants its results)."""
+
+    def __init__(self, program, low, code, carries, caps, op, checks=()):
         n_instr = len(code)
         self.program = program
         state = np.zeros(len(low.types), np.uint64)
         raw = state.view(np.uint8)
         for r, value in low.consts.items():
             raw[8 * r:8 * r + value.itemsize] = value.reshape(1).view(np.uint8)
-        self.state = state.tobytes()
-        # (register offset, or None for an array) per carry and capture
-        self.inputs = tuple(8 * v if v.__class__ is int else None
-                            for v in (*carries, *ccaps, *bcaps))
+        values = (*carries, *caps)
+        # (the register of each carry and capture, -1 for an array)
+        inputs = tuple(v if v.__class__ is int else -1 for v in values)
+        outputs = tuple(v if v.__class__ is int else -1 for v in carries)
+        # start() checks a register value's kind itself (its buffer's
+        # format and ndim: its dtype and shape, every dim 1); the arrays'
+        # checks stay here.
+        types = dict(((w, i), (shape, dtype)) for w, i, shape, dtype in checks)
+        n_c, n_cc = len(carries), len(low.ccaps)
+        where = [(0, k) for k in range(n_c)] + [(1, k) for k in range(n_cc)] \
+            + [(2, k) for k in range(len(caps) - n_cc)]
+        kinds = []
+        for v, w in zip(values, where):
+            t = types.get(w)
+            kinds.append((memoryview(np.empty(t[0], t[1])).format, len(t[0]))
+                         if v.__class__ is int and t is not None else ("", -1))
+        self.code = _chainvm._chains.LoopCode(program, state.tobytes(), inputs, outputs, kinds)
+        register = {w for v, w in zip(values, where) if v.__class__ is int and w in types}
+        self.checks = tuple(c for c in checks if (c[0], c[1]) not in register)
         stored = {ins[5] for ins in low.code if ins[0] == _STORE}
         # per array: (where: 0 carry / 1 ccap / 2 bcap / 3 constant, index or value, copy?)
         groups = {"carry": 0, "ccap": 1, "bcap": 2}
         self.arrays = tuple((groups.get(src[0], 3), src[1], k in stored)
                             for k, (_, src) in enumerate(low.arrays))
-        self.outputs = tuple(("r", _chainvm._dtype_of(low.types[v]), 8 * v, shape)
-                             if v.__class__ is int else ("a", v.id, None, None)
-                             for v, shape in zip(carries, shapes))
+        # per result: (shape, dtype) of a register's new array, or the array's index
+        self.results = tuple((tuple(t.shape), _chainvm._dtype_of(low.types[v]))
+                             if v.__class__ is int else v.id
+                             for v, t in zip(carries, op.operand_types))
         self.steps = max(1, CHUNK_INSTRUCTIONS // max(1, n_instr))
+        self.op = op
+        self.line_ops = []
         # OP_MATH: the pause register's offset, and per instruction index
         # (kernel, dtype, input register offset, result register offset)
         self.pause = None if low.pause is None else 8 * low.pause
         self.kernels = {k: (ins[5], _chainvm._dtype_of(ins[1]), 8 * ins[4][0], 8 * ins[3])
                         for k, ins in enumerate(code) if ins[0] == _MATH}
         self.source = (f"# _chains.run_loop: {len(low.types)} registers, {len(low.arrays)} "
-                       f"arrays, {n_cond} cond and {n_instr - n_cond} body instructions")
+                       f"arrays, {low.n_cond} cond and {n_instr - low.n_cond} body "
+                       f"instructions, {self.code.n_steps} steps per iteration")
 
-    def run(self, ccap, bcap, vals):
-        # The registers: a bytearray (pymalloc's blocks are 16-byte aligned;
-        # run_loop checks it); the results are arrays over it.
-        state = bytearray(self.state)
-        for off, v in zip(self.inputs, (*vals, *ccap, *bcap)):
-            if off is not None:
-                state[off:off + v.itemsize] = v.tobytes()
-        arrays = []
+    def run(self, ctx, ccap, bcap, vals):
         groups = (vals, ccap, bcap)
-        for where, i, copy in self.arrays:
-            a = i if where == 3 else groups[where][i]
-            arrays.append(np.array(a, order="C") if copy else np.ascontiguousarray(a))
+        for which, i, shape, dtype in self.checks:   # (the arrays')
+            v = groups[which][i]
+            if v.__class__ is not np.ndarray or v.shape != shape or v.dtype != dtype:
+                return None
+        code = self.code
+        state = code.start((*vals, *ccap, *bcap))
+        if state is None:   # a value of another type
+            return None
+        arrays = []
+        if self.arrays:
+            for where, i, copy in self.arrays:
+                a = i if where == 3 else groups[where][i]
+                arrays.append(np.array(a, order="C") if copy else np.ascontiguousarray(a))
         vals.clear()
-        run_loop, program, steps = _chainvm._chains.run_loop, self.program, self.steps
-        while not run_loop(program, state, arrays, steps):
-            if self.pause is not None:
-                self.resume(state)
-        return [np.ndarray(shape, dt, state, off) if kind == "r" else arrays[dt]
-                for kind, dt, off, shape in self.outputs]
+        run_loop, steps = _chainvm._chains.run_loop, self.steps
+        try:
+            while not run_loop(code, state, arrays, steps):
+                if self.pause is not None:
+                    self.resume(state)
+        except Exception as e:
+            # The execute deadline (raised asynchronously in this thread
+            # between chunks) or a failing kernel of a paused function:
+            # reported on the while op, as the generated loop reports them.
+            op = self.op
+            raise ExecutionError(f"{op.where()}: {type(e).__name__}: {e}", op.name,
+                                 op.location) from e
+        out = [_empty(r[0], r[1]) if r.__class__ is tuple else arrays[r] for r in self.results]
+        code.finish(state, out)
+        return out
 
     def resume(self, state):
         """After run_loop stopped before an OP_MATH instruction (the pause
@@ -431,12 +483,12 @@ def _lower_regions(low, op, ccap, bcap):
     return carries, ccaps, bcaps, res, pred, n_cond
 
 
-def lower(program, op, ccap, bcap):
+def lower(program, op, ccap, bcap, checks=()):
     """The :class:`LoopProgram` of while op ``op`` of ``program`` (a
     compiler.Op whose regions are the cond and body Blocks; ``ccap`` and
     ``bcap`` this run's captured values, whose shapes and dtypes the caller
-    checks on every later run), or None when the machine cannot run it (or
-    is off)."""
+    checks on every later run: ``checks``, CompiledLoop's), or None when the
+    machine cannot run it (or is off)."""
     if not _chainvm.enabled():
         return None
     low = _Lowering(program)
@@ -452,5 +504,5 @@ def lower(program, op, ccap, bcap):
     words = header + low.types + [t for t, _ in low.arrays]
     words += [w for ins in code for w in _words(ins)] + [w for m in moves for w in m]
     prog = np.array(words, np.int32).tobytes()
-    shapes = [tuple(t.shape) for t in op.operand_types]
-    return LoopProgram(prog, low, code, carries, ccaps, bcaps, n_cond, shapes)
+    low.n_cond, low.ccaps = n_cond, ccaps
+    return LoopProgram(prog, low, code, carries, ccaps + bcaps, op, checks)

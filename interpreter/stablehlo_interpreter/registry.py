@@ -260,10 +260,16 @@ class KernelInfo:
       least clamp bound of their components, so that it skips the clamp
       (index_chains.py, when the bounds mask of a ``mode="fill"`` gather
       proved it on the same indices).
+    * ``unbound``: on the kernel of an op with regions,
+      ``unbound(ctx, captures, operands)``: its run without bound regions
+      where it has one (``captures``: each region's captured values), or
+      None, when the compiler then binds the regions and calls the kernel
+      as usual. The while op's C-run loop (loopvm.py) takes it: binding two
+      regions costs more than the rest of a short loop's call.
     """
 
     __slots__ = ("donate_first", "invariant_ufunc", "regions_unused", "composite_exact",
-                 "scalar_math", "reduction", "into", "branch", "in_range")
+                 "scalar_math", "reduction", "into", "branch", "in_range", "unbound")
 
     def __init__(self, donate_first: Callable[..., Any] | None = None,
                  invariant_ufunc: tuple[Any, Callable[..., Any]] | None = None,
@@ -272,7 +278,8 @@ class KernelInfo:
                  reduction: tuple[Any, tuple[int, ...]] | None = None,
                  into: Callable[..., Any] | None = None,
                  branch: Callable[[Any, int], int] | None = None,
-                 in_range: Callable[..., Any] | None = None) -> None:
+                 in_range: Callable[..., Any] | None = None,
+                 unbound: Callable[..., Any] | None = None) -> None:
         self.donate_first = donate_first
         self.invariant_ufunc = invariant_ufunc
         self.regions_unused = regions_unused
@@ -282,6 +289,7 @@ class KernelInfo:
         self.into = into
         self.branch = branch
         self.in_range = in_range
+        self.unbound = unbound
 
 
 _NO_INFO = KernelInfo()

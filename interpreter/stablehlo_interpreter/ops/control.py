@@ -99,6 +99,11 @@ def while_(op):
     def run(ctx, regions, *operands):
         cond, body = regions
         vals = list(operands)
+        if state.vm is not None:
+            res = unbound(ctx, (getattr(cond, "captures", None), getattr(body, "captures", None)),
+                          operands)
+            if res is not None:
+                return res
         cb, bb = getattr(cond, "block", None), getattr(body, "block", None)
         if cb is not None and bb is not None and hasattr(cond, "captures") \
                 and hasattr(body, "captures"):
@@ -150,7 +155,19 @@ def while_(op):
         while cond(*vals)[0]:
             vals = body(*vals)
         return wrap(vals)
-    return run
+
+    def unbound(ctx, captures, operands):
+        # The loop runs in C (loopvm.py) and no tiling plan applies: straight
+        # there, without bound regions or the checks above (the while op's
+        # fixed cost is this Python). None: the loop is not (yet) in C, the
+        # run is observed, or the values are of other types.
+        vm = state.vm
+        if vm is None or tiling[0] is not None or ctx.tracer is not None \
+                or _compiler._DEBUG_VALIDATE or captures[0] is None or captures[1] is None:
+            return None
+        res = vm.run(ctx, captures[0], captures[1], list(operands))
+        return None if res is None else wrap(res)
+    return annotate(run, unbound=unbound)
 
 
 @kernel("stablehlo.if", special=True, traits=("judged_whole",))

@@ -104,12 +104,12 @@ def make_dot_general(lb, rb, lc, rc, lhs_rank, rhs_rank, out_dtype):
             # step: 3.9 -> 2.9 us).
             if plain and lhs.flags.c_contiguous and rhs.flags.c_contiguous:
                 if g[7] < _blas.SMALL_GEMM_MACS:   # (tests change it at run time)
-                    return _blas.small_product(np.matmul, lhs, rhs, macs=g[7])
+                    return _blas.shared_product(lhs, rhs, g[7])
                 return np.matmul(lhs, rhs)
             a = (lhs if l_ident else np.transpose(lhs, lperm)).reshape(g[5])
             b = (rhs if r_ident else np.transpose(rhs, rperm)).reshape(g[6])
             if g[7] < _blas.SMALL_GEMM_MACS:
-                return _blas.small_product(np.matmul, a, b, macs=g[7]).reshape(g[4])
+                return _blas.shared_product(a, b, g[7]).reshape(g[4])
             return np.matmul(a, b).reshape(g[4])
         B, K, M, N, out_shape = g[:5]
         a = lhs if l_ident else np.transpose(lhs, lperm)
@@ -138,7 +138,7 @@ def make_dot_general(lb, rb, lc, rc, lhs_rank, rhs_rank, out_dtype):
         if cd.kind == "c" and K <= _COMPLEX_SEQ_MAX_K:
             r = _complex_sequential(a, b)
         elif cd.kind in "fc" and g[7] < _blas.SMALL_GEMM_MACS:
-            r = _blas.small_product(np.matmul, a, b, macs=g[7])  # one BLAS thread (blas.py)
+            r = _blas.shared_product(a, b, g[7])  # one BLAS thread per block (blas.py)
         else:
             r = np.matmul(a, b)
         if fin is not None:

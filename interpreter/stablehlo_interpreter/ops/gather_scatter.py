@@ -13,6 +13,7 @@ shapes are cached per shape combination.
 
 import numpy as np
 
+from ..errors import Interrupt
 from ..index_chains import known_index_max
 from ..pool import run_chunks
 from ..regions import batched, broadcast_results, is_batchable, reducer_kind
@@ -683,6 +684,8 @@ def _ufunc_at_works(uf, dtype):
             a = np.zeros(2, dtype=dtype)
             uf.at(a, np.array([0, 0]), np.ones(2, dtype=dtype))
             _AT_OK[key] = True
+        except Interrupt:
+            raise   # not an answer to cache
         except Exception:
             _AT_OK[key] = False
     return _AT_OK[key]

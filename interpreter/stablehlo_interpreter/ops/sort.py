@@ -22,6 +22,7 @@ import functools
 import numpy as np
 
 from .. import dtypes
+from ..errors import Interrupt
 from ..regions import batched, is_batchable
 from ..registry import has_trait, kernel
 
@@ -369,6 +370,8 @@ def sort(op):
                 perm = key_perm(moved)
             if perm is None and batchable:
                 p2 = _merge_sort_perm(batched(ctx, regions[0]), flat)
+        except Interrupt:
+            raise
         except Exception:
             perm = p2 = None
         if perm is None:
