@@ -167,6 +167,23 @@ def test_straight_line_code_matches_the_loop():
     assert got[1] is a  # an argument returned as it is, as run() returns it
 
 
+def test_straight_line_code_with_a_step_of_no_results():
+    """An op of no results (a check here; a host callback in the plugin)
+    is a line calling its kernel: it still runs, and fails as in the loop."""
+    p = shi.compile("""
+func.func @main(%a: tensor<2xf32>, %b: tensor<2xf32>) -> tensor<2xf32> {
+  "check.expect_eq"(%a, %b) : (tensor<2xf32>, tensor<2xf32>) -> ()
+  %s = stablehlo.add %a, %b : tensor<2xf32>
+  return %s : tensor<2xf32>
+}""")
+    a = np.array([1.0, 2.0], np.float32)
+    for k in range(3):
+        np.testing.assert_array_equal(p.call((a, a))[0], 2 * a)
+        assert _generated(p) == (k > 0)
+    with pytest.raises(shi.CheckFailure):
+        p.call((a, a + 1))
+
+
 def test_straight_line_failure_is_reported_as_the_loop_reports_it(monkeypatch):
     p = shi.compile(ADD)
     a = np.arange(4, dtype=np.float32)

@@ -561,8 +561,10 @@ def _straight_line(block: Block) -> Any:
             lines.append(f"        s{out} = f{i}({ins})")
         elif kind == CALL_N:
             lines.append(f"        s{out} = f{i}({''.join(ref(x) + ', ' for x in a)})")
-        elif kind == MULTI_RESULT:   # (a while loop of several carries)
-            lines.append(f"        {''.join(f's{o}, ' for o in out)}= "
+        elif kind == MULTI_RESULT:   # (a while loop of several carries; a
+            # custom call of none: a host callback)
+            targets = "".join(f"s{o}, " for o in out)
+            lines.append(f"        {targets + '= ' if targets else ''}"
                          f"f{i}({''.join(ref(x) + ', ' for x in a)})")
         elif kind == DONATE_FIRST:
             ns[f"d{i}"] = c
