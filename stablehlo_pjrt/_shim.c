@@ -30,6 +30,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -867,6 +868,10 @@ static void forget_handle(void *handle) {
  * back when freed. */
 static PyObject *g_registry = NULL;
 static PyObject *g_buffer_type = NULL;
+/* set_executable_class: Execute's fast path calls
+ * executable.execute_fast(handles) itself when the handle names an object
+ * of this class (one Python frame less than the slot's fast function). */
+static PyObject *g_exe_type = NULL, *g_str_execute_fast = NULL;
 static PyObject *g_str_nbytes = NULL, *g_str_device = NULL, *g_str_stats = NULL;
 
 static int64_t *stats_of(PyObject *obj, Py_buffer *view);
@@ -950,7 +955,17 @@ static int fast_execute(Slot *s, char *args, PJRT_Error **err) {
     PyTuple_SET_ITEM(handles, (Py_ssize_t)i, h);
   }
   exe_obj = PyLong_FromVoidPtr(exe);
-  res = exe_obj ? PyObject_CallFunctionObjArgs(s->fast, exe_obj, handles, NULL) : NULL;
+  res = NULL;
+  if (exe_obj != NULL) {
+    PyObject *obj = g_exe_type != NULL ? PyDict_GetItemWithError(g_registry, exe_obj) : NULL;
+    if (obj != NULL && (PyObject *)Py_TYPE(obj) == g_exe_type) {
+      Py_INCREF(obj); /* (borrowed from the registry, which the call may change) */
+      res = PyObject_CallMethodOneArg(obj, g_str_execute_fast, handles);
+      Py_DECREF(obj);
+    } else if (!PyErr_Occurred()) {
+      res = PyObject_CallFunctionObjArgs(s->fast, exe_obj, handles, NULL);
+    }
+  }
   Py_XDECREF(exe_obj);
   Py_DECREF(handles);
   if (res == NULL) goto failed;
@@ -1719,6 +1734,145 @@ static PyObject *py_set_registry(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* The output buffers of Execute's fast path (Buffer.finished_output):
+ * set_output_template(template) gives a Buffer whose slots hold what
+ * __init__ puts in an owned, ready output; new_output copies them into a
+ * new object of its class and sets the ones that vary. */
+enum { OUT_HANDLE, OUT_ARRAY, OUT_TYPE, OUT_SHAPE, OUT_DEVICE, OUT_MEMORY, OUT_NBYTES,
+       OUT_SLOTS };
+static const char *const kOutSlotNames[OUT_SLOTS] = {"handle", "array",  "type",  "shape",
+                                                     "device", "memory", "nbytes"};
+static PyObject *g_out_template = NULL, *g_str_shape = NULL;
+static Py_ssize_t g_out_off[OUT_SLOTS];
+
+static PyObject *py_set_output_template(PyObject *self, PyObject *template) {
+  PyTypeObject *tp = Py_TYPE(template);
+  Py_ssize_t off[OUT_SLOTS];
+  PyMemberDef *m;
+  int k;
+  (void)self;
+  if (g_registry == NULL || (PyObject *)tp != g_buffer_type) {
+    PyErr_SetString(PyExc_TypeError, "set_output_template needs a Buffer (after set_registry)");
+    return NULL;
+  }
+  for (k = 0; k < OUT_SLOTS; k++) off[k] = -1;
+  for (m = tp->tp_members; m != NULL && m->name != NULL; m++) {
+    /* Every slot is copied as a plain object reference. */
+    if (m->type != T_OBJECT_EX || (m->flags & READONLY)) {
+      PyErr_Format(PyExc_TypeError, "set_output_template: slot %s is not a plain slot",
+                   m->name);
+      return NULL;
+    }
+    for (k = 0; k < OUT_SLOTS; k++)
+      if (strcmp(m->name, kOutSlotNames[k]) == 0) off[k] = m->offset;
+  }
+  for (k = 0; k < OUT_SLOTS; k++) {
+    if (off[k] < 0) {
+      PyErr_Format(PyExc_TypeError, "set_output_template: no slot %s", kOutSlotNames[k]);
+      return NULL;
+    }
+  }
+  if (g_str_shape == NULL && (g_str_shape = PyUnicode_InternFromString("shape")) == NULL)
+    return NULL;
+  memcpy(g_out_off, off, sizeof off);
+  Py_INCREF(template);
+  Py_XSETREF(g_out_template, template);
+  Py_RETURN_NONE;
+}
+
+#define SLOT_AT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+/* new_output(array, buffer_type, device, memory, nbytes): the handle of a
+ * new Buffer owning ``array`` (a ready output), registered, its bytes in
+ * the device's statistics: Buffer.finished_output in one C call. */
+static PyObject *py_new_output(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  PyTypeObject *tp;
+  PyObject *obj, *shape, *stats, *handle;
+  PyMemberDef *m;
+  Py_buffer view;
+  int64_t *st;
+  long long n;
+  int k;
+  (void)self;
+  if (nargs != 5) {
+    PyErr_SetString(PyExc_TypeError, "new_output takes 5 arguments");
+    return NULL;
+  }
+  if (g_out_template == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "new_output needs set_output_template first");
+    return NULL;
+  }
+  n = PyLong_AsLongLong(args[4]);
+  if (n == -1 && PyErr_Occurred()) return NULL;
+  if ((shape = PyObject_GetAttr(args[0], g_str_shape)) == NULL) return NULL;
+  if ((stats = PyObject_GetAttr(args[2], g_str_stats)) == NULL) {
+    Py_DECREF(shape);
+    return NULL;
+  }
+  st = stats_of(stats, &view);
+  Py_DECREF(stats);
+  if (st == NULL) {
+    Py_DECREF(shape);
+    return NULL;
+  }
+  tp = Py_TYPE(g_out_template);
+  obj = tp->tp_alloc(tp, 0);
+  if (obj == NULL) {
+    PyBuffer_Release(&view);
+    Py_DECREF(shape);
+    return NULL;
+  }
+  for (m = tp->tp_members; m->name != NULL; m++) {
+    PyObject *v = SLOT_AT(g_out_template, m->offset);
+    Py_XINCREF(v);
+    SLOT_AT(obj, m->offset) = v;
+  }
+  handle = PyLong_FromVoidPtr(obj);
+  {
+    PyObject *vals[OUT_SLOTS] = {handle, args[0], args[1], shape, args[2], args[3], args[4]};
+    for (k = 0; k < OUT_SLOTS; k++) {
+      PyObject *old = SLOT_AT(obj, g_out_off[k]);
+      Py_XINCREF(vals[k]);
+      SLOT_AT(obj, g_out_off[k]) = vals[k];
+      Py_XDECREF(old);
+    }
+  }
+  Py_DECREF(shape);
+  if (handle == NULL || PyDict_SetItem(g_registry, handle, obj) != 0) {
+    PyBuffer_Release(&view);
+    Py_XDECREF(handle);
+    Py_DECREF(obj);
+    return NULL;
+  }
+  Py_DECREF(obj); /* the registry's reference keeps it */
+  st[0] += n;     /* stats_alloc */
+  st[2] += 1;
+  if (st[0] > st[1]) st[1] = st[0];
+  if (n > st[3]) st[3] = n;
+  PyBuffer_Release(&view);
+  return handle;
+}
+
+/* set_executable_class(cls): the class whose objects' execute_fast method
+ * Execute's fast path calls directly (needs set_registry's registry). */
+static PyObject *py_set_executable_class(PyObject *self, PyObject *arg) {
+  (void)self;
+  if (!PyType_Check(arg)) {
+    PyErr_SetString(PyExc_TypeError, "set_executable_class needs a class");
+    return NULL;
+  }
+  if (g_registry == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "set_executable_class needs set_registry first");
+    return NULL;
+  }
+  if (g_str_execute_fast == NULL &&
+      (g_str_execute_fast = PyUnicode_InternFromString("execute_fast")) == NULL)
+    return NULL;
+  Py_INCREF(arg);
+  Py_XSETREF(g_exe_type, arg);
+  Py_RETURN_NONE;
+}
+
 /* is_live(handle): whether C answers the buffer's IsDeleted/ReadyEvent (tests). */
 static PyObject *py_is_live(PyObject *self, PyObject *arg) {
   void *handle;
@@ -1848,6 +2002,13 @@ static PyMethodDef kMethods[] = {
      "deleted(handle): the buffer is deleted; C no longer answers its IsDeleted/ReadyEvent."},
     {"writable_c_contiguous", py_writable_c_contiguous, METH_O,
      "writable_c_contiguous(obj): whether obj exports writeable C-contiguous memory."},
+    {"set_output_template", py_set_output_template, METH_O,
+     "set_output_template(buffer): the slots new_output copies (Buffer.finished_output)"},
+    {"new_output", (PyCFunction)(void (*)(void))py_new_output, METH_FASTCALL,
+     "new_output(array, buffer_type, device, memory, nbytes): Buffer.finished_output in C"},
+    {"set_executable_class", py_set_executable_class, METH_O,
+     "set_executable_class(cls): Execute's fast path calls cls objects' execute_fast "
+     "directly"},
     {"set_registry", py_set_registry, METH_VARARGS,
      "set_registry(objects, buffer_class): the handle registry and Buffer class, for "
      "PJRT_Buffer_Destroy of a live output in C."},

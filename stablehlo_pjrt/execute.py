@@ -18,6 +18,7 @@ from time import perf_counter_ns
 import numpy as np
 
 from . import _shim, dispatch, donation, interrupt
+from . import buffer as _buffer
 from ._capi import BufferType, ErrorCode
 from .buffer import Buffer, dtype_of, preview_value, short_type
 from .device import Device
@@ -250,20 +251,23 @@ class LoadedExecutable:
             r = results[0]
             # Referenced by `results` and `r` alone (_FRESH_REFS): no input,
             # no view's base, no cached constant can be it, so the walk over
-            # the inputs is not needed.
-            if r.__class__ is np.ndarray and r.base is None and r.shape == shapes[0] \
+            # the inputs is not needed. A view (a loop's carried value, a
+            # reshape) is kept when its memory is no input's, as
+            # OutputOwnership.own keeps it.
+            if r.__class__ is np.ndarray and r.shape == shapes[0] \
                     and (r.dtype is dtypes[0] or r.dtype == dtypes[0]) \
                     and _writable_c_contiguous(r) \
-                    and (_getrefcount(r) == _FRESH_REFS
-                         or not any(_roots_at(a, r) for a in inputs)):
-                return ((Buffer.finished_output(r, buffer_types[0], device, memories[0],
-                                                nbytes[0]),),
+                    and ((r.base is None and (_getrefcount(r) == _FRESH_REFS
+                                              or not any(_roots_at(a, r) for a in inputs)))
+                         or (r.base is not None and _view_is_new(r, inputs, borrowed))):
+                return ((_buffer.finished_output(r, buffer_types[0], device, memories[0],
+                                                 nbytes[0]),),
                         device.handle, memory_handles)
-        owned = _owned_results(results, inputs, dtypes, shapes)
+        owned = _owned_results(results, inputs, dtypes, shapes, borrowed)
         if owned is None:  # anything unusual: the full path's checks
             owned = self._result_values(
                 results, donation.OutputOwnership(inputs, {}, borrowed or ()))
-        finished = Buffer.finished_output
+        finished = _buffer.finished_output
         return (tuple([finished(v, bt, device, mem, n)
                        for v, bt, mem, n in zip(owned, buffer_types, memories, nbytes)]),
                 device.handle, memory_handles)
@@ -619,35 +623,58 @@ def gather_inputs(name: str, argument_lists: Sequence[Sequence[Buffer]],
 _writable_c_contiguous = _shim.writable_c_contiguous
 
 
-def _owned_results(results, inputs, dtypes, shapes) -> list | None:
+def _owned_results(results, inputs, dtypes, shapes, borrowed=None) -> list | None:
     """The results of an inline run without donation, as new buffers'
     memory, when each is what :meth:`LoadedExecutable._result_values` keeps
-    as it is: an ndarray of the declared type and shape that owns its
-    writeable, C-contiguous memory (so it is no view of an input, the
-    caller's memory of a zero-copy one included), is no input (nor the
-    array an input is a view of) and no other result. None otherwise (the
-    caller then checks and copies as that method does)."""
+    as it is: a writeable, C-contiguous ndarray of the declared type and
+    shape whose memory (its own, or its base's for a view) is no input's
+    and no other result's. ``borrowed``: the caller-owned arrays among the
+    inputs (zero-copy host buffers), or None. None otherwise (the caller
+    then checks and copies as that method does)."""
     if len(results) != len(dtypes):
         return None
     seen = None
     for k, value in enumerate(results):
-        if value.__class__ is not np.ndarray or value.base is not None \
+        if value.__class__ is not np.ndarray \
                 or value.dtype != dtypes[k] or value.shape != shapes[k]:
             return None
         # (flags.writeable and flags.c_contiguous, in one C call: building
         # numpy's flags object cost about 1.5 us of an in-place call)
         if not _writable_c_contiguous(value):
             return None
-        for a in inputs:
-            if _roots_at(a, value):
-                return None
-        if k:  # (a single result, the common case, needs no set)
+        if value.base is None:
+            for a in inputs:
+                if _roots_at(a, value):
+                    return None
+            root = id(value)
+        elif not _view_is_new(value, inputs, borrowed):
+            return None
+        else:
+            root = donation.root_id(value)
+        if len(results) > 1:  # (a single result, the common case, needs no set)
             if seen is None:
-                seen = {id(results[0])}
-            if id(value) in seen:
+                seen = set()
+            if root in seen:
                 return None
-            seen.add(id(value))
+            seen.add(root)
     return results
+
+
+def _view_is_new(view, inputs, borrowed) -> bool:
+    """Whether the memory of ``view`` (the object at the end of its chain
+    of bases) is no input's and does not overlap the caller-owned memory
+    of ``borrowed`` (None: none), decided as OutputOwnership.own decides
+    (:func:`donation.root_id`, ``np.may_share_memory``)."""
+    root_id = donation.root_id
+    root = root_id(view)
+    for a in inputs:
+        if root_id(a) == root:
+            return False
+    if borrowed is not None:
+        for b in borrowed:
+            if np.may_share_memory(view, b):
+                return False
+    return True
 
 
 def _roots_at(a, root) -> bool:
@@ -669,6 +696,13 @@ def _fresh_result_refs() -> int:
 
 
 _FRESH_REFS = _fresh_result_refs()
+
+
+# Execute's C fast path calls LoadedExecutable.execute_fast itself (no
+# api._execute_fast frame, no handle lookup in Python); a trampoline built
+# before it could lacks the hook and keeps calling api._execute_fast.
+if hasattr(_shim, "set_executable_class"):
+    _shim.set_executable_class(LoadedExecutable)
 
 
 def _size(shape, dtype) -> int:

@@ -87,12 +87,17 @@ def test_call_ignores_floating_point_errors():
             np.float32(3e38) * np.float32(10)
 
 
-def test_finished_output_sets_what_init_sets():
-    """Every slot of a Buffer made by finished_output holds what __init__
-    puts there (a slot added to Buffer and missed there fails here)."""
+@pytest.mark.parametrize("impl", ["python", "c"])
+def test_finished_output_sets_what_init_sets(impl):
+    """Every slot of a Buffer made by finished_output (the Python method,
+    and _shim.new_output, which Execute's fast path calls) holds what
+    __init__ puts there (a slot added to Buffer and missed there fails
+    here)."""
     from stablehlo_pjrt import _shim
     from stablehlo_pjrt.buffer import Buffer
     from stablehlo_pjrt.handles import peek, release
+
+    finished_output = Buffer.finished_output if impl == "python" else _shim.new_output
 
     class Dev:  # a Device's allocation statistics, nothing else
         default_memory = "memory"
@@ -107,7 +112,7 @@ def test_finished_output_sets_what_init_sets():
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     b = np.arange(6, dtype=np.float32).reshape(2, 3)
     ref = Buffer(a, 11, dev, "memory")
-    h = Buffer.finished_output(b, 11, dev, "memory", b.nbytes)
+    h = finished_output(b, 11, dev, "memory", b.nbytes)
     try:
         fast = peek(h)
         assert fast.__class__ is Buffer and fast.handle == h
@@ -162,6 +167,23 @@ def test_straight_line_code_matches_the_loop():
     assert got[1] is a  # an argument returned as it is, as run() returns it
 
 
+def test_straight_line_code_with_a_step_of_no_results():
+    """An op of no results (a check here; a host callback in the plugin)
+    is a line calling its kernel: it still runs, and fails as in the loop."""
+    p = shi.compile("""
+func.func @main(%a: tensor<2xf32>, %b: tensor<2xf32>) -> tensor<2xf32> {
+  "check.expect_eq"(%a, %b) : (tensor<2xf32>, tensor<2xf32>) -> ()
+  %s = stablehlo.add %a, %b : tensor<2xf32>
+  return %s : tensor<2xf32>
+}""")
+    a = np.array([1.0, 2.0], np.float32)
+    for k in range(3):
+        np.testing.assert_array_equal(p.call((a, a))[0], 2 * a)
+        assert _generated(p) == (k > 0)
+    with pytest.raises(shi.CheckFailure):
+        p.call((a, a + 1))
+
+
 def test_straight_line_failure_is_reported_as_the_loop_reports_it(monkeypatch):
     p = shi.compile(ADD)
     a = np.arange(4, dtype=np.float32)
@@ -189,6 +211,31 @@ def test_straight_line_failure_is_reported_as_the_loop_reports_it(monkeypatch):
     assert str(by_code.value) == str(by_loop.value) == str(by_run.value)
     assert "kernel exploded" in str(by_code.value)
     assert isinstance(by_code.value.__cause__, ValueError)
+
+
+def test_new_output_rejects_bad_arguments():
+    """_shim.new_output checks what it is given: a bad argument is a Python
+    exception and leaves the registry and the statistics as they were."""
+    from stablehlo_pjrt import _shim, handles
+
+    class Dev:
+        def __init__(self, stats):
+            self.stats = stats
+
+    st = array.array("q", [0, 0, 0, 0])
+    a = np.zeros(3, np.float32)
+    before = len(handles._objects)
+    for args, exc in (((a, 11, Dev(st), None), TypeError),               # 4 arguments
+                      ((a, 11, Dev(st), None, "12"), TypeError),         # nbytes not an int
+                      ((a, 11, object(), None, 12), AttributeError),     # no statistics
+                      ((a, 11, Dev(b"\0" * 32), None, 12), (BufferError, TypeError)),
+                      ((a, 11, Dev(array.array("q", [0])), None, 12), ValueError),
+                      ((object(), 11, Dev(st), None, 12), AttributeError)):  # no shape
+        with pytest.raises(exc):
+            _shim.new_output(*args)
+    assert len(handles._objects) == before and list(st) == [0, 0, 0, 0]
+    with pytest.raises(TypeError):
+        _shim.set_output_template(object())
 
 
 def test_allocation_statistics():
@@ -238,3 +285,158 @@ def test_straight_line_code_with_a_kernel_taking_the_context():
         np.testing.assert_array_equal(got, expected)
     assert _generated(p) and p._entry[3]  # needs_context
     np.testing.assert_array_equal(expected, np.sin(np.float32(192)))
+
+
+def _general_keeps(results, inputs, borrowed):
+    """Which results OutputOwnership.own (the general path) keeps as they
+    are, in order; a copy ends the list's meaning for later results, as in
+    _result_values (each own call sees the earlier ones)."""
+    from stablehlo_pjrt.donation import OutputOwnership
+
+    own = OutputOwnership(inputs, {}, borrowed or ())
+    return [own.own(i, r) is r for i, r in enumerate(results)]
+
+
+def _view_cases():
+    base = np.arange(8, dtype=np.float32)
+    other = np.arange(8, dtype=np.float32)
+    read_only = np.frombuffer(bytes(16), np.float32)
+    carried = np.frombuffer(bytearray(16), np.float32).reshape(4)  # a loop's state
+    caller = np.arange(4, dtype=np.float32)    # a zero-copy host buffer's memory
+    fresh = np.ones(4, np.float32)
+    return [
+        # (name, results, inputs, borrowed)
+        ("view of a new array", [other[:4]], [base[4:]], None),
+        ("view of an input's base", [base[:4]], [base[4:]], None),
+        ("reshape of an input", [base.reshape(2, 4)], [base], None),
+        ("view of a bytearray", [carried], [base], None),
+        ("read-only view", [read_only], [base], None),
+        ("view overlapping caller memory", [caller[:]], [fresh], [caller]),
+        ("view beside caller memory", [other[:4]], [caller], [caller]),
+        ("two views of one array", [other[:4], other[4:]], [base], None),
+        ("an array and a view of it", [other, other[:4]], [base], None),
+        ("two new arrays", [np.zeros(4, np.float32), np.ones(4, np.float32)], [base], None),
+    ]
+
+
+@pytest.mark.parametrize("case", _view_cases(), ids=lambda c: c[0])
+def test_fast_ownership_decides_as_the_general_path(case):
+    """execute_fast keeps a run's results as they are (views included: a
+    loop's carried value, a reshape) exactly where the general path's
+    OutputOwnership keeps them, and otherwise leaves them to it."""
+    from stablehlo_pjrt.execute import _owned_results
+
+    _, results, inputs, borrowed = case
+    dtypes = [r.dtype for r in results]
+    shapes = [r.shape for r in results]
+    fast = _owned_results(results, inputs, dtypes, shapes, borrowed)
+    assert (fast is not None) == all(_general_keeps(results, inputs, borrowed))
+
+
+def test_view_results_take_the_fast_path(monkeypatch):
+    """A result that is a view of the run's own memory (a reshape or slice
+    of a new array, a loop's carried value) becomes a new buffer without
+    the general path's ownership checks; each call's output keeps its
+    value when later calls run and when another output is deleted. A view
+    of an input is still left to the general path, which copies it."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from stablehlo_pjrt import dispatch
+    from stablehlo_pjrt.execute import LoadedExecutable
+
+    general = []
+    result_values = LoadedExecutable._result_values
+
+    def counting(self, results, ownership):
+        general.append(1)
+        return result_values(self, results, ownership)
+
+    monkeypatch.setattr(LoadedExecutable, "_result_values", counting)
+    dispatch.set_mode("sync")
+    try:
+        dev = jax.devices("stablehlo_ref")[0]
+        x = np.arange(4, dtype=np.float32)
+        for fn, want in ((lambda v: jnp.reshape(v + 1, (2, 2)), lambda k: (x + k + 1).reshape(2, 2)),
+                         (lambda v: (v + 1)[1:3], lambda k: (x + k + 1)[1:3])):
+            f = jax.jit(fn)
+            outs = [f(jax.device_put(x + k, dev)) for k in range(4)]
+            outs[1].delete()
+            for k in (0, 2, 3):
+                np.testing.assert_array_equal(np.asarray(outs[k]), want(k))
+        assert general == []
+        # A reshape of the input itself: copied by the general path.
+        b = jax.device_put(x, dev)
+        out = jax.jit(lambda v: jnp.reshape(v, (2, 2)))(b)
+        assert general == [1]
+        b.delete()
+        np.testing.assert_array_equal(np.asarray(out), x.reshape(2, 2))
+    finally:
+        dispatch.set_mode("auto")
+
+
+def test_trampoline_calls_execute_fast_itself(monkeypatch):
+    """Execute's C fast path calls LoadedExecutable.execute_fast directly
+    (its caller is no Python frame of the plugin); with the hook pointed at
+    another class, the slot's function api._execute_fast calls it, with the
+    same outputs. The hook refuses anything but a class."""
+    import sys
+
+    jax = pytest.importorskip("jax")
+
+    from stablehlo_pjrt import _shim, dispatch
+    from stablehlo_pjrt.execute import LoadedExecutable
+
+    callers = []
+    fast = LoadedExecutable.execute_fast
+
+    def recording(self, handles):
+        callers.append(sys._getframe(1).f_code.co_name)
+        return fast(self, handles)
+
+    monkeypatch.setattr(LoadedExecutable, "execute_fast", recording)
+    dispatch.set_mode("sync")
+    f = jax.jit(lambda v: v * 2 + 1)
+    x = jax.device_put(np.arange(3, dtype=np.float32), jax.devices("stablehlo_ref")[0])
+    try:
+        np.testing.assert_array_equal(np.asarray(f(x)), [1, 3, 5])
+        assert callers and "_execute_fast" not in callers
+        callers.clear()
+        _shim.set_executable_class(type(None))
+        np.testing.assert_array_equal(np.asarray(f(x)), [1, 3, 5])
+        assert callers == ["_execute_fast"]
+    finally:
+        _shim.set_executable_class(LoadedExecutable)
+        dispatch.set_mode("auto")
+    with pytest.raises(TypeError):
+        _shim.set_executable_class(42)
+
+
+def test_outputs_made_in_c_and_in_python_agree(monkeypatch):
+    """Execute's fast path makes its outputs with _shim.new_output, or with
+    Buffer.finished_output where the trampoline lacks it: the same values,
+    the same allocation statistics."""
+    jax = pytest.importorskip("jax")
+
+    from stablehlo_pjrt import buffer, dispatch
+    from stablehlo_pjrt.buffer import Buffer
+
+    dev = jax.devices("stablehlo_ref")[0]
+    f = jax.jit(lambda v: (v + 1, v * 2))
+    x = jax.device_put(np.arange(6, dtype=np.float32), dev)
+    dispatch.set_mode("sync")
+    try:
+        got = {}
+        for impl in (buffer.finished_output, Buffer.finished_output):
+            monkeypatch.setattr(buffer, "finished_output", impl)
+            before = dev.memory_stats()["bytes_in_use"]
+            outs = f(x)
+            grown = dev.memory_stats()["bytes_in_use"] - before
+            got[impl] = ([np.asarray(o) for o in outs], grown)
+            del outs
+        (c_vals, c_grown), (py_vals, py_grown) = got.values()
+        for a, b in zip(c_vals, py_vals):
+            np.testing.assert_array_equal(a, b)
+        assert c_grown == py_grown == 48
+    finally:
+        dispatch.set_mode("auto")

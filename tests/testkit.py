@@ -176,7 +176,7 @@ def loop_states(program):
     for f in program.functions.values():
         for step in f.block.steps:
             seen = []   # (the kernel and its ``unbound`` hook hold the same one)
-            for cell in (step.fn.__closure__ or ()):
+            for cell in (getattr(step.fn, "__closure__", None) or ()):   # (a partial has none)
                 for c in (getattr(cell.cell_contents, "__closure__", None) or ()):
                     s = c.cell_contents
                     if isinstance(s, loopgen.LoopState) and not any(s is x for x in seen):

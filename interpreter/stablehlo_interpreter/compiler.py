@@ -223,6 +223,27 @@ class Context:
         self.state = {}
 
 
+def _bare_ufunc(step):
+    """The numpy ufunc that an elementwise step's kernel wraps
+    (``ops.elementwise.as_result(ufunc, dtype)``) where calling it directly
+    gives the kernel's result, else None: every operand and the result of
+    one static shape of rank >= 1 (a ufunc then returns an ndarray, never a
+    numpy scalar), the ufunc's loop for the operand types giving the result
+    type (fusion.py's probe), and a kernel with no KernelInfo (nothing else
+    to know of it). The plain loop then calls the ufunc: as_result's
+    checks cost as much as adding two arrays of 64 floats."""
+    op = step.op
+    if op is None or getattr(step.fn, "kernel_info", None) is not None \
+            or not isinstance(getattr(step.fn, "__wrapped__", None), np.ufunc) \
+            or len(op.result_types) != 1:
+        return None
+    shape = op.result_types[0].shape
+    if not shape or any(d is None for d in shape) \
+            or any(t.shape != shape for t in op.operand_types):
+        return None
+    return _fusion._direct_ufunc(step)
+
+
 class Block:
     """A compiled function body or region."""
 
@@ -273,7 +294,8 @@ class Block:
         steps = _table_gathers.rewrite(steps, self.template, self.result_slots)
         planned = _fusion.fuse(steps, self.result_slots, self.template)
         self._planned = planned
-        for fn, ins, out, dead, op in planned:
+        for step in planned:
+            fn, ins, out, dead, op = step
             n = len(ins)
             dying = ()
             if op is not None and op.name == "func.call" and ins and ins[0] == 0 \
@@ -299,6 +321,7 @@ class Block:
                                      out, dead))
             elif 1 <= n <= 3:
                 a, b, c = (tuple(ins) + (None, None))[:3]
+                fn = _bare_ufunc(step) or fn
                 fast.append(FastStep(n, fn, a, b, c, out, dead))   # CALL_1..CALL_3
             else:
                 fast.append(FastStep(CALL_N, fn, tuple(ins), None, None, out, dead))
@@ -309,7 +332,8 @@ class Block:
 
     def _failed_step(self, fn, out):
         for step in _chain(self.steps, self._planned):
-            if step.fn is fn and step.out == out:
+            if (step.fn is fn or getattr(step.fn, "__wrapped__", None) is fn) \
+                    and step.out == out:   # (a _bare_ufunc step runs the ufunc)
                 return step
         return None
 
@@ -537,8 +561,10 @@ def _straight_line(block: Block) -> Any:
             lines.append(f"        s{out} = f{i}({ins})")
         elif kind == CALL_N:
             lines.append(f"        s{out} = f{i}({''.join(ref(x) + ', ' for x in a)})")
-        elif kind == MULTI_RESULT:   # (a while loop of several carries)
-            lines.append(f"        {''.join(f's{o}, ' for o in out)}= "
+        elif kind == MULTI_RESULT:   # (a while loop of several carries; a
+            # custom call of none: a host callback)
+            targets = "".join(f"s{o}, " for o in out)
+            lines.append(f"        {targets + '= ' if targets else ''}"
                          f"f{i}({''.join(ref(x) + ', ' for x in a)})")
         elif kind == DONATE_FIRST:
             ns[f"d{i}"] = c

@@ -88,7 +88,7 @@ import numpy as np
 
 from . import chainvm
 from . import config as _config
-from .errors import ExecutionError, InterpreterError
+from .errors import ExecutionError, InterpreterError, Interrupt
 from .pool import run_chunks, thread_count
 from .registry import COMPOSITES, has_trait, kernel_info
 
@@ -1631,6 +1631,8 @@ def _direct_ufunc(step):
             with np.errstate(all="ignore"):
                 probe = raw(*[np.zeros((1,), dt) for dt in key[1]])
             out = probe.dtype if probe.__class__ is np.ndarray else False
+        except Interrupt:
+            raise   # (a deadline landing here, when a plan first runs): not an answer to cache
         except Exception:
             out = False
         _UFUNC_RESULT[key] = out

@@ -167,6 +167,10 @@ class _GatherPlan:
             and size <= _SMALL_GATHER
         self.upper_arr = np.array(self.upper, np.intp)
         self.stride_arr = np.array(self.strides, np.intp)
+        # _small_take's (indices, linear index) for the last read-only
+        # indices it saw: a plan's constant (jnp.diagonal's), the same
+        # array at every run.
+        self.memo = None
 
     def __call__(self, operand, indices, in_range=False):
         """``in_range``: every start index component is known to lie in
@@ -214,7 +218,12 @@ class _GatherPlan:
         component clamped at once (upper bounds per component along the
         index vector dim), the linear index as their dot product with the
         strides (the same elements as _linear_take reads: 3 us for det's
-        64-element diagonal instead of 10)."""
+        64-element diagonal instead of 10). Indices that own their data and
+        are read-only (a constant of the plan: nothing writes them) get
+        their linear index computed once (det's diagonal: 0.9 us)."""
+        memo = self.memo
+        if memo is not None and memo[0] is indices:
+            return np.asarray(operand.reshape(-1).take(memo[1], mode="clip"))
         c = indices.astype(np.intp)
         np.maximum(c, 0, out=c)
         np.minimum(c, self.upper_arr, out=c)
@@ -223,6 +232,8 @@ class _GatherPlan:
             lin = lin + self.static
         if lin.shape != self.result_shape:
             lin = np.broadcast_to(lin, self.result_shape)
+        if indices.base is None and not indices.flags.writeable:
+            self.memo = (indices, lin)   # (one tuple: threads see old or new)
         return np.asarray(operand.reshape(-1).take(lin, mode="clip"))
 
     def _take(self, operand, indices):

@@ -116,6 +116,8 @@ def reduce(op):
         return annotate(run_spec, regions_unused=True)   # compiler._special_step binds none
     if fast is not None:
         vector = _vector_kernel(op, fast, dims) if convert[0] is None else None
+        if vector is None and convert[0] is None:
+            vector = _shaped_kernel(op, fast, dims)
         if vector is not None:
             def run_fast(ctx, regions, x, init):
                 return vector(x, init)
@@ -157,6 +159,14 @@ def _vector_kernel(op, fast, dims):
     if len(shape) != 1 or dims != (0,) or shape[0] is None or not 0 < shape[0] < _PAR_MIN:
         return None
     return fast.vector_kernel()
+
+
+def _shaped_kernel(op, fast, dims):
+    """Reducer.shaped_kernel for the operand's static shape, else None."""
+    shape = op.operand_types[0].shape
+    if shape is None or any(s is None for s in shape):
+        return None
+    return fast.shaped_kernel(shape, dims)
 
 
 # Value types np.argmax/np.argmin order as the comparisons of the body do

@@ -271,6 +271,54 @@ class Reducer:
             return reduce_vector_f32_sum
         return reduce_vector
 
+    def shaped_kernel(self, shape, axes):
+        """``(x, init) -> reduce(x, axes, init)`` for operands of the static
+        ``shape``, picked once per compile, or None. A float32 sum of fewer
+        than _PAR_MIN elements over one leading or trailing run of axes
+        (the 1-norm of ``expm``'s 64x64 matrix) makes the calls
+        :meth:`reduce` makes for it -- ``_reduce_runs``' one ``_row_sums``
+        or ``_lead_sums`` (or ``_reduce_leading``), the init added in
+        float64, ``_negative_zero_sums``, the rounding -- with the run
+        structure decided here: :meth:`reduce`'s bookkeeping costs five
+        times the sum of 4096 elements. Any other operand (not
+        C-contiguous, another dtype or shape) takes :meth:`reduce`."""
+        shape = tuple(shape)
+        axes = tuple(sorted(a % len(shape) for a in axes)) if shape else ()
+        if self.kind != "add" or self.dtype != F32 or self.acc != F64 or not axes \
+                or len(shape) < 2 or any(s is None for s in shape):
+            return None
+        size = int(np.prod(shape, dtype=np.int64))
+        n = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+        if n == 0 or size >= _PAR_MIN:
+            return None
+        kept = size // n
+        out_shape = tuple(s for d, s in enumerate(shape) if d not in axes)
+        if axes == tuple(range(len(shape) - len(axes), len(shape))):
+            flat, sums = (kept, n), _row_sums          # _reduce_last below _PAR_MIN
+            if _sums is not None and n <= _SUM_BLOCK:
+                sums = _one_block_row_sums
+        elif axes == tuple(range(len(axes))):
+            flat = (n, kept)
+            sums = _lead_sums if not _leading_blocks(n, kept)[0] else _reduce_leading
+            if sums is _lead_sums and _sums is not None and kept > 1:
+                sums = _c_lead_sums
+        else:
+            return None
+        general = self.reduce
+        ufunc = self.ufunc
+
+        def reduce_shaped_f32_sum(x, init):
+            if x.__class__ is not np.ndarray or x.dtype is not F32 and x.dtype != F32 \
+                    or x.shape != shape or not x.flags.c_contiguous:
+                return general(x, axes, init)
+            init = np.asarray(init)
+            r = np.asarray(ufunc(init.astype(F64), sums(ufunc, x.reshape(flat), F64)
+                                 .reshape(out_shape)))
+            if np.signbit(init):   # (_negative_zero_sums' first test)
+                r = _negative_zero_sums(r, x, axes, init)
+            return r.astype(F32)
+        return reduce_shaped_f32_sum
+
     def row_plan(self, shape, axes):
         """A :class:`RowPlan` (trailing ``axes``) or :class:`LeadPlan`
         (leading ones, float sums and products accumulated in a wider type)
@@ -643,6 +691,30 @@ def _row_sums(ufunc, x, acc):
         part = _row_block_sums(x2)
     r = part[:, 0] if nb == 1 else np.add.reduce(part, axis=-1)
     return r.reshape(x.shape[:-1])
+
+
+def _one_block_row_sums(ufunc, x2, acc):
+    """_row_sums of C-contiguous float32 ``x2`` (rows of at most
+    _SUM_BLOCK elements) into float64: its one C call (_row_sums itself
+    when the module is not there, as tests make it)."""
+    if _sums is None:
+        return _row_sums(ufunc, x2, acc)
+    rows, n = x2.shape
+    part = np.empty((rows, 1), F64)
+    _sums.row_sums_f32(x2, rows, n, part)
+    return part[:, 0]
+
+
+def _c_lead_sums(ufunc, x2, acc):
+    """_lead_sums of C-contiguous float32 ``x2`` of more than one column
+    into float64: its one C call (_lead_sums itself when the module is
+    not there)."""
+    if _sums is None:
+        return _lead_sums(ufunc, x2, acc)
+    n, kept = x2.shape
+    out = np.empty(kept, F64)
+    _sums.lead_sums_f32(x2, n, kept, out)
+    return out
 
 
 def _row_block_sums(x2):
