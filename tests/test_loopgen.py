@@ -1165,21 +1165,22 @@ def test_small_loops_are_not_compiled(monkeypatch):
     monkeypatch.setattr(loopgen, "ENABLED", True)
     monkeypatch.setattr(loopgen, "GENERATE_AFTER", 64)
     program = shi.compile(CONTROL)
-    program.run(np.float32(1.25), np.int32(loopgen.GENERATE_AFTER // 2), np.int32(3))
+    # a loop entered once for a few iterations (its entry counts 32, each
+    # iteration 1: 48 < 64) is not compiled
+    program.run(np.float32(1.25), np.int32(loopgen.GENERATE_AFTER // 4), np.int32(3))
     assert not _generated(program)
     program.run(np.float32(1.25), np.int32(loopgen.GENERATE_AFTER), np.int32(3))
-    assert _generated(program)   # the iterations of both runs add up
+    assert _generated(program)   # the counts of both runs add up
 
 
 def test_each_entry_counts_toward_generation(monkeypatch):
-    # A short loop entered in every run: each entry counts as an eighth of
-    # GENERATE_AFTER (8 of 64), so 2 iterations per run add up to 10 and the
-    # loop is generated when its 7th run enters it (60 + 8 >= 64).
+    # A short loop entered in every run: each entry counts as half of
+    # GENERATE_AFTER (32 of 64), so 2 iterations per run add up to 34 and the
+    # loop is generated when its 2nd run enters it (34 + 32 >= 64).
     monkeypatch.setattr(loopgen, "ENABLED", True)
     monkeypatch.setattr(loopgen, "GENERATE_AFTER", 64)
     program = shi.compile(CONTROL)
-    for _ in range(6):
-        program.run(np.float32(1.25), np.int32(2), np.int32(3))
+    program.run(np.float32(1.25), np.int32(2), np.int32(3))
     assert not _generated(program)
     program.run(np.float32(1.25), np.int32(2), np.int32(3))
     assert _generated(program)

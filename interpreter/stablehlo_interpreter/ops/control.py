@@ -121,14 +121,17 @@ def while_(op):
             if fast:
                 compiled = state.compiled
                 if compiled is None:
-                    # An entry counts as an eighth of the iterations due
-                    # before generation (8 of 64): entering costs the plan
-                    # several iterations' worth (binding cond and body, their
-                    # frames), which the generated loop saves as well. A
-                    # short loop entered in every run (expm's searchsorted:
-                    # 2 iterations, entered twice) is then generated in its
-                    # 4th run instead of its 16th.
-                    state.count += _loopgen.GENERATE_AFTER >> 3
+                    # An entry counts as half the iterations due before
+                    # generation (32 of 64): a loop entered again is likely
+                    # to be entered in every run (a jitted function called
+                    # in a loop), and each plain entry costs the plan more
+                    # than a whole call of the generated loop (a 1-step
+                    # fori_loop: ~20 against ~10 µs a call), while
+                    # generating costs 0.3-3 ms once per executable, little
+                    # beside its first call's compilation (100 ms and more
+                    # through JAX). A short loop entered in every run is then
+                    # generated when its second run enters it.
+                    state.count += _loopgen.GENERATE_AFTER >> 1
                     if state.due():
                         compiled = state.compile(ctx, ccap, bcap)
                 if compiled is None:
