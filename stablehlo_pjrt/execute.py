@@ -385,7 +385,15 @@ class LoadedExecutable:
         return [self._result_values(res, own) for res, own in zip(results, ownerships)]
 
     def _ran(self, ns: int) -> None:
-        self.run_ns = ns if not self.run_ns else (3 * self.run_ns + ns) >> 2
+        # Quick to come down, slow to go up: a run faster than the average
+        # replaces it. A one-off slow run (the first, which plans lazily and
+        # generates its hot loops; a run the scheduler preempted) then keeps
+        # a cheap program off its inline path for one call, not the five or
+        # six the average took to decay below CHEAP_NS (expm: calls 2-7 went
+        # through the worker, 20-30% slower each); a program whose runs are
+        # slow stays slow.
+        self.run_ns = ns if not self.run_ns or ns < self.run_ns \
+            else (3 * self.run_ns + ns) >> 2
 
     def _run(self, devices, argument_lists, inputs, donations, ownerships, process):
         """Runs the plan on ``inputs`` (per device; ``donations`` and
