@@ -16,6 +16,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from testkit import fuse_small
 
 import stablehlo_interpreter as si
 from stablehlo_interpreter import compiler, fusion, pool
@@ -27,14 +28,8 @@ NP = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "f64": n
 
 @pytest.fixture
 def small(monkeypatch):
-    """Fuse small arrays in small chunks; split float sums of rows longer
-    than 512 elements (arrays of at least 2048) into blocks."""
-    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 256)
-    monkeypatch.setattr(fusion, "CHUNK_BYTES", 2048)
-    monkeypatch.setattr(fusion, "MIN_THREAD_CHUNKS", 2)
-    monkeypatch.setattr(reducers, "_PAR_MIN", 2048)
-    monkeypatch.setattr(reducers, "_PAR_CHUNK", 512)
-    monkeypatch.setattr(pool, "busy", lambda threads: False)
+    """testkit.fuse_small, constant folding off."""
+    fuse_small(monkeypatch)
     monkeypatch.setattr(compiler, "_FOLD_ENABLED", False)
     monkeypatch.delenv("STABLEHLO_REF_FUSION", raising=False)
 

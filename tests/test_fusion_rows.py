@@ -19,24 +19,17 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from testkit import fuse_small
 
 import stablehlo_interpreter as si
-from stablehlo_interpreter import compiler, fusion, pool
-from stablehlo_interpreter.ops import reducers
+from stablehlo_interpreter import compiler, fusion
 
 NP = {"f32": np.float32, "f64": np.float64, "bf16": ml_dtypes.bfloat16}
 
 
 def _small(monkeypatch):
-    """Fuse arrays of 256 elements on, in chunks of 256 elements (f32
-    detours: 2048 bytes of float64); split float sums of rows longer than
-    512 elements (arrays of at least 2048) into blocks."""
-    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 256)
-    monkeypatch.setattr(fusion, "CHUNK_BYTES", 2048)
-    monkeypatch.setattr(fusion, "MIN_THREAD_CHUNKS", 2)
-    monkeypatch.setattr(reducers, "_PAR_MIN", 2048)
-    monkeypatch.setattr(reducers, "_PAR_CHUNK", 512)
-    monkeypatch.setattr(pool, "busy", lambda threads: False)
+    """testkit.fuse_small, the fusion switches at their defaults."""
+    fuse_small(monkeypatch)
     monkeypatch.delenv("STABLEHLO_REF_FUSION", raising=False)
     monkeypatch.delenv("STABLEHLO_REF_ROW_FUSION", raising=False)
 

@@ -182,3 +182,17 @@ def loop_states(program):
                     if isinstance(s, loopgen.LoopState) and not any(s is x for x in seen):
                         seen.append(s)
                         yield s
+
+
+def fuse_small(monkeypatch):
+    """Fusion on arrays of 256 elements, in chunks of 2048 bytes (256 f32
+    detoured through float64); float sums of rows longer than 512 elements
+    (arrays of at least 2048) split into blocks; the pool never busy."""
+    from stablehlo_interpreter import fusion, pool
+    from stablehlo_interpreter.ops import reducers
+    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 256)
+    monkeypatch.setattr(fusion, "CHUNK_BYTES", 2048)
+    monkeypatch.setattr(fusion, "MIN_THREAD_CHUNKS", 2)
+    monkeypatch.setattr(reducers, "_PAR_MIN", 2048)
+    monkeypatch.setattr(reducers, "_PAR_CHUNK", 512)
+    monkeypatch.setattr(pool, "busy", lambda threads: False)
