@@ -25,6 +25,7 @@ import sysconfig
 import numpy as np
 import pytest
 import scipy.special as sps
+from testkit import run_threads
 
 import stablehlo_interpreter as shi
 from stablehlo_interpreter.ops import chlo, fastmath
@@ -221,7 +222,6 @@ def test_kernels_with_and_without_the_c_module(name, monkeypatch):
 def test_short_path_scratch_is_shared_safely_between_threads():
     # Small 1-d operands take an index scratch array from a shared list:
     # threads calling at once each get their own, every result the detour's.
-    import threading
     k = fastmath.f32_kernel("tanh_f32", lambda v: exact("tanh", v))
     rng = np.random.default_rng(5)
     xs = [typical("tanh", rng, (n,)) for n in (64, 256, 4096, 4097)]
@@ -235,11 +235,7 @@ def test_short_path_scratch_is_shared_safely_between_threads():
             x = xs[i % len(xs)]
             if not np.array_equal(bits(k(x)), want[i % len(xs)]):
                 bad.append(i)
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(work, 6)
     assert not bad and all(a.size == fastmath._SCRATCH_SIZE for a in fastmath._SCRATCH)
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from testkit import assert_same_bits, loop_states
+from testkit import assert_same_bits, loop_states, run_threads
 
 import stablehlo_interpreter as shi
 from stablehlo_interpreter import chainvm, loopgen, loopvm
@@ -951,11 +951,7 @@ def test_one_decoded_program_serves_many_threads(monkeypatch):
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(work, 4)
     assert not errors, errors[:1]
     assert vm.code is code
 

@@ -196,3 +196,14 @@ def fuse_small(monkeypatch):
     monkeypatch.setattr(reducers, "_PAR_MIN", 2048)
     monkeypatch.setattr(reducers, "_PAR_CHUNK", 512)
     monkeypatch.setattr(pool, "busy", lambda threads: False)
+
+
+def run_threads(work, n):
+    """``work(i)`` for i in range(n), each in its own thread, all started
+    before any is joined."""
+    import threading
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()

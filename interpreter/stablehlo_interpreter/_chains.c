@@ -811,8 +811,8 @@ static inline Py_ssize_t clamp_index(const char *p, int t, Py_ssize_t n)
  * loops are within a few), rounded to float32. Two float64 values within e
  * ULPs of the true value round to the same float32 unless one lies within
  * e ULPs of a float32 rounding boundary (a halfway point); y is trusted
- * only when its 29 bits that the rounding drops lie more than MATH_GUARD
- * (2^15, _fastmath.c's GUARD: thousands of times the two libraries' errors
+ * only when its 29 bits that the rounding drops lie more than F32_TIE_GUARD
+ * (2^15, _buffers.h, shared with _fastmath.c: thousands of times the two libraries' errors
  * together) units from the halfway pattern. Otherwise -- about 1 element
  * in 8000 -- and when the input is not finite, y is not finite (NaN
  * payloads and signs are the library's), or sin/cos of |x| >= 2^20, it
@@ -827,7 +827,6 @@ static inline Py_ssize_t clamp_index(const char *p, int t, Py_ssize_t n)
  * some hosts: not reproducible here, loopvm.py does not lower them.) */
 enum { MATH_SIN, MATH_COS, MATH_TANH, MATH_EXP, MATH_LOG, MATH_LOGISTIC, MATH_EXPM1,
        MATH_LOG1P, N_MATH };
-#define MATH_GUARD (1u << 15)
 
 /* The C library's float64 function fn of v. */
 static double math_f64(int fn, double v)
@@ -869,13 +868,13 @@ static int math_op(int t, int fn, const char *a, char *d)
         memcpy(&u, &y, 8);
         uint32_t low = (uint32_t)(u & ((1u << 29) - 1));
         /* |low - 2^28| < GUARD, as one unsigned compare */
-        if (low - ((1u << 28) - MATH_GUARD) < 2 * MATH_GUARD) return 0;
+        if (low - ((1u << 28) - F32_TIE_GUARD) < 2 * F32_TIE_GUARD) return 0;
     } else {
         /* float32 zero and subnormals: multiples of 2^-149. s counts them
          * (exactly); its halfway points are the rounding boundaries, and
          * GUARD * s * 2^-52 is at least GUARD of y's float64 ULPs there. */
         double s = ay * 0x1p149, f = s - floor(s);
-        if (fabs(f - 0.5) <= MATH_GUARD * 0x1p-52 * s) return 0;
+        if (fabs(f - 0.5) <= F32_TIE_GUARD * 0x1p-52 * s) return 0;
     }
     V(float, d) = (float)y;
     return 1;

@@ -115,7 +115,7 @@
 
 #define BLOCK 1024
 /* Distance (float64 ULPs) from a float32 halfway point that is flagged. */
-#define GUARD (1u << 15)
+#define GUARD F32_TIE_GUARD
 
 /* ERF_P: in v, v in [0, 0.25]; max relative error 9.50e-14 */
 static const double ERF_P[7] = {
@@ -616,20 +616,29 @@ static inline uint64_t flag_bits(double y)
         } \
     } } while (0)
 
-#define DEFINE_LOOP(NAME, FN) \
-FM_CLONES static Py_ssize_t NAME(const float *x, float *out, int64_t *idx, Py_ssize_t n) \
+/* A kernel's loop over blocks of BLOCK elements: FILL(F, buf, xs, m) puts
+ * the float64 values of the block's m inputs xs into buf, then ROUND_BLOCK
+ * rounds them and flags the near-ties. ATTRS: the clones it is built for. */
+#define DEFINE_BLOCK_LOOP(ATTRS, NAME, FILL, F) \
+ATTRS static Py_ssize_t NAME(const float *x, float *out, int64_t *idx, Py_ssize_t n) \
 { \
     double buf[BLOCK]; \
     Py_ssize_t nflag = 0; \
     for (Py_ssize_t start = 0; start < n; start += BLOCK) { \
         Py_ssize_t m = n - start < BLOCK ? n - start : BLOCK; \
         const float *xs = x + start; \
-        for (Py_ssize_t i = 0; i < m; i++) \
-            buf[i] = FN(xs[i]); \
+        FILL(F, buf, xs, m); \
         ROUND_BLOCK(buf, m, out + start, start, idx, nflag); \
     } \
     return nflag; \
 }
+
+/* One element at a time by FN (each clone vectorizes it). */
+#define FILL_EACH(FN, buf, xs, m) \
+    for (Py_ssize_t i = 0; i < (m); i++) \
+        (buf)[i] = FN((xs)[i])
+
+#define DEFINE_LOOP(NAME, FN) DEFINE_BLOCK_LOOP(FM_CLONES, NAME, FILL_EACH, FN)
 
 DEFINE_LOOP(erf_loop, erf_d)
 DEFINE_LOOP(erfc_loop, erfc_d)
@@ -705,25 +714,15 @@ FM_V4 static inline __m512d logistic_lut8(__m512d x)
     return _mm512_div_pd(one, _mm512_add_pd(one, exp_lut8(_mm512_sub_pd(_mm512_setzero_pd(), x))));
 }
 
-/* A loop of DEFINE_LOOP's shape whose elements are computed 8 at a time by
- * VFN (BLOCK is a multiple of 8: the last group's lanes past m load 0,
- * masked, into buf's spare entries). */
-#define DEFINE_V4_LOOP(NAME, VFN) \
-FM_V4 static Py_ssize_t NAME(const float *x, float *out, int64_t *idx, Py_ssize_t n) \
-{ \
-    double buf[BLOCK]; \
-    Py_ssize_t nflag = 0; \
-    for (Py_ssize_t start = 0; start < n; start += BLOCK) { \
-        Py_ssize_t m = n - start < BLOCK ? n - start : BLOCK; \
-        const float *xs = x + start; \
-        for (Py_ssize_t i = 0; i < m; i += 8) { \
-            __mmask8 k = m - i >= 8 ? 0xff : (__mmask8)((1u << (m - i)) - 1); \
-            _mm512_storeu_pd(buf + i, VFN(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(k, xs + i)))); \
-        } \
-        ROUND_BLOCK(buf, m, out + start, start, idx, nflag); \
-    } \
-    return nflag; \
-}
+/* Eight elements at a time by VFN (BLOCK is a multiple of 8: the last
+ * group's lanes past m load 0, masked, into buf's spare entries). */
+#define FILL_BY_8(VFN, buf, xs, m) \
+    for (Py_ssize_t i = 0; i < (m); i += 8) { \
+        __mmask8 k = (m) - i >= 8 ? 0xff : (__mmask8)((1u << ((m) - i)) - 1); \
+        _mm512_storeu_pd((buf) + i, VFN(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(k, (xs) + i)))); \
+    }
+
+#define DEFINE_V4_LOOP(NAME, VFN) DEFINE_BLOCK_LOOP(FM_V4, NAME, FILL_BY_8, VFN)
 
 DEFINE_V4_LOOP(erf_lut_loop, erf_lut8)
 DEFINE_V4_LOOP(exp_lut_loop, exp_lut8)
