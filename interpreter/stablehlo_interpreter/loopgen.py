@@ -220,8 +220,8 @@ def _float_sign(a, _signs={}):
 # generated code evaluates them with Python's ``math`` on a Python float
 # (libm, also within an ulp or two of the exact value) and rounds once; where
 # the two float64 values could round differently -- the libm value lies
-# within _MATH_GUARD float64 ulps of a halfway point of the element type, or
-# is subnormal there, non-finite, or libm raises (domain errors, overflow) --
+# within the guard of _MATH_TYPES (float64 ulps) of a halfway point of the
+# element type, or is subnormal there, non-finite, or libm raises (domain errors, overflow) --
 # the op's own kernel runs on a 0-d array instead. So the scalar form gives
 # the kernel's bits (tests/test_loopgen.py checks it value by value). The
 # ``math`` function of an op is its builder's KernelInfo.scalar_math
