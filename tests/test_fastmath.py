@@ -277,6 +277,53 @@ def test_bad_buffers_raise():
 
 
 @needs_c
+@pytest.mark.parametrize("name", ["erf", "tanh"])
+def test_claiming_calls_share_the_chunks(name):
+    # The claiming form (ops/fastmath.py's threaded path): calls made at once
+    # on the same buffers take the chunks between them; together they give
+    # the results and flags of one plain call, each chunk's flags from its
+    # first index on, their count in claim[1 + chunk].
+    rng = np.random.default_rng(11)
+    x = typical(name, rng, 10 * 4096 + 17)
+    x[::997] = np.nan                       # flagged in every chunk
+    out = np.empty_like(x)
+    idx = np.empty(x.size, np.int64)
+    want_n = getattr(fm, name + "_f32")(x, out, idx)
+    want_out, want_idx = out.copy(), idx[:want_n].copy()
+    chunk = 4096
+    for calls in (1, 3):
+        out[:] = 0
+        claim = np.zeros(1 + -(-x.size // chunk), np.int64)
+        got = []
+        run_threads(lambda i: got.append(getattr(fm, name + "_f32")(x, out, idx, claim, chunk)),
+                    calls)
+        counts = claim[1:]
+        assert sum(got) == counts.sum() == want_n and claim[0] >= counts.size
+        flagged = np.concatenate([idx[c * chunk:c * chunk + k] for c, k in enumerate(counts)])
+        assert np.array_equal(flagged, want_idx)
+        assert np.array_equal(bits(out), bits(want_out))
+
+
+@needs_c
+def test_bad_claims_raise():
+    x = np.ones(100, np.float32)
+    out = np.empty(100, np.float32)
+    idx = np.empty(100, np.int64)
+    with pytest.raises(ValueError, match="chunk must be positive"):
+        fm.erf_f32(x, out, idx, np.zeros(5, np.int64), 0)
+    with pytest.raises(ValueError, match="claim has 3 entries"):
+        fm.erf_f32(x, out, idx, np.zeros(3, np.int64), 30)    # 4 chunks: 5 entries
+    with pytest.raises(TypeError, match="claim must be an int64"):
+        fm.erf_f32(x, out, idx, np.zeros(5, np.int32), 30)
+    with pytest.raises(ValueError, match="overlaps"):
+        fm.erf_f32(x, out, idx, idx[:5], 30)
+    # a counter past the last chunk (or negative): nothing taken
+    for start in (4, -3):
+        claim = np.array([start, 0, 0, 0, 0], np.int64)
+        assert fm.erf_f32(x, out, idx, claim, 30) == 0 and not claim[1:].any()
+
+
+@needs_c
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(EXACT))
 def test_every_float32(name):

@@ -77,6 +77,13 @@
  * idx: a writable C-contiguous int64 buffer at least as long. Writes out,
  * and the indices of the flagged elements to idx[:n]; returns n. The GIL is
  * released while computing. No state is kept between calls.
+ *     n = f(x, out, idx, claim, chunk)
+ * shares the work among the threads that make the same call at once
+ * (ops/fastmath.py: one call per pool thread, not one per chunk): claim is
+ * a writable int64 buffer of 1 + ceil(len(x) / chunk) entries, zeros; each
+ * call takes chunks of `chunk` elements by an atomic increment of claim[0]
+ * until none is left, and writes chunk c's flagged indices to idx[c * chunk:]
+ * and their number to claim[1 + c]; it returns the number it flagged.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -653,35 +660,39 @@ DEFINE_LOOP(expm1_loop, expm1_d)
 DEFINE_LOOP(log1p_loop, log1p_d)
 
 #if FM_LUT
-/* erf on 8 lanes of AVX-512: erf(x) = x G(a), a = |x| < 4, G = erf(a) / a
- * in 16 pieces (ERF_T: piece j = round(a * ERF_T_STEP), a polynomial of
- * degree 8 in u = a - j / ERF_T_STEP, |u| <= 0.134); each coefficient is
- * picked from its row of 16 by a two-source permute (vpermt2pd: the low 4
- * bits of the index are j), so an element costs one polynomial of degree 8
- * and nine permutes, not erf_d's two polynomials, exp and a division (the
- * compiler makes gathers of a table lookup, scalar ones at that: hence
- * intrinsics). a >= 4 gives +-1 (erf(3.92) rounds to 1 already); x = -0
- * gives -0 (x G); NaN stays NaN (vminpd's NaN rule gives a = 4, but u is
- * NaN); +-inf meet the a >= 4 select. The float64 values differ from
+/* erf on 8 lanes of AVX-512: erf(x) = sign(x) c G(c), c = min(|x|, 4),
+ * G = erf(c) / c in 16 pieces (ERF_T: piece j =
+ * round(c * ERF_T_STEP), a polynomial of degree 8 in u = c - j /
+ * ERF_T_STEP, |u| <= 0.134); each coefficient is picked from its row of 16
+ * by a two-source permute (vpermt2pd: the low 4 bits of the index are j),
+ * so an element costs one polynomial of degree 8 and nine permutes, not
+ * erf_d's two polynomials, exp and a division (the compiler makes gathers
+ * of a table lookup, scalar ones at that: hence intrinsics). |x| >= 4 gives
+ * 4 G(4) = erf(4), within 1.6e-8 of 1, to which it rounds (as erf(3.92)
+ * does already), far from a near-tie; the sign is x's (vpternlogq), so -0
+ * gives -0 and -inf -1; NaN stays NaN. The float64 values differ from
  * erf_d's but are as close to erf (9.1e-14, fastmath_fit), so the rounding
- * pass gives the same float32 results and flags the elements it must. */
+ * pass gives the same float32 results and flags the elements it must. Three
+ * operations fewer than selecting +-1 for |x| >= 4 and multiplying by x. */
 #define FM_V4 __attribute__((target("arch=x86-64-v4")))
 FM_V4 static inline __m512d erf_lut8(__m512d x)
 {
-    __m512d a = _mm512_abs_pd(x);
-    __m512d c = _mm512_min_pd(a, _mm512_set1_pd(4.0));
+    /* (vminpd returns its second operand when one is NaN: a NaN x stays NaN;
+     * vrangepd, one operation, would return 4 for a quiet NaN) */
+    __m512d c = _mm512_min_pd(_mm512_set1_pd(4.0), _mm512_abs_pd(x));
     __m512d kd = _mm512_fmadd_pd(c, _mm512_set1_pd(ERF_T_STEP), _mm512_set1_pd(SHIFTER));
     __m512i j = _mm512_castpd_si512(kd);
     kd = _mm512_sub_pd(kd, _mm512_set1_pd(SHIFTER));
-    __m512d u = _mm512_fnmadd_pd(kd, _mm512_set1_pd(1.0 / ERF_T_STEP), a);
+    __m512d u = _mm512_fnmadd_pd(kd, _mm512_set1_pd(1.0 / ERF_T_STEP), c);
     __m512d g = _mm512_permutex2var_pd(_mm512_loadu_pd(ERF_T[0]), j, _mm512_loadu_pd(ERF_T[0] + 8));
     _Pragma("GCC unroll 16")
     for (size_t k = 1; k < sizeof(ERF_T) / sizeof(ERF_T[0]); k++)
         g = _mm512_fmadd_pd(g, u, _mm512_permutex2var_pd(_mm512_loadu_pd(ERF_T[k]), j,
                                                            _mm512_loadu_pd(ERF_T[k] + 8)));
-    __m512d one = _mm512_or_pd(_mm512_set1_pd(1.0), _mm512_and_pd(x, _mm512_set1_pd(-0.0)));
-    __mmask8 big = _mm512_cmp_pd_mask(a, _mm512_set1_pd(4.0), _CMP_GE_OQ);
-    return _mm512_mask_blend_pd(big, _mm512_mul_pd(x, g), one);
+    /* (vpternlogq 0xca: the sign bit's mask ? x : c G) */
+    return _mm512_castsi512_pd(_mm512_ternarylogic_epi64(
+        _mm512_set1_epi64(INT64_MIN), _mm512_castpd_si512(x),
+        _mm512_castpd_si512(_mm512_mul_pd(c, g)), 0xca));
 }
 
 /* e^x on 8 lanes of AVX-512: x clamped to [-120, 120] (vmaxpd/vminpd
@@ -752,12 +763,43 @@ DEFINE_ANY_LOOP(logistic_any_loop, logistic_lut_loop, logistic_loop)
 
 typedef Py_ssize_t (*loop_fn)(const float *, float *, int64_t *, Py_ssize_t);
 
+/* The claiming form: chunk after chunk of `chunk` elements, taken from
+ * claim[0] by an atomic increment until none is left, its flagged indices
+ * written from idx[c * chunk] on and their number to claim[1 + c]. Several
+ * threads may run it on the same buffers at once (the pool's threads, one
+ * call each): a thread that starts late finds fewer chunks left, so the
+ * work balances without a Python call per chunk. Returns the number of
+ * elements this call flagged. */
+static Py_ssize_t run_claimed(loop_fn loop, const float *x, float *out, int64_t *idx,
+                              Py_ssize_t n, int64_t *claim, Py_ssize_t chunk)
+{
+    Py_ssize_t total = 0, nchunks = (n + chunk - 1) / chunk;
+    for (;;) {
+        int64_t c = __atomic_fetch_add(&claim[0], 1, __ATOMIC_RELAXED);
+        if (c < 0 || c >= nchunks)   /* (a negative counter: nothing to take) */
+            return total;
+        Py_ssize_t lo = (Py_ssize_t)c * chunk;
+        Py_ssize_t m = n - lo < chunk ? n - lo : chunk;
+        Py_ssize_t k = loop(x + lo, out + lo, idx + lo, m);
+        for (Py_ssize_t i = 0; i < k; i++)
+            idx[lo + i] += lo;
+        __atomic_store_n(&claim[1 + c], (int64_t)k, __ATOMIC_RELAXED);
+        total += k;
+    }
+}
+
 static PyObject *run(PyObject *args, const char *name, loop_fn loop)
 {
-    PyObject *ox, *oout, *oidx;
-    if (!PyArg_ParseTuple(args, "OOO", &ox, &oout, &oidx))
+    PyObject *ox, *oout, *oidx, *oclaim = NULL;
+    Py_ssize_t chunk = 0;
+    if (!PyArg_ParseTuple(args, "OOO|On", &ox, &oout, &oidx, &oclaim, &chunk))
         return NULL;
-    Py_buffer bx, bo, bi;
+    if (oclaim != NULL && chunk < 1) {
+        PyErr_Format(PyExc_ValueError, "_fastmath.%s: chunk must be positive, got %zd",
+                     name, chunk);
+        return NULL;
+    }
+    Py_buffer bx, bo, bi, bc = {0};
     if (PyObject_GetBuffer(ox, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return NULL;
     if (PyObject_GetBuffer(oout, &bo, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
@@ -767,6 +809,13 @@ static PyObject *run(PyObject *args, const char *name, loop_fn loop)
     if (PyObject_GetBuffer(oidx, &bi, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
         PyBuffer_Release(&bx);
         PyBuffer_Release(&bo);
+        return NULL;
+    }
+    if (oclaim != NULL
+        && PyObject_GetBuffer(oclaim, &bc, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&bx);
+        PyBuffer_Release(&bo);
+        PyBuffer_Release(&bi);
         return NULL;
     }
     PyObject *res = NULL;
@@ -783,16 +832,33 @@ static PyObject *run(PyObject *args, const char *name, loop_fn loop)
                      name, n, bo.len / 4, bi.len / 8, n, n);
     } else if (xb != ob && xb < ob + bo.len && ob < xb + bx.len) {
         PyErr_Format(PyExc_ValueError, "_fastmath.%s: out partially overlaps x", name);
+    } else if (oclaim != NULL
+               && (bc.itemsize != 8 || !(buffer_format_is(&bc, 'q') || buffer_format_is(&bc, 'l')))) {
+        PyErr_Format(PyExc_TypeError, "_fastmath.%s: claim must be an int64 buffer", name);
+    } else if (oclaim != NULL && bc.len / 8 < 1 + (n + chunk - 1) / chunk) {
+        PyErr_Format(PyExc_ValueError,
+                     "_fastmath.%s: claim has %zd entries, %zd chunks of %zd need %zd",
+                     name, bc.len / 8, (n + chunk - 1) / chunk, chunk,
+                     1 + (n + chunk - 1) / chunk);
+    } else if (oclaim != NULL && (buffers_overlap(&bc, &bx) || buffers_overlap(&bc, &bo)
+                                  || buffers_overlap(&bc, &bi))) {
+        PyErr_Format(PyExc_ValueError, "_fastmath.%s: claim overlaps another buffer", name);
     } else {
         Py_ssize_t nflag;
         Py_BEGIN_ALLOW_THREADS
-        nflag = loop((const float *)bx.buf, (float *)bo.buf, (int64_t *)bi.buf, n);
+        if (oclaim == NULL)
+            nflag = loop((const float *)bx.buf, (float *)bo.buf, (int64_t *)bi.buf, n);
+        else
+            nflag = run_claimed(loop, (const float *)bx.buf, (float *)bo.buf,
+                                (int64_t *)bi.buf, n, (int64_t *)bc.buf, chunk);
         Py_END_ALLOW_THREADS
         res = PyLong_FromSsize_t(nflag);
     }
     PyBuffer_Release(&bx);
     PyBuffer_Release(&bo);
     PyBuffer_Release(&bi);
+    if (oclaim != NULL)
+        PyBuffer_Release(&bc);
     return res;
 }
 
@@ -811,8 +877,9 @@ DEFINE_ENTRY(cos_f32, cos_loop)
 DEFINE_ENTRY(expm1_f32, expm1_loop)
 DEFINE_ENTRY(log1p_f32, log1p_loop)
 
-#define DOC(F) F "(x, out, idx) -> n: " F " of float32 x into out; the indices of the " \
-    "n elements to recompute exactly into idx[:n]."
+#define DOC(F) F "(x, out, idx[, claim, chunk]) -> n: " F " of float32 x into out; the " \
+    "indices of the n elements to recompute exactly into idx[:n] (with claim: the chunks " \
+    "this call took, see the C source)."
 
 static PyMethodDef methods[] = {
     {"erf_f32", erf_f32, METH_VARARGS, DOC("erf")},
