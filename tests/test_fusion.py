@@ -776,3 +776,23 @@ def test_stored_integer_converts_write_into_their_output(src, monkeypatch):
     (chain,) = _fused_steps(program)
     assert all(m.direct for m in chain.plan if m.op.name == "stablehlo.convert")
     _assert_same_bits(got, want, f"converts from {src}")
+
+
+def test_a_lone_kernel_that_shares_its_operand_is_not_fused(monkeypatch):
+    # A float32 transcendental alone (ops/fastmath.f32_kernel: it splits a
+    # large operand among the pool's threads itself, KernelInfo.shares)
+    # runs unfused, in one call; with another op after it, it is a member.
+    n = 4096
+    alone = f"""
+func.func @main(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{
+  %0 = stablehlo.tanh %x : tensor<{n}xf32>
+  return %0 : tensor<{n}xf32>
+}}
+"""
+    chained = alone.replace("return %0", f"%1 = stablehlo.negate %0 : tensor<{n}xf32>\n"
+                                          "  return %1")
+    x = np.random.default_rng(5).standard_normal(n).astype(np.float32)
+    for text, fused in ((alone, 0), (chained, 1)):
+        program, got, want = _run_both(text, [x], monkeypatch, "2")
+        assert len(_fused_steps(program)) == fused
+        _assert_same_bits(got, want, text)

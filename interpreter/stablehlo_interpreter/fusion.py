@@ -802,7 +802,8 @@ def _emit(g, steps, users, keep, constants=()):
         # the pass over the input with.
         return [steps[i] for i in g.members]
     if not sinks and (not real or not outputs
-                      or (len(real) == 1 and has_trait(real[0].op.name, "cheap"))):
+                      or (len(real) == 1 and (has_trait(real[0].op.name, "cheap")
+                                              or kernel_info(real[0].fn).shares))):
         return members   # nothing to keep in cache, nothing to share
     inputs = {}   # ordered set
     produced = {s.out for s, _ in sinks} | {s.out for s in row_steps} | \
@@ -881,7 +882,9 @@ _VIEW, _FULL = 0, 1
 # comparisons, selection, conversion; not on complex numbers, whose numpy
 # loops round differently): they may take 0-d operands for broadcast ones.
 # Its "cheap" trait: one of these alone gains nothing from chunking (a single
-# memory-bound pass); a lone transcendental still gains the helper threads.
+# memory-bound pass); a lone transcendental still gains the helper threads,
+# but for one whose kernel shares its operand among them itself
+# (KernelInfo.shares).
 
 
 class FusedOp:

@@ -266,10 +266,15 @@ class KernelInfo:
       None, when the compiler then binds the regions and calls the kernel
       as usual. The while op's C-run loop (loopvm.py) takes it: binding two
       regions costs more than the rest of a short loop's call.
+    * ``shares``: True when the kernel splits a large operand among the
+      pool's threads itself (pool.run_chunks), in one pass with one
+      fix-up at its end (ops/fastmath.f32_kernel): alone, it gains nothing
+      from fusion.py's chunks, whose per-chunk calls repeat that fix-up.
     """
 
     __slots__ = ("donate_first", "invariant_ufunc", "regions_unused", "composite_exact",
-                 "scalar_math", "reduction", "into", "branch", "in_range", "unbound")
+                 "scalar_math", "reduction", "into", "branch", "in_range", "unbound",
+                 "shares")
 
     def __init__(self, donate_first: Callable[..., Any] | None = None,
                  invariant_ufunc: tuple[Any, Callable[..., Any]] | None = None,
@@ -279,7 +284,8 @@ class KernelInfo:
                  into: Callable[..., Any] | None = None,
                  branch: Callable[[Any, int], int] | None = None,
                  in_range: Callable[..., Any] | None = None,
-                 unbound: Callable[..., Any] | None = None) -> None:
+                 unbound: Callable[..., Any] | None = None,
+                 shares: bool = False) -> None:
         self.donate_first = donate_first
         self.invariant_ufunc = invariant_ufunc
         self.regions_unused = regions_unused
@@ -290,6 +296,7 @@ class KernelInfo:
         self.branch = branch
         self.in_range = in_range
         self.unbound = unbound
+        self.shares = shares
 
 
 _NO_INFO = KernelInfo()

@@ -16,7 +16,7 @@ slower); tests/test_fastmath.py checks both paths.
 
 import numpy as np
 
-from ..pool import run_chunks
+from ..pool import run_chunks, thread_count
 from ..registry import annotate
 
 try:
@@ -68,12 +68,15 @@ def f32_kernel(name, exact):
             n = fn(flat, out, idx)
             redo = idx[:n] if n else None
         else:
-            counts = {}
-
-            def chunk(lo, hi):
-                counts[lo] = fn(flat[lo:hi], out[lo:hi], idx[lo:hi])
-            run_chunks(chunk, [(lo, min(lo + CHUNK, flat.size)) for lo in range(0, flat.size, CHUNK)])
-            redo = np.concatenate([idx[lo:lo + n] + lo for lo, n in sorted(counts.items())])
+            # One C call per pool thread, each taking chunks until none is
+            # left (the claiming form of the _fastmath functions): a Python
+            # call per chunk cost ~7 us of the ~55 us a chunk computes.
+            claim = np.zeros(1 + -(-flat.size // CHUNK), np.int64)
+            threads = thread_count()
+            run_chunks(lambda lo, hi: fn(flat, out, idx, claim, CHUNK), [(0, 0)] * threads,
+                       threads)
+            redo = np.concatenate([idx[c * CHUNK:c * CHUNK + n]
+                                   for c, n in enumerate(claim[1:].tolist()) if n] or [idx[:0]])
         if redo is not None and redo.size:
             out[redo] = exact(flat[redo])
 
@@ -111,4 +114,4 @@ def f32_kernel(name, exact):
             compute(x, out.reshape(-1))
         return out
     run.__name__ = getattr(exact, "__name__", name)
-    return annotate(run, into=run_into)
+    return annotate(run, into=run_into, shares=True)
