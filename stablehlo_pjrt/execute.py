@@ -33,6 +33,17 @@ _shi = None
 # (dispatch.fast_path_open): a program whose runs grow slow is sent to the
 # worker at most RUN_SAMPLE - 1 calls late.
 RUN_SAMPLE = 16
+# The first runs of a program are not what its later ones cost: the first
+# plans lazily (the interpreter plans a block at its first run), and the
+# first two touch new memory for the outputs and temporaries, page by page
+# (erf of 1e6 float32: 4 ms, 3 ms, then 0.8 ms). They run inline, timed
+# each, and the fastest but the first's becomes the run-time average. Counted
+# as they came, they sent calls 2 and 3 of such a program to the worker and
+# their zero-copy inputs through a copy into new memory (7-8 ms each). A
+# second or third run of WARMUP_LONG_NS or more ends them at once: a program
+# that long gains from the worker whatever the first touches cost.
+WARMUP_RUNS = 3
+WARMUP_LONG_NS = 20_000_000
 
 
 def _interpreter():
@@ -93,7 +104,7 @@ class LoadedExecutable:
 
     __slots__ = ("handle", "meta", "client", "devices", "logical_ids", "deleted",
                  "run_ns", "span", "devices_c", "logical_ids_c", "assignment_bytes",
-                 "_memories", "_fast", "_untimed", "awaited")
+                 "_memories", "_fast", "_untimed", "_warmup", "_warm_ns", "awaited")
 
     def __init__(self, client, meta: ExecutableMeta):
         from ._capi import PJRT_LogicalDeviceIds
@@ -108,6 +119,8 @@ class LoadedExecutable:
         # Execute's fast path times one run in RUN_SAMPLE (the clock and the
         # average are a twentieth of such a call): the calls left untimed.
         self._untimed = 0
+        self._warmup = WARMUP_RUNS   # runs left before run_ns is set (_ran)
+        self._warm_ns = 0            # the fastest of them, the first excepted
         self.awaited = dispatch.Awaited()  # auto mode: do callers block at once?
         replicas, partitions = meta.num_replicas, meta.num_partitions
         assignment = meta.options.device_assignment
@@ -243,7 +256,7 @@ class LoadedExecutable:
             self._untimed = untimed - 1
         else:
             self._ran(perf_counter_ns() - t0)
-            self._untimed = RUN_SAMPLE - 1
+            self._untimed = 0 if self._warmup else RUN_SAMPLE - 1
         if len(results) == 1 == len(dtypes):
             # _owned_results of one result, inline: a new array of the
             # declared type (dtype identity first: numpy's builtin dtypes are
@@ -385,6 +398,15 @@ class LoadedExecutable:
         return [self._result_values(res, own) for res, own in zip(results, ownerships)]
 
     def _ran(self, ns: int) -> None:
+        if self._warmup:   # (WARMUP_RUNS; run_ns stays 0 until they are over)
+            self._warmup -= 1
+            if self._warmup < WARMUP_RUNS - 1:   # not the first
+                self._warm_ns = ns if not self._warm_ns else min(self._warm_ns, ns)
+                if ns >= WARMUP_LONG_NS:
+                    self._warmup = 0
+            if not self._warmup:
+                self.run_ns = self._warm_ns
+            return
         # Quick to come down, slow to go up: a run faster than the average
         # replaces it. A one-off slow run (the first, which plans lazily and
         # generates its hot loops; a run the scheduler preempted) then keeps

@@ -72,7 +72,10 @@ def auto_mode_overlaps_a_long_program():
         # 200,000 steps: about 150 ms, long enough that the run cannot end
         # before the caller looks, even when the caller waits for the GIL
         # or the CPU on a busy machine.
-        f(x, 200000).block_until_ready()   # inline: its run time is not known yet
+        # Inline: the first run's time is not counted (execute.WARMUP_RUNS),
+        # the second's is, and ends the warm-up (over WARMUP_LONG_NS).
+        f(x, 200000).block_until_ready()
+        f(x, 200000).block_until_ready()
         t0 = time.perf_counter()
         y = f(x, 200000)                   # known to be long: on the worker
         dispatched = time.perf_counter() - t0
@@ -110,7 +113,9 @@ def auto_mode_follows_callers_that_wait():
     try:
         f = jax.jit(lambda x, n: jax.lax.fori_loop(0, n, lambda i, c: c * 0.5 + 1.0, x))
         x = jax.device_put(jnp.ones(3), dev)
-        f(x, 100000).block_until_ready()   # inline: its run time is not known yet
+        # Inline, as in auto_mode_overlaps_a_long_program: the warm-up runs.
+        f(x, 100000).block_until_ready()
+        f(x, 100000).block_until_ready()
 
         def where(host_work):
             n = len(queued)
@@ -131,7 +136,7 @@ def auto_mode_follows_callers_that_wait():
             return "W" * (len(queued) - n)
         pipeline = "".join(pipelined() for _ in range(3))
         g = jax.jit(lambda v: v * 2 + 1)
-        g(x).block_until_ready()            # its run time is known from here
+        g(x).block_until_ready()            # (its first run: planned)
         f(x, 100000).block_until_ready()    # on the worker (the grant ran out)
         n = len(queued)
         y = g(x)
