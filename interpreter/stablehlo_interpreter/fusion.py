@@ -1438,6 +1438,16 @@ class FusedChain:
         heavy = self.heavy or any(plan.shares() for plan in plans)
         threads = thread_count() if (heavy or self.long or THREAD_EXACT_CHAINS) and \
             total >= MIN_THREAD_CHUNKS * unit else 1
+        if threads > 1 and (plans or self.rowvals) and not any(plan.shares() for plan in plans):
+            # A chain feeding row reduces or reading row values (softmax,
+            # logsumexp, layer norm) makes a handful of short C calls per
+            # chunk with Python between them (the rows' reduce, fetch and
+            # broadcast): shared, their GIL hand-overs cost more than the
+            # second core gives. (1000, 1000) f32, 2 cores, median of 3 x 15
+            # calls, shared / alone: softmax 3.27 / 2.19 ms, logsumexp 1.89
+            # / 1.60, layer norm 1.64 / 1.66, var over axis 0 2.01 / 1.85.
+            # Reduces that share their own pieces (large float sums) still do.
+            threads = 1
         if threads > 1 and not heavy and not any(tiled):
             unit *= 2   # exact ops: longer ufunc calls per GIL hand-over
         bounds = [(lo, min(lo + unit, total)) for lo in range(0, total, unit)] or [(0, 0)]
