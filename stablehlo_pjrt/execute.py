@@ -408,9 +408,9 @@ class LoadedExecutable:
                 self.run_ns = self._warm_ns
             return
         # Quick to come down, slow to go up: a run faster than the average
-        # replaces it. A one-off slow run (the first, which plans lazily and
-        # generates its hot loops; a run the scheduler preempted) then keeps
-        # a cheap program off its inline path for one call, not the five or
+        # replaces it. A one-off slow run (one that generates a hot loop at
+        # its second entry; a run the scheduler preempted) then keeps a
+        # cheap program off its inline path for one call, not the five or
         # six the average took to decay below CHEAP_NS (expm: calls 2-7 went
         # through the worker, 20-30% slower each); a program whose runs are
         # slow stays slow.
