@@ -796,3 +796,41 @@ func.func @main(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{
         program, got, want = _run_both(text, [x], monkeypatch, "2")
         assert len(_fused_steps(program)) == fused
         _assert_same_bits(got, want, text)
+
+
+@pytest.mark.parametrize("alone_faster", [True, False])
+def test_sharing_trials_pick_the_faster_way(alone_faster, monkeypatch):
+    # Calls 2 to 1 + SHARE_TRIALS run alone and shared in turn, timed; later
+    # calls take the way whose best trial was faster. The chunk bounds are
+    # the same either way, and so are the results.
+    n = 4096
+    text = f"""
+func.func @main(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{
+  %0 = stablehlo.tanh %x : tensor<{n}xf32>
+  %1 = stablehlo.exponential %0 : tensor<{n}xf32>
+  return %1 : tensor<{n}xf32>
+}}
+"""
+    monkeypatch.setenv("STABLEHLO_REF_THREADS", "2")
+    program = si.compile(text)
+    x = np.random.default_rng(9).standard_normal(n).astype(np.float32)
+    want = program.run(x)   # the first call: planned, shared, not a trial
+    (chain,) = _fused_steps(program)
+    calls = []
+    real = fusion.run_chunks
+    now = [0]
+
+    def recording(run, bounds, threads=None):
+        # a run takes 1 ms on the clock below, 2 ms the slower way
+        calls.append((threads, tuple(bounds)))
+        now[0] += 2_000_000 if (threads == 1) != alone_faster else 1_000_000
+        return real(run, bounds, threads)
+    monkeypatch.setattr(fusion, "run_chunks", recording)
+    monkeypatch.setattr(fusion, "perf_counter_ns", lambda: now[0])
+    for _ in range(fusion.SHARE_TRIALS + 3):
+        _assert_same_bits(program.run(x), want, "trial")
+    threads = [t for t, _ in calls]
+    assert threads[:fusion.SHARE_TRIALS] == [1, 2] * (fusion.SHARE_TRIALS // 2)
+    assert chain._share is (not alone_faster)
+    assert set(threads[fusion.SHARE_TRIALS:]) == {1 if alone_faster else 2}
+    assert len({b for _, b in calls}) == 1

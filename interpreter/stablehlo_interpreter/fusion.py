@@ -83,6 +83,7 @@ their own thread.
 """
 
 import threading
+from time import perf_counter_ns
 
 import numpy as np
 
@@ -122,6 +123,16 @@ LONG_CHAIN = 32
 # ... and so is a chain whose block machine runs (chainvm.py) hold this many
 # members: one C call per chunk with the GIL released throughout.
 MACHINE_THREAD_MEMBERS = 4
+
+# A chain the helpers may share runs its calls 2 to 1 + SHARE_TRIALS alone and
+# shared in turn, timed, then the way whose best call was faster: whether
+# sharing pays depends on the chain (the C time of a chunk's calls against
+# the GIL hand-overs between them) and on the machine, and a wrong guess
+# costs either way. 1e6 f32 on 2 cores, shared / alone: gelu (one `tanh`
+# and two block-machine runs a chunk) 2.58 / 2.21 ms; three transcendentals
+# (`chain_tanh_exp_sin`) 3.6 / 4.2; jax.random.normal's 129-op chain 6.3 /
+# 10.4. The first call (lazy planning, new memory) is not a trial.
+SHARE_TRIALS = 4
 
 # Let reduces of a chain's inputs join it (_input_sink: softmax's and
 # logsumexp's row max, layer norm's mean), making the whole program one
@@ -1075,6 +1086,11 @@ class FusedChain:
         self.long = self.long or \
             sum(len(run) for run, _, _ in self.segments.values()) >= MACHINE_THREAD_MEMBERS
         self._chunk_fn = self._generate()
+        # Sharing trials (SHARE_TRIALS): calls seen, best ns alone and
+        # shared; then the decision (None while trying).
+        self._calls = 0
+        self._best = [0, 0]
+        self._share = None
 
     def _vm_segments(self, dtype, readers):
         """``{first member: (members, chainvm.Segment, inputs)}``: the
@@ -1470,10 +1486,34 @@ class FusedChain:
         def run(lo, hi):
             chunk(views, tiled, inv, targets, lo, hi, (hi - lo,) + tail, scale)
 
-        run_chunks(run, bounds, threads)
+        if threads > 1 and self._share is not True:
+            self._run_trial(run, bounds, threads)
+        else:
+            run_chunks(run, bounds, threads)
         if states:
             outs = outs + [st.finish() for st in states]
         return outs[0] if self.n_out == 1 else outs
+
+    def _run_trial(self, run, bounds, threads):
+        """run_chunks for a chain that may be shared while SHARE_TRIALS
+        decides whether it is (the bounds stay the shared run's, so the
+        results do not depend on the choice)."""
+        if self._share is False:
+            run_chunks(run, bounds, 1)
+            return
+        k = self._calls = self._calls + 1
+        if k == 1 or k > 1 + SHARE_TRIALS:   # the first call; a late concurrent one
+            run_chunks(run, bounds, threads)
+            return
+        shared = k % 2
+        t0 = perf_counter_ns()
+        run_chunks(run, bounds, threads if shared else 1)
+        ns = perf_counter_ns() - t0
+        best = self._best
+        if not best[shared] or ns < best[shared]:
+            best[shared] = ns
+        if k == 1 + SHARE_TRIALS:
+            self._share = best[1] < best[0]
 
     def _prologue(self, inputs, targets):
         """The invariant values (inputs passed whole, hoisted members) and
