@@ -274,6 +274,19 @@ def test_bad_buffers_raise():
     # out may be x itself
     y = x.copy()
     assert fm.erf_f32(y, y, idx) == 0 and bits(y).tolist() == bits(exact("erf", x)).tolist()
+    # the claiming form's claim buffer and chunk size
+    with pytest.raises(ValueError, match="chunk must be positive"):
+        fm.erf_f32(x, out, idx, np.zeros(5, np.int64), 0)
+    with pytest.raises(ValueError, match="claim has 3 entries"):
+        fm.erf_f32(x, out, idx, np.zeros(3, np.int64), 30)    # 4 chunks: 5 entries
+    with pytest.raises(TypeError, match="claim must be an int64"):
+        fm.erf_f32(x, out, idx, np.zeros(5, np.int32), 30)
+    with pytest.raises(ValueError, match="overlaps"):
+        fm.erf_f32(x, out, idx, idx[:5], 30)
+    # a counter past the last chunk (or negative): nothing taken
+    for start in (4, -3):
+        claim = np.array([start, 0, 0, 0, 0], np.int64)
+        assert fm.erf_f32(x, out, idx, claim, 30) == 0 and not claim[1:].any()
 
 
 @needs_c
@@ -302,25 +315,6 @@ def test_claiming_calls_share_the_chunks(name):
         flagged = np.concatenate([idx[c * chunk:c * chunk + k] for c, k in enumerate(counts)])
         assert np.array_equal(flagged, want_idx)
         assert np.array_equal(bits(out), bits(want_out))
-
-
-@needs_c
-def test_bad_claims_raise():
-    x = np.ones(100, np.float32)
-    out = np.empty(100, np.float32)
-    idx = np.empty(100, np.int64)
-    with pytest.raises(ValueError, match="chunk must be positive"):
-        fm.erf_f32(x, out, idx, np.zeros(5, np.int64), 0)
-    with pytest.raises(ValueError, match="claim has 3 entries"):
-        fm.erf_f32(x, out, idx, np.zeros(3, np.int64), 30)    # 4 chunks: 5 entries
-    with pytest.raises(TypeError, match="claim must be an int64"):
-        fm.erf_f32(x, out, idx, np.zeros(5, np.int32), 30)
-    with pytest.raises(ValueError, match="overlaps"):
-        fm.erf_f32(x, out, idx, idx[:5], 30)
-    # a counter past the last chunk (or negative): nothing taken
-    for start in (4, -3):
-        claim = np.array([start, 0, 0, 0, 0], np.int64)
-        assert fm.erf_f32(x, out, idx, claim, 30) == 0 and not claim[1:].any()
 
 
 @needs_c
