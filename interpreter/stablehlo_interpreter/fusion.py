@@ -973,6 +973,13 @@ class FusedChain:
     per value), so a chunk costs the members' calls and little else.
     """
 
+    # Sharing trials (SHARE_TRIALS): the calls seen, the best ns alone and
+    # shared (a list, made at the first trial), then the decision (None
+    # while trying).
+    _calls = 0
+    _best = None
+    _share = None
+
     def __init__(self, shape, members, inputs, outputs, one_value=frozenset(), sinks=(),
                  rows=(), row_members=(), n_row_out=0):
         self.shape, self.size = shape, _size(shape)
@@ -1086,11 +1093,6 @@ class FusedChain:
         self.long = self.long or \
             sum(len(run) for run, _, _ in self.segments.values()) >= MACHINE_THREAD_MEMBERS
         self._chunk_fn = self._generate()
-        # Sharing trials (SHARE_TRIALS): calls seen, best ns alone and
-        # shared; then the decision (None while trying).
-        self._calls = 0
-        self._best = [0, 0]
-        self._share = None
 
     def _vm_segments(self, dtype, readers):
         """``{first member: (members, chainvm.Segment, inputs)}``: the
@@ -1510,6 +1512,8 @@ class FusedChain:
         run_chunks(run, bounds, threads if shared else 1)
         ns = perf_counter_ns() - t0
         best = self._best
+        if best is None:
+            best = self._best = [0, 0]
         if not best[shared] or ns < best[shared]:
             best[shared] = ns
         if k == 1 + SHARE_TRIALS:
