@@ -283,6 +283,10 @@ def test_bad_buffers_raise():
         fm.erf_f32(x, out, idx, np.zeros(5, np.int32), 30)
     with pytest.raises(ValueError, match="overlaps"):
         fm.erf_f32(x, out, idx, idx[:5], 30)
+    # a chunk past any size: one chunk, no overflow
+    claim = np.zeros(2, np.int64)
+    assert fm.erf_f32(x, out, idx, claim, 2**62) == 0 and claim[0] == 2
+    assert bits(out).tolist() == bits(exact("erf", x)).tolist()
     # a counter past the last chunk (or negative): nothing taken
     for start in (4, -3):
         claim = np.array([start, 0, 0, 0, 0], np.int64)

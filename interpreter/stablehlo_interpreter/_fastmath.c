@@ -773,7 +773,7 @@ typedef Py_ssize_t (*loop_fn)(const float *, float *, int64_t *, Py_ssize_t);
 static Py_ssize_t run_claimed(loop_fn loop, const float *x, float *out, int64_t *idx,
                               Py_ssize_t n, int64_t *claim, Py_ssize_t chunk)
 {
-    Py_ssize_t total = 0, nchunks = (n + chunk - 1) / chunk;
+    Py_ssize_t total = 0, nchunks = n / chunk + (n % chunk != 0);
     for (;;) {
         int64_t c = __atomic_fetch_add(&claim[0], 1, __ATOMIC_RELAXED);
         if (c < 0 || c >= nchunks)   /* (a negative counter: nothing to take) */
@@ -835,11 +835,11 @@ static PyObject *run(PyObject *args, const char *name, loop_fn loop)
     } else if (oclaim != NULL
                && (bc.itemsize != 8 || !(buffer_format_is(&bc, 'q') || buffer_format_is(&bc, 'l')))) {
         PyErr_Format(PyExc_TypeError, "_fastmath.%s: claim must be an int64 buffer", name);
-    } else if (oclaim != NULL && bc.len / 8 < 1 + (n + chunk - 1) / chunk) {
+    } else if (oclaim != NULL && bc.len / 8 < 1 + n / chunk + (n % chunk != 0)) {
         PyErr_Format(PyExc_ValueError,
                      "_fastmath.%s: claim has %zd entries, %zd chunks of %zd need %zd",
-                     name, bc.len / 8, (n + chunk - 1) / chunk, chunk,
-                     1 + (n + chunk - 1) / chunk);
+                     name, bc.len / 8, n / chunk + (n % chunk != 0), chunk,
+                     1 + n / chunk + (n % chunk != 0));
     } else if (oclaim != NULL && (buffers_overlap(&bc, &bx) || buffers_overlap(&bc, &bo)
                                   || buffers_overlap(&bc, &bi))) {
         PyErr_Format(PyExc_ValueError, "_fastmath.%s: claim overlaps another buffer", name);
