@@ -33,6 +33,17 @@ _HALF_RFFT_MIN = 1 << 18
 _HALF_BLOCK = 1 << 12
 
 
+def _butterfly(p, q, tw):
+    """(p + q) / 2 + (p - q) tw, written into ``q`` (a fresh complex128
+    block): the unpacking step of _rfft_half and _irfft_half."""
+    d = p - q
+    d *= tw
+    q += p
+    q *= 0.5
+    q += d
+    return q
+
+
 def _rfft_half(x, twiddle, out_dtype):
     """RFFT of ``x`` (..., N), N even, through one complex128 FFT of length
     H = N/2: with z[m] = x[2m] + i x[2m+1] and Z = FFT(z),
@@ -48,14 +59,8 @@ def _rfft_half(x, twiddle, out_dtype):
     out[..., h] = z0.real - z0.imag
     for a in range(1, h, _HALF_BLOCK):
         b = min(a + _HALF_BLOCK, h)
-        zk = z[..., a:b]
-        zr = np.conj(z[..., h - a:h - b:-1])     # conj Z[H-k], k = a .. b-1
-        d = zk - zr
-        d *= twiddle[a:b]
-        zr += zk
-        zr *= 0.5
-        zr += d
-        out[..., a:b] = zr
+        # conj Z[H-k], k = a .. b-1
+        out[..., a:b] = _butterfly(z[..., a:b], np.conj(z[..., h - a:h - b:-1]), twiddle[a:b])
     return out
 
 
@@ -74,14 +79,9 @@ def _irfft_half(x, twiddle, n, out_dtype):
     zs[..., 0] = ((x0 + xh) + 1j * (x0 - xh)) * 0.5
     for a in range(1, h, _HALF_BLOCK):
         b = min(a + _HALF_BLOCK, h)
-        xk = x[..., a:b].astype(np.complex128)
-        xr = np.conj(x[..., h - a:h - b:-1]).astype(np.complex128)   # conj X[H-k]
-        d = xk - xr
-        d *= twiddle[a:b]
-        xr += xk
-        xr *= 0.5
-        xr += d
-        zs[..., a:b] = xr
+        zs[..., a:b] = _butterfly(x[..., a:b].astype(np.complex128),
+                                  np.conj(x[..., h - a:h - b:-1]).astype(np.complex128),  # conj X[H-k]
+                                  twiddle[a:b])
     z = scipy.fft.ifft(zs, axis=-1, overwrite_x=True)
     return z.view(np.float64).reshape(x.shape[:-1] + (n,)).astype(out_dtype)
 
