@@ -5,9 +5,11 @@ through a fused chain, three ways bit for bit: on the machine, as the
 members' numpy kernels (``STABLEHLO_REF_CHAIN_VM=0``, and the module not
 built), and unfused. Inputs (hypothesis-drawn pools spread over the array)
 hold NaNs with payloads, infinities, signed zeros, subnormals, integer
-extremes and shift amounts beyond the bit width. Also: bad programs and
-buffers raise instead of crashing, strided rows fall back to the kernels,
-helper threads share the chunks.
+extremes and shift amounts beyond the bit width. The float32
+transcendentals of _fastmath inside a run (FM instructions), with the
+elements they flag recomputed per chunk or at the end of the call. Also:
+bad programs and buffers raise instead of crashing, strided rows fall back
+to the kernels, helper threads share the chunks.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from hypothesis import strategies as st
 
 import stablehlo_interpreter as si
 from stablehlo_interpreter import chainvm, compiler, fusion, pool
+from stablehlo_interpreter.registry import annotate
 
 N = 3001   # ragged: small chunks and blocks below, a short last one of each
 INTS = ["i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64"]
@@ -174,6 +177,8 @@ def _compiled(text, how, monkeypatch, numerics="accurate"):
                 m.setenv("STABLEHLO_REF_CHAIN_VM", "0")
             elif how == "nomodule":
                 m.setattr(chainvm, "_chains", None)
+            elif how == "nofm":
+                m.setattr(chainvm, "_FM_LOOPS", ())
             _COMPILED[key] = si.compile(text, numerics=numerics)
     return _COMPILED[key]
 
@@ -188,6 +193,8 @@ def _run(program, args, how, monkeypatch):
             m.setenv("STABLEHLO_REF_CHAIN_VM", "0")
         elif how == "unfused":
             m.setenv("STABLEHLO_REF_FUSION", "0")
+        elif how == "nofm":
+            m.setattr(chainvm, "_FM_LOOPS", ())
         out = program.run(*args)
     return out if isinstance(out, (list, tuple)) else [out]
 
@@ -280,9 +287,10 @@ func.func @main(%x: {_t('ui32')}, %y: {_t('ui32')}, %r: tensor<ui32>, %f: {_t('f
 @built
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_runs_around_a_kernel_member_and_helper_threads(threads, monkeypatch):
-    # Two runs (a threefry round with a runtime rotation and uniform's bit
-    # trick; then multiply, subtract) around exp, a numpy/_fastmath kernel;
-    # %4 is stored and read later, %7 read after its run.
+    # One run of 11 (a threefry round with a runtime rotation and uniform's
+    # bit trick, exp as an FM instruction, then multiply, subtract); without
+    # the FM instruction two runs around exp, a _fastmath kernel, where %4
+    # is stored and read later and %7 read after its run.
     monkeypatch.setattr(fusion, "THREAD_EXACT_CHAINS", True)
     monkeypatch.setenv("STABLEHLO_REF_THREADS", threads)
     rng = np.random.default_rng(3)
@@ -291,10 +299,140 @@ def test_runs_around_a_kernel_member_and_helper_threads(threads, monkeypatch):
             np.array(13, np.uint32), rng.standard_normal(N).astype(np.float32)]
     vm = _compiled(THREEFRY_LIKE, "vm", monkeypatch)
     got = _run(vm, args, "vm", monkeypatch)
-    assert [len(s[0]) for s in _segments(vm)] == [8, 2]
+    assert [len(s[0]) for s in _segments(vm)] == [11]
+    nofm = _compiled(THREEFRY_LIKE, "nofm", monkeypatch)
+    _assert_same(_run(nofm, args, "nofm", monkeypatch), got, "nofm")
+    assert [len(s[0]) for s in _segments(nofm)] == [8, 2]
     for how in ("unfused", "numpy"):
         _assert_same(got, _run(_compiled(THREEFRY_LIKE, how, monkeypatch), args, how,
                                monkeypatch), how)
+
+
+FM_OPS = {"erf_f32": "chlo.erf", "erfc_f32": "chlo.erfc", "tanh_f32": "stablehlo.tanh",
+          "logistic_f32": "stablehlo.logistic", "erf_inv_f32": "chlo.erf_inv",
+          "exp_f32": "stablehlo.exponential", "log_f32": "stablehlo.log",
+          "sin_f32": "stablehlo.sine", "cos_f32": "stablehlo.cosine",
+          "expm1_f32": "stablehlo.exponential_minus_one", "log1p_f32": "stablehlo.log_plus_one"}
+
+
+def _fm_program(name, late):
+    """x * y, the function, minus y: one run with an FM instruction. With
+    ``late`` its result is only returned (the flagged elements wait for
+    the end of the call); else cbrt (no machine op) reads it too, so each
+    chunk recomputes them before going on."""
+    t = _t("f32")
+    tail = "" if late else f"  %3 = stablehlo.cbrt %2 : {t}\n"
+    ret = f"%2 : {t}" if late else f"%2, %3 : {t}, {t}"
+    return (f"func.func @main(%x: {t}, %y: {t}) -> ({t}{'' if late else ', ' + t}) {{\n"
+            f"  %0 = stablehlo.multiply %x, %y : {t}\n"
+            f'  %1 = "{FM_OPS[name]}"(%0) : ({t}) -> {t}\n'
+            f"  %2 = stablehlo.subtract %1, %y : {t}\n{tail}"
+            f"  return {ret}\n}}\n")
+
+
+def _fm_inputs(rng):
+    """x: NaNs (flagged by every loop), infinities, zeros, subnormals and
+    values whose results are subnormal or near the functions' edges,
+    spread over ordinary values; y: ones and ordinary values, no NaN (two
+    NaN operands leave the payload open)."""
+    special = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-40, 1e-30,
+                        -1e-20, 0.5, 0.99999994, -0.9999, 1.0, -1.0, 3.9, 4.0, 9.0, -87.0,
+                        88.7, 100.0, 1e4, 1e30], np.float32)
+    x = rng.standard_normal(N).astype(np.float32) * np.float32(3)
+    x[rng.integers(0, N, 200)] = rng.choice(special, 200)
+    x[rng.integers(0, N, 300)] *= np.float32(0.2)   # erf_inv's domain
+    y = np.where(rng.random(N) < 0.5, 1.0, rng.uniform(0.5, 2, N))
+    return [x, y.astype(np.float32)]
+
+
+@built
+@pytest.mark.skipif(not chainvm._FM_LOOPS, reason="_fastmath not built")
+@pytest.mark.parametrize("late", [True, False], ids=["late", "per_chunk"])
+@pytest.mark.parametrize("name", sorted(FM_OPS))
+def test_fm_instructions_give_the_kernels_bits(name, late, monkeypatch):
+    assert set(FM_OPS) == set(chainvm._FM_LOOPS)
+    monkeypatch.setattr(fusion, "THREAD_EXACT_CHAINS", True)
+    redone = []
+    real = chainvm.Segment._redo
+    monkeypatch.setattr(chainvm.Segment, "_redo",
+                        lambda self, ins: redone.append(ins[0].size) or real(self, ins))
+    args = _fm_inputs(np.random.default_rng(sorted(FM_OPS).index(name)))
+    text = _fm_program(name, late)
+    vm = _compiled(text, "vm", monkeypatch)
+    got = _run(vm, args, "vm", monkeypatch)
+    (members, seg, _), = [v for f in vm.functions["main"].block._fast
+                          if isinstance(f[1], fusion.FusedChain) for v in f[1].segments.values()]
+    assert len(members) == 3 and seg.n_fm == 1 and bool(seg.returned) != late
+    # Every NaN is flagged: one redo for the call (late), else one per
+    # chunk holding a flagged element.
+    assert redone and sum(redone) >= np.isnan(args[0]).sum()
+    assert len(redone) == 1 if late else len(redone) > 1
+    for how in ("unfused", "numpy", "nofm"):
+        _assert_same(got, _run(_compiled(text, how, monkeypatch), args, how, monkeypatch),
+                     f"{name} {how}")
+
+
+@built
+@pytest.mark.skipif(not chainvm._FM_LOOPS, reason="_fastmath not built")
+def test_a_failing_late_redo_names_the_run(monkeypatch):
+    def broken(self, ins):
+        raise ValueError("boom")
+    monkeypatch.setattr(chainvm.Segment, "_redo", broken)
+    text = _fm_program("tanh_f32", late=True).replace("\n  %1", ' loc("here.py":7:8)\n  %1')
+    with pytest.raises(si.ExecutionError,
+                       match="stablehlo.multiply at here.py:7:8: ValueError: boom"):
+        _run(_compiled(text, "vm", monkeypatch), _fm_inputs(np.random.default_rng(0)), "vm",
+             monkeypatch)
+
+
+def _fm_program_bytes(sub=0):
+    """The machine program of y = f(x) (an FM instruction of loop ``sub``)."""
+    op = type("Op", (), {})()
+    op.name, op.attrs = "stablehlo.tanh", {}
+    op.operand_types = op.result_types = [type("T", (), {"dtype": np.dtype(np.float32)})()]
+    kernel = annotate(lambda x: x, f32_loop=chainvm._FM_LOOPS[0])
+    w = np.frombuffer(chainvm.Segment([(op, (0,), 1, kernel)], {0: np.float32, 1: np.float32},
+                                      [0], [(1, 0, False)]).program, np.int32).copy()
+    assert w[7 + 3 * 2] == chainvm.FM
+    w[7 + 3 * 2 + 2] = sub
+    return w.tobytes()
+
+
+@built
+@pytest.mark.skipif(not chainvm._FM_LOOPS, reason="_fastmath not built")
+def test_fm_programs_check_their_flags_and_loops():
+    from stablehlo_interpreter import _fastmath
+    run = chainvm._chains.run
+    x = np.linspace(-3, 3, 999, dtype=np.float32)
+    x[::50] = np.nan
+    out = np.empty_like(x)
+    flags = np.full(999, -1, np.int64)
+    for sub, name in enumerate(_fastmath.LOOPS):   # each loop: its function's bits and flags
+        want, idx = np.empty_like(x), np.empty(999, np.int64)
+        n_want = getattr(_fastmath, name)(x, want, idx)
+        n = run(_fm_program_bytes(sub), 999, [x], [out], flags)
+        assert n == n_want >= 20 and np.array_equal(np.sort(flags[:n]), np.sort(idx[:n]))
+        ok = np.ones(999, bool)
+        ok[idx[:n]] = False
+        assert np.array_equal(out[ok].view(np.uint32), want[ok].view(np.uint32)), name
+    one = np.array([np.nan], np.float32)   # a one-element operand: spread over the block
+    assert run(_fm_program_bytes(), 999, [one], [out], flags) == 999
+    assert np.isnan(out).all() and np.array_equal(np.sort(flags[:999]), np.arange(999))
+    prog = _fm_program_bytes()
+    with pytest.raises(ValueError, match="needs a flags buffer"):
+        run(prog, 999, [x], [out])
+    with pytest.raises(ValueError, match="flags has 998 entries"):
+        run(prog, 999, [x], [out], flags[:998])
+    with pytest.raises(TypeError, match="int64"):
+        run(prog, 999, [x], [out], flags.astype(np.int32))
+    with pytest.raises(ValueError, match="read-only"):
+        run(prog, 999, [x], [out], np.frombuffer(bytes(999 * 8), np.int64))
+    shared = np.empty(1500, np.int64)   # an output and flags in one buffer
+    with pytest.raises(ValueError, match="flags overlaps"):
+        run(prog, 999, [x], [shared.view(np.float32)[:999]], shared[400:1400])
+    for sub in (len(_fastmath.LOOPS), -1):
+        with pytest.raises(ValueError, match="fastmath loop"):
+            run(_fm_program_bytes(sub), 999, [x], [out], flags)
 
 
 ROWS = """
@@ -341,7 +479,8 @@ def _add_program(dtype=np.uint32, n_in=2):
     op.operand_types = [type("T", (), {"dtype": np.dtype(dtype)})()] * 2
     op.result_types = op.operand_types[:1]
     op.attrs = {}
-    seg = chainvm.Segment([(op, (0, 1), 2), (op, (2, 1), 3)], {v: np.dtype(dtype) for v in range(4)},
+    seg = chainvm.Segment([(op, (0, 1), 2, None), (op, (2, 1), 3, None)],
+                          {v: np.dtype(dtype) for v in range(4)},
                           [0, 1], [(3, 0, False)])
     return seg.program
 

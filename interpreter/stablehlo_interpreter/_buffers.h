@@ -1,12 +1,14 @@
 /* Buffer checks shared by the interpreter's C loop modules (_chains.c,
  * _fastmath.c, _sums.c): one home for reading a Py_buffer's element type and
- * for the overlap test; and the float32 near-tie distance the float32
- * functions of _fastmath.c and of _chains.c's loop programs share. Header-only (static inline), so each module stays
+ * for the overlap test; the float32 near-tie distance the float32
+ * functions of _fastmath.c and of _chains.c's loop programs share; and the
+ * table of _fastmath.c's loops that _chains.c's block machine calls. Header-only (static inline), so each module stays
  * one translation unit that setuptools builds from its own source. */
 #ifndef STABLEHLO_INTERPRETER_BUFFERS_H
 #define STABLEHLO_INTERPRETER_BUFFERS_H
 
 #include <Python.h>
+#include <stdint.h>
 
 /* Distance, in float64 ULPs, from a float32 rounding boundary (a halfway
  * point) within which a float64 approximation of a function is not trusted
@@ -29,6 +31,22 @@ static inline int buffer_format_is(const Py_buffer *b, char code)
 #else
     else if (*f == '>' || *f == '!')
         f++;
+/* _fastmath.c's float32 loops, for _chains.c's FM instruction (a fused
+ * chain's transcendental inside a block-machine program): _fastmath exports
+ * this table as the capsule FASTMATH_LOOPS_CAPSULE, its loops in the order of
+ * the names in _fastmath.LOOPS. A loop is n_flagged = loop(x, out, idx, n):
+ * float32 x[:n] into out[:n] (out may be x itself), the indices of the
+ * elements to recompute exactly written to idx[:n_flagged] (_fastmath.c's
+ * header comment). Called without the GIL. */
+typedef Py_ssize_t (*fastmath_loop)(const float *, float *, int64_t *, Py_ssize_t);
+typedef struct {
+    int32_t version;
+    int32_t count;
+    const fastmath_loop *loops;
+} FastmathLoops;
+#define FASTMATH_LOOPS_CAPSULE "stablehlo_interpreter._fastmath._loops"
+#define FASTMATH_LOOPS_VERSION 1
+
 #endif
     return f[0] == code && f[1] == '\0';
 }
@@ -39,5 +57,21 @@ static inline int buffers_overlap(const Py_buffer *a, const Py_buffer *b)
     const char *x = a->buf, *y = b->buf;
     return a->len && b->len && x < y + b->len && y < x + a->len;
 }
+
+/* _fastmath.c's float32 loops, for _chains.c's FM instruction (a fused
+ * chain's transcendental inside a block-machine program): _fastmath exports
+ * this table as the capsule FASTMATH_LOOPS_CAPSULE, its loops in the order of
+ * the names in _fastmath.LOOPS. A loop is n_flagged = loop(x, out, idx, n):
+ * float32 x[:n] into out[:n] (out may be x itself), the indices of the
+ * elements to recompute exactly written to idx[:n_flagged] (_fastmath.c's
+ * header comment). Called without the GIL. */
+typedef Py_ssize_t (*fastmath_loop)(const float *, float *, int64_t *, Py_ssize_t);
+typedef struct {
+    int32_t version;
+    int32_t count;
+    const fastmath_loop *loops;
+} FastmathLoops;
+#define FASTMATH_LOOPS_CAPSULE "stablehlo_interpreter._fastmath._loops"
+#define FASTMATH_LOOPS_VERSION 1
 
 #endif

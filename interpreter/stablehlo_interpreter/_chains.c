@@ -15,8 +15,9 @@
  * it evaluates one expression per output (a chain's values that are stored
  * or read by several later ops would be computed again per output), and its
  * transcendentals are the C library's or VML's, not the interpreter's
- * correctly rounded kernels (those stay numpy/_fastmath kernels between the
- * machine's runs). This module is the small part numexpr would do: ~20 op
+ * correctly rounded kernels (float32 ones run here as _fastmath's loops,
+ * the FM instruction; the others stay numpy kernels between the machine's
+ * runs). This module is the small part numexpr would do: ~20 op
  * codes, each a loop over one block.
  *
  * Exactness. Every op computes the bits of the interpreter's numpy kernel
@@ -31,7 +32,7 @@
  * compares every op with its numpy kernel bit for bit over edge values.
  *
  * API:
- *     run(program, n, inputs, outputs)
+ *     run(program, n, inputs, outputs, flags=None) -> n_flagged
  * program: bytes made by chainvm.py (int32 words, layout below); n: the
  * element count; inputs: a sequence of buffers, each n elements of its
  * value's type or one element (the same for every element); outputs: a
@@ -39,6 +40,13 @@
  * before anything runs (a bad one raises ValueError), every buffer's length
  * and alignment too, and outputs may not overlap inputs or each other. The
  * GIL is released while the blocks run; nothing is kept between calls.
+ * A program with FM instructions (float32 transcendentals: _fastmath's
+ * loops) needs flags, a writable int64 buffer of n entries per FM
+ * instruction overlapping no input or output: the indices of the elements
+ * some FM instruction flagged (whose value that loop did not round surely
+ * right; one index per instruction that flagged it) go to flags[:n_flagged],
+ * in no particular order, and the caller recomputes those elements' outputs
+ * (chainvm.py). Returns n_flagged (0 without FM instructions).
  *
  *     LoopCode(program, init=None, inputs=(), outputs=(), kinds=None)
  *     code.start(values) -> bytearray state (or None)
@@ -107,6 +115,11 @@ enum {
     OP_SHL, OP_SHRL, OP_SHRA, OP_MAX, OP_MIN, OP_CMP, OP_SELECT, OP_COPY, OP_CVT, OP_SHLOR, OP_SHLORXOR, N_OPS
 };
 enum { D_EQ, D_NE, D_LT, D_LE, D_GT, D_GE };
+/* Block programs only: dst (float32) = _fastmath loop `sub` of a (float32),
+ * the loop's flagged elements' indices appended to the run's flags (see
+ * "API"). The loops come from _fastmath's capsule (_buffers.h), imported
+ * when a program first has this instruction. */
+#define OP_FM 104
 #define TOTALORDER 8
 
 static const int SIZE[N_TYPES] = {1, 1, 2, 4, 8, 1, 2, 4, 8, 4, 8};
@@ -457,10 +470,40 @@ static int check_program(const char *buf, Py_ssize_t len, Program *p)
     return 0;
 }
 
-static int check_instr(const Program *p, const int32_t *vt)
+/* _fastmath's loops (FM instructions), once imported (with the GIL). */
+static const FastmathLoops *fm_table;
+
+static int load_fastmath(void)
 {
+    if (fm_table) return 0;
+    const FastmathLoops *t = PyCapsule_Import(FASTMATH_LOOPS_CAPSULE, 0);
+    if (!t) return -1;
+    if (t->version != FASTMATH_LOOPS_VERSION || t->count < 1) {
+        PyErr_Format(PyExc_ImportError, "_chains: %s has version %d, want %d",
+                     FASTMATH_LOOPS_CAPSULE, t->version, FASTMATH_LOOPS_VERSION);
+        return -1;
+    }
+    fm_table = t;
+    return 0;
+}
+
+static int check_instr(const Program *p, const int32_t *vt, Py_ssize_t *n_fm)
+{
+    *n_fm = 0;
     for (Py_ssize_t k = 0; k < p->n_instr; k++) {
         const Instr *in = p->instr + k;
+        if (in->op == OP_FM) {
+            if (in->dst < 0 || in->dst >= p->n_values || in->a < 0 || in->a >= p->n_values)
+                return bad("operand", k);
+            if (p->values[(Py_ssize_t)in->dst * VWORDS + 1] == K_IN)
+                return bad("writes an input", k);
+            if (in->type != T_F32 || vt[in->dst] != T_F32 || vt[in->a] != T_F32)
+                return bad("types", k);
+            if (load_fastmath() < 0) return -1;
+            if (in->sub < 0 || in->sub >= fm_table->count) return bad("fastmath loop", k);
+            ++*n_fm;
+            continue;
+        }
         int n = in->op > 0 && in->op < N_OPS ? nargs(in->op) : 0;
         if (n == 0 || in->type < 0 || in->type >= N_TYPES) return bad("op", k);
         if (in->dst < 0 || in->dst >= p->n_values || in->a < 0 || in->a >= p->n_values
@@ -486,7 +529,26 @@ typedef struct {
     const char *one;        /* per value: a one-element input (read at every element) */
     char **ptr;             /* per value, this block */
     Py_ssize_t n;
+    int64_t *flags;         /* FM: the flagged elements' indices (n per FM) */
+    Py_ssize_t n_flags;     /* how many so far */
 } Run;
+
+/* One FM instruction over the block at off: its loop's flagged indices,
+ * made the run's, appended to r->flags. A one-element operand is first
+ * spread over dst (the loop then runs in place). */
+static void exec_fm(Run *r, const Instr *in, Py_ssize_t off, Py_ssize_t m)
+{
+    const float *x = (const float *)r->ptr[in->a];
+    float *d = (float *)r->ptr[in->dst];
+    if (r->one[in->a]) {
+        for (Py_ssize_t i = 0; i < m; i++) d[i] = x[0];
+        x = d;
+    }
+    int64_t *f = r->flags + r->n_flags;
+    Py_ssize_t k = fm_table->loops[in->sub](x, d, f, m);
+    for (Py_ssize_t i = 0; i < k; i++) f[i] += off;
+    r->n_flags += k;
+}
 
 static void run_blocks(Run *r)
 {
@@ -504,6 +566,10 @@ static void run_blocks(Run *r)
         }
         for (Py_ssize_t k = 0; k < p->n_instr; k++) {
             const Instr *in = p->instr + k;
+            if (in->op == OP_FM) {
+                exec_fm(r, in, off, m);
+                continue;
+            }
             int n = nargs(in->op);
             int one = r->one[in->a] | (n > 1 ? r->one[in->b] << 1 : 0)
                       | (n > 2 ? r->one[in->c] << 2 : 0) | (n > 3 ? r->one[in->e] << 3 : 0);
@@ -565,7 +631,39 @@ overlap:
     return -1;
 }
 
-static int execute(const Program *p, Py_buffer *ins, Py_buffer *outs, Py_ssize_t n)
+/* The flags buffer of a program with n_fm FM instructions: int64, room for
+ * n indices per instruction, overlapping no input or output. */
+static int check_flags(const Program *p, Py_buffer *ins, Py_buffer *outs, Py_ssize_t n,
+                       Py_buffer *flags, Py_ssize_t n_fm)
+{
+    if (n_fm == 0) return 0;
+    if (flags == NULL) {
+        PyErr_SetString(PyExc_ValueError, "_chains.run: the program calls _fastmath loops "
+                        "and needs a flags buffer");
+        return -1;
+    }
+    if (flags->itemsize != 8 || !(buffer_format_is(flags, 'q') || buffer_format_is(flags, 'l'))
+        || (uintptr_t)flags->buf % 8) {
+        PyErr_SetString(PyExc_TypeError, "_chains.run: flags must be an aligned int64 buffer");
+        return -1;
+    }
+    if (flags->len / 8 / n_fm < n) {
+        PyErr_Format(PyExc_ValueError, "_chains.run: flags has %zd entries, want %zd x %zd",
+                     flags->len / 8, n, n_fm);
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < p->n_inputs; k++)
+        if (buffers_overlap(flags, &ins[k])) goto overlap;
+    for (Py_ssize_t k = 0; k < p->n_outputs; k++)
+        if (buffers_overlap(flags, &outs[k])) goto overlap;
+    return 0;
+overlap:
+    PyErr_SetString(PyExc_ValueError, "_chains.run: flags overlaps an input or output");
+    return -1;
+}
+
+static int execute(const Program *p, Py_buffer *ins, Py_buffer *outs, Py_ssize_t n,
+                   Py_buffer *flags, Py_ssize_t *n_flagged)
 {
     Py_ssize_t nv = p->n_values, block = p->block;
     int32_t *vt = PyMem_Calloc((size_t)nv + 1, sizeof(int32_t));
@@ -576,7 +674,10 @@ static int execute(const Program *p, Py_buffer *ins, Py_buffer *outs, Py_ssize_t
     int rc = -1;
     if (!vt || !one || !tables) { PyErr_NoMemory(); goto done; }
     for (Py_ssize_t v = 0; v < nv; v++) vt[v] = p->values[v * VWORDS];
-    if (check_instr(p, vt) < 0 || check_buffers(p, ins, outs, n, one) < 0) goto done;
+    Py_ssize_t n_fm;
+    if (check_instr(p, vt, &n_fm) < 0 || check_buffers(p, ins, outs, n, one) < 0
+        || check_flags(p, ins, outs, n, flags, n_fm) < 0)
+        goto done;
     Py_ssize_t stride = 1;
     for (Py_ssize_t v = 0; v < nv; v++)
         if (SIZE[vt[v]] > stride) stride = SIZE[vt[v]];
@@ -589,7 +690,8 @@ static int execute(const Program *p, Py_buffer *ins, Py_buffer *outs, Py_ssize_t
     if (!scratch) { PyErr_NoMemory(); goto done; }
     Run r = {p, vt, tables, tables + p->n_inputs,
              scratch + (64 - (uintptr_t)scratch % 64) % 64, pitch, one,
-             tables + p->n_inputs + p->n_outputs, n};
+             tables + p->n_inputs + p->n_outputs, n,
+             n_fm ? (int64_t *)flags->buf : NULL, 0};
     for (Py_ssize_t k = 0; k < p->n_inputs; k++) r.in_ptr[k] = ins[k].buf;
     for (Py_ssize_t k = 0; k < p->n_outputs; k++) r.out_ptr[k] = outs[k].buf;
     if (n > 0) {
@@ -597,6 +699,7 @@ static int execute(const Program *p, Py_buffer *ins, Py_buffer *outs, Py_ssize_t
         run_blocks(&r);
         Py_END_ALLOW_THREADS
     }
+    *n_flagged = r.n_flags;
     rc = 0;
 done:
     PyMem_RawFree(scratch);
@@ -609,12 +712,14 @@ done:
 static PyObject *run(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_buffer prog;
-    Py_ssize_t n;
-    PyObject *ins_obj, *outs_obj;
-    if (!PyArg_ParseTuple(args, "y*nOO:run", &prog, &n, &ins_obj, &outs_obj)) return NULL;
+    Py_buffer prog, flags = {0};
+    Py_ssize_t n, n_flagged = 0;
+    PyObject *ins_obj, *outs_obj, *flags_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "y*nOO|O:run", &prog, &n, &ins_obj, &outs_obj, &flags_obj))
+        return NULL;
     PyObject *ins = NULL, *outs = NULL, *res = NULL;
     Py_buffer *bufs = NULL;
+    int got_flags = 0;
     Program p;
     Py_ssize_t ni = 0, no = 0;
     int got = 0;
@@ -638,8 +743,16 @@ static PyObject *run(PyObject *self, PyObject *args)
         goto done;
     }
     got = 1;
-    if (execute(&p, bufs, bufs + ni, n) == 0) res = Py_NewRef(Py_None);
+    if (flags_obj != Py_None) {
+        if (PyObject_GetBuffer(flags_obj, &flags,
+                               PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            goto done;
+        got_flags = 1;
+    }
+    if (execute(&p, bufs, bufs + ni, n, got_flags ? &flags : NULL, &n_flagged) == 0)
+        res = PyLong_FromSsize_t(n_flagged);
 done:
+    if (got_flags) PyBuffer_Release(&flags);
     if (got)
         for (Py_ssize_t k = 0; k < ni + no; k++) PyBuffer_Release(&bufs[k]);
     PyMem_Free(bufs);

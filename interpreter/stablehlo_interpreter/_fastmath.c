@@ -84,6 +84,10 @@
  * call takes chunks of `chunk` elements by an atomic increment of claim[0]
  * until none is left, and writes chunk c's flagged indices to idx[c * chunk:]
  * and their number to claim[1 + c]; it returns the number it flagged.
+ *     LOOPS, _loops
+ * LOOPS: the entries' names, in the order of the capsule _loops's table of
+ * their C loops (_buffers.h's FastmathLoops), which _chains.c's block
+ * machine calls for a transcendental inside a fused chain (chainvm.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -761,7 +765,7 @@ DEFINE_ANY_LOOP(logistic_any_loop, logistic_lut_loop, logistic_loop)
 #define logistic_any_loop logistic_loop
 #endif
 
-typedef Py_ssize_t (*loop_fn)(const float *, float *, int64_t *, Py_ssize_t);
+typedef fastmath_loop loop_fn;   /* (_buffers.h) */
 
 /* The claiming form: chunk after chunk of `chunk` elements, taken from
  * claim[0] by an atomic increment until none is left, its flagged indices
@@ -862,41 +866,62 @@ static PyObject *run(PyObject *args, const char *name, loop_fn loop)
     return res;
 }
 
-#define DEFINE_ENTRY(NAME, LOOP) \
-static PyObject *NAME(PyObject *self, PyObject *args) { (void)self; return run(args, #NAME, LOOP); }
+/* The functions: the Python entry's name, its loop, its doc name. One list
+ * for the entries, the method table and the loop table (LOOPS). */
+#define FASTMATH_FUNCTIONS(X) \
+    X(erf_f32, erf_any_loop, "erf") \
+    X(erfc_f32, erfc_loop, "erfc") \
+    X(tanh_f32, tanh_loop, "tanh") \
+    X(logistic_f32, logistic_any_loop, "logistic") \
+    X(erf_inv_f32, erfinv_loop, "erf_inv") \
+    X(exp_f32, exp_any_loop, "exp") \
+    X(log_f32, log_loop, "log") \
+    X(sin_f32, sin_loop, "sin") \
+    X(cos_f32, cos_loop, "cos") \
+    X(expm1_f32, expm1_loop, "expm1") \
+    X(log1p_f32, log1p_loop, "log1p")
 
-DEFINE_ENTRY(erf_f32, erf_any_loop)
-DEFINE_ENTRY(erfc_f32, erfc_loop)
-DEFINE_ENTRY(tanh_f32, tanh_loop)
-DEFINE_ENTRY(logistic_f32, logistic_any_loop)
-DEFINE_ENTRY(erf_inv_f32, erfinv_loop)
-DEFINE_ENTRY(exp_f32, exp_any_loop)
-DEFINE_ENTRY(log_f32, log_loop)
-DEFINE_ENTRY(sin_f32, sin_loop)
-DEFINE_ENTRY(cos_f32, cos_loop)
-DEFINE_ENTRY(expm1_f32, expm1_loop)
-DEFINE_ENTRY(log1p_f32, log1p_loop)
+#define DEFINE_ENTRY(NAME, LOOP, DOCNAME) \
+static PyObject *NAME(PyObject *self, PyObject *args) { (void)self; return run(args, #NAME, LOOP); }
+FASTMATH_FUNCTIONS(DEFINE_ENTRY)
 
 #define DOC(F) F "(x, out, idx[, claim, chunk]) -> n: " F " of float32 x into out; the " \
     "indices of the n elements to recompute exactly into idx[:n] (with claim: the chunks " \
     "this call took, see the C source)."
+#define METHOD(NAME, LOOP, DOCNAME) {#NAME, NAME, METH_VARARGS, DOC(DOCNAME)},
 
 static PyMethodDef methods[] = {
-    {"erf_f32", erf_f32, METH_VARARGS, DOC("erf")},
-    {"erfc_f32", erfc_f32, METH_VARARGS, DOC("erfc")},
-    {"tanh_f32", tanh_f32, METH_VARARGS, DOC("tanh")},
-    {"logistic_f32", logistic_f32, METH_VARARGS, DOC("logistic")},
-    {"erf_inv_f32", erf_inv_f32, METH_VARARGS, DOC("erf_inv")},
-    {"exp_f32", exp_f32, METH_VARARGS, DOC("exp")},
-    {"log_f32", log_f32, METH_VARARGS, DOC("log")},
-    {"sin_f32", sin_f32, METH_VARARGS, DOC("sin")},
-    {"cos_f32", cos_f32, METH_VARARGS, DOC("cos")},
-    {"expm1_f32", expm1_f32, METH_VARARGS, DOC("expm1")},
-    {"log1p_f32", log1p_f32, METH_VARARGS, DOC("log1p")},
+    FASTMATH_FUNCTIONS(METHOD)
     {NULL, NULL, 0, NULL},
 };
 
+/* The loops for _chains.c's block machine (_buffers.h's FastmathLoops), in
+ * the order of the module's LOOPS tuple of entry names. */
+#define LOOP_ENTRY(NAME, LOOP, DOCNAME) LOOP,
+#define LOOP_NAME(NAME, LOOP, DOCNAME) #NAME,
+static const fastmath_loop LOOP_TABLE[] = {FASTMATH_FUNCTIONS(LOOP_ENTRY)};
+static const char *const LOOP_NAMES[] = {FASTMATH_FUNCTIONS(LOOP_NAME)};
+#define N_LOOPS ((int32_t)(sizeof LOOP_TABLE / sizeof LOOP_TABLE[0]))
+static const FastmathLoops LOOPS = {FASTMATH_LOOPS_VERSION, N_LOOPS, LOOP_TABLE};
+
+static int module_exec(PyObject *m)
+{
+    PyObject *names = PyTuple_New(N_LOOPS);
+    if (!names) return -1;
+    for (int32_t k = 0; k < N_LOOPS; k++) {
+        PyObject *name = PyUnicode_FromString(LOOP_NAMES[k]);
+        if (!name) { Py_DECREF(names); return -1; }
+        PyTuple_SET_ITEM(names, k, name);
+    }
+    if (PyModule_AddObject(m, "LOOPS", names) < 0) { Py_DECREF(names); return -1; }
+    PyObject *cap = PyCapsule_New((void *)&LOOPS, FASTMATH_LOOPS_CAPSULE, NULL);
+    if (!cap) return -1;
+    if (PyModule_AddObject(m, "_loops", cap) < 0) { Py_DECREF(cap); return -1; }
+    return 0;
+}
+
 static struct PyModuleDef_Slot slots[] = {
+    {Py_mod_exec, module_exec},
 #ifdef Py_mod_multiple_interpreters
     {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
 #endif

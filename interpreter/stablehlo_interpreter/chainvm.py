@@ -10,8 +10,16 @@ integer, float32/float64 add/sub/mul/div/negate/abs/maximum/minimum, clamp:
 :func:`lower`), the run becomes a :class:`Segment`: a program made once,
 when the fused step is made, that the chunk code runs over the chunk in
 blocks of :data:`BLOCK_BYTES` per value, the run's intermediate values
-staying in the L1 cache. Other members (transcendentals, float -> integer
-converts, integer division, reduces) run as before between segments.
+staying in the L1 cache. float32 transcendentals whose kernel is one of
+ops/fastmath.py's (``KernelInfo.f32_loop``: erf, tanh, exp, logistic, ...)
+join the run too, as the machine's FM instruction, a call of that
+``_fastmath`` function's C loop on the block: the loop names the elements
+whose float64 value it cannot round surely right (about 1 in 8000), and
+:meth:`Segment.run` recomputes the run's outputs at those elements with the
+members' own kernels (one call each on the gathered elements), so every
+element gets the kernels' bits. Other members (other transcendentals,
+float -> integer converts, integer division, reduces) run as before between
+segments.
 
 Both numerics modes share the segments: these ops are exact (integer and
 bit ops) or one IEEE rounding (float basic arithmetic), which both modes
@@ -26,11 +34,16 @@ whose ops it accepts as one machine loop (``_chains.run_loop``).
 import numpy as np
 
 from . import config as _config
+from .registry import kernel_info
 
 try:
     from . import _chains
 except ImportError:   # not built: fused chains run every member's numpy kernel
     _chains = None
+try:
+    from ._fastmath import LOOPS as _FM_LOOPS
+except ImportError:   # not built: transcendentals stay between the machine's runs
+    _FM_LOOPS = ()
 
 # Bytes of a block of the widest value of a segment: its values' blocks stay
 # in the L1 cache (32-48 KiB) together.
@@ -48,6 +61,7 @@ _BOOL, _F32, _F64 = _TYPES[np.dtype(np.bool_)], _TYPES[np.dtype(np.float32)], \
     _TYPES[np.dtype(np.float64)]
 (ADD, SUB, MUL, DIV, NEG, ABS, AND, OR, XOR, NOT, SHL, SHRL, SHRA, MAX, MIN, CMP, SELECT, COPY,
  CVT, SHLOR, SHLORXOR) = range(1, 22)
+FM = 104   # a _fastmath loop (block programs only: _chains.c's OP_FM)
 _DIRECTIONS = {"EQ": 0, "NE": 1, "LT": 2, "LE": 3, "GT": 4, "GE": 5}
 _TOTALORDER = 8
 
@@ -121,6 +135,21 @@ def lower(op):
     return None
 
 
+def lower_member(op, fn):
+    """:func:`lower` of a fused member whose kernel is ``fn``, and the FM
+    instruction for a float32 transcendental whose kernel is a _fastmath
+    function's (``KernelInfo.f32_loop``), or None."""
+    code = lower(op)
+    if code is not None:
+        return code
+    name = kernel_info(fn).f32_loop
+    if name in _FM_LOOPS and len(op.operand_types) == len(op.result_types) == 1 \
+            and all(getattr(t, "quant", None) is None and np.dtype(t.dtype) == np.float32
+                    for t in (op.operand_types[0], op.result_types[0])):
+        return [(FM, _F32, _FM_LOOPS.index(name), "r", (0,))]
+    return None
+
+
 def _lower_compare(op, ins, r):
     """compare: the type whose order the kernel uses (ops/elementwise.py's
     _compare_general: an integer compare_type reinterprets the bits)."""
@@ -180,8 +209,9 @@ def _rotations(code, kept):
 class Segment:
     """A run of fused members as one machine program.
 
-    ``members``: ``(op, args, res)`` per member, in order (args and res are
-    the chain's value numbers); ``dtype``: value -> numpy dtype; ``inputs``:
+    ``members``: ``(op, args, res, fn)`` per member, in order (args and res
+    are the chain's value numbers, fn its kernel: :func:`lower_member`, and
+    the recomputation of flagged elements); ``dtype``: value -> numpy dtype; ``inputs``:
     the values the run reads and does not make, in the order :meth:`run`
     takes them; ``outputs``: ``(value, store, returned)`` per value the run
     must leave: written to stored output ``store`` (or None) and returned
@@ -192,10 +222,13 @@ class Segment:
         self.in_dtypes = tuple(np.dtype(dtype[v]) for v in inputs)
         self.outputs = tuple((store, np.dtype(dtype[v]), ret) for v, store, ret in outputs)
         self.returned = tuple(v for v, _, ret in outputs if ret)
+        self.inputs = tuple(inputs)
+        self.out_values = tuple(v for v, _, _ in outputs)
+        self.kernels = tuple((fn, args, res) for _, args, res, fn in members)
         code = []   # (opcode, type, sub, dst, operands), values numbered below
         temps = 0
-        for op, args, res in members:
-            lowered = lower(op)
+        for op, args, res, fn in members:
+            lowered = lower_member(op, fn)
             if lowered is None:
                 raise ValueError(f"chainvm: {op.name} is not a machine op")
             temp = ("t", temps)
@@ -205,6 +238,9 @@ class Segment:
                 code.append((opcode, t, sub, where.get(dst, dst),
                              tuple(where[a] if a in where else args[a] for a in operands)))
         kept = [v for v, _, _ in outputs]
+        # Each FM instruction may flag each element once: the flags buffer
+        # holds n indices per FM instruction.
+        self.n_fm = sum(c[0] == FM for c in code)
         self.program = self._assemble(_rotations(code, set(kept)), dtype, list(inputs), kept)
 
     @staticmethod
@@ -253,12 +289,18 @@ class Segment:
         header = [_MAGIC, len(kinds), len(inputs), len(outputs), n_slots, len(code), block]
         return np.array(header + [w for k in kinds for w in k] + words, np.int32).tobytes()
 
-    def run(self, ins, targets, lo, hi, cshape, scale):
+    def run(self, ins, targets, lo, hi, cshape, scale, late=None):
         """The returned values of the run over chunk ``lo:hi`` (``targets``,
         ``cshape`` and ``scale`` as fusion.py's chunk code has them), the
         stored ones written to their chunk of ``targets``; or None when an
         input is not an array of its type and of the chunk's size or one
-        element: then the members run their kernels."""
+        element: then the members run their kernels. The elements an FM
+        instruction flagged are recomputed before it returns; or, given a
+        list ``late`` and when the run returns nothing (its outputs are
+        only stored: nothing reads them before the fused step ends), their
+        inputs are appended to ``late`` and :func:`finish` recomputes them
+        all at once (one redo per call instead of one per chunk: ~30 us
+        each, mostly the members' Python calls)."""
         n = (hi - lo) * scale
         bufs = []
         for x, dt in zip(ins, self.in_dtypes):
@@ -268,14 +310,49 @@ class Segment:
                 bufs.append(x)
             elif x.size == 1 or x.size and not any(x.strides):
                 bufs.append(x[(slice(0, 1),) * x.ndim])   # one value
-            elif x.size == n:
-                # A strided chunk (rows of a transposed operand, a row
-                # statistic broadcast over its row): one copy in cache, in
-                # the order of the others (C order of the chunk's shape).
+            elif x.size == n and all(st or d == 1 for st, d in zip(x.strides, x.shape)):
+                # A strided chunk (rows of a transposed operand): one copy
+                # in cache, in the order of the others (C order of the
+                # chunk's shape). Not a broadcast (a row statistic over its
+                # rows): the members' code takes it as it is (fusion's
+                # _row_op), faster than a full copy per chunk.
                 bufs.append(np.ascontiguousarray(x))
             else:
                 return None
         outs = [targets[store][lo:hi] if store is not None else np.empty(cshape, dt)
                 for store, dt, _ in self.outputs]
-        _chains.run(self.program, n, bufs, outs)
+        flags = np.empty(n * self.n_fm, np.int64) if self.n_fm else None
+        flagged = _chains.run(self.program, n, bufs, outs, flags)
+        if flagged:
+            idx = np.unique(flags[:flagged])
+            ins = [b.reshape(-1)[idx] if b.size == n else np.repeat(b.reshape(-1)[:1], idx.size)
+                   for b in bufs]
+            if late is None or self.returned:
+                for o, y in zip(outs, self._redo(ins)):
+                    o.reshape(-1)[idx] = y
+            else:
+                late.append((self, lo * scale + idx, ins))
         return [o for o, (_, _, ret) in zip(outs, self.outputs) if ret]
+
+    def _redo(self, ins):
+        """The run's outputs (in order) at some elements, from the inputs
+        ``ins`` at those elements, by the members' kernels: elementwise
+        kernels give each element the same bits however many they get."""
+        vals = dict(zip(self.inputs, ins))
+        for fn, args, res in self.kernels:
+            vals[res] = fn(*[vals[a] for a in args])
+        return [vals[v] for v in self.out_values]
+
+
+def finish(late, targets):
+    """The flagged elements :meth:`Segment.run` left in ``late`` (flat
+    indices into ``targets``, the fused step's outputs), recomputed: one
+    redo per segment."""
+    runs = {}
+    for seg, idx, ins in late:
+        runs.setdefault(seg, []).append((idx, ins))
+    for seg, parts in runs.items():
+        idx = np.concatenate([i for i, _ in parts])
+        ins = [np.concatenate(col) for col in zip(*(x for _, x in parts))]
+        for (store, _, _), y in zip(seg.outputs, seg._redo(ins)):
+            targets[store].reshape(-1)[idx] = y

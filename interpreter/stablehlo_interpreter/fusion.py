@@ -1098,15 +1098,21 @@ class FusedChain:
         """``{first member: (members, chainvm.Segment, inputs)}``: the
         maximal runs of at least chainvm.MIN_MEMBERS chunk members (hoisted
         ones between them run in the prologue) whose ops the block machine
-        computes (chainvm.lower), a run ending at a member feeding a reduce
+        computes (chainvm.lower_member), a run ending at a member feeding a reduce
         at the latest (its feed runs after the run)."""
         if not chainvm.enabled():
             return {}
         runs, run = [], []
+        rowvals = set(self.rowvals)
         for j, m in enumerate(self.plan):
             if m.kind == _HOISTED:
                 continue
-            if m.kind == _KERNEL and not m.expand and chainvm.lower(m.op) is not None:
+            # (A member reading a row value broadcast back keeps _row_op,
+            # one loop over the broadcast: the machine would take that
+            # operand as a full copy per chunk; softmax's x - max then exp:
+            # 2.9 ms as a run against 2.3 ms, (1000, 1000) f32.)
+            if m.kind == _KERNEL and not m.expand and rowvals.isdisjoint(m.args) \
+                    and chainvm.lower_member(m.op, m.fn) is not None:
                 run.append(j)
                 if not m.feeds:
                     continue
@@ -1127,7 +1133,8 @@ class FusedChain:
                 later = bool(m.feeds) or any(r > run[-1] for r in readers.get(m.res, ()))
                 if m.store is not None or later:
                     outputs.append((m.res, m.store, later))
-            members = [(self.plan[k].op, self.plan[k].args, self.plan[k].res) for k in run]
+            members = [(self.plan[k].op, self.plan[k].args, self.plan[k].res, self.plan[k].fn)
+                       for k in run]
             segments[run[0]] = (tuple(run), chainvm.Segment(members, dtype, inputs, outputs),
                                 tuple(inputs))
             made |= produced
@@ -1337,9 +1344,12 @@ class FusedChain:
         members, seg, inputs = self.segments[j]
         g[f"s{j}"] = seg
         last = members[-1]
+        # (A run whose outputs are only stored leaves its flagged elements
+        # to the end of the call: inv["late"], chainvm.finish.)
+        late = ", inv.get('late')" if seg.n_fm and not seg.returned else ""
         lines = [f"m = {j}",
                  f"_r = s{j}.run(({''.join(f'v{a}, ' for a in inputs)}), targets, lo, hi, "
-                 f"cshape, scale)",
+                 f"cshape, scale{late})",
                  "if _r is not None:"]
         if seg.returned:
             lines.append(f"    {''.join(f'v{v}, ' for v in seg.returned)}= _r")
@@ -1446,6 +1456,7 @@ class FusedChain:
             total, tail, scale = shape[0], shape[1:], self.size // shape[0]
             targets = [o if o.shape == shape else o.reshape(-1) for o in outs]
         inv = self._prologue(inputs, targets)
+        late = inv["late"] = []   # (chainvm.Segment.run)
         # A fed reduce whose reducer shares its own pieces with the helpers
         # when it runs alone (reducers._reduce_last, _reduce_leading: the
         # plan's ``shares``) makes every chunk heavy, and the fused step
@@ -1492,6 +1503,14 @@ class FusedChain:
             self._run_trial(run, bounds, threads)
         else:
             run_chunks(run, bounds, threads)
+        if late:
+            try:
+                chainvm.finish(late, targets)
+            except InterpreterError:
+                raise
+            except Exception as e:
+                self._fail(next(j for j, (_, seg, _) in self.segments.items()
+                                if seg is late[0][0]), e)
         if states:
             outs = outs + [st.finish() for st in states]
         return outs[0] if self.n_out == 1 else outs

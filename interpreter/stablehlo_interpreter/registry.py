@@ -270,11 +270,15 @@ class KernelInfo:
       pool's threads itself (pool.run_chunks), in one pass with one
       fix-up at its end (ops/fastmath.f32_kernel): alone, it gains nothing
       from fusion.py's chunks, whose per-chunk calls repeat that fix-up.
+    * ``f32_loop``: on a float32 kernel of ops/fastmath.f32_kernel, the name
+      of its ``_fastmath`` function (``"tanh_f32"``): chainvm.py runs that
+      function's C loop inside a fused chain's block-machine program and
+      recomputes the elements it flags with the chain's own kernels.
     """
 
     __slots__ = ("donate_first", "invariant_ufunc", "regions_unused", "composite_exact",
                  "scalar_math", "reduction", "into", "branch", "in_range", "unbound",
-                 "shares")
+                 "shares", "f32_loop")
 
     def __init__(self, donate_first: Callable[..., Any] | None = None,
                  invariant_ufunc: tuple[Any, Callable[..., Any]] | None = None,
@@ -285,7 +289,7 @@ class KernelInfo:
                  branch: Callable[[Any, int], int] | None = None,
                  in_range: Callable[..., Any] | None = None,
                  unbound: Callable[..., Any] | None = None,
-                 shares: bool = False) -> None:
+                 shares: bool = False, f32_loop: str | None = None) -> None:
         self.donate_first = donate_first
         self.invariant_ufunc = invariant_ufunc
         self.regions_unused = regions_unused
@@ -297,6 +301,7 @@ class KernelInfo:
         self.in_range = in_range
         self.unbound = unbound
         self.shares = shares
+        self.f32_loop = f32_loop
 
 
 _NO_INFO = KernelInfo()

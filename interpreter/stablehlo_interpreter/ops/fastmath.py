@@ -114,4 +114,4 @@ def f32_kernel(name, exact):
             compute(x, out.reshape(-1))
         return out
     run.__name__ = getattr(exact, "__name__", name)
-    return annotate(run, into=run_into, shares=True)
+    return annotate(run, into=run_into, shares=True, f32_loop=name)
