@@ -288,9 +288,11 @@ def test_take_of_rows_shared_between_threads(it, monkeypatch):
                 monkeypatch.setenv("STABLEHLO_REF_THREADS", threads)
                 got = plan(operand, indices)
                 assert same_bits(got, want), (oshape, n, it, threads)
-    # int32/uint32/int8/uint16 take the blocks (int64 is intp, uint64
-    # saturates into int64: one np.take).
-    assert bool(shared) == (np.dtype(it) not in (np.dtype(np.int64), np.dtype(np.uint64)))
+    # int32/uint32/int8/uint16 take the blocks; int64, and uint64 (which
+    # saturates into int64), where _gather is built (else int64 is intp:
+    # one np.take).
+    whole = () if gs._gather is not None else (np.int64, np.uint64)
+    assert bool(shared) == (np.dtype(it) not in [np.dtype(t) for t in whole])
     # (Shared blocks of 14: 8 indices are one block, never shared; 15 are
     # two blocks, the last of one index; 38 three.)
     assert sorted(set(shared)) == ([] if not shared else [2, 3])
@@ -366,6 +368,119 @@ def test_gather_take_forms_jax_emits(it):
     plan = gs._GatherPlan(tal, x.shape, ti.shape, (1, 1))
     assert plan.mode == "linear"
     assert same_bits(plan(x, ti), _reference_gather(tal, x, ti, (1, 1)))
+
+
+_one_pass = pytest.mark.skipif(gs._gather is None, reason="_gather not built")
+
+
+@_one_pass
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16, np.complex64, np.int8,
+                                np.float64, np.bool_])
+def test_one_pass_gathers_give_numpys_elements(dt, threads, monkeypatch):
+    # _gather.c's take_rows and take_linear against the numpy schedules
+    # (the module hidden) and the reference: take_along_axis over the last
+    # axis of 2-D and 3-D operands (the static part a row offset), over a
+    # middle axis (no 2-D view of the static part: numpy), and x[idx];
+    # int32 and int64 starts, out of range on both sides, row blocks shared
+    # with the pool's threads.
+    from stablehlo_interpreter import pool
+    monkeypatch.setenv("STABLEHLO_REF_THREADS", threads)
+    monkeypatch.setattr(pool, "busy", lambda threads: False)
+    monkeypatch.setattr(gs, "_TAKE_SHARED_MIN", 64)
+    monkeypatch.setattr(gs, "_TAKE_MIN", 16)
+    rng = np.random.default_rng(12)
+    calls = []
+    real = gs._gather
+    spy = type("Spy", (), {})()
+    spy.take_rows = lambda *a: (calls.append("take_rows"), real.take_rows(*a))[1]
+    spy.take_linear = lambda *a: (calls.append("take_linear"), real.take_linear(*a))[1]
+    monkeypatch.setattr(gs, "_gather", spy)
+
+    def check(dn, operand, indices, sizes, method):
+        plan = gs._GatherPlan(dn, operand.shape, indices.shape, sizes)
+        calls.clear()
+        got = plan(operand, indices)
+        assert method in calls, (method, calls)
+        with monkeypatch.context() as m:
+            m.setattr(gs, "_gather", None)
+            plain = gs._GatherPlan(dn, operand.shape, indices.shape, sizes)(operand, indices)
+        assert same_bits(got, plain)
+        assert same_bits(got, _reference_gather(dn, operand, indices, sizes))
+
+    for it in (np.int32, np.int64):
+        for shape in ((9, 500), (3, 7, 250)):   # (over _SMALL_GATHER elements)
+            lead = len(shape) - 1
+            dn = {"offset_dims": [], "collapsed_slice_dims": [lead],
+                  "operand_batching_dims": list(range(lead)),
+                  "start_indices_batching_dims": list(range(lead)),
+                  "start_index_map": [lead], "index_vector_dim": lead + 1}
+            operand = random_values(rng, shape, dt)
+            indices = rng.integers(-3, shape[-1] + 3, shape + (1,)).astype(it)
+            check(dn, operand, indices, (1,) * len(shape), "take_linear")
+        x = random_values(rng, (50,), dt)
+        idx = rng.integers(-3, 53, (300, 1)).astype(it)
+        dn = {"offset_dims": [], "collapsed_slice_dims": [0], "operand_batching_dims": [],
+              "start_indices_batching_dims": [], "start_index_map": [0], "index_vector_dim": 1}
+        check(dn, x, idx, (1,), "take_rows")
+    # The middle axis of (3, 400, 7): the static part broadcast over the
+    # result is no (rows, cols) view; numpy's passes.
+    dn = {"offset_dims": [], "collapsed_slice_dims": [1], "operand_batching_dims": [0, 2],
+          "start_indices_batching_dims": [0, 2], "start_index_map": [1], "index_vector_dim": 3}
+    operand = random_values(rng, (3, 400, 7), dt)
+    indices = rng.integers(-3, 403, (3, 400, 7, 1)).astype(np.int32)
+    plan = gs._GatherPlan(dn, operand.shape, indices.shape, (1, 1, 1))
+    calls.clear()
+    assert same_bits(plan(operand, indices),
+                     _reference_gather(dn, operand, indices, (1, 1, 1)))
+    assert "take_linear" not in calls
+
+
+@_one_pass
+def test_one_pass_gathers_check_their_buffers():
+    take_rows, take_linear = gs._gather.take_rows, gs._gather.take_linear
+    x = np.arange(12, dtype=np.float32)
+    i = np.array([0, 3, -1, 40], np.int32)
+    out = np.empty(4, np.float32)
+    take_rows(x, 12, i, out)
+    assert np.array_equal(out, [0, 3, 0, 11])
+    with pytest.raises(TypeError, match="indices"):
+        take_rows(x, 12, i.astype(np.float32), out)
+    with pytest.raises(ValueError, match="not 5 rows"):
+        take_rows(x, 5, i, out)
+    with pytest.raises(ValueError, match="not 0 rows"):
+        take_rows(x, 0, i, out)
+    with pytest.raises(ValueError, match="out has"):
+        take_rows(x, 12, i, out[:3])
+    with pytest.raises(ValueError, match="overlaps"):
+        take_rows(x, 12, i, x[:4])
+    with pytest.raises(ValueError, match="unaligned"):
+        take_rows(np.frombuffer(bytes(49), np.uint8)[1:].view(np.float32), 12, i, out)
+    part = np.array([[0, 1, 5], [2, -7, 1]], np.int64)
+    st = np.array([0, 6], np.int64)
+    o = np.empty((2, 3), np.float32)
+    take_linear(x, part, 5, 1, st, 1, 0, 3, o)
+    assert np.array_equal(o, [[0, 1, 5], [8, 6, 7]])
+    take_linear(x, part, 3, 2, None, 0, 0, 3, o)
+    assert np.array_equal(o, [[0, 2, 6], [4, 0, 2]])
+    for args, match in [((x, part, 5, 1, st + 1, 1, 0, 3, o), "outside flat"),
+                        ((x, part, 5, 1, st - 1, 1, 0, 3, o), "outside flat"),
+                        ((x, part, 12, 1, None, 0, 0, 3, o), "outside flat"),
+                        ((x, part, 5, 1, st[:1], 1, 0, 3, o), "outside flat"),
+                        ((x, part, 5, 1, st, 2**62, 0, 3, o), "outside flat"),
+                        ((x, part, 5, 1, st, 1, 0, 4, o), "sizes"),
+                        ((x, part, 5, -1, st, 1, 0, 3, o), "sizes"),
+                        ((x, part, 5, 1, st, 1, 0, 3, o[:1]), "sizes"),
+                        ((x, part, 5, 1, st, 1, 0, 3, x[:6]), "overlaps")]:
+        with pytest.raises(ValueError, match=match):
+            take_linear(*args)
+    with pytest.raises(TypeError, match="int32 or int64"):
+        take_linear(x, part.astype(np.int16), 5, 1, st, 1, 0, 3, o)
+    with pytest.raises(TypeError, match="static must be int64"):
+        take_linear(x, part, 5, 1, st.astype(np.int32), 1, 0, 3, o)
+    with pytest.raises(TypeError, match="1, 2, 4 or 8 bytes"):
+        take_linear(x.view(np.uint8).reshape(-1, 16)[:, :12].copy().view("V12").reshape(-1),
+                    part, 0, 1, None, 0, 0, 3, np.empty((2, 3), "V12"))
 
 
 # --------------------------------------------------------------------------
