@@ -31,22 +31,6 @@ static inline int buffer_format_is(const Py_buffer *b, char code)
 #else
     else if (*f == '>' || *f == '!')
         f++;
-/* _fastmath.c's float32 loops, for _chains.c's FM instruction (a fused
- * chain's transcendental inside a block-machine program): _fastmath exports
- * this table as the capsule FASTMATH_LOOPS_CAPSULE, its loops in the order of
- * the names in _fastmath.LOOPS. A loop is n_flagged = loop(x, out, idx, n):
- * float32 x[:n] into out[:n] (out may be x itself), the indices of the
- * elements to recompute exactly written to idx[:n_flagged] (_fastmath.c's
- * header comment). Called without the GIL. */
-typedef Py_ssize_t (*fastmath_loop)(const float *, float *, int64_t *, Py_ssize_t);
-typedef struct {
-    int32_t version;
-    int32_t count;
-    const fastmath_loop *loops;
-} FastmathLoops;
-#define FASTMATH_LOOPS_CAPSULE "stablehlo_interpreter._fastmath._loops"
-#define FASTMATH_LOOPS_VERSION 1
-
 #endif
     return f[0] == code && f[1] == '\0';
 }
