@@ -231,7 +231,7 @@ class _GatherPlan:
         of other sizes, a static part whose broadcast is no 2-D view. Large
         ones share row blocks with the pool's threads."""
         res = self.result_shape
-        if part.shape != res or part.dtype not in _ONE_PASS_PARTS \
+        if part.shape != res or part.dtype not in _ONE_PASS_PARTS or not flat.size \
                 or flat.dtype.itemsize not in (1, 2, 4, 8):
             return None
         cols = res[-1] if res else 1
