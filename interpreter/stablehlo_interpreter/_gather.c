@@ -161,8 +161,6 @@ static PyObject *take_rows(PyObject *self, PyObject *args)
             for (Py_ssize_t c = 0; c < cols; c++) orow[c] = x[clamp(p[c], upper) * stride]; \
         else if (s_col == 0) { const int64_t s = st[r * s_row]; \
             for (Py_ssize_t c = 0; c < cols; c++) orow[c] = x[s + clamp(p[c], upper) * stride]; } \
-        else if (s_col == 1) { const int64_t *s = st + r * s_row; \
-            for (Py_ssize_t c = 0; c < cols; c++) orow[c] = x[s[c] + clamp(p[c], upper) * stride]; } \
         else { const int64_t *s = st + r * s_row; \
             for (Py_ssize_t c = 0; c < cols; c++) \
                 orow[c] = x[s[c * s_col] + clamp(p[c], upper) * stride]; } } } while (0)

@@ -128,10 +128,11 @@ MACHINE_THREAD_MEMBERS = 4
 # shared in turn, timed, then the way whose best call was faster: whether
 # sharing pays depends on the chain (the C time of a chunk's calls against
 # the GIL hand-overs between them) and on the machine, and a wrong guess
-# costs either way. 1e6 f32 on 2 cores, shared / alone: gelu (one `tanh`
-# and two block-machine runs a chunk) 2.58 / 2.21 ms; three transcendentals
-# (`chain_tanh_exp_sin`) 3.6 / 4.2; jax.random.normal's 129-op chain 6.3 /
-# 10.4. The first call (lazy planning, new memory) is not a trial.
+# costs either way. 1e6 f32 on 2 cores, shared / alone (best trial):
+# gelu (one block-machine run a chunk, `tanh` inside it) 1.5 / 2.1 ms;
+# three transcendentals (`chain_tanh_exp_sin`) 3.6 / 4.2; jax.random.normal's
+# 129-op chain 6.3 / 10.4. The first call (lazy planning, new memory) is not
+# a trial.
 SHARE_TRIALS = 4
 
 # Let reduces of a chain's inputs join it (_input_sink: softmax's and
@@ -979,6 +980,9 @@ class FusedChain:
     _calls = 0
     _best = None
     _share = None
+    # Whether a machine run leaves its flagged elements to the end of the
+    # call (set by _segment_lines).
+    late = False
 
     def __init__(self, shape, members, inputs, outputs, one_value=frozenset(), sinks=(),
                  rows=(), row_members=(), n_row_out=0):
@@ -1098,8 +1102,8 @@ class FusedChain:
         """``{first member: (members, chainvm.Segment, inputs)}``: the
         maximal runs of at least chainvm.MIN_MEMBERS chunk members (hoisted
         ones between them run in the prologue) whose ops the block machine
-        computes (chainvm.lower_member), a run ending at a member feeding a reduce
-        at the latest (its feed runs after the run)."""
+        computes (chainvm.lower_member), a run ending at a member feeding a
+        reduce at the latest (its feed runs after the run)."""
         if not chainvm.enabled():
             return {}
         runs, run = [], []
@@ -1347,6 +1351,7 @@ class FusedChain:
         # (A run whose outputs are only stored leaves its flagged elements
         # to the end of the call: inv["late"], chainvm.finish.)
         late = ", inv.get('late')" if seg.n_fm and not seg.returned else ""
+        self.late = self.late or bool(late)
         lines = [f"m = {j}",
                  f"_r = s{j}.run(({''.join(f'v{a}, ' for a in inputs)}), targets, lo, hi, "
                  f"cshape, scale{late})",
@@ -1456,7 +1461,7 @@ class FusedChain:
             total, tail, scale = shape[0], shape[1:], self.size // shape[0]
             targets = [o if o.shape == shape else o.reshape(-1) for o in outs]
         inv = self._prologue(inputs, targets)
-        late = inv["late"] = []   # (chainvm.Segment.run)
+        late = inv["late"] = [] if self.late else None   # (chainvm.Segment.run)
         # A fed reduce whose reducer shares its own pieces with the helpers
         # when it runs alone (reducers._reduce_last, _reduce_leading: the
         # plan's ``shares``) makes every chunk heavy, and the fused step

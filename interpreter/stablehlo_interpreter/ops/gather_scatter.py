@@ -271,8 +271,8 @@ class _GatherPlan:
                 view = (None, 0, 0)
             else:
                 v = np.broadcast_to(static, res).reshape(rows, cols)
+                # (a reshape that had to copy starts elsewhere)
                 ok = static.dtype == np.int64 and static.flags.c_contiguous \
-                    and np.may_share_memory(v, static) \
                     and v.__array_interface__["data"][0] == static.__array_interface__["data"][0]
                 view = (static.reshape(-1), v.strides[0] // 8, v.strides[1] // 8) if ok \
                     else False
