@@ -197,11 +197,15 @@ def test_straight_line_failure_is_reported_as_the_loop_reports_it(monkeypatch):
         raise ValueError("kernel exploded")
 
     # Both routes run the same (patched) plan: the generated code, made anew,
-    # and Block.run under run().
+    # and Block.run's loop under run() (_runs = 0: a block's first run takes
+    # the loop; from its second it would take the generated code too).
     block._fast = [(k, exploding, *rest) for k, _, *rest in block._fast]
+    block._line = None
     p._entry = None
+    block._runs = 0
     with pytest.raises(shi.ExecutionError) as by_run:
         p.run(a, b)
+    block._runs = 0
     with pytest.raises(shi.ExecutionError) as by_loop:
         p.call((a, b))  # the first call of the new entry: Block.run
     assert not _generated(p)
@@ -216,7 +220,9 @@ def test_straight_line_failure_is_reported_as_the_loop_reports_it(monkeypatch):
 def test_new_output_rejects_bad_arguments():
     """_shim.new_output checks what it is given: a bad argument is a Python
     exception and leaves the registry and the statistics as they were."""
-    from stablehlo_pjrt import _shim, handles
+    # (buffer sets the shim's output template at import: without it every
+    # call raises RuntimeError, whatever its arguments.)
+    from stablehlo_pjrt import _shim, buffer, handles  # noqa: F401
 
     class Dev:
         def __init__(self, stats):
@@ -440,3 +446,134 @@ def test_outputs_made_in_c_and_in_python_agree(monkeypatch):
         assert c_grown == py_grown == 48
     finally:
         dispatch.set_mode("auto")
+
+
+# Straight-line code of the other blocks: called functions, case branches
+# (with captures), interpreted loop bodies (consuming their carried list).
+
+NESTED = """
+func.func private @upd(%x: tensor<8xf32>, %v: tensor<2xf32>, %i: tensor<i32>)
+    -> (tensor<8xf32>, tensor<2xf32>) {
+  %u = stablehlo.dynamic_update_slice %x, %v, %i : (tensor<8xf32>, tensor<2xf32>, tensor<i32>) -> tensor<8xf32>
+  return %u, %v : tensor<8xf32>, tensor<2xf32>
+}
+func.func @main(%x: tensor<8xf32>, %v: tensor<2xf32>, %i: tensor<i32>) -> (tensor<8xf32>, tensor<8xf32>) {
+  %x2 = stablehlo.add %x, %x : tensor<8xf32>
+  %r:2 = func.call @upd(%x2, %v, %i) : (tensor<8xf32>, tensor<2xf32>, tensor<i32>) -> (tensor<8xf32>, tensor<2xf32>)
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %p = stablehlo.compare GT, %i, %c0, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+  %k = stablehlo.convert %p : (tensor<i1>) -> tensor<i32>
+  %c = "stablehlo.case"(%k) ({
+    %n = stablehlo.negate %r#0 : tensor<8xf32>
+    stablehlo.return %n : tensor<8xf32>
+  }, {
+    %m = stablehlo.multiply %r#0, %x : tensor<8xf32>
+    stablehlo.return %m : tensor<8xf32>
+  }) : (tensor<i32>) -> tensor<8xf32>
+  return %r#0, %c : tensor<8xf32>, tensor<8xf32>
+}
+"""
+
+
+def _recording_generation(monkeypatch):
+    """The names of the blocks whose straight-line code gets made."""
+    from stablehlo_interpreter import compiler
+    made = []
+    real = compiler._straight_line
+
+    def record(block):
+        run = real(block)
+        made.append((block.name, run is not None))
+        return run
+    monkeypatch.setattr(compiler, "_straight_line", record)
+    return made
+
+
+def test_called_functions_and_case_branches_take_straight_line_code(monkeypatch):
+    """From its second run a called function (whose dying argument it may
+    update in place) and a case branch (reading captured values) run as
+    generated code, with the loop's results; the caller's inputs stay as
+    they were."""
+    made = _recording_generation(monkeypatch)
+    p = shi.compile(NESTED)
+    x = np.arange(8, dtype=np.float32)
+    v = np.array([10, 20], np.float32)
+    keep = x.copy()
+    for k in range(4):
+        i = k % 3   # 0: the first branch, 1 and 2: the second
+        u = 2 * x
+        u[i:i + 2] = v
+        want_c = -u if i == 0 else u * x
+        got = p.call((x, v, np.array(i, np.int32)))
+        np.testing.assert_array_equal(got[0], u)
+        np.testing.assert_array_equal(got[1], want_c)
+        assert got[0].dtype == got[1].dtype == np.float32
+        np.testing.assert_array_equal(x, keep)
+    names = {n for n, ok in made if ok}
+    assert {"@main", "@upd"} <= names
+    assert any(n.startswith("stablehlo.case") for n in names), made
+    # Each block's code is made once.
+    assert len(made) == len(set(n for n, _ in made))
+
+
+def test_failure_in_a_called_functions_code_is_reported_as_the_loop_reports_it():
+    p = shi.compile(NESTED)
+    args = (np.arange(8, dtype=np.float32), np.ones(2, np.float32), np.array(1, np.int32))
+    callee = p.functions["upd"].block
+
+    def exploding(*a):
+        raise ValueError("kernel exploded")
+
+    from stablehlo_interpreter.compiler import DONATE_FIRST
+    p.call(args)
+    # (The update takes its in-place kernel, c, where the operand dies.)
+    callee._fast = [(k, exploding, a, b, exploding if k == DONATE_FIRST else c, out, dead)
+                    for k, _, a, b, c, out, dead in callee._fast_steps()]
+    callee._line, callee._runs = None, 0
+    with pytest.raises(shi.ExecutionError) as by_loop:
+        p.call(args)     # the callee's first run since: the loop
+    assert callee._line is None
+    with pytest.raises(shi.ExecutionError) as by_code:
+        p.call(args)     # its second: generated code
+    assert callee._line
+    assert str(by_code.value) == str(by_loop.value)
+    assert "kernel exploded" in str(by_code.value)
+    assert isinstance(by_code.value.__cause__, ValueError)
+
+
+LOOP_UPDATE = """
+func.func @main(%x: tensor<6xf32>) -> tensor<6xf32> {
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %r:2 = stablehlo.while(%i = %c0, %a = %x) : tensor<i32>, tensor<6xf32>
+  cond {
+    %n = stablehlo.constant dense<5> : tensor<i32>
+    %lt = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %lt : tensor<i1>
+  } do {
+    %one = stablehlo.constant dense<1> : tensor<i32>
+    %s = stablehlo.dynamic_slice %a, %i, sizes = [1] : (tensor<6xf32>, tensor<i32>) -> tensor<1xf32>
+    %i2 = stablehlo.add %i, %one : tensor<i32>
+    %a2 = stablehlo.dynamic_update_slice %a, %s, %i2 : (tensor<6xf32>, tensor<1xf32>, tensor<i32>) -> tensor<6xf32>
+    stablehlo.return %i2, %a2 : tensor<i32>, tensor<6xf32>
+  }
+  return %r#1 : tensor<6xf32>
+}
+"""
+
+
+def test_interpreted_loop_bodies_take_straight_line_code(monkeypatch):
+    """Without generated loops (STABLEHLO_REF_FAST_LOOPS=0) a while loop
+    runs its body block per iteration, consuming the carried list: from the
+    second iteration on that block is generated code, which updates the
+    carried array as the loop does and leaves the argument alone."""
+    from stablehlo_interpreter import loopgen
+    monkeypatch.setattr(loopgen, "ENABLED", False)
+    made = _recording_generation(monkeypatch)
+    p = shi.compile(LOOP_UPDATE)
+    x = np.arange(6, dtype=np.float32) + 1
+    keep = x.copy()
+    for _ in range(2):
+        (r,) = p.run(x)
+        np.testing.assert_array_equal(r, np.full(6, x[0]))
+        np.testing.assert_array_equal(x, keep)
+    assert any(ok and not n.startswith("@") for n, ok in made), made

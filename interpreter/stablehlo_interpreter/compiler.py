@@ -52,6 +52,7 @@ from .types import TensorType, conforms, describe, from_mlir
 
 _ndarray = np.ndarray
 _PLAN_LOCK = threading.Lock()   # Block._fast_steps
+_LINE_LOCK = threading.Lock()   # straight_line (which takes _PLAN_LOCK inside)
 
 # Calls, regions and loops nest as Python calls (about three frames per
 # func.call level). Python 3.11 runs Python-to-Python calls without growing
@@ -249,7 +250,7 @@ class Block:
 
     __slots__ = ("name", "steps", "template", "arg_slots", "capture_values",
                  "capture_slots", "result_slots", "arg_types", "result_types",
-                 "nslots", "location", "_fast", "folded", "_planned")
+                 "nslots", "location", "_fast", "folded", "_planned", "_line", "_runs")
 
     def __init__(self, name):
         self.name = name
@@ -265,6 +266,10 @@ class Block:
         self._fast = None
         self.folded = ()  # Folded ops, in program order (for traced runs)
         self._planned = ()  # the steps self._fast was made from (fusion.py's)
+        # The block's straight-line code (_straight_line): None until made,
+        # False where it has none; made at the second plain run (_runs).
+        self._line = None
+        self._runs = 0
 
     def _fast_steps(self):
         """The steps as :class:`FastStep` for the plain loop: no list built
@@ -344,27 +349,18 @@ class Block:
         values); it is emptied so that values the block owns alone can be
         updated in place.
         """
+        line = self._line
+        if line is None:
+            line = self._line_due(ctx)
+        observed = ctx.tracer is not None or _DEBUG_VALIDATE
+        if line and not observed:
+            return line(ctx, args, captures, consume)
         fast = self._fast
         if fast is None:
             # Made before the frame: it may extend the template (inlined calls).
             fast = self._fast_steps()
-        env = self.template[:]
-        env[0] = ctx
-        if captures:
-            for slot, v in zip(self.capture_slots, captures):
-                env[slot] = v
-        arg_slots = self.arg_slots
-        if len(arg_slots) == 1 and len(args) == 1:
-            # (most called functions and loop bodies of one value: the zip
-            # costs a fifth of a one-op block's run)
-            env[arg_slots[0]] = args[0]
-        else:
-            for slot, v in zip(arg_slots, args):
-                env[slot] = v
-        if consume:
-            args.clear()
-            v = None  # the frame is then the only holder of a consumed value
-        if ctx.tracer is not None or _DEBUG_VALIDATE:
+        env = self._frame(ctx, captures, args, consume)
+        if observed:
             return self._run_observed(ctx, env)
         fn = out = None
         try:
@@ -418,6 +414,38 @@ class Block:
         if len(results) == 1:
             return [env[results[0]]]
         return [env[i] for i in results]
+
+    def _line_due(self, ctx):
+        """The straight-line code :meth:`run` takes from the block's second
+        plain run on (None before; False where the block has none): a
+        called function, a case branch, an interpreted loop's body."""
+        if ctx.tracer is not None or _DEBUG_VALIDATE:
+            return None
+        if self._runs:
+            return straight_line(self)
+        self._runs = 1
+        return None
+
+    def _frame(self, ctx, captures, args, consume):
+        """The loop's frame: the template with the context, the captures
+        and the arguments in their slots (``consume``: ``args`` emptied, so
+        that the frame is the only holder of a value the caller gave up)."""
+        env = self.template[:]
+        env[0] = ctx
+        if captures:
+            for slot, v in zip(self.capture_slots, captures):
+                env[slot] = v
+        arg_slots = self.arg_slots
+        if len(arg_slots) == 1 and len(args) == 1:
+            # (most called functions and loop bodies of one value: the zip
+            # costs a fifth of a one-op block's run)
+            env[arg_slots[0]] = args[0]
+        else:
+            for slot, v in zip(arg_slots, args):
+                env[slot] = v
+        if consume:
+            args.clear()
+        return env
 
     def _run_args(self, ctx, args):
         """``run(ctx, (), args)``: the signature of :func:`_straight_line`'s
@@ -511,28 +539,43 @@ def _validate(op, results, batched=0):
                 f"expected {t!r}", op.name, op.location)
 
 
-# Entry blocks of at most this many steps run as generated straight-line
-# code in Program.call (see _straight_line); longer ones take Block.run.
+# Blocks of at most this many steps run as generated straight-line code
+# from their second run (see straight_line); longer ones keep Block.run.
 STRAIGHT_MAX_STEPS = 64
 
 
-def _straight_line(block: Block) -> Any:
-    """``block.run(ctx, (), args)`` of a function body as one generated
-    Python function ``run(ctx, args)``: each step a line calling its kernel
-    on local variables, constants as globals of the function. None when a
-    step is of a kind the generated code does not cover (a call handing
-    over its arguments) or the plan is long (the source
-    grows with it; the loop's per-step cost is then a small part).
+def straight_line(block: Block) -> Any:
+    """The block's straight-line code, made at the first request (by one
+    thread, as the plan is): False when it has none (see
+    :func:`_straight_line`)."""
+    line = block._line
+    if line is None:
+        with _LINE_LOCK:
+            line = block._line
+            if line is None:
+                line = block._line = _straight_line(block) or False
+    return line
 
-    Why: for a program of a few small ops (a jitted ``x + 1`` called in a
-    loop) the plain loop's frame list, step tuples and branches cost more
-    than the kernels. The generated function does what the loop does, in
-    the same order: a dying slot is dropped at the same step (its local set
-    to None), an operand dying at a donating step is updated in place on the
-    same condition, and a failing step is reported as the loop reports it
-    (``_i`` holds the step's index)."""
+
+def _straight_line(block: Block) -> Any:
+    """``block.run(ctx, caps, args, consume)`` as one generated Python
+    function ``run(ctx, args, caps=(), consume=False)``: each step a line
+    calling its kernel on local variables, constants as globals of the
+    function. None when the plan is long (the source grows with it; the
+    loop's per-step cost is then a small part).
+
+    Why: for a block of a few small ops (a jitted ``x + 1`` called in a
+    loop; expm's called functions and case branches, ~150 ops on 64x64
+    matrices) the plain loop's frame list, step tuples and branches cost
+    more than the kernels. The generated function does what the loop does,
+    in the same order: the captures and arguments become locals (a consumed
+    argument list is emptied, as the loop empties it), a dying slot is
+    dropped at the same step (its local set to None), an operand dying at
+    a donating step is updated in place on the same condition, a called
+    function gets the slots dying there handed over, and a failing step is
+    reported as the loop reports it (``_i`` holds the step's index)."""
     fast = block._fast_steps()
-    if len(fast) > STRAIGHT_MAX_STEPS or block.capture_slots:
+    if len(fast) > STRAIGHT_MAX_STEPS:
         return None
     template = block.template
     ns: dict[str, Any] = {"_ndarray": _ndarray, "_getrefcount": _getrefcount}
@@ -548,11 +591,15 @@ def _straight_line(block: Block) -> Any:
             return f"c{slot}"
         return f"s{slot}"
 
-    lines = ["def run(ctx, args):"]
+    def targets(out):
+        return "".join(f"s{o}, " for o in out)
+
+    lines = ["def run(ctx, args, caps=(), consume=False):"]
+    if block.capture_slots:
+        lines.append(f"    {', '.join(ref(a) for a in block.capture_slots)}, = caps")
     if block.arg_slots:
         lines.append(f"    {', '.join(ref(a) for a in block.arg_slots)}, = args")
-    lines.append("    _i = 0")
-    lines.append("    try:")
+    lines += ["    if consume:", "        args.clear()", "    _i = 0", "    try:"]
     for i, (kind, fn, a, b, c, out, dead) in enumerate(fast):
         ns[f"f{i}"] = fn
         lines.append(f"        _i = {i}")
@@ -563,9 +610,23 @@ def _straight_line(block: Block) -> Any:
             lines.append(f"        s{out} = f{i}({''.join(ref(x) + ', ' for x in a)})")
         elif kind == MULTI_RESULT:   # (a while loop of several carries; a
             # custom call of none: a host callback)
-            targets = "".join(f"s{o}, " for o in out)
-            lines.append(f"        {targets + '= ' if targets else ''}"
+            outs = targets(out)
+            lines.append(f"        {outs + '= ' if outs else ''}"
                          f"f{i}({''.join(ref(x) + ', ' for x in a)})")
+        elif kind == CALL_FUNCTION:
+            # The callee's block, looked up per run as the loop looks it up
+            # (the program's functions are fixed, the context's program is
+            # the one running).
+            uses_context.append(0)
+            ns[f"n{i}"] = a
+            lines.append(f"        _v = [{''.join(ref(x) + ', ' for x in b)}]")
+            lines += [f"        {ref(d)} = None" for d in c]
+            lines.append(f"        _r = ctx.program.functions[n{i}].block.run(ctx, (), _v, True)")
+            if out.__class__ is int:
+                lines.append(f"        s{out} = _r[0]")
+            elif out:
+                lines.append(f"        {targets(out)}= _r")
+            lines.append("        _v = _r = None")
         elif kind == DONATE_FIRST:
             ns[f"d{i}"] = c
             rest = "".join(", " + ref(x) for x in b)
@@ -745,8 +806,8 @@ class Program:
             if self._entry[2] is None:
                 self._entry = (block, self._entry[1], False, True)
             return block._run_args
-        run = _straight_line(block)
-        if run is None:
+        run = straight_line(block)
+        if not run:
             self._entry = (block, self._entry[1], block._run_args, True)
             return block._run_args
         # A plan no step of which takes the context runs without one.
