@@ -837,3 +837,53 @@ func.func @main(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{
     assert chain._share is (not alone_faster)
     assert set(threads[fusion.SHARE_TRIALS:]) == {1 if alone_faster else 2}
     assert len({b for _, b in calls}) == 1
+
+
+def test_sharing_trials_are_tried_again_after_growing_gaps(monkeypatch):
+    # A decision is tried again RETRY_FIRST calls later, then after twice as
+    # many calls (up to RETRY_MAX): a way that was slower in a disturbed
+    # moment gets taken when it is faster.
+    n = 4096
+    text = f"""
+func.func @main(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{
+  %0 = stablehlo.tanh %x : tensor<{n}xf32>
+  %1 = stablehlo.exponential %0 : tensor<{n}xf32>
+  return %1 : tensor<{n}xf32>
+}}
+"""
+    monkeypatch.setenv("STABLEHLO_REF_THREADS", "2")
+    monkeypatch.setattr(fusion, "RETRY_FIRST", 3)
+    monkeypatch.setattr(fusion, "RETRY_MAX", 5)
+    program = si.compile(text)
+    x = np.random.default_rng(9).standard_normal(n).astype(np.float32)
+    want = program.run(x)   # the first call: not a trial
+    (chain,) = _fused_steps(program)
+    calls = []
+    real = fusion.run_chunks
+    now = [0]
+    alone_faster = [True]   # the first trials see the helpers disturbed
+
+    def recording(run, bounds, threads=None):
+        calls.append(threads)
+        now[0] += 2_000_000 if (threads == 1) != alone_faster[0] else 1_000_000
+        return real(run, bounds, threads)
+    monkeypatch.setattr(fusion, "run_chunks", recording)
+    monkeypatch.setattr(fusion, "perf_counter_ns", lambda: now[0])
+    trials = [1, 2] * (fusion.SHARE_TRIALS // 2)
+
+    def run(k):
+        for _ in range(k):
+            _assert_same_bits(program.run(x), want, "trial")
+
+    run(fusion.SHARE_TRIALS)
+    assert calls == trials and chain._share is False
+    alone_faster[0] = False
+    run(2)                            # the decision's gap: RETRY_FIRST - 1 calls
+    assert calls[-2:] == [1, 1]
+    calls.clear()
+    run(fusion.SHARE_TRIALS)          # then the trials again
+    assert calls == trials and chain._share is True
+    calls.clear()
+    run(5)                            # the gap doubled (6), at most RETRY_MAX (5)
+    assert calls == [2] * 4 + [1]     # 4 calls the decided way, then a trial
+    assert chain._share is None

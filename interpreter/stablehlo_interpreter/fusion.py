@@ -134,6 +134,15 @@ MACHINE_THREAD_MEMBERS = 4
 # 129-op chain 6.3 / 10.4. The first call (lazy planning, new memory) is not
 # a trial.
 SHARE_TRIALS = 4
+# ... and tries again RETRY_FIRST calls after deciding, then after twice as
+# many calls each time (at most RETRY_MAX): a decision taken in a disturbed
+# moment is not kept for good (a helper thread preempted through both shared
+# trials by a kernel thread holding the other core of two: the sweep's gelu
+# then ran alone at 2.0-2.1 ms a call for the rest of the process, against
+# 1.5-1.6 shared), and a long-running program pays the trials in a vanishing
+# share of its calls.
+RETRY_FIRST = 8
+RETRY_MAX = 256
 
 # Let reduces of a chain's inputs join it (_input_sink: softmax's and
 # logsumexp's row max, layer norm's mean), making the whole program one
@@ -976,10 +985,13 @@ class FusedChain:
 
     # Sharing trials (SHARE_TRIALS): the calls seen, the best ns alone and
     # shared (a list, made at the first trial), then the decision (None
-    # while trying).
+    # while trying), the calls left before the next trials and the gap
+    # between the last decision and them (RETRY_FIRST, RETRY_MAX).
     _calls = 0
     _best = None
     _share = None
+    _retry = 0
+    _gap = 0
     # Whether a machine run leaves its flagged elements to the end of the
     # call (set by _segment_lines).
     late = False
@@ -1504,7 +1516,7 @@ class FusedChain:
         def run(lo, hi):
             chunk(views, tiled, inv, targets, lo, hi, (hi - lo,) + tail, scale)
 
-        if threads > 1 and self._share is not True:
+        if threads > 1:
             self._run_trial(run, bounds, threads)
         else:
             run_chunks(run, bounds, threads)
@@ -1521,12 +1533,17 @@ class FusedChain:
         return outs[0] if self.n_out == 1 else outs
 
     def _run_trial(self, run, bounds, threads):
-        """run_chunks for a chain that may be shared while SHARE_TRIALS
-        decides whether it is (the bounds stay the shared run's, so the
-        results do not depend on the choice)."""
-        if self._share is False:
-            run_chunks(run, bounds, 1)
-            return
+        """run_chunks for a chain that may be shared: the way decided, or a
+        trial while SHARE_TRIALS decides it, first and after each retry gap
+        (the bounds stay the shared run's, so the results do not depend on
+        the choice)."""
+        share = self._share
+        if share is not None:
+            self._retry -= 1
+            if self._retry > 0:
+                run_chunks(run, bounds, threads if share else 1)
+                return
+            self._share, self._best, self._calls = None, None, 1   # trials again
         k = self._calls = self._calls + 1
         if k == 1 or k > 1 + SHARE_TRIALS:   # the first call; a late concurrent one
             run_chunks(run, bounds, threads)
@@ -1541,6 +1558,8 @@ class FusedChain:
         if not best[shared] or ns < best[shared]:
             best[shared] = ns
         if k == 1 + SHARE_TRIALS:
+            self._gap = min(2 * self._gap, RETRY_MAX) if self._gap else RETRY_FIRST
+            self._retry = self._gap
             self._share = best[1] < best[0]
 
     def _prologue(self, inputs, targets):
