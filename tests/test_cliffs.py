@@ -104,7 +104,7 @@ MAX_GEOMEAN = 1.2    # geometric mean of ours/XLA over every op
 # 20% from one round to the next (expm 114-159 us, logsumexp 520-750 us).
 # Eight rounds, as the published table (about two and a half minutes): three
 # put expm at 2.6x and 3.1x, logsumexp at 2.3x and 3.0x in consecutive runs
-# of the same code; eight, 2.3-2.8x and 2.2-2.6x.
+# of the same code; eight, 2.3-2.8x and 2.1-2.6x.
 ROUNDS = 8
 
 
