@@ -801,11 +801,10 @@ func.func @main(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{
         _assert_same_bits(got, want, text)
 
 
-@pytest.mark.parametrize("alone_faster", [True, False])
-def test_sharing_trials_pick_the_faster_way(alone_faster, monkeypatch):
-    # Calls 2 to 1 + SHARE_TRIALS run alone and shared in turn, timed; later
-    # calls take the way whose best trial was faster. The chunk bounds are
-    # the same either way, and so are the results.
+def _shared_chain(monkeypatch):
+    """A chain the helpers may share (a transcendental), two threads, run
+    once (its first call: planned, shared, not a trial): (program, input,
+    result, the fused chain)."""
     n = 4096
     text = f"""
 func.func @main(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{
@@ -817,8 +816,17 @@ func.func @main(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{
     monkeypatch.setenv("STABLEHLO_REF_THREADS", "2")
     program = si.compile(text)
     x = np.random.default_rng(9).standard_normal(n).astype(np.float32)
-    want = program.run(x)   # the first call: planned, shared, not a trial
+    want = program.run(x)
     (chain,) = _fused_steps(program)
+    return program, x, want, chain
+
+
+@pytest.mark.parametrize("alone_faster", [True, False])
+def test_sharing_trials_pick_the_faster_way(alone_faster, monkeypatch):
+    # Calls 2 to 1 + SHARE_TRIALS run alone and shared in turn, timed; later
+    # calls take the way whose best trial was faster. The chunk bounds are
+    # the same either way, and so are the results.
+    program, x, want, chain = _shared_chain(monkeypatch)
     calls = []
     real = fusion.run_chunks
     now = [0]
@@ -843,21 +851,9 @@ def test_sharing_trials_are_tried_again_after_growing_gaps(monkeypatch):
     # A decision is tried again RETRY_FIRST calls later, then after twice as
     # many calls (up to RETRY_MAX): a way that was slower in a disturbed
     # moment gets taken when it is faster.
-    n = 4096
-    text = f"""
-func.func @main(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{
-  %0 = stablehlo.tanh %x : tensor<{n}xf32>
-  %1 = stablehlo.exponential %0 : tensor<{n}xf32>
-  return %1 : tensor<{n}xf32>
-}}
-"""
-    monkeypatch.setenv("STABLEHLO_REF_THREADS", "2")
     monkeypatch.setattr(fusion, "RETRY_FIRST", 3)
     monkeypatch.setattr(fusion, "RETRY_MAX", 5)
-    program = si.compile(text)
-    x = np.random.default_rng(9).standard_normal(n).astype(np.float32)
-    want = program.run(x)   # the first call: not a trial
-    (chain,) = _fused_steps(program)
+    program, x, want, chain = _shared_chain(monkeypatch)
     calls = []
     real = fusion.run_chunks
     now = [0]
