@@ -102,9 +102,9 @@ MAX_GEOMEAN = 1.2    # geometric mean of ours/XLA over every op
 # same round when a kernel thread held the second core while the fusion
 # helper waited for it (docs/cliffs.md), and XLA CPU's own times move by
 # 20% from one round to the next (expm 114-159 us, logsumexp 520-750 us).
-# Eight rounds, as the published table (about two and a half minutes): three
-# put expm at 2.6x and 3.1x, logsumexp at 2.3x and 3.0x in consecutive runs
-# of the same code; eight, 2.3-2.8x and 2.1-2.6x.
+# Eight rounds, as the published table (about two minutes): over three
+# consecutive 3-round runs of the same code expm read 2.3-3.1x and logsumexp
+# 2.1-3.0x, over five 8-round runs 2.3-2.8x and 2.1-2.6x.
 ROUNDS = 8
 
 

@@ -266,7 +266,7 @@ class Block:
         self._fast = None
         self.folded = ()  # Folded ops, in program order (for traced runs)
         self._planned = ()  # the steps self._fast was made from (fusion.py's)
-        # The block's straight-line code (_straight_line): None until made,
+        # The block's straight-line code (straight_line): None until made,
         # False where it has none; made at the second plain run (_runs).
         self._line = None
         self._runs = 0
