@@ -104,7 +104,7 @@ MAX_GEOMEAN = 1.2    # geometric mean of ours/XLA over every op
 # 20% from one round to the next (expm 114-159 us, logsumexp 520-750 us).
 # Eight rounds, as the published table (about two minutes): over three
 # consecutive 3-round runs of the same code expm read 2.3-3.1x and logsumexp
-# 2.1-3.0x, over five 8-round runs 2.3-2.8x and 2.1-2.6x.
+# 2.1-3.0x, over five 8-round runs 2.3-2.8x and 2.1-2.5x.
 ROUNDS = 8
 
 
