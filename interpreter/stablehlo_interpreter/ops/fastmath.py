@@ -32,9 +32,10 @@ MIN_SIZE = 64
 # Operands of at least THREADED elements run in chunks of CHUNK (256 KiB of
 # float32) on the pool's threads: one claiming C call per thread
 # (pool.run_chunks; the C loop releases the GIL). Below that, handing chunks
-# to the other thread costs more than it saves, in process CPU and wall time alike (exp of 1e5 float32: 79 us on one
-# thread, 142 us wall and 173 us CPU on two; of 2**18: 219 against 255 us
-# wall; of 1e6: 871 against 686 us wall, 2-core host).
+# to the other thread costs more than it saves, in process CPU and wall time
+# alike (exp of 1e5 float32: 79 us on one thread, 142 us wall and 173 us CPU
+# on two; of 2**18: 219 against 255 us wall; of 1e6: 871 against 686 us
+# wall, 2-core host).
 CHUNK = 1 << 16
 THREADED = 8 * CHUNK
 

@@ -417,9 +417,6 @@ def _take_rows_in_blocks(operand, idx):
         else:
             np.take(operand, flat[lo:hi], axis=0, mode="clip", out=rows[lo:hi])
 
-    if one_pass and flat.size < _TAKE_SHARED_MIN:
-        block(0, flat.size)
-        return out
     if flat.size >= _TAKE_SHARED_MIN:
         # Blocks write disjoint rows (np.take releases the GIL while it
         # copies): on the pool's threads when a core is free (the bounds do
@@ -427,8 +424,9 @@ def _take_rows_in_blocks(operand, idx):
         step = _TAKE_SHARED_BLOCK
         run_chunks(block, [(lo, min(lo + step, flat.size)) for lo in range(0, flat.size, step)])
     else:
-        for lo in range(0, flat.size, _TAKE_BLOCK):
-            block(lo, min(lo + _TAKE_BLOCK, flat.size))
+        step = flat.size if one_pass else _TAKE_BLOCK   # (one pass converts no indices)
+        for lo in range(0, flat.size, step):
+            block(lo, min(lo + step, flat.size))
     return out
 
 
