@@ -151,7 +151,9 @@ def test_pytest_plugin_passes_create_options_and_reports_environment(fake, tmp_p
 
 def test_not_a_plugin_is_one_message_and_exit_2():
     import numpy._core._multiarray_umath as m
-    p = check_plugin(m.__file__)
+    # (without the programs area, which needs the conformance suite: a clone
+    # with no ../shared beside it refuses that first)
+    p = check_plugin(m.__file__, "--exclude", "programs")
     assert p.returncode == 2, p.stdout[-2000:]
     assert "is not a PJRT plugin" in p.stderr and "GetPjrtApi" in p.stderr
     assert p.stdout == ""
@@ -168,6 +170,19 @@ def test_suite_problems_say_where_the_suite_comes_from(fake, tmp_path):
     env = {"STABLEHLO_SUITE": str(tmp_path / "nowhere")}
     p = check_plugin(path, "--only", "programs", env=env)
     assert p.returncode == 2 and "git clone" in p.stderr
+
+
+def test_without_a_suite_excluding_programs_selects_the_rest():
+    """With no suite found the programs area holds no check; the help's
+    advice, --exclude programs, selects every other check (it used to be
+    refused as matching no check)."""
+    import argparse
+
+    from stablehlo_pjrt.checker import cli
+    checks = cli._select(argparse.Namespace(only=[], exclude=["programs"], shard=None), None)
+    assert checks and {c.area for c in checks} == {"capi", "frameworks"}
+    with pytest.raises(cli.UsageError, match="programs area cannot run"):
+        cli._select(argparse.Namespace(only=["programs"], exclude=[], shard=None), None)
 
 
 def test_bad_options_and_capabilities(fake, tmp_path):
